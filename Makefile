@@ -1,0 +1,38 @@
+# Turnstile: `make demo` and `make test` work on a fresh machine with Python 3.11+ and nothing else.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck contract pytest bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/turnstile demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check queues admission migrations tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy queues admission
+
+contract: $(STAMP)
+	$(BIN)/lint-imports
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+test: lint typecheck contract pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The ``turnstile`` command (``spec/cli.md``)."""

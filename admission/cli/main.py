@@ -1,0 +1,90 @@
+"""The ``turnstile`` command: entry point and the command groups.
+
+Exit status (``spec/cli.md``): 0 success, 1 the operation was refused or failed, 2 bad usage
+or unreadable input. Errors go to stderr, one line per problem; never a traceback for a
+user's mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+
+from admission.cli import documents, report
+from queues import errors, scenario, simulator
+
+
+def fail(lines: list[str], code: int) -> None:
+    for line in lines:
+        click.echo(line, err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="turnstile")
+def cli() -> None:
+    """Turnstile: a Kueue-compatible admission queue for GPU jobs, with quotas and GPU-hours in PostgreSQL."""
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "--engine",
+    type=click.Choice(["core", "cluster"]),
+    default="core",
+    show_default=True,
+    help="core: the scheduling core in virtual time; cluster: the real controller over a simulated cluster.",
+)
+@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--time-scale",
+    type=float,
+    default=0.02,
+    show_default=True,
+    help="engine cluster: wall seconds per scenario second.",
+)
+@click.option("--database-url", default=None, help="engine cluster: PostgreSQL to use instead of an embedded one.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also draw queue depth and GPUs in use over time to this PNG (needs matplotlib).",
+)
+def simulate(
+    file: str, engine: str, output: str, time_scale: float, database_url: str | None, plot_path: str | None
+) -> None:
+    """Replay a scenario FILE and report what the admission controller decided (scenario.md)."""
+    try:
+        doc = documents.load_single(file)
+        parsed = scenario.parse(doc)
+    except documents.Unreadable as exc:
+        fail(exc.lines, 2)
+        return
+    except errors.Invalid as exc:
+        fail(documents.invalid_lines(file, exc), 2)
+        return
+    if engine == "cluster":
+        fail([f"{file}: engine cluster is not available in this build yet; use --engine core"], 2)
+        return
+    result = simulator.Simulation(parsed).run()
+    if output == "json":
+        sys.stdout.write(json.dumps(result.to_json("core"), indent=2) + "\n")
+    else:
+        report.render(result, Console(), engine="core")
+    if plot_path:
+        try:
+            report.plot(result, plot_path)
+        except ImportError:
+            fail(["--plot needs matplotlib: pip install 'turnstile[plot]'"], 2)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The human report of ``turnstile simulate --output table`` and the optional ``--plot``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from queues.simulator import Result
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def render(result: Result, console: Console, *, engine: str = "core") -> None:
+    data = result.to_json(engine)
+    summary = data["summary"]
+    console.print(
+        f"[bold]{data['scenario']}[/bold]  engine {engine}  makespan {summary['makespan']} s  "
+        f"{len(data['workloads'])} workloads"
+    )
+    queues = Table(title="ClusterQueues", title_justify="left")
+    for col in ("ClusterQueue", "admitted", "finished", "pending", "preempted", "wait mean", "p50", "p90", "max"):
+        queues.add_column(col, justify="left" if col == "ClusterQueue" else "right")
+    util = Table(title="Utilization (used quota-seconds / nominal quota x makespan)", title_justify="left")
+    util.add_column("ClusterQueue")
+    util.add_column("resource")
+    util.add_column("utilization", justify="right")
+    for name, cq in summary["clusterQueues"].items():
+        w = cq["wait"]
+        queues.add_row(
+            name,
+            str(cq["admitted"]),
+            str(cq["finished"]),
+            str(cq["pending"]),
+            str(cq["preempted"]),
+            _fmt(w["mean"]),
+            _fmt(w["p50"]),
+            _fmt(w["p90"]),
+            _fmt(w["max"]),
+        )
+        for res, value in cq["utilization"].items():
+            util.add_row(name, res, f"{value:.1%}")
+    console.print(queues)
+    console.print(util)
+    preemptions = [e for e in data["events"] if e["type"] == "Evicted"]
+    if preemptions:
+        table = Table(title="Evictions", title_justify="left")
+        for col in ("t", "workload", "reason", "detail", "by"):
+            table.add_column(col)
+        for e in preemptions:
+            table.add_row(str(e["t"]), e["workload"], e["reason"], e.get("detail", ""), e.get("by", "-"))
+        console.print(table)
+    pending = {k: w for k, w in data["workloads"].items() if w["state"] == "Pending"}
+    if pending:
+        table = Table(title="Still pending", title_justify="left")
+        for col in ("workload", "ClusterQueue", "reason", "message"):
+            table.add_column(col, overflow="fold")
+        for key, w in pending.items():
+            table.add_row(key, w["clusterQueue"] or "-", w.get("reason", ""), w.get("message", ""))
+        console.print(table)
+    else:
+        console.print("No workload is left pending.")
+
+
+def plot(result: Result, path: str) -> None:
+    """Queue depth and GPUs in use over time, as a PNG (needs the ``plot`` extra: matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times = [s[0] for s in result.series]
+    fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(9, 5))
+    ax1.step(times, [s[1] for s in result.series], where="post")
+    ax1.set_ylabel("pending workloads")
+    ax2.step(times, [s[2] for s in result.series], where="post", color="tab:green")
+    ax2.set_ylabel("GPUs in use")
+    ax2.set_xlabel("scenario seconds")
+    fig.suptitle(result.scenario)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,387 @@
+"""Kueue's objects as typed models, read from ``kueue.x-k8s.io/v1beta1`` or ``v1beta2`` YAML.
+
+One model per kind, normalised across the two API versions (``spec.cohort`` in v1beta1 is
+``spec.cohortName`` in v1beta2; ``whenCanBorrow: Borrow`` is ``MayStopSearch``). ``parse``
+turns a manifest dict into a model or raises ``errors.Invalid`` listing every problem with
+its field path: first the shape (pydantic), then Kueue's webhook rules (``validation``).
+``to_manifest`` renders a model back in Kueue's own shape for ``turnstile get -o yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
+
+from queues import errors, quantity
+
+GROUP = "kueue.x-k8s.io"
+VERSIONS = ("v1beta1", "v1beta2")
+KINDS = (
+    "ResourceFlavor",
+    "ClusterQueue",
+    "LocalQueue",
+    "Cohort",
+    "WorkloadPriorityClass",
+    "AdmissionCheck",
+    "ProvisioningRequestConfig",
+)
+
+
+def _parse_quantity(value: Any) -> int:
+    try:
+        return quantity.parse_milli(value)
+    except quantity.QuantityError as exc:
+        raise ValueError(str(exc)) from None
+
+
+Quantity = Annotated[int, BeforeValidator(_parse_quantity), PlainSerializer(quantity.format_milli)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class Metadata(BaseModel):
+    """The part of ObjectMeta Turnstile reads; everything else is accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = ""
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Taint(_Model):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class Toleration(_Model):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
+
+
+class ResourceFlavorSpec(_Model):
+    node_labels: dict[str, str] = Field(default_factory=dict, alias="nodeLabels")
+    node_taints: list[Taint] = Field(default_factory=list, alias="nodeTaints")
+    tolerations: list[Toleration] = Field(default_factory=list)
+    topology_name: str | None = Field(default=None, alias="topologyName")
+
+
+class ResourceQuota(_Model):
+    name: str
+    nominal_quota: Quantity = Field(alias="nominalQuota")
+    borrowing_limit: Quantity | None = Field(default=None, alias="borrowingLimit")
+    lending_limit: Quantity | None = Field(default=None, alias="lendingLimit")
+
+
+class FlavorQuotas(_Model):
+    name: str
+    resources: list[ResourceQuota]
+
+
+class ResourceGroup(_Model):
+    covered_resources: list[str] = Field(alias="coveredResources")
+    flavors: list[FlavorQuotas]
+
+
+class LabelSelectorRequirement(_Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+
+class LabelSelector(_Model):
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, alias="matchExpressions")
+
+
+PreemptionPolicy = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority", "Any"]
+
+
+class BorrowWithinCohort(_Model):
+    policy: Literal["Never", "LowerPriority"] = "Never"
+    max_priority_threshold: int | None = Field(default=None, alias="maxPriorityThreshold")
+
+
+class Preemption(_Model):
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(
+        default="Never", alias="withinClusterQueue"
+    )
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = Field(
+        default="Never", alias="reclaimWithinCohort"
+    )
+    borrow_within_cohort: BorrowWithinCohort | None = Field(default=None, alias="borrowWithinCohort")
+
+
+class FlavorFungibility(_Model):
+    """``Borrow``/``Preempt`` (v1beta1) and ``MayStopSearch`` (v1beta2) both mean "stop here"."""
+
+    when_can_borrow: Literal["Borrow", "MayStopSearch", "TryNextFlavor"] = Field(
+        default="MayStopSearch", alias="whenCanBorrow"
+    )
+    when_can_preempt: Literal["Preempt", "MayStopSearch", "TryNextFlavor"] = Field(
+        default="TryNextFlavor", alias="whenCanPreempt"
+    )
+    preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
+
+    @property
+    def stop_when_borrowing(self) -> bool:
+        return self.when_can_borrow != "TryNextFlavor"
+
+    @property
+    def stop_when_preempting(self) -> bool:
+        return self.when_can_preempt != "TryNextFlavor"
+
+
+class AdmissionCheckStrategyRule(_Model):
+    name: str
+    on_flavors: list[str] = Field(default_factory=list, alias="onFlavors")
+
+
+class AdmissionChecksStrategy(_Model):
+    admission_checks: list[AdmissionCheckStrategyRule] = Field(default_factory=list, alias="admissionChecks")
+
+
+class FairSharing(_Model):
+    weight: Quantity | None = None
+
+
+StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
+
+
+class ClusterQueueSpec(_Model):
+    resource_groups: list[ResourceGroup] = Field(default_factory=list, alias="resourceGroups")
+    cohort: str | None = Field(default=None, alias="cohort")
+    cohort_name: str | None = Field(default=None, alias="cohortName")
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = Field(
+        default="BestEffortFIFO", alias="queueingStrategy"
+    )
+    namespace_selector: LabelSelector | None = Field(default=None, alias="namespaceSelector")
+    flavor_fungibility: FlavorFungibility = Field(default_factory=FlavorFungibility, alias="flavorFungibility")
+    preemption: Preemption = Field(default_factory=Preemption)
+    admission_checks: list[str] = Field(default_factory=list, alias="admissionChecks")
+    admission_checks_strategy: AdmissionChecksStrategy | None = Field(default=None, alias="admissionChecksStrategy")
+    stop_policy: StopPolicy = Field(default="None", alias="stopPolicy")
+    fair_sharing: FairSharing | None = Field(default=None, alias="fairSharing")
+
+    @property
+    def cohort_ref(self) -> str | None:
+        """The cohort, whichever version's field named it."""
+        return self.cohort_name or self.cohort or None
+
+
+class LocalQueueSpec(_Model):
+    cluster_queue: str = Field(alias="clusterQueue")
+    stop_policy: StopPolicy = Field(default="None", alias="stopPolicy")
+    fair_sharing: FairSharing | None = Field(default=None, alias="fairSharing")
+
+
+class CohortSpec(_Model):
+    parent_name: str | None = Field(default=None, alias="parentName")
+    parent: str | None = None
+    resource_groups: list[ResourceGroup] = Field(default_factory=list, alias="resourceGroups")
+    fair_sharing: FairSharing | None = Field(default=None, alias="fairSharing")
+
+    @property
+    def parent_ref(self) -> str | None:
+        return self.parent_name or self.parent or None
+
+
+class AdmissionCheckParameters(_Model):
+    api_group: str = Field(alias="apiGroup")
+    kind: str
+    name: str
+
+
+class AdmissionCheckSpec(_Model):
+    controller_name: str = Field(alias="controllerName")
+    retry_delay_minutes: int | None = Field(default=None, alias="retryDelayMinutes")
+    parameters: AdmissionCheckParameters | None = None
+
+
+class RetryStrategy(_Model):
+    backoff_limit_count: int = Field(default=3, alias="backoffLimitCount", ge=0)
+    backoff_base_seconds: int = Field(default=60, alias="backoffBaseSeconds", ge=0)
+    backoff_max_seconds: int = Field(default=1800, alias="backoffMaxSeconds", ge=0)
+
+
+class ProvisioningRequestConfigSpec(_Model):
+    provisioning_class_name: str = Field(alias="provisioningClassName")
+    parameters: dict[str, str] = Field(default_factory=dict)
+    managed_resources: list[str] = Field(default_factory=list, alias="managedResources")
+    retry_strategy: RetryStrategy = Field(default_factory=RetryStrategy, alias="retryStrategy")
+    pod_set_updates: dict[str, Any] | None = Field(default=None, alias="podSetUpdates")
+    pod_set_merge_policy: str | None = Field(default=None, alias="podSetMergePolicy")
+
+
+class _Object(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    metadata: Metadata
+    status: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    @property
+    def key(self) -> str:
+        """``namespace/name`` for namespaced kinds, ``name`` otherwise."""
+        ns = self.metadata.namespace
+        return f"{ns}/{self.name}" if ns and self.kind == "LocalQueue" else self.name
+
+
+class ResourceFlavor(_Object):
+    kind: Literal["ResourceFlavor"]
+    spec: ResourceFlavorSpec = Field(default_factory=ResourceFlavorSpec)
+
+
+class ClusterQueue(_Object):
+    kind: Literal["ClusterQueue"]
+    spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
+
+
+class LocalQueue(_Object):
+    kind: Literal["LocalQueue"]
+    spec: LocalQueueSpec
+
+
+class Cohort(_Object):
+    kind: Literal["Cohort"]
+    spec: CohortSpec = Field(default_factory=CohortSpec)
+
+
+class WorkloadPriorityClass(_Object):
+    kind: Literal["WorkloadPriorityClass"]
+    value: int = Field(ge=-(2**31), le=2**31 - 1)
+    description: str = ""
+
+
+class AdmissionCheck(_Object):
+    kind: Literal["AdmissionCheck"]
+    spec: AdmissionCheckSpec
+
+
+class ProvisioningRequestConfig(_Object):
+    kind: Literal["ProvisioningRequestConfig"]
+    spec: ProvisioningRequestConfigSpec
+
+
+KueueObject = (
+    ResourceFlavor
+    | ClusterQueue
+    | LocalQueue
+    | Cohort
+    | WorkloadPriorityClass
+    | AdmissionCheck
+    | ProvisioningRequestConfig
+)
+
+_MODELS: dict[str, type[_Object]] = {
+    "ResourceFlavor": ResourceFlavor,
+    "ClusterQueue": ClusterQueue,
+    "LocalQueue": LocalQueue,
+    "Cohort": Cohort,
+    "WorkloadPriorityClass": WorkloadPriorityClass,
+    "AdmissionCheck": AdmissionCheck,
+    "ProvisioningRequestConfig": ProvisioningRequestConfig,
+}
+
+
+def _pydantic_errors(exc: ValidationError) -> list[errors.FieldError]:
+    out = []
+    for err in exc.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; check the spelling against Kueue's API"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "literal_error":
+            msg = msg.replace("Input should be", "must be")
+        out.append(errors.FieldError(errors.loc_to_path(err["loc"]), msg))
+    return out
+
+
+def parse(doc: Any) -> KueueObject:
+    """A manifest dict as a validated Kueue object, or ``errors.Invalid`` with every problem."""
+    if not isinstance(doc, Mapping):
+        raise errors.Invalid([errors.FieldError("", f"must be a mapping (a Kubernetes object), not {_typename(doc)}")])
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    problems: list[errors.FieldError] = []
+    if (
+        not isinstance(api_version, str)
+        or api_version.rpartition("/")[0] != GROUP
+        or (api_version.rpartition("/")[2] not in VERSIONS)
+    ):
+        problems.append(
+            errors.FieldError("apiVersion", f"{api_version!r} is not supported; use {GROUP}/v1beta1 or {GROUP}/v1beta2")
+        )
+    if kind not in _MODELS:
+        problems.append(
+            errors.FieldError("kind", f"{kind!r} is not a Kueue kind Turnstile reads; one of {', '.join(KINDS)}")
+        )
+    if problems:
+        raise errors.Invalid(problems)
+    model = _MODELS[str(kind)]
+    try:
+        obj = model.model_validate(dict(doc))
+    except ValidationError as exc:
+        raise errors.Invalid(_pydantic_errors(exc)) from None
+    from queues import validation  # local import: validation needs the models above
+
+    found = validation.validate(obj)  # type: ignore[arg-type]
+    if found:
+        raise errors.Invalid(found)
+    return obj  # type: ignore[return-value]
+
+
+def _typename(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def to_manifest(obj: KueueObject, *, version: str = "v1beta1") -> dict[str, Any]:
+    """The object in Kueue's own shape and the requested API version."""
+    body = obj.model_dump(by_alias=True, exclude_none=True, exclude_defaults=False, exclude={"status"})
+    body["apiVersion"] = f"{GROUP}/{version}"
+    meta = {k: v for k, v in body["metadata"].items() if v not in ({}, None, "")}
+    body["metadata"] = meta
+    spec = body.get("spec")
+    if isinstance(obj, ClusterQueue) and isinstance(spec, dict):
+        cohort = spec.pop("cohort", None) or spec.pop("cohortName", None)
+        spec.pop("cohortName", None)
+        if cohort:
+            spec["cohortName" if version == "v1beta2" else "cohort"] = cohort
+        if version == "v1beta2":
+            checks = spec.pop("admissionChecks", [])
+            if checks and "admissionChecksStrategy" not in spec:
+                spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+        fung = spec.get("flavorFungibility", {})
+        if version == "v1beta1" and fung.get("whenCanBorrow") == "MayStopSearch":
+            fung["whenCanBorrow"] = "Borrow"
+        if version == "v1beta1" and fung.get("whenCanPreempt") == "MayStopSearch":
+            fung["whenCanPreempt"] = "Preempt"
+        if version == "v1beta2" and fung.get("whenCanBorrow") == "Borrow":
+            fung["whenCanBorrow"] = "MayStopSearch"
+        if version == "v1beta2" and fung.get("whenCanPreempt") == "Preempt":
+            fung["whenCanPreempt"] = "MayStopSearch"
+        for key in ("admissionChecks",):
+            if not spec.get(key):
+                spec.pop(key, None)
+    if isinstance(obj, Cohort) and isinstance(spec, dict):
+        parent = spec.pop("parent", None) or spec.pop("parentName", None)
+        spec.pop("parentName", None)
+        if parent:
+            spec["parentName"] = parent
+    return body

@@ -1,0 +1,352 @@
+"""Reading job objects into pod sets: what a job asks of the queue.
+
+Pure functions over the job as a user would ``kubectl apply`` it (a dict), shared by the
+simulator, the controller and the webhook. Supported kinds and their pod sets:
+
+- ``batch/v1`` Job: one pod set ``main`` of min(parallelism, completions) pods;
+- ``kubeflow.org/v1`` PyTorchJob and TFJob, ``kubeflow.org/v2beta1`` MPIJob: one pod set per
+  replica type, named by the lowercased type, in Kueue's order (master before worker, ...);
+- ``jobset.x-k8s.io/v1alpha2`` JobSet: one pod set per replicated job, of replicas x pods.
+
+A pod's request is Kubernetes' effective request: the sum of its containers (plus
+restartable "sidecar" init containers), or the largest init container if larger, plus the
+pod overhead; a container's limits stand in for requests it does not set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues import errors, quantity, selectors
+from queues.errors import FieldError
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+DEFAULT_QUEUE = "default"
+
+Requests = dict[str, int]  # resource name -> milli-units
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """An integrated job kind: where its pod sets are and which field suspends it."""
+
+    api_version: str
+    kind: str
+    suspend_path: tuple[str, ...]
+    replica_field: str | None = None  # Kubeflow: the map of replica specs
+    replica_order: tuple[str, ...] = ()
+
+
+KINDS: dict[tuple[str, str], Kind] = {
+    (k.api_version, k.kind): k
+    for k in (
+        Kind("batch/v1", "Job", ("spec", "suspend")),
+        Kind(
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            ("spec", "runPolicy", "suspend"),
+            "pytorchReplicaSpecs",
+            ("Master", "Worker"),
+        ),
+        Kind(
+            "kubeflow.org/v1",
+            "TFJob",
+            ("spec", "runPolicy", "suspend"),
+            "tfReplicaSpecs",
+            ("Chief", "Master", "PS", "Worker", "Evaluator"),
+        ),
+        Kind(
+            "kubeflow.org/v2beta1",
+            "MPIJob",
+            ("spec", "runPolicy", "suspend"),
+            "mpiReplicaSpecs",
+            ("Launcher", "Worker"),
+        ),
+        Kind("jobset.x-k8s.io/v1alpha2", "JobSet", ("spec", "suspend")),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """Identical pods of one workload: ``count`` pods each requesting ``requests``."""
+
+    name: str
+    count: int
+    requests: Mapping[str, int]
+    constraints: selectors.NodeConstraints = field(default_factory=selectors.NodeConstraints)
+    tolerations: tuple[selectors.Toleration, ...] = ()
+
+    def total(self) -> Requests:
+        return {r: v * self.count for r, v in self.requests.items() if v}
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """What the queue needs to know about one job."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    pod_sets: tuple[PodSet, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def queue_name(self) -> str | None:
+        return self.labels.get(QUEUE_LABEL) or self.annotations.get(QUEUE_LABEL) or None
+
+    @property
+    def priority_class(self) -> str | None:
+        return self.labels.get(PRIORITY_LABEL) or None
+
+
+def supported_kinds() -> list[str]:
+    return [f"{k.api_version} {k.kind}" for k in KINDS.values()]
+
+
+def kind_of(obj: Mapping[str, Any]) -> Kind | None:
+    return KINDS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+
+
+def read_job(obj: Any) -> JobInfo:
+    """A job object's identity and pod sets, or ``errors.Invalid`` listing every problem."""
+    if not isinstance(obj, Mapping):
+        raise errors.Invalid([FieldError("", "must be a Kubernetes object (a mapping)")])
+    kind = kind_of(obj)
+    if kind is None:
+        raise errors.Invalid(
+            [
+                FieldError(
+                    "kind",
+                    f"{obj.get('apiVersion')} {obj.get('kind')} is not an integrated job kind; "
+                    f"use one of: {', '.join(supported_kinds())}",
+                )
+            ]
+        )
+    problems: list[FieldError] = []
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise errors.Invalid([FieldError("metadata", "required: a job needs metadata.name")])
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError("metadata.name", "required: the job's name"))
+    namespace = meta.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        problems.append(FieldError("metadata.namespace", "must be a string"))
+    labels = _string_map(meta.get("labels"), "metadata.labels", problems)
+    annotations = _string_map(meta.get("annotations"), "metadata.annotations", problems)
+    spec = obj.get("spec")
+    pod_sets: list[PodSet] = []
+    if not isinstance(spec, Mapping):
+        problems.append(FieldError("spec", "required: the job's spec"))
+    else:
+        for ps_name, count, pod_spec, path in _pod_templates(kind, spec, problems):
+            ps = _pod_set(ps_name, count, pod_spec, path, problems)
+            if ps is not None:
+                pod_sets.append(ps)
+        if not pod_sets and not problems:
+            problems.append(FieldError("spec", "the job defines no pods"))
+    if problems:
+        raise errors.Invalid(problems)
+    return JobInfo(
+        api_version=kind.api_version,
+        kind=kind.kind,
+        namespace=str(namespace),
+        name=str(name),
+        labels=labels,
+        annotations=annotations,
+        pod_sets=tuple(pod_sets),
+    )
+
+
+def _string_map(value: Any, path: str, problems: list[FieldError]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(FieldError(path, "must be a map of strings"))
+        return {}
+    out = {}
+    for k, v in value.items():
+        if not isinstance(v, str):
+            problems.append(FieldError(f"{path}[{k}]", f"must be a string, not {v!r} (quote it in YAML)"))
+        else:
+            out[str(k)] = v
+    return out
+
+
+def _int_field(spec: Mapping[str, Any], key: str, path: str, default: int, problems: list[FieldError]) -> int:
+    value = spec.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        problems.append(FieldError(f"{path}.{key}", f"must be a whole number >= 0, not {value!r}"))
+        return 0
+    return value
+
+
+def batch_pods_count(job_spec: Mapping[str, Any], path: str, problems: list[FieldError]) -> int:
+    """Pods a batch Job runs at once: parallelism (default 1), capped by completions."""
+    count = _int_field(job_spec, "parallelism", path, 1, problems)
+    if job_spec.get("completions") is not None:
+        count = min(count, _int_field(job_spec, "completions", path, 1, problems))
+    return count
+
+
+def _template_spec(holder: Any, path: str, problems: list[FieldError]) -> Mapping[str, Any] | None:
+    template = holder.get("template") if isinstance(holder, Mapping) else None
+    pod_spec = template.get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(pod_spec, Mapping):
+        problems.append(FieldError(f"{path}.template.spec", "required: the pod template's spec"))
+        return None
+    return pod_spec
+
+
+def _pod_templates(
+    kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]
+) -> Iterator[tuple[str, int, Mapping[str, Any], str]]:
+    if kind.kind == "Job":
+        pod_spec = _template_spec(spec, "spec", problems)
+        if pod_spec is not None:
+            yield "main", batch_pods_count(spec, "spec", problems), pod_spec, "spec.template.spec"
+        return
+    if kind.kind == "JobSet":
+        jobs = spec.get("replicatedJobs")
+        if not isinstance(jobs, list) or not jobs:
+            problems.append(FieldError("spec.replicatedJobs", "required: a list of replicated jobs"))
+            return
+        for i, rj in enumerate(jobs):
+            path = f"spec.replicatedJobs[{i}]"
+            if not isinstance(rj, Mapping) or not isinstance(rj.get("name"), str):
+                problems.append(FieldError(f"{path}.name", "required: the replicated job's name"))
+                continue
+            replicas = _int_field(rj, "replicas", path, 1, problems)
+            job_spec = (rj.get("template") or {}).get("spec") if isinstance(rj.get("template"), Mapping) else None
+            if not isinstance(job_spec, Mapping):
+                problems.append(FieldError(f"{path}.template.spec", "required: the Job template's spec"))
+                continue
+            pod_spec = _template_spec(job_spec, f"{path}.template.spec", problems)
+            if pod_spec is not None:
+                count = replicas * batch_pods_count(job_spec, f"{path}.template.spec", problems)
+                yield str(rj["name"]), count, pod_spec, f"{path}.template.spec.template.spec"
+        return
+    assert kind.replica_field is not None
+    replica_specs = spec.get(kind.replica_field)
+    if not isinstance(replica_specs, Mapping) or not replica_specs:
+        problems.append(FieldError(f"spec.{kind.replica_field}", "required: the replica specs"))
+        return
+    for rtype in replica_specs:
+        if rtype not in kind.replica_order:
+            problems.append(
+                FieldError(
+                    f"spec.{kind.replica_field}.{rtype}",
+                    f"unknown replica type; {kind.kind} has {', '.join(kind.replica_order)}",
+                )
+            )
+    for rtype in kind.replica_order:
+        if rtype not in replica_specs:
+            continue
+        path = f"spec.{kind.replica_field}.{rtype}"
+        rspec = replica_specs[rtype]
+        if not isinstance(rspec, Mapping):
+            problems.append(FieldError(path, "must be a replica spec"))
+            continue
+        pod_spec = _template_spec(rspec, path, problems)
+        if pod_spec is not None:
+            yield rtype.lower(), _int_field(rspec, "replicas", path, 1, problems), pod_spec, f"{path}.template.spec"
+
+
+def _container_requests(container: Any, path: str, problems: list[FieldError]) -> Requests:
+    if not isinstance(container, Mapping):
+        problems.append(FieldError(path, "must be a container"))
+        return {}
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        problems.append(FieldError(f"{path}.resources", "must be a mapping with requests and limits"))
+        return {}
+    out: Requests = {}
+    for section in ("limits", "requests"):  # requests win over limits
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            problems.append(FieldError(f"{path}.resources.{section}", "must be a map of resource quantities"))
+            continue
+        for res, raw in values.items():
+            try:
+                milli = quantity.parse_milli(raw)
+            except quantity.QuantityError as exc:
+                problems.append(FieldError(f"{path}.resources.{section}.{res}", str(exc)))
+                continue
+            if milli < 0:
+                problems.append(FieldError(f"{path}.resources.{section}.{res}", "must not be negative"))
+                continue
+            if section == "limits" and milli % quantity.MILLI and _is_extended(str(res)):
+                problems.append(FieldError(f"{path}.resources.{section}.{res}", "must be a whole number"))
+            out[str(res)] = milli
+    return out
+
+
+def _is_extended(resource: str) -> bool:
+    return "/" in resource and not resource.startswith("kubernetes.io/")
+
+
+def _add(into: Requests, other: Mapping[str, int]) -> None:
+    for res, v in other.items():
+        into[res] = into.get(res, 0) + v
+
+
+def pod_requests(pod_spec: Mapping[str, Any], path: str, problems: list[FieldError]) -> Requests:
+    """The effective request of one pod, as the kube-scheduler computes it."""
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        problems.append(FieldError(f"{path}.containers", "required: at least one container"))
+        return {}
+    total: Requests = {}
+    for i, c in enumerate(containers):
+        _add(total, _container_requests(c, f"{path}.containers[{i}]", problems))
+    sidecars: Requests = {}
+    init_peak: Requests = {}
+    for i, c in enumerate(pod_spec.get("initContainers") or []):
+        req = _container_requests(c, f"{path}.initContainers[{i}]", problems)
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            _add(sidecars, req)
+            continue
+        for res, v in req.items():
+            init_peak[res] = max(init_peak.get(res, 0), v + sidecars.get(res, 0))
+    _add(total, sidecars)
+    for res, v in init_peak.items():
+        total[res] = max(total.get(res, 0), v)
+    overhead = pod_spec.get("overhead") or {}
+    if isinstance(overhead, Mapping):
+        for res, raw in overhead.items():
+            try:
+                total[str(res)] = total.get(str(res), 0) + quantity.parse_milli(raw)
+            except quantity.QuantityError as exc:
+                problems.append(FieldError(f"{path}.overhead.{res}", str(exc)))
+    return {r: v for r, v in total.items() if v}
+
+
+def _pod_set(
+    name: str, count: int, pod_spec: Mapping[str, Any], path: str, problems: list[FieldError]
+) -> PodSet | None:
+    before = len(problems)
+    requests = pod_requests(pod_spec, path, problems)
+    tolerations = tuple(
+        selectors.Toleration.from_dict(t) for t in pod_spec.get("tolerations") or () if isinstance(t, Mapping)
+    )
+    if len(problems) > before:
+        return None
+    return PodSet(
+        name=name,
+        count=count,
+        requests=requests,
+        constraints=selectors.NodeConstraints.from_pod_spec(pod_spec),
+        tolerations=tolerations,
+    )

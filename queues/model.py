@@ -1,0 +1,351 @@
+"""The scheduler's view of the world: quota trees, ClusterQueues, workloads, and a snapshot.
+
+Quota follows Kueue's hierarchical cohorts (``pkg/cache``'s resource nodes). Each node (a
+ClusterQueue or a Cohort) has a ``subtree_quota`` per flavor-resource and a ``usage``. A
+node lends its parent everything above its *guaranteed* quota (``subtree - lendingLimit``,
+or nothing is guaranteed without a lending limit), and its usage counts against the parent
+only beyond that guaranteed part. ``available`` is what a node can still take: its unused
+guaranteed quota plus what its parent can give, capped by its borrowing limit.
+
+``Snapshot`` holds every node and the admitted workloads, and changes in place: adding or
+removing a workload updates usage up the tree in O(depth). What-if changes during
+preemption return nothing to undo: callers remove and re-add the same workloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from queues import api, jobs, selectors
+
+FlavorResource = tuple[str, str]  # (flavor, resource)
+Usage = dict[FlavorResource, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+class Node:
+    """A ClusterQueue or Cohort in the quota tree."""
+
+    def __init__(self, name: str, quotas: Mapping[FlavorResource, Quota]) -> None:
+        self.name = name
+        self.parent: CohortNode | None = None
+        self.quotas: dict[FlavorResource, Quota] = dict(quotas)
+        self.subtree_quota: dict[FlavorResource, int] = {fr: q.nominal for fr, q in quotas.items()}
+        self.usage: dict[FlavorResource, int] = {}
+
+    def guaranteed(self, fr: FlavorResource) -> int:
+        """Quota this node keeps for itself and never lends to its parent."""
+        quota = self.quotas.get(fr)
+        if quota is None or quota.lending_limit is None:
+            return 0
+        return max(0, self.subtree_quota.get(fr, 0) - quota.lending_limit)
+
+    def available(self, fr: FlavorResource) -> int:
+        """How much of ``fr`` a new workload here could use now (Kueue's ``available``)."""
+        usage = self.usage.get(fr, 0)
+        if self.parent is None:
+            return self.subtree_quota.get(fr, 0) - usage
+        guaranteed = self.guaranteed(fr)
+        local = max(0, guaranteed - usage)
+        from_parent = self.parent.available(fr)
+        quota = self.quotas.get(fr)
+        if quota is not None and quota.borrowing_limit is not None:
+            stored_in_parent = self.subtree_quota.get(fr, 0) - guaranteed
+            used_in_parent = max(0, usage - guaranteed)
+            from_parent = min(from_parent, stored_in_parent - used_in_parent + quota.borrowing_limit)
+        return local + from_parent
+
+    def potential_available(self, fr: FlavorResource) -> int:
+        """How much of ``fr`` this node could use if nothing else ran (the most it can ever get)."""
+        if self.parent is None:
+            return self.subtree_quota.get(fr, 0)
+        total = self.guaranteed(fr) + self.parent.potential_available(fr)
+        quota = self.quotas.get(fr)
+        if quota is not None and quota.borrowing_limit is not None:
+            total = min(total, self.subtree_quota.get(fr, 0) + quota.borrowing_limit)
+        return total
+
+    def borrowing(self, fr: FlavorResource, extra: int = 0) -> bool:
+        """Whether usage (plus ``extra``) exceeds this node's own quota."""
+        return self.usage.get(fr, 0) + extra > self.subtree_quota.get(fr, 0)
+
+    def add_usage(self, usage: Mapping[FlavorResource, int], sign: int) -> None:
+        """Charge (sign=1) or release (sign=-1) usage here and, as lent, up the tree."""
+        node: Node | None = self
+        delta = {fr: v * sign for fr, v in usage.items()}
+        while node is not None and delta:
+            parent_delta: dict[FlavorResource, int] = {}
+            for fr, d in delta.items():
+                before = node.usage.get(fr, 0)
+                after = before + d
+                node.usage[fr] = after
+                if node.parent is not None:
+                    g = node.guaranteed(fr)
+                    pd = max(0, after - g) - max(0, before - g)
+                    if pd:
+                        parent_delta[fr] = pd
+            node = node.parent
+            delta = parent_delta
+
+    def root(self) -> Node:
+        node: Node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+
+class CohortNode(Node):
+    def __init__(self, name: str, quotas: Mapping[FlavorResource, Quota]) -> None:
+        super().__init__(name, quotas)
+        self.child_cohorts: list[CohortNode] = []
+        self.child_queues: list[ClusterQueue] = []
+
+    def subtree_queues(self) -> Iterator[ClusterQueue]:
+        yield from self.child_queues
+        for child in self.child_cohorts:
+            yield from child.subtree_queues()
+
+    def accumulate(self) -> None:
+        """Compute subtree quotas bottom-up (children lend all but their guaranteed part)."""
+        self.subtree_quota = {fr: q.nominal for fr, q in self.quotas.items()}
+        for cohort in self.child_cohorts:
+            cohort.accumulate()
+        children: list[Node] = [*self.child_cohorts, *self.child_queues]
+        for child in children:
+            for fr, q in child.subtree_quota.items():
+                self.subtree_quota[fr] = self.subtree_quota.get(fr, 0) + q - child.guaranteed(fr)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceGroup:
+    resources: tuple[str, ...]
+    flavors: tuple[str, ...]
+    label_keys: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    name: str
+    node_labels: Mapping[str, str]
+    taints: tuple[selectors.Taint, ...]
+    tolerations: tuple[selectors.Toleration, ...]
+
+    @classmethod
+    def from_api(cls, rf: api.ResourceFlavor) -> Flavor:
+        return cls(
+            name=rf.name,
+            node_labels=dict(rf.spec.node_labels),
+            taints=tuple(selectors.Taint(t.key, t.value, t.effect) for t in rf.spec.node_taints),
+            tolerations=tuple(selectors.Toleration(t.key, t.operator, t.value, t.effect) for t in rf.spec.tolerations),
+        )
+
+
+@dataclass(slots=True)
+class Admission:
+    """Where a workload was admitted: its ClusterQueue, flavors per pod set, and the quota it holds."""
+
+    cluster_queue: str
+    flavors: dict[str, dict[str, str]]  # pod set -> resource -> flavor
+    usage: Usage
+    borrowing: bool
+
+
+@dataclass(slots=True, eq=False)
+class Workload:
+    """A job as the queue sees it. ``seq`` is submission order, the final tie-break everywhere."""
+
+    key: str
+    seq: int
+    namespace: str
+    local_queue: str | None
+    priority: int
+    pod_sets: tuple[jobs.PodSet, ...]
+    created: float
+    queue_ts: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cluster_queue: str | None = None
+    admission: Admission | None = None
+    admitted_at: float | None = None
+    reason: str = "Pending"
+    message: str = ""
+    shape: tuple[object, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.shape:
+            self.shape = tuple(
+                (ps.name, ps.count, tuple(sorted(ps.requests.items())), ps.constraints, ps.tolerations)
+                for ps in self.pod_sets
+            )
+
+    def order_key(self) -> tuple[int, float, int]:
+        """Queue order: 1. higher priority, 2. earlier queue-order timestamp, 3. submission order."""
+        return (-self.priority, self.queue_ts, self.seq)
+
+
+class ClusterQueue(Node):
+    """One ClusterQueue: quotas, policies and the workloads it has admitted."""
+
+    def __init__(self, obj: api.ClusterQueue, flavors: Mapping[str, Flavor]) -> None:
+        spec = obj.spec
+        quotas: dict[FlavorResource, Quota] = {}
+        groups: list[ResourceGroup] = []
+        for rg in spec.resource_groups:
+            label_keys = frozenset(k for f in rg.flavors if f.name in flavors for k in flavors[f.name].node_labels)
+            groups.append(ResourceGroup(tuple(rg.covered_resources), tuple(f.name for f in rg.flavors), label_keys))
+            for fq in rg.flavors:
+                for rq in fq.resources:
+                    quotas[(fq.name, rq.name)] = Quota(rq.nominal_quota, rq.borrowing_limit, rq.lending_limit)
+        super().__init__(obj.name, quotas)
+        self.spec = spec
+        self.cohort_name = spec.cohort_ref
+        self.groups = tuple(groups)
+        self.group_of: dict[str, ResourceGroup] = {r: g for g in groups for r in g.resources}
+        self.namespace_selector = (
+            None
+            if spec.namespace_selector is None
+            else selectors.LabelSelector.from_dict(spec.namespace_selector.model_dump(by_alias=True))
+        )
+        self.workloads: dict[str, Workload] = {}
+        self.inactive_reason: str | None = None
+        self.inactive_message = ""
+        missing = sorted({f for g in groups for f in g.flavors if f not in flavors})
+        if missing:
+            self.inactive_reason = "FlavorNotFound"
+            self.inactive_message = f"ResourceFlavor {', '.join(missing)} does not exist; create it or fix the name"
+        elif spec.stop_policy != "None":
+            self.inactive_reason = "Stopped"
+            self.inactive_message = (
+                f"stopped by the admin (stopPolicy {spec.stop_policy}); `turnstile resume clusterqueue {obj.name}`"
+            )
+
+    @property
+    def strict_fifo(self) -> bool:
+        return self.spec.queueing_strategy == "StrictFIFO"
+
+    def admits_namespace(self, labels: Mapping[str, str]) -> bool:
+        return self.namespace_selector is not None and self.namespace_selector.matches(labels)
+
+    def nominal(self, fr: FlavorResource) -> int:
+        q = self.quotas.get(fr)
+        return q.nominal if q else 0
+
+
+class Snapshot:
+    """Every ClusterQueue and Cohort with current usage; the scheduler decides against it."""
+
+    def __init__(self, config: Config) -> None:
+        self.flavors: dict[str, Flavor] = {name: Flavor.from_api(rf) for name, rf in config.flavors.items()}
+        self.queues: dict[str, ClusterQueue] = {}
+        self.cohorts: dict[str, CohortNode] = {}
+        for name, obj in config.cohorts.items():
+            self.cohorts[name] = CohortNode(name, _cohort_quotas(obj))
+        for name, cq_obj in sorted(config.cluster_queues.items()):
+            cq = ClusterQueue(cq_obj, self.flavors)
+            if name in config.terminating:
+                cq.inactive_reason = "Terminating"
+                cq.inactive_message = "the ClusterQueue is being deleted; it waits for its admitted workloads to finish"
+            self.queues[name] = cq
+            if cq.cohort_name:
+                self._cohort(cq.cohort_name).child_queues.append(cq)
+                cq.parent = self.cohorts[cq.cohort_name]
+        for name, obj in sorted(config.cohorts.items()):
+            parent = obj.spec.parent_ref
+            if parent and not self._would_loop(name, parent, config):
+                node = self.cohorts[name]
+                node.parent = self._cohort(parent)
+                node.parent.child_cohorts.append(node)
+        for node in self.cohorts.values():
+            if node.parent is None:
+                node.accumulate()
+
+    def _cohort(self, name: str) -> CohortNode:
+        if name not in self.cohorts:
+            self.cohorts[name] = CohortNode(name, {})
+        return self.cohorts[name]
+
+    @staticmethod
+    def _would_loop(name: str, parent: str, config: Config) -> bool:
+        seen = {name}
+        current: str | None = parent
+        while current is not None:
+            if current in seen:
+                return True
+            seen.add(current)
+            obj = config.cohorts.get(current)
+            current = obj.spec.parent_ref if obj is not None else None
+        return False
+
+    def add_workload(self, wl: Workload) -> None:
+        assert wl.admission is not None
+        cq = self.queues.get(wl.admission.cluster_queue)
+        if cq is None:
+            return
+        cq.workloads[wl.key] = wl
+        cq.add_usage(wl.admission.usage, 1)
+
+    def remove_workload(self, wl: Workload) -> None:
+        assert wl.admission is not None
+        cq = self.queues.get(wl.admission.cluster_queue)
+        if cq is None or cq.workloads.pop(wl.key, None) is None:
+            return
+        cq.add_usage(wl.admission.usage, -1)
+
+    def queues_in_tree(self, cq: ClusterQueue) -> Iterable[ClusterQueue]:
+        root = cq.root()
+        if isinstance(root, CohortNode):
+            return root.subtree_queues()
+        return (cq,)
+
+
+def _cohort_quotas(obj: api.Cohort) -> dict[FlavorResource, Quota]:
+    out: dict[FlavorResource, Quota] = {}
+    for rg in obj.spec.resource_groups:
+        for fq in rg.flavors:
+            for rq in fq.resources:
+                out[(fq.name, rq.name)] = Quota(rq.nominal_quota, rq.borrowing_limit, rq.lending_limit)
+    return out
+
+
+@dataclass(slots=True)
+class Config:
+    """The admin's configuration: every Kueue object by kind and name."""
+
+    flavors: dict[str, api.ResourceFlavor] = field(default_factory=dict)
+    cluster_queues: dict[str, api.ClusterQueue] = field(default_factory=dict)
+    local_queues: dict[str, api.LocalQueue] = field(default_factory=dict)  # "ns/name"
+    cohorts: dict[str, api.Cohort] = field(default_factory=dict)
+    priority_classes: dict[str, api.WorkloadPriorityClass] = field(default_factory=dict)
+    admission_checks: dict[str, api.AdmissionCheck] = field(default_factory=dict)
+    provisioning_configs: dict[str, api.ProvisioningRequestConfig] = field(default_factory=dict)
+    terminating: set[str] = field(default_factory=set)
+
+    def table(self, kind: str) -> dict[str, api.KueueObject]:
+        tables: dict[str, dict[str, api.KueueObject]] = {
+            "ResourceFlavor": self.flavors,  # type: ignore[dict-item]
+            "ClusterQueue": self.cluster_queues,  # type: ignore[dict-item]
+            "LocalQueue": self.local_queues,  # type: ignore[dict-item]
+            "Cohort": self.cohorts,  # type: ignore[dict-item]
+            "WorkloadPriorityClass": self.priority_classes,  # type: ignore[dict-item]
+            "AdmissionCheck": self.admission_checks,  # type: ignore[dict-item]
+            "ProvisioningRequestConfig": self.provisioning_configs,  # type: ignore[dict-item]
+        }
+        return tables[kind]
+
+    def put(self, obj: api.KueueObject) -> None:
+        self.table(obj.kind)[obj.key] = obj
+        if obj.kind == "ClusterQueue":
+            self.terminating.discard(obj.key)
+
+    @classmethod
+    def of(cls, objects: Iterable[api.KueueObject]) -> Config:
+        config = cls()
+        for obj in objects:
+            config.put(obj)
+        return config

@@ -1,0 +1,182 @@
+"""Preemption: which admitted workloads to evict so that a pending one fits.
+
+Follows Kueue's classic preemption (``pkg/scheduler/preemption``):
+
+1. Candidates: workloads in the preemptor's ClusterQueue allowed by ``withinClusterQueue``
+   (lower priority; or equal priority and newer with ``LowerOrNewerEqualPriority``), and
+   workloads of other ClusterQueues in the cohort tree that borrow one of the needed
+   flavor-resources, allowed by ``reclaimWithinCohort`` (``Any``, or lower priority).
+   Only workloads using a flavor-resource that needs preemption are candidates.
+2. Candidates are ordered: other ClusterQueues first, then lower priority, then the most
+   recently admitted, then the latest submitted (the deterministic tie-break).
+3. Strategy: reclaim from other queues without borrowing while the preemptor's queue is
+   under its nominal quota; ``borrowWithinCohort`` allows preempting lower-priority work
+   elsewhere while borrowing; the last resort is own-queue candidates with borrowing.
+4. Minimal set: remove candidates in order until the preemptor fits, then add back, in
+   reverse order, every one it still fits without.
+
+The snapshot is changed only temporarily: whatever is removed is added back before return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from queues.flavors import Assignment
+from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
+
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    workload: Workload
+    reason: str
+
+
+def _uses(wl: Workload, frs: Collection[FlavorResource]) -> bool:
+    assert wl.admission is not None
+    return any(fr in wl.admission.usage for fr in frs)
+
+
+def _cq_borrowing(cq: ClusterQueue, frs: Collection[FlavorResource]) -> bool:
+    return any(cq.borrowing(fr) for fr in frs)
+
+
+def _candidates(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResource]) -> list[Workload]:
+    out: list[Workload] = []
+    pre = cq.spec.preemption
+    if pre.within_cluster_queue != "Never":
+        same_prio = pre.within_cluster_queue == "LowerOrNewerEqualPriority"
+        for cand in cq.workloads.values():
+            if cand.priority > wl.priority:
+                continue
+            if cand.priority == wl.priority and not (same_prio and wl.queue_ts < cand.queue_ts):
+                continue
+            if _uses(cand, frs):
+                out.append(cand)
+    if cq.parent is not None and pre.reclaim_within_cohort != "Never":
+        only_lower = pre.reclaim_within_cohort == "LowerPriority"
+        for other in snapshot.queues_in_tree(cq):
+            if other is cq or not _cq_borrowing(other, frs):
+                continue
+            for cand in other.workloads.values():
+                if only_lower and cand.priority >= wl.priority:
+                    continue
+                if _uses(cand, frs):
+                    out.append(cand)
+    return out
+
+
+def _ordering(cq_name: str) -> object:
+    def key(w: Workload) -> tuple[bool, int, float, int]:
+        assert w.admission is not None and w.admitted_at is not None
+        return (w.admission.cluster_queue == cq_name, w.priority, -w.admitted_at, -w.seq)
+
+    return key
+
+
+def _fits(cq: ClusterQueue, request: Usage, allow_borrowing: bool) -> bool:
+    for fr, v in request.items():
+        if not allow_borrowing and cq.borrowing(fr, v):
+            return False
+        if v > cq.available(fr):
+            return False
+    return True
+
+
+def _minimal(
+    snapshot: Snapshot,
+    cq: ClusterQueue,
+    request: Usage,
+    frs: Collection[FlavorResource],
+    candidates: list[Workload],
+    allow_borrowing: bool,
+    threshold: int | None,
+) -> list[Target]:
+    targets: list[Target] = []
+    fits = False
+    for cand in candidates:
+        assert cand.admission is not None
+        cand_cq = snapshot.queues[cand.admission.cluster_queue]
+        reason = IN_CLUSTER_QUEUE
+        if cand_cq is not cq:
+            if not _cq_borrowing(cand_cq, frs):
+                continue  # earlier removals already brought that queue back under its quota
+            reason = IN_COHORT_RECLAMATION
+            if threshold is not None:
+                if cand.priority > threshold:
+                    allow_borrowing = False
+                else:
+                    reason = IN_COHORT_RECLAIM_WHILE_BORROWING
+        snapshot.remove_workload(cand)
+        targets.append(Target(cand, reason))
+        if _fits(cq, request, allow_borrowing):
+            fits = True
+            break
+    if not fits:
+        for t in targets:
+            snapshot.add_workload(t.workload)
+        return []
+    # Add back, newest-removed first, every candidate the preemptor still fits without.
+    kept = [targets[-1]]
+    for t in reversed(targets[:-1]):
+        snapshot.add_workload(t.workload)
+        if _fits(cq, request, allow_borrowing):
+            continue
+        snapshot.remove_workload(t.workload)
+        kept.append(t)
+    for t in kept:
+        snapshot.add_workload(t.workload)
+    kept.reverse()
+    return kept
+
+
+def _under_nominal(cq: ClusterQueue, frs: Collection[FlavorResource]) -> bool:
+    return all(cq.usage.get(fr, 0) < cq.nominal(fr) for fr in frs)
+
+
+def targets(
+    snapshot: Snapshot, cq: ClusterQueue, wl: Workload, usage: Usage, frs: Collection[FlavorResource]
+) -> list[Target]:
+    """The workloads to evict so that ``wl`` (needing ``usage``) fits in ``cq``; [] if impossible."""
+    candidates = _candidates(snapshot, cq, wl, frs)
+    if not candidates:
+        return []
+    candidates.sort(key=_ordering(cq.name))  # type: ignore[arg-type]
+    same_queue = [c for c in candidates if c.admission is not None and c.admission.cluster_queue == cq.name]
+    if len(same_queue) == len(candidates):
+        return _minimal(snapshot, cq, usage, frs, candidates, True, None)
+    bwc = cq.spec.preemption.borrow_within_cohort
+    if bwc is not None and bwc.policy != "Never":
+        threshold = wl.priority - 1
+        if bwc.max_priority_threshold is not None:
+            threshold = min(threshold, bwc.max_priority_threshold)
+        if not _under_nominal(cq, frs):
+            candidates = [
+                c
+                for c in candidates
+                if c.priority <= threshold or (c.admission is not None and c.admission.cluster_queue == cq.name)
+            ]
+        return _minimal(snapshot, cq, usage, frs, candidates, True, threshold)
+    if _under_nominal(cq, frs):
+        found = _minimal(snapshot, cq, usage, frs, candidates, False, None)
+        if found:
+            return found
+    return _minimal(snapshot, cq, usage, frs, same_queue, True, None)
+
+
+def for_assignment(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment) -> list[Target]:
+    return targets(snapshot, cq, wl, assignment.usage, assignment.needs_preemption)
+
+
+def oracle(snapshot: Snapshot) -> object:
+    """Whether preemption could make room for one flavor-resource (used while choosing flavors)."""
+
+    def could_preempt(cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int) -> bool:
+        return bool(targets(snapshot, cq, wl, {fr: value}, (fr,)))
+
+    return could_preempt

@@ -1,0 +1,215 @@
+"""Scenario files (``shared/spec/scenario.md``) read into typed, validated form.
+
+``parse`` takes the document as loaded from YAML and returns a ``Scenario`` or raises
+``errors.Invalid`` with every problem found, each with its path inside the file
+(``jobs[3].object.spec.template.spec.containers[0].resources.requests.cpu``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues import api, errors, jobs
+from queues.errors import FieldError
+
+
+@dataclass(frozen=True, slots=True)
+class JobEntry:
+    index: int
+    at: float
+    runtime: float
+    job: jobs.JobInfo
+    object: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    index: int
+    at: float
+    action: str  # apply | delete | cancel
+    obj: api.KueueObject | None = None
+    kind: str = ""
+    name: str = ""  # "ns/name" for LocalQueue and cancel
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    description: str
+    manifests: list[api.KueueObject]
+    namespaces: dict[str, dict[str, str]]
+    jobs: list[JobEntry]
+    edits: list[Edit]
+    nodes: list[Mapping[str, Any]] = field(default_factory=list)
+    autoscaler: Mapping[str, Any] | None = None
+
+
+_TOP_FIELDS = {"name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits"}
+
+
+def _time(value: Any, path: str, problems: list[FieldError], *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        problems.append(FieldError(path, f"must be a number of seconds, not {value!r}"))
+        return 0.0
+    if value < 0 or (positive and value == 0) or value == float("inf"):
+        problems.append(FieldError(path, f"must be {'> 0' if positive else '>= 0'} and finite, not {value!r}"))
+        return 0.0
+    return float(value)
+
+
+def _manifest(raw: Any, path: str, problems: list[FieldError]) -> api.KueueObject | None:
+    try:
+        return api.parse(raw)
+    except errors.Invalid as exc:
+        problems.extend(e.under(path) for e in exc.errors)
+        return None
+
+
+def parse(doc: Any) -> Scenario:
+    """The scenario in ``doc`` or ``errors.Invalid`` listing every problem with its path."""
+    if not isinstance(doc, Mapping):
+        raise errors.Invalid([FieldError("", "a scenario must be a YAML mapping with name, manifests and jobs")])
+    problems: list[FieldError] = []
+    for key in doc:
+        if key not in _TOP_FIELDS:
+            problems.append(FieldError(str(key), f"unknown field; a scenario has {', '.join(sorted(_TOP_FIELDS))}"))
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError("name", "required: the scenario's name, used in reports"))
+    description = doc.get("description") or ""
+    manifests: list[api.KueueObject] = []
+    raw_manifests = doc.get("manifests")
+    seen: dict[tuple[str, str], str] = {}
+    if not isinstance(raw_manifests, list):
+        problems.append(FieldError("manifests", "required: a list of Kueue objects"))
+    else:
+        for i, raw in enumerate(raw_manifests):
+            obj = _manifest(raw, f"manifests[{i}]", problems)
+            if obj is None:
+                continue
+            ident = (obj.kind, obj.key)
+            if ident in seen:
+                problems.append(
+                    FieldError(
+                        f"manifests[{i}].metadata.name", f"duplicate {obj.kind} {obj.key!r} (also {seen[ident]})"
+                    )
+                )
+            seen[ident] = f"manifests[{i}]"
+            manifests.append(obj)
+    namespaces: dict[str, dict[str, str]] = {}
+    for i, ns in enumerate(doc.get("namespaces") or []):
+        if not isinstance(ns, Mapping) or not isinstance(ns.get("name"), str):
+            problems.append(FieldError(f"namespaces[{i}].name", "required: the namespace's name"))
+            continue
+        labels = ns.get("labels") or {}
+        if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
+            problems.append(FieldError(f"namespaces[{i}].labels", "must be a map of strings (quote numbers)"))
+            continue
+        namespaces[ns["name"]] = {str(k): v for k, v in labels.items()}
+    priority_classes = {o.name for o in manifests if isinstance(o, api.WorkloadPriorityClass)}
+    edits = _edits(doc.get("edits"), problems, priority_classes)
+    job_entries: list[JobEntry] = []
+    raw_jobs = doc.get("jobs")
+    keys: dict[str, int] = {}
+    if not isinstance(raw_jobs, list):
+        problems.append(FieldError("jobs", "required: the timeline of job submissions (a list)"))
+    else:
+        for i, raw in enumerate(raw_jobs):
+            path = f"jobs[{i}]"
+            if not isinstance(raw, Mapping):
+                problems.append(FieldError(path, "must be a mapping with at, runtime and object"))
+                continue
+            for key in raw:
+                if key not in ("at", "runtime", "object"):
+                    problems.append(FieldError(f"{path}.{key}", "unknown field; a job entry has at, runtime, object"))
+            at = _time(raw.get("at"), f"{path}.at", problems)
+            runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)
+            try:
+                info = jobs.read_job(raw.get("object"))
+            except errors.Invalid as exc:
+                problems.extend(e.under(f"{path}.object") for e in exc.errors)
+                continue
+            if info.key in keys:
+                problems.append(
+                    FieldError(
+                        f"{path}.object.metadata.name", f"duplicate job {info.key} (also jobs[{keys[info.key]}])"
+                    )
+                )
+            keys[info.key] = i
+            if info.priority_class is not None and info.priority_class not in priority_classes:
+                problems.append(
+                    FieldError(
+                        f"{path}.object.metadata.labels[{jobs.PRIORITY_LABEL}]",
+                        f"WorkloadPriorityClass {info.priority_class!r} is not defined in manifests or edits",
+                    )
+                )
+            job_entries.append(JobEntry(i, at, runtime, info, raw["object"]))
+    for edit in edits:
+        if edit.action == "cancel" and edit.name not in keys:
+            problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
+    nodes = doc.get("nodes") or []
+    if not isinstance(nodes, list):
+        problems.append(FieldError("nodes", "must be a list of nodes"))
+        nodes = []
+    autoscaler = doc.get("autoscaler")
+    if autoscaler is not None and not isinstance(autoscaler, Mapping):
+        problems.append(FieldError("autoscaler", "must be a mapping"))
+        autoscaler = None
+    if problems:
+        raise errors.Invalid(problems)
+    return Scenario(str(name), str(description), manifests, namespaces, job_entries, edits, nodes, autoscaler)
+
+
+def _edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> list[Edit]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append(FieldError("edits", "must be a list of edits"))
+        return []
+    out: list[Edit] = []
+    for i, item in enumerate(raw):
+        path = f"edits[{i}]"
+        if not isinstance(item, Mapping):
+            problems.append(FieldError(path, "must be a mapping with at and one of apply, delete, cancel"))
+            continue
+        at = _time(item.get("at"), f"{path}.at", problems)
+        actions = [a for a in ("apply", "delete", "cancel") if a in item]
+        unknown = [k for k in item if k not in ("at", "apply", "delete", "cancel")]
+        for key in unknown:
+            problems.append(
+                FieldError(f"{path}.{key}", "unknown field; an edit has at and one of apply, delete, cancel")
+            )
+        if len(actions) != 1:
+            problems.append(FieldError(path, "needs exactly one of apply, delete, cancel"))
+            continue
+        action = actions[0]
+        if action == "apply":
+            obj = _manifest(item["apply"], f"{path}.apply", problems)
+            if obj is not None:
+                if isinstance(obj, api.WorkloadPriorityClass):
+                    priority_classes.add(obj.name)
+                out.append(Edit(i, at, "apply", obj=obj, kind=obj.kind, name=obj.key))
+        elif action == "delete":
+            target = item["delete"]
+            if (
+                not isinstance(target, Mapping)
+                or target.get("kind") not in api.KINDS
+                or not isinstance(target.get("name"), str)
+            ):
+                problems.append(
+                    FieldError(f"{path}.delete", f"must be {{kind, name}} with kind one of {', '.join(api.KINDS)}")
+                )
+                continue
+            name = target["name"]
+            if target["kind"] == "LocalQueue":
+                name = f"{target.get('namespace') or 'default'}/{name}"
+            out.append(Edit(i, at, "delete", kind=str(target["kind"]), name=name))
+        else:
+            key = item["cancel"]
+            if not isinstance(key, str) or "/" not in key:
+                problems.append(FieldError(f"{path}.cancel", "must name a job as namespace/name"))
+                continue
+            out.append(Edit(i, at, "cancel", name=key))
+    return out

@@ -1,0 +1,374 @@
+"""The scheduling cycle: decide which pending workloads to admit and which to preempt.
+
+``Scheduler`` keeps the configuration, the snapshot of quota usage and the pending queues,
+and decides; it performs no I/O. Callers (the simulator, the controller) feed it events
+(``submit``, ``finish``, ``cancel``, ``set_config``) and enact the decisions ``schedule``
+returns. Decisions are applied to the in-memory state at once ("assume"); a caller that
+fails to enact one undoes it with ``forget_admission``.
+
+One cycle, as Kueue's ``schedule()``:
+
+1. take the head of every ClusterQueue that has one worth trying;
+2. nominate: assign flavors to each head against the snapshot;
+3. order the entries: 1. not borrowing first, 2. higher priority, 3. earlier queue-order
+   timestamp, 4. submission order;
+4. walk them: admit what fits (re-checking when an earlier entry changed the same quota
+   tree), issue preemptions for what fits only by preempting (once per quota tree and
+   cycle), and set aside what cannot fit, with its reason.
+
+``schedule`` runs cycles until one changes nothing. Unlike Kueue, nothing limits a cycle to
+one admission per queue: every workload that fits is admitted, in Kueue's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from queues import flavors, jobs, preemption
+from queues.flavors import Assignment, Mode
+from queues.model import Admission, ClusterQueue, CohortNode, Config, Snapshot, Workload
+from queues.queueing import PendingQueues
+
+LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
+CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
+INACTIVE = "Inactive"
+NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+
+PREEMPTED = "Preempted"
+CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    workload: Workload
+    assignment: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    workload: Workload
+    reason: str  # Preempted | ClusterQueueStopped
+    detail: str  # InClusterQueue | InCohortReclamation | InCohortReclaimWhileBorrowing | ...
+    by: str | None = None
+    released: Admission | None = None  # the admission the eviction ended
+
+    @property
+    def cluster_queue(self) -> str:
+        return self.released.cluster_queue if self.released else ""
+
+
+Decision = Admit | Evict
+
+MAX_CYCLES_PER_CALL = 1_000_000
+
+
+def _tree_key(cq: ClusterQueue) -> str:
+    root = cq.root()
+    return f"cohort/{root.name}" if isinstance(root, CohortNode) else f"cq/{root.name}"
+
+
+class Scheduler:
+    """Decides admissions and preemptions; see the module docstring."""
+
+    def __init__(self, config: Config, *, namespaces: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        self.config = config
+        self.namespaces: dict[str, Mapping[str, str]] = dict(namespaces or {})
+        self.snapshot = Snapshot(config)
+        self.pending = PendingQueues()
+        self.workloads: dict[str, Workload] = {}
+        self.now = 0.0
+        self._generation: dict[str, int] = {}
+        self._nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]] = {}
+        self._unresolved: dict[str, Workload] = {}
+        self.cycles = 0
+
+    # ----- inputs -------------------------------------------------------------------------
+
+    def workload_for(self, job: jobs.JobInfo, *, seq: int, now: float) -> Workload:
+        """A new pending workload for ``job``, with its LocalQueue and priority resolved."""
+        queue = job.queue_name
+        if queue is None and f"{job.namespace}/{jobs.DEFAULT_QUEUE}" in self.config.local_queues:
+            queue = jobs.DEFAULT_QUEUE
+        priority = 0
+        pc_name = job.priority_class
+        if pc_name is not None and pc_name in self.config.priority_classes:
+            priority = self.config.priority_classes[pc_name].value
+        return Workload(
+            key=job.key,
+            seq=seq,
+            namespace=job.namespace,
+            local_queue=queue,
+            priority=priority,
+            pod_sets=job.pod_sets,
+            created=now,
+            queue_ts=now,
+            labels=dict(job.labels),
+        )
+
+    def submit(self, wl: Workload) -> None:
+        self.workloads[wl.key] = wl
+        self._enqueue(wl)
+
+    def finish(self, key: str) -> Workload | None:
+        """The job ended (or was deleted): release its quota and forget it."""
+        wl = self.workloads.pop(key, None)
+        if wl is None:
+            return None
+        self._unresolved.pop(key, None)
+        self.pending.remove(wl)
+        if wl.admission is not None:
+            self._release(wl)
+        return wl
+
+    cancel = finish
+
+    def set_config(self, config: Config) -> list[Decision]:
+        """New admin configuration: rebuild quotas, keep admitted work, re-resolve the waiting.
+
+        Returns the evictions the new configuration asks for (``HoldAndDrain``).
+        """
+        self.config = config
+        in_use = {wl.admission.cluster_queue for wl in self.workloads.values() if wl.admission is not None}
+        for name in sorted(config.terminating - in_use):
+            config.cluster_queues.pop(name, None)
+            config.terminating.discard(name)
+        self.snapshot = Snapshot(config)
+        self._nofit_cache.clear()
+        self._generation.clear()
+        for wl in self.workloads.values():
+            if wl.admission is not None:
+                self.snapshot.add_workload(wl)
+        decisions: list[Decision] = []
+        for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
+            if wl.admission is None:
+                continue
+            cq = self.snapshot.queues.get(wl.admission.cluster_queue)
+            lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
+            if cq is not None and cq.spec.stop_policy == "HoldAndDrain":
+                decisions.append(self._evict(wl, CLUSTER_QUEUE_STOPPED, "ClusterQueueStopped", None))
+            elif lq is not None and lq.spec.stop_policy == "HoldAndDrain":
+                decisions.append(self._evict(wl, CLUSTER_QUEUE_STOPPED, "LocalQueueStopped", None))
+        for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
+            if wl.admission is None:
+                self.pending.remove(wl)
+                self._enqueue(wl)
+        for name in self.snapshot.queues:
+            self.pending.requeue(name)
+        return decisions
+
+    def _empty_terminating(self) -> bool:
+        in_use = {wl.admission.cluster_queue for wl in self.workloads.values() if wl.admission is not None}
+        return bool(self.config.terminating - in_use)
+
+    def set_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> None:
+        self.namespaces = dict(namespaces)
+        self.set_config(self.config)
+
+    # ----- the cycle ---------------------------------------------------------------------
+
+    def schedule(self) -> list[Decision]:
+        """Run cycles until one changes nothing; return the decisions, in order."""
+        out: list[Decision] = []
+        for _ in range(MAX_CYCLES_PER_CALL):
+            if self.config.terminating and self._empty_terminating():
+                out.extend(self.set_config(self.config))
+            changed, decisions = self.cycle()
+            out.extend(decisions)
+            if not changed:
+                break
+        return out
+
+    def cycle(self) -> tuple[bool, list[Decision]]:
+        self.cycles += 1
+        changed = False
+        decisions: list[Decision] = []
+        # 1. heads
+        heads: list[tuple[Workload, ClusterQueue]] = []
+        for name in sorted(self.pending.active):
+            cq = self.snapshot.queues.get(name)
+            wl = self.pending.head(name)
+            if cq is None or wl is None:
+                self.pending.active.discard(name)
+                continue
+            heads.append((wl, cq))
+        # 2. nominate
+        entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
+        # 3. order
+        entries.sort(key=lambda e: (e[2].borrowing, -e[0].priority, e[0].queue_ts, e[0].seq))
+        # 4. admit, preempt, or set aside
+        touched: set[str] = set()
+        for wl, cq, assignment in entries:
+            tree = _tree_key(cq)
+            if tree in touched:
+                assignment = flavors.assign(self.snapshot, cq, wl, self._oracle)
+            if assignment.mode == Mode.FIT:
+                decisions.append(self._admit(wl, cq, assignment))
+                touched.add(tree)
+                changed = True
+            elif assignment.mode == Mode.PREEMPT and tree in touched:
+                continue  # another entry changed this tree this cycle; retry next cycle
+            elif assignment.mode == Mode.PREEMPT and (
+                victims := preemption.for_assignment(self.snapshot, cq, wl, assignment)
+            ):
+                for t in victims:
+                    decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
+                wl.reason, wl.message = (
+                    flavors.WAITING_FOR_QUOTA,
+                    (
+                        f"preempting {len(victims)} workload(s) to make room: "
+                        + ", ".join(t.workload.key for t in victims)
+                    ),
+                )
+                touched.add(tree)
+                changed = True
+            else:
+                changed = self._inadmissible(wl, cq, assignment) or changed
+        return changed, decisions
+
+    def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> bool:
+        return bool(preemption.targets(self.snapshot, cq, wl, {fr: value}, (fr,)))
+
+    def _class_key(self, wl: Workload, cq: ClusterQueue) -> tuple[object, ...]:
+        ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
+        return (cq.name, wl.shape, wl.priority, ts)
+
+    def _nominate(self, wl: Workload, cq: ClusterQueue) -> Assignment:
+        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload."""
+        key = self._class_key(wl, cq)
+        gen = self._generation.get(_tree_key(cq), 0)
+        cached = self._nofit_cache.get(key)
+        if cached is not None and cached[0] == gen:
+            return cached[1]
+        assignment = flavors.assign(self.snapshot, cq, wl, self._oracle)
+        if assignment.mode != Mode.FIT:
+            self._nofit_cache[key] = (gen, assignment)
+        return assignment
+
+    def _inadmissible(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
+        wl.reason, wl.message = assignment.reason, assignment.message
+        if cq.strict_fifo:
+            self.pending.block(cq.name, self._generation.get(_tree_key(cq), 0))
+            return False
+        self.pending.set_aside(cq.name, wl)
+        return True
+
+    # ----- applying decisions ------------------------------------------------------------
+
+    def _admit(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> Admit:
+        self.pending.remove(wl)
+        wl.admission = Admission(cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing)
+        wl.admitted_at = self.now
+        wl.reason, wl.message = "Admitted", f"admitted by ClusterQueue {cq.name}"
+        self.snapshot.add_workload(wl)
+        return Admit(wl, assignment)
+
+    def _evict(self, wl: Workload, reason: str, detail: str, by: str | None) -> Evict:
+        released = wl.admission
+        self._release(wl)
+        wl.queue_ts = self.now
+        wl.reason, wl.message = flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again"
+        self._enqueue(wl)
+        return Evict(wl, reason, detail, by, released)
+
+    def forget_admission(self, wl: Workload) -> None:
+        """Undo an admission the caller could not enact (e.g. the job vanished)."""
+        if wl.admission is not None:
+            self._release(wl)
+            self._enqueue(wl)
+
+    def _release(self, wl: Workload) -> None:
+        assert wl.admission is not None
+        cq = self.snapshot.queues.get(wl.admission.cluster_queue)
+        self.snapshot.remove_workload(wl)
+        wl.admission = None
+        wl.admitted_at = None
+        if cq is not None:
+            self._bump(cq)
+
+    def _bump(self, cq: ClusterQueue) -> None:
+        """Capacity was freed in ``cq``'s tree: give every waiting workload there another look."""
+        tree = _tree_key(cq)
+        self._generation[tree] = self._generation.get(tree, 0) + 1
+        for other in self.snapshot.queues_in_tree(cq):
+            self.pending.requeue(other.name)
+
+    # ----- where a workload waits ----------------------------------------------------------
+
+    def _enqueue(self, wl: Workload) -> None:
+        cq, reason, message = self._resolve(wl)
+        wl.cluster_queue = cq.name if cq is not None else wl.cluster_queue
+        if reason is not None:
+            wl.reason, wl.message = reason, message
+            self._unresolved[wl.key] = wl
+            return
+        assert cq is not None
+        self._unresolved.pop(wl.key, None)
+        if wl.reason not in (flavors.WAITING_FOR_QUOTA,):
+            wl.reason, wl.message = flavors.WAITING_FOR_QUOTA, "waiting for its turn in the queue"
+        self.pending.push(cq.name, wl)
+
+    def _resolve(self, wl: Workload) -> tuple[ClusterQueue | None, str | None, str]:
+        """The ClusterQueue ``wl`` waits in, or the reason it cannot wait anywhere yet."""
+        if wl.local_queue is None:
+            return (
+                None,
+                LOCAL_QUEUE_NOT_FOUND,
+                (
+                    f"the job has no {jobs.QUEUE_LABEL} label and namespace {wl.namespace} has no LocalQueue "
+                    f"named {jobs.DEFAULT_QUEUE}; add the label or create that LocalQueue"
+                ),
+            )
+        lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
+        if lq is None:
+            existing = sorted(k.split("/", 1)[1] for k in self.config.local_queues if k.startswith(f"{wl.namespace}/"))
+            hint = (
+                f"LocalQueues in {wl.namespace}: {', '.join(existing)}"
+                if existing
+                else (f"namespace {wl.namespace} has no LocalQueues")
+            )
+            return None, LOCAL_QUEUE_NOT_FOUND, f"LocalQueue {wl.namespace}/{wl.local_queue} does not exist ({hint})"
+        cq_name = lq.spec.cluster_queue
+        cq = self.snapshot.queues.get(cq_name)
+        if cq is None:
+            wl.cluster_queue = cq_name
+            return (
+                None,
+                CLUSTER_QUEUE_NOT_FOUND,
+                (f"LocalQueue {wl.namespace}/{wl.local_queue} points to ClusterQueue {cq_name}, which does not exist"),
+            )
+        if lq.spec.stop_policy != "None":
+            return (
+                cq,
+                INACTIVE,
+                (
+                    f"LocalQueue {wl.namespace}/{wl.local_queue} is stopped (stopPolicy {lq.spec.stop_policy}); "
+                    f"`turnstile resume localqueue {wl.namespace}/{wl.local_queue}`"
+                ),
+            )
+        if cq.inactive_reason is not None:
+            return cq, INACTIVE, f"ClusterQueue {cq.name} is inactive ({cq.inactive_reason}): {cq.inactive_message}"
+        if not cq.admits_namespace(self.namespaces.get(wl.namespace, {})):
+            return (
+                cq,
+                NAMESPACE_NOT_ALLOWED,
+                (f"namespace {wl.namespace} does not match the namespaceSelector of ClusterQueue {cq.name}"),
+            )
+        return cq, None, ""
+
+    # ----- visibility ----------------------------------------------------------------------
+
+    def position(self, wl: Workload) -> int | None:
+        """0-based position of a pending workload in its ClusterQueue (None if not queued)."""
+        cq = self.pending.where.get(wl.key)
+        if cq is None:
+            return None
+        for i, other in enumerate(self.pending.waiting(cq)):
+            if other is wl:
+                return i
+        return None
+
+    def for_each_pending(self, fn: Callable[[Workload], None]) -> None:
+        for wl in self.workloads.values():
+            if wl.admission is None:
+                fn(wl)

@@ -1,0 +1,326 @@
+"""The discrete-event simulator behind ``turnstile simulate --engine core``.
+
+Replays a scenario in virtual time with the same ``Scheduler`` the controller uses. At each
+instant t, in this order (scenario.md's timing rules): 1. jobs whose runtime ends at t
+finish; 2. edits at t apply, in file order; 3. jobs submitted at t enter their queues, in
+file order; 4. scheduling cycles run until one changes nothing. Evicted workloads release
+their quota at once and restart from zero when admitted again. Everything is ordered by
+time and file order, so the same file always gives the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues import api, scheduler
+from queues.model import Admission, Config, Workload
+from queues.scenario import Edit, JobEntry, Scenario
+
+
+def num(t: float) -> int | float:
+    """Times and figures as JSON numbers: integral values without a fraction."""
+    return int(t) if float(t).is_integer() else round(t, 3)
+
+
+@dataclass(slots=True)
+class Track:
+    """What happened to one workload over the run."""
+
+    entry: JobEntry
+    workload: Workload | None = None
+    state: str = "Pending"
+    submitted: float | None = None
+    first_admitted: float | None = None
+    admitted: float | None = None
+    finished: float | None = None
+    evictions: int = 0
+    epoch: int = 0  # bumped on every admission/eviction, so stale finish events are ignored
+
+
+@dataclass(slots=True)
+class QueueMeter:
+    """Integrals over time of a ClusterQueue's usage and nominal quota, per resource."""
+
+    last: float = 0.0
+    usage: dict[str, int] = field(default_factory=dict)
+    nominal: dict[str, int] = field(default_factory=dict)
+    used_seconds: dict[str, float] = field(default_factory=dict)
+    nominal_seconds: dict[str, float] = field(default_factory=dict)
+
+    def advance(self, t: float) -> None:
+        dt = t - self.last
+        if dt > 0:
+            for res, v in self.usage.items():
+                self.used_seconds[res] = self.used_seconds.get(res, 0.0) + v * dt
+            for res, v in self.nominal.items():
+                self.nominal_seconds[res] = self.nominal_seconds.get(res, 0.0) + v * dt
+        self.last = t
+
+
+@dataclass(slots=True)
+class Result:
+    scenario: str
+    events: list[dict[str, Any]]
+    tracks: list[Track]
+    meters: dict[str, QueueMeter]
+    makespan: float
+    preempted: dict[str, int]
+    series: list[tuple[float, int, int]]  # (t, pending workloads, GPUs in use)
+    cycles: int
+
+    def to_json(self, engine: str = "core") -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "engine": engine,
+            "events": self.events,
+            "workloads": {t.entry.job.key: _workload_json(t) for t in self.tracks},
+            "summary": self.summary(),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        per_cq: dict[str, dict[str, Any]] = {}
+        names = sorted(
+            set(self.meters)
+            | {t.workload.cluster_queue for t in self.tracks if t.workload and t.workload.cluster_queue}
+        )
+        for name in names:
+            mine = [t for t in self.tracks if t.workload is not None and t.workload.cluster_queue == name]
+            waits = sorted(
+                t.first_admitted - t.submitted for t in mine if t.first_admitted is not None and t.submitted is not None
+            )
+            meter = self.meters.get(name, QueueMeter())
+            util = {
+                res: round(meter.used_seconds.get(res, 0.0) / denom, 4)
+                for res, denom in sorted(meter.nominal_seconds.items())
+                if denom > 0
+            }
+            per_cq[name] = {
+                "admitted": sum(1 for t in mine if t.first_admitted is not None),
+                "finished": sum(1 for t in mine if t.state == "Finished"),
+                "pending": sum(1 for t in mine if t.state == "Pending"),
+                "preempted": self.preempted.get(name, 0),
+                "wait": _wait_stats(waits),
+                "utilization": util,
+            }
+        return {"makespan": num(self.makespan), "clusterQueues": per_cq}
+
+
+def _percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    rank = max(1, -(-int(p * len(sorted_values) * 1000) // 1000))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def _wait_stats(waits: list[float]) -> dict[str, int | float | None]:
+    if not waits:
+        return {"mean": None, "p50": None, "p90": None, "max": None}
+    return {
+        "mean": num(round(sum(waits) / len(waits), 3)),
+        "p50": num(_percentile(waits, 0.5)),
+        "p90": num(_percentile(waits, 0.9)),
+        "max": num(waits[-1]),
+    }
+
+
+def _workload_json(t: Track) -> dict[str, Any]:
+    wl = t.workload
+    out: dict[str, Any] = {
+        "state": t.state,
+        "clusterQueue": wl.cluster_queue if wl else None,
+        "priority": wl.priority if wl else 0,
+        "submitted": None if t.submitted is None else num(t.submitted),
+        "admitted": None if t.admitted is None or t.state == "Pending" else num(t.admitted),
+        "finished": None if t.finished is None else num(t.finished),
+        "evictions": t.evictions,
+    }
+    if t.state == "Pending" and wl is not None:
+        out["reason"] = wl.reason
+        out["message"] = wl.message
+    return out
+
+
+class Simulation:
+    """One run of a scenario through the scheduling core."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.config = Config.of(scenario.manifests)
+        self.sched = scheduler.Scheduler(self.config, namespaces=scenario.namespaces)
+        self.tracks = [Track(entry) for entry in scenario.jobs]
+        self.by_key: dict[str, Track] = {t.entry.job.key: t for t in self.tracks}
+        self.events: list[dict[str, Any]] = []
+        self.meters: dict[str, QueueMeter] = {}
+        self.preempted: dict[str, int] = {}
+        self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
+        self.order = 0
+        self.now = 0.0
+        self.series: list[tuple[float, int, int]] = []
+        self._refresh_nominal()
+
+    # ----- bookkeeping ---------------------------------------------------------------------
+
+    def _meter(self, cq: str) -> QueueMeter:
+        meter = self.meters.get(cq)
+        if meter is None:
+            meter = self.meters[cq] = QueueMeter(last=self.now)
+        return meter
+
+    def _refresh_nominal(self) -> None:
+        for meter in self.meters.values():
+            meter.advance(self.now)
+            meter.nominal = {}
+        for name, cq in self.sched.snapshot.queues.items():
+            meter = self._meter(name)
+            meter.advance(self.now)
+            totals: dict[str, int] = {}
+            for (_flavor, res), quota in cq.quotas.items():
+                totals[res] = totals.get(res, 0) + quota.nominal
+            meter.nominal = totals
+
+    def _charge(self, admission: Admission, sign: int) -> None:
+        meter = self._meter(admission.cluster_queue)
+        meter.advance(self.now)
+        for (_flavor, res), v in admission.usage.items():
+            meter.usage[res] = meter.usage.get(res, 0) + sign * v
+
+    def _release_meter(self, wl: Workload) -> None:
+        if wl.admission is not None:
+            self._charge(wl.admission, -1)
+
+    def _emit(self, kind: str, key: str, **fields: Any) -> None:
+        self.events.append({"t": num(self.now), "type": kind, "workload": key, **fields})
+
+    # ----- the loop ------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        arrivals = sorted(self.scenario.jobs, key=lambda e: (e.at, e.index))
+        edits = sorted(self.scenario.edits, key=lambda e: (e.at, e.index))
+        ai = ei = 0
+        while True:
+            candidates = []
+            if self.finishes:
+                candidates.append(self.finishes[0][0])
+            if ai < len(arrivals):
+                candidates.append(arrivals[ai].at)
+            if ei < len(edits):
+                candidates.append(edits[ei].at)
+            if not candidates:
+                break
+            self.now = self.sched.now = min(candidates)
+            # 1. finishes
+            while self.finishes and self.finishes[0][0] <= self.now:
+                _, _, epoch, key = heapq.heappop(self.finishes)
+                self._finish(key, epoch)
+            # 2. edits
+            while ei < len(edits) and edits[ei].at <= self.now:
+                self._edit(edits[ei])
+                ei += 1
+            # 3. submissions
+            while ai < len(arrivals) and arrivals[ai].at <= self.now:
+                self._submit(arrivals[ai])
+                ai += 1
+            # 4. cycles
+            self._enact(self.sched.schedule())
+            self._sample()
+        makespan = max((float(e["t"]) for e in self.events), default=0.0)
+        for meter in self.meters.values():
+            meter.advance(makespan)
+        return Result(
+            scenario=self.scenario.name,
+            events=self.events,
+            tracks=self.tracks,
+            meters=self.meters,
+            makespan=makespan,
+            preempted=self.preempted,
+            series=self.series,
+            cycles=self.sched.cycles,
+        )
+
+    def _sample(self) -> None:
+        pending = sum(1 for t in self.tracks if t.state == "Pending" and t.submitted is not None)
+        gpus = 0
+        for meter in self.meters.values():
+            for res, v in meter.usage.items():
+                if "gpu" in res:
+                    gpus += v // 1000
+        self.series.append((self.now, pending, gpus))
+
+    def _submit(self, entry: JobEntry) -> None:
+        track = self.by_key[entry.job.key]
+        wl = self.sched.workload_for(entry.job, seq=entry.index, now=self.now)
+        track.workload = wl
+        track.submitted = self.now
+        self._emit("Submitted", wl.key)
+        self.sched.submit(wl)
+
+    def _finish(self, key: str, epoch: int) -> None:
+        track = self.by_key[key]
+        if track.epoch != epoch or track.state != "Admitted" or track.workload is None:
+            return
+        self._release_meter(track.workload)
+        self.sched.finish(key)
+        track.state = "Finished"
+        track.finished = self.now
+        self._emit("Finished", key)
+
+    def _edit(self, edit: Edit) -> None:
+        if edit.action == "cancel":
+            track = self.by_key[edit.name]
+            if track.state not in ("Pending", "Admitted") or track.workload is None:
+                return
+            if track.state == "Admitted":
+                self._release_meter(track.workload)
+            self.sched.cancel(edit.name)
+            track.state = "Cancelled"
+            track.epoch += 1
+            self._emit("Cancelled", edit.name)
+            return
+        if edit.action == "apply":
+            assert edit.obj is not None
+            self.config.put(edit.obj)
+        else:
+            table: Mapping[str, api.KueueObject] = self.config.table(edit.kind)
+            if edit.kind == "ClusterQueue" and edit.name in table:
+                self.config.terminating.add(edit.name)
+            else:
+                self.config.table(edit.kind).pop(edit.name, None)
+        self._enact(self.sched.set_config(self.config))
+        self._refresh_nominal()
+
+    def _enact(self, decisions: list[scheduler.Decision]) -> None:
+        for d in decisions:
+            wl = d.workload
+            track = self.by_key[wl.key]
+            if isinstance(d, scheduler.Admit):
+                track.state = "Admitted"
+                track.admitted = self.now
+                if track.first_admitted is None:
+                    track.first_admitted = self.now
+                track.epoch += 1
+                assert wl.admission is not None
+                self._charge(wl.admission, 1)
+                self.order += 1
+                heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, wl.key))
+                assert wl.admission is not None
+                self._emit(
+                    "Admitted",
+                    wl.key,
+                    clusterQueue=wl.admission.cluster_queue,
+                    flavors={ps: dict(sorted(f.items())) for ps, f in wl.admission.flavors.items()},
+                    borrowing=wl.admission.borrowing,
+                )
+            else:
+                if d.released is not None:
+                    self._charge(d.released, -1)
+                track.state = "Pending"
+                track.evictions += 1
+                track.epoch += 1
+                if d.reason == scheduler.PREEMPTED:
+                    self.preempted[d.cluster_queue] = self.preempted.get(d.cluster_queue, 0) + 1
+                fields: dict[str, Any] = {"reason": d.reason, "detail": d.detail}
+                if d.by is not None:
+                    fields["by"] = d.by
+                self._emit("Evicted", wl.key, **fields)
