@@ -120,13 +120,18 @@ class Preemption(_Model):
     borrow_within_cohort: BorrowWithinCohort | None = Field(default=None, alias="borrowWithinCohort")
 
 
-class FlavorFungibility(_Model):
-    """``Borrow``/``Preempt`` (v1beta1) and ``MayStopSearch`` (v1beta2) both mean "stop here"."""
+def _stop_search(value: Any) -> Any:
+    return "MayStopSearch" if value in ("Borrow", "Preempt") else value
 
-    when_can_borrow: Literal["Borrow", "MayStopSearch", "TryNextFlavor"] = Field(
+
+class FlavorFungibility(_Model):
+    """``Borrow``/``Preempt`` (v1beta1) and ``MayStopSearch`` (v1beta2) both mean "stop here";
+    they are stored as ``MayStopSearch`` and rendered back in the requested version's words."""
+
+    when_can_borrow: Annotated[Literal["MayStopSearch", "TryNextFlavor"], BeforeValidator(_stop_search)] = Field(
         default="MayStopSearch", alias="whenCanBorrow"
     )
-    when_can_preempt: Literal["Preempt", "MayStopSearch", "TryNextFlavor"] = Field(
+    when_can_preempt: Annotated[Literal["MayStopSearch", "TryNextFlavor"], BeforeValidator(_stop_search)] = Field(
         default="TryNextFlavor", alias="whenCanPreempt"
     )
     preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
@@ -372,10 +377,6 @@ def to_manifest(obj: KueueObject, *, version: str = "v1beta1") -> dict[str, Any]
             fung["whenCanBorrow"] = "Borrow"
         if version == "v1beta1" and fung.get("whenCanPreempt") == "MayStopSearch":
             fung["whenCanPreempt"] = "Preempt"
-        if version == "v1beta2" and fung.get("whenCanBorrow") == "Borrow":
-            fung["whenCanBorrow"] = "MayStopSearch"
-        if version == "v1beta2" and fung.get("whenCanPreempt") == "Preempt":
-            fung["whenCanPreempt"] = "MayStopSearch"
         for key in ("admissionChecks",):
             if not spec.get(key):
                 spec.pop(key, None)

@@ -22,7 +22,7 @@ one admission per queue: every workload that fits is admitted, in Kueue's order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from queues import flavors, jobs, preemption
@@ -35,6 +35,8 @@ CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
 INACTIVE = "Inactive"
 NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
 
+WAITING_FOR_TURN = "waiting for its turn in the queue"
+
 PREEMPTED = "Preempted"
 CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
 
@@ -43,6 +45,7 @@ CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
 class Admit:
     workload: Workload
     assignment: Assignment
+    admission: Admission  # as decided; the workload may be evicted again later in the same call
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,7 @@ class Scheduler:
         self._nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]] = {}
         self._unresolved: dict[str, Workload] = {}
         self.cycles = 0
+        self.cap_hits = 0
 
     # ----- inputs -------------------------------------------------------------------------
 
@@ -170,7 +174,13 @@ class Scheduler:
     def schedule(self) -> list[Decision]:
         """Run cycles until one changes nothing; return the decisions, in order."""
         out: list[Decision] = []
-        for _ in range(MAX_CYCLES_PER_CALL):
+        # Every cycle admits, evicts or sets aside at least one workload; the bound only guards
+        # against a bug turning into a hang (``cap_hits`` counts it, tests assert it stays 0).
+        limit = min(MAX_CYCLES_PER_CALL, 8 * len(self.workloads) + 64)
+        for i in range(limit + 1):
+            if i == limit:
+                self.cap_hits += 1
+                break
             if self.config.terminating and self._empty_terminating():
                 out.extend(self.set_config(self.config))
             changed, decisions = self.cycle()
@@ -213,13 +223,11 @@ class Scheduler:
             ):
                 for t in victims:
                     decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
-                wl.reason, wl.message = (
-                    flavors.WAITING_FOR_QUOTA,
-                    (
-                        f"preempting {len(victims)} workload(s) to make room: "
-                        + ", ".join(t.workload.key for t in victims)
-                    ),
-                )
+                # The victims released their quota at once; the preemptor takes it in the same
+                # step, so nothing requeued by the release (or the victims themselves) takes it first.
+                assignment = flavors.assign(self.snapshot, cq, wl, None)
+                if assignment.mode == Mode.FIT:
+                    decisions.append(self._admit(wl, cq, assignment))
                 touched.add(tree)
                 changed = True
             else:
@@ -257,11 +265,12 @@ class Scheduler:
 
     def _admit(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> Admit:
         self.pending.remove(wl)
-        wl.admission = Admission(cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing)
+        admission = Admission(cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing)
+        wl.admission = admission
         wl.admitted_at = self.now
         wl.reason, wl.message = "Admitted", f"admitted by ClusterQueue {cq.name}"
         self.snapshot.add_workload(wl)
-        return Admit(wl, assignment)
+        return Admit(wl, assignment, admission)
 
     def _evict(self, wl: Workload, reason: str, detail: str, by: str | None) -> Evict:
         released = wl.admission
@@ -305,7 +314,7 @@ class Scheduler:
         assert cq is not None
         self._unresolved.pop(wl.key, None)
         if wl.reason not in (flavors.WAITING_FOR_QUOTA,):
-            wl.reason, wl.message = flavors.WAITING_FOR_QUOTA, "waiting for its turn in the queue"
+            wl.reason, wl.message = flavors.WAITING_FOR_QUOTA, WAITING_FOR_TURN
         self.pending.push(cq.name, wl)
 
     def _resolve(self, wl: Workload) -> tuple[ClusterQueue | None, str | None, str]:
@@ -368,7 +377,25 @@ class Scheduler:
                 return i
         return None
 
-    def for_each_pending(self, fn: Callable[[Workload], None]) -> None:
-        for wl in self.workloads.values():
-            if wl.admission is None:
-                fn(wl)
+    def explain(self, wl: Workload) -> tuple[str, str]:
+        """Why ``wl`` waits, in words a user can act on, with what stands ahead of it."""
+        if wl.admission is not None:
+            return wl.reason, wl.message
+        cq_name = self.pending.where.get(wl.key)
+        if cq_name is None:
+            return wl.reason, wl.message
+        ahead = [w for w in self.pending.waiting(cq_name) if w.order_key() < wl.order_key()]
+        cq = self.snapshot.queues.get(cq_name)
+        if ahead and cq is not None and cq.strict_fifo:
+            head = ahead[0]
+            return flavors.WAITING_FOR_QUOTA, (
+                f"StrictFIFO ClusterQueue {cq_name}: waiting behind {head.key}, which cannot be admitted yet"
+                f" ({head.reason}: {head.message}); {len(ahead)} workload(s) ahead"
+            )
+        if wl.message and wl.message != WAITING_FOR_TURN:
+            suffix = f" ({len(ahead)} workload{'s' if len(ahead) != 1 else ''} ahead)" if ahead else ""
+            return wl.reason, wl.message + suffix
+        return (
+            flavors.WAITING_FOR_QUOTA,
+            f"{WAITING_FOR_TURN}; {len(ahead)} workload(s) ahead in ClusterQueue {cq_name}",
+        )

@@ -11,7 +11,7 @@ time and file order, so the same file always gives the same result.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,13 +70,14 @@ class Result:
     preempted: dict[str, int]
     series: list[tuple[float, int, int]]  # (t, pending workloads, GPUs in use)
     cycles: int
+    explain: Callable[[Workload], tuple[str, str]]
 
     def to_json(self, engine: str = "core") -> dict[str, Any]:
         return {
             "scenario": self.scenario,
             "engine": engine,
             "events": self.events,
-            "workloads": {t.entry.job.key: _workload_json(t) for t in self.tracks},
+            "workloads": {t.entry.job.key: _workload_json(t, self.explain) for t in self.tracks},
             "summary": self.summary(),
         }
 
@@ -125,7 +126,7 @@ def _wait_stats(waits: list[float]) -> dict[str, int | float | None]:
     }
 
 
-def _workload_json(t: Track) -> dict[str, Any]:
+def _workload_json(t: Track, explain: Callable[[Workload], tuple[str, str]]) -> dict[str, Any]:
     wl = t.workload
     out: dict[str, Any] = {
         "state": t.state,
@@ -137,8 +138,7 @@ def _workload_json(t: Track) -> dict[str, Any]:
         "evictions": t.evictions,
     }
     if t.state == "Pending" and wl is not None:
-        out["reason"] = wl.reason
-        out["message"] = wl.message
+        out["reason"], out["message"] = explain(wl)
     return out
 
 
@@ -195,7 +195,8 @@ class Simulation:
 
     # ----- the loop ------------------------------------------------------------------------
 
-    def run(self) -> Result:
+    def run(self, on_step: Callable[[Simulation], None] | None = None) -> Result:
+        """Replay the scenario; ``on_step`` (tests, live views) sees the state after each instant."""
         arrivals = sorted(self.scenario.jobs, key=lambda e: (e.at, e.index))
         edits = sorted(self.scenario.edits, key=lambda e: (e.at, e.index))
         ai = ei = 0
@@ -225,6 +226,8 @@ class Simulation:
             # 4. cycles
             self._enact(self.sched.schedule())
             self._sample()
+            if on_step is not None:
+                on_step(self)
         makespan = max((float(e["t"]) for e in self.events), default=0.0)
         for meter in self.meters.values():
             meter.advance(makespan)
@@ -237,6 +240,7 @@ class Simulation:
             preempted=self.preempted,
             series=self.series,
             cycles=self.sched.cycles,
+            explain=self.sched.explain,
         )
 
     def _sample(self) -> None:
@@ -300,17 +304,15 @@ class Simulation:
                 if track.first_admitted is None:
                     track.first_admitted = self.now
                 track.epoch += 1
-                assert wl.admission is not None
-                self._charge(wl.admission, 1)
+                self._charge(d.admission, 1)
                 self.order += 1
                 heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, wl.key))
-                assert wl.admission is not None
                 self._emit(
                     "Admitted",
                     wl.key,
-                    clusterQueue=wl.admission.cluster_queue,
-                    flavors={ps: dict(sorted(f.items())) for ps, f in wl.admission.flavors.items()},
-                    borrowing=wl.admission.borrowing,
+                    clusterQueue=d.admission.cluster_queue,
+                    flavors={ps: dict(sorted(f.items())) for ps, f in d.admission.flavors.items()},
+                    borrowing=d.admission.borrowing,
                 )
             else:
                 if d.released is not None:

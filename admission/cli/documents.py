@@ -42,6 +42,8 @@ class _Loader(yaml.SafeLoader):
 def _no_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor` merges; explicit keys may override merged ones
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             mark = key_node.start_mark

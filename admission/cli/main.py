@@ -11,7 +11,6 @@ import json
 import sys
 
 import click
-from rich.console import Console
 
 from admission.cli import documents, report
 from queues import errors, scenario, simulator
@@ -74,7 +73,7 @@ def simulate(
     if output == "json":
         sys.stdout.write(json.dumps(result.to_json("core"), indent=2) + "\n")
     else:
-        report.render(result, Console(), engine="core")
+        report.render(result, report.console(), engine="core")
     if plot_path:
         try:
             report.plot(result, plot_path)

@@ -10,6 +10,12 @@ from rich.table import Table
 from queues.simulator import Result
 
 
+def console() -> Console:
+    """A terminal console; when piped or logged, wide enough that nothing is folded."""
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=200)
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
@@ -26,11 +32,12 @@ def render(result: Result, console: Console, *, engine: str = "core") -> None:
         f"{len(data['workloads'])} workloads"
     )
     queues = Table(title="ClusterQueues", title_justify="left")
-    for col in ("ClusterQueue", "admitted", "finished", "pending", "preempted", "wait mean", "p50", "p90", "max"):
-        queues.add_column(col, justify="left" if col == "ClusterQueue" else "right")
+    queues.add_column("ClusterQueue", overflow="fold", min_width=12)
+    for col in ("admitted", "finished", "pending", "preempted", "wait mean", "p50", "p90", "max"):
+        queues.add_column(col, justify="right")
     util = Table(title="Utilization (used quota-seconds / nominal quota x makespan)", title_justify="left")
-    util.add_column("ClusterQueue")
-    util.add_column("resource")
+    util.add_column("ClusterQueue", overflow="fold")
+    util.add_column("resource", overflow="fold")
     util.add_column("utilization", justify="right")
     for name, cq in summary["clusterQueues"].items():
         w = cq["wait"]
@@ -53,7 +60,7 @@ def render(result: Result, console: Console, *, engine: str = "core") -> None:
     if preemptions:
         table = Table(title="Evictions", title_justify="left")
         for col in ("t", "workload", "reason", "detail", "by"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for e in preemptions:
             table.add_row(str(e["t"]), e["workload"], e["reason"], e.get("detail", ""), e.get("by", "-"))
         console.print(table)

@@ -1,0 +1,61 @@
+"""``turnstile simulate`` as a user runs it: output channels and exit codes (scenario.md)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def turnstile(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "admission.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        input=stdin,
+        timeout=120,
+    )
+
+
+def test_json_is_the_only_thing_on_stdout_and_is_byte_identical() -> None:
+    first = turnstile("simulate", "examples/gpu-teams.yaml", "--output", "json")
+    second = turnstile("simulate", "examples/gpu-teams.yaml", "--output", "json")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+    data = json.loads(first.stdout)
+    assert set(data) == {"scenario", "engine", "events", "workloads", "summary"}
+    assert data["engine"] == "core"
+
+
+def test_table_report_names_queues_and_evictions() -> None:
+    out = turnstile("simulate", "examples/gpu-teams.yaml")
+    assert out.returncode == 0, out.stderr
+    for word in ("vision", "nlp", "dev", "InCohortReclamation", "Utilization"):
+        assert word in out.stdout
+
+
+def test_unreadable_scenario_exits_2_with_file_and_path(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: x\nmanifests: []\njobs:\n  - {at: 0, runtime: 5, object: {apiVersion: batch/v1, kind: Job, "
+        "metadata: {name: j}, spec: {template: {spec: {containers: [{name: c, resources: {requests: {cpu: abc}}}]}}}}}\n"
+    )
+    out = turnstile("simulate", str(bad), "--output", "json")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert (
+        f"{bad}: jobs[0].object.spec.template.spec.containers[0].resources.requests.cpu: 'abc' is not a quantity"
+        in out.stderr
+    )
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_file_and_malformed_yaml_exit_2(tmp_path: Path) -> None:
+    missing = turnstile("simulate", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    out = turnstile("simulate", str(broken))
+    assert out.returncode == 2 and "not valid YAML (line 2" in out.stderr and out.stdout == ""

@@ -1,0 +1,139 @@
+"""Reading pod sets from every integrated job kind."""
+
+from typing import Any
+
+import pytest
+
+from queues import errors, jobs
+
+GPU = "nvidia.com/gpu"
+
+
+def pod(requests: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}], **extra}}
+
+
+def replicas(n: int, requests: dict[str, str]) -> dict[str, Any]:
+    return {"replicas": n, "template": pod(requests)}
+
+
+def obj(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": "j", "namespace": "ns"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        (
+            obj("batch/v1", "Job", {"parallelism": 3, "completions": 2, "template": pod({"cpu": "1", GPU: "2"})}),
+            [("main", 2, {"cpu": 1000, GPU: 2000})],
+        ),
+        (
+            obj("batch/v1", "Job", {"template": pod({"cpu": "500m"})}),
+            [("main", 1, {"cpu": 500})],
+        ),
+        (
+            obj(
+                "kubeflow.org/v1",
+                "PyTorchJob",
+                {"pytorchReplicaSpecs": {"Worker": replicas(3, {GPU: "8"}), "Master": replicas(1, {GPU: "8"})}},
+            ),
+            [("master", 1, {GPU: 8000}), ("worker", 3, {GPU: 8000})],
+        ),
+        (
+            obj(
+                "kubeflow.org/v1",
+                "TFJob",
+                {
+                    "tfReplicaSpecs": {
+                        "PS": replicas(2, {"cpu": "4"}),
+                        "Worker": replicas(4, {GPU: "1"}),
+                        "Chief": replicas(1, {"cpu": "1"}),
+                    }
+                },
+            ),
+            [("chief", 1, {"cpu": 1000}), ("ps", 2, {"cpu": 4000}), ("worker", 4, {GPU: 1000})],
+        ),
+        (
+            obj(
+                "kubeflow.org/v2beta1",
+                "MPIJob",
+                {"mpiReplicaSpecs": {"Launcher": replicas(1, {"cpu": "1"}), "Worker": replicas(2, {GPU: "4"})}},
+            ),
+            [("launcher", 1, {"cpu": 1000}), ("worker", 2, {GPU: 4000})],
+        ),
+        (
+            obj(
+                "jobset.x-k8s.io/v1alpha2",
+                "JobSet",
+                {
+                    "replicatedJobs": [
+                        {"name": "driver", "replicas": 1, "template": {"spec": {"template": pod({"cpu": "1"})}}},
+                        {
+                            "name": "workers",
+                            "replicas": 2,
+                            "template": {"spec": {"parallelism": 4, "completions": 4, "template": pod({GPU: "1"})}},
+                        },
+                    ]
+                },
+            ),
+            [("driver", 1, {"cpu": 1000}), ("workers", 8, {GPU: 1000})],
+        ),
+    ],
+    ids=["job", "job-defaults", "pytorch", "tfjob", "mpijob", "jobset"],
+)
+def test_pod_sets(job: dict[str, Any], expected: list[tuple[str, int, dict[str, int]]]) -> None:
+    info = jobs.read_job(job)
+    assert [(ps.name, ps.count, dict(ps.requests)) for ps in info.pod_sets] == expected
+
+
+def test_effective_pod_request_counts_init_sidecars_overhead_and_limits() -> None:
+    spec = {
+        "containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {GPU: "2"}}},
+            {"name": "b", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
+        ],
+        "initContainers": [
+            {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}},
+            {"name": "big-init", "resources": {"requests": {"cpu": "8", "memory": "512Mi"}}},
+        ],
+        "overhead": {"cpu": "100m"},
+    }
+    job = obj("batch/v1", "Job", {"template": {"spec": spec}})
+    (ps,) = jobs.read_job(job).pod_sets
+    # cpu: max(1 + 2 + 0.5 sidecar, 8 init + 0.5 sidecar) + 0.1 overhead; gpu from limits.
+    assert dict(ps.requests) == {"cpu": 8600, "memory": 2**30 * 1000, GPU: 2000}
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        (
+            obj("batch/v1", "Job", {"template": pod({"cpu": "abc"})}),
+            "spec.template.spec.containers[0].resources.requests.cpu: 'abc' is not a quantity",
+        ),
+        (obj("batch/v1", "Job", {"template": {"spec": {"containers": []}}}), "spec.template.spec.containers: required"),
+        (obj("batch/v1", "Job", {"parallelism": -1, "template": pod({})}), "spec.parallelism: must be a whole number"),
+        (
+            obj("kubeflow.org/v1", "PyTorchJob", {"pytorchReplicaSpecs": {"Boss": replicas(1, {})}}),
+            "spec.pytorchReplicaSpecs.Boss: unknown replica type",
+        ),
+        (obj("apps/v1", "Deployment", {}), "kind: apps/v1 Deployment is not an integrated job kind"),
+        (
+            {"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {"template": pod({})}},
+            "metadata.name: required",
+        ),
+    ],
+    ids=["quantity", "no-containers", "negative", "replica-type", "kind", "name"],
+)
+def test_bad_jobs_name_the_field(job: dict[str, Any], expected: str) -> None:
+    with pytest.raises(errors.Invalid) as info:
+        jobs.read_job(job)
+    assert any(str(e).startswith(expected) for e in info.value.errors), info.value.errors
+
+
+def test_queue_and_priority_labels() -> None:
+    job = obj("batch/v1", "Job", {"template": pod({})})
+    job["metadata"]["labels"] = {jobs.QUEUE_LABEL: "team-a", jobs.PRIORITY_LABEL: "high"}
+    info = jobs.read_job(job)
+    assert (info.queue_name, info.priority_class, info.key) == ("team-a", "high", "ns/j")

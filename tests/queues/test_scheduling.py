@@ -1,0 +1,366 @@
+"""Scheduling decisions with Kueue's semantics, one concept per test group."""
+
+from typing import Any
+
+import pytest
+
+from queues import api, scheduler
+from queues.model import Config
+from tests.queues.builders import CQ, GPU, admitted, flavor, local_queue, make_workload
+from tests.queues.builders import scheduler as make_scheduler
+
+
+def evictions(decisions: list[scheduler.Decision]) -> list[tuple[str, str, str | None]]:
+    return [(d.workload.key, d.detail, d.by) for d in decisions if isinstance(d, scheduler.Evict)]
+
+
+def admissions(decisions: list[scheduler.Decision]) -> list[str]:
+    return [d.workload.key for d in decisions if isinstance(d, scheduler.Admit)]
+
+
+# ----- flavors -------------------------------------------------------------------------------
+
+
+def test_flavors_are_tried_in_order_and_respect_quota() -> None:
+    s = make_scheduler(
+        flavor("a100"), flavor("h100"), CQ("a").group(("a100", {"gpu": 4}), ("h100", {"gpu": 8})), queues={"q": "a"}
+    )
+    first = make_workload("first").request(gpu=4).submit(s)
+    second = make_workload("second").request(gpu=4).submit(s)
+    s.schedule()
+    assert first.admission and first.admission.flavors == {"main": {GPU: "a100"}}
+    assert second.admission and second.admission.flavors == {"main": {GPU: "h100"}}
+
+
+@pytest.mark.parametrize(
+    ("wl", "expected_flavor"),
+    [
+        (make_workload("plain").request(gpu=1), "a100"),
+        (make_workload("wants-h100").request(gpu=1).node_selector(gpu="h100"), "h100"),
+        (make_workload("tolerates").request(gpu=1).tolerate("dedicated", "ml"), "tainted"),
+    ],
+    ids=["first-flavor", "node-selector", "toleration"],
+)
+def test_node_selectors_and_taints_choose_the_flavor(wl: Any, expected_flavor: str) -> None:
+    tainted = flavor("tainted", {"gpu": "t"}, [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}])
+    s = make_scheduler(
+        tainted,
+        flavor("a100", {"gpu": "a100"}),
+        flavor("h100", {"gpu": "h100"}),
+        CQ("a").group(("tainted", {"gpu": 8}), ("a100", {"gpu": 8}), ("h100", {"gpu": 8})),
+        queues={"q": "a"},
+    )
+    w = wl.submit(s)
+    s.schedule()
+    assert w.admission is not None and w.admission.flavors["main"][GPU] == expected_flavor
+
+
+def test_no_compatible_flavor_is_reported() -> None:
+    s = make_scheduler(flavor("a100", {"gpu": "a100"}), CQ("a").group(("a100", {"gpu": 8})), queues={"q": "a"})
+    w = make_workload("x").request(gpu=1).node_selector(gpu="v100").submit(s)
+    s.schedule()
+    assert w.admission is None and w.reason == "NoMatchingFlavor"
+    assert "flavor a100 doesn't match node affinity" in w.message
+
+
+def test_uncovered_resource_and_too_big_are_reported() -> None:
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 8})), queues={"q": "a"})
+    mig = make_workload("mig").request(**{"nvidia.com/mig-1g.10gb": 1}).submit(s)
+    big = make_workload("big").request(gpu=9).submit(s)
+    s.schedule()
+    assert (mig.reason, big.reason) == ("NoMatchingFlavor", "ExceedsMaxQuota")
+    assert "nvidia.com/mig-1g.10gb" in mig.message
+    assert "the workload needs 9, the most this ClusterQueue can ever use is 8" in big.message
+
+
+@pytest.mark.parametrize(
+    ("fungibility", "expected"),
+    [({}, "a100"), ({"whenCanBorrow": "TryNextFlavor"}, "h100")],
+    ids=["borrow-stops-search", "try-next-before-borrowing"],
+)
+def test_flavor_fungibility_when_can_borrow(fungibility: dict[str, str], expected: str) -> None:
+    s = make_scheduler(
+        flavor("a100"),
+        flavor("h100"),
+        CQ("a").cohort("c").fungibility(**fungibility).group(("a100", {"gpu": 0}), ("h100", {"gpu": 4})),
+        CQ("lender").cohort("c").group(("a100", {"gpu": 8}), ("h100", {"gpu": 0})),
+        queues={"q": "a"},
+    )
+    w = make_workload("x").request(gpu=2).submit(s)
+    s.schedule()
+    assert w.admission is not None and w.admission.flavors["main"][GPU] == expected
+
+
+# ----- cohorts -------------------------------------------------------------------------------
+
+
+def cohort_pair(a_extra: dict[str, Any] | None = None, b_extra: dict[str, Any] | None = None) -> Any:
+    return make_scheduler(
+        flavor("f"),
+        CQ("a").cohort("c").group(("f", {"gpu": (4, a_extra or {})})),
+        CQ("b").cohort("c").group(("f", {"gpu": (4, b_extra or {})})),
+        queues={"qa": "a", "qb": "b"},
+    )
+
+
+def test_borrowing_from_the_cohort() -> None:
+    s = cohort_pair()
+    w = make_workload("x", "qa").request(gpu=8).submit(s)
+    s.schedule()
+    assert w.admission is not None and w.admission.borrowing
+
+
+@pytest.mark.parametrize(
+    ("a_extra", "b_extra", "fits"),
+    [
+        ({"borrowingLimit": "3"}, {}, False),
+        ({"borrowingLimit": "4"}, {}, True),
+        ({}, {"lendingLimit": "3"}, False),
+        ({}, {"lendingLimit": "4"}, True),
+    ],
+    ids=["borrowing-limit-blocks", "borrowing-limit-allows", "lending-limit-blocks", "lending-limit-allows"],
+)
+def test_borrowing_and_lending_limits(a_extra: dict[str, Any], b_extra: dict[str, Any], fits: bool) -> None:
+    s = cohort_pair(a_extra, b_extra)
+    w = make_workload("x", "qa").request(gpu=8).submit(s)
+    s.schedule()
+    assert (w.admission is not None) is fits
+    if not fits:
+        assert w.reason == "ExceedsMaxQuota"
+
+
+def test_lending_limit_guarantees_the_lender_its_share() -> None:
+    s = cohort_pair(b_extra={"lendingLimit": "2"})
+    borrower = make_workload("borrower", "qa").request(gpu=6).submit(s)
+    s.schedule()
+    owner = make_workload("owner", "qb").request(gpu=2).submit(s)
+    s.schedule()
+    assert borrower.admission is not None and owner.admission is not None
+
+
+def test_hierarchical_cohorts_share_through_the_parent() -> None:
+    objects = [
+        flavor("f"),
+        api.parse(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "Cohort",
+                "metadata": {"name": "left"},
+                "spec": {"parentName": "root"},
+            }
+        ),
+        api.parse(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "Cohort",
+                "metadata": {"name": "root"},
+                "spec": {
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [GPU],
+                            "flavors": [{"name": "f", "resources": [{"name": GPU, "nominalQuota": "4"}]}],
+                        }
+                    ]
+                },
+            }
+        ),
+        CQ("a").cohort("left").group(("f", {"gpu": 2})),
+    ]
+    s = make_scheduler(*objects, queues={"q": "a"})
+    fits = make_workload("fits").request(gpu=6).submit(s)
+    s.schedule()
+    too_much = make_workload("too-much").request(gpu=1).submit(s)
+    s.schedule()
+    assert fits.admission is not None and fits.admission.borrowing
+    assert too_much.admission is None and too_much.reason == "WaitingForQuota"
+
+
+# ----- preemption ----------------------------------------------------------------------------
+
+
+def test_within_cluster_queue_lower_priority_is_preempted_minimally() -> None:
+    s = make_scheduler(
+        flavor("f"), CQ("a").preemption(withinClusterQueue="LowerPriority").group(("f", {"gpu": 8})), queues={"q": "a"}
+    )
+    low1 = make_workload("low1").priority(1).request(gpu=4).submit(s)
+    low2 = make_workload("low2").priority(2).request(gpu=4).submit(s, now=1)
+    s.schedule()
+    high = make_workload("high").priority(10).request(gpu=4).submit(s, now=2)
+    decisions = s.schedule()
+    assert evictions(decisions) == [("ns/low1", "InClusterQueue", "ns/high")]  # lowest priority first, only one
+    assert high.admission is not None and low2.admission is not None and low1.admission is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "preempts"),
+    [("Never", False), ("LowerPriority", False), ("LowerOrNewerEqualPriority", True)],
+    ids=["never", "lower-priority-spares-equal", "newer-equal-priority"],
+)
+def test_equal_priority_preemption_policy(policy: str, preempts: bool) -> None:
+    s = make_scheduler(
+        flavor("f"), CQ("a").preemption(withinClusterQueue=policy).group(("f", {"gpu": 4})), queues={"q": "a"}
+    )
+    make_workload("blocker").priority(10).request(gpu=2).submit(s, now=0)
+    s.schedule()
+    older = make_workload("older").request(gpu=4).submit(s, now=0)
+    newer = make_workload("newer").request(gpu=2).submit(s, now=1)
+    s.schedule()  # BestEffortFIFO: newer fits beside the blocker, older does not
+    assert newer.admission is not None and older.admission is None
+    s.now = 2
+    s.finish("ns/blocker")
+    decisions = s.schedule()
+    assert evictions(decisions) == ([("ns/newer", "InClusterQueue", "ns/older")] if preempts else [])
+    assert (older.admission is not None) is preempts
+    assert (newer.admission is None) is preempts
+
+
+def test_reclaim_within_cohort_takes_back_lent_quota() -> None:
+    s = make_scheduler(
+        flavor("f"),
+        CQ("a").cohort("c").preemption(reclaimWithinCohort="Any").group(("f", {"gpu": 4})),
+        CQ("b").cohort("c").group(("f", {"gpu": 4})),
+        queues={"qa": "a", "qb": "b"},
+    )
+    borrower = make_workload("borrower", "qb").priority(100).request(gpu=8).submit(s)
+    s.schedule()
+    owner = make_workload("owner", "qa").request(gpu=4).submit(s, now=5)
+    decisions = s.schedule()
+    assert evictions(decisions) == [("ns/borrower", "InCohortReclamation", "ns/owner")]
+    assert owner.admission is not None and borrower.admission is None
+
+
+def test_reclaim_lower_priority_only_spares_higher() -> None:
+    s = make_scheduler(
+        flavor("f"),
+        CQ("a").cohort("c").preemption(reclaimWithinCohort="LowerPriority").group(("f", {"gpu": 4})),
+        CQ("b").cohort("c").group(("f", {"gpu": 4})),
+        queues={"qa": "a", "qb": "b"},
+    )
+    make_workload("borrower", "qb").priority(100).request(gpu=8).submit(s)
+    s.schedule()
+    owner = make_workload("owner", "qa").priority(1).request(gpu=4).submit(s, now=5)
+    assert evictions(s.schedule()) == []
+    assert owner.admission is None and owner.reason == "WaitingForQuota"
+
+
+@pytest.mark.parametrize(
+    ("threshold", "expected"),
+    [(60, [("ns/victim", "InCohortReclaimWhileBorrowing", "ns/preemptor")]), (40, [])],
+    ids=["victim-under-threshold", "victim-above-threshold"],
+)
+def test_borrow_within_cohort_respects_the_threshold(threshold: int, expected: list[Any]) -> None:
+    s = make_scheduler(
+        flavor("f"),
+        CQ("a")
+        .cohort("c")
+        .preemption(
+            reclaimWithinCohort="Any", borrowWithinCohort={"policy": "LowerPriority", "maxPriorityThreshold": threshold}
+        )
+        .group(("f", {"gpu": 6})),
+        CQ("b").cohort("c").group(("f", {"gpu": 2})),
+        queues={"qa": "a", "qb": "b"},
+    )
+    make_workload("victim", "qb").priority(50).request(gpu=6).submit(s)  # borrows 4 from a
+    s.schedule()
+    preemptor = make_workload("preemptor", "qa").priority(100).request(gpu=7).submit(s, now=1)  # must borrow 1
+    assert evictions(s.schedule()) == expected
+    assert (preemptor.admission is not None) is bool(expected)
+
+
+# ----- queueing strategies -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("strict", "small_admitted"), [(True, False), (False, True)], ids=["StrictFIFO", "BestEffortFIFO"]
+)
+def test_queueing_strategy_head_blocking(strict: bool, small_admitted: bool) -> None:
+    cq = CQ("a").group(("f", {"gpu": 8}))
+    if strict:
+        cq = cq.strict()
+    s = make_scheduler(flavor("f"), cq, queues={"q": "a"})
+    make_workload("running").request(gpu=6).submit(s)
+    s.schedule()
+    big = make_workload("big").request(gpu=4).submit(s, now=1)
+    small = make_workload("small").request(gpu=2).submit(s, now=2)
+    s.schedule()
+    assert big.admission is None
+    assert (small.admission is not None) is small_admitted
+
+
+def test_priority_orders_the_queue() -> None:
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 4})), queues={"q": "a"})
+    make_workload("low").priority(1).request(gpu=4).submit(s, now=0)
+    make_workload("high").priority(9).request(gpu=4).submit(s, now=1)
+    assert admissions(s.schedule()) == ["ns/high"]
+
+
+def test_a_cycle_admits_everything_that_fits_in_one_queue() -> None:
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 100})), queues={"q": "a"})
+    for i in range(50):
+        make_workload(f"w{i}").request(gpu=2).submit(s, now=i)
+    assert admissions(s.schedule()) == [f"ns/w{i}" for i in range(50)]
+
+
+# ----- reasons for waiting -------------------------------------------------------------------
+
+
+def test_reasons_for_queues_that_do_not_exist_or_refuse() -> None:
+    cq = CQ("a").group(("f", {"gpu": 8}))
+    cq.body["spec"]["namespaceSelector"] = {"matchLabels": {"team": "a"}}
+    s = make_scheduler(flavor("f"), cq, local_queue("ns", "dangling", "ghost"), queues={"q": "a"})
+    missing_lq = make_workload("a", "nope").request(gpu=1).submit(s)
+    missing_cq = make_workload("b", "dangling").request(gpu=1).submit(s)
+    wrong_ns = make_workload("c", "q").request(gpu=1).submit(s)
+    s.schedule()
+    assert missing_lq.reason == "LocalQueueNotFound" and "LocalQueues in ns: dangling, q" in missing_lq.message
+    assert missing_cq.reason == "ClusterQueueNotFound"
+    assert wrong_ns.reason == "NamespaceNotAllowed"
+    s.set_namespaces({"ns": {"team": "a"}})
+    s.schedule()
+    assert wrong_ns.admission is not None
+
+
+def test_missing_flavor_makes_the_queue_inactive_until_created() -> None:
+    config = Config.of([CQ("a").group(("f", {"gpu": 8})).build(), local_queue("ns", "q", "a")])
+    s = scheduler.Scheduler(config)
+    w = make_workload("x").request(gpu=1).submit(s)
+    s.schedule()
+    assert w.reason == "Inactive" and "FlavorNotFound" in w.message
+    config.put(flavor("f"))
+    s.set_config(config)
+    s.schedule()
+    assert w.admission is not None
+
+
+def test_default_local_queue_catches_unlabelled_jobs() -> None:
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 8})), local_queue("ns", "default", "a"))
+    builder = make_workload("x").request(gpu=1)
+    job = builder.job()
+    del job["metadata"]["labels"]
+    from queues import jobs
+
+    wl = s.workload_for(jobs.read_job(job), seq=1, now=0)
+    s.submit(wl)
+    s.schedule()
+    assert wl.local_queue == "default" and wl.admission is not None
+
+
+def test_hold_and_drain_evicts_and_resume_readmits() -> None:
+    cq = CQ("a").group(("f", {"gpu": 8}))
+    s = make_scheduler(flavor("f"), cq, queues={"q": "a"})
+    w = make_workload("x").request(gpu=1).submit(s)
+    s.schedule()
+    cq.body["spec"]["stopPolicy"] = "HoldAndDrain"
+    config = s.config
+    config.put(cq.build())
+    drained = s.set_config(config)
+    assert [(d.workload.key, d.reason) for d in drained if isinstance(d, scheduler.Evict)] == [
+        ("ns/x", "ClusterQueueStopped")
+    ]
+    s.schedule()
+    assert w.admission is None and w.reason == "Inactive"
+    cq.body["spec"]["stopPolicy"] = "None"
+    config.put(cq.build())
+    s.set_config(config)
+    s.schedule()
+    assert admitted(s) == {"ns/x": "a"}
