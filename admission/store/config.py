@@ -1,0 +1,321 @@
+"""Admin edits of Kueue configuration: apply, delete, quota and stop edits, history.
+
+Every edit runs inside the caller's transaction, takes the configuration lock (a transaction
+advisory lock, so concurrent ``turnstile apply`` calls happen one after the other and none is
+lost or interleaved), writes the object's manifest and its normalised rows (quotas per
+queue, flavor and resource), appends to the audit log, and notifies listeners
+(``NOTIFY turnstile_config``) when the transaction commits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from admission.store import tables
+from queues import api, errors
+from queues.model import Config
+
+CONFIG_LOCK = 0x7475726E  # "turn": serialises configuration edits
+NOTIFY_CHANNEL = "turnstile_config"
+
+_TABLES: dict[str, type[Any]] = {
+    "ResourceFlavor": tables.ResourceFlavor,
+    "ClusterQueue": tables.ClusterQueue,
+    "LocalQueue": tables.LocalQueue,
+    "Cohort": tables.Cohort,
+    "WorkloadPriorityClass": tables.WorkloadPriorityClass,
+    "AdmissionCheck": tables.AdmissionCheck,
+    "ProvisioningRequestConfig": tables.ProvisioningRequestConfig,
+}
+
+
+class Refused(Exception):
+    """An edit that is valid but not allowed now (e.g. deleting a queue in use). Exit status 1."""
+
+
+class NotFound(Exception):
+    """The named object does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: str
+    name: str
+    result: str  # created | configured | unchanged | deleted
+
+
+def manifest_of(obj: api.KueueObject) -> dict[str, Any]:
+    """What is stored: the object in Kueue's shape, in the API version it was applied with."""
+    return api.to_manifest(obj, version=obj.version)
+
+
+async def lock(session: AsyncSession) -> None:
+    await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CONFIG_LOCK})
+
+
+async def _notify(session: AsyncSession, payload: str) -> None:
+    await session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": NOTIFY_CHANNEL, "payload": payload})
+
+
+def _pk(obj: api.KueueObject) -> tuple[str, ...]:
+    if isinstance(obj, api.LocalQueue):
+        return (obj.metadata.namespace or "", obj.name)
+    return (obj.name,)
+
+
+def _columns(obj: api.KueueObject) -> dict[str, Any]:
+    cols: dict[str, Any] = {"name": obj.name, "manifest": manifest_of(obj)}
+    if isinstance(obj, api.ClusterQueue):
+        cols |= {
+            "cohort": obj.spec.cohort_ref,
+            "queueing_strategy": obj.spec.queueing_strategy,
+            "stop_policy": obj.spec.stop_policy,
+        }
+    elif isinstance(obj, api.LocalQueue):
+        cols |= {
+            "namespace": obj.metadata.namespace,
+            "cluster_queue": obj.spec.cluster_queue,
+            "stop_policy": obj.spec.stop_policy,
+        }
+    elif isinstance(obj, api.Cohort):
+        cols |= {"parent_name": obj.spec.parent_ref}
+    elif isinstance(obj, api.WorkloadPriorityClass):
+        cols |= {"value": obj.value}
+    elif isinstance(obj, api.AdmissionCheck):
+        cols |= {"controller_name": obj.spec.controller_name}
+    elif isinstance(obj, api.ProvisioningRequestConfig):
+        cols |= {"provisioning_class_name": obj.spec.provisioning_class_name}
+    return cols
+
+
+def _quota_rows(owner_field: str, owner: str, groups: Sequence[api.ResourceGroup]) -> list[dict[str, Any]]:
+    rows = []
+    position = 0
+    for group in groups:
+        for flavor in group.flavors:
+            for quota in flavor.resources:
+                rows.append(
+                    {
+                        owner_field: owner,
+                        "flavor": flavor.name,
+                        "resource": quota.name,
+                        "position": position,
+                        "nominal": quota.nominal_quota,
+                        "borrowing_limit": quota.borrowing_limit,
+                        "lending_limit": quota.lending_limit,
+                    }
+                )
+                position += 1
+    return rows
+
+
+async def _write_quotas(session: AsyncSession, obj: api.KueueObject) -> None:
+    table: type[tables.ClusterQueueQuota] | type[tables.CohortQuota]
+    if isinstance(obj, api.ClusterQueue):
+        table, field, groups = tables.ClusterQueueQuota, "cluster_queue", obj.spec.resource_groups
+    elif isinstance(obj, api.Cohort):
+        table, field, groups = tables.CohortQuota, "cohort", obj.spec.resource_groups
+    else:
+        return
+    await session.execute(delete(table).where(getattr(table, field) == obj.name))
+    rows = _quota_rows(field, obj.name, groups)
+    if rows:
+        await session.execute(insert(table), rows)
+
+
+async def get_row(session: AsyncSession, kind: str, key: str) -> Any:
+    table = _TABLES[kind]
+    pk = tuple(key.split("/", 1)) if kind == "LocalQueue" else (key,)
+    return await session.get(table, pk, populate_existing=True)
+
+
+async def apply(
+    session: AsyncSession, objects: Iterable[api.KueueObject], *, actor: str, dry_run: bool = False
+) -> list[Outcome]:
+    """Create or replace every object; all or nothing (the caller's transaction)."""
+    await lock(session)
+    outcomes: list[Outcome] = []
+    for obj in objects:
+        row = await get_row(session, obj.kind, obj.key)
+        after = manifest_of(obj)
+        if row is None:
+            result, before = "created", None
+        elif row.manifest == after:
+            outcomes.append(Outcome(obj.kind, obj.key, "unchanged"))
+            continue
+        else:
+            result, before = "configured", row.manifest
+        if not dry_run:
+            cols = _columns(obj)
+            if row is None:
+                session.add(_TABLES[obj.kind](**cols))
+            else:
+                for k, v in cols.items():
+                    setattr(row, k, v)
+                row.generation = row.generation + 1
+                row.updated_at = func.now()
+            await session.flush()
+            await _write_quotas(session, obj)
+            session.add(
+                tables.AuditEntry(
+                    actor=actor,
+                    action="create" if before is None else "update",
+                    kind=obj.kind,
+                    name=obj.key,
+                    before=before,
+                    after=after,
+                )
+            )
+            await _notify(session, f"{obj.kind}/{obj.key}")
+        outcomes.append(Outcome(obj.kind, obj.key, result))
+    if not dry_run:
+        await session.flush()
+    return outcomes
+
+
+async def admitted_count(session: AsyncSession, cluster_queue: str) -> int:
+    query = (
+        select(func.count())
+        .select_from(tables.Workload)
+        .where(tables.Workload.cluster_queue == cluster_queue, tables.Workload.state == "Admitted")
+    )
+    return int((await session.execute(query)).scalar_one())
+
+
+async def delete_object(session: AsyncSession, kind: str, key: str, *, actor: str) -> Outcome:
+    """Delete one object; a ClusterQueue with admitted workloads is refused, as Kueue's finalizer does."""
+    await lock(session)
+    row = await get_row(session, kind, key)
+    if row is None:
+        raise NotFound(f"{kind.lower()}/{key} not found")
+    if kind == "ClusterQueue":
+        busy = await admitted_count(session, key)
+        if busy:
+            raise Refused(
+                f"clusterqueue/{key} still has {busy} admitted workload(s); wait for them to finish, or stop it "
+                f"first with `turnstile stop clusterqueue {key} --drain`, then delete it"
+            )
+    before = row.manifest
+    await session.delete(row)
+    session.add(tables.AuditEntry(actor=actor, action="delete", kind=kind, name=key, before=before, after=None))
+    await _notify(session, f"{kind}/{key}")
+    await session.flush()
+    return Outcome(kind, key, "deleted")
+
+
+async def load_object(session: AsyncSession, kind: str, key: str) -> api.KueueObject:
+    row = await get_row(session, kind, key)
+    if row is None:
+        raise NotFound(f"{kind.lower()}/{key} not found")
+    return api.parse(row.manifest)
+
+
+async def list_objects(session: AsyncSession, kind: str, *, namespace: str | None = None) -> list[api.KueueObject]:
+    table = _TABLES[kind]
+    query = select(table.manifest)
+    if kind == "LocalQueue":
+        if namespace is not None:
+            query = query.where(table.namespace == namespace)
+        query = query.order_by(table.namespace, table.name)
+    else:
+        query = query.order_by(table.name)
+    return [api.parse(m) for m in (await session.execute(query)).scalars()]
+
+
+async def load_config(session: AsyncSession) -> Config:
+    """The whole configuration, as the scheduling core reads it."""
+    config = Config()
+    for kind in _TABLES:
+        for obj in await list_objects(session, kind):
+            config.put(obj)
+    return config
+
+
+async def set_quota(
+    session: AsyncSession,
+    cluster_queue: str,
+    *,
+    flavor: str,
+    resource: str,
+    nominal: int,
+    borrowing_limit: int | None,
+    lending_limit: int | None,
+    actor: str,
+) -> Outcome:
+    """Change one (flavor, resource) quota of a ClusterQueue; the rest of its spec is kept."""
+    await lock(session)
+    obj = await load_object(session, "ClusterQueue", cluster_queue)
+    manifest = manifest_of(obj)
+    found = False
+    known: list[str] = []
+    for group in manifest.get("spec", {}).get("resourceGroups", []):
+        for fq in group.get("flavors", []):
+            for rq in fq.get("resources", []):
+                known.append(f"{fq['name']}/{rq['name']}")
+                if fq["name"] == flavor and rq["name"] == resource:
+                    found = True
+                    rq["nominalQuota"] = str(nominal // 1000) if nominal % 1000 == 0 else f"{nominal}m"
+                    for key, value in (("borrowingLimit", borrowing_limit), ("lendingLimit", lending_limit)):
+                        if value is not None:
+                            rq[key] = str(value // 1000) if value % 1000 == 0 else f"{value}m"
+    if not found:
+        raise NotFound(
+            f"clusterqueue/{cluster_queue} has no quota for {resource} in flavor {flavor}; it has: "
+            f"{', '.join(known) or 'no quotas'} (edit its resourceGroups with `turnstile apply -f`)"
+        )
+    try:
+        updated = api.parse(manifest)
+    except errors.Invalid as exc:
+        raise errors.Invalid(exc.errors, subject=f"clusterqueue/{cluster_queue}") from None
+    (outcome,) = await apply(session, [updated], actor=actor)
+    return outcome
+
+
+async def set_stop_policy(session: AsyncSession, kind: str, key: str, policy: str, *, actor: str) -> Outcome:
+    """``stop`` (Hold, or HoldAndDrain with --drain) and ``resume`` (None) of a queue."""
+    await lock(session)
+    obj = await load_object(session, kind, key)
+    manifest = manifest_of(obj)
+    spec = manifest.setdefault("spec", {})
+    if policy == "None":
+        spec.pop("stopPolicy", None)
+    else:
+        spec["stopPolicy"] = policy
+    (outcome,) = await apply(session, [api.parse(manifest)], actor=actor)
+    return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    at: dt.datetime
+    actor: str
+    action: str
+    kind: str
+    name: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+async def history(
+    session: AsyncSession,
+    *,
+    kind: str | None = None,
+    name: str | None = None,
+    since: dt.datetime | None = None,
+    limit: int = 1000,
+) -> list[HistoryEntry]:
+    query = select(tables.AuditEntry).order_by(tables.AuditEntry.at, tables.AuditEntry.id).limit(limit)
+    if kind is not None:
+        query = query.where(tables.AuditEntry.kind == kind)
+    if name is not None:
+        query = query.where(tables.AuditEntry.name == name)
+    if since is not None:
+        query = query.where(tables.AuditEntry.at >= since)
+    rows = (await session.execute(query)).scalars()
+    return [HistoryEntry(r.at, r.actor, r.action, r.kind, r.name, r.before, r.after) for r in rows]

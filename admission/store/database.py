@@ -1,0 +1,67 @@
+"""Engines, sessions and migrations: where the database is and getting it to the current schema.
+
+``resolve_url`` picks the configured ``TURNSTILE_DATABASE_URL`` or starts the embedded server
+under ``TURNSTILE_HOME/pg``. ``upgrade`` applies the Alembic migrations; it runs Alembic in a
+worker thread because Alembic's async ``env.py`` starts its own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from admission.settings import Settings
+from admission.store import embedded
+
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def resolve_url(settings: Settings, override: str | None = None) -> str:
+    """The asyncpg URL to use: a flag, then TURNSTILE_DATABASE_URL, else the embedded server."""
+    from admission.settings import normalise_database_url
+
+    if override:
+        return normalise_database_url(override)
+    if settings.database_url:
+        return settings.database_url
+    return embedded.start(settings.home / "pg")
+
+
+def make_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
+    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+@asynccontextmanager
+async def transaction(factory: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    """One transaction: committed when the block ends, rolled back if it raises."""
+    async with factory() as session, session.begin():
+        yield session
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade_sync(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade_sync(url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+async def upgrade(url: str, revision: str = "head") -> None:
+    await asyncio.to_thread(upgrade_sync, url, revision)

