@@ -385,4 +385,24 @@ def to_manifest(obj: KueueObject, *, version: str = "v1beta1") -> dict[str, Any]
         spec.pop("parentName", None)
         if parent:
             spec["parentName"] = parent
-    return body
+    ordered = {k: body[k] for k in ("apiVersion", "kind", "metadata") if k in body}
+    ordered.update({k: v for k, v in body.items() if k not in ordered})
+    return _prune(ordered)
+
+
+_KEEP_EMPTY = frozenset({"namespaceSelector", "spec", "metadata"})
+
+
+def _prune(value: Any, key: str = "") -> Any:
+    """Drop empty lists and maps (noise), except where empty means something (``namespaceSelector: {}``)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            v = _prune(v, k)
+            if v in ([], {}) and k not in _KEEP_EMPTY:
+                continue
+            out[k] = v
+        return out
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value

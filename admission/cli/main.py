@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from admission.cli import documents, report
+from admission.cli import admin, documents, report
 from queues import errors, scenario, simulator
 
 
@@ -79,6 +79,20 @@ def simulate(
             report.plot(result, plot_path)
         except ImportError:
             fail(["--plot needs matplotlib: pip install 'turnstile[plot]'"], 2)
+
+
+for _command in (
+    admin.db,
+    admin.apply_cmd,
+    admin.get_cmd,
+    admin.describe_cmd,
+    admin.delete_cmd,
+    admin.quota,
+    admin.stop_cmd,
+    admin.resume_cmd,
+    admin.history_cmd,
+):
+    cli.add_command(_command)
 
 
 def main() -> None:

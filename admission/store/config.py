@@ -310,7 +310,7 @@ async def history(
     since: dt.datetime | None = None,
     limit: int = 1000,
 ) -> list[HistoryEntry]:
-    query = select(tables.AuditEntry).order_by(tables.AuditEntry.at, tables.AuditEntry.id).limit(limit)
+    query = select(tables.AuditEntry).order_by(tables.AuditEntry.id).limit(limit)
     if kind is not None:
         query = query.where(tables.AuditEntry.kind == kind)
     if name is not None:

@@ -226,7 +226,11 @@ class AuditEntry(Base):
 
     __tablename__ = "audit_log"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    at: Mapped[dt.datetime] = _now()
+    # clock_timestamp(), not now(): an edit that waited for the configuration lock is stamped
+    # when it was made, after the edit it waited for.
+    at: Mapped[dt.datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.clock_timestamp(), nullable=False
+    )
     actor: Mapped[str] = mapped_column(String(NAME), nullable=False)
     action: Mapped[str] = mapped_column(String(16), nullable=False)
     kind: Mapped[str] = mapped_column(String(63), nullable=False)

@@ -36,7 +36,7 @@ def upgrade() -> None:
     op.create_table(
         "audit_log",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
-        sa.Column("at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.Column("at", sa.DateTime(timezone=True), server_default=sa.text("clock_timestamp()"), nullable=False),
         sa.Column("actor", sa.String(length=253), nullable=False),
         sa.Column("action", sa.String(length=16), nullable=False),
         sa.Column("kind", sa.String(length=63), nullable=False),

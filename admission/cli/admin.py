@@ -1,0 +1,344 @@
+"""Admin commands over the store: db upgrade, apply, get, describe, delete, quota, stop/resume, history."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import difflib
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+import yaml
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from admission.cli import documents, kinds, views
+from admission.cli.store_commands import StoreUnavailable, actor, run
+from admission.settings import Settings
+from admission.store import config as config_store
+from admission.store import database
+from queues import api, errors, quantity
+
+T = TypeVar("T")
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+def _exec(fn: Callable[[AsyncSession], Awaitable[T]], *, database_url: str | None = None) -> T:
+    """Run against the store; user-facing failures become one line on stderr and an exit status."""
+    try:
+        return run(_settings(), fn, database_url=database_url)
+    except StoreUnavailable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except config_store.NotFound as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except config_store.Refused as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except errors.Invalid as exc:
+        for e in exc.errors:
+            click.echo(f"error: {exc.subject + ': ' if exc.subject else ''}{e}", err=True)
+        sys.exit(1)
+
+
+database_option = click.option(
+    "--database-url",
+    default=None,
+    envvar=None,
+    help="PostgreSQL URL (default: TURNSTILE_DATABASE_URL, else the embedded one).",
+)
+
+
+@click.group("db")
+def db() -> None:
+    """Database maintenance."""
+
+
+@db.command("upgrade")
+@database_option
+def db_upgrade(database_url: str | None) -> None:
+    """Apply the schema migrations (the controller also does this at start)."""
+    settings = _settings()
+    try:
+        url = database.resolve_url(settings, database_url)
+        asyncio.run(database.upgrade(url))
+    except Exception as exc:  # migrations surface driver errors of many kinds
+        click.echo(f"error: could not migrate the database: {str(exc).splitlines()[0]}", err=True)
+        sys.exit(1)
+    click.echo("database schema is up to date")
+
+
+# ----- apply --------------------------------------------------------------------------------
+
+
+def parse_documents(path: str) -> list[api.KueueObject]:
+    """Every Kueue object in ``path``, or exit: 2 unreadable, 1 invalid (every problem listed)."""
+    try:
+        docs = documents.load_documents(path)
+    except documents.Unreadable as exc:
+        for line in exc.lines:
+            click.echo(f"error: {line}", err=True)
+        sys.exit(2)
+    if not docs:
+        click.echo(f"error: {path}: no objects found", err=True)
+        sys.exit(2)
+    objects: list[api.KueueObject] = []
+    problems: list[str] = []
+    seen: dict[tuple[str, str], str] = {}
+    for doc in docs:
+        body = doc.body if isinstance(doc.body, dict) else {}
+        label = f"{body.get('kind', '?')}/{(body.get('metadata') or {}).get('name', '?')}" if body else "?"
+        try:
+            obj = api.parse(doc.body)
+        except errors.Invalid as exc:
+            problems += [f"{doc.where} ({label}): {e}" for e in exc.errors]
+            continue
+        ident = (obj.kind, obj.key)
+        if ident in seen:
+            problems.append(
+                f"{doc.where} ({label}): metadata.name: duplicate {obj.kind} {obj.key!r}, also in {seen[ident]}"
+            )
+        seen[ident] = doc.where
+        objects.append(obj)
+    if problems:
+        for p in problems:
+            click.echo(f"error: {p}", err=True)
+        click.echo("nothing was applied", err=True)
+        sys.exit(1)
+    return objects
+
+
+@click.command("apply")
+@click.option("-f", "--filename", "path", required=True, help="A YAML file, a folder of them, or - for stdin.")
+@click.option("--dry-run", is_flag=True, help="Validate and report what would change; write nothing.")
+@database_option
+def apply_cmd(path: str, dry_run: bool, database_url: str | None) -> None:
+    """Create or replace Kueue objects (v1beta1 or v1beta2 YAML); all or nothing, audited."""
+    objects = parse_documents(path)
+    who = actor(_settings())
+    outcomes = _exec(lambda s: config_store.apply(s, objects, actor=who, dry_run=dry_run), database_url=database_url)
+    suffix = " (dry run)" if dry_run else ""
+    for o in outcomes:
+        click.echo(f"{kinds.singular(o.kind)}/{o.name} {o.result}{suffix}")
+
+
+# ----- get / describe -----------------------------------------------------------------------
+
+
+def _kind_arg(value: str) -> str:
+    try:
+        return kinds.resolve(value)
+    except kinds.UnknownKind as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command("get")
+@click.argument("kind")
+@click.argument("name", required=False)
+@click.option("-n", "--namespace", default=None, help="Namespace of LocalQueues and workloads.")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace (the default without -n).")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+@database_option
+def get_cmd(
+    kind: str, name: str | None, namespace: str | None, all_namespaces: bool, output: str, database_url: str | None
+) -> None:
+    """List objects of KIND (cq, lq, rf, cohorts, wpc, wl), or show one by NAME."""
+    resolved = _kind_arg(kind)
+    ns = None if all_namespaces else namespace
+    if resolved == "Workload":
+        rows = _exec(lambda s: views.workload_rows(s, namespace=ns, name=name), database_url=database_url)
+        views.print_workloads(rows, output)
+        return
+    key = f"{ns or 'default'}/{name}" if (name and resolved == "LocalQueue" and "/" not in name) else name
+
+    async def fetch(session: AsyncSession) -> tuple[list[api.KueueObject], dict[str, Any]]:
+        if key:
+            objs = [await config_store.load_object(session, resolved, key)]
+        else:
+            objs = await config_store.list_objects(session, resolved, namespace=ns)
+        extra = await views.queue_counts(session) if resolved in ("ClusterQueue", "LocalQueue") else {}
+        return objs, extra
+
+    objs, counts = _exec(fetch, database_url=database_url)
+    if output == "table":
+        views.print_objects(resolved, objs, counts)
+        return
+    manifests = [api.to_manifest(o, version=o.version) for o in objs]
+    body: Any = manifests[0] if key else {"apiVersion": "v1", "kind": "List", "items": manifests}
+    click.echo(json.dumps(body, indent=2) if output == "json" else yaml.safe_dump(body, sort_keys=False).rstrip())
+
+
+@click.command("describe")
+@click.argument("kind")
+@click.argument("name")
+@database_option
+def describe_cmd(kind: str, name: str, database_url: str | None) -> None:
+    """Show one object in detail: quotas and usage, state, queue position, why it waits, history."""
+    resolved = _kind_arg(kind)
+    text = _exec(lambda s: views.describe(s, resolved, name), database_url=database_url)
+    click.echo(text)
+
+
+@click.command("delete")
+@click.argument("kind")
+@click.argument("name")
+@click.option("-n", "--namespace", default=None)
+@database_option
+def delete_cmd(kind: str, name: str, namespace: str | None, database_url: str | None) -> None:
+    """Delete an object; a ClusterQueue is refused while admitted workloads use it."""
+    resolved = _kind_arg(kind)
+    if resolved == "Workload":
+        raise click.BadParameter("workloads follow their jobs: delete the job with kubectl")
+    key = f"{namespace or 'default'}/{name}" if resolved == "LocalQueue" and "/" not in name else name
+    who = actor(_settings())
+    outcome = _exec(lambda s: config_store.delete_object(s, resolved, key, actor=who), database_url=database_url)
+    click.echo(f"{kinds.singular(outcome.kind)}/{outcome.name} deleted")
+
+
+# ----- quota / stop / resume -------------------------------------------------------------------
+
+
+def _qty(value: str | None, what: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        milli = quantity.parse_milli(value)
+    except quantity.QuantityError as exc:
+        raise click.BadParameter(f"{what}: {exc}") from None
+    if milli < 0:
+        raise click.BadParameter(f"{what}: must be >= 0")
+    return milli
+
+
+@click.group("quota")
+def quota() -> None:
+    """Quick quota edits."""
+
+
+@quota.command("set")
+@click.argument("cluster_queue")
+@click.argument("assignment", metavar="RESOURCE=QTY")
+@click.option("--flavor", required=True, help="The ResourceFlavor whose quota to set.")
+@click.option("--borrowing-limit", default=None, help="Also set the borrowing limit (needs a cohort).")
+@click.option("--lending-limit", default=None, help="Also set the lending limit (needs a cohort).")
+@database_option
+def quota_set(
+    cluster_queue: str,
+    assignment: str,
+    flavor: str,
+    borrowing_limit: str | None,
+    lending_limit: str | None,
+    database_url: str | None,
+) -> None:
+    """Set the nominal quota of RESOURCE in one flavor of CLUSTER_QUEUE, e.g. nvidia.com/gpu=24."""
+    match = re.fullmatch(r"([^=\s]+)=(\S+)", assignment)
+    if not match:
+        raise click.BadParameter(f"{assignment!r}: write RESOURCE=QTY, e.g. nvidia.com/gpu=24")
+    resource, value = match.groups()
+    nominal = _qty(value, resource)
+    assert nominal is not None
+    who = actor(_settings())
+    outcome = _exec(
+        lambda s: config_store.set_quota(
+            s,
+            cluster_queue,
+            flavor=flavor,
+            resource=resource,
+            nominal=nominal,
+            borrowing_limit=_qty(borrowing_limit, "--borrowing-limit"),
+            lending_limit=_qty(lending_limit, "--lending-limit"),
+            actor=who,
+        ),
+        database_url=database_url,
+    )
+    click.echo(f"clusterqueue/{outcome.name} {outcome.result}")
+
+
+def _stop_target(kind: str, name: str) -> tuple[str, str]:
+    resolved = _kind_arg(kind)
+    if resolved not in ("ClusterQueue", "LocalQueue"):
+        raise click.BadParameter("stop and resume take clusterqueue or localqueue")
+    if resolved == "LocalQueue" and "/" not in name:
+        raise click.BadParameter("name a LocalQueue as NAMESPACE/NAME")
+    return resolved, name
+
+
+@click.command("stop")
+@click.argument("kind")
+@click.argument("name")
+@click.option("--drain", is_flag=True, help="Also evict admitted workloads (HoldAndDrain); default: let them finish.")
+@database_option
+def stop_cmd(kind: str, name: str, drain: bool, database_url: str | None) -> None:
+    """Stop admitting from a ClusterQueue or LocalQueue (stopPolicy Hold, or HoldAndDrain)."""
+    resolved, key = _stop_target(kind, name)
+    who = actor(_settings())
+    policy = "HoldAndDrain" if drain else "Hold"
+    outcome = _exec(
+        lambda s: config_store.set_stop_policy(s, resolved, key, policy, actor=who), database_url=database_url
+    )
+    click.echo(
+        f"{kinds.singular(resolved)}/{key} stopped ({policy}){'' if outcome.result != 'unchanged' else ', unchanged'}"
+    )
+
+
+@click.command("resume")
+@click.argument("kind")
+@click.argument("name")
+@database_option
+def resume_cmd(kind: str, name: str, database_url: str | None) -> None:
+    """Resume admitting from a stopped ClusterQueue or LocalQueue."""
+    resolved, key = _stop_target(kind, name)
+    who = actor(_settings())
+    outcome = _exec(
+        lambda s: config_store.set_stop_policy(s, resolved, key, "None", actor=who), database_url=database_url
+    )
+    click.echo(f"{kinds.singular(resolved)}/{key} resumed{'' if outcome.result != 'unchanged' else ', unchanged'}")
+
+
+# ----- history ---------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+
+
+def parse_since(value: str) -> dt.datetime:
+    match = _DURATION.match(value)
+    if not match:
+        raise click.BadParameter(f"{value!r}: use a duration such as 30m, 12h, 7d or 4w")
+    n, unit = int(match.group(1)), match.group(2)
+    seconds = n * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
+    return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
+
+
+def _yaml(body: dict[str, Any] | None) -> list[str]:
+    return [] if body is None else yaml.safe_dump(body, sort_keys=False).splitlines()
+
+
+@click.command("history")
+@click.argument("target", required=False, metavar="[KIND/NAME]")
+@click.option("--since", default="7d", show_default=True, help="How far back: 30m, 12h, 7d, 4w.")
+@database_option
+def history_cmd(target: str | None, since: str, database_url: str | None) -> None:
+    """The audit log of admin edits: when, who, and what changed (before -> after)."""
+    kind = name = None
+    if target:
+        if "/" not in target:
+            raise click.BadParameter("write KIND/NAME, e.g. clusterqueue/team-a or localqueue/ns/name")
+        raw_kind, name = target.split("/", 1)
+        kind = _kind_arg(raw_kind)
+    start = parse_since(since)
+    entries = _exec(lambda s: config_store.history(s, kind=kind, name=name, since=start), database_url=database_url)
+    if not entries:
+        click.echo(f"no edits since {start:%Y-%m-%d %H:%M} UTC")
+        return
+    for e in entries:
+        click.echo(f"{e.at:%Y-%m-%d %H:%M:%S} UTC  {e.actor}  {e.action}  {kinds.singular(e.kind)}/{e.name}")
+        diff = difflib.unified_diff(_yaml(e.before), _yaml(e.after), "before", "after", lineterm="", n=2)
+        for line in list(diff)[2:]:
+            click.echo(f"    {line}")

@@ -1,0 +1,88 @@
+"""Running a CLI command against the store: URL, migrations, one transaction, clean errors."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import socket
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import click
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from admission.settings import Settings
+from admission.store import database, embedded
+
+T = TypeVar("T")
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be reached or is not migrated; the message says what to do."""
+
+
+def actor(settings: Settings) -> str:
+    if settings.actor:
+        return settings.actor
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _head(url: str) -> str | None:
+    return ScriptDirectory.from_config(database.alembic_config(url)).get_current_head()
+
+
+async def _current(session: AsyncSession) -> str | None:
+    try:
+        result = await session.execute(text("SELECT version_num FROM alembic_version"))
+    except DBAPIError:
+        return None
+    return result.scalar_one_or_none()
+
+
+def run(
+    settings: Settings,
+    fn: Callable[[AsyncSession], Awaitable[T]],
+    *,
+    database_url: str | None = None,
+    migrate: bool | None = None,
+) -> T:
+    """Run ``fn`` in one transaction. The embedded database is migrated on first use; another
+    database must be migrated explicitly (``turnstile db upgrade``)."""
+    try:
+        url = database.resolve_url(settings, database_url)
+    except (embedded.EmbeddedPostgresError, ValueError) as exc:
+        raise StoreUnavailable(str(exc)) from None
+    auto = migrate if migrate is not None else not (database_url or settings.database_url)
+
+    async def go() -> T:
+        engine = database.make_engine(url, pool_size=2)
+        try:
+            factory = database.sessions(engine)
+            async with factory() as session:
+                current = await _current(session)
+            head = _head(url)
+            if current != head:
+                if not auto:
+                    raise StoreUnavailable(
+                        f"the database schema is at {current or 'nothing'}, not {head}; run `turnstile db upgrade`"
+                    )
+                await database.upgrade(url)
+            async with database.transaction(factory) as session:
+                return await fn(session)
+        except (OperationalError, OSError) as exc:
+            raise StoreUnavailable(f"cannot reach PostgreSQL: {str(exc).splitlines()[0]}") from None
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def echo_err(message: str) -> None:
+    click.echo(message, err=True)

@@ -1,0 +1,231 @@
+"""What ``get`` and ``describe`` show: tables for people, Kueue's shapes for machines."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from admission.cli import report
+from admission.store import config as config_store
+from admission.store import tables
+from queues import api, quantity
+from queues.model import Snapshot
+
+
+def _render(table: Table) -> None:
+    report.console().print(table)
+
+
+async def queue_counts(session: AsyncSession) -> dict[str, Any]:
+    """Pending and admitted workloads per ClusterQueue and per LocalQueue."""
+    w = tables.Workload
+    rows = await session.execute(
+        select(w.cluster_queue, w.namespace, w.local_queue, w.state, func.count()).group_by(
+            w.cluster_queue, w.namespace, w.local_queue, w.state
+        )
+    )
+    out: dict[str, Any] = {}
+    for cq, ns, lq, state, n in rows:
+        for key in (f"cq/{cq}", f"lq/{ns}/{lq}"):
+            out.setdefault(key, {}).setdefault(state, 0)
+            out[key][state] += n
+    return out
+
+
+def _quota_summary(groups: list[api.ResourceGroup]) -> str:
+    parts = []
+    for g in groups:
+        for f in g.flavors:
+            for r in f.resources:
+                parts.append(f"{r.name}:{f.name}={quantity.format_milli(r.nominal_quota)}")
+    return ", ".join(parts)
+
+
+def print_objects(kind: str, objs: list[api.KueueObject], counts: dict[str, Any]) -> None:
+    if not objs:
+        click.echo(f"No {kind} found.")
+        return
+    table = Table(box=None, pad_edge=False)
+    if kind == "ClusterQueue":
+        for col in ("NAME", "COHORT", "STRATEGY", "PENDING", "ADMITTED", "STOP", "QUOTA"):
+            table.add_column(col, overflow="fold")
+        for o in objs:
+            assert isinstance(o, api.ClusterQueue)
+            c = counts.get(f"cq/{o.name}", {})
+            table.add_row(
+                o.name,
+                o.spec.cohort_ref or "",
+                o.spec.queueing_strategy,
+                str(c.get("Pending", 0)),
+                str(c.get("Admitted", 0)),
+                o.spec.stop_policy,
+                _quota_summary(o.spec.resource_groups),
+            )
+    elif kind == "LocalQueue":
+        for col in ("NAMESPACE", "NAME", "CLUSTERQUEUE", "PENDING", "ADMITTED", "STOP"):
+            table.add_column(col)
+        for o in objs:
+            assert isinstance(o, api.LocalQueue)
+            c = counts.get(f"lq/{o.metadata.namespace}/{o.name}", {})
+            table.add_row(
+                o.metadata.namespace or "",
+                o.name,
+                o.spec.cluster_queue,
+                str(c.get("Pending", 0)),
+                str(c.get("Admitted", 0)),
+                o.spec.stop_policy,
+            )
+    elif kind == "ResourceFlavor":
+        for col in ("NAME", "NODE LABELS", "TAINTS"):
+            table.add_column(col, overflow="fold")
+        for o in objs:
+            assert isinstance(o, api.ResourceFlavor)
+            labels = ",".join(f"{k}={v}" for k, v in o.spec.node_labels.items())
+            taints = ",".join(f"{t.key}={t.value}:{t.effect}" for t in o.spec.node_taints)
+            table.add_row(o.name, labels, taints)
+    elif kind == "WorkloadPriorityClass":
+        for col in ("NAME", "VALUE", "DESCRIPTION"):
+            table.add_column(col)
+        for o in objs:
+            assert isinstance(o, api.WorkloadPriorityClass)
+            table.add_row(o.name, str(o.value), o.description)
+    elif kind == "Cohort":
+        for col in ("NAME", "PARENT", "QUOTA"):
+            table.add_column(col, overflow="fold")
+        for o in objs:
+            assert isinstance(o, api.Cohort)
+            table.add_row(o.name, o.spec.parent_ref or "", _quota_summary(o.spec.resource_groups))
+    else:
+        table.add_column("NAME")
+        for o in objs:
+            table.add_row(o.key)
+    _render(table)
+
+
+_WORKLOAD_ROWS = text(
+    """
+    SELECT namespace, name, kind, local_queue, cluster_queue, state, priority, reason, message,
+           CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
+             row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'
+                                ORDER BY priority DESC, queue_ts, id) END AS cq_position,
+           CASE WHEN state = 'Pending' AND local_queue IS NOT NULL THEN
+             row_number() OVER (PARTITION BY namespace, local_queue, state = 'Pending'
+                                ORDER BY priority DESC, queue_ts, id) END AS lq_position
+    FROM workloads
+    WHERE state <> 'Finished'
+    ORDER BY namespace, name
+    """
+)
+
+
+async def workload_rows(session: AsyncSession, *, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
+    rows = [dict(r._mapping) for r in await session.execute(_WORKLOAD_ROWS)]
+    if namespace is not None:
+        rows = [r for r in rows if r["namespace"] == namespace]
+    if name is not None:
+        ns, _, short = name.rpartition("/")
+        rows = [r for r in rows if r["name"] == short and (not ns or r["namespace"] == ns)]
+    return rows
+
+
+def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
+    if output != "table":
+        body = {"items": rows}
+        click.echo(json.dumps(body, indent=2, default=str) if output == "json" else yaml.safe_dump(body).rstrip())
+        return
+    if not rows:
+        click.echo("No workloads found.")
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("NAMESPACE", "NAME", "LOCALQUEUE", "CLUSTERQUEUE", "STATE", "PRIORITY", "POSITION", "REASON"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        pos = f"{r['cq_position']} in cq, {r['lq_position']} in lq" if r["cq_position"] else ""
+        table.add_row(
+            r["namespace"],
+            r["name"],
+            r["local_queue"] or "",
+            r["cluster_queue"] or "",
+            r["state"],
+            str(r["priority"]),
+            pos,
+            r["reason"] or "",
+        )
+    _render(table)
+
+
+async def _usage(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, str], int]:
+    a = tables.Admission
+    rows = await session.execute(
+        select(a.flavor, a.resource, func.sum(a.quantity))
+        .where(a.cluster_queue == cluster_queue)
+        .group_by(a.flavor, a.resource)
+    )
+    return {(f, r): int(v) for f, r, v in rows}
+
+
+async def describe(session: AsyncSession, kind: str, name: str) -> str:
+    out = StringIO()
+    console = Console(file=out, width=120)
+    if kind == "Workload":
+        rows = await workload_rows(session, namespace=None, name=name)
+        if not rows:
+            raise config_store.NotFound(f"workload/{name} not found (finished workloads are in `turnstile usage`)")
+        r = rows[0]
+        console.print(f"Workload:      {r['namespace']}/{r['name']} ({r['kind']})")
+        console.print(f"State:         {r['state']}")
+        console.print(f"LocalQueue:    {r['local_queue']}   ClusterQueue: {r['cluster_queue']}")
+        console.print(f"Priority:      {r['priority']}")
+        if r["cq_position"]:
+            console.print(
+                f"Position:      {r['cq_position']} in its ClusterQueue, {r['lq_position']} in its LocalQueue"
+            )
+        if r["reason"]:
+            console.print(f"Waiting:       {r['reason']}: {r['message']}")
+        return out.getvalue().rstrip()
+    key = name
+    obj = await config_store.load_object(session, kind, key)
+    console.print(f"{kind}: {obj.key}")
+    if isinstance(obj, api.ClusterQueue):
+        config = await config_store.load_config(session)
+        cq = Snapshot(config).queues[obj.name]
+        status = "Active" if cq.inactive_reason is None else f"Inactive ({cq.inactive_reason}: {cq.inactive_message})"
+        console.print(f"Status:    {status}")
+        console.print(f"Cohort:    {obj.spec.cohort_ref or '-'}    Strategy: {obj.spec.queueing_strategy}")
+        pre = obj.spec.preemption
+        console.print(
+            f"Preemption: withinClusterQueue={pre.within_cluster_queue} reclaimWithinCohort={pre.reclaim_within_cohort}"
+        )
+        usage = await _usage(session, obj.name)
+        table = Table(title="Quota", title_justify="left")
+        for col in ("flavor", "resource", "nominal", "borrowingLimit", "lendingLimit", "in use"):
+            table.add_column(col)
+        for g in obj.spec.resource_groups:
+            for f in g.flavors:
+                for res in f.resources:
+                    fmt = quantity.format_milli
+                    table.add_row(
+                        f.name,
+                        res.name,
+                        fmt(res.nominal_quota),
+                        "-" if res.borrowing_limit is None else fmt(res.borrowing_limit),
+                        "-" if res.lending_limit is None else fmt(res.lending_limit),
+                        fmt(usage.get((f.name, res.name), 0)),
+                    )
+        console.print(table)
+    else:
+        console.print(yaml.safe_dump(api.to_manifest(obj, version=obj.version), sort_keys=False).rstrip())
+    entries = await config_store.history(session, kind=kind, name=obj.key)
+    if entries:
+        console.print("Recent edits:")
+        for e in entries[-5:]:
+            console.print(f"  {e.at:%Y-%m-%d %H:%M:%S} UTC  {e.actor}  {e.action}")
+    return out.getvalue().rstrip()

@@ -1,0 +1,145 @@
+"""The admin commands as a user runs them, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_TEAMS = ROOT / "examples" / "gpu-teams.yaml"
+
+
+@pytest.fixture
+def cli(migrated_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {
+        **os.environ,
+        "TURNSTILE_DATABASE_URL": migrated_url,
+        "TURNSTILE_HOME": str(tmp_path / "home"),
+        "TURNSTILE_ACTOR": "tester",
+    }
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "admission.cli.main", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            input=stdin,
+            timeout=120,
+        )
+
+    return run
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    manifests = yaml.safe_load(GPU_TEAMS.read_text())["manifests"]
+    path = tmp_path / "queues.yaml"
+    path.write_text(yaml.safe_dump_all(manifests, sort_keys=False))
+    return path
+
+
+def test_apply_get_and_reapply(cli, config_file: Path) -> None:  # type: ignore[no-untyped-def]
+    first = cli("apply", "-f", str(config_file))
+    assert first.returncode == 0, first.stderr
+    assert "clusterqueue/vision created" in first.stdout.splitlines()
+    assert "localqueue/ml-dev/default created" in first.stdout.splitlines()
+    again = cli("apply", "-f", str(config_file))
+    assert set(line.rsplit(" ", 1)[1] for line in again.stdout.splitlines()) == {"unchanged"}
+    table = cli("get", "cq")
+    assert table.returncode == 0 and "vision" in table.stdout and "training" in table.stdout
+    as_json = json.loads(cli("get", "clusterqueue", "vision", "-o", "json").stdout)
+    assert as_json["kind"] == "ClusterQueue" and as_json["spec"]["cohort"] == "training"
+    as_yaml = yaml.safe_load(cli("get", "lq", "-A", "-o", "yaml").stdout)
+    assert {i["metadata"]["name"] for i in as_yaml["items"]} == {"vision", "nlp", "default"}
+
+
+def test_stdin_folder_and_dry_run(cli, config_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    dry = cli("apply", "-f", "-", "--dry-run", stdin=config_file.read_text())
+    assert dry.returncode == 0 and "clusterqueue/nlp created (dry run)" in dry.stdout
+    assert "No ClusterQueue found." in cli("get", "cq").stdout
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    (folder / "all.yaml").write_text(config_file.read_text())
+    assert cli("apply", "-f", str(folder)).returncode == 0
+    assert "vision" in cli("get", "cq").stdout
+
+
+def test_invalid_file_reports_every_problem_and_changes_nothing(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: ok}\n---\n"
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: team-a}\nspec:\n"
+        "  resourceGroups:\n  - coveredResources: [cpu, memory]\n    flavors:\n    - name: ok\n      resources:\n"
+        "      - {name: cpu, nominalQuota: 1e400}\n      - {name: memory, nominalQuota: 12Qi}\n---\n"
+        "apiVersion: kueue.x-k8s.io/v1alpha9\nkind: ClusterQueue\nmetadata: {name: x}\n---\n"
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: ok}\n"
+    )
+    out = cli("apply", "-f", str(bad))
+    assert out.returncode == 1
+    lines = out.stderr.splitlines()
+    assert (
+        f"error: {bad}: document 2 (ClusterQueue/team-a): spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: '1e400' is too large (the most Kubernetes stores is 9223372036854775807)"
+        in lines
+    )
+    assert any(
+        "document 2 (ClusterQueue/team-a): spec.resourceGroups[0].flavors[0].resources[1].nominalQuota: '12Qi' is not a quantity"
+        in line
+        for line in lines
+    )
+    assert any(
+        "document 3 (ClusterQueue/x): apiVersion: 'kueue.x-k8s.io/v1alpha9' is not supported" in line for line in lines
+    )
+    assert any("document 4 (ResourceFlavor/ok): metadata.name: duplicate ResourceFlavor 'ok'" in line for line in lines)
+    assert lines[-1] == "nothing was applied"
+    assert "Traceback" not in out.stderr
+    assert "No ResourceFlavor found." in cli("get", "rf").stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [("a: [unclosed\n", "not valid YAML (line 2"), ("a: 1\na: 2\n", "duplicate key 'a'")],
+    ids=["malformed", "duplicate-key"],
+)
+def test_unreadable_input_exits_2(cli, tmp_path: Path, content: str, expected: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "x.yaml"
+    path.write_text(content)
+    out = cli("apply", "-f", str(path))
+    assert out.returncode == 2 and expected in out.stderr
+    missing = cli("apply", "-f", str(tmp_path / "missing.yaml"))
+    assert missing.returncode == 2 and "no such file or folder" in missing.stderr
+
+
+def test_quota_stop_resume_delete_and_history(cli, config_file: Path) -> None:  # type: ignore[no-untyped-def]
+    assert cli("apply", "-f", str(config_file)).returncode == 0
+    out = cli("quota", "set", "vision", "--flavor", "a100", "nvidia.com/gpu=24")
+    assert out.returncode == 0 and out.stdout.strip() == "clusterqueue/vision configured"
+    wrong = cli("quota", "set", "vision", "--flavor", "v100", "nvidia.com/gpu=4")
+    assert wrong.returncode == 1 and "it has: cpu-pool/cpu" in wrong.stderr
+    bad_qty = cli("quota", "set", "vision", "--flavor", "a100", "nvidia.com/gpu=lots")
+    assert bad_qty.returncode == 2
+    assert cli("stop", "clusterqueue", "nlp", "--drain").stdout.strip() == "clusterqueue/nlp stopped (HoldAndDrain)"
+    assert "HoldAndDrain" in cli("get", "cq", "nlp").stdout
+    assert cli("resume", "cq", "nlp").stdout.strip() == "clusterqueue/nlp resumed"
+    described = cli("describe", "cq", "vision")
+    assert described.returncode == 0 and "Active" in described.stdout and "24" in described.stdout
+    assert cli("delete", "cq", "dev").stdout.strip() == "clusterqueue/dev deleted"
+    missing = cli("delete", "cq", "dev")
+    assert missing.returncode == 1 and "clusterqueue/dev not found" in missing.stderr
+    history = cli("history", "clusterqueue/vision")
+    assert history.returncode == 0
+    assert "tester  update  clusterqueue/vision" in history.stdout
+    assert "-        nominalQuota: '16'" in history.stdout and "+        nominalQuota: '24'" in history.stdout
+    assert "delete  clusterqueue/dev" in cli("history").stdout
+
+
+def test_unknown_kind_is_bad_usage(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli("get", "queuez")
+    assert out.returncode == 2 and "unknown kind 'queuez'" in out.stderr
