@@ -385,9 +385,10 @@ def to_manifest(obj: KueueObject, *, version: str = "v1beta1") -> dict[str, Any]
         spec.pop("parentName", None)
         if parent:
             spec["parentName"] = parent
-    ordered = {k: body[k] for k in ("apiVersion", "kind", "metadata") if k in body}
+    ordered: dict[str, Any] = {k: body[k] for k in ("apiVersion", "kind", "metadata") if k in body}
     ordered.update({k: v for k, v in body.items() if k not in ordered})
-    return _prune(ordered)
+    pruned: dict[str, Any] = _prune(ordered)
+    return pruned
 
 
 _KEEP_EMPTY = frozenset({"namespaceSelector", "spec", "metadata"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import datetime as dt
 from typing import Any
 
@@ -131,7 +132,7 @@ async def test_quota_set_keeps_the_rest_and_validates(sessions: async_sessionmak
     assert isinstance(obj, api.ClusterQueue)
     quota = obj.spec.resource_groups[0].flavors[0].resources[0]
     assert (quota.nominal_quota, quota.borrowing_limit, obj.spec.cohort_ref) == (24000, 4000, "training")
-    with pytest.raises(config_store.NotFound, match="has no quota for nvidia.com/gpu in flavor h100; it has: a100"):
+    with pytest.raises(config_store.NotFound, match=r"has no quota for nvidia\.com/gpu in flavor h100; it has: a100"):
         async with database.transaction(sessions) as s:
             await config_store.set_quota(
                 s,
@@ -161,6 +162,6 @@ async def test_concurrent_applies_of_one_object_both_land_in_order(engine: Any) 
     updates = entries[1:]
     assert len(updates) == 6
     # Each edit saw the previous one's result: the chain of before -> after is unbroken.
-    for prev, nxt in zip(updates, updates[1:], strict=False):
+    for prev, nxt in itertools.pairwise(updates):
         assert nxt.before == prev.after
     assert final == api.parse(updates[-1].after or {})
