@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import datetime as dt
+import itertools
 from typing import Any
 
 import pytest
