@@ -1,0 +1,63 @@
+"""Leader lease with a fencing token: one scheduler writes; a paused ex-leader cannot.
+
+``acquire`` takes or renews the lease row; whenever the holder changes, the token grows.
+Every write of the scheduler first calls ``check`` with its ``Fence``: it locks the lease row
+in share mode and fails with ``Fenced`` unless the row still carries the writer's token, so a
+new leader's takeover (which updates the row) waits for in-flight writes of the old one and
+makes every later write of the old one fail.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from admission.store import tables
+
+SCHEDULER = "scheduler"
+
+
+class Fenced(Exception):
+    """This process is no longer the leader; it must stop writing. A permanent error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    name: str
+    holder: str
+    token: int
+
+
+async def acquire(session: AsyncSession, *, holder: str, ttl: dt.timedelta, name: str = SCHEDULER) -> Fence | None:
+    """Take the lease if it is free, expired or ours; None if someone else holds it."""
+    row = await session.execute(
+        text(
+            """
+            INSERT INTO leader_lease (name, holder, fencing_token, renewed_at, expires_at)
+            VALUES (:name, :holder, 1, clock_timestamp(), clock_timestamp() + :ttl)
+            ON CONFLICT (name) DO UPDATE SET
+              fencing_token = CASE WHEN leader_lease.holder = EXCLUDED.holder
+                                   THEN leader_lease.fencing_token ELSE leader_lease.fencing_token + 1 END,
+              holder = EXCLUDED.holder, renewed_at = clock_timestamp(), expires_at = EXCLUDED.expires_at
+            WHERE leader_lease.holder = EXCLUDED.holder OR leader_lease.expires_at < clock_timestamp()
+            RETURNING fencing_token
+            """
+        ),
+        {"name": name, "holder": holder, "ttl": ttl},
+    )
+    token = row.scalar_one_or_none()
+    return None if token is None else Fence(name, holder, int(token))
+
+
+async def check(session: AsyncSession, fence: Fence) -> None:
+    lease = tables.LeaderLease
+    found = await session.execute(
+        select(lease.fencing_token)
+        .where(lease.name == fence.name, lease.holder == fence.holder, lease.fencing_token == fence.token)
+        .with_for_update(read=True)
+    )
+    if found.scalar_one_or_none() is None:
+        raise Fenced(f"{fence.holder} lost the {fence.name} lease (token {fence.token}); it must stop writing")
