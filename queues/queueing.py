@@ -76,9 +76,9 @@ class PendingQueues:
 
     def set_aside(self, cq: str, wl: Workload) -> None:
         """BestEffortFIFO: ``wl`` waits aside so the next workload gets its turn."""
-        state = self.queues[cq]
-        state.inadmissible[wl.key] = wl
-        heapq.heappop(state.heap)
+        # Only mark it: ``head`` drops its heap entry lazily. (Popping here would be wrong when an
+        # eviction earlier in the same cycle pushed a victim above it: the victim would be lost.)
+        self.queues[cq].inadmissible[wl.key] = wl
 
     def block(self, cq: str, generation: int) -> None:
         """StrictFIFO: the head failed; the queue waits for its tree's generation to move."""

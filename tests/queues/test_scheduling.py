@@ -364,3 +364,26 @@ def test_hold_and_drain_evicts_and_resume_readmits() -> None:
     s.set_config(config)
     s.schedule()
     assert admitted(s) == {"ns/x": "a"}
+
+
+def test_a_victim_evicted_above_a_failing_head_is_not_lost() -> None:
+    """Regression: reclaiming a high-priority borrower pushes it above its queue's failing head in
+    the same cycle; setting that head aside must not drop the victim from the queue."""
+    s = make_scheduler(
+        flavor("f"),
+        CQ("a").cohort("c").preemption(reclaimWithinCohort="Any").group(("f", {"gpu": 4})),
+        CQ("b").cohort("c").group(("f", {"gpu": 4})),
+        queues={"qa": "a", "qb": "b"},
+    )
+    victim = make_workload("victim", "qb").priority(10).request(gpu=8).submit(s, now=0)
+    s.schedule()
+    reclaimer = make_workload("reclaimer", "qa").request(gpu=4).submit(s, now=2)
+    head = make_workload("head", "qb").request(gpu=5).submit(s, now=2)
+    decisions = s.schedule()
+    assert evictions(decisions) == [("ns/victim", "InCohortReclamation", "ns/reclaimer")]
+    assert reclaimer.admission is not None and head.admission is None
+    assert victim in s.pending.waiting("b")  # still queued, not dropped
+    s.now = 3
+    s.finish("ns/reclaimer")
+    s.schedule()
+    assert victim.admission is not None
