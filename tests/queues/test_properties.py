@@ -136,6 +136,20 @@ def check_quota(sim: simulator.Simulation) -> None:
         assert cohort_used <= cohort_capacity, (fr, cohort_used, cohort_capacity)
 
 
+def check_queue_integrity(sim: simulator.Simulation) -> None:
+    """Every pending workload that has a ClusterQueue is still in that queue (heap or set aside)."""
+    pending = sim.sched.pending
+    for wl in sim.sched.workloads.values():
+        cq = pending.where.get(wl.key)
+        if wl.admission is None and cq is not None:
+            assert wl in pending.waiting(cq), (sim.now, wl.key, cq)
+
+
+def check_step(sim: simulator.Simulation) -> None:
+    check_quota(sim)
+    check_queue_integrity(sim)
+
+
 def check_preemptions(result: dict[str, Any], doc: dict[str, Any]) -> None:
     specs = {m["metadata"]["name"]: m["spec"] for m in doc["manifests"] if m["kind"] == "ClusterQueue"}
     workloads = result["workloads"]
@@ -187,7 +201,7 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 @given(scenarios())
 def test_never_over_quota_and_no_forbidden_preemption(doc: dict[str, Any]) -> None:
     sim = simulator.Simulation(scenario.parse(doc))
-    result = sim.run(on_step=check_quota).to_json()
+    result = sim.run(on_step=check_step).to_json()
     check_preemptions(result, doc)
     assert sim.sched.cap_hits == 0
 
