@@ -12,13 +12,13 @@ finish and deletion close them.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import Text, cast, delete, func, select, text, update
 from sqlalchemy import insert as sa_insert
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
@@ -26,7 +26,7 @@ from admission.store import lease, tables
 from queues import jobs, selectors
 from queues.model import Admission, Config, Snapshot, Workload
 
-UPSERT_CHUNK = 1000
+UPSERT_CHUNK = 10_000
 LEDGER_LABELS = ("team", "project")
 
 
@@ -80,39 +80,48 @@ def pod_sets_from_json(body: dict[str, Any]) -> tuple[jobs.PodSet, ...]:
     return tuple(out)
 
 
+_UPSERT = text(
+    """
+    INSERT INTO workloads (job_uid, api_version, kind, namespace, name, local_queue, priority, pod_sets, labels,
+                           state, queue_ts, created_at)
+    SELECT u.job_uid, u.api_version, u.kind, u.namespace, u.name, u.local_queue, u.priority, u.pod_sets::jsonb,
+           u.labels::jsonb, 'Pending', u.ts, u.ts
+    FROM unnest(CAST(:job_uid AS text[]), CAST(:api_version AS text[]), CAST(:kind AS text[]),
+                CAST(:namespace AS text[]), CAST(:name AS text[]), CAST(:local_queue AS text[]),
+                CAST(:priority AS integer[]), CAST(:pod_sets AS text[]), CAST(:labels AS text[]),
+                CAST(:ts AS timestamptz[]))
+         AS u(job_uid, api_version, kind, namespace, name, local_queue, priority, pod_sets, labels, ts)
+    ON CONFLICT (job_uid) DO UPDATE SET
+        local_queue = EXCLUDED.local_queue, priority = EXCLUDED.priority,
+        labels = EXCLUDED.labels, pod_sets = EXCLUDED.pod_sets
+    WHERE workloads.state = 'Pending'
+    """
+)
+
+
 async def upsert(session: AsyncSession, records: Sequence[Record]) -> None:
-    """Insert new workloads; refresh queue, priority and labels of pending ones (idempotent by job uid)."""
+    """Insert new workloads; refresh queue, priority and labels of pending ones (idempotent by job uid).
+
+    One statement per chunk over column arrays (``unnest``), so the cost is the rows, not the
+    bind parameters.
+    """
     for start in range(0, len(records), UPSERT_CHUNK):
         chunk = records[start : start + UPSERT_CHUNK]
-        rows = [
+        await session.execute(
+            _UPSERT,
             {
-                "job_uid": r.job_uid,
-                "api_version": r.job.api_version,
-                "kind": r.job.kind,
-                "namespace": r.job.namespace,
-                "name": r.job.name,
-                "local_queue": r.local_queue,
-                "priority": r.priority,
-                "pod_sets": pod_sets_json(r.job.pod_sets),
-                "labels": dict(r.job.labels),
-                "state": "Pending",
-                "queue_ts": r.created_at,
-                "created_at": r.created_at,
-            }
-            for r in chunk
-        ]
-        stmt = insert(tables.Workload).values(rows)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["job_uid"],
-            set_={
-                "local_queue": stmt.excluded.local_queue,
-                "priority": stmt.excluded.priority,
-                "labels": stmt.excluded.labels,
-                "pod_sets": stmt.excluded.pod_sets,
+                "job_uid": [r.job_uid for r in chunk],
+                "api_version": [r.job.api_version for r in chunk],
+                "kind": [r.job.kind for r in chunk],
+                "namespace": [r.job.namespace for r in chunk],
+                "name": [r.job.name for r in chunk],
+                "local_queue": [r.local_queue for r in chunk],
+                "priority": [r.priority for r in chunk],
+                "pod_sets": [json.dumps(pod_sets_json(r.job.pod_sets)) for r in chunk],
+                "labels": [json.dumps(dict(r.job.labels)) for r in chunk],
+                "ts": [r.created_at for r in chunk],
             },
-            where=tables.Workload.state == "Pending",
         )
-        await session.execute(stmt)
 
 
 @dataclass(slots=True)
@@ -139,7 +148,7 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
                 w.local_queue,
                 w.cluster_queue,
                 w.priority,
-                w.pod_sets,
+                cast(w.pod_sets, Text).label("pod_sets"),
                 w.labels,
                 w.state,
                 w.queue_ts,
@@ -156,14 +165,24 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
     for wid, flavor, resource, qty in await session.execute(select(a.workload_id, a.flavor, a.resource, a.quantity)):
         usage.setdefault(wid, {})[(flavor, resource)] = int(qty)
     out = StoreSnapshot(config, [])
+    # Workloads of one job template share their pod sets: decode each distinct JSON text once.
+    decoded: dict[str, tuple[tuple[jobs.PodSet, ...], tuple[object, ...]]] = {}
     for r in rows:
+        shared = decoded.get(r.pod_sets)
+        if shared is None:
+            pod_sets = pod_sets_from_json(json.loads(r.pod_sets))
+            probe = Workload(
+                key="", seq=0, namespace="", local_queue=None, priority=0, pod_sets=pod_sets, created=0.0, queue_ts=0.0
+            )
+            shared = decoded[r.pod_sets] = (pod_sets, probe.shape)
         wl = Workload(
             key=f"{r.namespace}/{r.name}",
             seq=r.id,
             namespace=r.namespace,
             local_queue=r.local_queue,
             priority=r.priority,
-            pod_sets=pod_sets_from_json(r.pod_sets),
+            pod_sets=shared[0],
+            shape=shared[1],
             created=_epoch(r.created_at),
             queue_ts=_epoch(r.queue_ts),
             labels=r.labels or {},
@@ -274,6 +293,9 @@ async def commit_cycle(
             )
         ).all()
     }
+    updates: list[dict[str, Any]] = []
+    admission_rows: list[dict[str, Any]] = []
+    ledger_rows: list[dict[str, Any]] = []
     for a in admissions:
         cq = snapshot.queues.get(a.admission.cluster_queue)
         row = info.get(a.workload_id)
@@ -283,44 +305,49 @@ async def commit_cycle(
             continue
         assert cq is not None
         cq.add_usage(a.admission.usage, 1)
-        await session.execute(
-            update(w)
-            .where(w.id == a.workload_id)
-            .values(
-                state="Admitted",
-                cluster_queue=cq.name,
-                admitted_at=now,
-                reason="Admitted",
-                message=None,
-                assigned_flavors={"flavors": a.admission.flavors, "borrowing": a.admission.borrowing},
-            )
+        updates.append(
+            {
+                "id": a.workload_id,
+                "state": "Admitted",
+                "cluster_queue": cq.name,
+                "admitted_at": now,
+                "reason": "Admitted",
+                "message": None,
+                "assigned_flavors": {"flavors": a.admission.flavors, "borrowing": a.admission.borrowing},
+            }
         )
         labels = {k: v for k, v in (row.labels or {}).items() if k in LEDGER_LABELS}
-        rows = [
-            {"workload_id": a.workload_id, "flavor": f, "resource": r, "cluster_queue": cq.name, "quantity": q}
-            for (f, r), q in sorted(a.admission.usage.items())
-        ]
-        if rows:
-            await session.execute(sa_insert(tables.Admission), rows)
-            await session.execute(
-                sa_insert(tables.UsageInterval),
-                [
-                    {
-                        "workload_id": a.workload_id,
-                        "workload": f"{row.namespace}/{row.name}",
-                        "namespace": row.namespace,
-                        "cluster_queue": cq.name,
-                        "local_queue": row.local_queue,
-                        "flavor": x["flavor"],
-                        "resource": x["resource"],
-                        "quantity": x["quantity"],
-                        "labels": labels,
-                        "started_at": now,
-                    }
-                    for x in rows
-                ],
+        for (flavor, resource), qty in sorted(a.admission.usage.items()):
+            admission_rows.append(
+                {
+                    "workload_id": a.workload_id,
+                    "flavor": flavor,
+                    "resource": resource,
+                    "cluster_queue": cq.name,
+                    "quantity": qty,
+                }
+            )
+            ledger_rows.append(
+                {
+                    "workload_id": a.workload_id,
+                    "workload": f"{row.namespace}/{row.name}",
+                    "namespace": row.namespace,
+                    "cluster_queue": cq.name,
+                    "local_queue": row.local_queue,
+                    "flavor": flavor,
+                    "resource": resource,
+                    "quantity": qty,
+                    "labels": labels,
+                    "started_at": now,
+                }
             )
         result.admitted.append(a.workload_id)
+    # One statement each, whatever the cycle's size.
+    if updates:
+        await session.execute(update(tables.Workload), updates)
+    if admission_rows:
+        await session.execute(sa_insert(tables.Admission), admission_rows)
+        await session.execute(sa_insert(tables.UsageInterval), ledger_rows)
     return result
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: they print figures (with the machine noted) and never assert timings."""

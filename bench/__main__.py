@@ -1,0 +1,23 @@
+"""``python -m bench [core|store|all]``: print Turnstile's figures for this machine."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import idle_cycle, kueue_perf, machine
+
+
+def main() -> None:
+    which = sys.argv[1] if len(sys.argv) > 1 else "all"
+    print(f"machine: {machine.describe()}")
+    if which in ("core", "all"):
+        kueue_perf.main()
+        idle_cycle.main()
+    if which in ("store", "all"):
+        from bench import store
+
+        store.main()
+
+
+if __name__ == "__main__":
+    main()

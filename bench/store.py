@@ -1,0 +1,100 @@
+"""Store figures: bulk upsert, committing a cycle, loading a snapshot, `turnstile get cq`."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from admission.settings import normalise_database_url
+from admission.store import config as config_store
+from admission.store import database, embedded
+from admission.store import workloads as store
+from queues import api, jobs
+from queues.model import Admission
+
+NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+
+
+def _cq(i: int) -> api.KueueObject:
+    return api.parse({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": f"cq-{i:04d}"},
+        "spec": {"namespaceSelector": {}, "cohort": f"cohort-{i % 20}", "resourceGroups": [
+            {"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [{"name": "a100", "resources": [
+                {"name": "cpu", "nominalQuota": "512"}, {"name": "nvidia.com/gpu", "nominalQuota": "64"}]}]}]},
+    })
+
+
+def _records(n: int, offset: int = 0) -> list[store.Record]:
+    out = []
+    for i in range(offset, offset + n):
+        job = jobs.read_job({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": f"job-{i}", "namespace": f"ns-{i % 1000:04d}",
+                         "labels": {"kueue.x-k8s.io/queue-name": "q", "team": f"t{i % 7}"}},
+            "spec": {"parallelism": 2, "template": {"spec": {"containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}]}}},
+        })
+        out.append(store.Record(f"uid-{i}", job, "q", 0, NOW))
+    return out
+
+
+async def _run(url: str) -> None:
+    engine = database.make_engine(url)
+    factory = database.sessions(engine)
+    try:
+        async with database.transaction(factory) as s:
+            await config_store.apply(s, [_cq(i) for i in range(1000)], actor="bench")
+        recs = _records(10_000)
+        t0 = time.perf_counter()
+        async with database.transaction(factory) as s:
+            await store.upsert(s, recs)
+        print(f"  bulk upsert of 10,000 workloads:            {time.perf_counter() - t0:6.2f} s   (target <= 2 s)")
+        async with database.transaction(factory) as s:
+            snap = await store.load_snapshot(s)
+        ids = list(snap.ids.values())[:1000]
+        admits = [store.Admit(wid, Admission(f"cq-{k % 1000:04d}", {"main": {"cpu": "a100", "nvidia.com/gpu": "a100"}},
+                                             {("a100", "cpu"): 8000, ("a100", "nvidia.com/gpu"): 2000}, False))
+                  for k, wid in enumerate(ids)]
+        t0 = time.perf_counter()
+        async with database.transaction(factory) as s:
+            result = await store.commit_cycle(s, admissions=admits, now=NOW)
+        took = time.perf_counter() - t0
+        print(f"  commit one cycle of 1,000 admissions:       {took * 1000:6.0f} ms  (target <= 200 ms; "
+              f"{len(result.admitted)} admitted)")
+        for offset in range(10_000, 100_000, 10_000):
+            async with database.transaction(factory) as s:
+                await store.upsert(s, _records(10_000, offset))
+        t0 = time.perf_counter()
+        async with database.transaction(factory) as s:
+            snap = await store.load_snapshot(s)
+        pending = sum(1 for w in snap.workloads if w.admission is None)
+        print(f"  load snapshot with {pending:,} pending:          {time.perf_counter() - t0:6.2f} s   (target <= 3 s)")
+    finally:
+        await engine.dispose()
+
+
+def main() -> None:
+    print("\n[store]")
+    url = os.environ.get("TURNSTILE_DATABASE_URL")
+    if url:
+        url = normalise_database_url(url)
+        print("  PostgreSQL: TURNSTILE_DATABASE_URL (the bench writes into it: use a scratch database)")
+    else:
+        url = embedded.start(Path(tempfile.mkdtemp(prefix="turnstile-bench-")) / "pg", cleanup="delete")
+        print("  PostgreSQL: embedded (fresh)")
+    database.upgrade_sync(url)
+    asyncio.run(_run(url))
+    env = {**os.environ, "TURNSTILE_DATABASE_URL": url}
+    cmd = [sys.executable, "-m", "admission.cli.main", "get", "cq"]
+    subprocess.run(cmd, env=env, capture_output=True, check=True)  # warm caches
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    took = time.perf_counter() - t0
+    rows = len(out.stdout.splitlines()) - 1
+    print(f"  `turnstile get cq` with {rows} ClusterQueues: {took:6.2f} s   (target <= 1 s; whole process)")
