@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import Text, cast, delete, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
@@ -216,16 +216,32 @@ async def load_object(session: AsyncSession, kind: str, key: str) -> api.KueueOb
     return api.parse(row.manifest)
 
 
+# Parsed objects by the md5 of their stored manifest: unchanged objects are neither decoded nor
+# validated again (the scheduler reloads the configuration on every commit). Keyed by content,
+# so it is right whatever database or row the manifest comes from.
+_PARSED: dict[str, api.KueueObject] = {}
+_PARSED_MAX = 100_000
+
+
 async def list_objects(session: AsyncSession, kind: str, *, namespace: str | None = None) -> list[api.KueueObject]:
     table = _TABLES[kind]
-    query = select(table.manifest)
+    digest = func.md5(cast(table.manifest, Text))
+    query = select(digest)
     if kind == "LocalQueue":
         if namespace is not None:
             query = query.where(table.namespace == namespace)
         query = query.order_by(table.namespace, table.name)
     else:
         query = query.order_by(table.name)
-    return [api.parse(m) for m in (await session.execute(query)).scalars()]
+    digests = list((await session.execute(query)).scalars())
+    missing = [d for d in digests if d not in _PARSED]
+    if missing:
+        if len(_PARSED) + len(missing) > _PARSED_MAX:
+            _PARSED.clear()
+        rows = await session.execute(select(digest, table.manifest).where(digest.in_(missing)))
+        for d, manifest in rows:
+            _PARSED[d] = api.parse(manifest)
+    return [_PARSED[d] for d in digests]
 
 
 async def load_config(session: AsyncSession) -> Config:

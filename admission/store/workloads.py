@@ -248,6 +248,18 @@ async def _release(session: AsyncSession, ids: Sequence[int], now: dt.datetime) 
     await _close_intervals(session, ids, now)
 
 
+_ADMIT = text(
+    """
+    UPDATE workloads AS w
+    SET state = 'Admitted', cluster_queue = u.cluster_queue, admitted_at = :now, reason = 'Admitted',
+        message = NULL, assigned_flavors = u.flavors::jsonb
+    FROM unnest(CAST(:id AS bigint[]), CAST(:cluster_queue AS text[]), CAST(:flavors AS text[]))
+         AS u(id, cluster_queue, flavors)
+    WHERE w.id = u.id
+    """
+)
+
+
 async def commit_cycle(
     session: AsyncSession,
     *,
@@ -287,7 +299,14 @@ async def commit_cycle(
         r.id: r
         for r in (
             await session.execute(
-                select(w.id, w.namespace, w.name, w.local_queue, w.labels, w.state)
+                select(
+                    w.id,
+                    w.namespace,
+                    w.name,
+                    w.local_queue,
+                    w.state,
+                    *(w.labels[k].astext.label(f"label_{i}") for i, k in enumerate(LEDGER_LABELS)),
+                )
                 .where(w.id.in_([a.workload_id for a in admissions]))
                 .with_for_update()
             )
@@ -308,15 +327,11 @@ async def commit_cycle(
         updates.append(
             {
                 "id": a.workload_id,
-                "state": "Admitted",
                 "cluster_queue": cq.name,
-                "admitted_at": now,
-                "reason": "Admitted",
-                "message": None,
                 "assigned_flavors": {"flavors": a.admission.flavors, "borrowing": a.admission.borrowing},
             }
         )
-        labels = {k: v for k, v in (row.labels or {}).items() if k in LEDGER_LABELS}
+        labels = {k: v for i, k in enumerate(LEDGER_LABELS) if (v := getattr(row, f"label_{i}")) is not None}
         for (flavor, resource), qty in sorted(a.admission.usage.items()):
             admission_rows.append(
                 {
@@ -344,7 +359,15 @@ async def commit_cycle(
         result.admitted.append(a.workload_id)
     # One statement each, whatever the cycle's size.
     if updates:
-        await session.execute(update(tables.Workload), updates)
+        await session.execute(
+            _ADMIT,
+            {
+                "id": [u["id"] for u in updates],
+                "cluster_queue": [u["cluster_queue"] for u in updates],
+                "flavors": [json.dumps(u["assigned_flavors"]) for u in updates],
+                "now": now,
+            },
+        )
     if admission_rows:
         await session.execute(sa_insert(tables.Admission), admission_rows)
         await session.execute(sa_insert(tables.UsageInterval), ledger_rows)
