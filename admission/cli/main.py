@@ -95,6 +95,15 @@ for _command in (
     cli.add_command(_command)
 
 
+@cli.command()
+@click.option("--step-seconds", type=float, default=2.5, show_default=True, help="Wall seconds per scenario step.")
+def demo(step_seconds: float) -> None:
+    """Replay examples/gpu-teams.yaml with a live view of queues and reasons, then the report."""
+    from admission.cli import demo as demo_module
+
+    demo_module.run(step_seconds=step_seconds)
+
+
 def main() -> None:
     cli()
 
