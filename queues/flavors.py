@@ -53,6 +53,11 @@ class Assignment:
     def message(self) -> str:
         return "; ".join(dict.fromkeys(self.messages)) or "does not fit"
 
+    def freeze(self) -> Assignment:
+        """Fix the message (cached failures are reported many times)."""
+        self.messages = [self.message]
+        return self
+
 
 # (cq, workload, fr, total request) -> True if preempting others could make room.
 PreemptionOracle = Callable[[ClusterQueue, Workload, FlavorResource, int], bool]

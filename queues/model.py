@@ -213,6 +213,7 @@ class ClusterQueue(Node):
             else selectors.LabelSelector.from_dict(spec.namespace_selector.model_dump(by_alias=True))
         )
         self.workloads: dict[str, Workload] = {}
+        self.tree_key = f"cq/{obj.name}"  # the quota tree it shares; set by Snapshot once linked
         self.inactive_reason: str | None = None
         self.inactive_message = ""
         missing = sorted({f for g in groups for f in g.flavors if f not in flavors})
@@ -264,6 +265,9 @@ class Snapshot:
         for node in self.cohorts.values():
             if node.parent is None:
                 node.accumulate()
+        for cq in self.queues.values():
+            root = cq.root()
+            cq.tree_key = f"cohort/{root.name}" if isinstance(root, CohortNode) else f"cq/{root.name}"
 
     def _cohort(self, name: str) -> CohortNode:
         if name not in self.cohorts:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from queues import flavors, jobs, preemption
 from queues.flavors import Assignment, Mode
-from queues.model import Admission, ClusterQueue, CohortNode, Config, Snapshot, Workload
+from queues.model import Admission, ClusterQueue, Config, Snapshot, Workload
 from queues.queueing import PendingQueues
 
 LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
@@ -64,11 +64,6 @@ class Evict:
 Decision = Admit | Evict
 
 MAX_CYCLES_PER_CALL = 1_000_000
-
-
-def _tree_key(cq: ClusterQueue) -> str:
-    root = cq.root()
-    return f"cohort/{root.name}" if isinstance(root, CohortNode) else f"cq/{root.name}"
 
 
 class Scheduler:
@@ -197,11 +192,18 @@ class Scheduler:
         heads: list[tuple[Workload, ClusterQueue]] = []
         for name in sorted(self.pending.active):
             cq = self.snapshot.queues.get(name)
-            wl = self.pending.head(name)
-            if cq is None or wl is None:
-                self.pending.active.discard(name)
-                continue
-            heads.append((wl, cq))
+            while True:
+                wl = self.pending.head(name)
+                if cq is None or wl is None:
+                    self.pending.active.discard(name)
+                    break
+                # A head identical to one that could not fit since the last release fails the same
+                # way: set it aside now instead of spending a whole cycle on it (BestEffortFIFO).
+                known = None if cq.strict_fifo else self._known_failure(wl, cq)
+                if known is None or known.mode != Mode.NO_FIT:
+                    heads.append((wl, cq))
+                    break
+                changed = self._inadmissible(wl, cq, known) or changed
         # 2. nominate
         entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
         # 3. order
@@ -209,7 +211,7 @@ class Scheduler:
         # 4. admit, preempt, or set aside
         touched: set[str] = set()
         for wl, cq, assignment in entries:
-            tree = _tree_key(cq)
+            tree = cq.tree_key
             if tree in touched:
                 assignment = flavors.assign(self.snapshot, cq, wl, self._oracle)
             if assignment.mode == Mode.FIT:
@@ -241,22 +243,27 @@ class Scheduler:
         ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
         return (cq.name, wl.shape, wl.priority, ts)
 
+    def _known_failure(self, wl: Workload, cq: ClusterQueue) -> Assignment | None:
+        """The failed assignment of an identical workload since the tree last freed capacity."""
+        cached = self._nofit_cache.get(self._class_key(wl, cq))
+        if cached is not None and cached[0] == self._generation.get(cq.tree_key, 0):
+            return cached[1]
+        return None
+
     def _nominate(self, wl: Workload, cq: ClusterQueue) -> Assignment:
         """Flavor assignment for ``wl``, reusing a recent failure of an identical workload."""
-        key = self._class_key(wl, cq)
-        gen = self._generation.get(_tree_key(cq), 0)
-        cached = self._nofit_cache.get(key)
-        if cached is not None and cached[0] == gen:
-            return cached[1]
+        known = self._known_failure(wl, cq)
+        if known is not None:
+            return known
         assignment = flavors.assign(self.snapshot, cq, wl, self._oracle)
         if assignment.mode != Mode.FIT:
-            self._nofit_cache[key] = (gen, assignment)
+            self._nofit_cache[self._class_key(wl, cq)] = (self._generation.get(cq.tree_key, 0), assignment.freeze())
         return assignment
 
     def _inadmissible(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
         wl.reason, wl.message = assignment.reason, assignment.message
         if cq.strict_fifo:
-            self.pending.block(cq.name, self._generation.get(_tree_key(cq), 0))
+            self.pending.block(cq.name, self._generation.get(cq.tree_key, 0))
             return False
         self.pending.set_aside(cq.name, wl)
         return True
@@ -297,7 +304,7 @@ class Scheduler:
 
     def _bump(self, cq: ClusterQueue) -> None:
         """Capacity was freed in ``cq``'s tree: give every waiting workload there another look."""
-        tree = _tree_key(cq)
+        tree = cq.tree_key
         self._generation[tree] = self._generation.get(tree, 0) + 1
         for other in self.snapshot.queues_in_tree(cq):
             self.pending.requeue(other.name)

@@ -244,7 +244,8 @@ class Simulation:
         )
 
     def _sample(self) -> None:
-        pending = sum(1 for t in self.tracks if t.state == "Pending" and t.submitted is not None)
+        admitted = sum(len(cq.workloads) for cq in self.sched.snapshot.queues.values())
+        pending = len(self.sched.workloads) - admitted
         gpus = 0
         for meter in self.meters.values():
             for res, v in meter.usage.items():
