@@ -20,12 +20,12 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from admission.settings import normalise_database_url
-from admission.store import database, embedded
+from admission.store import database, embedded, notify
 
 
 def _dsn(url: str, db: str | None = None) -> str:
     """An asyncpg DSN from a SQLAlchemy URL, optionally for another database."""
-    plain = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    plain = notify.asyncpg_dsn(url)
     if db is None:
         return plain
     head, _, tail = plain.partition("?")

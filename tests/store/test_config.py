@@ -165,3 +165,20 @@ async def test_concurrent_applies_of_one_object_both_land_in_order(engine: Any) 
     for prev, nxt in itertools.pairwise(updates):
         assert nxt.before == prev.after
     assert final == api.parse(updates[-1].after or {})
+
+
+async def test_listeners_hear_of_committed_changes_only(
+    migrated_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    from admission.store import notify
+
+    async with notify.listen(migrated_url) as heard:
+        with pytest.raises(RuntimeError):
+            async with database.transaction(sessions) as s:
+                await config_store.apply(s, [cq("rolled-back")], actor="alice")
+                raise RuntimeError("abort")
+        await apply(sessions, cq("team-a"))
+        await apply(sessions, cq("team-a"))  # unchanged: nothing to hear
+        assert await asyncio.wait_for(heard.get(), timeout=5) == "ClusterQueue/team-a"
+        await asyncio.sleep(0.2)
+        assert heard.empty()
