@@ -13,15 +13,10 @@ from rich.table import Table
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from admission.cli import report
 from admission.store import config as config_store
 from admission.store import tables
 from queues import api, quantity
 from queues.model import Snapshot
-
-
-def _render(table: Table) -> None:
-    report.console().print(table)
 
 
 async def queue_counts(session: AsyncSession) -> dict[str, Any]:
@@ -49,65 +44,72 @@ def _quota_summary(groups: list[api.ResourceGroup]) -> str:
     return ", ".join(parts)
 
 
+def print_columns(headers: list[str], rows: list[list[str]]) -> None:
+    """kubectl-style columns: fast for thousands of rows, easy to grep and cut."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    lines = [
+        "   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [headers, *rows]
+    ]
+    click.echo("\n".join(lines))
+
+
 def print_objects(kind: str, objs: list[api.KueueObject], counts: dict[str, Any]) -> None:
     if not objs:
         click.echo(f"No {kind} found.")
         return
-    table = Table(box=None, pad_edge=False)
+    rows: list[list[str]] = []
     if kind == "ClusterQueue":
-        for col in ("NAME", "COHORT", "STRATEGY", "PENDING", "ADMITTED", "STOP", "QUOTA"):
-            table.add_column(col, overflow="fold")
+        headers = ["NAME", "COHORT", "STRATEGY", "PENDING", "ADMITTED", "STOP", "QUOTA"]
         for o in objs:
             assert isinstance(o, api.ClusterQueue)
             c = counts.get(f"cq/{o.name}", {})
-            table.add_row(
-                o.name,
-                o.spec.cohort_ref or "",
-                o.spec.queueing_strategy,
-                str(c.get("Pending", 0)),
-                str(c.get("Admitted", 0)),
-                o.spec.stop_policy,
-                _quota_summary(o.spec.resource_groups),
+            rows.append(
+                [
+                    o.name,
+                    o.spec.cohort_ref or "",
+                    o.spec.queueing_strategy,
+                    str(c.get("Pending", 0)),
+                    str(c.get("Admitted", 0)),
+                    o.spec.stop_policy,
+                    _quota_summary(o.spec.resource_groups),
+                ]
             )
     elif kind == "LocalQueue":
-        for col in ("NAMESPACE", "NAME", "CLUSTERQUEUE", "PENDING", "ADMITTED", "STOP"):
-            table.add_column(col)
+        headers = ["NAMESPACE", "NAME", "CLUSTERQUEUE", "PENDING", "ADMITTED", "STOP"]
         for o in objs:
             assert isinstance(o, api.LocalQueue)
             c = counts.get(f"lq/{o.metadata.namespace}/{o.name}", {})
-            table.add_row(
-                o.metadata.namespace or "",
-                o.name,
-                o.spec.cluster_queue,
-                str(c.get("Pending", 0)),
-                str(c.get("Admitted", 0)),
-                o.spec.stop_policy,
+            rows.append(
+                [
+                    o.metadata.namespace or "",
+                    o.name,
+                    o.spec.cluster_queue,
+                    str(c.get("Pending", 0)),
+                    str(c.get("Admitted", 0)),
+                    o.spec.stop_policy,
+                ]
             )
     elif kind == "ResourceFlavor":
-        for col in ("NAME", "NODE LABELS", "TAINTS"):
-            table.add_column(col, overflow="fold")
+        headers = ["NAME", "NODE LABELS", "TAINTS"]
         for o in objs:
             assert isinstance(o, api.ResourceFlavor)
             labels = ",".join(f"{k}={v}" for k, v in o.spec.node_labels.items())
             taints = ",".join(f"{t.key}={t.value}:{t.effect}" for t in o.spec.node_taints)
-            table.add_row(o.name, labels, taints)
+            rows.append([o.name, labels, taints])
     elif kind == "WorkloadPriorityClass":
-        for col in ("NAME", "VALUE", "DESCRIPTION"):
-            table.add_column(col)
+        headers = ["NAME", "VALUE", "DESCRIPTION"]
         for o in objs:
             assert isinstance(o, api.WorkloadPriorityClass)
-            table.add_row(o.name, str(o.value), o.description)
+            rows.append([o.name, str(o.value), o.description])
     elif kind == "Cohort":
-        for col in ("NAME", "PARENT", "QUOTA"):
-            table.add_column(col, overflow="fold")
+        headers = ["NAME", "PARENT", "QUOTA"]
         for o in objs:
             assert isinstance(o, api.Cohort)
-            table.add_row(o.name, o.spec.parent_ref or "", _quota_summary(o.spec.resource_groups))
+            rows.append([o.name, o.spec.parent_ref or "", _quota_summary(o.spec.resource_groups)])
     else:
-        table.add_column("NAME")
-        for o in objs:
-            table.add_row(o.key)
-    _render(table)
+        headers = ["NAME"]
+        rows = [[o.key] for o in objs]
+    print_columns(headers, rows)
 
 
 _WORKLOAD_ROWS = text(
@@ -144,22 +146,23 @@ def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
     if not rows:
         click.echo("No workloads found.")
         return
-    table = Table(box=None, pad_edge=False)
-    for col in ("NAMESPACE", "NAME", "LOCALQUEUE", "CLUSTERQUEUE", "STATE", "PRIORITY", "POSITION", "REASON"):
-        table.add_column(col, overflow="fold")
+    headers = ["NAMESPACE", "NAME", "LOCALQUEUE", "CLUSTERQUEUE", "STATE", "PRIORITY", "POSITION", "REASON"]
+    table_rows = []
     for r in rows:
         pos = f"{r['cq_position']} in cq, {r['lq_position']} in lq" if r["cq_position"] else ""
-        table.add_row(
-            r["namespace"],
-            r["name"],
-            r["local_queue"] or "",
-            r["cluster_queue"] or "",
-            r["state"],
-            str(r["priority"]),
-            pos,
-            r["reason"] or "",
+        table_rows.append(
+            [
+                r["namespace"],
+                r["name"],
+                r["local_queue"] or "",
+                r["cluster_queue"] or "",
+                r["state"],
+                str(r["priority"]),
+                pos,
+                r["reason"] or "",
+            ]
         )
-    _render(table)
+    print_columns(headers, table_rows)
 
 
 async def _usage(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, str], int]:
