@@ -374,16 +374,6 @@ class Scheduler:
 
     # ----- visibility ----------------------------------------------------------------------
 
-    def position(self, wl: Workload) -> int | None:
-        """0-based position of a pending workload in its ClusterQueue (None if not queued)."""
-        cq = self.pending.where.get(wl.key)
-        if cq is None:
-            return None
-        for i, other in enumerate(self.pending.waiting(cq)):
-            if other is wl:
-                return i
-        return None
-
     def explain(self, wl: Workload) -> tuple[str, str]:
         """Why ``wl`` waits, in words a user can act on, with what stands ahead of it."""
         if wl.admission is not None:

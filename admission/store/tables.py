@@ -32,7 +32,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 NAMING_CONVENTION = {
@@ -110,32 +110,31 @@ def _quota_checks() -> tuple[CheckConstraint, ...]:
     )
 
 
-class ClusterQueueQuota(Base):
-    """One (ClusterQueue, flavor, resource) quota: nominal, borrowing and lending limits."""
+class _Quota:
+    """One (owner, flavor, resource) quota: nominal, borrowing and lending limits."""
 
+    flavor: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    resource: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+    nominal: Mapped[int] = mapped_column(Milli, nullable=False)
+    borrowing_limit: Mapped[int | None] = mapped_column(Milli)
+    lending_limit: Mapped[int | None] = mapped_column(Milli)
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[CheckConstraint, ...]:
+        return _quota_checks()
+
+
+class ClusterQueueQuota(_Quota, Base):
     __tablename__ = "cluster_queue_quotas"
     cluster_queue: Mapped[str] = mapped_column(
         String(NAME), ForeignKey("cluster_queues.name", ondelete="CASCADE"), primary_key=True
     )
-    flavor: Mapped[str] = mapped_column(String(NAME), primary_key=True)
-    resource: Mapped[str] = mapped_column(String(NAME), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, nullable=False)
-    nominal: Mapped[int] = mapped_column(Milli, nullable=False)
-    borrowing_limit: Mapped[int | None] = mapped_column(Milli)
-    lending_limit: Mapped[int | None] = mapped_column(Milli)
-    __table_args__ = _quota_checks()
 
 
-class CohortQuota(Base):
+class CohortQuota(_Quota, Base):
     __tablename__ = "cohort_quotas"
     cohort: Mapped[str] = mapped_column(String(NAME), ForeignKey("cohorts.name", ondelete="CASCADE"), primary_key=True)
-    flavor: Mapped[str] = mapped_column(String(NAME), primary_key=True)
-    resource: Mapped[str] = mapped_column(String(NAME), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, nullable=False)
-    nominal: Mapped[int] = mapped_column(Milli, nullable=False)
-    borrowing_limit: Mapped[int | None] = mapped_column(Milli)
-    lending_limit: Mapped[int | None] = mapped_column(Milli)
-    __table_args__ = _quota_checks()
 
 
 class LocalQueue(_Config, Base):

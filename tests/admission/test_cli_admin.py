@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.admission.runner import ROOT, turnstile
+
 GPU_TEAMS = ROOT / "examples" / "gpu-teams.yaml"
 
 
@@ -25,15 +25,7 @@ def cli(migrated_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
     }
 
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "admission.cli.main", *args],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            input=stdin,
-            timeout=120,
-        )
+        return turnstile(*args, stdin=stdin, env=env)
 
     return run
 

@@ -1,22 +1,9 @@
 """``turnstile simulate`` as a user runs it: output channels and exit codes (scenario.md)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def turnstile(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "admission.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        input=stdin,
-        timeout=120,
-    )
+from tests.admission.runner import turnstile
 
 
 def test_json_is_the_only_thing_on_stdout_and_is_byte_identical() -> None:
