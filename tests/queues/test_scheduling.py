@@ -387,3 +387,29 @@ def test_a_victim_evicted_above_a_failing_head_is_not_lost() -> None:
     s.finish("ns/reclaimer")
     s.schedule()
     assert victim.admission is not None
+
+
+@pytest.mark.parametrize(("policy", "evicted"), [("Hold", False), ("HoldAndDrain", True)], ids=["Hold", "HoldAndDrain"])
+def test_local_queue_stop_policies(policy: str, evicted: bool) -> None:
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 8})), queues={"q": "a", "other": "a"})
+    running = make_workload("running").request(gpu=1).submit(s)
+    s.schedule()
+    config = s.config
+    config.put(
+        api.parse(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "LocalQueue",
+                "metadata": {"name": "q", "namespace": "ns"},
+                "spec": {"clusterQueue": "a", "stopPolicy": policy},
+            }
+        )
+    )
+    drained = s.set_config(config)
+    assert [d.workload.key for d in drained] == (["ns/running"] if evicted else [])
+    held = make_workload("held").request(gpu=1).submit(s, now=1)
+    other = make_workload("other", "other").request(gpu=1).submit(s, now=1)
+    s.schedule()
+    assert held.admission is None and held.reason == "Inactive" and "LocalQueue ns/q is stopped" in held.message
+    assert other.admission is not None  # the ClusterQueue still admits from its other LocalQueues
+    assert (running.admission is None) is evicted

@@ -1,0 +1,38 @@
+"""Settings from the environment (spec/cli.md)."""
+
+from pathlib import Path
+
+import pytest
+
+from admission.settings import Settings, normalise_database_url
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("postgresql://postgres@127.0.0.1:5432/test", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"),
+        ("postgres://u:p@db/x", "postgresql+asyncpg://u:p@db/x"),
+        ("postgresql+asyncpg://u@h/d", "postgresql+asyncpg://u@h/d"),
+    ],
+    ids=["postgresql", "postgres", "already-asyncpg"],
+)
+def test_database_urls_are_normalised(given: str, expected: str) -> None:
+    assert normalise_database_url(given) == expected
+
+
+def test_other_urls_are_refused() -> None:
+    with pytest.raises(ValueError, match="not a PostgreSQL URL"):
+        normalise_database_url("mysql://root@localhost/db")
+
+
+def test_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TURNSTILE_DATABASE_URL", "postgresql://u@h/d")
+    monkeypatch.setenv("TURNSTILE_HOME", str(tmp_path))
+    settings = Settings()
+    assert settings.database_url == "postgresql+asyncpg://u@h/d"
+    assert settings.home == tmp_path
+    monkeypatch.delenv("TURNSTILE_DATABASE_URL")
+    monkeypatch.delenv("TURNSTILE_HOME")
+    defaults = Settings()
+    assert defaults.database_url is None  # the embedded PostgreSQL
+    assert defaults.home == Path("~/.local/share/turnstile").expanduser()
