@@ -87,6 +87,7 @@ def plot(result: Result, path: str) -> None:
     fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(9, 5))
     ax1.step(times, [s[1] for s in result.series], where="post")
     ax1.set_ylabel("pending workloads")
+    ax1.yaxis.get_major_locator().set_params(integer=True)
     ax2.step(times, [s[2] for s in result.series], where="post", color="tab:green")
     ax2.set_ylabel("GPUs in use")
     ax2.set_xlabel("scenario seconds")
