@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Text, cast, delete, func, select, text, update
-from sqlalchemy import insert as sa_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
@@ -266,6 +265,42 @@ _ADMIT = text(
 )
 
 
+_ADMISSION_COLUMNS = ("workload_id", "flavor", "resource", "cluster_queue", "quantity")
+_INSERT_ADMISSIONS = text(
+    """
+    INSERT INTO admissions (workload_id, flavor, resource, cluster_queue, quantity)
+    SELECT * FROM unnest(CAST(:workload_id AS bigint[]), CAST(:flavor AS text[]), CAST(:resource AS text[]),
+                         CAST(:cluster_queue AS text[]), CAST(:quantity AS numeric[]))
+    """
+)
+_LEDGER_COLUMNS = (
+    "workload_id",
+    "workload",
+    "namespace",
+    "cluster_queue",
+    "local_queue",
+    "flavor",
+    "resource",
+    "quantity",
+    "labels",
+)
+_INSERT_LEDGER = text(
+    """
+    INSERT INTO usage_ledger (workload_id, workload, namespace, cluster_queue, local_queue, flavor, resource,
+                              quantity, labels, started_at)
+    SELECT u.*, :now FROM unnest(CAST(:workload_id AS bigint[]), CAST(:workload AS text[]),
+                                 CAST(:namespace AS text[]), CAST(:cluster_queue AS text[]),
+                                 CAST(:local_queue AS text[]), CAST(:flavor AS text[]), CAST(:resource AS text[]),
+                                 CAST(:quantity AS numeric[]), CAST(:labels AS text[])::jsonb[]) AS u
+    """
+)
+
+
+def _columns(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, list[Any]]:
+    """Row dicts as one list per column, for inserts over ``unnest``."""
+    return {name: [row[name] for row in rows] for name in names}
+
+
 async def commit_cycle(
     session: AsyncSession,
     *,
@@ -375,8 +410,10 @@ async def commit_cycle(
             },
         )
     if admission_rows:
-        await session.execute(sa_insert(tables.Admission), admission_rows)
-        await session.execute(sa_insert(tables.UsageInterval), ledger_rows)
+        await session.execute(_INSERT_ADMISSIONS, _columns(admission_rows, _ADMISSION_COLUMNS))
+        ledger = _columns(ledger_rows, _LEDGER_COLUMNS)
+        ledger["labels"] = [json.dumps(labels) for labels in ledger["labels"]]
+        await session.execute(_INSERT_LEDGER, {**ledger, "now": now})
     return result
 
 
