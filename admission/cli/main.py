@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from admission.cli import admin, documents, report
-from queues import errors, scenario, simulator
+from admission.cli import admin, documents
+from queues import errors
 
 
 def fail(lines: list[str], code: int) -> None:
@@ -57,6 +57,9 @@ def simulate(
     file: str, engine: str, output: str, time_scale: float, database_url: str | None, plot_path: str | None
 ) -> None:
     """Replay a scenario FILE and report what the admission controller decided (scenario.md)."""
+    from admission.cli import report  # rich and the simulator load only for the commands that need them
+    from queues import scenario, simulator
+
     try:
         doc = documents.load_single(file)
         parsed = scenario.parse(doc)

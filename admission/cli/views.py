@@ -8,8 +8,6 @@ from typing import Any
 
 import click
 import yaml
-from rich.console import Console
-from rich.table import Table
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -176,6 +174,9 @@ async def _usage(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, s
 
 
 async def describe(session: AsyncSession, kind: str, name: str) -> str:
+    from rich.console import Console  # only describe draws rich tables
+    from rich.table import Table
+
     out = StringIO()
     console = Console(file=out, width=120)
     if kind == "Workload":
