@@ -81,8 +81,3 @@ def format_milli(milli: int) -> str:
             if value % 10**exp == 0:
                 return f"{value // 10**exp}{suffix}"
     return str(value)
-
-
-def to_units(milli: int) -> float:
-    """Milli-units as a plain number of units, for reports only (never for quota arithmetic)."""
-    return milli / MILLI

@@ -67,9 +67,6 @@ class LabelSelector:
             r.matches(labels) for r in self.expressions
         )
 
-    def is_everything(self) -> bool:
-        return not self.match_labels and not self.expressions
-
 
 @dataclass(frozen=True, slots=True)
 class Toleration:

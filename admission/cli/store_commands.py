@@ -8,7 +8,6 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import click
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -82,7 +81,3 @@ def run(
             await engine.dispose()
 
     return asyncio.run(go())
-
-
-def echo_err(message: str) -> None:
-    click.echo(message, err=True)

@@ -63,12 +63,6 @@ async def _notify(session: AsyncSession, payload: str) -> None:
     await session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": NOTIFY_CHANNEL, "payload": payload})
 
 
-def _pk(obj: api.KueueObject) -> tuple[str, ...]:
-    if isinstance(obj, api.LocalQueue):
-        return (obj.metadata.namespace or "", obj.name)
-    return (obj.name,)
-
-
 def _columns(obj: api.KueueObject) -> dict[str, Any]:
     cols: dict[str, Any] = {"name": obj.name, "manifest": manifest_of(obj)}
     if isinstance(obj, api.ClusterQueue):

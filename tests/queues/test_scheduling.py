@@ -413,3 +413,14 @@ def test_local_queue_stop_policies(policy: str, evicted: bool) -> None:
     assert held.admission is None and held.reason == "Inactive" and "LocalQueue ns/q is stopped" in held.message
     assert other.admission is not None  # the ClusterQueue still admits from its other LocalQueues
     assert (running.admission is None) is evicted
+
+
+def test_an_admission_the_caller_could_not_enact_is_undone() -> None:
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 4})), queues={"q": "a"})
+    first = make_workload("first").request(gpu=4).submit(s)
+    second = make_workload("second").request(gpu=4).submit(s, now=1)
+    assert admissions(s.schedule()) == ["ns/first"]
+    s.forget_admission(first)  # e.g. the job vanished before it could be unsuspended
+    assert first.admission is None and s.snapshot.queues["a"].usage[("f", GPU)] == 0
+    assert admissions(s.schedule()) == ["ns/first"]  # it keeps its place ahead of second
+    assert second.admission is None
