@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from admission.cli import admin, documents
+from admission.cli import admin, documents, sim
 from queues import errors
 
 
@@ -94,6 +94,7 @@ for _command in (
     admin.stop_cmd,
     admin.resume_cmd,
     admin.history_cmd,
+    sim.sim,
 ):
     cli.add_command(_command)
 

@@ -1,0 +1,309 @@
+"""An HTTP API server (aiohttp) over the object store, speaking the Kubernetes REST API.
+
+Paths: ``/api/v1/[namespaces/NS/]PLURAL[/NAME[/status]]`` and the same under
+``/apis/GROUP/VERSION``; GET/LIST/WATCH, POST, PUT, PATCH (merge, JSON, strategic for built-in
+kinds; 415 for strategic merge on custom resources, as the real server), DELETE with
+finalizers and namespace termination; discovery (``/version``, ``/api``, ``/apis``, group
+versions) so kubectl and DynamicClient work. Errors are ``kind: Status`` bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import web
+
+from admission.sim import patches, resources
+from admission.sim.objects import ApiError, Event, ObjectStore, Resource, Watcher
+
+MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit
+BOOKMARK_SECONDS = 1.0
+WATCH_TRUE = ("true", "True", "1")
+VERSION = {
+    "major": "1",
+    "minor": "30",
+    "gitVersion": "v1.30.0-turnstile-sim",
+    "gitCommit": "turnstile",
+    "gitTreeState": "clean",
+    "buildDate": "2026-11-30T00:00:00Z",
+    "goVersion": "n/a (python)",
+    "compiler": "cpython",
+    "platform": "linux/amd64",
+}
+
+
+class ApiServer:
+    def __init__(self, store: ObjectStore | None = None, served: tuple[Resource, ...] = resources.ALL) -> None:
+        self.store = store or ObjectStore()
+        self.served = served
+        self.by_path = {(r.group, r.version, r.plural): r for r in served}
+        self.custom = {r for r in served if r in resources.CUSTOM}
+        self.streams: set[Watcher] = set()
+        for ns in ("default", "kube-system"):
+            self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
+        self.app = web.Application(client_max_size=MAX_BODY)
+        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.app.on_shutdown.append(self._end_streams)
+
+    async def _end_streams(self, _app: web.Application) -> None:
+        for w in list(self.streams):
+            w.queue.put_nowait(None)
+
+    # ----- routing -------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._route(request)
+        except ApiError as exc:
+            return web.json_response(exc.status(), status=exc.code)
+        except web.HTTPRequestEntityTooLarge:
+            return web.json_response(
+                ApiError(413, "RequestEntityTooLarge", "request is too large").status(), status=413
+            )
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if parts == ["version"]:
+            return web.json_response(VERSION)
+        if parts in (["healthz"], ["readyz"], ["livez"]):
+            return web.Response(text="ok")
+        if parts == ["api"]:
+            return web.json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        if parts == ["apis"]:
+            return web.json_response(self._groups())
+        if parts[:1] == ["api"] and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not rest:
+            return web.json_response(self._resource_list(group, version))
+        namespace = ""
+        if rest[0] == "namespaces" and len(rest) >= 3 and not (group == "" and rest[2] in ("status", "finalize")):
+            namespace, rest = rest[1], rest[2:]
+        res = self.by_path.get((group, version, rest[0]))
+        if res is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and (sub != "status" or not res.has_status):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return await self._serve(request, res, namespace, name, sub)
+
+    async def _serve(
+        self, request: web.Request, res: Resource, namespace: str, name: str, sub: str
+    ) -> web.StreamResponse:
+        method = request.method
+        if method == "GET" and not name:
+            if request.query.get("watch") in WATCH_TRUE:
+                return await self._watch(request, res, namespace or None)
+            return web.json_response(self._list(request, res, namespace or None))
+        if method == "GET":
+            return web.json_response(self.store.get(res, namespace, name))
+        if method == "POST" and not name:
+            body = await self._body(request)
+            return web.json_response(
+                self.store.create(res, namespace, body, namespaces=resources.NAMESPACES), status=201
+            )
+        if method == "PUT" and name:
+            body = await self._body(request)
+            return web.json_response(self.store.replace(res, namespace, name, body, subresource=sub))
+        if method == "PATCH" and name:
+            return web.json_response(await self._patch(request, res, namespace, name, sub))
+        if method == "DELETE" and name:
+            if res is resources.NAMESPACES:
+                return web.json_response(self._delete_namespace(name))
+            return web.json_response(self.store.delete(res, namespace, name))
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"the request body is not valid JSON: {exc}") from None
+        if body is None:
+            raise ApiError(400, "BadRequest", "the request needs a body")
+        return body
+
+    # ----- verbs ---------------------------------------------------------------------------
+
+    def _list(self, request: web.Request, res: Resource, namespace: str | None) -> dict[str, Any]:
+        items, rv = self.store.list(
+            res, namespace, labels=request.query.get("labelSelector", ""), fields=request.query.get("fieldSelector", "")
+        )
+        start = 0
+        token = request.query.get("continue")
+        if token:
+            try:
+                start = int(json.loads(base64.urlsafe_b64decode(token))["start"])
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(400, "BadRequest", "invalid continue token") from None
+        limit = int(request.query.get("limit") or 0)
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit and start + limit < len(items):
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps({"start": start + limit}).encode()).decode()
+            meta["remainingItemCount"] = len(items) - start - limit
+            items = items[start : start + limit]
+        else:
+            items = items[start:]
+        return {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta, "items": items}
+
+    async def _patch(self, request: web.Request, res: Resource, namespace: str, name: str, sub: str) -> Any:
+        ctype = request.content_type
+        body = await self._body(request)
+        current = self.store.get(res, namespace, name)
+        if ctype == "application/merge-patch+json":
+            patched = patches.merge_patch(current, body)
+        elif ctype == "application/json-patch+json":
+            patched = patches.json_patch(current, body)
+        elif ctype == "application/strategic-merge-patch+json":
+            if res in self.custom:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: "
+                    "application/json-patch+json, application/merge-patch+json",
+                )
+            patched = patches.strategic_merge_patch(current, body)
+        else:
+            raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
+        if not isinstance(body, dict) or "resourceVersion" not in (body.get("metadata") or {}):
+            patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return self.store.replace(res, namespace, name, patched, subresource=sub)
+
+    def _delete_namespace(self, name: str) -> Any:
+        ns = self.store.get(resources.NAMESPACES, "", name)
+        self.store.delete_namespace_contents(name, self.served)
+        ns["metadata"]["finalizers"] = []
+        return self.store.delete(resources.NAMESPACES, "", name)
+
+    async def _watch(self, request: web.Request, res: Resource, namespace: str | None) -> web.StreamResponse:
+        rv_param = request.query.get("resourceVersion", "")
+        timeout = float(request.query.get("timeoutSeconds") or 1800)
+        bookmarks = request.query.get("allowWatchBookmarks") in WATCH_TRUE
+        watcher = Watcher(res, namespace)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+
+        async def send(kind: str, obj: Any) -> None:
+            await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+
+        # Register before reading history, so nothing falls between the two.
+        self.store.watchers.append(watcher)
+        self.streams.add(watcher)
+        try:
+            backlog: list[Event] = []
+            if rv_param in ("", "0"):
+                items, _ = self.store.list(res, namespace)
+                for obj in items:
+                    await send("ADDED", obj)
+                last = self.store.rv
+            else:
+                try:
+                    last = int(rv_param)
+                    backlog = self.store.events_since(res, namespace, last)
+                except ApiError as exc:
+                    await send("ERROR", exc.status())
+                    return await self._end(response)
+                except ValueError:
+                    await send("ERROR", ApiError(400, "BadRequest", f"invalid resourceVersion {rv_param!r}").status())
+                    return await self._end(response)
+            for old in backlog:
+                await send(old.type, old.obj)
+                last = old.rv
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while (remaining := deadline - loop.time()) > 0:
+                try:
+                    event = await asyncio.wait_for(watcher.queue.get(), min(remaining, BOOKMARK_SECONDS))
+                except TimeoutError:
+                    if bookmarks:
+                        await send(
+                            "BOOKMARK",
+                            {
+                                "kind": res.kind,
+                                "apiVersion": res.api_version,
+                                "metadata": {"resourceVersion": str(self.store.rv)},
+                            },
+                        )
+                    continue
+                if event is None:
+                    break
+                if event.rv > last:
+                    await send(event.type, event.obj)
+                    last = event.rv
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            with contextlib.suppress(ValueError):
+                self.store.watchers.remove(watcher)
+            self.streams.discard(watcher)
+        return await self._end(response)
+
+    @staticmethod
+    async def _end(response: web.StreamResponse) -> web.StreamResponse:
+        """End a watch's chunked stream cleanly (the client sees a complete response)."""
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            await response.write_eof()
+        return response
+
+    # ----- discovery -------------------------------------------------------------------------
+
+    def _groups(self) -> dict[str, Any]:
+        groups: dict[str, list[str]] = {}
+        for r in self.served:
+            if r.group and r.version not in groups.setdefault(r.group, []):
+                groups[r.group].append(r.version)
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": g,
+                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                    "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                }
+                for g, vs in sorted(groups.items())
+            ],
+        }
+
+    def _resource_list(self, group: str, version: str) -> dict[str, Any]:
+        mine = [r for r in self.served if r.group == group and r.version == version]
+        if not mine:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+        out: list[dict[str, Any]] = []
+        for r in mine:
+            out.append(
+                {
+                    "name": r.plural,
+                    "singularName": r.kind.lower(),
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": verbs,
+                    "shortNames": list(r.short_names),
+                }
+            )
+            if r.has_status:
+                out.append(
+                    {
+                        "name": f"{r.plural}/status",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "kind": r.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": out,
+        }

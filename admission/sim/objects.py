@@ -1,0 +1,364 @@
+"""In-memory objects with Kubernetes' semantics: resourceVersion, uid, generation, conflicts, watch.
+
+One global, increasing resourceVersion orders every change. A bounded history of changes lets a
+watch resume from any recent version; an older version gets 410 Gone, as after etcd compaction.
+Errors are ``ApiError``s carrying the ``kind: Status`` body the API server sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import copy
+import datetime as dt
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues.selectors import LabelSelector, Requirement
+
+Obj = dict[str, Any]
+HISTORY = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One served resource: ``group``/``version`` (group "" is the core API), plural name and kind."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    has_status: bool = True
+    short_names: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+class ApiError(Exception):
+    """An error the API server returns as a ``kind: Status`` body with an HTTP code."""
+
+    def __init__(self, code: int, reason: str, message: str, *, details: Obj | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+
+    def status(self) -> Obj:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        }
+
+
+def not_found(res: Resource, name: str) -> ApiError:
+    what = f"{res.plural}.{res.group}" if res.group else res.plural
+    return ApiError(404, "NotFound", f'{what} "{name}" not found', details={"name": name, "kind": res.plural})
+
+
+@dataclass(slots=True)
+class Event:
+    rv: int
+    type: str  # ADDED | MODIFIED | DELETED
+    resource: Resource
+    obj: Obj
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_label_selector(text: str) -> LabelSelector:
+    """``a=b,c!=d,e in (f,g),h notin (i),j,!k`` as a selector, or ApiError 400."""
+    labels: list[tuple[str, str]] = []
+    exprs: list[Requirement] = []
+    parts: list[str] = []
+    depth, current = 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current:
+        parts.append(current)
+    for raw in (p.strip() for p in parts):
+        if not raw:
+            continue
+        for op, name in ((" notin ", "NotIn"), (" in ", "In")):
+            if op in raw:
+                key, _, values = raw.partition(op)
+                vals = tuple(v.strip() for v in values.strip().strip("()").split(",") if v.strip())
+                exprs.append(Requirement(key.strip(), name, vals))
+                break
+        else:
+            if "!=" in raw:
+                key, _, value = raw.partition("!=")
+                exprs.append(Requirement(key.strip(), "NotIn", (value.strip(),)))
+            elif "==" in raw or "=" in raw:
+                key, _, value = raw.partition("==") if "==" in raw else raw.partition("=")
+                labels.append((key.strip(), value.strip()))
+            elif raw.startswith("!"):
+                exprs.append(Requirement(raw[1:].strip(), "DoesNotExist"))
+            else:
+                exprs.append(Requirement(raw, "Exists"))
+    return LabelSelector(tuple(labels), tuple(exprs))
+
+
+def field_matcher(text: str) -> Callable[[Obj], bool]:
+    """``metadata.name=x,metadata.namespace!=y`` (the fields every kind supports)."""
+    checks: list[tuple[str, str, bool]] = []
+    for raw in filter(None, (p.strip() for p in text.split(","))):
+        negate = "!=" in raw
+        key, _, value = raw.partition("!=") if negate else (raw.partition("==") if "==" in raw else raw.partition("="))
+        if key.strip() not in ("metadata.name", "metadata.namespace"):
+            raise ApiError(400, "BadRequest", f'field label not supported: "{key.strip()}"')
+        checks.append((key.strip().split(".")[1], value.strip(), negate))
+
+    def match(obj: Obj) -> bool:
+        meta = obj.get("metadata", {})
+        return all((meta.get(k, "") == v) != neg for k, v, neg in checks)
+
+    return match
+
+
+@dataclass(slots=True, eq=False)  # identity: each open watch is its own subscriber
+class Watcher:
+    resource: Resource
+    namespace: str | None
+    queue: asyncio.Queue[Event | None] = field(default_factory=asyncio.Queue)
+
+
+class ObjectStore:
+    """Every object of the simulated cluster, keyed by (resource, namespace, name)."""
+
+    def __init__(self) -> None:
+        self.rv = 1
+        self.objects: dict[tuple[Resource, str, str], Obj] = {}
+        self.history: deque[Event] = deque(maxlen=HISTORY)
+        self.watchers: list[Watcher] = []
+        self.horizon = 0  # watches from a resourceVersion older than this get 410 Gone
+
+    # ----- reads ---------------------------------------------------------------------------
+
+    def get(self, res: Resource, namespace: str, name: str) -> Obj:
+        obj = self.objects.get((res, namespace if res.namespaced else "", name))
+        if obj is None:
+            raise not_found(res, name)
+        return copy.deepcopy(obj)
+
+    def list(
+        self, res: Resource, namespace: str | None, *, labels: str = "", fields: str = ""
+    ) -> tuple[list[Obj], int]:
+        selector = parse_label_selector(labels) if labels else None
+        match_fields = field_matcher(fields) if fields else None
+        out = []
+        for (r, ns, _), obj in sorted(self.objects.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+            if r is not res or (namespace is not None and res.namespaced and ns != namespace):
+                continue
+            if selector is not None and not selector.matches(obj.get("metadata", {}).get("labels") or {}):
+                continue
+            if match_fields is not None and not match_fields(obj):
+                continue
+            out.append(copy.deepcopy(obj))
+        return out, self.rv
+
+    # ----- writes --------------------------------------------------------------------------
+
+    def _emit(self, kind: str, res: Resource, obj: Obj) -> None:
+        event = Event(self.rv, kind, res, copy.deepcopy(obj))
+        self.history.append(event)
+        ns = obj.get("metadata", {}).get("namespace")
+        for w in self.watchers:
+            if w.resource is res and (w.namespace is None or w.namespace == ns):
+                w.queue.put_nowait(event)
+
+    def _bump(self, obj: Obj) -> None:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+
+    def _check_namespace(self, res: Resource, namespace: str, namespaces: Resource) -> None:
+        if not res.namespaced:
+            return
+        ns = self.objects.get((namespaces, "", namespace))
+        if ns is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                details={"name": namespace, "kind": "namespaces"},
+            )
+        if ns["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"unable to create new content in namespace {namespace} because it is being terminated",
+                details={"name": namespace, "kind": "namespaces"},
+            )
+
+    def create(self, res: Resource, namespace: str, body: Obj, *, namespaces: Resource) -> Obj:
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        name = meta.get("name")
+        if not name:
+            raise ApiError(
+                422,
+                "Invalid",
+                f"{res.kind} is invalid: metadata.name: Required value: name or generateName is required",
+                details={
+                    "kind": res.kind,
+                    "causes": [
+                        {
+                            "reason": "FieldValueRequired",
+                            "field": "metadata.name",
+                            "message": "Required value: name or generateName is required",
+                        }
+                    ],
+                },
+            )
+        if res.namespaced:
+            if meta.get("namespace") and meta["namespace"] != namespace:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        self._check_namespace(res, namespace, namespaces)
+        key = (res, namespace if res.namespaced else "", name)
+        if key in self.objects:
+            what = f"{res.plural}.{res.group}" if res.group else res.plural
+            raise ApiError(
+                409, "AlreadyExists", f'{what} "{name}" already exists', details={"name": name, "kind": res.plural}
+            )
+        obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+        meta.pop("deletionTimestamp", None)
+        self._bump(obj)
+        self.objects[key] = obj
+        self._emit("ADDED", res, obj)
+        return copy.deepcopy(obj)
+
+    def replace(
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        body: Obj,
+        *,
+        subresource: str = "",
+        validate: Callable[[Obj, Obj], None] | None = None,
+    ) -> Obj:
+        """PUT (and the end of every PATCH): optimistic concurrency on resourceVersion."""
+        key = (res, namespace if res.namespaced else "", name)
+        old = self.objects.get(key)
+        if old is None:
+            raise not_found(res, name)
+        new = copy.deepcopy(body)
+        meta = new.setdefault("metadata", {})
+        sent_rv = meta.get("resourceVersion")
+        if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
+            what = f"{res.plural}.{res.group}" if res.group else res.plural
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {what} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+                details={"name": name, "kind": res.plural},
+            )
+        if meta.get("name", name) != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        if subresource == "status":  # only status changes
+            merged = copy.deepcopy(old)
+            merged["status"] = new.get("status", {})
+            new = merged
+        elif res.has_status:  # the main resource never changes status
+            new["status"] = copy.deepcopy(old.get("status", {})) if "status" in old else new.get("status", {})
+            if "status" not in old:
+                new.pop("status", None)
+        for keep in ("uid", "creationTimestamp", "namespace", "deletionTimestamp", "generation"):
+            if keep in old["metadata"]:
+                new["metadata"][keep] = old["metadata"][keep]
+            else:
+                new["metadata"].pop(keep, None)
+        new["metadata"]["name"] = name
+        new["apiVersion"], new["kind"] = res.api_version, res.kind
+        if validate is not None:
+            validate(old, new)
+        if new.get("spec") != old.get("spec"):
+            new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        if _same(old, new):
+            return copy.deepcopy(old)  # a no-op write keeps the resourceVersion, as the real server
+        self._bump(new)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            del self.objects[key]
+            self._emit("DELETED", res, new)
+            return copy.deepcopy(new)
+        self.objects[key] = new
+        self._emit("MODIFIED", res, new)
+        return copy.deepcopy(new)
+
+    def delete(self, res: Resource, namespace: str, name: str) -> Obj:
+        key = (res, namespace if res.namespaced else "", name)
+        old = self.objects.get(key)
+        if old is None:
+            raise not_found(res, name)
+        if old["metadata"].get("finalizers"):
+            if not old["metadata"].get("deletionTimestamp"):
+                old["metadata"]["deletionTimestamp"] = _now()
+                self._bump(old)
+                self._emit("MODIFIED", res, old)
+            return copy.deepcopy(old)
+        del self.objects[key]
+        self._bump(old)
+        self._emit("DELETED", res, old)
+        return copy.deepcopy(old)
+
+    def delete_namespace_contents(self, namespace: str, resources: Iterable[Resource]) -> None:
+        for res in resources:
+            if res.namespaced:
+                for r, ns, name in [k for k in self.objects if k[0] is res and k[1] == namespace]:
+                    self.delete(r, ns, name)
+
+    # ----- watch ---------------------------------------------------------------------------
+
+    def events_since(self, res: Resource, namespace: str | None, rv: int) -> builtins.list[Event]:
+        """Changes after ``rv``; ApiError 410 when ``rv`` is older than the kept history."""
+        horizon = max(self.horizon, self.history[0].rv - 1 if len(self.history) == self.history.maxlen else 0)
+        if rv < horizon:
+            raise ApiError(410, "Expired", f"too old resource version: {rv} ({horizon})")
+        return [
+            e
+            for e in self.history
+            if e.rv > rv
+            and e.resource is res
+            and (namespace is None or e.obj.get("metadata", {}).get("namespace") == namespace)
+        ]
+
+    def compact(self) -> None:
+        """Forget all history (fault injection: the next watch from an old version gets 410)."""
+        self.history.clear()
+        self.horizon = self.rv
+
+
+def _same(old: Obj, new: Obj) -> bool:
+    a = {k: v for k, v in old.items() if k != "metadata"}
+    b = {k: v for k, v in new.items() if k != "metadata"}
+    ma = {k: v for k, v in old["metadata"].items() if k != "resourceVersion"}
+    mb = {k: v for k, v in new["metadata"].items() if k != "resourceVersion"}
+    return a == b and ma == mb

@@ -1,0 +1,56 @@
+"""The kinds the simulated API server serves: built-ins and the CRDs of the integrated job operators."""
+
+from __future__ import annotations
+
+from admission.sim.objects import Resource
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",))
+
+BUILT_IN = (
+    NAMESPACES,
+    Resource("", "v1", "nodes", "Node", namespaced=False, short_names=("no",)),
+    Resource("", "v1", "pods", "Pod", short_names=("po",)),
+    Resource("", "v1", "podtemplates", "PodTemplate", has_status=False),
+    Resource("", "v1", "events", "Event", has_status=False, short_names=("ev",)),
+    Resource("", "v1", "secrets", "Secret", has_status=False),
+    Resource("", "v1", "configmaps", "ConfigMap", has_status=False, short_names=("cm",)),
+    Resource("events.k8s.io", "v1", "events", "Event", has_status=False),
+    Resource("coordination.k8s.io", "v1", "leases", "Lease", has_status=False),
+    Resource("batch", "v1", "jobs", "Job"),
+    Resource("apps", "v1", "deployments", "Deployment", short_names=("deploy",)),
+    Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        namespaced=False,
+        has_status=False,
+    ),
+    Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        namespaced=False,
+        has_status=False,
+    ),
+    Resource(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        namespaced=False,
+        short_names=("crd",),
+    ),
+)
+
+# Custom resources of the operators a GPU cluster runs (pre-installed, as their CRDs would be).
+CUSTOM = (
+    Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+    Resource("kubeflow.org", "v1", "tfjobs", "TFJob"),
+    Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
+    Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest"),
+)
+
+ALL = BUILT_IN + CUSTOM

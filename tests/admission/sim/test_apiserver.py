@@ -1,0 +1,192 @@
+"""The simulated API server, used through the real kubernetes_asyncio client over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.rest import ApiException
+
+from admission.sim.apiserver import ApiServer
+
+
+@pytest_asyncio.fixture
+async def cluster() -> AsyncIterator[tuple[ApiServer, client.ApiClient]]:
+    server = ApiServer()
+    runner = web.AppRunner(server.app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    config = client.Configuration(host=f"http://127.0.0.1:{port}")
+    api = client.ApiClient(config)
+    try:
+        yield server, api
+    finally:
+        await api.close()
+        await runner.cleanup()
+
+
+def job(name: str, gpus: str = "1", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": gpus}}}],
+                }
+            },
+        },
+    }
+
+
+async def test_discovery_and_namespaces(cluster: tuple[ApiServer, client.ApiClient]) -> None:
+    _, api = cluster
+    version = await client.VersionApi(api).get_code()
+    assert version.major == "1"
+    core = client.CoreV1Api(api)
+    await core.create_namespace({"metadata": {"name": "team-a", "labels": {"team": "a"}}})
+    names = [ns.metadata.name for ns in (await core.list_namespace()).items]
+    assert {"default", "kube-system", "team-a"} <= set(names)
+    groups = await client.ApisApi(api).get_api_versions()
+    assert "kubeflow.org" in {g.name for g in groups.groups}
+
+
+async def test_job_lifecycle_conflicts_and_status(cluster: tuple[ApiServer, client.ApiClient]) -> None:
+    _, api = cluster
+    batch = client.BatchV1Api(api)
+    created = await batch.create_namespaced_job("default", job("train"))
+    assert created.metadata.uid and created.metadata.generation == 1
+    rv = created.metadata.resource_version
+    with pytest.raises(ApiException) as dup:
+        await batch.create_namespaced_job("default", job("train"))
+    assert dup.value.status == 409 and '"reason": "AlreadyExists"' in dup.value.body.replace("'", '"')
+    patched = await batch.patch_namespaced_job("train", "default", {"spec": {"suspend": False}})
+    assert patched.spec.suspend is False and patched.metadata.generation == 2
+    stale = job("train")
+    stale["metadata"]["resourceVersion"] = rv
+    with pytest.raises(ApiException) as conflict:
+        await batch.replace_namespaced_job("train", "default", stale)
+    assert conflict.value.status == 409
+    status = await batch.patch_namespaced_job_status("train", "default", {"status": {"active": 2}})
+    assert status.status.active == 2 and status.metadata.generation == 2  # status does not bump generation
+    ignored = await batch.patch_namespaced_job("train", "default", {"status": {"active": 9}})
+    assert ignored.status.active == 2  # the main resource cannot change status
+    await batch.delete_namespaced_job("train", "default")
+    with pytest.raises(ApiException) as gone:
+        await batch.read_namespaced_job("train", "default")
+    assert gone.value.status == 404
+
+
+async def test_objects_need_an_existing_namespace(cluster: tuple[ApiServer, client.ApiClient]) -> None:
+    _, api = cluster
+    with pytest.raises(ApiException) as missing:
+        await client.BatchV1Api(api).create_namespaced_job("nowhere", job("x"))
+    assert missing.value.status == 404 and "namespaces" in missing.value.body
+
+
+async def test_custom_resources_take_merge_and_json_patches_not_strategic(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    _, api = cluster
+    custom = client.CustomObjectsApi(api)
+    body = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "pt"},
+        "spec": {"runPolicy": {"suspend": True}, "pytorchReplicaSpecs": {}},
+    }
+    await custom.create_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs", body)
+    merged = await custom.patch_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        "default",
+        "pytorchjobs",
+        "pt",
+        {"spec": {"runPolicy": {"suspend": False}}},
+        _content_type="application/merge-patch+json",
+    )
+    assert merged["spec"]["runPolicy"]["suspend"] is False
+    jp = await custom.patch_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        "default",
+        "pytorchjobs",
+        "pt",
+        [{"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "q"}}],
+    )
+    assert jp["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "q"}
+    with pytest.raises(ApiException) as strategic:
+        await custom.patch_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            "default",
+            "pytorchjobs",
+            "pt",
+            {"spec": {}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+    assert strategic.value.status == 415
+
+
+async def test_label_selectors_and_pagination(cluster: tuple[ApiServer, client.ApiClient]) -> None:
+    _, api = cluster
+    batch = client.BatchV1Api(api)
+    for i, (team, tier) in enumerate([("a", "x"), ("a", "y"), ("b", "x"), ("a", "z")]):
+        await batch.create_namespaced_job("default", job(f"j{i}", labels={"team": team, "tier": tier}))
+    picked = await batch.list_namespaced_job("default", label_selector="team=a,tier in (x,y)")
+    assert [j.metadata.name for j in picked.items] == ["j0", "j1"]
+    assert [j.metadata.name for j in (await batch.list_namespaced_job("default", label_selector="team!=a")).items] == [
+        "j2"
+    ]
+    page = await batch.list_namespaced_job("default", limit=3)
+    assert len(page.items) == 3 and page.metadata._continue
+    rest = await batch.list_namespaced_job("default", limit=3, _continue=page.metadata._continue)
+    assert [j.metadata.name for j in rest.items] == ["j3"]
+    one = await batch.list_namespaced_job("default", field_selector="metadata.name=j2")
+    assert [j.metadata.name for j in one.items] == ["j2"]
+
+
+async def test_watch_resumes_from_a_version_and_410_after_compaction(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    server, api = cluster
+    batch = client.BatchV1Api(api)
+    listed = await batch.list_namespaced_job("default")
+    rv = listed.metadata.resource_version
+    await batch.create_namespaced_job("default", job("a"))
+    await batch.patch_namespaced_job("a", "default", {"spec": {"suspend": False}})
+    await batch.delete_namespaced_job("a", "default")
+    seen = []
+    w = watch.Watch()
+    async with w.stream(batch.list_namespaced_job, "default", resource_version=rv, timeout_seconds=1) as stream:
+        async for event in stream:
+            seen.append((event["type"], event["object"].metadata.name))
+            if len(seen) == 3:
+                w.stop()
+    assert seen == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+    server.store.compact()
+    with pytest.raises(ApiException) as expired:
+        async with watch.Watch().stream(
+            batch.list_namespaced_job, "default", resource_version=rv, timeout_seconds=1
+        ) as stream:
+            async for _ in stream:
+                pass
+    assert expired.value.status == 410
+
+
+async def test_deleting_a_namespace_deletes_its_objects(cluster: tuple[ApiServer, client.ApiClient]) -> None:
+    _, api = cluster
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    await core.create_namespace({"metadata": {"name": "gone"}})
+    await batch.create_namespaced_job("gone", job("j"))
+    await core.delete_namespace("gone")
+    assert (await batch.list_job_for_all_namespaces()).items == []

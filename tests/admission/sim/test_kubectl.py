@@ -1,0 +1,75 @@
+"""kubectl, a client nobody here wrote, against the simulated API server (when kubectl is on PATH)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from admission.cli.sim import write_kubeconfig
+from admission.sim.apiserver import ApiServer
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+
+
+@pytest_asyncio.fixture
+async def kubeconfig(tmp_path: Path) -> AsyncIterator[Path]:
+    runner = web.AppRunner(ApiServer().app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+    await runner.cleanup()
+
+
+async def kubectl(config: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    assert KUBECTL is not None
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL,
+        "--kubeconfig",
+        str(config),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), timeout=30)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+JOB = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "demo", "namespace": "team-a"},
+    "spec": {
+        "suspend": True,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}},
+    },
+}
+
+
+async def test_kubectl_round_trip(kubeconfig: Path) -> None:
+    code, out, _ = await kubectl(kubeconfig, "version", "-o", "json")
+    assert code == 0 and json.loads(out)["serverVersion"]["gitVersion"] == "v1.30.0-turnstile-sim"
+    assert (await kubectl(kubeconfig, "create", "namespace", "team-a"))[0] == 0
+    code, out, err = await kubectl(kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(JOB))
+    assert code == 0, err
+    code, out, _ = await kubectl(kubeconfig, "patch", "job", "demo", "-n", "team-a", "-p", '{"spec":{"suspend":false}}')
+    assert code == 0 and "patched" in out
+    code, out, _ = await kubectl(kubeconfig, "get", "job", "demo", "-n", "team-a", "-o", "json")
+    got = json.loads(out)
+    assert got["spec"]["suspend"] is False and got["metadata"]["generation"] == 2
+    stale = dict(JOB, metadata={**JOB["metadata"], "resourceVersion": "1"})  # type: ignore[dict-item]
+    code, _, err = await kubectl(kubeconfig, "replace", "--validate=false", "-f", "-", stdin=json.dumps(stale))
+    assert code != 0 and "the object has been modified" in err
+    assert (await kubectl(kubeconfig, "delete", "job", "demo", "-n", "team-a"))[0] == 0
+    code, _, err = await kubectl(kubeconfig, "get", "job", "demo", "-n", "team-a")
+    assert code != 0 and 'jobs.batch "demo" not found' in err
