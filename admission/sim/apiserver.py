@@ -13,12 +13,13 @@ import asyncio
 import base64
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from admission.sim import patches, resources
-from admission.sim.objects import ApiError, Event, ObjectStore, Resource, Watcher
+from admission.sim import patches, resources, validation
+from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit
 BOOKMARK_SECONDS = 1.0
@@ -107,12 +108,15 @@ class ApiServer:
             return web.json_response(self.store.get(res, namespace, name))
         if method == "POST" and not name:
             body = await self._body(request)
+            if res not in self.custom:
+                validation.schema(res, {**body, "apiVersion": res.api_version, "kind": res.kind})
             return web.json_response(
                 self.store.create(res, namespace, body, namespaces=resources.NAMESPACES), status=201
             )
         if method == "PUT" and name:
             body = await self._body(request)
-            return web.json_response(self.store.replace(res, namespace, name, body, subresource=sub))
+            rules = self._update_rules(res, sub)
+            return web.json_response(self.store.replace(res, namespace, name, body, subresource=sub, validate=rules))
         if method == "PATCH" and name:
             return web.json_response(await self._patch(request, res, namespace, name, sub))
         if method == "DELETE" and name:
@@ -175,7 +179,19 @@ class ApiServer:
             raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
         if not isinstance(body, dict) or "resourceVersion" not in (body.get("metadata") or {}):
             patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self.store.replace(res, namespace, name, patched, subresource=sub)
+        return self.store.replace(res, namespace, name, patched, subresource=sub, validate=self._update_rules(res, sub))
+
+    def _update_rules(self, res: Resource, sub: str) -> Callable[[Obj, Obj], None] | None:
+        """What an update must satisfy: the kind's schema (not for status writes) and its own rules."""
+        if res in self.custom or sub == "status":
+            return None
+
+        def check(old: Obj, new: Obj) -> None:
+            validation.schema(res, new)
+            if res.group == "batch" and res.plural == "jobs":
+                validation.job_update(res, old, new)
+
+        return check
 
     def _delete_namespace(self, name: str) -> Any:
         ns = self.store.get(resources.NAMESPACES, "", name)

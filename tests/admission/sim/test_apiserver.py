@@ -190,3 +190,41 @@ async def test_deleting_a_namespace_deletes_its_objects(cluster: tuple[ApiServer
     await batch.create_namespaced_job("gone", job("j"))
     await core.delete_namespace("gone")
     assert (await batch.list_job_for_all_namespaces()).items == []
+
+
+async def test_built_in_objects_are_validated_strictly(cluster: tuple[ApiServer, client.ApiClient]) -> None:
+    _, api = cluster
+    bad = job("typo")
+    bad["spec"]["parallelizm"] = 2
+    with pytest.raises(ApiException) as exc:
+        await client.BatchV1Api(api).create_namespaced_job("default", bad)
+    assert exc.value.status == 422
+    assert "'parallelizm' was unexpected" in exc.value.body and '"field": "spec"' in exc.value.body
+
+
+@pytest.mark.parametrize(
+    ("started", "change", "allowed"),
+    [
+        (False, {"template": {"spec": {"nodeSelector": {"gpu": "a100"}}}}, True),
+        (False, {"template": {"spec": {"tolerations": [{"key": "gpu", "operator": "Exists"}]}}}, True),
+        (False, {"template": {"spec": {"containers": [{"name": "c", "image": "other"}]}}}, False),
+        (True, {"template": {"spec": {"nodeSelector": {"gpu": "a100"}}}}, False),
+        (False, {"completions": 3}, False),
+    ],
+    ids=["node-selector", "tolerations", "containers", "after-start", "completions"],
+)
+async def test_job_template_rules(
+    cluster: tuple[ApiServer, client.ApiClient], started: bool, change: dict[str, Any], allowed: bool
+) -> None:
+    _, api = cluster
+    batch = client.BatchV1Api(api)
+    await batch.create_namespaced_job("default", job("j"))
+    if started:
+        await batch.patch_namespaced_job_status("j", "default", {"status": {"startTime": "2026-11-30T00:00:00Z"}})
+    try:
+        result = await batch.patch_namespaced_job("j", "default", {"spec": change})
+        assert allowed, "the change should have been refused"
+        assert result.metadata.generation == 2
+    except ApiException as exc:
+        assert not allowed, exc.body
+        assert exc.status == 422 and "field is immutable" in exc.body

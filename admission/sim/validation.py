@@ -1,0 +1,86 @@
+"""What the API server refuses: schema violations of built-in kinds and the Job's update rules.
+
+Built-in objects are checked against Kubernetes' own OpenAPI schemas (kubernetes-validate,
+strict: unknown fields are errors). A Job's pod template is immutable, except its scheduling
+directives (node selector, affinity, tolerations, scheduling gates, labels, annotations) while
+the Job is suspended and has never started; its selector and completions never change.
+Errors are 422 ``Invalid`` with a cause per field, as the real server sends them.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kubernetes_validate
+
+from admission.sim.objects import ApiError, Obj, Resource
+
+KUBERNETES_VERSION = "1.30"
+MUTABLE_WHILE_SUSPENDED = (
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+    ("spec", "nodeSelector"),
+    ("spec", "affinity"),
+    ("spec", "tolerations"),
+    ("spec", "schedulingGates"),
+)
+
+
+def invalid(res: Resource, name: str, causes: list[tuple[str, str]]) -> ApiError:
+    group = f".{res.group}" if res.group else ""
+    summary = ", ".join(f"{field}: {message}" for field, message in causes)
+    return ApiError(
+        422,
+        "Invalid",
+        f'{res.kind}{group} "{name}" is invalid: {summary}',
+        details={
+            "name": name,
+            "group": res.group,
+            "kind": res.kind,
+            "causes": [{"reason": "FieldValueInvalid", "field": f, "message": m} for f, m in causes],
+        },
+    )
+
+
+def schema(res: Resource, obj: Obj) -> None:
+    """Strict OpenAPI validation of a built-in object; custom resources are left to their CRD."""
+    try:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.SchemaNotFoundError:
+        return
+    except kubernetes_validate.ValidationError as exc:
+        path = ".".join(str(p) for p in getattr(exc, "path", ())) or "<object>"
+        first = str(getattr(exc, "message", exc)).splitlines()[0]
+        raise invalid(res, obj.get("metadata", {}).get("name", ""), [(path, first)]) from None
+
+
+def _without_directives(template: Any) -> Any:
+    out = copy.deepcopy(template) if isinstance(template, dict) else {}
+    for section, key in MUTABLE_WHILE_SUSPENDED:
+        (out.get(section) or {}).pop(key, None)
+    return out
+
+
+def job_update(res: Resource, old: Obj, new: Obj) -> None:
+    causes: list[tuple[str, str]] = []
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    if "selector" in old_spec and new_spec.get("selector") != old_spec["selector"]:
+        causes.append(("spec.selector", "field is immutable"))
+    if new_spec.get("completions") != old_spec.get("completions"):
+        elastic = new_spec.get("completionMode") == "Indexed" and new_spec.get("completions") == new_spec.get(
+            "parallelism"
+        )
+        if not elastic:
+            causes.append(("spec.completions", "field is immutable"))
+    old_t, new_t = old_spec.get("template"), new_spec.get("template")
+    if old_t != new_t:
+        never_started = bool(old_spec.get("suspend")) and not (old.get("status") or {}).get("startTime")
+        if not never_started or _without_directives(old_t) != _without_directives(new_t):
+            allowed = (
+                "; only nodeSelector, affinity, tolerations, schedulingGates, labels and annotations may "
+                "change, and only while the Job is suspended and has never started"
+            )
+            causes.append(("spec.template", "field is immutable" + allowed))
+    if causes:
+        raise invalid(res, new.get("metadata", {}).get("name", ""), causes)
