@@ -14,6 +14,8 @@ import base64
 import contextlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from random import Random
 from typing import Any
 
 from aiohttp import web
@@ -37,13 +39,34 @@ VERSION = {
 }
 
 
+@dataclass(slots=True)
+class Faults:
+    """Fault injection for tests: what a flaky API server does to its clients. Seeded, so repeatable."""
+
+    latency: float = 0.0  # seconds added to every request
+    error_rate: float = 0.0  # share of API requests answered 500 or 429 (with Retry-After)
+    conflict_rate: float = 0.0  # share of updates refused with 409 Conflict
+    seed: int = 0
+    random: Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.random = Random(self.seed)
+
+
 class ApiServer:
-    def __init__(self, store: ObjectStore | None = None, served: tuple[Resource, ...] = resources.ALL) -> None:
+    def __init__(
+        self,
+        store: ObjectStore | None = None,
+        served: tuple[Resource, ...] = resources.ALL,
+        faults: Faults | None = None,
+    ) -> None:
+        self.faults = faults or Faults()
         self.store = store or ObjectStore()
         self.served = served
         self.by_path = {(r.group, r.version, r.plural): r for r in served}
         self.custom = {r for r in served if r in resources.CUSTOM}
         self.streams: set[Watcher] = set()
+        self.watches_served = 0
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
         self.app = web.Application(client_max_size=MAX_BODY)
@@ -51,16 +74,49 @@ class ApiServer:
         self.app.on_shutdown.append(self._end_streams)
 
     async def _end_streams(self, _app: web.Application) -> None:
+        self.drop_watches()
+
+    def drop_watches(self) -> None:
+        """End every open watch stream (on shutdown, or as an injected fault: clients must re-watch)."""
         for w in list(self.streams):
             w.queue.put_nowait(None)
+
+    async def _inject(self, request: web.Request) -> None:
+        faults = self.faults
+        if faults.latency:
+            await asyncio.sleep(faults.latency)
+        if not request.path.startswith(("/api/", "/apis/")):
+            return
+        if faults.error_rate and faults.random.random() < faults.error_rate:
+            if faults.random.random() < 0.5:
+                raise ApiError(
+                    429,
+                    "TooManyRequests",
+                    "the server has received too many requests and has asked us to try again later",
+                    details={"retryAfterSeconds": 1},
+                )
+            raise ApiError(500, "InternalError", "an error on the server (injected) has prevented the request")
+        if (
+            request.method in ("PUT", "PATCH")
+            and faults.conflict_rate
+            and faults.random.random() < faults.conflict_rate
+        ):
+            raise ApiError(
+                409,
+                "Conflict",
+                "Operation cannot be fulfilled: the object has been modified; please "
+                "apply your changes to the latest version and try again (injected)",
+            )
 
     # ----- routing -------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
+            await self._inject(request)
             return await self._route(request)
         except ApiError as exc:
-            return web.json_response(exc.status(), status=exc.code)
+            headers = {"Retry-After": "1"} if exc.code == 429 else None
+            return web.json_response(exc.status(), status=exc.code, headers=headers)
         except web.HTTPRequestEntityTooLarge:
             return web.json_response(
                 ApiError(413, "RequestEntityTooLarge", "request is too large").status(), status=413
@@ -203,6 +259,7 @@ class ApiServer:
         rv_param = request.query.get("resourceVersion", "")
         timeout = float(request.query.get("timeoutSeconds") or 1800)
         bookmarks = request.query.get("allowWatchBookmarks") in WATCH_TRUE
+        self.watches_served += 1
         watcher = Watcher(res, namespace)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()

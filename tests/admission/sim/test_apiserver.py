@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -228,3 +229,52 @@ async def test_job_template_rules(
     except ApiException as exc:
         assert not allowed, exc.body
         assert exc.status == 422 and "field is immutable" in exc.body
+
+
+async def test_injected_faults(cluster: tuple[ApiServer, client.ApiClient]) -> None:
+    server, api = cluster
+    batch = client.BatchV1Api(api)
+    await batch.create_namespaced_job("default", job("j"))
+    server.faults.error_rate = 1.0
+    codes = set()
+    for _ in range(12):
+        with pytest.raises(ApiException) as exc:
+            await batch.read_namespaced_job("j", "default")
+        codes.add(exc.value.status)
+        if exc.value.status == 429:
+            assert exc.value.headers["Retry-After"] == "1"
+    assert codes == {429, 500}
+    server.faults.error_rate = 0.0
+    server.faults.conflict_rate = 1.0
+    with pytest.raises(ApiException) as conflict:
+        await batch.patch_namespaced_job("j", "default", {"spec": {"suspend": False}})
+    assert conflict.value.status == 409
+    server.faults.conflict_rate = 0.0
+    assert (await batch.read_namespaced_job("j", "default")).spec.suspend is True  # nothing was written
+
+
+async def test_dropped_watches_end_and_can_resume(cluster: tuple[ApiServer, client.ApiClient]) -> None:
+    server, api = cluster
+    batch = client.BatchV1Api(api)
+    rv = (await batch.list_namespaced_job("default")).metadata.resource_version
+    seen: list[str] = []
+
+    async def consume() -> None:
+        w = watch.Watch()  # no timeout_seconds: the client re-watches when the server ends a stream
+        async with w.stream(batch.list_namespaced_job, "default", resource_version=rv) as stream:
+            async for event in stream:
+                seen.append(event["object"].metadata.name)
+                if len(seen) == 1:
+                    server.drop_watches()
+                if len(seen) == 2:
+                    w.stop()
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.1)
+    await batch.create_namespaced_job("default", job("first"))
+    await asyncio.sleep(0.2)
+    await batch.create_namespaced_job("default", job("second"))
+    await asyncio.wait_for(task, timeout=10)
+    # The stream was dropped, the client re-watched from the last version it saw: nothing lost, nothing twice.
+    assert server.watches_served == 2
+    assert seen == ["first", "second"]
