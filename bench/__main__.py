@@ -1,4 +1,4 @@
-"""``python -m bench [core|store|all]``: print Turnstile's figures for this machine."""
+"""``python -m bench [core|sim|store|all]``: print Turnstile's figures for this machine."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ def main() -> None:
     if which in ("core", "all"):
         kueue_perf.main()
         idle_cycle.main()
+    if which in ("sim", "all"):
+        from bench import sim_api
+
+        sim_api.main()
     if which in ("store", "all"):
         from bench import store
 

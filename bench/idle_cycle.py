@@ -10,25 +10,58 @@ from queues.scheduler import Scheduler
 
 
 def build(pending: int = 100_000, queues: int = 100) -> Scheduler:
-    objs: list[api.KueueObject] = [api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
-                                              "metadata": {"name": "a100"}})]
+    objs: list[api.KueueObject] = [
+        api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}})
+    ]
     for q in range(queues):
-        objs.append(api.parse({
-            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": f"cq-{q}"},
-            "spec": {"namespaceSelector": {}, "cohort": f"c-{q % 10}", "resourceGroups": [
-                {"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                    {"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]}]},
-        }))
-        objs.append(api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-                               "metadata": {"name": "q", "namespace": f"ns-{q}"}, "spec": {"clusterQueue": f"cq-{q}"}}))
+        objs.append(
+            api.parse(
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta1",
+                    "kind": "ClusterQueue",
+                    "metadata": {"name": f"cq-{q}"},
+                    "spec": {
+                        "namespaceSelector": {},
+                        "cohort": f"c-{q % 10}",
+                        "resourceGroups": [
+                            {
+                                "coveredResources": ["nvidia.com/gpu"],
+                                "flavors": [
+                                    {"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]}
+                                ],
+                            }
+                        ],
+                    },
+                }
+            )
+        )
+        objs.append(
+            api.parse(
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta1",
+                    "kind": "LocalQueue",
+                    "metadata": {"name": "q", "namespace": f"ns-{q}"},
+                    "spec": {"clusterQueue": f"cq-{q}"},
+                }
+            )
+        )
     sched = Scheduler(Config.of(objs))
     for i in range(pending):
         q = i % queues
-        job = jobs.read_job({"apiVersion": "batch/v1", "kind": "Job",
-                             "metadata": {"name": f"j{i}", "namespace": f"ns-{q}",
-                                          "labels": {"kueue.x-k8s.io/queue-name": "q"}},
-                             "spec": {"template": {"spec": {"containers": [
-                                 {"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(1 + i % 8)}}}]}}}})
+        job = jobs.read_job(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": f"j{i}", "namespace": f"ns-{q}", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(1 + i % 8)}}}]
+                        }
+                    }
+                },
+            }
+        )
         sched.submit(sched.workload_for(job, seq=i, now=float(i)))
     return sched
 

@@ -53,35 +53,83 @@ def generate(name: str, cohorts: int, queues: int, sets: tuple[WorkloadSet, ...]
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "default"}}
     ]
     for s in sets:
-        manifests.append({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
-                          "metadata": {"name": s.cls}, "value": s.priority})
+        manifests.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": s.cls},
+                "value": s.priority,
+            }
+        )
     jobs: list[dict[str, Any]] = []
     for c in range(cohorts):
         for q in range(queues):
             cq = f"cohort-{c}-cq-{q}"
-            manifests.append({
-                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cq},
-                "spec": {"cohort": f"cohort-{c}", "namespaceSelector": {},
-                         "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
-                         "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": [
-                             {"name": "cpu", "nominalQuota": "20", "borrowingLimit": "100"}]}]}]},
-            })
-            manifests.append({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-                              "metadata": {"name": "lq", "namespace": cq}, "spec": {"clusterQueue": cq}})
+            manifests.append(
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta1",
+                    "kind": "ClusterQueue",
+                    "metadata": {"name": cq},
+                    "spec": {
+                        "cohort": f"cohort-{c}",
+                        "namespaceSelector": {},
+                        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                        "resourceGroups": [
+                            {
+                                "coveredResources": ["cpu"],
+                                "flavors": [
+                                    {
+                                        "name": "default",
+                                        "resources": [{"name": "cpu", "nominalQuota": "20", "borrowingLimit": "100"}],
+                                    }
+                                ],
+                            }
+                        ],
+                    },
+                }
+            )
+            manifests.append(
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta1",
+                    "kind": "LocalQueue",
+                    "metadata": {"name": "lq", "namespace": cq},
+                    "spec": {"clusterQueue": cq},
+                }
+            )
             for s in sets:
                 for i in range(s.count):
-                    jobs.append({
-                        "at": round(i * s.interval, 6),
-                        "runtime": s.runtime,
-                        "object": {
-                            "apiVersion": "batch/v1", "kind": "Job",
-                            "metadata": {"name": f"{s.cls}-{i}", "namespace": cq,
-                                         "labels": {"kueue.x-k8s.io/queue-name": "lq",
-                                                    "kueue.x-k8s.io/priority-class": s.cls}},
-                            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
-                                {"name": "c", "image": "x", "resources": {"requests": {"cpu": str(s.cpu)}}}]}}},
-                        },
-                    })
+                    jobs.append(
+                        {
+                            "at": round(i * s.interval, 6),
+                            "runtime": s.runtime,
+                            "object": {
+                                "apiVersion": "batch/v1",
+                                "kind": "Job",
+                                "metadata": {
+                                    "name": f"{s.cls}-{i}",
+                                    "namespace": cq,
+                                    "labels": {
+                                        "kueue.x-k8s.io/queue-name": "lq",
+                                        "kueue.x-k8s.io/priority-class": s.cls,
+                                    },
+                                },
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "restartPolicy": "Never",
+                                            "containers": [
+                                                {
+                                                    "name": "c",
+                                                    "image": "x",
+                                                    "resources": {"requests": {"cpu": str(s.cpu)}},
+                                                }
+                                            ],
+                                        }
+                                    }
+                                },
+                            },
+                        }
+                    )
     return {"name": name, "manifests": manifests, "jobs": jobs}
 
 
@@ -126,10 +174,14 @@ def main() -> None:
         theirs = f"   Kueue (its CI, wall clock): {kueue['makespan']:.0f} s"
         if name == "baseline":
             theirs += f" ({kueue['makespan'] / r['bound']:.1f}x)"
-        print(f"  makespan            {r['makespan']:8.1f} s   fluid bound {r['bound']:.1f} s "
-              f"({r['makespan'] / r['bound']:.2f}x){theirs}")
+        print(
+            f"  makespan            {r['makespan']:8.1f} s   fluid bound {r['bound']:.1f} s "
+            f"({r['makespan'] / r['bound']:.2f}x){theirs}"
+        )
         for cls, avg in sorted(r["avg_wait"].items()):
             theirs = kueue.get(cls)
             print(f"  avg time to admission {cls:7s} {avg:7.2f} s" + (f"   Kueue: {theirs} s" if theirs else ""))
-        print(f"  wall: simulate {r['simulate_s']:.2f} s (+ parse {r['parse_s']:.2f} s), "
-              f"{r['cycles']} cycles, {r['preemptions']} preemptions")
+        print(
+            f"  wall: simulate {r['simulate_s']:.2f} s (+ parse {r['parse_s']:.2f} s), "
+            f"{r['cycles']} cycles, {r['preemptions']} preemptions"
+        )

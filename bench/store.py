@@ -22,24 +22,60 @@ NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 
 
 def _cq(i: int) -> api.KueueObject:
-    return api.parse({
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": f"cq-{i:04d}"},
-        "spec": {"namespaceSelector": {}, "cohort": f"cohort-{i % 20}", "resourceGroups": [
-            {"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [{"name": "a100", "resources": [
-                {"name": "cpu", "nominalQuota": "512"}, {"name": "nvidia.com/gpu", "nominalQuota": "64"}]}]}]},
-    })
+    return api.parse(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": f"cq-{i:04d}"},
+            "spec": {
+                "namespaceSelector": {},
+                "cohort": f"cohort-{i % 20}",
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "a100",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "512"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": "64"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+    )
 
 
 def _records(n: int, offset: int = 0) -> list[store.Record]:
     out = []
     for i in range(offset, offset + n):
-        job = jobs.read_job({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": f"job-{i}", "namespace": f"ns-{i % 1000:04d}",
-                         "labels": {"kueue.x-k8s.io/queue-name": "q", "team": f"t{i % 7}"}},
-            "spec": {"parallelism": 2, "template": {"spec": {"containers": [
-                {"name": "c", "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}]}}},
-        })
+        job = jobs.read_job(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": f"job-{i}",
+                    "namespace": f"ns-{i % 1000:04d}",
+                    "labels": {"kueue.x-k8s.io/queue-name": "q", "team": f"t{i % 7}"},
+                },
+                "spec": {
+                    "parallelism": 2,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "c",
+                                    "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}},
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
+        )
         out.append(store.Record(f"uid-{i}", job, "q", 0, NOW))
     return out
 
@@ -58,15 +94,26 @@ async def _run(url: str) -> None:
         async with database.transaction(factory) as s:
             snap = await store.load_snapshot(s)
         ids = list(snap.ids.values())[:1000]
-        admits = [store.Admit(wid, Admission(f"cq-{k % 1000:04d}", {"main": {"cpu": "a100", "nvidia.com/gpu": "a100"}},
-                                             {("a100", "cpu"): 8000, ("a100", "nvidia.com/gpu"): 2000}, False))
-                  for k, wid in enumerate(ids)]
+        admits = [
+            store.Admit(
+                wid,
+                Admission(
+                    f"cq-{k % 1000:04d}",
+                    {"main": {"cpu": "a100", "nvidia.com/gpu": "a100"}},
+                    {("a100", "cpu"): 8000, ("a100", "nvidia.com/gpu"): 2000},
+                    False,
+                ),
+            )
+            for k, wid in enumerate(ids)
+        ]
         t0 = time.perf_counter()
         async with database.transaction(factory) as s:
             result = await store.commit_cycle(s, admissions=admits, now=NOW)
         took = time.perf_counter() - t0
-        print(f"  commit one cycle of 1,000 admissions:       {took * 1000:6.0f} ms  (target <= 200 ms; "
-              f"{len(result.admitted)} admitted)")
+        print(
+            f"  commit one cycle of 1,000 admissions:       {took * 1000:6.0f} ms  (target <= 200 ms; "
+            f"{len(result.admitted)} admitted)"
+        )
         for offset in range(10_000, 100_000, 10_000):
             async with database.transaction(factory) as s:
                 await store.upsert(s, _records(10_000, offset))
