@@ -149,8 +149,8 @@ def read_job(obj: Any) -> JobInfo:
     if not isinstance(spec, Mapping):
         problems.append(FieldError("spec", "required: the job's spec"))
     else:
-        for ps_name, count, pod_spec, path in _pod_templates(kind, spec, problems):
-            ps = _pod_set(ps_name, count, pod_spec, path, problems)
+        for ps_name, count, template, path in _pod_templates(kind, spec, problems):
+            ps = _pod_set(ps_name, count, template["spec"], f"{path}.spec", problems)
             if ps is not None:
                 pod_sets.append(ps)
         if not pod_sets and not problems:
@@ -201,22 +201,35 @@ def batch_pods_count(job_spec: Mapping[str, Any], path: str, problems: list[Fiel
     return count
 
 
-def _template_spec(holder: Any, path: str, problems: list[FieldError]) -> Mapping[str, Any] | None:
+def _template(holder: Any, path: str, problems: list[FieldError]) -> Mapping[str, Any] | None:
+    """The pod template (metadata and spec) under ``holder.template``."""
     template = holder.get("template") if isinstance(holder, Mapping) else None
-    pod_spec = template.get("spec") if isinstance(template, Mapping) else None
-    if not isinstance(pod_spec, Mapping):
+    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
         problems.append(FieldError(f"{path}.template.spec", "required: the pod template's spec"))
         return None
-    return pod_spec
+    return template
+
+
+def pod_templates(obj: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """(pod set name, pod count, pod template) of every pod set of a job, for whatever runs its pods."""
+    kind = kind_of(obj)
+    spec = obj.get("spec")
+    if kind is None or not isinstance(spec, Mapping):
+        return []
+    problems: list[FieldError] = []
+    found = [(name, count, template) for name, count, template, _ in _pod_templates(kind, spec, problems)]
+    if problems:
+        raise errors.Invalid(problems)
+    return found
 
 
 def _pod_templates(
     kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]
 ) -> Iterator[tuple[str, int, Mapping[str, Any], str]]:
     if kind.kind == "Job":
-        pod_spec = _template_spec(spec, "spec", problems)
-        if pod_spec is not None:
-            yield "main", batch_pods_count(spec, "spec", problems), pod_spec, "spec.template.spec"
+        template = _template(spec, "spec", problems)
+        if template is not None:
+            yield "main", batch_pods_count(spec, "spec", problems), template, "spec.template"
         return
     if kind.kind == "JobSet":
         jobs = spec.get("replicatedJobs")
@@ -233,10 +246,10 @@ def _pod_templates(
             if not isinstance(job_spec, Mapping):
                 problems.append(FieldError(f"{path}.template.spec", "required: the Job template's spec"))
                 continue
-            pod_spec = _template_spec(job_spec, f"{path}.template.spec", problems)
-            if pod_spec is not None:
+            template = _template(job_spec, f"{path}.template.spec", problems)
+            if template is not None:
                 count = replicas * batch_pods_count(job_spec, f"{path}.template.spec", problems)
-                yield str(rj["name"]), count, pod_spec, f"{path}.template.spec.template.spec"
+                yield str(rj["name"]), count, template, f"{path}.template.spec.template"
         return
     assert kind.replica_field is not None
     replica_specs = spec.get(kind.replica_field)
@@ -259,9 +272,9 @@ def _pod_templates(
         if not isinstance(rspec, Mapping):
             problems.append(FieldError(path, "must be a replica spec"))
             continue
-        pod_spec = _template_spec(rspec, path, problems)
-        if pod_spec is not None:
-            yield rtype.lower(), _int_field(rspec, "replicas", path, 1, problems), pod_spec, f"{path}.template.spec"
+        template = _template(rspec, path, problems)
+        if template is not None:
+            yield rtype.lower(), _int_field(rspec, "replicas", path, 1, problems), template, f"{path}.template"
 
 
 def _container_requests(container: Any, path: str, problems: list[FieldError]) -> Requests:

@@ -1,0 +1,287 @@
+"""What runs in the simulated cluster: job operators, a scheduler and a kubelet.
+
+- Operators (batch Job, PyTorchJob/TFJob, MPIJob, JobSet): an unsuspended job gets its pods,
+  one per replica, named ``<job>-<podset>-<i>``; suspending it deletes them and sets the
+  Suspended condition; when every pod has succeeded the job completes, with the conditions its
+  real controller sets (Job: Complete; Kubeflow: Succeeded; JobSet: Completed).
+- Scheduler: a pending pod is bound to the first Node whose labels match its nodeSelector,
+  whose NoSchedule/NoExecute taints it tolerates and whose allocatable capacity still holds
+  its requests; otherwise it stays Pending with PodScheduled=False, reason Unschedulable.
+  Without any Node, capacity is unlimited.
+- Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
+  annotation (times ``time_scale``), then succeeds; without the annotation it runs forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+from typing import Any
+
+from admission.sim import resources
+from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher
+from queues import errors, jobs, quantity, selectors
+
+RUNTIME_ANNOTATION = "turnstile.dev/sim-runtime"
+JOB_UID_LABEL = "turnstile.dev/job-uid"
+POD_SET_LABEL = "turnstile.dev/pod-set"
+UNLIMITED_NODE = "sim-unlimited"
+
+PODS = next(r for r in resources.ALL if r.plural == "pods")
+NODES = next(r for r in resources.ALL if r.plural == "nodes")
+JOB_RESOURCES = tuple(r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS)
+DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed"}  # Kubeflow kinds: Succeeded
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _walk(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def _set_condition(status: Obj, kind: str, value: str, reason: str, message: str = "") -> None:
+    """Set a condition; unchanged if it already says the same (so reconciling twice writes nothing)."""
+    for c in status.get("conditions", []):
+        if c.get("type") == kind and c.get("status") == value and c.get("reason") == reason:
+            return
+    conditions = [c for c in status.get("conditions", []) if c.get("type") != kind]
+    conditions.append(
+        {
+            "type": kind,
+            "status": value,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": _now(),
+            "lastProbeTime": _now(),
+        }
+    )
+    status["conditions"] = conditions
+
+
+class Cluster:
+    """Reacts to the store's changes like the controllers and kubelets of a real cluster."""
+
+    def __init__(self, store: ObjectStore, *, time_scale: float = 1.0) -> None:
+        self.store = store
+        self.time_scale = time_scale
+        self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
+        self.tasks: list[asyncio.Task[None]] = []
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+
+    async def start(self) -> None:
+        for w in self.watchers:
+            self.store.watchers.append(w)
+            self.tasks.append(asyncio.create_task(self._consume(w)))
+
+    async def stop(self) -> None:
+        for w in self.watchers:
+            with contextlib.suppress(ValueError):
+                self.store.watchers.remove(w)
+            w.queue.put_nowait(None)
+        for timer in self.timers.values():
+            timer.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _consume(self, watcher: Watcher) -> None:
+        while (event := await watcher.queue.get()) is not None:
+            try:
+                if event.resource in JOB_RESOURCES and event.type != "DELETED":
+                    self.reconcile_job(
+                        event.resource, event.obj["metadata"]["namespace"], event.obj["metadata"]["name"]
+                    )
+                elif event.resource is PODS:
+                    self._on_pod(event.type, event.obj)
+                elif event.resource is NODES:
+                    self.schedule_pending()
+            except ApiError:
+                continue  # the object changed or vanished meanwhile; a later event reconciles again
+
+    # ----- operators -------------------------------------------------------------------------
+
+    def _pods_of(self, uid: str, namespace: str) -> list[Obj]:
+        return self.store.list(PODS, namespace, labels=f"{JOB_UID_LABEL}={uid}")[0]
+
+    def reconcile_job(self, res: Resource, namespace: str, name: str) -> None:
+        job = self.store.get(res, namespace, name)
+        kind = jobs.kind_of(job)
+        if kind is None:
+            return
+        status = job.setdefault("status", {})
+        done = DONE_CONDITION.get(kind.kind, "Succeeded")
+        if any(c.get("type") == done and c.get("status") == "True" for c in status.get("conditions", [])):
+            return
+        uid = job["metadata"]["uid"]
+        pods = self._pods_of(uid, namespace)
+        if bool(_walk(job, kind.suspend_path)):
+            for pod in pods:
+                self.store.delete(PODS, namespace, pod["metadata"]["name"])
+            status["active"] = 0
+            _set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
+            self.store.replace(res, namespace, name, job, subresource="status")
+            return
+        if not pods:
+            try:
+                templates = jobs.pod_templates(job)
+            except errors.Invalid:
+                return
+            runtime = (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+            for ps_name, count, template in templates:
+                for i in range(count):
+                    pods.append(self._create_pod(job, ps_name, i, template, runtime))
+            status.setdefault("startTime", _now())
+            _set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
+        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        status["active"] = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running"))
+        status["succeeded"] = succeeded
+        if pods and succeeded == len(pods):
+            status["completionTime"] = _now()
+            if kind.kind == "Job":
+                _set_condition(
+                    status,
+                    "SuccessCriteriaMet",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                )
+            _set_condition(
+                status,
+                done,
+                "True",
+                "CompletionsReached" if kind.kind == "Job" else "Succeeded",
+                f"{kind.kind} completed",
+            )
+        self.store.replace(res, namespace, name, job, subresource="status")
+
+    def _create_pod(self, job: Obj, ps_name: str, index: int, template: Any, runtime: str | None) -> Obj:
+        meta = template.get("metadata") or {}
+        labels = {
+            **(meta.get("labels") or {}),
+            "job-name": job["metadata"]["name"],
+            JOB_UID_LABEL: job["metadata"]["uid"],
+            POD_SET_LABEL: ps_name,
+        }
+        annotations = dict(meta.get("annotations") or {})
+        if runtime is not None:
+            annotations[RUNTIME_ANNOTATION] = runtime
+        owner = {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "name": job["metadata"]["name"],
+            "uid": job["metadata"]["uid"],
+            "controller": True,
+        }
+        body = {
+            "metadata": {
+                "name": f"{job['metadata']['name']}-{ps_name}-{index}",
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [owner],
+            },
+            "spec": dict(template["spec"]),
+            "status": {"phase": "Pending"},
+        }
+        return self.store.create(PODS, job["metadata"]["namespace"], body, namespaces=resources.NAMESPACES)
+
+    def _job_of(self, pod: Obj) -> tuple[Resource, Obj] | None:
+        for owner in pod["metadata"].get("ownerReferences") or []:
+            for res in JOB_RESOURCES:
+                if res.api_version == owner.get("apiVersion") and res.kind == owner.get("kind"):
+                    try:
+                        return res, self.store.get(res, pod["metadata"]["namespace"], owner["name"])
+                    except ApiError:
+                        return None
+        return None
+
+    # ----- scheduler and kubelet -----------------------------------------------------------------
+
+    def _on_pod(self, kind: str, pod: Obj) -> None:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if kind == "DELETED":
+            timer = self.timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            self.schedule_pending()
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Pending" and not pod["spec"].get("nodeName"):
+            self._bind(pod)
+        elif phase == "Succeeded":
+            owner = self._job_of(pod)
+            if owner is not None:
+                self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
+            self.schedule_pending()
+
+    def schedule_pending(self) -> None:
+        for pod in self.store.list(PODS, None)[0]:
+            if (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName"):
+                self._bind(pod)
+
+    def _requests(self, pod: Obj) -> dict[str, int]:
+        return jobs.pod_requests(pod["spec"], "spec", [])
+
+    def _bind(self, pod: Obj) -> None:
+        nodes = self.store.list(NODES, None)[0]
+        chosen = UNLIMITED_NODE if not nodes else self._fit(pod, nodes)
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if chosen is None:
+            status = pod.setdefault("status", {})
+            _set_condition(
+                status,
+                "PodScheduled",
+                "False",
+                "Unschedulable",
+                f"0/{len(nodes)} nodes are available: no node has the requested capacity, labels and tolerations",
+            )
+            self.store.replace(PODS, ns, name, pod, subresource="status")
+            return
+        pod["spec"]["nodeName"] = chosen
+        bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"]}})
+        status = bound.setdefault("status", {})
+        status.update(phase="Running", startTime=_now())
+        _set_condition(status, "PodScheduled", "True", "Scheduled")
+        self.store.replace(PODS, ns, name, bound, subresource="status")
+        runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+        if runtime is not None:
+            delay = max(0.0, float(runtime)) * self.time_scale
+            self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._succeed, ns, name)
+
+    def _fit(self, pod: Obj, nodes: list[Obj]) -> str | None:
+        want = self._requests(pod)
+        tolerations = [selectors.Toleration.from_dict(t) for t in pod["spec"].get("tolerations") or []]
+        selector = pod["spec"].get("nodeSelector") or {}
+        running = [
+            p
+            for p in self.store.list(PODS, None)[0]
+            if p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") in ("Pending", "Running")
+        ]
+        for node in nodes:
+            labels = node["metadata"].get("labels") or {}
+            if any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            taints = [selectors.Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+            if selectors.untolerated_taint(taints, tolerations) is not None:
+                continue
+            status = node.get("status") or {}
+            capacity = status.get("allocatable") or status.get("capacity") or {}
+            used: dict[str, int] = {}
+            for p in running:
+                if p["spec"]["nodeName"] == node["metadata"]["name"]:
+                    for r, v in self._requests(p).items():
+                        used[r] = used.get(r, 0) + v
+            if all(used.get(r, 0) + v <= quantity.parse_milli(capacity.get(r, "0")) for r, v in want.items()):
+                return str(node["metadata"]["name"])
+        return None
+
+    def _succeed(self, namespace: str, name: str) -> None:
+        self.timers.pop(f"{namespace}/{name}", None)
+        try:
+            pod = self.store.get(PODS, namespace, name)
+        except ApiError:
+            return
+        pod["status"]["phase"] = "Succeeded"
+        self.store.replace(PODS, namespace, name, pod, subresource="status")

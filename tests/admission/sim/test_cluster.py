@@ -1,0 +1,157 @@
+"""The simulated cluster runs jobs like a real one: pods, scheduling on nodes, completion, suspension."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest_asyncio
+
+from admission.sim import resources
+from admission.sim.cluster import NODES, PODS, Cluster
+from admission.sim.objects import ObjectStore, Resource
+
+JOBS = next(r for r in resources.ALL if r.plural == "jobs")
+PYTORCH = next(r for r in resources.ALL if r.plural == "pytorchjobs")
+
+
+@pytest_asyncio.fixture
+async def cluster() -> AsyncIterator[tuple[ObjectStore, Cluster]]:
+    store = ObjectStore()
+    store.create(resources.NAMESPACES, "", {"metadata": {"name": "ml"}}, namespaces=resources.NAMESPACES)
+    sim = Cluster(store, time_scale=0.01)
+    await sim.start()
+    yield store, sim
+    await sim.stop()
+
+
+def job(
+    name: str,
+    *,
+    suspend: bool,
+    parallelism: int = 2,
+    gpus: str = "4",
+    runtime: str | None = "5",
+    selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    annotations = {"turnstile.dev/sim-runtime": runtime} if runtime else {}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": gpus}}}],
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "suspend": suspend,
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "template": {"spec": spec},
+        },
+    }
+
+
+async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def conditions(store: ObjectStore, res: Resource, name: str) -> dict[str, str]:
+    obj = store.get(res, "ml", name)
+    return {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions", [])}
+
+
+def pods(store: ObjectStore) -> list[dict[str, Any]]:
+    return store.list(PODS, "ml")[0]
+
+
+async def test_a_suspended_job_has_no_pods_until_resumed_then_completes(
+    cluster: tuple[ObjectStore, Cluster],
+) -> None:
+    store, _ = cluster
+    store.create(JOBS, "ml", job("train", suspend=True), namespaces=resources.NAMESPACES)
+    await asyncio.sleep(0.05)
+    assert pods(store) == []
+    obj = store.get(JOBS, "ml", "train")
+    obj["spec"]["suspend"] = False
+    store.replace(JOBS, "ml", "train", obj)
+    await until(lambda: len(pods(store)) == 2)
+    assert {p["metadata"]["name"] for p in pods(store)} == {"train-main-0", "train-main-1"}
+    await until(lambda: conditions(store, JOBS, "train").get("Complete") == "True")
+    done = store.get(JOBS, "ml", "train")["status"]
+    assert (done["succeeded"], done["active"]) == (2, 0) and "startTime" in done and "completionTime" in done
+
+
+async def test_suspending_deletes_pods(cluster: tuple[ObjectStore, Cluster]) -> None:
+    store, _ = cluster
+    store.create(JOBS, "ml", job("long", suspend=False, runtime=None), namespaces=resources.NAMESPACES)
+    await until(lambda: len(pods(store)) == 2 and all(p["status"]["phase"] == "Running" for p in pods(store)))
+    obj = store.get(JOBS, "ml", "long")
+    obj["spec"]["suspend"] = True
+    store.replace(JOBS, "ml", "long", obj)
+    await until(lambda: pods(store) == [])
+    assert conditions(store, JOBS, "long")["Suspended"] == "True"
+
+
+async def test_pods_bind_to_nodes_by_selector_taints_and_capacity(cluster: tuple[ObjectStore, Cluster]) -> None:
+    store, _ = cluster
+    store.create(
+        NODES,
+        "",
+        {"metadata": {"name": "a100-1", "labels": {"gpu": "a100"}}, "status": {"capacity": {"nvidia.com/gpu": "8"}}},
+        namespaces=resources.NAMESPACES,
+    )
+    store.create(
+        NODES,
+        "",
+        {
+            "metadata": {"name": "h100-1", "labels": {"gpu": "h100"}},
+            "spec": {"taints": [{"key": "gpu", "value": "h100", "effect": "NoSchedule"}]},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}},
+        },
+        namespaces=resources.NAMESPACES,
+    )
+    # Three 4-GPU pods for an 8-GPU A100 node: two run, one waits; the tainted H100 node is not used.
+    store.create(
+        JOBS,
+        "ml",
+        job("big", suspend=False, parallelism=3, runtime=None, selector={"gpu": "a100"}),
+        namespaces=resources.NAMESPACES,
+    )
+    await until(lambda: len(pods(store)) == 3 and sum(p["status"]["phase"] == "Running" for p in pods(store)) == 2)
+    waiting = [p for p in pods(store) if p["status"]["phase"] == "Pending"]
+    assert len(waiting) == 1
+    await until(
+        lambda: any(
+            c["reason"] == "Unschedulable"
+            for c in store.get(PODS, "ml", waiting[0]["metadata"]["name"])["status"].get("conditions", [])
+        )
+    )
+    assert {p["spec"].get("nodeName") for p in pods(store) if p["status"]["phase"] == "Running"} == {"a100-1"}
+
+
+async def test_kubeflow_jobs_get_pods_per_replica_type(cluster: tuple[ObjectStore, Cluster]) -> None:
+    store, _ = cluster
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}
+    store.create(
+        PYTORCH,
+        "ml",
+        {
+            "metadata": {"name": "pt", "annotations": {"turnstile.dev/sim-runtime": "2"}},
+            "spec": {
+                "runPolicy": {"suspend": False},
+                "pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": template},
+                    "Worker": {"replicas": 2, "template": template},
+                },
+            },
+        },
+        namespaces=resources.NAMESPACES,
+    )
+    await until(lambda: len(pods(store)) == 3)
+    assert {p["metadata"]["name"] for p in pods(store)} == {"pt-master-0", "pt-worker-0", "pt-worker-1"}
+    await until(lambda: conditions(store, PYTORCH, "pt").get("Succeeded") == "True")
