@@ -1,4 +1,4 @@
-"""``turnstile sim serve``: the simulated Kubernetes API server alone, for kubectl and clients."""
+"""``turnstile sim serve``: the simulated Kubernetes cluster alone, for kubectl and clients."""
 
 from __future__ import annotations
 
@@ -31,12 +31,16 @@ def write_kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
-async def _serve(port: int) -> None:
+async def _serve(port: int, time_scale: float) -> None:
     from aiohttp import web
 
     from admission.sim.apiserver import ApiServer
+    from admission.sim.cluster import Cluster
 
-    runner = web.AppRunner(ApiServer().app)
+    server = ApiServer()
+    cluster = Cluster(server.store, time_scale=time_scale)
+    await cluster.start()
+    runner = web.AppRunner(server.app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     kubeconfig = write_kubeconfig(Settings().home / "sim" / "kubeconfig", f"http://127.0.0.1:{port}")
@@ -46,17 +50,26 @@ async def _serve(port: int) -> None:
     try:
         await asyncio.Event().wait()
     finally:
+        await cluster.stop()
         await runner.cleanup()
 
 
 @click.group("sim")
 def sim() -> None:
-    """The simulated Kubernetes cluster (so far: its API server)."""
+    """The simulated Kubernetes cluster."""
 
 
 @sim.command("serve")
 @click.option("--port", type=int, default=6443, show_default=True)
-def serve(port: int) -> None:
-    """Run the simulated API server alone (plain HTTP on 127.0.0.1) and write a kubeconfig for it."""
+@click.option(
+    "--time-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Wall seconds per second of a job's turnstile.dev/sim-runtime.",
+)
+def serve(port: int, time_scale: float) -> None:
+    """Run the simulated cluster (API server, job operators, scheduler, kubelet) on plain HTTP at
+    127.0.0.1 and write a kubeconfig for it."""
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(port))
+        asyncio.run(_serve(port, time_scale))

@@ -134,7 +134,8 @@ class Cluster:
                 for i in range(count):
                     pods.append(self._create_pod(job, ps_name, i, template, runtime))
             status.setdefault("startTime", _now())
-            _set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
+            if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
+                _set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         status["active"] = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running"))
         status["succeeded"] = succeeded

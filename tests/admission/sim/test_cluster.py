@@ -82,6 +82,7 @@ async def test_a_suspended_job_has_no_pods_until_resumed_then_completes(
     await until(lambda: len(pods(store)) == 2)
     assert {p["metadata"]["name"] for p in pods(store)} == {"train-main-0", "train-main-1"}
     await until(lambda: conditions(store, JOBS, "train").get("Complete") == "True")
+    assert "Suspended" not in conditions(store, JOBS, "train")  # never suspended by a controller
     done = store.get(JOBS, "ml", "train")["status"]
     assert (done["succeeded"], done["active"]) == (2, 0) and "startTime" in done and "completionTime" in done
 
