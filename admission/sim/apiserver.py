@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.sim import patches, resources, validation
+from admission.sim import patches, resources, validation, webhooks
 from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit
@@ -69,6 +69,7 @@ class ApiServer:
         self.watches_served = 0
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
+        self.webhooks = webhooks.Webhooks(self.store, served)
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_shutdown.append(self._end_streams)
@@ -164,21 +165,30 @@ class ApiServer:
             return web.json_response(self.store.get(res, namespace, name))
         if method == "POST" and not name:
             body = await self._body(request)
+            body = {**body, "apiVersion": res.api_version, "kind": res.kind}
+            if res.namespaced:
+                body["metadata"] = {**(body.get("metadata") or {}), "namespace": namespace}
+            admitted = await self.webhooks.admit(res, "CREATE", namespace, body, None)
             if res not in self.custom:
-                validation.schema(res, {**body, "apiVersion": res.api_version, "kind": res.kind})
-            return web.json_response(
-                self.store.create(res, namespace, body, namespaces=resources.NAMESPACES), status=201
-            )
-        if method == "PUT" and name:
-            body = await self._body(request)
+                validation.schema(res, admitted.obj)
+            created = self.store.create(res, namespace, admitted.obj, namespaces=resources.NAMESPACES)
+            return _respond(created, admitted.warnings, status=201)
+        if method in ("PUT", "PATCH") and name:
+            old = self.store.get(res, namespace, name)
+            if method == "PUT":
+                new = await self._body(request)
+            else:
+                new = await self._patched(request, res, old)
+            admitted = await self.webhooks.admit(res, "UPDATE", namespace, new, old, sub)
             rules = self._update_rules(res, sub)
-            return web.json_response(self.store.replace(res, namespace, name, body, subresource=sub, validate=rules))
-        if method == "PATCH" and name:
-            return web.json_response(await self._patch(request, res, namespace, name, sub))
+            updated = self.store.replace(res, namespace, name, admitted.obj, subresource=sub, validate=rules)
+            return _respond(updated, admitted.warnings)
         if method == "DELETE" and name:
+            old = self.store.get(res, namespace, name)
+            admitted = await self.webhooks.admit(res, "DELETE", namespace, None, old)
             if res is resources.NAMESPACES:
-                return web.json_response(self._delete_namespace(name))
-            return web.json_response(self.store.delete(res, namespace, name))
+                return _respond(self._delete_namespace(name), admitted.warnings)
+            return _respond(self.store.delete(res, namespace, name), admitted.warnings)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
 
     async def _body(self, request: web.Request) -> Any:
@@ -214,10 +224,10 @@ class ApiServer:
             items = items[start:]
         return {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta, "items": items}
 
-    async def _patch(self, request: web.Request, res: Resource, namespace: str, name: str, sub: str) -> Any:
+    async def _patched(self, request: web.Request, res: Resource, current: Obj) -> Obj:
+        """The object after applying the request's patch (merge, JSON, or strategic for built-ins)."""
         ctype = request.content_type
         body = await self._body(request)
-        current = self.store.get(res, namespace, name)
         if ctype == "application/merge-patch+json":
             patched = patches.merge_patch(current, body)
         elif ctype == "application/json-patch+json":
@@ -235,7 +245,7 @@ class ApiServer:
             raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
         if not isinstance(body, dict) or "resourceVersion" not in (body.get("metadata") or {}):
             patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self.store.replace(res, namespace, name, patched, subresource=sub, validate=self._update_rules(res, sub))
+        return dict(patched)
 
     def _update_rules(self, res: Resource, sub: str) -> Callable[[Obj, Obj], None] | None:
         """What an update must satisfy: the kind's schema (not for status writes) and its own rules."""
@@ -380,3 +390,11 @@ class ApiServer:
             "groupVersion": f"{group}/{version}" if group else version,
             "resources": out,
         }
+
+
+def _respond(obj: Obj, warnings: list[str], *, status: int = 200) -> web.Response:
+    """A JSON object response, with admission warnings as ``Warning`` headers (kubectl shows them)."""
+    response = web.json_response(obj, status=status)
+    for warning in warnings:
+        response.headers.add("Warning", '299 - "' + warning.replace('"', "'") + '"')
+    return response

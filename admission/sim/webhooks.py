@@ -1,0 +1,184 @@
+"""Admission webhooks, called as the real API server calls them.
+
+On CREATE/UPDATE/DELETE of an object, every MutatingWebhookConfiguration's webhooks whose rules,
+namespaceSelector and objectSelector match are called in name order over HTTPS (the server
+certificate verified against ``clientConfig.caBundle``), and their JSON patches applied; then
+every matching ValidatingWebhookConfiguration's webhooks. A denial becomes a ``Status`` error
+(code 400 unless the webhook sets one); an unreachable or broken webhook fails the request when
+``failurePolicy`` is Fail (the default) and is skipped when it is Ignore. Warnings come back as
+``Warning`` headers. ``services`` maps ``namespace/name:port`` of a service reference to a local
+``https://host:port`` (the simulated cluster has no service network).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from admission.sim import patches
+from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, parse_label_selector
+from admission.sim.resources import NAMESPACES
+
+MUTATING = "mutatingwebhookconfigurations"
+VALIDATING = "validatingwebhookconfigurations"
+
+
+@dataclass
+class Outcome:
+    obj: Obj
+    warnings: list[str] = field(default_factory=list)
+
+
+def _matches_rule(rules: list[Obj], res: Resource, operation: str, sub: str) -> bool:
+    name = f"{res.plural}/{sub}" if sub else res.plural
+    for rule in rules:
+        if not any(o in ("*", operation) for o in rule.get("operations", [])):
+            continue
+        if not any(g in ("*", res.group) for g in rule.get("apiGroups", [])):
+            continue
+        if not any(v in ("*", res.version) for v in rule.get("apiVersions", [])):
+            continue
+        if not any(r in ("*", name, f"{res.plural}/*") or (r == "*/*") for r in rule.get("resources", [])):
+            continue
+        scope = rule.get("scope", "*")
+        if (scope == "Namespaced" and not res.namespaced) or (scope == "Cluster" and res.namespaced):
+            continue
+        return True
+    return False
+
+
+def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    if not selector:
+        return True
+    parts = [f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
+    for e in selector.get("matchExpressions") or []:
+        op = e["operator"]
+        if op in ("In", "NotIn"):
+            parts.append(f"{e['key']} {op.lower()} ({','.join(e.get('values') or [])})")
+        elif op == "Exists":
+            parts.append(e["key"])
+        else:
+            parts.append(f"!{e['key']}")
+    return parse_label_selector(",".join(parts)).matches(labels)
+
+
+class Webhooks:
+    def __init__(self, store: ObjectStore, served: tuple[Resource, ...]) -> None:
+        self.store = store
+        self.by_plural = {(r.group, r.plural): r for r in served}
+        self.services: dict[str, str] = {}
+
+    def _configs(self, plural: str) -> list[Obj]:
+        res = self.by_plural[("admissionregistration.k8s.io", plural)]
+        return self.store.list(res, None)[0]
+
+    def _url(self, client_config: Obj) -> str:
+        if client_config.get("url"):
+            return str(client_config["url"])
+        svc = client_config.get("service") or {}
+        key = f"{svc.get('namespace')}/{svc.get('name')}:{svc.get('port', 443)}"
+        base = self.services.get(key)
+        if base is None:
+            raise ConnectionError(f"service {key} is not reachable from the simulated cluster")
+        return base.rstrip("/") + (svc.get("path") or "/")
+
+    async def admit(
+        self, res: Resource, operation: str, namespace: str, obj: Obj | None, old: Obj | None, sub: str = ""
+    ) -> Outcome:
+        target = obj if obj is not None else (old or {})
+        outcome = Outcome(obj=target)
+        if res.group == "admissionregistration.k8s.io":
+            return outcome  # webhook configurations are never themselves subject to webhooks
+        for plural, mutating in ((MUTATING, True), (VALIDATING, False)):
+            for config in sorted(self._configs(plural), key=lambda c: c["metadata"]["name"]):
+                for hook in config.get("webhooks") or []:
+                    if not await self._applies(hook, res, operation, namespace, outcome.obj, sub):
+                        continue
+                    outcome.obj = await self._call(hook, res, operation, namespace, outcome, old, mutating, sub)
+        return outcome
+
+    async def _applies(self, hook: Obj, res: Resource, operation: str, namespace: str, obj: Obj, sub: str) -> bool:
+        if not _matches_rule(hook.get("rules") or [], res, operation, sub):
+            return False
+        if not _selector_matches(hook.get("objectSelector"), (obj.get("metadata") or {}).get("labels") or {}):
+            return False
+        if res.namespaced and hook.get("namespaceSelector"):
+            try:
+                ns = self.store.get(NAMESPACES, "", namespace)
+            except ApiError:
+                return False
+            return _selector_matches(hook["namespaceSelector"], ns["metadata"].get("labels") or {})
+        return True
+
+    async def _call(
+        self,
+        hook: Obj,
+        res: Resource,
+        operation: str,
+        namespace: str,
+        outcome: Outcome,
+        old: Obj | None,
+        mutating: bool,
+        sub: str,
+    ) -> Obj:
+        name = hook["name"]
+        fail = hook.get("failurePolicy", "Fail") == "Fail"
+        obj = outcome.obj
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": res.group, "version": res.version, "kind": res.kind},
+                "resource": {"group": res.group, "version": res.version, "resource": res.plural},
+                "subResource": sub or None,
+                "requestKind": {"group": res.group, "version": res.version, "kind": res.kind},
+                "name": (obj.get("metadata") or {}).get("name", ""),
+                "namespace": namespace or None,
+                "operation": operation,
+                "userInfo": {"username": "system:admin", "groups": ["system:masters"]},
+                "object": obj if operation != "DELETE" else None,
+                "oldObject": old,
+                "dryRun": False,
+                "options": None,
+            },
+        }
+        try:
+            context = ssl.create_default_context()
+            bundle = (hook.get("clientConfig") or {}).get("caBundle")
+            if bundle:
+                context = ssl.create_default_context(cadata=base64.b64decode(bundle).decode())
+            timeout = aiohttp.ClientTimeout(total=float(hook.get("timeoutSeconds", 10)))
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.post(self._url(hook.get("clientConfig") or {}), json=review, ssl=context) as resp,
+            ):
+                if resp.status != 200:
+                    raise ConnectionError(f"the webhook answered HTTP {resp.status}")
+                answer = (await resp.json()).get("response") or {}
+        except (TimeoutError, aiohttp.ClientError, ConnectionError, ssl.SSLError, ValueError) as exc:
+            if not fail:
+                return obj
+            raise ApiError(
+                500, "InternalError", f'Internal error occurred: failed calling webhook "{name}": {exc}'
+            ) from None
+        outcome.warnings.extend(answer.get("warnings") or [])
+        if not answer.get("allowed"):
+            status = answer.get("status") or {}
+            code = max(int(status.get("code") or 400), 400)
+            message = status.get("message") or "without explanation"
+            raise ApiError(
+                code, status.get("reason") or "BadRequest", f'admission webhook "{name}" denied the request: {message}'
+            )
+        if mutating and answer.get("patch"):
+            if answer.get("patchType", "JSONPatch") != "JSONPatch":
+                raise ApiError(500, "InternalError", f'webhook "{name}" returned an unsupported patchType')
+            return dict(patches.json_patch(obj, json.loads(base64.b64decode(answer["patch"]))))
+        return obj
