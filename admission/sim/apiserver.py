@@ -19,6 +19,7 @@ from random import Random
 from typing import Any
 
 from aiohttp import web
+from openapi_schema_validator import OAS30Validator
 
 from admission.sim import patches, resources, validation, webhooks
 from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher
@@ -62,9 +63,11 @@ class ApiServer:
     ) -> None:
         self.faults = faults or Faults()
         self.store = store or ObjectStore()
-        self.served = served
+        self.base = served
+        self.served: list[Resource] = list(served)
         self.by_path = {(r.group, r.version, r.plural): r for r in served}
         self.custom = {r for r in served if r in resources.CUSTOM}
+        self.schemas: dict[Resource, OAS30Validator] = {}
         self.streams: set[Watcher] = set()
         self.watches_served = 0
         for ns in ("default", "kube-system"):
@@ -171,7 +174,11 @@ class ApiServer:
             admitted = await self.webhooks.admit(res, "CREATE", namespace, body, None)
             if res not in self.custom:
                 validation.schema(res, admitted.obj)
+            else:
+                self._validate_custom(res, admitted.obj)
             created = self.store.create(res, namespace, admitted.obj, namespaces=resources.NAMESPACES)
+            if res == resources.CRDS:
+                self._sync_crds()
             return _respond(created, admitted.warnings, status=201)
         if method in ("PUT", "PATCH") and name:
             old = self.store.get(res, namespace, name)
@@ -182,13 +189,18 @@ class ApiServer:
             admitted = await self.webhooks.admit(res, "UPDATE", namespace, new, old, sub)
             rules = self._update_rules(res, sub)
             updated = self.store.replace(res, namespace, name, admitted.obj, subresource=sub, validate=rules)
+            if res == resources.CRDS:
+                self._sync_crds()
             return _respond(updated, admitted.warnings)
         if method == "DELETE" and name:
             old = self.store.get(res, namespace, name)
             admitted = await self.webhooks.admit(res, "DELETE", namespace, None, old)
             if res is resources.NAMESPACES:
                 return _respond(self._delete_namespace(name), admitted.warnings)
-            return _respond(self.store.delete(res, namespace, name), admitted.warnings)
+            deleted = self.store.delete(res, namespace, name)
+            if res == resources.CRDS:
+                self._sync_crds()
+            return _respond(deleted, admitted.warnings)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
 
     async def _body(self, request: web.Request) -> Any:
@@ -247,10 +259,36 @@ class ApiServer:
             patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
         return dict(patched)
 
+    def _sync_crds(self) -> None:
+        """Serve what the installed CRDs define (they override the pre-installed operator kinds)."""
+        dynamic: dict[tuple[str, str, str], Resource] = {}
+        self.schemas = {}
+        for crd in self.store.list(resources.CRDS, None)[0]:
+            for res, schema in resources.from_crd(crd):
+                dynamic[(res.group, res.version, res.plural)] = res
+                if schema is not None:
+                    self.schemas[res] = OAS30Validator(schema)
+        self.by_path = {(r.group, r.version, r.plural): r for r in self.base} | dynamic
+        self.served = list(self.by_path.values())
+        self.custom = {r for r in self.base if r in resources.CUSTOM} | set(dynamic.values())
+        self.webhooks.by_plural = {(r.group, r.plural): r for r in self.served}
+
+    def _validate_custom(self, res: Resource, obj: Obj) -> None:
+        """A custom resource against its CRD's openAPIV3Schema: every error, with its field path."""
+        validator = self.schemas.get(res)
+        if validator is None:
+            return
+        problems = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
+        if problems:
+            causes = [(".".join(str(p) for p in e.absolute_path) or "<object>", e.message) for e in problems]
+            raise validation.invalid(res, (obj.get("metadata") or {}).get("name", ""), causes)
+
     def _update_rules(self, res: Resource, sub: str) -> Callable[[Obj, Obj], None] | None:
         """What an update must satisfy: the kind's schema (not for status writes) and its own rules."""
-        if res in self.custom or sub == "status":
+        if sub == "status":
             return None
+        if res in self.custom:
+            return lambda _old, new: self._validate_custom(res, new)
 
         def check(old: Obj, new: Obj) -> None:
             validation.schema(res, new)

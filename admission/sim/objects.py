@@ -165,7 +165,7 @@ class ObjectStore:
         match_fields = field_matcher(fields) if fields else None
         out = []
         for (r, ns, _), obj in sorted(self.objects.items(), key=lambda kv: (kv[0][1], kv[0][2])):
-            if r is not res or (namespace is not None and res.namespaced and ns != namespace):
+            if r != res or (namespace is not None and res.namespaced and ns != namespace):
                 continue
             if selector is not None and not selector.matches(obj.get("metadata", {}).get("labels") or {}):
                 continue
@@ -181,7 +181,7 @@ class ObjectStore:
         self.history.append(event)
         ns = obj.get("metadata", {}).get("namespace")
         for w in self.watchers:
-            if w.resource is res and (w.namespace is None or w.namespace == ns):
+            if w.resource == res and (w.namespace is None or w.namespace == ns):
                 w.queue.put_nowait(event)
 
     def _bump(self, obj: Obj) -> None:
@@ -332,7 +332,7 @@ class ObjectStore:
     def delete_namespace_contents(self, namespace: str, resources: Iterable[Resource]) -> None:
         for res in resources:
             if res.namespaced:
-                for r, ns, name in [k for k in self.objects if k[0] is res and k[1] == namespace]:
+                for r, ns, name in [k for k in self.objects if k[0] == res and k[1] == namespace]:
                     self.delete(r, ns, name)
 
     # ----- watch ---------------------------------------------------------------------------
@@ -346,7 +346,7 @@ class ObjectStore:
             e
             for e in self.history
             if e.rv > rv
-            and e.resource is res
+            and e.resource == res
             and (namespace is None or e.obj.get("metadata", {}).get("namespace") == namespace)
         ]
 

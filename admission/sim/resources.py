@@ -5,6 +5,14 @@ from __future__ import annotations
 from admission.sim.objects import Resource
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",))
+CRDS = Resource(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+    short_names=("crd",),
+)
 
 BUILT_IN = (
     NAMESPACES,
@@ -34,14 +42,7 @@ BUILT_IN = (
         namespaced=False,
         has_status=False,
     ),
-    Resource(
-        "apiextensions.k8s.io",
-        "v1",
-        "customresourcedefinitions",
-        "CustomResourceDefinition",
-        namespaced=False,
-        short_names=("crd",),
-    ),
+    CRDS,
 )
 
 # Custom resources of the operators a GPU cluster runs (pre-installed, as their CRDs would be).
@@ -54,3 +55,29 @@ CUSTOM = (
 )
 
 ALL = BUILT_IN + CUSTOM
+
+
+def from_crd(crd: dict[str, object]) -> list[tuple[Resource, dict[str, object] | None]]:
+    """The resources a CustomResourceDefinition serves: one per served version, with its schema."""
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    names = spec.get("names") or {}
+    assert isinstance(names, dict)
+    out: list[tuple[Resource, dict[str, object] | None]] = []
+    for version in spec.get("versions") or []:
+        if not isinstance(version, dict) or not version.get("served", True):
+            continue
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
+        has_status = "status" in ((version.get("subresources") or {}) or {})
+        res = Resource(
+            str(spec.get("group")),
+            str(version.get("name")),
+            str(names.get("plural")),
+            str(names.get("kind")),
+            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+            has_status=has_status,
+            short_names=tuple(names.get("shortNames") or ()),
+        )
+        out.append((res, schema if isinstance(schema, dict) else None))
+    return out

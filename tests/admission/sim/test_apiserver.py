@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -278,3 +279,71 @@ async def test_dropped_watches_end_and_can_resume(cluster: tuple[ApiServer, clie
     # The stream was dropped, the client re-watched from the last version it saw: nothing lost, nothing twice.
     assert server.watches_served == 2
     assert seen == ["first", "second"]
+
+
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.com"},
+    "spec": {
+        "group": "example.com",
+        "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "required": ["size"],
+                                "properties": {"size": {"type": "integer", "minimum": 1}, "color": {"type": "string"}},
+                            }
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+async def test_installed_crds_are_served_and_their_schemas_enforced(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    _, api = cluster
+    await client.ApiextensionsV1Api(api).create_custom_resource_definition(WIDGET_CRD)
+    custom = client.CustomObjectsApi(api)
+    ok = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}}
+    await custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", ok)
+    bad = {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "bad"},
+        "spec": {"size": 0, "color": 7},
+    }
+    with pytest.raises(ApiException) as exc:
+        await custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", bad)
+    assert exc.value.status == 422
+    body = json.loads(exc.value.body)
+    assert {c["field"] for c in body["details"]["causes"]} == {"spec.size", "spec.color"}
+    with pytest.raises(ApiException) as update:
+        await custom.patch_namespaced_custom_object(
+            "example.com",
+            "v1",
+            "default",
+            "widgets",
+            "w",
+            {"spec": {"size": "big"}},
+            _content_type="application/merge-patch+json",
+        )
+    assert update.value.status == 422
+    listed = await custom.list_namespaced_custom_object("example.com", "v1", "default", "widgets")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["w"]
+    resources = await client.CustomObjectsApi(api).get_api_resources("example.com", "v1")
+    assert "widgets" in {r.name for r in resources.resources}
