@@ -44,7 +44,7 @@ def _walk(obj: Any, path: tuple[str, ...]) -> Any:
     return obj
 
 
-def _set_condition(status: Obj, kind: str, value: str, reason: str, message: str = "") -> None:
+def set_condition(status: Obj, kind: str, value: str, reason: str, message: str = "") -> None:
     """Set a condition; unchanged if it already says the same (so reconciling twice writes nothing)."""
     for c in status.get("conditions", []):
         if c.get("type") == kind and c.get("status") == value and c.get("reason") == reason:
@@ -121,7 +121,7 @@ class Cluster:
             for pod in pods:
                 self.store.delete(PODS, namespace, pod["metadata"]["name"])
             status["active"] = 0
-            _set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
+            set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
             self.store.replace(res, namespace, name, job, subresource="status")
             return
         if not pods:
@@ -135,21 +135,21 @@ class Cluster:
                     pods.append(self._create_pod(job, ps_name, i, template, runtime))
             status.setdefault("startTime", _now())
             if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
-                _set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
+                set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         status["active"] = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running"))
         status["succeeded"] = succeeded
         if pods and succeeded == len(pods):
             status["completionTime"] = _now()
             if kind.kind == "Job":
-                _set_condition(
+                set_condition(
                     status,
                     "SuccessCriteriaMet",
                     "True",
                     "CompletionsReached",
                     "Reached expected number of succeeded pods",
                 )
-            _set_condition(
+            set_condition(
                 status,
                 done,
                 "True",
@@ -222,16 +222,13 @@ class Cluster:
             if (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName"):
                 self._bind(pod)
 
-    def _requests(self, pod: Obj) -> dict[str, int]:
-        return jobs.pod_requests(pod["spec"], "spec", [])
-
     def _bind(self, pod: Obj) -> None:
         nodes = self.store.list(NODES, None)[0]
         chosen = UNLIMITED_NODE if not nodes else self._fit(pod, nodes)
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if chosen is None:
             status = pod.setdefault("status", {})
-            _set_condition(
+            set_condition(
                 status,
                 "PodScheduled",
                 "False",
@@ -244,7 +241,7 @@ class Cluster:
         bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"]}})
         status = bound.setdefault("status", {})
         status.update(phase="Running", startTime=_now())
-        _set_condition(status, "PodScheduled", "True", "Scheduled")
+        set_condition(status, "PodScheduled", "True", "Scheduled")
         self.store.replace(PODS, ns, name, bound, subresource="status")
         runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
         if runtime is not None:
@@ -252,29 +249,9 @@ class Cluster:
             self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._succeed, ns, name)
 
     def _fit(self, pod: Obj, nodes: list[Obj]) -> str | None:
-        want = self._requests(pod)
-        tolerations = [selectors.Toleration.from_dict(t) for t in pod["spec"].get("tolerations") or []]
-        selector = pod["spec"].get("nodeSelector") or {}
-        running = [
-            p
-            for p in self.store.list(PODS, None)[0]
-            if p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") in ("Pending", "Running")
-        ]
+        free = free_capacity(nodes, self.store.list(PODS, None)[0])
         for node in nodes:
-            labels = node["metadata"].get("labels") or {}
-            if any(labels.get(k) != v for k, v in selector.items()):
-                continue
-            taints = [selectors.Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or []]
-            if selectors.untolerated_taint(taints, tolerations) is not None:
-                continue
-            status = node.get("status") or {}
-            capacity = status.get("allocatable") or status.get("capacity") or {}
-            used: dict[str, int] = {}
-            for p in running:
-                if p["spec"]["nodeName"] == node["metadata"]["name"]:
-                    for r, v in self._requests(p).items():
-                        used[r] = used.get(r, 0) + v
-            if all(used.get(r, 0) + v <= quantity.parse_milli(capacity.get(r, "0")) for r, v in want.items()):
+            if fits(pod["spec"], node, free[node["metadata"]["name"]]):
                 return str(node["metadata"]["name"])
         return None
 
@@ -286,3 +263,31 @@ class Cluster:
             return
         pod["status"]["phase"] = "Succeeded"
         self.store.replace(PODS, namespace, name, pod, subresource="status")
+
+
+def free_capacity(nodes: list[Obj], pods: list[Obj]) -> dict[str, dict[str, int]]:
+    """Per node, what its allocatable capacity has left after the pods bound to it (milli-units)."""
+    free: dict[str, dict[str, int]] = {}
+    for node in nodes:
+        status = node.get("status") or {}
+        capacity = status.get("allocatable") or status.get("capacity") or {}
+        free[node["metadata"]["name"]] = {r: quantity.parse_milli(v) for r, v in capacity.items()}
+    for pod in pods:
+        node_name = pod["spec"].get("nodeName")
+        if node_name in free and (pod.get("status") or {}).get("phase") in ("Pending", "Running"):
+            for r, v in jobs.pod_requests(pod["spec"], "spec", []).items():
+                free[node_name][r] = free[node_name].get(r, 0) - v
+    return free
+
+
+def fits(pod_spec: Obj, node: Obj, free: dict[str, int]) -> bool:
+    """Whether a pod may run on ``node`` now: labels match its nodeSelector, its tolerations cover the
+    node's NoSchedule/NoExecute taints, and the node's free capacity holds its requests."""
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    tolerations = [selectors.Toleration.from_dict(t) for t in pod_spec.get("tolerations") or []]
+    taints = [selectors.Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+    if selectors.untolerated_taint(taints, tolerations) is not None:
+        return False
+    return all(free.get(r, 0) >= v for r, v in jobs.pod_requests(pod_spec, "spec", []).items())
