@@ -23,20 +23,17 @@ MERGE_KEYS = {
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: maps merge recursively, null deletes, everything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
+    """RFC 7386: maps merge recursively, null deletes, everything else (lists too) replaces."""
+    return _merge(target, patch, "", keyed=False)
 
 
-def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
-    if isinstance(patch, list) and field in MERGE_KEYS and isinstance(target, list):
+def strategic_merge_patch(target: Any, patch: Any) -> Any:
+    """A merge patch in which the lists of ``MERGE_KEYS`` merge item by item on their key."""
+    return _merge(target, patch, "", keyed=True)
+
+
+def _merge(target: Any, patch: Any, field: str, *, keyed: bool) -> Any:
+    if keyed and isinstance(patch, list) and field in MERGE_KEYS and isinstance(target, list):
         key = MERGE_KEYS[field]
         merged = copy.deepcopy(target)
         index = {item.get(key): i for i, item in enumerate(merged) if isinstance(item, dict)}
@@ -45,7 +42,7 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
                 if item.get("$patch") == "delete":
                     merged[index[item[key]]] = None
                 else:
-                    merged[index[item[key]]] = strategic_merge_patch(merged[index[item[key]]], item)
+                    merged[index[item[key]]] = _merge(merged[index[item[key]]], item, "", keyed=True)
             elif not (isinstance(item, dict) and item.get("$patch") == "delete"):
                 merged.append(copy.deepcopy(item))
         return [i for i in merged if i is not None]
@@ -56,7 +53,7 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = strategic_merge_patch(out.get(key), value, key)
+            out[key] = _merge(out.get(key), value, key, keyed=keyed)
     return out
 
 
