@@ -1,6 +1,11 @@
-"""The simulated Kubernetes cluster: an API server real clients (kubectl, kubernetes_asyncio) can use.
+"""The simulated Kubernetes cluster: what real clients (kubectl, kubernetes_asyncio) cannot tell apart.
 
-So far: the object store with Kubernetes' REST semantics (``objects``) and the HTTP API server
-over it (``apiserver``). Still to come (issue 4): admission webhooks, CRD schema validation,
-Job validation rules, the job operators, kubelet, scheduler and cluster-autoscaler.
+- ``objects``: the object store with Kubernetes' semantics (resourceVersion, conflicts, watch, 410);
+- ``apiserver``: the REST API over it (discovery, patches, validation, webhooks, CRDs, fault injection),
+  with ``patches``, ``validation``, ``webhooks`` and ``resources`` (the kinds it serves);
+- ``cluster``: job operators, a scheduler and a kubelet that run what is unsuspended;
+- ``autoscaler``: a cluster-autoscaler serving ProvisioningRequests.
+
+Not here yet: server-side Table output for ``kubectl get``, pruning of unknown fields in
+custom resources, and engine ``cluster`` (the controller driving all of this, issue 5).
 """
