@@ -10,9 +10,13 @@ Errors are 422 ``Invalid`` with a cause per field, as the real server sends them
 from __future__ import annotations
 
 import copy
+import functools
+import re
 from typing import Any
 
-import kubernetes_validate
+import jsonschema
+import referencing
+from kubernetes_validate import utils as kv_utils
 
 from admission.sim.objects import ApiError, Obj, Resource
 
@@ -43,16 +47,37 @@ def invalid(res: Resource, name: str, causes: list[tuple[str, str]]) -> ApiError
     )
 
 
-def schema(res: Resource, obj: Obj) -> None:
-    """Strict OpenAPI validation of a built-in object; custom resources are left to their CRD."""
+@functools.cache
+def _definitions(schema_dir: str) -> Any:
+    return kv_utils.schema_contents(f"kubernetes-json-schema/{schema_dir}/_definitions.json", KUBERNETES_VERSION)
+
+
+@functools.cache
+def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
+    """kubernetes-validate's strict schema for a kind, compiled once (it re-reads its files per call)."""
+    version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= KUBERNETES_VERSION][-1]
+    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    schema_dir = f"v{version}-local-strict"
     try:
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-    except kubernetes_validate.SchemaNotFoundError:
+        contents = kv_utils.schema_contents(
+            f"kubernetes-json-schema/{schema_dir}/{kind.lower()}-{api}.json", KUBERNETES_VERSION
+        )
+    except FileNotFoundError:
+        return None
+    registry: referencing.Registry[Any] = referencing.Resource.from_contents(contents) @ referencing.Registry()
+    registry = referencing.Resource.from_contents(_definitions(schema_dir)) @ registry
+    return jsonschema.validators.Draft202012Validator(contents, registry=registry)
+
+
+def schema(res: Resource, obj: Obj) -> None:
+    """Strict OpenAPI validation of a built-in object (every error); custom resources are left to their CRD."""
+    validator = _validator(res.api_version, res.kind)
+    if validator is None:
         return
-    except kubernetes_validate.ValidationError as exc:
-        path = ".".join(str(p) for p in getattr(exc, "path", ())) or "<object>"
-        first = str(getattr(exc, "message", exc)).splitlines()[0]
-        raise invalid(res, obj.get("metadata", {}).get("name", ""), [(path, first)]) from None
+    errors = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        causes = [(".".join(str(p) for p in e.absolute_path) or "<object>", e.message) for e in errors]
+        raise invalid(res, obj.get("metadata", {}).get("name", ""), causes)
 
 
 def _without_directives(template: Any) -> Any:
