@@ -128,8 +128,7 @@ class Scheduler:
         Returns the evictions the new configuration asks for (``HoldAndDrain``).
         """
         self.config = config
-        in_use = {wl.admission.cluster_queue for wl in self.workloads.values() if wl.admission is not None}
-        for name in sorted(config.terminating - in_use):
+        for name in sorted(config.terminating - self._queues_in_use()):
             config.cluster_queues.pop(name, None)
             config.terminating.discard(name)
         self.snapshot = Snapshot(config)
@@ -156,9 +155,11 @@ class Scheduler:
             self.pending.requeue(name)
         return decisions
 
+    def _queues_in_use(self) -> set[str]:
+        return {wl.admission.cluster_queue for wl in self.workloads.values() if wl.admission is not None}
+
     def _empty_terminating(self) -> bool:
-        in_use = {wl.admission.cluster_queue for wl in self.workloads.values() if wl.admission is not None}
-        return bool(self.config.terminating - in_use)
+        return bool(self.config.terminating - self._queues_in_use())
 
     def set_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> None:
         self.namespaces = dict(namespaces)
@@ -320,7 +321,7 @@ class Scheduler:
             return
         assert cq is not None
         self._unresolved.pop(wl.key, None)
-        if wl.reason not in (flavors.WAITING_FOR_QUOTA,):
+        if wl.reason != flavors.WAITING_FOR_QUOTA:
             wl.reason, wl.message = flavors.WAITING_FOR_QUOTA, WAITING_FOR_TURN
         self.pending.push(cq.name, wl)
 

@@ -83,12 +83,12 @@ class Result:
 
     def summary(self) -> dict[str, Any]:
         per_cq: dict[str, dict[str, Any]] = {}
-        names = sorted(
-            set(self.meters)
-            | {t.workload.cluster_queue for t in self.tracks if t.workload and t.workload.cluster_queue}
-        )
-        for name in names:
-            mine = [t for t in self.tracks if t.workload is not None and t.workload.cluster_queue == name]
+        by_queue: dict[str, list[Track]] = {name: [] for name in self.meters}
+        for t in self.tracks:
+            if t.workload is not None and t.workload.cluster_queue:
+                by_queue.setdefault(t.workload.cluster_queue, []).append(t)
+        for name in sorted(by_queue):
+            mine = by_queue[name]
             waits = sorted(
                 t.first_admitted - t.submitted for t in mine if t.first_admitted is not None and t.submitted is not None
             )

@@ -210,21 +210,34 @@ class Cluster:
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Pending" and not pod["spec"].get("nodeName"):
-            self._bind(pod)
+            self._bind(pod, *self._capacity())
         elif phase == "Succeeded":
             owner = self._job_of(pod)
             if owner is not None:
                 self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
             self.schedule_pending()
 
-    def schedule_pending(self) -> None:
-        for pod in self.store.list(PODS, None)[0]:
-            if (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName"):
-                self._bind(pod)
-
-    def _bind(self, pod: Obj) -> None:
+    def _capacity(self) -> tuple[list[Obj], dict[str, dict[str, int]]]:
         nodes = self.store.list(NODES, None)[0]
-        chosen = UNLIMITED_NODE if not nodes else self._fit(pod, nodes)
+        return nodes, free_capacity(nodes, self.store.list(PODS, None)[0]) if nodes else {}
+
+    def schedule_pending(self) -> None:
+        pending = [
+            p
+            for p in self.store.list(PODS, None)[0]
+            if (p.get("status") or {}).get("phase") == "Pending" and not p["spec"].get("nodeName")
+        ]
+        if pending:
+            nodes, free = self._capacity()  # once per pass; each binding deducts its pod below
+            for pod in pending:
+                self._bind(pod, nodes, free)
+
+    def _bind(self, pod: Obj, nodes: list[Obj], free: dict[str, dict[str, int]]) -> None:
+        chosen = (
+            UNLIMITED_NODE
+            if not nodes
+            else next((n["metadata"]["name"] for n in nodes if fits(pod["spec"], n, free[n["metadata"]["name"]])), None)
+        )
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if chosen is None:
             status = pod.setdefault("status", {})
@@ -237,6 +250,9 @@ class Cluster:
             )
             self.store.replace(PODS, ns, name, pod, subresource="status")
             return
+        if chosen in free:
+            for r, v in jobs.pod_requests(pod["spec"], "spec", []).items():
+                free[chosen][r] = free[chosen].get(r, 0) - v
         pod["spec"]["nodeName"] = chosen
         bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"]}})
         status = bound.setdefault("status", {})
@@ -247,13 +263,6 @@ class Cluster:
         if runtime is not None:
             delay = max(0.0, float(runtime)) * self.time_scale
             self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._succeed, ns, name)
-
-    def _fit(self, pod: Obj, nodes: list[Obj]) -> str | None:
-        free = free_capacity(nodes, self.store.list(PODS, None)[0])
-        for node in nodes:
-            if fits(pod["spec"], node, free[node["metadata"]["name"]]):
-                return str(node["metadata"]["name"])
-        return None
 
     def _succeed(self, namespace: str, name: str) -> None:
         self.timers.pop(f"{namespace}/{name}", None)

@@ -212,11 +212,8 @@ class CommitResult:
 
 
 def _tree_keys(snapshot: Snapshot, cluster_queues: Iterable[str]) -> list[str]:
-    keys = set()
-    for name in cluster_queues:
-        cq = snapshot.queues.get(name)
-        keys.add(f"tree/{cq.root().name}" if cq is not None and cq.parent is not None else f"cq/{name}")
-    return sorted(keys)
+    """The quota trees to lock: the core's key for each queue (its own name if it is unknown)."""
+    return sorted({snapshot.queues[n].tree_key if n in snapshot.queues else f"cq/{n}" for n in cluster_queues})
 
 
 async def _lock_trees(session: AsyncSession, keys: list[str]) -> None:
