@@ -15,6 +15,8 @@ pod overhead; a container's limits stand in for requests it does not set.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +97,7 @@ class JobInfo:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     pod_sets: tuple[PodSet, ...]
+    template_paths: Mapping[str, str] = field(default_factory=dict)  # pod set -> JSON pointer of its pod template
 
     @property
     def key(self) -> str:
@@ -146,6 +149,7 @@ def read_job(obj: Any) -> JobInfo:
     annotations = _string_map(meta.get("annotations"), "metadata.annotations", problems)
     spec = obj.get("spec")
     pod_sets: list[PodSet] = []
+    template_paths: dict[str, str] = {}
     if not isinstance(spec, Mapping):
         problems.append(FieldError("spec", "required: the job's spec"))
     else:
@@ -153,6 +157,7 @@ def read_job(obj: Any) -> JobInfo:
             ps = _pod_set(ps_name, count, template["spec"], f"{path}.spec", problems)
             if ps is not None:
                 pod_sets.append(ps)
+                template_paths[ps_name] = json_pointer(path)
         if not pod_sets and not problems:
             problems.append(FieldError("spec", "the job defines no pods"))
     if problems:
@@ -165,7 +170,14 @@ def read_job(obj: Any) -> JobInfo:
         labels=labels,
         annotations=annotations,
         pod_sets=tuple(pod_sets),
+        template_paths=template_paths,
     )
+
+
+def json_pointer(path: str) -> str:
+    """A field path as reported in errors (``spec.replicatedJobs[0].template``) as an RFC 6901 pointer."""
+    parts = re.sub(r"\[(\d+)\]", r".\1", path).split(".")
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts if p)
 
 
 def _string_map(value: Any, path: str, problems: list[FieldError]) -> dict[str, str]:

@@ -120,7 +120,7 @@ class Cluster:
         if bool(_walk(job, kind.suspend_path)):
             for pod in pods:
                 self.store.delete(PODS, namespace, pod["metadata"]["name"])
-            status["active"] = 0
+            _count_pods(kind, status, [])
             set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
             self.store.replace(res, namespace, name, job, subresource="status")
             return
@@ -137,8 +137,7 @@ class Cluster:
             if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
                 set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-        status["active"] = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running"))
-        status["succeeded"] = succeeded
+        _count_pods(kind, status, pods)
         if pods and succeeded == len(pods):
             status["completionTime"] = _now()
             if kind.kind == "Job":
@@ -272,6 +271,30 @@ class Cluster:
             return
         pod["status"]["phase"] = "Succeeded"
         self.store.replace(PODS, namespace, name, pod, subresource="status")
+
+
+def _count_pods(kind: jobs.Kind, status: Obj, pods: list[Obj]) -> None:
+    """Active and succeeded pods in the status shape of the kind's real controller."""
+    counts: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        ps = pod["metadata"]["labels"].get(POD_SET_LABEL, "main")
+        phase = (pod.get("status") or {}).get("phase")
+        entry = counts.setdefault(ps, {"active": 0, "succeeded": 0})
+        if phase in ("Pending", "Running"):
+            entry["active"] += 1
+        elif phase == "Succeeded":
+            entry["succeeded"] += 1
+    if kind.kind == "Job":
+        status["active"] = sum(c["active"] for c in counts.values())
+        status["succeeded"] = sum(c["succeeded"] for c in counts.values())
+    elif kind.kind == "JobSet":
+        status["replicatedJobsStatus"] = [
+            {"name": ps, "active": c["active"], "succeeded": c["succeeded"], "ready": 0, "failed": 0, "suspended": 0}
+            for ps, c in sorted(counts.items())
+        ]
+    else:
+        by_lower = {r.lower(): r for r in kind.replica_order}
+        status["replicaStatuses"] = {by_lower.get(ps, ps): dict(c) for ps, c in sorted(counts.items())}
 
 
 def free_capacity(nodes: list[Obj], pods: list[Obj]) -> dict[str, dict[str, int]]:

@@ -220,6 +220,33 @@ class Admission(Base):
     __table_args__ = (CheckConstraint("quantity >= 0", name="quantity_non_negative"),)
 
 
+EVENT_TYPES = ("Admitted", "Evicted", "Finished")
+
+
+class WorkloadEvent(Base):
+    """A workload's history, one row per decision: admitted (where), evicted (why, by whom), finished.
+
+    Written in the same transaction as the decision, so history and quota never disagree.
+    """
+
+    __tablename__ = "workload_events"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    workload_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), nullable=False)
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    type: Mapped[str] = mapped_column(String(16), nullable=False)
+    cluster_queue: Mapped[str | None] = mapped_column(String(NAME))
+    flavors: Mapped[dict[str, Any] | None] = mapped_column()
+    borrowing: Mapped[bool | None] = mapped_column()
+    reason: Mapped[str | None] = mapped_column(String(63))
+    detail: Mapped[str | None] = mapped_column(String(63))
+    by_workload: Mapped[str | None] = mapped_column(String(NAME + 64))
+    __table_args__ = (
+        CheckConstraint(f"type IN {EVENT_TYPES!r}", name="type"),
+        Index("ix_workload_events_workload", "workload_id", "id"),
+        Index("ix_workload_events_at", "at"),
+    )
+
+
 class AuditEntry(Base):
     """One admin edit: who, when, what, and the object before and after."""
 

@@ -94,19 +94,22 @@ _UPSERT = text(
         local_queue = EXCLUDED.local_queue, priority = EXCLUDED.priority,
         labels = EXCLUDED.labels, pod_sets = EXCLUDED.pod_sets
     WHERE workloads.state = 'Pending'
+    RETURNING id, job_uid, state
     """
 )
 
 
-async def upsert(session: AsyncSession, records: Sequence[Record]) -> None:
+async def upsert(session: AsyncSession, records: Sequence[Record]) -> dict[str, tuple[int, str]]:
     """Insert new workloads; refresh queue, priority and labels of pending ones (idempotent by job uid).
 
-    One statement per chunk over column arrays (``unnest``), so the cost is the rows, not the
-    bind parameters.
+    Returns job uid -> (row id, state) for every row inserted or refreshed; a job whose row is
+    admitted or finished is left as it is and absent from the answer. One statement per chunk
+    over column arrays (``unnest``), so the cost is the rows, not the bind parameters.
     """
+    out: dict[str, tuple[int, str]] = {}
     for start in range(0, len(records), UPSERT_CHUNK):
         chunk = records[start : start + UPSERT_CHUNK]
-        await session.execute(
+        rows = await session.execute(
             _UPSERT,
             {
                 "job_uid": [r.job_uid for r in chunk],
@@ -121,6 +124,8 @@ async def upsert(session: AsyncSession, records: Sequence[Record]) -> None:
                 "ts": [r.created_at for r in chunk],
             },
         )
+        out.update((uid, (int(wid), state)) for wid, uid, state in rows)
+    return out
 
 
 @dataclass(slots=True)
@@ -128,6 +133,7 @@ class StoreSnapshot:
     config: Config
     workloads: list[Workload]
     ids: dict[str, int] = field(default_factory=dict)  # workload key -> row id
+    uids: dict[str, str] = field(default_factory=dict)  # workload key -> job uid
 
 
 def _epoch(t: dt.datetime) -> float:
@@ -142,6 +148,7 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
         await session.execute(
             select(
                 w.id,
+                w.job_uid,
                 w.namespace,
                 w.name,
                 w.local_queue,
@@ -195,6 +202,7 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
             wl.admitted_at = _epoch(r.admitted_at)
         out.workloads.append(wl)
         out.ids[wl.key] = r.id
+        out.uids[wl.key] = r.job_uid
     return out
 
 
@@ -202,6 +210,14 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
 class Admit:
     workload_id: int
     admission: Admission
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    workload_id: int
+    reason: str  # Preempted | ClusterQueueStopped | ...
+    detail: str | None = None
+    by: str | None = None  # the preempting workload
 
 
 @dataclass(slots=True)
@@ -302,7 +318,7 @@ async def commit_cycle(
     session: AsyncSession,
     *,
     admissions: Sequence[Admit],
-    evictions: Sequence[int] = (),
+    evictions: Sequence[Evict] = (),
     now: dt.datetime,
     fence: lease.Fence | None = None,
 ) -> CommitResult:
@@ -312,14 +328,32 @@ async def commit_cycle(
     result = CommitResult()
     w = tables.Workload
     if evictions:
-        await _release(session, evictions, now)
+        ids = [e.workload_id for e in evictions]
+        await _release(session, ids, now)
         evicted = await session.execute(
             update(w)
-            .where(w.id.in_(evictions), w.state == "Admitted")
+            .where(w.id.in_(ids), w.state == "Admitted")
             .values(state="Pending", queue_ts=now, admitted_at=None, assigned_flavors=None)
-            .returning(w.id)
+            .returning(w.id, w.cluster_queue)
         )
-        result.evicted = sorted(evicted.scalars())
+        queues = {int(i): cq for i, cq in evicted.all()}
+        result.evicted = sorted(queues)
+        await _events(
+            session,
+            [
+                {
+                    "workload_id": e.workload_id,
+                    "type": "Evicted",
+                    "cluster_queue": queues[e.workload_id],
+                    "reason": e.reason,
+                    "detail": e.detail,
+                    "by_workload": e.by,
+                }
+                for e in evictions
+                if e.workload_id in queues
+            ],
+            now,
+        )
     if not admissions:
         return result
     config = await config_store.load_config(session)
@@ -411,15 +445,153 @@ async def commit_cycle(
         ledger = _columns(ledger_rows, _LEDGER_COLUMNS)
         ledger["labels"] = [json.dumps(labels) for labels in ledger["labels"]]
         await session.execute(_INSERT_LEDGER, {**ledger, "now": now})
+        await _events(
+            session,
+            [
+                {
+                    "workload_id": u["id"],
+                    "type": "Admitted",
+                    "cluster_queue": u["cluster_queue"],
+                    "flavors": u["assigned_flavors"]["flavors"],
+                    "borrowing": u["assigned_flavors"]["borrowing"],
+                }
+                for u in updates
+            ],
+            now,
+        )
     return result
 
 
+_EVENT_COLUMNS = ("workload_id", "type", "cluster_queue", "flavors", "borrowing", "reason", "detail", "by_workload")
+_INSERT_EVENTS = text(
+    """
+    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, reason, detail, by_workload, at)
+    SELECT u.*, :now FROM unnest(CAST(:workload_id AS bigint[]), CAST(:type AS text[]),
+                                 CAST(:cluster_queue AS text[]), CAST(:flavors AS text[])::jsonb[],
+                                 CAST(:borrowing AS boolean[]), CAST(:reason AS text[]), CAST(:detail AS text[]),
+                                 CAST(:by_workload AS text[])) AS u
+    """
+)
+
+
+async def _events(session: AsyncSession, rows: list[dict[str, Any]], now: dt.datetime) -> None:
+    if not rows:
+        return
+    columns = {name: [row.get(name) for row in rows] for name in _EVENT_COLUMNS}
+    columns["flavors"] = [None if f is None else json.dumps(f) for f in columns["flavors"]]
+    await session.execute(_INSERT_EVENTS, {**columns, "now": now})
+
+
 async def finish(
-    session: AsyncSession, ids: Sequence[int], *, now: dt.datetime, fence: lease.Fence | None = None
-) -> None:
-    """The jobs ended or were deleted: release their quota and close their ledger intervals."""
+    session: AsyncSession,
+    ids: Sequence[int],
+    *,
+    now: dt.datetime,
+    fence: lease.Fence | None = None,
+    reason: str = "JobFinished",
+) -> list[int]:
+    """The jobs ended or were deleted: release their quota and close their ledger intervals.
+
+    Idempotent: a workload already finished is left alone, so each finishes exactly once.
+    Returns the ids this call finished.
+    """
     if fence is not None:
         await lease.check(session, fence)
-    await _release(session, ids, now)
     w = tables.Workload
-    await session.execute(update(w).where(w.id.in_(ids)).values(state="Finished", finished_at=now, admitted_at=None))
+    finished = await session.execute(
+        update(w)
+        .where(w.id.in_(ids), w.state != "Finished")
+        .values(state="Finished", finished_at=now, admitted_at=None, reason=reason, message=None)
+        .returning(w.id, w.cluster_queue)
+    )
+    done = {int(i): cq for i, cq in finished.all()}
+    await _release(session, list(done), now)
+    await _events(
+        session,
+        [
+            {"workload_id": i, "type": "Finished", "cluster_queue": cq, "reason": reason}
+            for i, cq in sorted(done.items())
+        ],
+        now,
+    )
+    return sorted(done)
+
+
+async def dequeue(session: AsyncSession, ids: Sequence[int], *, fence: lease.Fence | None = None) -> None:
+    """Pending workloads whose job left queueing (its queue label removed): forget them."""
+    if fence is not None:
+        await lease.check(session, fence)
+    w = tables.Workload
+    await session.execute(delete(w).where(w.id.in_(ids), w.state == "Pending"))
+
+
+_SET_REASONS = text(
+    """
+    UPDATE workloads AS w SET reason = u.reason, message = u.message
+    FROM unnest(CAST(:id AS bigint[]), CAST(:reason AS text[]), CAST(:message AS text[])) AS u(id, reason, message)
+    WHERE w.id = u.id AND w.state = 'Pending'
+    """
+)
+
+
+async def set_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, str]]) -> None:
+    """Why each pending workload waits (reason, message), for ``turnstile get/describe workload``."""
+    if reasons:
+        await session.execute(
+            _SET_REASONS,
+            {"id": [r[0] for r in reasons], "reason": [r[1] for r in reasons], "message": [r[2] for r in reasons]},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    id: int
+    workload: str  # namespace/name
+    at: dt.datetime
+    type: str
+    cluster_queue: str | None
+    flavors: dict[str, dict[str, str]] | None
+    borrowing: bool | None
+    reason: str | None
+    detail: str | None
+    by: str | None
+
+
+async def events(session: AsyncSession, *, after: int = 0, workload_id: int | None = None) -> list[EventRow]:
+    """Workload events in commit order (after event id ``after``; of one workload if given)."""
+    e, w = tables.WorkloadEvent, tables.Workload
+    query = (
+        select(
+            e.id,
+            w.namespace,
+            w.name,
+            e.at,
+            e.type,
+            e.cluster_queue,
+            e.flavors,
+            e.borrowing,
+            e.reason,
+            e.detail,
+            e.by_workload,
+        )
+        .join(w, w.id == e.workload_id)
+        .where(e.id > after)
+        .order_by(e.id)
+    )
+    if workload_id is not None:
+        query = query.where(e.workload_id == workload_id)
+    return [
+        EventRow(
+            r.id,
+            f"{r.namespace}/{r.name}",
+            r.at,
+            r.type,
+            r.cluster_queue,
+            r.flavors,
+            r.borrowing,
+            r.reason,
+            r.detail,
+            r.by_workload,
+        )
+        for r in await session.execute(query)
+    ]

@@ -108,7 +108,9 @@ async def test_commit_refuses_what_no_longer_fits_and_keeps_the_ledger(
     assert (result.admitted, result.refused) == (ids[:2], ids[2:])
     later = NOW + dt.timedelta(hours=2)
     async with database.transaction(sessions) as s:
-        evicted = await store.commit_cycle(s, admissions=[admit(ids[2], "a", 2)], evictions=[ids[0]], now=later)
+        evicted = await store.commit_cycle(
+            s, admissions=[admit(ids[2], "a", 2)], evictions=[store.Evict(ids[0], "Preempted")], now=later
+        )
         await store.finish(s, [ids[1]], now=later)
     assert (evicted.evicted, evicted.admitted) == ([ids[0]], [ids[2]])
     async with database.transaction(sessions) as s:
@@ -120,6 +122,17 @@ async def test_commit_refuses_what_no_longer_fits_and_keeps_the_ledger(
         (ids[2], 2000, None),
     ]
     assert states == {ids[0]: "Pending", ids[1]: "Finished", ids[2]: "Admitted"}
+    async with database.transaction(sessions) as s:
+        again = await store.finish(s, [ids[1]], now=later + dt.timedelta(hours=1))
+        history = await store.events(s)
+    assert again == [], "a finished workload finishes exactly once"
+    assert [(e.workload, e.type, e.at, e.cluster_queue, e.reason, e.flavors) for e in history] == [
+        ("team/job-0", "Admitted", NOW, "a", None, {"main": {GPU: "a100"}}),
+        ("team/job-1", "Admitted", NOW, "a", None, {"main": {GPU: "a100"}}),
+        ("team/job-0", "Evicted", later, "a", "Preempted", None),
+        ("team/job-2", "Admitted", later, "a", None, {"main": {GPU: "a100"}}),
+        ("team/job-1", "Finished", later, "a", "JobFinished", None),
+    ]
 
 
 async def test_a_fenced_ex_leader_cannot_write(sessions: async_sessionmaker[AsyncSession]) -> None:

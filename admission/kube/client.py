@@ -1,0 +1,230 @@
+"""Raw JSON access to the Kubernetes API through kubernetes_asyncio's ``ApiClient``.
+
+The controller handles tens of thousands of jobs; kubernetes_asyncio's typed models cost far
+more to build than the few fields it reads. So every call here goes through
+``ApiClient.call_api`` with ``_preload_content=False`` (authentication, TLS and kubeconfig
+handling stay the client's) and bodies are plain JSON dicts. Errors come back as one
+exception class, ``KubeError``, whose ``temporary`` says whether retrying can help (429, 5xx,
+connection failures) or not (404, 409, 422: the caller must look again before acting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+
+Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+WATCH_LINE_LIMIT = 16 * 1024 * 1024  # one watch event; Kubernetes objects are at most ~1.5 MiB
+
+
+class KubeError(Exception):
+    """The API server refused a request (or could not be reached), as a ``kind: Status`` says."""
+
+    def __init__(self, status: int, reason: str, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def temporary(self) -> bool:
+        """Retrying the same request later may succeed: throttled, server error or no connection."""
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+    @classmethod
+    def from_body(cls, status: int, data: bytes, headers: Mapping[str, str]) -> KubeError:
+        try:
+            body = json.loads(data)
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        retry = headers.get("Retry-After")
+        return cls(
+            status,
+            str(body.get("reason") or "Unknown"),
+            str(body.get("message") or data[:200].decode(errors="replace")),
+            retry_after=float(retry) if retry and retry.isdigit() else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRef:
+    """Where a kind lives in the REST API: ``/api/v1/...`` for the core group, else ``/apis/GROUP/VERSION``."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+        if namespace is not None and self.namespaced:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+        if subresource is not None:
+            base += f"/{subresource}"
+        return base
+
+
+NAMESPACES = ResourceRef("v1", "Namespace", "namespaces", namespaced=False)
+EVENTS = ResourceRef("v1", "Event", "events")
+
+
+async def connect(kubeconfig: Path | None = None) -> client.ApiClient:
+    """An API client from ``kubeconfig``, else the in-cluster service account, else ``~/.kube/config``."""
+    configuration = client.Configuration()
+    if kubeconfig is not None:
+        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            await config.load_kube_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+class Kube:
+    """JSON in, JSON out, over one ``ApiClient`` (its connection pool is shared by every caller)."""
+
+    def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
+        self.api = api
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: aiohttp.ClientTimeout | float | None = None,
+    ) -> Any:
+        try:
+            return await self.api.call_api(
+                path,
+                method,
+                query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self.timeout if timeout is None else timeout,
+            )
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        """One request; the decoded JSON answer, or ``KubeError``."""
+        response = await self._call(method, path, query=query, body=body, content_type=content_type)
+        try:
+            data = await response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise KubeError.from_body(response.status, data, response.headers)
+        decoded = json.loads(data) if data else {}
+        return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> Obj:
+        return await self.request("GET", ref.path(namespace, name))
+
+    async def create(self, ref: ResourceRef, namespace: str | None, obj: Obj) -> Obj:
+        return await self.request("POST", ref.path(namespace), body=obj)
+
+    async def delete(self, ref: ResourceRef, namespace: str | None, name: str) -> Obj:
+        return await self.request("DELETE", ref.path(namespace, name))
+
+    async def patch(
+        self, ref: ResourceRef, namespace: str | None, name: str, patch: Any, *, content_type: str = MERGE_PATCH
+    ) -> Obj:
+        return await self.request("PATCH", ref.path(namespace, name), body=patch, content_type=content_type)
+
+    async def list_pages(
+        self, ref: ResourceRef, *, label_selector: str | None = None, page: int = 500
+    ) -> AsyncIterator[Obj]:
+        """Every page of a cluster-wide list, following ``continue`` tokens."""
+        token: str | None = None
+        while True:
+            answer = await self.request(
+                "GET", ref.path(), query={"limit": page, "continue": token, "labelSelector": label_selector}
+            )
+            yield answer
+            token = (answer.get("metadata") or {}).get("continue") or None
+            if not token:
+                return
+
+    async def watch(
+        self,
+        ref: ResourceRef,
+        *,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        label_selector: str | None = None,
+    ) -> AsyncIterator[Obj]:
+        """Watch events from ``resource_version``, with bookmarks, until the server ends the stream.
+
+        Events are read in chunks and split on newlines, so no object is too long for a line
+        buffer. A ``410 Gone`` arrives as an ``ERROR`` event: it is raised as ``KubeError(410)``.
+        """
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+            "labelSelector": label_selector,
+        }
+        response = await self._call(
+            "GET", ref.path(), query=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        )
+        try:
+            if response.status >= 400:
+                raise KubeError.from_body(response.status, await response.read(), response.headers)
+            buffer = b""
+            try:
+                async for chunk in response.content.iter_any():
+                    buffer += chunk
+                    if len(buffer) > WATCH_LINE_LIMIT:
+                        raise KubeError(0, "WatchLineTooLong", f"watch of {ref.plural}: an event over 16 MiB")
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield _watch_event(json.loads(line))
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                raise KubeError(0, "Unreachable", f"watch of {ref.plural} broke: {exc!r}") from exc
+        finally:
+            response.release()
+
+
+def _watch_event(event: Obj) -> Obj:
+    if event.get("type") == "ERROR":
+        status = event.get("object") or {}
+        raise KubeError(int(status.get("code") or 500), str(status.get("reason")), str(status.get("message")))
+    return event
