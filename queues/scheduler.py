@@ -22,7 +22,7 @@ one admission per queue: every workload that fits is admitted, in Kueue's order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from queues import flavors, jobs, preemption
@@ -81,6 +81,7 @@ class Scheduler:
         self._unresolved: dict[str, Workload] = {}
         self.cycles = 0
         self.cap_hits = 0
+        self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
 
     # ----- inputs -------------------------------------------------------------------------
 
@@ -161,9 +162,10 @@ class Scheduler:
     def _empty_terminating(self) -> bool:
         return bool(self.config.terminating - self._queues_in_use())
 
-    def set_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> None:
+    def set_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> list[Decision]:
+        """Namespace labels changed (namespaceSelector): re-resolve; returns what ``set_config`` does."""
         self.namespaces = dict(namespaces)
-        self.set_config(self.config)
+        return self.set_config(self.config)
 
     # ----- the cycle ---------------------------------------------------------------------
 
@@ -262,7 +264,7 @@ class Scheduler:
         return assignment
 
     def _inadmissible(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
-        wl.reason, wl.message = assignment.reason, assignment.message
+        self._say(wl, assignment.reason, assignment.message)
         if cq.strict_fifo:
             self.pending.block(cq.name, self._generation.get(cq.tree_key, 0))
             return False
@@ -276,7 +278,7 @@ class Scheduler:
         admission = Admission(cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing)
         wl.admission = admission
         wl.admitted_at = self.now
-        wl.reason, wl.message = "Admitted", f"admitted by ClusterQueue {cq.name}"
+        self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
         self.snapshot.add_workload(wl)
         return Admit(wl, assignment, admission)
 
@@ -284,9 +286,21 @@ class Scheduler:
         released = wl.admission
         self._release(wl)
         wl.queue_ts = self.now
-        wl.reason, wl.message = flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again"
+        self._say(wl, flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
         self._enqueue(wl)
         return Evict(wl, reason, detail, by, released)
+
+    def _say(self, wl: Workload, reason: str, message: str) -> None:
+        if (wl.reason, wl.message) != (reason, message):
+            wl.reason, wl.message = reason, message
+            self.said.add(wl.key)
+
+    def restore(self, workloads: Iterable[Workload]) -> list[Decision]:
+        """Take over workloads as stored (admitted ones keep their admission); like ``set_config``,
+        returns the evictions the configuration asks for."""
+        for wl in workloads:
+            self.workloads[wl.key] = wl
+        return self.set_config(self.config)
 
     def forget_admission(self, wl: Workload) -> None:
         """Undo an admission the caller could not enact (e.g. the job vanished)."""
@@ -316,13 +330,13 @@ class Scheduler:
         cq, reason, message = self._resolve(wl)
         wl.cluster_queue = cq.name if cq is not None else wl.cluster_queue
         if reason is not None:
-            wl.reason, wl.message = reason, message
+            self._say(wl, reason, message)
             self._unresolved[wl.key] = wl
             return
         assert cq is not None
         self._unresolved.pop(wl.key, None)
         if wl.reason != flavors.WAITING_FOR_QUOTA:
-            wl.reason, wl.message = flavors.WAITING_FOR_QUOTA, WAITING_FOR_TURN
+            self._say(wl, flavors.WAITING_FOR_QUOTA, WAITING_FOR_TURN)
         self.pending.push(cq.name, wl)
 
     def _resolve(self, wl: Workload) -> tuple[ClusterQueue | None, str | None, str]:

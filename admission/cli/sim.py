@@ -4,54 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from pathlib import Path
 
 import click
-import yaml
 
 from admission.settings import Settings
 
 
-def write_kubeconfig(path: Path, server: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "turnstile-sim",
-        "clusters": [{"name": "turnstile-sim", "cluster": {"server": server}}],
-        "users": [{"name": "turnstile-sim", "user": {"token": "turnstile-sim"}}],
-        "contexts": [
-            {
-                "name": "turnstile-sim",
-                "context": {"cluster": "turnstile-sim", "user": "turnstile-sim", "namespace": "default"},
-            }
-        ],
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
 async def _serve(port: int, time_scale: float) -> None:
-    from aiohttp import web
+    from admission.sim.host import SimHost
 
-    from admission.sim.apiserver import ApiServer
-    from admission.sim.cluster import Cluster
-
-    server = ApiServer()
-    cluster = Cluster(server.store, time_scale=time_scale)
-    await cluster.start()
-    runner = web.AppRunner(server.app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    kubeconfig = write_kubeconfig(Settings().home / "sim" / "kubeconfig", f"http://127.0.0.1:{port}")
-    click.echo(f"simulated API server on http://127.0.0.1:{port}")
-    click.echo(f"kubeconfig: {kubeconfig}")
-    click.echo(f"try: kubectl --kubeconfig {kubeconfig} get namespaces   (Ctrl-C stops it)")
+    host = await SimHost.start(Settings().home / "sim" / "kubeconfig", port=port, time_scale=time_scale)
+    click.echo(f"simulated API server on {host.url} (job operators, scheduler, kubelet, cluster-autoscaler)")
+    click.echo(f"kubeconfig: {host.kubeconfig}")
+    click.echo(f"try: kubectl --kubeconfig {host.kubeconfig} get namespaces   (Ctrl-C stops it)")
     try:
         await asyncio.Event().wait()
     finally:
-        await cluster.stop()
-        await runner.cleanup()
+        await host.stop()
 
 
 @click.group("sim")
@@ -69,7 +38,7 @@ def sim() -> None:
     help="Wall seconds per second of a job's turnstile.dev/sim-runtime.",
 )
 def serve(port: int, time_scale: float) -> None:
-    """Run the simulated cluster (API server, job operators, scheduler, kubelet) on plain HTTP at
-    127.0.0.1 and write a kubeconfig for it."""
+    """Run the simulated cluster (API server, job operators, scheduler, kubelet, cluster-autoscaler) on
+    plain HTTP at 127.0.0.1 and write a kubeconfig for it."""
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(port, time_scale))

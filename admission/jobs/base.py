@@ -45,7 +45,8 @@ class JobView:
     has_annotations: bool
     info: jobs.JobInfo | None  # None: the job is malformed, see ``problems``
     problems: tuple[str, ...] = ()
-    template_fields: dict[str, tuple[bool, bool]] = field(default_factory=dict)  # pod set -> (nodeSelector?, tolerations?)
+    # pod set -> (its template has a nodeSelector, has tolerations)
+    template_fields: dict[str, tuple[bool, bool]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -116,7 +117,7 @@ class Integration:
         try:
             info = jobs.read_job(obj)
         except errors.Invalid as exc:
-            problems = tuple(str(p) for p in exc.problems)
+            problems = tuple(str(p) for p in exc.errors)
         else:
             for ps, pointer in info.template_paths.items():
                 spec = _pointer_get(obj, pointer + "/spec") or {}

@@ -10,7 +10,6 @@ connection failures) or not (404, 409, 422: the caller must look again before ac
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -91,7 +90,7 @@ async def connect(kubeconfig: Path | None = None) -> client.ApiClient:
         await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     else:
         try:
-            config.load_incluster_config(client_configuration=configuration)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
             await config.load_kube_config(client_configuration=configuration)
     return client.ApiClient(configuration)
@@ -128,7 +127,7 @@ class Kube:
                 _preload_content=False,
                 _request_timeout=self.timeout if timeout is None else timeout,
             )
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
 
     async def request(
@@ -144,7 +143,7 @@ class Kube:
         response = await self._call(method, path, query=query, body=body, content_type=content_type)
         try:
             data = await response.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
         finally:
             response.release()
@@ -217,7 +216,7 @@ class Kube:
                     for line in lines:
                         if line.strip():
                             yield _watch_event(json.loads(line))
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 raise KubeError(0, "Unreachable", f"watch of {ref.plural} broke: {exc!r}") from exc
         finally:
             response.release()

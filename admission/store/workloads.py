@@ -88,8 +88,9 @@ _UPSERT = text(
     FROM unnest(CAST(:job_uid AS text[]), CAST(:api_version AS text[]), CAST(:kind AS text[]),
                 CAST(:namespace AS text[]), CAST(:name AS text[]), CAST(:local_queue AS text[]),
                 CAST(:priority AS integer[]), CAST(:pod_sets AS text[]), CAST(:labels AS text[]),
-                CAST(:ts AS timestamptz[]))
-         AS u(job_uid, api_version, kind, namespace, name, local_queue, priority, pod_sets, labels, ts)
+                CAST(:ts AS timestamptz[])) WITH ORDINALITY
+         AS u(job_uid, api_version, kind, namespace, name, local_queue, priority, pod_sets, labels, ts, n)
+    ORDER BY u.n  -- ids follow the records' order: the order jobs were seen is the order they queue
     ON CONFLICT (job_uid) DO UPDATE SET
         local_queue = EXCLUDED.local_queue, priority = EXCLUDED.priority,
         labels = EXCLUDED.labels, pod_sets = EXCLUDED.pod_sets

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from aiohttp import web
 
-from admission.cli.sim import write_kubeconfig
-from admission.sim.apiserver import ApiServer
+from admission.sim.host import SimHost
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
@@ -21,13 +19,9 @@ pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH"
 
 @pytest_asyncio.fixture
 async def kubeconfig(tmp_path: Path) -> AsyncIterator[Path]:
-    runner = web.AppRunner(ApiServer().app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
-    await runner.cleanup()
+    host = await SimHost.start(tmp_path / "kubeconfig")
+    yield host.kubeconfig
+    await host.stop()
 
 
 async def kubectl(config: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:

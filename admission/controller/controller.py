@@ -1,0 +1,487 @@
+"""``turnstile controller``: keep PostgreSQL and the cluster in agreement, and enact the core's decisions.
+
+Every replica runs the informers (jobs of every integrated kind, namespaces). The replica
+holding the scheduler lease (``admission.store.lease``) also runs a *term*
+(``admission.controller.term``): a scheduling core rebuilt from PostgreSQL, driven by steps.
+
+One step (``_step``), whenever something changed (a job event, a configuration NOTIFY, a
+namespace, the periodic resync), coalesced over a few milliseconds and never waiting on the
+API server:
+
+1. look at every job that changed: a new queued job becomes a workload row (idempotent by
+   job uid), a finished or deleted one releases its quota and closes its ledger intervals,
+   one whose queue label went away while pending leaves queueing;
+2. commit that (fenced), and feed the same changes to the core;
+3. run the core's cycles; commit their net admissions and evictions in one fenced
+   transaction that re-checks every quota (``store.workloads.commit_cycle``); undo in memory
+   what the store refused;
+4. ask the enactor to drive every touched job to its workload's state.
+
+The enactor (a work queue, one worker per job at a time) is level-triggered: it compares a
+job with its workload and patches the difference. An admitted workload's job is unsuspended
+with its flavors' node labels and tolerations merged into its pod templates, once the pods
+of the workloads it preempted are gone (Kueue releases a victim's quota only then; Turnstile
+keeps the books at once but starts the preemptor only then, so no GPU is ever double-booked);
+a pending workload's job is suspended with its own scheduling directives restored. After a
+crash the next term starts from the store and the same comparison converges: a job running
+without an admission is suspended, an admission whose job is gone is released, an admission
+whose job is still suspended is enacted again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.controller.term import Row, Term, admission_token, now_ms, timestamp
+from admission.controller.workqueue import Retry, WorkQueue
+from admission.jobs import INTEGRATIONS
+from admission.jobs.base import Integration, JobView, PodSetInfo
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, KubeError, Obj
+from admission.kube.informer import Informer
+from admission.store import config as config_store
+from admission.store import database, lease, notify
+from admission.store import workloads as store
+from queues.model import Admission, Workload
+from queues.scheduler import Decision, Evict
+
+log = logging.getLogger(__name__)
+
+DB_ERRORS = (OperationalError, DBAPIError, OSError)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    identity: str  # this replica, as named in the lease
+    lease_ttl: float = 15.0  # seconds a leader may go without renewing before another takes over
+    workers: int = 16  # jobs patched in parallel
+    debounce: float = 0.002  # seconds events are coalesced into one step
+    resync: float = 60.0  # seconds between full reconciliations (a safety net; events do the work)
+
+
+class Controller:
+    def __init__(
+        self,
+        *,
+        kube: Kube,
+        sessions: async_sessionmaker[AsyncSession],
+        database_url: str,
+        options: Options,
+        integrations: Sequence[Integration] = INTEGRATIONS,
+    ) -> None:
+        self.kube = kube
+        self.sessions = sessions
+        self.database_url = database_url
+        self.options = options
+        self.views: dict[str, JobView] = {}  # job uid -> what the informers last saw
+        self.uid_of: dict[str, str] = {}  # workload key (namespace/name) -> job uid
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.informers = [Informer(kube, i.ref, functools.partial(self._on_job, i)) for i in integrations]
+        self.informers.append(Informer(kube, kube_client.NAMESPACES, self._on_namespace))
+        self.dirty: dict[str, None] = {}  # job uids changed since the last step, in event order
+        self.config_changed = False
+        self.namespaces_changed = False
+        self.wake = asyncio.Event()
+        self.enactor = WorkQueue(self._enact, workers=options.workers, name="enact")
+        self.term: Term | None = None
+        self.term_task: asyncio.Task[None] | None = None
+        self.database_ok = False
+        self.steps = 0
+        self.patches = 0
+
+    # ----- what the cluster says -----------------------------------------------------------------
+
+    def _on_job(self, integration: Integration, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        if kind == "DELETED":
+            view = self.views.pop(uid, None)
+            if view is not None and self.uid_of.get(view.key) == uid:
+                del self.uid_of[view.key]
+        else:
+            view = integration.view(obj)
+            self.views[uid] = view
+            self.uid_of[view.key] = uid
+        self.dirty[uid] = None
+        self.wake.set()
+
+    def _on_namespace(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name"))
+        labels = dict(meta.get("labels") or {})
+        if kind == "DELETED":
+            changed = self.namespaces.pop(name, None) is not None
+        else:
+            changed = self.namespaces.get(name) != labels
+            self.namespaces[name] = labels
+        if changed:
+            self.namespaces_changed = True
+            self.wake.set()
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def ready(self) -> bool:
+        """Readiness: the database answered lately and every informer has listed once."""
+        return self.database_ok and self.synced()
+
+    # ----- running -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Informers, the configuration listener, leader election and the enactor, until cancelled."""
+        tasks = [asyncio.create_task(i.run(), name=f"informer-{i.ref.plural}") for i in self.informers]
+        tasks.append(asyncio.create_task(self._listen(), name="listen"))
+        tasks.append(asyncio.create_task(self._resync(), name="resync"))
+        self.enactor.start()
+        try:
+            await self._elect()
+        finally:
+            await self._end_term("stopping")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.enactor.stop()
+            with contextlib.suppress(*DB_ERRORS):
+                await self._release_lease()
+
+    async def _listen(self) -> None:
+        """Configuration NOTIFY -> a step. Reconnects; the periodic resync covers lost notifications."""
+        while True:
+            try:
+                async with notify.listen(self.database_url) as queue:
+                    self.config_changed = True  # whatever happened while not listening
+                    self.wake.set()
+                    while True:
+                        await queue.get()
+                        self.config_changed = True
+                        self.wake.set()
+            except DB_ERRORS as exc:
+                log.warning("configuration listener: %s; reconnecting", exc)
+                await asyncio.sleep(1.0)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.resync)
+            self.config_changed = True
+            self.dirty.update(dict.fromkeys(self.views))
+            if self.term is not None:
+                self.dirty.update(dict.fromkeys(self.term.rows))
+            self.wake.set()
+
+    async def _elect(self) -> None:
+        ttl = self.options.lease_ttl
+        while True:
+            started = time.monotonic()
+            fence: lease.Fence | None = None
+            try:
+                async with database.transaction(self.sessions) as session:
+                    fence = await lease.acquire(session, holder=self.options.identity, ttl=dt.timedelta(seconds=ttl))
+                self.database_ok = True
+            except DB_ERRORS as exc:
+                self.database_ok = False
+                log.warning("leader election: database unreachable (%s)", exc)
+            if fence is not None:
+                if self.term is None or self.term.fence != fence:
+                    await self._end_term("a new term")
+                    await self._begin_term(fence)
+                if self.term is not None:
+                    self.term.valid_until = started + ttl * 0.8
+            elif self.term is not None and not self.term.valid():
+                await self._end_term("the lease was lost")
+            await asyncio.sleep(ttl / 3)
+
+    async def _release_lease(self) -> None:
+        """On a clean stop, let a standby take over at once instead of after the lease's TTL."""
+        async with database.transaction(self.sessions) as session:
+            await session.execute(
+                text("UPDATE leader_lease SET expires_at = clock_timestamp() WHERE name = :n AND holder = :h"),
+                {"n": lease.SCHEDULER, "h": self.options.identity},
+            )
+
+    async def _begin_term(self, fence: lease.Fence) -> None:
+        while not self.synced():  # compare rows with jobs only once every job has been listed
+            await asyncio.sleep(0.05)
+        async with database.transaction(self.sessions) as session:
+            snapshot = await store.load_snapshot(session)
+        term = Term.start(fence, snapshot, dict(self.namespaces))
+        term.valid_until = time.monotonic() + self.options.lease_ttl * 0.8
+        self.term = term
+        self.dirty.update(dict.fromkeys(self.views))
+        self.dirty.update(dict.fromkeys(term.rows))
+        self.namespaces_changed = False
+        log.info("leading as %s (term %d): %d workloads loaded", fence.holder, fence.token, len(term.rows))
+        self.term_task = asyncio.create_task(self._lead(term), name="lead")
+        self.wake.set()
+
+    async def _end_term(self, why: str) -> None:
+        term, task = self.term, self.term_task
+        self.term, self.term_task = None, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if term is not None:
+            log.warning("no longer leading (term %d): %s", term.fence.token, why)
+
+    async def _lead(self, term: Term) -> None:
+        backoff = 0.1
+        while self.term is term:
+            await self.wake.wait()
+            self.wake.clear()
+            await asyncio.sleep(self.options.debounce)
+            try:
+                await self._step(term)
+                backoff = 0.1
+            except lease.Fenced as exc:
+                log.error("%s", exc)
+                self.term = None
+                return
+            except DB_ERRORS as exc:
+                self.database_ok = False
+                log.warning("scheduling step failed: %s; retrying in %.1fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+                self.wake.set()
+
+    # ----- one step ------------------------------------------------------------------------------
+
+    async def _step(self, term: Term) -> None:
+        self.steps += 1
+        sched = term.scheduler
+        now = sched.now = now_ms()
+        at = timestamp(now)
+        dirty, self.dirty = self.dirty, {}
+        try:
+            decisions = await self._observe(term, dirty, at)
+        except BaseException:
+            self.dirty = {**dirty, **self.dirty}  # look again next step
+            raise
+        decisions.extend(term.owed)
+        term.owed = []
+        decisions.extend(sched.schedule())
+        touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
+        if decisions or sched.said:
+            touched |= await self._commit(term, decisions, at)
+        for preemptor in term.victims:
+            touched.add(preemptor)
+        for key in touched:
+            self.enactor.request(key)
+
+    async def _observe(self, term: Term, dirty: dict[str, None], at: dt.datetime) -> list[Decision]:
+        """Steps 1-2: jobs that changed become store rows and core inputs."""
+        sched = term.scheduler
+        finishes: dict[str, list[Row]] = {"JobFinished": [], "JobDeleted": []}
+        dequeues: list[Row] = []
+        upserts: dict[str, tuple[JobView, Workload]] = {}
+        for uid in dirty:
+            view = self.views.get(uid)
+            row = term.rows.get(uid)
+            if view is None or view.finished:
+                if row is not None:
+                    finishes["JobDeleted" if view is None else "JobFinished"].append(row)
+                continue
+            if view.info is None:
+                continue  # malformed: the webhook reports it; nothing to queue
+            candidate = sched.workload_for(view.info, seq=0, now=sched.now)
+            managed = view.info.queue_name is not None or candidate.local_queue is not None
+            current = sched.workloads.get(row.key) if row is not None else None
+            if row is None:
+                other = term.by_key.get(view.key)
+                if managed and other is None:
+                    upserts[uid] = (view, candidate)
+                elif managed:
+                    log.warning(
+                        "%s %s: workload %s already belongs to job %s",
+                        view.integration.ref.kind,
+                        view.key,
+                        view.key,
+                        other.uid if other else "?",
+                    )
+            elif current is not None and current.admission is None and view.suspended and view.admission is None:
+                if not managed:
+                    dequeues.append(row)
+                elif (candidate.local_queue, candidate.priority, candidate.shape) != (
+                    current.local_queue,
+                    current.priority,
+                    current.shape,
+                ):
+                    upserts[uid] = (view, candidate)
+        config = None
+        async with database.transaction(self.sessions) as session:
+            await lease.check(session, term.fence)
+            for reason, rows in finishes.items():
+                if rows:
+                    await store.finish(session, [r.id for r in rows], now=at, reason=reason)
+            if dequeues:
+                await store.dequeue(session, [r.id for r in dequeues])
+            stored = await store.upsert(
+                session,
+                [
+                    store.Record(uid, view.info, wl.local_queue, wl.priority, at)
+                    for uid, (view, wl) in upserts.items()
+                    if view.info is not None
+                ],
+            )
+            if self.config_changed:
+                self.config_changed = False
+                config = await config_store.load_config(session)
+        self.database_ok = True
+        decisions: list[Decision] = []
+        for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
+            sched.finish(row.key)
+            term.forget(row.uid)
+            term.victims.pop(row.key, None)
+        for uid, (view, wl) in upserts.items():
+            if uid not in stored:
+                log.warning("%s: job %s has a finished workload row; not queued again", view.key, uid)
+                continue
+            row_id, _ = stored[uid]
+            old = sched.workloads.get(view.key)
+            if old is not None and term.rows.get(uid) is not None:
+                wl.created, wl.queue_ts = old.created, old.queue_ts  # a refresh keeps its place in line
+                sched.finish(view.key)
+            wl.seq = row_id
+            term.remember(Row(row_id, uid, view.key))
+            sched.submit(wl)
+        if config is not None:
+            decisions.extend(sched.set_config(config))
+        if self.namespaces_changed:
+            self.namespaces_changed = False
+            decisions.extend(sched.set_namespaces(dict(self.namespaces)))
+        return decisions
+
+    async def _commit(self, term: Term, decisions: Sequence[Decision], at: dt.datetime) -> set[str]:
+        """Step 3: the net effect of the decisions, in one fenced transaction; undo what it refused."""
+        sched = term.scheduler
+        first: dict[str, Decision] = {}
+        last_evict: dict[str, Evict] = {}
+        for d in decisions:
+            first.setdefault(d.workload.key, d)
+            if isinstance(d, Evict):
+                last_evict[d.workload.key] = d
+        evictions: list[store.Evict] = []
+        admissions: list[store.Admit] = []
+        admitted_now: dict[int, Workload] = {}
+        for key, d in first.items():
+            row = term.by_key.get(key)
+            wl = sched.workloads.get(key)
+            if row is None or wl is None:
+                continue
+            was_admitted = isinstance(d, Evict)
+            if was_admitted and key in last_evict:
+                e = last_evict[key]
+                evictions.append(store.Evict(row.id, e.reason, e.detail, e.by))
+            if wl.admission is not None and (not was_admitted or key in last_evict):
+                admissions.append(store.Admit(row.id, wl.admission))
+                admitted_now[row.id] = wl
+        reasons = [
+            (row.id, wl.reason, wl.message)
+            for key in sched.said
+            if (wl := sched.workloads.get(key)) is not None
+            and wl.admission is None
+            and (row := term.by_key.get(key)) is not None
+        ]
+        sched.said.clear()
+        async with database.transaction(self.sessions) as session:
+            result = await store.commit_cycle(
+                session, admissions=admissions, evictions=evictions, now=at, fence=term.fence
+            )
+            await store.set_reasons(session, reasons)
+        for row_id in result.refused:
+            wl = admitted_now[row_id]
+            log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)
+            sched.forget_admission(wl)
+            self.wake.set()
+        for d in decisions:
+            if isinstance(d, Evict) and d.by is not None:
+                term.victims.setdefault(d.by, set()).add(d.workload.key)
+        return set(first)
+
+    # ----- enacting ------------------------------------------------------------------------------
+
+    def _view(self, key: str) -> JobView | None:
+        uid = self.uid_of.get(key)
+        return self.views.get(uid) if uid is not None else None
+
+    def _running(self, key: str) -> bool:
+        view = self._view(key)
+        return view is not None and not view.finished and (view.active or not view.suspended)
+
+    async def _enact(self, key: str) -> None:
+        """Drive one job to its workload's state (see the module docstring)."""
+        term = self.term
+        if term is None or not term.valid():
+            return  # the next term reconciles every job
+        view = self._view(key)
+        row = term.by_key.get(key)
+        wl = term.scheduler.workloads.get(key)
+        if view is None or view.finished or view.info is None or row is None or row.uid != view.uid or wl is None:
+            return
+        token = admission_token(wl)
+        if token is not None and view.suspended:
+            victims = {v for v in term.victims.get(key, ()) if self._running(v)}
+            if victims:
+                term.victims[key] = victims
+                return  # a victim's job event requests this key again
+            term.victims.pop(key, None)
+            assert wl.admission is not None
+            patch = view.integration.patch(
+                view, suspend=False, infos=self._run_infos(term, wl, wl.admission), admission=token
+            )
+        elif token is not None and view.admission == token:
+            return  # running as admitted
+        elif view.suspended and view.admission is None:
+            return  # waiting, as it should
+        else:
+            # pending but running, or running under an older admission: stop it first
+            patch = view.integration.patch(view, suspend=True, infos=_own_infos(wl), admission=None)
+        await self._patch(view, patch)
+
+    async def _patch(self, view: JobView, patch: list[Obj]) -> None:
+        ref = view.integration.ref
+        try:
+            updated = await self.kube.patch(ref, view.namespace, view.name, patch, content_type=kube_client.JSON_PATCH)
+        except KubeError as exc:
+            if exc.status == 404:
+                return  # the job is gone; its DELETED event releases the workload
+            if exc.temporary:
+                raise Retry(str(exc), after=exc.retry_after) from exc
+            raise Retry(f"{exc} (looking again)") from exc
+        self.patches += 1
+        uid = str((updated.get("metadata") or {}).get("uid"))
+        if uid == view.uid and view.uid in self.views:
+            self.views[uid] = view.integration.view(updated)
+
+    def _run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
+        """Each pod set's own directives plus those of the flavors it was admitted to."""
+        flavors = term.flavors()
+        out = []
+        for ps in wl.pod_sets:
+            selector = dict(ps.constraints.node_selector)
+            tolerations = [t.to_dict() for t in ps.tolerations]
+            for name in sorted(set(admission.flavors.get(ps.name, {}).values())):
+                flavor = flavors.get(name)
+                if flavor is None:
+                    continue
+                selector.update(flavor.node_labels)
+                tolerations.extend(t.to_dict() for t in flavor.tolerations if t.to_dict() not in tolerations)
+            out.append(PodSetInfo(ps.name, selector, tolerations))
+        return out
+
+
+def _own_infos(wl: Workload) -> list[PodSetInfo]:
+    return [
+        PodSetInfo(ps.name, dict(ps.constraints.node_selector), [t.to_dict() for t in ps.tolerations])
+        for ps in wl.pod_sets
+    ]

@@ -1,0 +1,85 @@
+"""One leadership term: the scheduler's state while this replica holds the lease.
+
+A term starts from PostgreSQL (the truth): the configuration, every unfinished workload and
+its admission. It keeps the scheduling core (``queues.scheduler.Scheduler``) in step with the
+store, maps workloads to their rows and jobs, and remembers which admitted workloads wait
+for their preemption victims' pods to go. When the term ends (the lease is lost, the process
+stops) all of it is dropped; the next term rebuilds it from the store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+
+from admission.store import lease
+from admission.store import workloads as store
+from queues import model
+from queues.model import Workload
+from queues.scheduler import Decision, Scheduler
+
+
+def now_ms() -> float:
+    """Wall time in whole milliseconds, so it survives a round trip through timestamptz exactly."""
+    return round(time.time() * 1000) / 1000
+
+
+def timestamp(t: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(t, dt.UTC)
+
+
+def admission_token(wl: Workload) -> str | None:
+    """Names one admission of a workload; written on the job it started (``turnstile.dev/admission``)."""
+    if wl.admission is None or wl.admitted_at is None:
+        return None
+    return f"{wl.admission.cluster_queue}/{round(wl.admitted_at * 1000)}"
+
+
+@dataclass(slots=True)
+class Row:
+    id: int
+    uid: str
+    key: str
+
+
+@dataclass(slots=True)
+class Term:
+    fence: lease.Fence
+    scheduler: Scheduler
+    rows: dict[str, Row] = field(default_factory=dict)  # job uid -> row
+    by_key: dict[str, Row] = field(default_factory=dict)  # workload key -> row
+    victims: dict[str, set[str]] = field(default_factory=dict)  # preemptor key -> victim keys still running
+    valid_until: float = 0.0  # monotonic deadline of the lease as last renewed
+    owed: list[Decision] = field(default_factory=list)  # evictions the stored state asks for (HoldAndDrain)
+    _flavors: tuple[model.Config | None, dict[str, model.Flavor]] = (None, {})
+
+    @classmethod
+    def start(cls, fence: lease.Fence, snapshot: store.StoreSnapshot, namespaces: dict[str, dict[str, str]]) -> Term:
+        scheduler = Scheduler(snapshot.config, namespaces=namespaces)
+        scheduler.now = now_ms()
+        term = cls(fence, scheduler)
+        for wl in snapshot.workloads:
+            term.remember(Row(snapshot.ids[wl.key], snapshot.uids[wl.key], wl.key))
+        term.owed = scheduler.restore(snapshot.workloads)
+        return term
+
+    def remember(self, row: Row) -> None:
+        self.rows[row.uid] = row
+        self.by_key[row.key] = row
+
+    def forget(self, uid: str) -> Row | None:
+        row = self.rows.pop(uid, None)
+        if row is not None and self.by_key.get(row.key) is row:
+            del self.by_key[row.key]
+        return row
+
+    def valid(self) -> bool:
+        return time.monotonic() < self.valid_until
+
+    def flavors(self) -> dict[str, model.Flavor]:
+        """The configuration's flavors as the core models them (cached per configuration)."""
+        config = self.scheduler.config
+        if self._flavors[0] is not config:
+            self._flavors = (config, {name: model.Flavor.from_api(rf) for name, rf in config.flavors.items()})
+        return self._flavors[1]

@@ -1,0 +1,87 @@
+"""The simulated cluster as one running thing: API server on a local port, operators, kubelet, autoscaler.
+
+Used by ``turnstile sim serve``, ``sim up``, ``simulate --engine cluster`` and the tests, so
+all of them get the same cluster. ``start`` binds 127.0.0.1 (port 0 picks a free one) and
+writes a kubeconfig for it, which every client (kubectl, kubernetes_asyncio, the controller)
+then uses exactly as it would a real cluster's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from admission.sim.apiserver import ApiServer, Faults
+from admission.sim.autoscaler import Autoscaler
+from admission.sim.cluster import Cluster
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "turnstile-sim",
+        "clusters": [{"name": "turnstile-sim", "cluster": {"server": server}}],
+        "users": [{"name": "turnstile-sim", "user": {"token": "turnstile-sim"}}],
+        "contexts": [
+            {
+                "name": "turnstile-sim",
+                "context": {"cluster": "turnstile-sim", "user": "turnstile-sim", "namespace": "default"},
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@dataclass(slots=True)
+class SimHost:
+    server: ApiServer
+    cluster: Cluster
+    autoscaler: Autoscaler
+    runner: web.AppRunner
+    url: str
+    kubeconfig: Path
+
+    @classmethod
+    async def start(
+        cls,
+        kubeconfig: Path,
+        *,
+        port: int = 0,
+        time_scale: float = 1.0,
+        faults: Faults | None = None,
+        autoscaler: dict[str, Any] | None = None,
+    ) -> SimHost:
+        """Serve a fresh simulated cluster; ``autoscaler`` takes scenario.md's ``autoscaler:`` fields."""
+        server = ApiServer(faults=faults)
+        cluster = Cluster(server.store, time_scale=time_scale)
+        options = autoscaler or {}
+        scaler = Autoscaler(
+            server.store,
+            node_template=dict(options.get("nodeTemplate") or {}),
+            max_nodes=int(options.get("maxNodes", 16)),
+            provisioning_delay=float(options.get("provisioningDelay", 120)),
+            booking_expiry=float(options.get("bookingExpiry", 600)),
+            time_scale=time_scale,
+        )
+        await cluster.start()
+        await scaler.start()
+        runner = web.AppRunner(server.app, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        url = f"http://127.0.0.1:{bound}"
+        return cls(server, cluster, scaler, runner, url, write_kubeconfig(kubeconfig, url))
+
+    async def stop(self) -> None:
+        await self.autoscaler.stop()
+        await self.cluster.stop()
+        await self.runner.cleanup()
+

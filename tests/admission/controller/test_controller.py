@@ -1,0 +1,68 @@
+"""The controller end to end: jobs in the simulated cluster, decisions in PostgreSQL, enacted on the jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import select
+
+from admission.store import database, tables
+from tests.admission.controller.world import CONFIG, eventually, job, world
+
+
+async def states(w) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    async with database.transaction(w.sessions) as s:
+        rows = await s.execute(select(tables.Workload.name, tables.Workload.state))
+        return dict(rows.all())
+
+
+async def test_a_queued_job_is_admitted_onto_its_flavor_runs_and_releases_its_quota(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        w.start_controller("replica-1")
+        await w.create(job("train", gpus=4, runtime=50, node_selector={"zone": "z1"}))
+
+        async def started() -> dict | None:  # type: ignore[type-arg]
+            j = await w.get("train")
+            return j if not j["spec"]["suspend"] else None
+
+        running = await eventually(started, what="the job to be unsuspended")
+        pod = running["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"zone": "z1", "gpu": "a100"}
+        assert pod["tolerations"] == [{"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}]
+        assert running["metadata"]["annotations"]["turnstile.dev/admission"].startswith("team-a/")
+        assert (await states(w))["train"] in ("Admitted", "Finished")
+        await eventually(lambda: states(w), what="the workload to finish")
+        assert await eventually(
+            lambda: _finished(w, "train"), what="quota released when the job completes", timeout=15
+        )
+        async with database.transaction(w.sessions) as s:
+            admissions = (await s.execute(select(tables.Admission))).scalars().all()
+            ledger = (await s.execute(select(tables.UsageInterval))).scalars().all()
+        assert admissions == []
+        assert [(r.workload, r.quantity, r.ended_at is not None) for r in ledger] == [("ml/train", 4000, True)]
+
+
+async def _finished(w, name: str) -> bool:  # type: ignore[no-untyped-def]
+    return (await states(w)).get(name) == "Finished"
+
+
+async def test_over_quota_jobs_wait_and_start_in_turn(tmp_path: Path, migrated_url: str) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        w.start_controller("replica-1")
+        for i in range(3):
+            await w.create(job(f"j{i}", gpus=4, runtime=30))
+
+        async def admitted() -> list[str]:
+            return sorted(n for n, s in (await states(w)).items() if s == "Admitted")
+
+        assert await eventually(admitted, what="two admissions") == ["j0", "j1"]
+        third = await w.get("j2")
+        assert third["spec"]["suspend"] is True
+        async with database.transaction(w.sessions) as s:
+            row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "j2"))).scalar_one()
+        assert row.reason == "WaitingForQuota" and "nvidia.com/gpu" in (row.message or "")
+        assert await eventually(lambda: _finished(w, "j2"), timeout=20, what="the third job to run after the first two")

@@ -1,0 +1,153 @@
+"""A whole Turnstile installation in one test: simulated cluster, PostgreSQL, the controller.
+
+Everything is real and talks over real connections: the controller reaches the simulated API
+server over HTTP through kubernetes_asyncio with a kubeconfig, and PostgreSQL over asyncpg.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.controller.controller import Controller, Options
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, ResourceRef
+from admission.sim.apiserver import Faults
+from admission.sim.host import SimHost
+from admission.store import config as config_store
+from admission.store import database
+from queues import api
+
+JOBS = ResourceRef("batch/v1", "Job", "jobs")
+GPU = "nvidia.com/gpu"
+
+CONFIG = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: a100}
+spec:
+  nodeLabels: {gpu: a100}
+  nodeTaints: [{key: gpu, value: a100, effect: NoSchedule}]
+  tolerations: [{key: gpu, operator: Equal, value: a100, effect: NoSchedule}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources: [{name: nvidia.com/gpu, nominalQuota: "8"}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: team-a, namespace: ml}
+spec: {clusterQueue: team-a}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+"""
+
+
+def job(name: str, *, gpus: int = 4, runtime: float | None = None, queue: str | None = "team-a",
+        priority: str | None = None, suspend: bool = True, node_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    labels = {}
+    if queue:
+        labels["kueue.x-k8s.io/queue-name"] = queue
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
+    annotations = {"turnstile.dev/sim-runtime": str(runtime)} if runtime is not None else {}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}],
+    }
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "labels": labels, "annotations": annotations},
+        "spec": {"suspend": suspend, "parallelism": 1, "completions": 1, "template": {"spec": pod}},
+    }
+
+
+@dataclass
+class World:
+    host: SimHost
+    kube: Kube
+    sessions: async_sessionmaker[AsyncSession]
+    url: str
+    controllers: list[tuple[Controller, asyncio.Task[None]]]
+
+    async def apply(self, text: str) -> None:
+        objects = [api.parse(doc) for doc in yaml.safe_load_all(text) if doc]
+        async with database.transaction(self.sessions) as s:
+            await config_store.apply(s, objects, actor="test")
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.kube.create(JOBS, obj["metadata"]["namespace"], obj)
+
+    async def get(self, name: str) -> dict[str, Any]:
+        return await self.kube.get(JOBS, "ml", name)
+
+    def start_controller(self, identity: str, **options: Any) -> Controller:
+        controller = Controller(
+            kube=self.kube,
+            sessions=self.sessions,
+            database_url=self.url,
+            options=Options(identity=identity, lease_ttl=options.pop("lease_ttl", 2.0), **options),
+        )
+        self.controllers.append((controller, asyncio.create_task(controller.run())))
+        return controller
+
+    async def stop_controller(self, controller: Controller) -> None:
+        for c, task in list(self.controllers):
+            if c is controller:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                self.controllers.remove((c, task))
+
+
+async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``check`` (sync or async) until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}; last saw {last!r}")
+
+
+@contextlib.asynccontextmanager
+async def world(tmp_path: Path, url: str, *, faults: Faults | None = None, time_scale: float = 0.01) -> AsyncIterator[World]:
+    host = await SimHost.start(tmp_path / "kubeconfig", time_scale=time_scale, faults=faults)
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": "ml"}})
+    engine = database.make_engine(url)
+    w = World(host, kube, database.sessions(engine), url, [])
+    try:
+        yield w
+    finally:
+        for controller, _ in list(w.controllers):
+            await w.stop_controller(controller)
+        await kube.close()
+        await engine.dispose()
+        await host.stop()
