@@ -16,7 +16,6 @@ pod overhead; a container's limits stand in for requests it does not set.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any

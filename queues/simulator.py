@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queues import api, scheduler
-from queues.model import Admission, Config, Workload
+from queues.model import Admission, ClusterQueue, Config, Workload
 from queues.scenario import Edit, JobEntry, Scenario
 
 
@@ -38,6 +38,7 @@ class Track:
     finished: float | None = None
     evictions: int = 0
     epoch: int = 0  # bumped on every admission/eviction, so stale finish events are ignored
+    admission: Admission | None = None  # while admitted
 
 
 @dataclass(slots=True)
@@ -142,25 +143,22 @@ def _workload_json(t: Track, explain: Callable[[Workload], tuple[str, str]]) -> 
     return out
 
 
-class Simulation:
-    """One run of a scenario through the scheduling core."""
+class Recorder:
+    """What happened, as both engines report it: tracks, events, meters, preemptions, a time series.
+
+    Engine core calls it as its scheduler decides; engine cluster replays the decisions the
+    controller committed. Either way the same code turns them into ``Result``.
+    """
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.config = Config.of(scenario.manifests)
-        self.sched = scheduler.Scheduler(self.config, namespaces=scenario.namespaces)
         self.tracks = [Track(entry) for entry in scenario.jobs]
         self.by_key: dict[str, Track] = {t.entry.job.key: t for t in self.tracks}
         self.events: list[dict[str, Any]] = []
         self.meters: dict[str, QueueMeter] = {}
         self.preempted: dict[str, int] = {}
-        self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
-        self.order = 0
-        self.now = 0.0
         self.series: list[tuple[float, int, int]] = []
-        self._refresh_nominal()
-
-    # ----- bookkeeping ---------------------------------------------------------------------
+        self.now = 0.0
 
     def _meter(self, cq: str) -> QueueMeter:
         meter = self.meters.get(cq)
@@ -168,17 +166,8 @@ class Simulation:
             meter = self.meters[cq] = QueueMeter(last=self.now)
         return meter
 
-    def _refresh_nominal(self) -> None:
-        for meter in self.meters.values():
-            meter.advance(self.now)
-            meter.nominal = {}
-        for name, cq in self.sched.snapshot.queues.items():
-            meter = self._meter(name)
-            meter.advance(self.now)
-            totals: dict[str, int] = {}
-            for (_flavor, res), quota in cq.quotas.items():
-                totals[res] = totals.get(res, 0) + quota.nominal
-            meter.nominal = totals
+    def _emit(self, kind: str, key: str, **fields: Any) -> None:
+        self.events.append({"t": num(self.now), "type": kind, "workload": key, **fields})
 
     def _charge(self, admission: Admission, sign: int) -> None:
         meter = self._meter(admission.cluster_queue)
@@ -186,14 +175,120 @@ class Simulation:
         for (_flavor, res), v in admission.usage.items():
             meter.usage[res] = meter.usage.get(res, 0) + sign * v
 
-    def _release_meter(self, wl: Workload) -> None:
-        if wl.admission is not None:
-            self._charge(wl.admission, -1)
+    def nominal(self, queues: Mapping[str, ClusterQueue]) -> None:
+        """The ClusterQueues' nominal quotas from now on (for utilization)."""
+        for meter in self.meters.values():
+            meter.advance(self.now)
+            meter.nominal = {}
+        for name, cq in queues.items():
+            meter = self._meter(name)
+            meter.advance(self.now)
+            totals: dict[str, int] = {}
+            for (_flavor, res), quota in cq.quotas.items():
+                totals[res] = totals.get(res, 0) + quota.nominal
+            meter.nominal = totals
 
-    def _emit(self, kind: str, key: str, **fields: Any) -> None:
-        self.events.append({"t": num(self.now), "type": kind, "workload": key, **fields})
+    def submitted(self, wl: Workload) -> None:
+        track = self.by_key[wl.key]
+        track.workload = wl
+        track.submitted = self.now
+        self._emit("Submitted", wl.key)
 
-    # ----- the loop ------------------------------------------------------------------------
+    def admitted(self, key: str, admission: Admission) -> Track:
+        track = self.by_key[key]
+        track.state = "Admitted"
+        track.admitted = self.now
+        if track.first_admitted is None:
+            track.first_admitted = self.now
+        track.epoch += 1
+        track.admission = admission
+        if track.workload is not None:
+            track.workload.cluster_queue = admission.cluster_queue
+        self._charge(admission, 1)
+        self._emit(
+            "Admitted",
+            key,
+            clusterQueue=admission.cluster_queue,
+            flavors={ps: dict(sorted(f.items())) for ps, f in admission.flavors.items()},
+            borrowing=admission.borrowing,
+        )
+        return track
+
+    def evicted(self, key: str, reason: str, detail: str | None, by: str | None) -> None:
+        track = self.by_key[key]
+        if track.admission is not None:
+            self._charge(track.admission, -1)
+            if reason == scheduler.PREEMPTED:
+                cq = track.admission.cluster_queue
+                self.preempted[cq] = self.preempted.get(cq, 0) + 1
+        track.admission = None
+        track.state = "Pending"
+        track.evictions += 1
+        track.epoch += 1
+        fields: dict[str, Any] = {"reason": reason, "detail": detail}
+        if by is not None:
+            fields["by"] = by
+        self._emit("Evicted", key, **fields)
+
+    def _end(self, key: str, state: str) -> None:
+        track = self.by_key[key]
+        if track.admission is not None:
+            self._charge(track.admission, -1)
+            track.admission = None
+        track.state = state
+        track.epoch += 1
+        if state == "Finished":
+            track.finished = self.now
+        self._emit(state, key)
+
+    def finished(self, key: str) -> None:
+        self._end(key, "Finished")
+
+    def cancelled(self, key: str) -> None:
+        self._end(key, "Cancelled")
+
+    def sample(self) -> None:
+        pending = sum(1 for t in self.tracks if t.state == "Pending" and t.submitted is not None)
+        gpus = sum(v // 1000 for m in self.meters.values() for res, v in m.usage.items() if "gpu" in res)
+        self.series.append((self.now, pending, gpus))
+
+    def result(self, *, cycles: int, explain: Callable[[Workload], tuple[str, str]]) -> Result:
+        makespan = max((float(e["t"]) for e in self.events), default=0.0)
+        for meter in self.meters.values():
+            meter.advance(makespan)
+        return Result(
+            scenario=self.scenario.name,
+            events=self.events,
+            tracks=self.tracks,
+            meters=self.meters,
+            makespan=makespan,
+            preempted=self.preempted,
+            series=self.series,
+            cycles=cycles,
+            explain=explain,
+        )
+
+
+class Simulation:
+    """One run of a scenario through the scheduling core."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.config = Config.of(scenario.manifests)
+        self.sched = scheduler.Scheduler(self.config, namespaces=scenario.namespaces)
+        self.record = Recorder(scenario)
+        self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
+        self.order = 0
+        self.now = 0.0
+        self.record.nominal(self.sched.snapshot.queues)
+
+    @property
+    def tracks(self) -> list[Track]:
+        return self.record.tracks
+
+    @property
+    def series(self) -> list[tuple[float, int, int]]:
+        return self.record.series
 
     def run(self, on_step: Callable[[Simulation], None] | None = None) -> Result:
         """Replay the scenario; ``on_step`` (tests, live views) sees the state after each instant."""
@@ -210,7 +305,7 @@ class Simulation:
                 candidates.append(edits[ei].at)
             if not candidates:
                 break
-            self.now = self.sched.now = min(candidates)
+            self.now = self.sched.now = self.record.now = min(candidates)
             # 1. finishes
             while self.finishes and self.finishes[0][0] <= self.now:
                 _, _, epoch, key = heapq.heappop(self.finishes)
@@ -225,105 +320,54 @@ class Simulation:
                 ai += 1
             # 4. cycles
             self._enact(self.sched.schedule())
-            self._sample()
+            self.record.sample()
             if on_step is not None:
                 on_step(self)
-        makespan = max((float(e["t"]) for e in self.events), default=0.0)
-        for meter in self.meters.values():
-            meter.advance(makespan)
-        return Result(
-            scenario=self.scenario.name,
-            events=self.events,
-            tracks=self.tracks,
-            meters=self.meters,
-            makespan=makespan,
-            preempted=self.preempted,
-            series=self.series,
-            cycles=self.sched.cycles,
-            explain=self.sched.explain,
-        )
-
-    def _sample(self) -> None:
-        admitted = sum(len(cq.workloads) for cq in self.sched.snapshot.queues.values())
-        pending = len(self.sched.workloads) - admitted
-        gpus = 0
-        for meter in self.meters.values():
-            for res, v in meter.usage.items():
-                if "gpu" in res:
-                    gpus += v // 1000
-        self.series.append((self.now, pending, gpus))
+        return self.record.result(cycles=self.sched.cycles, explain=self.sched.explain)
 
     def _submit(self, entry: JobEntry) -> None:
-        track = self.by_key[entry.job.key]
         wl = self.sched.workload_for(entry.job, seq=entry.index, now=self.now)
-        track.workload = wl
-        track.submitted = self.now
-        self._emit("Submitted", wl.key)
+        self.record.submitted(wl)
         self.sched.submit(wl)
 
     def _finish(self, key: str, epoch: int) -> None:
-        track = self.by_key[key]
+        track = self.record.by_key[key]
         if track.epoch != epoch or track.state != "Admitted" or track.workload is None:
             return
-        self._release_meter(track.workload)
         self.sched.finish(key)
-        track.state = "Finished"
-        track.finished = self.now
-        self._emit("Finished", key)
+        self.record.finished(key)
 
     def _edit(self, edit: Edit) -> None:
         if edit.action == "cancel":
-            track = self.by_key[edit.name]
+            track = self.record.by_key[edit.name]
             if track.state not in ("Pending", "Admitted") or track.workload is None:
                 return
-            if track.state == "Admitted":
-                self._release_meter(track.workload)
             self.sched.cancel(edit.name)
-            track.state = "Cancelled"
-            track.epoch += 1
-            self._emit("Cancelled", edit.name)
+            self.record.cancelled(edit.name)
             return
-        if edit.action == "apply":
-            assert edit.obj is not None
-            self.config.put(edit.obj)
-        else:
-            table: Mapping[str, api.KueueObject] = self.config.table(edit.kind)
-            if edit.kind == "ClusterQueue" and edit.name in table:
-                self.config.terminating.add(edit.name)
-            else:
-                self.config.table(edit.kind).pop(edit.name, None)
+        apply_edit(self.config, edit)
         self._enact(self.sched.set_config(self.config))
-        self._refresh_nominal()
+        self.record.nominal(self.sched.snapshot.queues)
 
     def _enact(self, decisions: list[scheduler.Decision]) -> None:
         for d in decisions:
-            wl = d.workload
-            track = self.by_key[wl.key]
             if isinstance(d, scheduler.Admit):
-                track.state = "Admitted"
-                track.admitted = self.now
-                if track.first_admitted is None:
-                    track.first_admitted = self.now
-                track.epoch += 1
-                self._charge(d.admission, 1)
+                track = self.record.admitted(d.workload.key, d.admission)
                 self.order += 1
-                heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, wl.key))
-                self._emit(
-                    "Admitted",
-                    wl.key,
-                    clusterQueue=d.admission.cluster_queue,
-                    flavors={ps: dict(sorted(f.items())) for ps, f in d.admission.flavors.items()},
-                    borrowing=d.admission.borrowing,
-                )
+                heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, d.workload.key))
             else:
-                if d.released is not None:
-                    self._charge(d.released, -1)
-                track.state = "Pending"
-                track.evictions += 1
-                track.epoch += 1
-                if d.reason == scheduler.PREEMPTED:
-                    self.preempted[d.cluster_queue] = self.preempted.get(d.cluster_queue, 0) + 1
-                fields: dict[str, Any] = {"reason": d.reason, "detail": d.detail}
-                if d.by is not None:
-                    fields["by"] = d.by
-                self._emit("Evicted", wl.key, **fields)
+                self.record.evicted(d.workload.key, d.reason, d.detail, d.by)
+
+
+def apply_edit(config: Config, edit: Edit) -> None:
+    """An ``apply`` or ``delete`` edit of a scenario on a configuration (a deleted ClusterQueue
+    terminates: it is removed once its admitted work is gone)."""
+    if edit.action == "apply":
+        assert edit.obj is not None
+        config.put(edit.obj)
+        return
+    table: Mapping[str, api.KueueObject] = config.table(edit.kind)
+    if edit.kind == "ClusterQueue" and edit.name in table:
+        config.terminating.add(edit.name)
+    else:
+        config.table(edit.kind).pop(edit.name, None)

@@ -45,7 +45,7 @@ def _view(sim: simulator.Simulation) -> Group:
     recent = Table(title="Latest events", title_justify="left")
     for col in ("t", "event", "workload", "detail"):
         recent.add_column(col)
-    for e in sim.events[-6:]:
+    for e in sim.record.events[-6:]:
         detail = e.get("clusterQueue") or e.get("detail") or ""
         if e.get("by"):
             detail = f"{detail} by {e['by']}"

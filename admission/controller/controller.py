@@ -53,7 +53,7 @@ from admission.kube.informer import Informer
 from admission.store import config as config_store
 from admission.store import database, lease, notify
 from admission.store import workloads as store
-from queues.model import Admission, Workload
+from queues.model import Admission, Config, Workload
 from queues.scheduler import Decision, Evict
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ class Controller:
         self.namespaces_changed = False
         self.wake = asyncio.Event()
         self.enactor = WorkQueue(self._enact, workers=options.workers, name="enact")
+        self.config: Config | None = None  # the latest queue configuration, on every replica (webhook)
         self.term: Term | None = None
         self.term_task: asyncio.Task[None] | None = None
         self.database_ok = False
@@ -133,8 +134,8 @@ class Controller:
         return all(i.synced.is_set() for i in self.informers)
 
     def ready(self) -> bool:
-        """Readiness: the database answered lately and every informer has listed once."""
-        return self.database_ok and self.synced()
+        """Readiness: the database answered lately, the configuration is loaded, every informer has listed."""
+        return self.database_ok and self.config is not None and self.synced()
 
     # ----- running -------------------------------------------------------------------------------
 
@@ -156,23 +157,33 @@ class Controller:
                 await self._release_lease()
 
     async def _listen(self) -> None:
-        """Configuration NOTIFY -> a step. Reconnects; the periodic resync covers lost notifications."""
+        """Configuration NOTIFY -> a fresh ``config`` (for the webhook, on every replica) and a step.
+
+        Reconnects after a failure; the periodic resync covers notifications lost meanwhile.
+        """
         while True:
             try:
                 async with notify.listen(self.database_url) as queue:
-                    self.config_changed = True  # whatever happened while not listening
-                    self.wake.set()
                     while True:
-                        await queue.get()
+                        await self._load_config()  # whatever happened before or while not listening
                         self.config_changed = True
                         self.wake.set()
+                        await queue.get()
+                        while not queue.empty():  # a burst of edits: one reload
+                            queue.get_nowait()
             except DB_ERRORS as exc:
                 log.warning("configuration listener: %s; reconnecting", exc)
                 await asyncio.sleep(1.0)
 
+    async def _load_config(self) -> None:
+        async with database.transaction(self.sessions) as session:
+            self.config = await config_store.load_config(session)
+
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.options.resync)
+            with contextlib.suppress(*DB_ERRORS):
+                await self._load_config()
             self.config_changed = True
             self.dirty.update(dict.fromkeys(self.views))
             if self.term is not None:

@@ -22,6 +22,8 @@ from queues.selectors import LabelSelector, Requirement
 Obj = dict[str, Any]
 HISTORY = 10_000
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
 
 @dataclass(frozen=True, slots=True)
 class Resource:
@@ -247,6 +249,8 @@ class ObjectStore:
                 409, "AlreadyExists", f'{what} "{name}" already exists', details={"name": name, "kind": res.plural}
             )
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+        if res is namespaces:  # as the real server: every namespace is selectable by its name
+            meta["labels"] = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: name}
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         meta.pop("deletionTimestamp", None)
         self._bump(obj)
@@ -297,6 +301,8 @@ class ObjectStore:
             else:
                 new["metadata"].pop(keep, None)
         new["metadata"]["name"] = name
+        if res.plural == "namespaces" and not res.group:
+            new["metadata"]["labels"] = {**(new["metadata"].get("labels") or {}), NAMESPACE_NAME_LABEL: name}
         new["apiVersion"], new["kind"] = res.api_version, res.kind
         if validate is not None:
             validate(old, new)

@@ -1,0 +1,1 @@
+"""The admission webhook: suspends queued jobs at creation and catches mistakes at ``kubectl apply``."""

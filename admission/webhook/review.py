@@ -1,0 +1,156 @@
+"""What the webhook answers: the decisions on one job, from an in-memory view of the queues.
+
+``mutate`` (on CREATE): a job that names a LocalQueue, or lives in a namespace with a
+LocalQueue named ``default`` (then it gets the label), is suspended through its kind's field;
+without a priority-class label it gets the WorkloadPriorityClass named ``default`` if there is
+one. ``validate`` rejects a queue label naming a LocalQueue that does not exist (listing those
+that do), an unknown priority class, and changing the queue of a job that is running; it warns
+about GPU containers without CPU/memory requests, GPU jobs without a queue in a namespace
+that has LocalQueues, and jobs that can never fit their ClusterQueue. Objects of other kinds
+pass unchanged; a malformed job is left to the API server's own validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from admission.jobs import BY_KIND
+from queues import errors, jobs
+from queues.model import Config
+
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Answer:
+    allowed: bool = True
+    message: str = ""
+    patch: list[Obj] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _queue_of(obj: Mapping[str, Any]) -> str | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(jobs.QUEUE_LABEL) or None
+
+
+def _namespace_queues(config: Config, namespace: str) -> list[str]:
+    prefix = f"{namespace}/"
+    return sorted(key[len(prefix) :] for key in config.local_queues if key.startswith(prefix))
+
+
+def mutate(obj: Obj, namespace: str, config: Config) -> Answer:
+    answer = Answer()
+    integration = BY_KIND.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+    if integration is None:
+        return answer
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels")
+    add_labels: dict[str, str] = {}
+    queue = _queue_of(obj)
+    if queue is None and f"{namespace}/{jobs.DEFAULT_QUEUE}" in config.local_queues:
+        queue = jobs.DEFAULT_QUEUE
+        add_labels[jobs.QUEUE_LABEL] = queue
+    if queue is None:
+        return answer
+    if not (labels or {}).get(jobs.PRIORITY_LABEL) and "default" in config.priority_classes:
+        add_labels[jobs.PRIORITY_LABEL] = "default"
+    if add_labels:
+        if not isinstance(labels, dict) or not labels:
+            answer.patch.append({"op": "add", "path": "/metadata/labels", "value": {**(labels or {}), **add_labels}})
+        else:
+            for k, v in add_labels.items():
+                answer.patch.append({"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v})
+    # The suspend field, creating its parents where the job omits them (runPolicy of Kubeflow jobs).
+    path = integration.kind.suspend_path
+    node: Any = obj
+    for depth, key in enumerate(path[:-1]):
+        child = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(child, dict):
+            value: Any = True
+            for k in reversed(path[depth + 1 :]):
+                value = {k: value}
+            answer.patch.append({"op": "add", "path": "/" + "/".join(path[: depth + 1]), "value": value})
+            break
+        node = child
+    else:
+        if node.get(path[-1]) is not True:
+            answer.patch.append({"op": "add", "path": "/" + "/".join(path), "value": True})
+    return answer
+
+
+def validate(operation: str, obj: Obj, old: Obj | None, namespace: str, config: Config) -> Answer:
+    answer = Answer()
+    integration = BY_KIND.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+    if integration is None or operation not in ("CREATE", "UPDATE"):
+        return answer
+    name = f"{integration.ref.kind} {namespace}/{(obj.get('metadata') or {}).get('name')}"
+    problems: list[str] = []
+    queue = _queue_of(obj)
+    existing = _namespace_queues(config, namespace)
+    if queue is not None and queue not in existing:
+        where = f"LocalQueues in {namespace}: {', '.join(existing)}" if existing else f"{namespace} has no LocalQueue"
+        problems.append(
+            f"metadata.labels[{jobs.QUEUE_LABEL}]: LocalQueue {queue!r} does not exist in namespace {namespace} "
+            f"({where}); fix the label or ask an admin to create the LocalQueue"
+        )
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    priority = labels.get(jobs.PRIORITY_LABEL)
+    if priority and priority not in config.priority_classes:
+        known = ", ".join(sorted(config.priority_classes)) or "none"
+        problems.append(
+            f"metadata.labels[{jobs.PRIORITY_LABEL}]: WorkloadPriorityClass {priority!r} does not exist "
+            f"(known: {known})"
+        )
+    if operation == "UPDATE" and old is not None and _queue_of(old) != queue and not integration.is_suspended(old):
+        problems.append(
+            f"metadata.labels[{jobs.QUEUE_LABEL}]: cannot move a running job from queue {_queue_of(old)!r} "
+            f"to {queue!r}; suspend or recreate it"
+        )
+    if problems:
+        answer.allowed = False
+        answer.message = f"{name}: " + "; ".join(problems)
+        return answer
+    if operation == "CREATE":
+        answer.warnings.extend(_warnings(obj, queue, existing))
+    return answer
+
+
+def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
+    out: list[str] = []
+    try:
+        templates = jobs.pod_templates(obj)
+    except errors.Invalid:
+        return out
+    gpu_job = False
+    for ps_name, _, template in templates:
+        for c in (template.get("spec") or {}).get("containers") or []:
+            requests = ((c or {}).get("resources") or {}).get("requests") or {}
+            limits = ((c or {}).get("resources") or {}).get("limits") or {}
+            gpus = [r for r in {**limits, **requests} if _is_gpu(r)]
+            if gpus:
+                gpu_job = True
+                missing = [r for r in ("cpu", "memory") if r not in requests]
+                if missing:
+                    out.append(
+                        f"pod set {ps_name}, container {c.get('name')}: requests {gpus[0]} but no "
+                        f"{' or '.join(missing)}; set resources.requests so quota and nodes account for them"
+                    )
+    if gpu_job and queue is None and existing:
+        out.append(
+            f"a GPU job without label {jobs.QUEUE_LABEL} is not queued and starts at once; "
+            f"LocalQueues here: {', '.join(existing)}"
+        )
+    return out
+
+
+def _is_gpu(resource: str) -> bool:
+    return resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/mig-") or resource == "amd.com/gpu"
+
+

@@ -1,0 +1,141 @@
+"""The webhook's HTTPS server: AdmissionReview ``admission.k8s.io/v1`` on ``/mutate`` and ``/validate``.
+
+Answers come from an in-memory configuration (``config_source``), refreshed by the
+controller on NOTIFY: never a database round trip per request. Until a configuration has
+been loaded the server answers 503, so the API server (failurePolicy Fail) refuses the job
+rather than letting it start unsuspended; readiness says the same. Malformed bodies get 400
+and oversized ones 413, each with a ``kind: Status``; DELETE is always allowed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from admission.webhook import review
+from queues.model import Config
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 3 * 1024 * 1024  # the API server never sends more than its own request limit
+
+
+def _status(code: int, message: str) -> web.Response:
+    body = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "message": message}
+    return web.json_response(body, status=code)
+
+
+class WebhookServer:
+    def __init__(self, config_source: Callable[[], Config | None]) -> None:
+        self.config_source = config_source
+        self.app = web.Application(client_max_size=MAX_BODY)
+        self.app.router.add_post("/mutate", self._mutate)
+        self.app.router.add_post("/validate", self._validate)
+        self.reviews = 0
+
+    async def _mutate(self, request: web.Request) -> web.Response:
+        return await self._review(request, mutating=True)
+
+    async def _validate(self, request: web.Request) -> web.Response:
+        return await self._review(request, mutating=False)
+
+    async def _review(self, request: web.Request, *, mutating: bool) -> web.Response:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _status(413, f"AdmissionReview larger than {MAX_BODY} bytes")
+        try:
+            body = json.loads(raw)
+            req = body["request"]
+            uid = str(req["uid"])
+            operation = str(req.get("operation") or "")
+            obj = req.get("object")
+            old = req.get("oldObject")
+            namespace = str(req.get("namespace") or (obj or {}).get("metadata", {}).get("namespace") or "default")
+            if not isinstance(obj, dict) and operation != "DELETE":
+                raise TypeError("request.object must be an object")
+            if old is not None and not isinstance(old, dict):
+                raise TypeError("request.oldObject must be an object")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return _status(400, f"not an AdmissionReview admission.k8s.io/v1: {exc!r}")
+        self.reviews += 1
+        answer = review.Answer()
+        if operation != "DELETE" and isinstance(obj, dict):
+            config = self.config_source()
+            if config is None:
+                return _status(503, "the queue configuration is not loaded yet; retry shortly")
+            try:
+                if mutating and operation == "CREATE":
+                    answer = review.mutate(obj, namespace, config)
+                elif not mutating:
+                    answer = review.validate(operation, obj, old, namespace, config)
+            except Exception:  # a bug must not turn into a 500 that blocks every job in the cluster
+                log.exception("review of %s %s failed; allowing it unchanged", operation, namespace)
+                answer = review.Answer(warnings=["turnstile could not review this object (an internal error)"])
+        response: dict[str, Any] = {"uid": uid, "allowed": answer.allowed}
+        if not answer.allowed:
+            response["status"] = {"code": 403, "reason": "Forbidden", "message": answer.message}
+        if answer.patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(answer.patch).encode()).decode()
+        if answer.warnings:
+            response["warnings"] = answer.warnings
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+
+
+def configurations(url: str, ca_bundle: bytes, *, namespace: str = "turnstile-system") -> list[dict[str, Any]]:
+    """The Mutating and Validating webhook configurations for every integrated job kind, calling ``url``.
+
+    ``url`` is the webhook's base URL (``https://host:port``); on a real cluster the manifests
+    use a Service reference instead.
+    """
+    from admission.jobs import INTEGRATIONS
+
+    rules = []
+    for integration in INTEGRATIONS:
+        group, _, version = integration.ref.api_version.rpartition("/")
+        rules.append(
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": [integration.ref.plural],
+                "scope": "Namespaced",
+            }
+        )
+    ca = base64.b64encode(ca_bundle).decode()
+    selector = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", namespace]}
+        ]
+    }
+    out = []
+    for kind, path, name in (
+        ("MutatingWebhookConfiguration", "/mutate", "mjob.turnstile.dev"),
+        ("ValidatingWebhookConfiguration", "/validate", "vjob.turnstile.dev"),
+    ):
+        out.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": f"turnstile-{path.strip('/')}"},
+                "webhooks": [
+                    {
+                        "name": name,
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "None",
+                        "failurePolicy": "Fail",
+                        "timeoutSeconds": 10,
+                        "clientConfig": {"url": url + path, "caBundle": ca},
+                        "rules": rules,
+                        "namespaceSelector": selector,
+                    }
+                ],
+            }
+        )
+    return out
