@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -69,19 +70,39 @@ def simulate(
     except errors.Invalid as exc:
         fail(documents.invalid_lines(file, exc), 2)
         return
+    if time_scale <= 0:
+        fail([f"--time-scale {time_scale}: must be > 0 (wall seconds per scenario second)"], 2)
     if engine == "cluster":
-        fail([f"{file}: engine cluster is not available in this build yet; use --engine core"], 2)
-        return
-    result = simulator.Simulation(parsed).run()
-    if output == "json":
-        sys.stdout.write(json.dumps(result.to_json("core"), indent=2) + "\n")
+        result = _run_cluster(parsed, time_scale=time_scale, database_url=database_url)
     else:
-        report.render(result, report.console(), engine="core")
+        result = simulator.Simulation(parsed).run()
+    if output == "json":
+        sys.stdout.write(json.dumps(result.to_json(engine), indent=2) + "\n")
+    else:
+        report.render(result, report.console(), engine=engine)
     if plot_path:
         try:
             report.plot(result, plot_path)
         except ImportError:
             fail(["--plot needs matplotlib: pip install 'turnstile[plot]'"], 2)
+
+
+def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) -> Any:
+    """Engine cluster; its logs go to stderr (warnings only), so stdout stays the report alone."""
+    import asyncio
+    import logging
+
+    from admission.sim import engine as cluster_engine
+    from admission.store.embedded import EmbeddedPostgresError
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(cluster_engine.simulate(parsed, time_scale=time_scale, database_url=database_url))
+    except EmbeddedPostgresError as exc:
+        fail([str(exc)], 1)
+    except OSError as exc:
+        fail([f"engine cluster could not reach PostgreSQL: {exc}"], 1)
+    return None
 
 
 for _command in (

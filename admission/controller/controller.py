@@ -440,24 +440,46 @@ class Controller:
         if view is None or view.finished or view.info is None or row is None or row.uid != view.uid or wl is None:
             return
         token = admission_token(wl)
-        if token is not None and view.suspended:
-            victims = {v for v in term.victims.get(key, ()) if self._running(v)}
-            if victims:
-                term.victims[key] = victims
-                return  # a victim's job event requests this key again
-            term.victims.pop(key, None)
-            assert wl.admission is not None
-            patch = view.integration.patch(
-                view, suspend=False, infos=self._run_infos(term, wl, wl.admission), admission=token
-            )
-        elif token is not None and view.admission == token:
+        own = _own_infos(wl)
+        if token is None or (view.admission is not None and view.admission != token):
+            # Pending (or running under an admission that is no more): suspend first, then restore.
+            if not view.suspended or view.admission is not None:
+                await self._patch(view, view.integration.patch(view, suspend=True, infos=(), admission=None))
+            elif not view.carries(own):
+                await self._restore(view, own)
+            return
+        if not view.suspended:
             return  # running as admitted
-        elif view.suspended and view.admission is None:
-            return  # waiting, as it should
-        else:
-            # pending but running, or running under an older admission: stop it first
-            patch = view.integration.patch(view, suspend=True, infos=_own_infos(wl), admission=None)
-        await self._patch(view, patch)
+        victims = {v for v in term.victims.get(key, ()) if self._running(v)}
+        if victims:
+            term.victims[key] = victims
+            return  # a victim's job event requests this key again
+        term.victims.pop(key, None)
+        assert wl.admission is not None
+        infos = self._run_infos(term, wl, wl.admission)
+        if view.started and not view.carries(infos):
+            await self._clear_start_time(view)
+        await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))
+
+    async def _restore(self, view: JobView, own: list[PodSetInfo]) -> None:
+        if view.started:
+            await self._clear_start_time(view)
+        await self._patch(view, view.integration.patch(view, suspend=None, infos=own, admission=None))
+
+    async def _clear_start_time(self, view: JobView) -> None:
+        """As Kueue does: a suspended Job whose controller has not yet cleared status.startTime
+        cannot take new scheduling directives; clear it (the Job controller sets it again on start)."""
+        ref = view.integration.ref
+        try:
+            await self.kube.request(
+                "PATCH",
+                ref.path(view.namespace, view.name, "status"),
+                body={"status": {"startTime": None}},
+                content_type=kube_client.MERGE_PATCH,
+            )
+        except KubeError as exc:
+            if exc.status != 404:
+                raise Retry(str(exc), after=exc.retry_after) from exc
 
     async def _patch(self, view: JobView, patch: list[Obj]) -> None:
         ref = view.integration.ref

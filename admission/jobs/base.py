@@ -44,9 +44,20 @@ class JobView:
     admission: str | None  # the ADMISSION_ANNOTATION, when the job was started by Turnstile
     has_annotations: bool
     info: jobs.JobInfo | None  # None: the job is malformed, see ``problems``
+    started: bool = False  # status.startTime is set (a batch Job's template is then immutable)
     problems: tuple[str, ...] = ()
-    # pod set -> (its template has a nodeSelector, has tolerations)
-    template_fields: dict[str, tuple[bool, bool]] = field(default_factory=dict)
+    # pod set -> its template's (nodeSelector, tolerations) as they are; None where absent
+    directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = field(default_factory=dict)
+
+    def carries(self, infos: Sequence[PodSetInfo]) -> bool:
+        """Whether every pod template already holds exactly these scheduling directives."""
+        for info in infos:
+            selector, tolerations = self.directives.get(info.name, (None, None))
+            if (selector or {}) != dict(info.node_selector) or (tolerations or []) != [
+                dict(t) for t in info.tolerations
+            ]:
+                return False
+        return True
 
     @property
     def key(self) -> str:
@@ -113,7 +124,7 @@ class Integration:
         annotations = meta.get("annotations") or {}
         info: jobs.JobInfo | None = None
         problems: tuple[str, ...] = ()
-        fields: dict[str, tuple[bool, bool]] = {}
+        directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = {}
         try:
             info = jobs.read_job(obj)
         except errors.Invalid as exc:
@@ -121,7 +132,7 @@ class Integration:
         else:
             for ps, pointer in info.template_paths.items():
                 spec = _pointer_get(obj, pointer + "/spec") or {}
-                fields[ps] = ("nodeSelector" in spec, "tolerations" in spec)
+                directives[ps] = (spec.get("nodeSelector"), spec.get("tolerations"))
         return JobView(
             integration=self,
             uid=str(meta.get("uid")),
@@ -133,24 +144,31 @@ class Integration:
             admission=annotations.get(ADMISSION_ANNOTATION),
             has_annotations=bool(annotations),
             info=info,
+            started=bool((obj.get("status") or {}).get("startTime")),
             problems=problems,
-            template_fields=fields,
+            directives=directives,
         )
 
-    def patch(self, view: JobView, *, suspend: bool, infos: Sequence[PodSetInfo], admission: str | None) -> list[Obj]:
-        """The JSON patch that sets the suspend field, every pod set's directives and the admission mark.
+    def patch(
+        self, view: JobView, *, suspend: bool | None, infos: Sequence[PodSetInfo], admission: str | None
+    ) -> list[Obj]:
+        """The JSON patch that sets the suspend field, the pod sets' directives and the admission mark.
 
-        ``run_with_podsets_info`` is ``suspend=False`` with the flavors' directives and an
-        admission; ``restore_podsets_info`` is ``suspend=True`` with the job's own and none.
+        Kueue's operations are three uses of it: ``run_with_podsets_info`` (``suspend=False``,
+        the flavors' directives, an admission), ``suspend`` (``suspend=True``, no directives: a
+        running Job's template cannot change) and ``restore_podsets_info`` (``suspend=None``,
+        the job's own directives, once it is suspended).
         """
         assert view.info is not None, "only a well-formed job is admitted"
-        ops: list[Obj] = [{"op": "add", "path": self.suspend_pointer, "value": suspend}]
+        ops: list[Obj] = []
+        if suspend is not None:
+            ops.append({"op": "add", "path": self.suspend_pointer, "value": suspend})
         for info in infos:
             base = view.info.template_paths[info.name] + "/spec"
-            has_selector, has_tolerations = view.template_fields.get(info.name, (False, False))
+            selector, tolerations = view.directives.get(info.name, (None, None))
             for key, value, present in (
-                ("nodeSelector", dict(info.node_selector), has_selector),
-                ("tolerations", [dict(t) for t in info.tolerations], has_tolerations),
+                ("nodeSelector", dict(info.node_selector), selector is not None),
+                ("tolerations", [dict(t) for t in info.tolerations], tolerations is not None),
             ):
                 if value:
                     ops.append({"op": "add", "path": f"{base}/{key}", "value": value})

@@ -121,6 +121,9 @@ class Cluster:
             for pod in pods:
                 self.store.delete(PODS, namespace, pod["metadata"]["name"])
             _count_pods(kind, status, [])
+            # As the Job controller (KEP-2232): suspending clears startTime, so the job counts as never
+            # started and its scheduling directives may change before it is resumed.
+            status.pop("startTime", None)
             set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
             self.store.replace(res, namespace, name, job, subresource="status")
             return

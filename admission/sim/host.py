@@ -84,4 +84,3 @@ class SimHost:
         await self.autoscaler.stop()
         await self.cluster.stop()
         await self.runner.cleanup()
-

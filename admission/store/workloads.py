@@ -596,3 +596,15 @@ async def events(session: AsyncSession, *, after: int = 0, workload_id: int | No
         )
         for r in await session.execute(query)
     ]
+
+
+async def workload_states(session: AsyncSession) -> dict[str, tuple[str, str | None, str | None]]:
+    """Every workload's state, reason and message by namespace/name (the latest row of a name)."""
+    w = tables.Workload
+    rows = await session.execute(select(w.namespace, w.name, w.state, w.reason, w.message).order_by(w.id))
+    return {f"{r.namespace}/{r.name}": (r.state, r.reason, r.message) for r in rows}
+
+
+async def last_event_id(session: AsyncSession) -> int:
+    found = await session.execute(select(func.max(tables.WorkloadEvent.id)))
+    return int(found.scalar_one() or 0)

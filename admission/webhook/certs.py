@@ -69,9 +69,7 @@ def issue(folder: Path, names: Sequence[str], *, validity: dt.timedelta = VALIDI
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + validity + dt.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())

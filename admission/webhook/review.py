@@ -152,5 +152,3 @@ def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
 
 def _is_gpu(resource: str) -> bool:
     return resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/mig-") or resource == "amd.com/gpu"
-
-

@@ -1,0 +1,353 @@
+"""``turnstile simulate --engine cluster``: a scenario run end to end by the real system.
+
+Everything a production install has, in one process, over real connections: a fresh
+PostgreSQL (embedded, or a new database on ``--database-url``'s server), the simulated
+cluster over HTTP (``SimHost``), the webhook over TLS registered in it as a real cluster
+would call it, and the controller (``admission.controller``). The scenario's timeline is
+played in wall time (``time_scale`` wall seconds per scenario second): edits go through the
+store as ``turnstile apply``/``delete`` would, jobs are created through the API server (the
+webhook suspends them), cancellations delete the job. The simulated kubelet runs each job
+for its ``runtime``.
+
+The report is built from what the controller committed (``workload_events``) by the same
+``Recorder`` engine core uses, with times converted back to scenario seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import secrets
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from admission.controller.controller import Controller, Options
+from admission.jobs import BY_KIND
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, KubeError
+from admission.sim import cluster as sim_cluster
+from admission.sim.host import SimHost
+from admission.store import config as config_store
+from admission.store import database, embedded, notify
+from admission.store import workloads as store
+from admission.webhook import certs
+from admission.webhook.server import WebhookServer, configurations
+from queues import scheduler
+from queues.model import Admission, Config, Snapshot, Workload
+from queues.scenario import Edit, JobEntry, Scenario
+from queues.simulator import Recorder, Result, apply_edit
+
+log = logging.getLogger(__name__)
+
+ACTOR = "turnstile-simulate"
+QUIET_SECONDS = 1.0  # wall seconds without a decision, after the timeline, before a stuck run ends
+
+
+@dataclass(slots=True)
+class Stack:
+    """The running system: database, cluster, webhook, controller."""
+
+    url: str
+    host: SimHost
+    kube: Kube
+    controller: Controller
+    task: asyncio.Task[None]
+    webhook: web.AppRunner
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(database_url: str | None, workdir: Path) -> AsyncIterator[str]:
+    """A new, migrated database: embedded in ``workdir``, or created on ``database_url``'s server."""
+    if database_url is None:
+        url = await asyncio.to_thread(embedded.start, workdir / "pg", database="turnstile", cleanup="delete")
+        await database.upgrade(url)
+        yield url
+        return
+    name = f"turnstile_sim_{secrets.token_hex(4)}"
+    admin = notify.asyncpg_dsn(database_url)
+    conn = await asyncpg.connect(admin)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    base, _, query = database_url.partition("?")
+    url = base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else "")
+    try:
+        await database.upgrade(url)
+        yield url
+    finally:
+        conn = await asyncpg.connect(admin)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def running(scenario: Scenario, url: str, workdir: Path, *, time_scale: float) -> AsyncIterator[Stack]:
+    host = await SimHost.start(
+        workdir / "kubeconfig", time_scale=time_scale, autoscaler=dict(scenario.autoscaler or {})
+    )
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    engine = database.make_engine(url)
+    sessions = database.sessions(engine)
+    controller = Controller(
+        kube=kube, sessions=sessions, database_url=url, options=Options(identity=f"simulate-{secrets.token_hex(3)}")
+    )
+    webhook = WebhookServer(lambda: controller.config)
+    runner = web.AppRunner(webhook.app, handle_signals=False)
+    task: asyncio.Task[None] | None = None
+    try:
+        await _populate(kube, scenario)
+        async with database.transaction(sessions) as session:
+            await config_store.apply(session, scenario.manifests, actor=ACTOR)
+        cert = await asyncio.to_thread(certs.issue, workdir / "certs", ["127.0.0.1"])
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.server_context())
+        await site.start()
+        port = runner.addresses[0][1]
+        for obj in configurations(f"https://127.0.0.1:{port}", cert.ca_pem):
+            plural = obj["kind"].lower() + "s"
+            await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=obj)
+        task = asyncio.create_task(controller.run(), name="controller")
+        while controller.term is None or not controller.ready():
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield Stack(url, host, kube, controller, task, runner)
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await runner.cleanup()
+        await kube.close()
+        await engine.dispose()
+        await host.stop()
+
+
+async def _populate(kube: Kube, scenario: Scenario) -> None:
+    names = set(scenario.namespaces) | {e.job.namespace for e in scenario.jobs}
+    for name in sorted(names):
+        body = {"metadata": {"name": name, "labels": dict(scenario.namespaces.get(name, {}))}}
+        with contextlib.suppress(KubeError):  # "default" exists already
+            await kube.create(kube_client.NAMESPACES, None, body)
+        if name == "default" and scenario.namespaces.get(name):
+            await kube.patch(kube_client.NAMESPACES, None, name, {"metadata": body["metadata"]})
+    nodes = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
+    for node in scenario.nodes:
+        capacity = dict(node.get("capacity") or {})
+        await kube.create(
+            nodes,
+            None,
+            {
+                "metadata": {"name": node["name"], "labels": dict(node.get("labels") or {})},
+                "spec": {"taints": list(node.get("taints") or [])},
+                "status": {"capacity": capacity, "allocatable": capacity},
+            },
+        )
+
+
+def _job_object(entry: JobEntry) -> dict[str, Any]:
+    obj: dict[str, Any] = {k: v for k, v in entry.object.items() if k != "status"}
+    meta = dict(obj.get("metadata") or {})
+    meta["namespace"] = entry.job.namespace
+    meta["annotations"] = {**(meta.get("annotations") or {}), sim_cluster.RUNTIME_ANNOTATION: str(entry.runtime)}
+    obj["metadata"] = meta
+    return obj
+
+
+class Driver:
+    """Plays the timeline against a running stack and records what happened."""
+
+    def __init__(self, scenario: Scenario, stack: Stack, *, time_scale: float) -> None:
+        self.scenario = scenario
+        self.stack = stack
+        self.scale = time_scale
+        self.record = Recorder(scenario)
+        self.config = Config.of(scenario.manifests)
+        self.pending_deletes: list[asyncio.Task[None]] = []
+        self.t0 = 0.0
+        self.wall0 = dt.datetime.now(dt.UTC)
+
+    def scenario_time(self, at: dt.datetime) -> float:
+        return round(max(0.0, (at - self.wall0).total_seconds() / self.scale), 1)
+
+    async def play(self, on_progress: Callable[[float], None] | None = None) -> Result:
+        actions: list[tuple[float, int, int, JobEntry | Edit]] = [(e.at, 3, e.index, e) for e in self.scenario.jobs]
+        actions += [(e.at, 2, e.index, e) for e in self.scenario.edits]
+        actions.sort(key=lambda a: a[:3])
+        self.t0 = time.monotonic()
+        self.wall0 = dt.datetime.now(dt.UTC)
+        observed: list[tuple[float, int, int, Any]] = []  # (t, phase, order, what)
+        for at, phase, index, action in actions:
+            delay = self.t0 + at * self.scale - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if on_progress is not None:
+                on_progress(at)
+            if isinstance(action, JobEntry):
+                await self.stack.kube.create(
+                    BY_KIND[(action.job.api_version, action.job.kind)].ref, action.job.namespace, _job_object(action)
+                )
+            else:
+                await self._edit(action)
+            observed.append((at, phase, index, action))
+        rows = await self._wait_until_done()
+        async with database.transaction(self.stack.controller.sessions) as session:
+            history = await store.events(session)
+        return self._replay(observed, history, rows)
+
+    async def _edit(self, edit: Edit) -> None:
+        sessions = self.stack.controller.sessions
+        if edit.action == "cancel":
+            namespace, name = edit.name.split("/", 1)
+            entry = next((e for e in self.scenario.jobs if e.job.key == edit.name), None)
+            if entry is not None:
+                ref = BY_KIND[(entry.job.api_version, entry.job.kind)].ref
+                with contextlib.suppress(KubeError):
+                    await self.stack.kube.delete(ref, namespace, name)
+            return
+        apply_edit(self.config, edit)
+        async with database.transaction(sessions) as session:
+            if edit.action == "apply":
+                assert edit.obj is not None
+                await config_store.apply(session, [edit.obj], actor=ACTOR)
+                return
+        try:
+            async with database.transaction(sessions) as session:
+                await config_store.delete_object(session, edit.kind, edit.name, actor=ACTOR)
+        except config_store.Refused:
+            # A ClusterQueue with admitted work terminates: it admits nothing more and goes once drained.
+            async with database.transaction(sessions) as session:
+                await config_store.set_stop_policy(session, edit.kind, edit.name, "Hold", actor=ACTOR)
+            self.pending_deletes.append(asyncio.create_task(self._delete_when_drained(edit)))
+        except config_store.NotFound:
+            pass
+
+    async def _delete_when_drained(self, edit: Edit) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(config_store.Refused):
+                async with database.transaction(self.stack.controller.sessions) as session:
+                    await config_store.delete_object(session, edit.kind, edit.name, actor=ACTOR)
+                return
+
+    async def _wait_until_done(self) -> dict[str, tuple[str, str | None, str | None]]:
+        """Every job finished or cancelled; or nothing running and no decision for a while (the rest can't fit)."""
+        last_event, quiet_since = 0, time.monotonic()
+        cancelled = {e.name for e in self.scenario.edits if e.action == "cancel"}
+        while True:
+            async with database.transaction(self.stack.controller.sessions) as session:
+                rows = await store.workload_states(session)
+                newest = await store.last_event_id(session)
+            open_jobs = [k for k, (state, _, _) in rows.items() if state != "Finished" and k not in cancelled]
+            missing = [e.job.key for e in self.scenario.jobs if e.job.key not in rows and e.job.key not in cancelled]
+            if newest != last_event:
+                last_event, quiet_since = newest, time.monotonic()
+            running = [k for k in open_jobs if rows[k][0] == "Admitted"]
+            if not open_jobs and not missing and all(t.done() for t in self.pending_deletes):
+                return rows
+            if not running and time.monotonic() - quiet_since > QUIET_SECONDS + 50 * self.scale:
+                return rows
+            await asyncio.sleep(0.05)
+
+    def _replay(
+        self,
+        observed: list[tuple[float, int, int, Any]],
+        history: list[store.EventRow],
+        rows: dict[str, tuple[str, str | None, str | None]],
+    ) -> Result:
+        """The run as engine core reports it: driver actions and committed decisions, in scenario time.
+
+        Ordered by time, then by scenario.md's phases at one instant (finishes, edits,
+        submissions, decisions), then by file or commit order.
+        """
+        timeline: list[tuple[float, int, int, Any]] = list(observed)
+        for e in history:
+            if e.type == "Finished" and e.reason != "JobFinished":
+                continue  # a deleted job: its cancellation is already on the timeline
+            phase = 1 if e.type == "Finished" else 4
+            timeline.append((self.scenario_time(e.at), phase, e.id, e))
+        timeline.sort(key=lambda a: a[:3])
+        record = self.record
+        config = Config.of(self.scenario.manifests)
+        sched = scheduler.Scheduler(config, namespaces=self.scenario.namespaces)
+        record.nominal(Snapshot(config).queues)
+        workloads: dict[str, Workload] = {}
+        last_t: float | None = None
+        for t, _, _, what in timeline:
+            if last_t is not None and t != last_t:
+                record.sample()
+            record.now = last_t = t
+            if isinstance(what, JobEntry):
+                wl = workloads[what.job.key] = sched.workload_for(what.job, seq=what.index, now=t)
+                sched.submit(wl)
+                record.submitted(wl)
+            elif isinstance(what, Edit):
+                track = record.by_key.get(what.name)
+                if what.action == "cancel":
+                    if track is not None and track.state in ("Pending", "Admitted") and track.submitted is not None:
+                        record.cancelled(what.name)
+                else:
+                    apply_edit(config, what)
+                    record.nominal(Snapshot(config).queues)
+            elif what.workload in workloads:
+                ev: store.EventRow = what
+                if ev.type == "Admitted":
+                    flavors = ev.flavors or {}
+                    record.admitted(
+                        ev.workload,
+                        admission_of(workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing)),
+                    )
+                elif ev.type == "Evicted":
+                    record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
+                elif record.by_key[ev.workload].state == "Admitted":
+                    record.finished(ev.workload)
+        record.sample()
+
+        def explain(wl: Workload) -> tuple[str, str]:
+            state, reason, message = rows.get(wl.key, ("Pending", None, None))
+            if reason and state == "Pending":
+                return reason, message or ""
+            return sched.explain(wl)
+
+        return record.result(cycles=self.stack.controller.steps, explain=explain)
+
+
+def admission_of(wl: Workload, flavors: dict[str, dict[str, str]], cluster_queue: str, borrowing: bool) -> Admission:
+    """The quota an admission holds, from the flavor each pod set's resources were assigned."""
+    usage: dict[tuple[str, str], int] = {}
+    for ps in wl.pod_sets:
+        for res, total in ps.total().items():
+            flavor = flavors.get(ps.name, {}).get(res)
+            if flavor is not None:
+                usage[(flavor, res)] = usage.get((flavor, res), 0) + total
+    return Admission(cluster_queue, flavors, usage, borrowing)
+
+
+async def simulate(
+    scenario: Scenario,
+    *,
+    time_scale: float = 0.02,
+    database_url: str | None = None,
+    on_progress: Callable[[float], None] | None = None,
+) -> Result:
+    """Run ``scenario`` through the whole system and report it as engine core does."""
+    with tempfile.TemporaryDirectory(prefix="turnstile-sim-") as tmp:
+        workdir = Path(tmp)
+        async with (
+            fresh_database(database_url, workdir) as url,
+            running(scenario, url, workdir, time_scale=time_scale) as stack,
+        ):
+            driver = Driver(scenario, stack, time_scale=time_scale)
+            return await driver.play(on_progress)
