@@ -243,7 +243,8 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if term is not None:
-            log.warning("no longer leading (term %d): %s", term.fence.token, why)
+            level = logging.INFO if why == "stopping" else logging.WARNING
+            log.log(level, "no longer leading (term %d): %s", term.fence.token, why)
 
     async def _lead(self, term: Term) -> None:
         backoff = 0.1

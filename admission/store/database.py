@@ -8,6 +8,7 @@ worker thread because Alembic's async ``env.py`` starts its own event loop.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -55,12 +56,19 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+# Alembic keeps its migration context in module globals: two upgrades running at once in one
+# process (engine cluster runs, tests) would share it. One at a time.
+_ALEMBIC = threading.Lock()
+
+
 def upgrade_sync(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    with _ALEMBIC:
+        command.upgrade(alembic_config(url), revision)
 
 
 def downgrade_sync(url: str, revision: str = "base") -> None:
-    command.downgrade(alembic_config(url), revision)
+    with _ALEMBIC:
+        command.downgrade(alembic_config(url), revision)
 
 
 async def upgrade(url: str, revision: str = "head") -> None:
