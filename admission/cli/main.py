@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from admission.cli import admin, documents, sim
+from admission.cli import admin, documents, running, sim
 from queues import errors
 
 
@@ -116,6 +116,7 @@ for _command in (
     admin.resume_cmd,
     admin.history_cmd,
     sim.sim,
+    running.controller_cmd,
 ):
     cli.add_command(_command)
 

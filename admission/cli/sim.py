@@ -7,6 +7,7 @@ import contextlib
 
 import click
 
+from admission.cli import running
 from admission.settings import Settings
 
 
@@ -42,3 +43,6 @@ def serve(port: int, time_scale: float) -> None:
     plain HTTP at 127.0.0.1 and write a kubeconfig for it."""
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(port, time_scale))
+
+
+sim.add_command(running.up_cmd)

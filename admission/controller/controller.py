@@ -398,7 +398,7 @@ class Controller:
                 admissions.append(store.Admit(row.id, wl.admission))
                 admitted_now[row.id] = wl
         reasons = [
-            (row.id, wl.reason, wl.message)
+            (row.id, wl.reason, wl.message, wl.cluster_queue)
             for key in sched.said
             if (wl := sched.workloads.get(key)) is not None
             and wl.admission is None

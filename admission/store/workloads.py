@@ -528,19 +528,26 @@ async def dequeue(session: AsyncSession, ids: Sequence[int], *, fence: lease.Fen
 
 _SET_REASONS = text(
     """
-    UPDATE workloads AS w SET reason = u.reason, message = u.message
-    FROM unnest(CAST(:id AS bigint[]), CAST(:reason AS text[]), CAST(:message AS text[])) AS u(id, reason, message)
+    UPDATE workloads AS w SET reason = u.reason, message = u.message, cluster_queue = u.cluster_queue
+    FROM unnest(CAST(:id AS bigint[]), CAST(:reason AS text[]), CAST(:message AS text[]),
+                CAST(:cluster_queue AS text[])) AS u(id, reason, message, cluster_queue)
     WHERE w.id = u.id AND w.state = 'Pending'
     """
 )
 
 
-async def set_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, str]]) -> None:
-    """Why each pending workload waits (reason, message), for ``turnstile get/describe workload``."""
+async def set_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, str, str | None]]) -> None:
+    """Why each pending workload waits (id, reason, message, the ClusterQueue it waits in), for
+    ``turnstile get/describe workload``."""
     if reasons:
         await session.execute(
             _SET_REASONS,
-            {"id": [r[0] for r in reasons], "reason": [r[1] for r in reasons], "message": [r[2] for r in reasons]},
+            {
+                "id": [r[0] for r in reasons],
+                "reason": [r[1] for r in reasons],
+                "message": [r[2] for r in reasons],
+                "cluster_queue": [r[3] for r in reasons],
+            },
         )
 
 

@@ -1,0 +1,142 @@
+"""``turnstile controller`` and ``turnstile sim up``: the long-running processes.
+
+``controller`` is what a replica runs in the cluster. ``sim up`` is a local playground: the
+simulated cluster, the embedded PostgreSQL and one controller replica with its webhook
+registered in the cluster as a real install would have it, so ``kubectl`` (with the printed
+kubeconfig) behaves as on a real cluster running Turnstile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from admission.cli import admin
+from admission.cli.store_commands import actor
+from admission.settings import Settings
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@click.command("controller")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Default: TURNSTILE_KUBECONFIG, else in-cluster config, else ~/.kube/config.",
+)
+@click.option("--webhook-port", type=int, default=9443, show_default=True)
+@click.option("--metrics-port", type=int, default=8080, show_default=True)
+@click.option(
+    "--cert-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Webhook certificate (tls.crt, tls.key, ca.crt); issued and kept here if absent. "
+    "Default: TURNSTILE_HOME/certs.",
+)
+@click.option("--database-url", default=None, help="PostgreSQL; default TURNSTILE_DATABASE_URL, else embedded.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
+def controller_cmd(
+    kubeconfig: Path | None,
+    webhook_port: int,
+    metrics_port: int,
+    cert_dir: Path | None,
+    database_url: str | None,
+    log_level: str,
+) -> None:
+    """The in-cluster process: scheduler (leader only), reconcilers, webhook, metrics."""
+    from admission.controller import process
+    from admission.store import database
+
+    _logging(log_level)
+    settings = Settings()
+    url = database.resolve_url(settings, database_url)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            process.serve(
+                kubeconfig=kubeconfig or settings.kubeconfig,
+                database_url=url,
+                webhook_port=webhook_port,
+                metrics_port=metrics_port,
+                cert_dir=cert_dir or settings.home / "certs",
+            )
+        )
+
+
+async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | None) -> None:
+    from admission.controller import process
+    from admission.kube import client as kube_client
+    from admission.sim.host import SimHost
+    from admission.store import config as config_store
+    from admission.store import database
+    from admission.webhook import certs
+    from admission.webhook.server import configurations
+
+    settings = Settings()
+    url = database.resolve_url(settings)
+    await database.upgrade(url)
+    if manifests:
+        objects = admin.parse_documents(manifests)
+        engine = database.make_engine(url)
+        async with database.transaction(database.sessions(engine)) as session:
+            for o in await config_store.apply(session, objects, actor=actor(settings)):
+                click.echo(f"{o.kind.lower()}/{o.name} {o.result}")
+        await engine.dispose()
+    home = settings.home / "sim"
+    host = await SimHost.start(home / "kubeconfig", port=port)
+    names = ["127.0.0.1", "localhost"]
+    cert = await asyncio.to_thread(certs.ensure, home / "certs", names)
+    kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
+    for obj in configurations(f"https://127.0.0.1:{webhook_port}", cert.ca_pem):
+        await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
+    await kube.close()
+
+    def ready(ep: process.Endpoints, _controller: object) -> None:
+        click.echo(f"simulated cluster: {host.url}   kubeconfig: {host.kubeconfig}")
+        click.echo(
+            f"webhook: https://127.0.0.1:{ep.webhook_port}   metrics: http://127.0.0.1:{ep.metrics_port}/metrics"
+        )
+        click.echo(f"database: {url.split('?')[0]}")
+        click.echo("try:")
+        click.echo(f"  export KUBECONFIG={host.kubeconfig}")
+        click.echo("  turnstile apply -f examples/admin-edit.yaml   # or your own Kueue YAML")
+        click.echo("  kubectl create -f my-job.yaml --validate=false && kubectl get jobs -w")
+        click.echo("Ctrl-C stops everything.")
+
+    try:
+        await process.serve(
+            kubeconfig=host.kubeconfig,
+            database_url=url,
+            webhook_port=webhook_port,
+            metrics_port=metrics_port,
+            cert_dir=home / "certs",
+            host="127.0.0.1",
+            names=names,
+            on_ready=ready,
+        )
+    finally:
+        await host.stop()
+
+
+@click.command("up")
+@click.option("--port", type=int, default=6443, show_default=True)
+@click.option("--webhook-port", type=int, default=9443, show_default=True)
+@click.option("--metrics-port", type=int, default=8080, show_default=True)
+@click.option("--manifests", default=None, help="Kueue YAML (file or folder) to apply before starting.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="warning", show_default=True)
+def up_cmd(port: int, webhook_port: int, metrics_port: int, manifests: str | None, log_level: str) -> None:
+    """A local playground: simulated cluster + controller + webhook + embedded PostgreSQL."""
+    _logging(log_level)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_up(port, webhook_port, metrics_port, manifests))
