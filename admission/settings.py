@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     home: Path = Field(default=Path("~/.local/share/turnstile"), description="local state for the CLI")
     kubeconfig: Path | None = Field(default=None, description="kubeconfig for the controller")
     test_database_url: str | None = None
+    lease_ttl: float = Field(
+        default=15.0, gt=0, description="seconds a leader may go unrenewed before a standby takes over"
+    )
     actor: str | None = Field(default=None, description="who is named in the audit log (default: $USER@host)")
 
     @field_validator("database_url", "test_database_url")

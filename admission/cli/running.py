@@ -70,6 +70,7 @@ def controller_cmd(
                 webhook_port=webhook_port,
                 metrics_port=metrics_port,
                 cert_dir=cert_dir or settings.home / "certs",
+                lease_ttl=settings.lease_ttl,
             )
         )
 

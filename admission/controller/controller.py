@@ -19,10 +19,11 @@ API server:
 
 The enactor (a work queue, one worker per job at a time) is level-triggered: it compares a
 job with its workload and patches the difference. An admitted workload's job is unsuspended
-with its flavors' node labels and tolerations merged into its pod templates, once the pods
-of the workloads it preempted are gone (Kueue releases a victim's quota only then; Turnstile
-keeps the books at once but starts the preemptor only then, so no GPU is ever double-booked);
-a pending workload's job is suspended with its own scheduling directives restored. After a
+with its flavors' node labels and tolerations merged into its pod templates, once no evicted
+job still runs in its quota tree (Kueue releases a victim's quota only when its pods are
+gone; Turnstile keeps the books at once but starts the preemptor only then, so no GPU is ever
+double-booked, and the rule is rebuilt from the cluster after a restart); a pending
+workload's job is suspended, then its own scheduling directives are restored. After a
 crash the next term starts from the store and the same comparison converges: a job running
 without an admission is suspended, an admission whose job is gone is released, an admission
 whose job is still suspended is enacted again.
@@ -285,8 +286,9 @@ class Controller:
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
         if decisions or sched.said:
             touched |= await self._commit(term, decisions, at)
-        for preemptor in term.victims:
-            touched.add(preemptor)
+        for key in touched:
+            self._mark_stopping(term, key)  # before any enactor acts on what this step decided
+        touched.update(term.stopping)  # their job events say when the pods are gone
         for key in touched:
             self.enactor.request(key)
 
@@ -353,7 +355,8 @@ class Controller:
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
             sched.finish(row.key)
             term.forget(row.uid)
-            term.victims.pop(row.key, None)
+            self._stopped(term, row.key)
+            term.blocked.pop(row.key, None)
         for uid, (view, wl) in upserts.items():
             if uid not in stored:
                 log.warning("%s: job %s has a finished workload row; not queued again", view.key, uid)
@@ -415,9 +418,6 @@ class Controller:
             log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)
             sched.forget_admission(wl)
             self.wake.set()
-        for d in decisions:
-            if isinstance(d, Evict) and d.by is not None:
-                term.victims.setdefault(d.by, set()).add(d.workload.key)
         return set(first)
 
     # ----- enacting ------------------------------------------------------------------------------
@@ -426,6 +426,29 @@ class Controller:
         uid = self.uid_of.get(key)
         return self.views.get(uid) if uid is not None else None
 
+    def _mark_stopping(self, term: Term, key: str) -> bool:
+        """If ``key``'s job runs but its workload is not admitted (or not under this admission),
+        its tree is stopping: no admission there starts until its pods are gone."""
+        wl = term.scheduler.workloads.get(key)
+        view = self._view(key)
+        if wl is None or view is None or not self._running(key):
+            return False
+        token = admission_token(wl)
+        if token is not None and (view.admission is None or view.admission == token):
+            return False
+        tree = term.tree_of(wl)
+        if tree is not None:
+            term.stopping[key] = tree
+        return tree is not None
+
+    def _stopped(self, term: Term, key: str) -> None:
+        """An evicted job's pods are gone: admissions waiting on its tree may start."""
+        tree = term.stopping.pop(key, None)
+        if tree is not None:
+            for other, t in list(term.blocked.items()):
+                if t == tree:
+                    self.enactor.request(other)
+
     def _running(self, key: str) -> bool:
         view = self._view(key)
         return view is not None and not view.finished and (view.active or not view.suspended)
@@ -433,8 +456,10 @@ class Controller:
     async def _enact(self, key: str) -> None:
         """Drive one job to its workload's state (see the module docstring)."""
         term = self.term
-        if term is None or not term.valid():
+        if term is None:
             return  # the next term reconciles every job
+        if not term.valid():
+            raise Retry("the lease has not been confirmed lately; not acting on a possibly stale term", after=0.1)
         view = self._view(key)
         row = term.by_key.get(key)
         wl = term.scheduler.workloads.get(key)
@@ -444,18 +469,22 @@ class Controller:
         own = _own_infos(wl)
         if token is None or (view.admission is not None and view.admission != token):
             # Pending (or running under an admission that is no more): suspend first, then restore.
+            term.blocked.pop(key, None)
+            if not self._mark_stopping(term, key):
+                self._stopped(term, key)
             if not view.suspended or view.admission is not None:
                 await self._patch(view, view.integration.patch(view, suspend=True, infos=(), admission=None))
             elif not view.carries(own):
                 await self._restore(view, own)
             return
+        self._stopped(term, key)  # admitted again: whatever it held before is its own admission now
         if not view.suspended:
             return  # running as admitted
-        victims = {v for v in term.victims.get(key, ()) if self._running(v)}
-        if victims:
-            term.victims[key] = victims
-            return  # a victim's job event requests this key again
-        term.victims.pop(key, None)
+        tree = term.tree_of(wl)
+        if tree is not None and any(t == tree and self._running(k) for k, t in term.stopping.items()):
+            term.blocked[key] = tree
+            return  # pods of an evicted job still hold this tree's capacity; its events wake us
+        term.blocked.pop(key, None)
         assert wl.admission is not None
         infos = self._run_infos(term, wl, wl.admission)
         if view.started and not view.carries(infos):

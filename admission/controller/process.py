@@ -140,6 +140,7 @@ async def serve(
     cert_dir: Path,
     host: str = "0.0.0.0",
     names: list[str] | None = None,
+    lease_ttl: float = 15.0,
     on_ready: Callable[[Endpoints, Controller], None] | None = None,
 ) -> None:
     """Run one replica until cancelled."""
@@ -147,7 +148,10 @@ async def serve(
     kube = Kube(await kube_client.connect(kubeconfig))
     engine = database.make_engine(database_url)
     controller = Controller(
-        kube=kube, sessions=database.sessions(engine), database_url=database_url, options=Options(identity=identity())
+        kube=kube,
+        sessions=database.sessions(engine),
+        database_url=database_url,
+        options=Options(identity=identity(), lease_ttl=lease_ttl),
     )
     service = os.environ.get("TURNSTILE_WEBHOOK_SERVICE", "turnstile-webhook.turnstile-system.svc")
     try:

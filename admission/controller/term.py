@@ -2,9 +2,10 @@
 
 A term starts from PostgreSQL (the truth): the configuration, every unfinished workload and
 its admission. It keeps the scheduling core (``queues.scheduler.Scheduler``) in step with the
-store, maps workloads to their rows and jobs, and remembers which admitted workloads wait
-for their preemption victims' pods to go. When the term ends (the lease is lost, the process
-stops) all of it is dropped; the next term rebuilds it from the store.
+store, maps workloads to their rows and jobs, and tracks quota trees where an evicted job
+still runs (``stopping``): no admission in such a tree starts until those pods are gone.
+When the term ends (the lease is lost, the process stops) all of it is dropped; the next
+term rebuilds it from the store and the cluster.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class Term:
     scheduler: Scheduler
     rows: dict[str, Row] = field(default_factory=dict)  # job uid -> row
     by_key: dict[str, Row] = field(default_factory=dict)  # workload key -> row
-    victims: dict[str, set[str]] = field(default_factory=dict)  # preemptor key -> victim keys still running
+    stopping: dict[str, str] = field(default_factory=dict)  # pending workload whose job still runs -> its tree
+    blocked: dict[str, str] = field(default_factory=dict)  # admitted workload waiting on a stopping tree -> tree
     valid_until: float = 0.0  # monotonic deadline of the lease as last renewed
     owed: list[Decision] = field(default_factory=list)  # evictions the stored state asks for (HoldAndDrain)
     _flavors: tuple[model.Config | None, dict[str, model.Flavor]] = (None, {})
@@ -73,6 +75,11 @@ class Term:
         if row is not None and self.by_key.get(row.key) is row:
             del self.by_key[row.key]
         return row
+
+    def tree_of(self, wl: Workload) -> str | None:
+        name = wl.admission.cluster_queue if wl.admission is not None else wl.cluster_queue
+        cq = self.scheduler.snapshot.queues.get(name) if name else None
+        return cq.tree_key if cq is not None else None
 
     def valid(self) -> bool:
         return time.monotonic() < self.valid_until

@@ -1,4 +1,5 @@
-"""batch/v1 Job: ``spec.suspend``; finished when Complete or Failed; active pods in ``status.active``."""
+"""batch/v1 Job: ``spec.suspend``; finished when Complete or Failed; its pods hold capacity while
+``status.active`` or ``status.terminating`` (pods deleted but still shutting down) count them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from admission.kube.client import Obj, ResourceRef
 
 
 def _active(obj: Obj) -> int:
-    return int((obj.get("status") or {}).get("active") or 0)
+    status = obj.get("status") or {}
+    return int(status.get("active") or 0) + int(status.get("terminating") or 0)
 
 
 JOB = Integration(ResourceRef("batch/v1", "Job", "jobs"), ("Complete", "Failed"), _active)

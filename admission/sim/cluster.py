@@ -10,6 +10,11 @@
   Without any Node, capacity is unlimited.
 - Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
   annotation (times ``time_scale``), then succeeds; without the annotation it runs forever.
+  A deleted pod terminates gracefully: it keeps running, with a deletionTimestamp, for
+  ``termination_seconds`` (times ``time_scale``) before it is gone, holding its node's
+  capacity meanwhile (the kubelet's finalizer stands for the grace period). A batch Job counts
+  such pods in ``status.terminating``, not ``status.active``, as the real Job controller does.
+- Garbage collection: a deleted job's pods are deleted too.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from queues import errors, jobs, quantity, selectors
 RUNTIME_ANNOTATION = "turnstile.dev/sim-runtime"
 JOB_UID_LABEL = "turnstile.dev/job-uid"
 POD_SET_LABEL = "turnstile.dev/pod-set"
+KUBELET_FINALIZER = "turnstile.dev/sim-kubelet"  # held while a deleted pod terminates
 UNLIMITED_NODE = "sim-unlimited"
 
 PODS = next(r for r in resources.ALL if r.plural == "pods")
@@ -66,9 +72,10 @@ def set_condition(status: Obj, kind: str, value: str, reason: str, message: str 
 class Cluster:
     """Reacts to the store's changes like the controllers and kubelets of a real cluster."""
 
-    def __init__(self, store: ObjectStore, *, time_scale: float = 1.0) -> None:
+    def __init__(self, store: ObjectStore, *, time_scale: float = 1.0, termination_seconds: float = 1.0) -> None:
         self.store = store
         self.time_scale = time_scale
+        self.termination_seconds = termination_seconds
         self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
         self.tasks: list[asyncio.Task[None]] = []
         self.timers: dict[str, asyncio.TimerHandle] = {}
@@ -90,7 +97,11 @@ class Cluster:
     async def _consume(self, watcher: Watcher) -> None:
         while (event := await watcher.queue.get()) is not None:
             try:
-                if event.resource in JOB_RESOURCES and event.type != "DELETED":
+                if event.resource in JOB_RESOURCES and event.type == "DELETED":
+                    meta = event.obj["metadata"]
+                    for pod in self._pods_of(meta["uid"], meta["namespace"]):
+                        self._terminate(pod)
+                elif event.resource in JOB_RESOURCES:
                     self.reconcile_job(
                         event.resource, event.obj["metadata"]["namespace"], event.obj["metadata"]["name"]
                     )
@@ -119,12 +130,17 @@ class Cluster:
         pods = self._pods_of(uid, namespace)
         if bool(_walk(job, kind.suspend_path)):
             for pod in pods:
-                self.store.delete(PODS, namespace, pod["metadata"]["name"])
-            _count_pods(kind, status, [])
+                self._terminate(pod)
+            _count_pods(kind, status, self._pods_of(uid, namespace))
             # As the Job controller (KEP-2232): suspending clears startTime, so the job counts as never
             # started and its scheduling directives may change before it is resumed.
             status.pop("startTime", None)
             set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
+            self.store.replace(res, namespace, name, job, subresource="status")
+            return
+        pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")] if pods else pods
+        if not pods and any(self._pods_of(uid, namespace)):
+            _count_pods(kind, status, self._pods_of(uid, namespace))  # resumed while the old pods terminate
             self.store.replace(res, namespace, name, job, subresource="status")
             return
         if not pods:
@@ -184,11 +200,36 @@ class Cluster:
                 "labels": labels,
                 "annotations": annotations,
                 "ownerReferences": [owner],
+                "finalizers": [KUBELET_FINALIZER],
             },
             "spec": dict(template["spec"]),
             "status": {"phase": "Pending"},
         }
         return self.store.create(PODS, job["metadata"]["namespace"], body, namespaces=resources.NAMESPACES)
+
+    def _terminate(self, pod: Obj) -> None:
+        """Delete a pod gracefully: it runs on, marked for deletion, for the termination period."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        timer = self.timers.pop(f"{ns}/{name}", None)
+        if timer is not None:
+            timer.cancel()
+        try:
+            self.store.delete(PODS, ns, name)
+        except ApiError:
+            return
+        delay = max(0.0, self.termination_seconds) * self.time_scale
+        self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._terminated, ns, name)
+
+    def _terminated(self, namespace: str, name: str) -> None:
+        self.timers.pop(f"{namespace}/{name}", None)
+        try:
+            pod = self.store.get(PODS, namespace, name)
+            pod["metadata"]["finalizers"] = [f for f in pod["metadata"].get("finalizers", []) if f != KUBELET_FINALIZER]
+            self.store.replace(PODS, namespace, name, pod)
+        except ApiError:
+            return
 
     def _job_of(self, pod: Obj) -> tuple[Resource, Obj] | None:
         for owner in pod["metadata"].get("ownerReferences") or []:
@@ -208,7 +249,12 @@ class Cluster:
             timer = self.timers.pop(key, None)
             if timer is not None:
                 timer.cancel()
+            owner = self._job_of(pod)
+            if owner is not None:  # a terminated pod is gone: the job's counts change
+                self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
             self.schedule_pending()
+            return
+        if pod["metadata"].get("deletionTimestamp"):
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Pending" and not pod["spec"].get("nodeName"):
@@ -279,15 +325,19 @@ class Cluster:
 def _count_pods(kind: jobs.Kind, status: Obj, pods: list[Obj]) -> None:
     """Active and succeeded pods in the status shape of the kind's real controller."""
     counts: dict[str, dict[str, int]] = {}
+    terminating = 0
     for pod in pods:
         ps = pod["metadata"]["labels"].get(POD_SET_LABEL, "main")
         phase = (pod.get("status") or {}).get("phase")
         entry = counts.setdefault(ps, {"active": 0, "succeeded": 0})
-        if phase in ("Pending", "Running"):
+        if phase in ("Pending", "Running") and pod["metadata"].get("deletionTimestamp") and kind.kind == "Job":
+            terminating += 1
+        elif phase in ("Pending", "Running"):
             entry["active"] += 1
         elif phase == "Succeeded":
             entry["succeeded"] += 1
     if kind.kind == "Job":
+        status["terminating"] = terminating
         status["active"] = sum(c["active"] for c in counts.values())
         status["succeeded"] = sum(c["succeeded"] for c in counts.values())
     elif kind.kind == "JobSet":

@@ -70,9 +70,7 @@ def time_scale(parsed: scenario.Scenario) -> float:
 async def test_core_and_cluster_engines_agree_on_every_example(server_url: str) -> None:
     parsed = {path.stem: scenario.parse(documents.load_single(str(path))) for path in EXAMPLES}
     assert len(parsed) >= 6
-    runs = [
-        cluster_engine.simulate(p, time_scale=time_scale(p), database_url=server_url) for p in parsed.values()
-    ]
+    runs = [cluster_engine.simulate(p, time_scale=time_scale(p), database_url=server_url) for p in parsed.values()]
     results = dict(zip(parsed, await asyncio.gather(*runs), strict=True))
     assert all(r.events for r in results.values())
     for name, p in parsed.items():

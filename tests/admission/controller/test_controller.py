@@ -35,9 +35,7 @@ async def test_a_queued_job_is_admitted_onto_its_flavor_runs_and_releases_its_qu
         assert running["metadata"]["annotations"]["turnstile.dev/admission"].startswith("team-a/")
         assert (await states(w))["train"] in ("Admitted", "Finished")
         await eventually(lambda: states(w), what="the workload to finish")
-        assert await eventually(
-            lambda: _finished(w, "train"), what="quota released when the job completes", timeout=15
-        )
+        assert await eventually(lambda: _finished(w, "train"), what="quota released when the job completes", timeout=15)
         async with database.transaction(w.sessions) as s:
             admissions = (await s.execute(select(tables.Admission))).scalars().all()
             ledger = (await s.execute(select(tables.UsageInterval))).scalars().all()

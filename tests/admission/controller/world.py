@@ -62,8 +62,16 @@ value: 1000
 """
 
 
-def job(name: str, *, gpus: int = 4, runtime: float | None = None, queue: str | None = "team-a",
-        priority: str | None = None, suspend: bool = True, node_selector: dict[str, str] | None = None) -> dict[str, Any]:
+def job(
+    name: str,
+    *,
+    gpus: int = 4,
+    runtime: float | None = None,
+    queue: str | None = "team-a",
+    priority: str | None = None,
+    suspend: bool = True,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
     labels = {}
     if queue:
         labels["kueue.x-k8s.io/queue-name"] = queue
@@ -72,7 +80,13 @@ def job(name: str, *, gpus: int = 4, runtime: float | None = None, queue: str | 
     annotations = {"turnstile.dev/sim-runtime": str(runtime)} if runtime is not None else {}
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
-        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}],
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}},
+            }
+        ],
     }
     if node_selector:
         pod["nodeSelector"] = node_selector
@@ -137,7 +151,9 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, what: s
 
 
 @contextlib.asynccontextmanager
-async def world(tmp_path: Path, url: str, *, faults: Faults | None = None, time_scale: float = 0.01) -> AsyncIterator[World]:
+async def world(
+    tmp_path: Path, url: str, *, faults: Faults | None = None, time_scale: float = 0.01
+) -> AsyncIterator[World]:
     host = await SimHost.start(tmp_path / "kubeconfig", time_scale=time_scale, faults=faults)
     kube = Kube(await kube_client.connect(host.kubeconfig))
     await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": "ml"}})
