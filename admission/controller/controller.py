@@ -472,9 +472,11 @@ class Controller:
             term.blocked.pop(key, None)
             if not self._mark_stopping(term, key):
                 self._stopped(term, key)
-            if not view.suspended or view.admission is not None:
-                await self._patch(view, view.integration.patch(view, suspend=True, infos=(), admission=None))
-            elif not view.carries(own):
+            if not view.suspended:
+                # Suspend only: a running Job's template cannot change. The admission mark stays
+                # until the restore, so a job without it always carries its own directives.
+                await self._patch(view, view.integration.patch(view, suspend=True, infos=(), admission=view.admission))
+            elif view.admission is not None or not view.carries(own):
                 await self._restore(view, own)
             return
         self._stopped(term, key)  # admitted again: whatever it held before is its own admission now

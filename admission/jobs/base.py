@@ -156,8 +156,9 @@ class Integration:
 
         Kueue's operations are three uses of it: ``run_with_podsets_info`` (``suspend=False``,
         the flavors' directives, an admission), ``suspend`` (``suspend=True``, no directives: a
-        running Job's template cannot change) and ``restore_podsets_info`` (``suspend=None``,
-        the job's own directives, once it is suspended).
+        running Job's template cannot change; the admission mark kept) and
+        ``restore_podsets_info`` (``suspend=None``, the job's own directives and no mark, once
+        it is suspended). So a job without the mark always carries its own directives.
         """
         assert view.info is not None, "only a well-formed job is admitted"
         ops: list[Obj] = []
@@ -175,7 +176,9 @@ class Integration:
                 elif present:
                     ops.append({"op": "remove", "path": f"{base}/{key}"})
         path = f"/metadata/annotations/{_escape(ADMISSION_ANNOTATION)}"
-        if admission is not None:
+        if admission is not None and admission == view.admission:
+            pass  # kept as it is
+        elif admission is not None:
             if view.has_annotations:
                 ops.append({"op": "add", "path": path, "value": admission})
             else:

@@ -79,6 +79,7 @@ class ApiServer:
 
     async def _end_streams(self, _app: web.Application) -> None:
         self.drop_watches()
+        await self.webhooks.close()
 
     def drop_watches(self) -> None:
         """End every open watch stream (on shutdown, or as an injected fault: clients must re-watch)."""

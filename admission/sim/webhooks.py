@@ -74,6 +74,25 @@ class Webhooks:
         self.store = store
         self.by_plural = {(r.group, r.plural): r for r in served}
         self.services: dict[str, str] = {}
+        # As the real server: connections to webhooks are kept alive, TLS contexts built once per caBundle.
+        self._session: aiohttp.ClientSession | None = None
+        self._contexts: dict[str, ssl.SSLContext] = {}
+
+    def _context(self, bundle: str | None) -> ssl.SSLContext:
+        key = bundle or ""
+        context = self._contexts.get(key)
+        if context is None:
+            if bundle:
+                context = ssl.create_default_context(cadata=base64.b64decode(bundle).decode())
+            else:
+                context = ssl.create_default_context()
+            self._contexts[key] = context
+        return context
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def _configs(self, plural: str) -> list[Obj]:
         res = self.by_plural[("admissionregistration.k8s.io", plural)]
@@ -151,15 +170,13 @@ class Webhooks:
             },
         }
         try:
-            context = ssl.create_default_context()
-            bundle = (hook.get("clientConfig") or {}).get("caBundle")
-            if bundle:
-                context = ssl.create_default_context(cadata=base64.b64decode(bundle).decode())
+            context = self._context((hook.get("clientConfig") or {}).get("caBundle"))
             timeout = aiohttp.ClientTimeout(total=float(hook.get("timeoutSeconds", 10)))
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as session,
-                session.post(self._url(hook.get("clientConfig") or {}), json=review, ssl=context) as resp,
-            ):
+            if self._session is None or self._session.closed:
+                self._session = aiohttp.ClientSession()
+            async with self._session.post(
+                self._url(hook.get("clientConfig") or {}), json=review, ssl=context, timeout=timeout
+            ) as resp:
                 if resp.status != 200:
                     raise ConnectionError(f"the webhook answered HTTP {resp.status}")
                 answer = (await resp.json()).get("response") or {}
