@@ -1,13 +1,15 @@
-"""``turnstile demo``: the gpu-teams story, replayed with a live view, then the report.
+"""``turnstile demo``: the gpu-teams story, run by the whole system with a live view, then the report.
 
-Until the controller and the simulated cluster exist (engine ``cluster``), the demo replays
-the scenario through the scheduling core (engine ``core``), paced in wall time so a person
-can follow it: each step shows the queues, their GPU use, and why each waiting job waits.
+It runs ``examples/gpu-teams.yaml`` through engine cluster (``spec/cli.md``): the simulated
+cluster, the webhook over TLS, the controller and an embedded PostgreSQL, in about a minute of
+wall time. While it runs, the view shows what the leading controller holds in memory: each
+ClusterQueue's admitted and waiting workloads and GPU use, why each waiting job waits, and
+the latest decisions committed to PostgreSQL.
 """
 
 from __future__ import annotations
 
-import time
+import asyncio
 from pathlib import Path
 
 from rich.console import Group
@@ -16,54 +18,75 @@ from rich.panel import Panel
 from rich.table import Table
 
 from admission.cli import documents, report
+from admission.sim import engine
+from admission.store import database
+from admission.store import workloads as store
 from queues import quantity, scenario, simulator
+from queues.scheduler import Scheduler
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu-teams.yaml"
+DEMO_SECONDS = 60.0
 
 
-def _view(sim: simulator.Simulation) -> Group:
-    sched = sim.sched
-    queues = Table(title=f"t = {sim.now:,.0f} s", title_justify="left", expand=False)
-    for col in ("ClusterQueue", "cohort", "admitted", "waiting", "in use"):
+def _view(t: float, sched: Scheduler | None, recent: list[store.EventRow], driver: engine.Driver) -> Group:
+    queues = Table(title=f"t = {t:,.0f} s (scenario time)", title_justify="left", expand=False)
+    for col in ("ClusterQueue", "cohort", "admitted", "waiting", "GPUs in use / nominal"):
         queues.add_column(col)
-    for name, cq in sorted(sched.snapshot.queues.items()):
-        used = ", ".join(
-            f"{res} {quantity.format_milli(v)}/{quantity.format_milli(cq.nominal((flavor, res)))} {flavor}"
-            for (flavor, res), v in sorted(cq.usage.items())
-            if v and "gpu" in res
-        )
-        waiting = len(sched.pending.waiting(name))
-        queues.add_row(name, cq.cohort_name or "-", str(len(cq.workloads)), str(waiting), used or "-")
     pending = Table(title="Waiting, and why", title_justify="left")
     pending.add_column("workload")
     pending.add_column("reason")
     pending.add_column("message", overflow="fold")
-    for wl in sorted(sched.workloads.values(), key=lambda w: w.seq):
-        if wl.admission is None:
-            reason, message = sched.explain(wl)
-            pending.add_row(wl.key, reason, message)
-    recent = Table(title="Latest events", title_justify="left")
+    if sched is not None:
+        for name, cq in sorted(sched.snapshot.queues.items()):
+            used = ", ".join(
+                f"{quantity.format_milli(v)}/{quantity.format_milli(cq.nominal((flavor, res)))} {flavor}"
+                for (flavor, res), v in sorted(cq.usage.items())
+                if v and "gpu" in res
+            )
+            waiting = len(sched.pending.waiting(name))
+            queues.add_row(name, cq.cohort_name or "-", str(len(cq.workloads)), str(waiting), used or "-")
+        for wl in sorted(sched.workloads.values(), key=lambda w: w.seq):
+            if wl.admission is None:
+                reason, message = sched.explain(wl)
+                pending.add_row(wl.key, reason, message)
+    events = Table(title="Latest decisions (committed to PostgreSQL)", title_justify="left")
     for col in ("t", "event", "workload", "detail"):
-        recent.add_column(col)
-    for e in sim.record.events[-6:]:
-        detail = e.get("clusterQueue") or e.get("detail") or ""
-        if e.get("by"):
-            detail = f"{detail} by {e['by']}"
-        recent.add_row(str(e["t"]), e["type"], e["workload"], detail)
-    return Group(queues, pending, recent)
+        events.add_column(col)
+    for e in recent[-6:]:
+        detail = e.cluster_queue or ""
+        if e.type == "Evicted":
+            detail = f"{e.reason}/{e.detail}" + (f" by {e.by}" if e.by else "")
+        events.add_row(f"{driver.scenario_time(e.at):,.0f}", e.type, e.workload, detail)
+    return Group(queues, pending, events)
 
 
-def run(*, step_seconds: float = 2.5) -> None:
+async def _run(live: Live, parsed: scenario.Scenario, time_scale: float) -> simulator.Result:
+    async def watch(driver: engine.Driver) -> None:
+        while True:
+            controller = driver.stack.controller
+            async with database.transaction(controller.sessions) as session:
+                recent = await store.events(session, after=max(0, await store.last_event_id(session) - 6))
+            term = controller.term
+            live.update(_view(driver.now(), term.scheduler if term else None, recent, driver))
+            await asyncio.sleep(0.25)
+
+    return await engine.simulate(parsed, time_scale=time_scale, watch=watch)
+
+
+def run(*, seconds: float = DEMO_SECONDS) -> None:
     console = report.console()
     parsed = scenario.parse(documents.load_single(str(EXAMPLE)))
-    console.print(Panel.fit(parsed.description.strip(), title=f"turnstile demo: {parsed.name} (engine core)"))
-    sim = simulator.Simulation(parsed)
+    makespan = simulator.Simulation(parsed).run().makespan  # the core's plan sets the pace
+    time_scale = seconds / max(makespan, 1.0)
+    console.print(
+        Panel.fit(
+            parsed.description.strip()
+            + "\n\nRunning it for real: simulated cluster, webhook over TLS, controller, embedded PostgreSQL"
+            + f" (one scenario second = {time_scale * 1000:.1f} ms of wall time).",
+            title=f"turnstile demo: {parsed.name} (engine cluster)",
+        )
+    )
     with Live(console=console, refresh_per_second=4, transient=False) as live:
-
-        def show(s: simulator.Simulation) -> None:
-            live.update(_view(s))
-            time.sleep(step_seconds)
-
-        result = sim.run(on_step=show)
+        result = asyncio.run(_run(live, parsed, time_scale))
     console.rule("report")
-    report.render(result, console)
+    report.render(result, console, engine="cluster")

@@ -122,12 +122,17 @@ for _command in (
 
 
 @cli.command()
-@click.option("--step-seconds", type=float, default=2.5, show_default=True, help="Wall seconds per scenario step.")
-def demo(step_seconds: float) -> None:
-    """Replay examples/gpu-teams.yaml with a live view of queues and reasons, then the report."""
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="About how long the run takes.")
+def demo(seconds: float) -> None:
+    """Run examples/gpu-teams.yaml through the whole system (engine cluster) with a live view, then the report."""
+    import logging
+
     from admission.cli import demo as demo_module
 
-    demo_module.run(step_seconds=step_seconds)
+    if seconds <= 0:
+        fail([f"--seconds {seconds}: must be > 0"], 2)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    demo_module.run(seconds=seconds)
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ import logging
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,6 +178,10 @@ class Driver:
         self.pending_deletes: list[asyncio.Task[None]] = []
         self.t0 = 0.0
         self.wall0 = dt.datetime.now(dt.UTC)
+
+    def now(self) -> float:
+        """Scenario seconds since the timeline started."""
+        return max(0.0, (time.monotonic() - self.t0) / self.scale) if self.t0 else 0.0
 
     def scenario_time(self, at: dt.datetime) -> float:
         return round(max(0.0, (at - self.wall0).total_seconds() / self.scale), 1)
@@ -341,8 +345,12 @@ async def simulate(
     time_scale: float = 0.02,
     database_url: str | None = None,
     on_progress: Callable[[float], None] | None = None,
+    watch: Callable[[Driver], Coroutine[Any, Any, None]] | None = None,
 ) -> Result:
-    """Run ``scenario`` through the whole system and report it as engine core does."""
+    """Run ``scenario`` through the whole system and report it as engine core does.
+
+    ``watch`` (a live view) runs beside the timeline and is cancelled when the run ends.
+    """
     with tempfile.TemporaryDirectory(prefix="turnstile-sim-") as tmp:
         workdir = Path(tmp)
         async with (
@@ -350,4 +358,11 @@ async def simulate(
             running(scenario, url, workdir, time_scale=time_scale) as stack,
         ):
             driver = Driver(scenario, stack, time_scale=time_scale)
-            return await driver.play(on_progress)
+            watcher = asyncio.create_task(watch(driver)) if watch is not None else None
+            try:
+                return await driver.play(on_progress)
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await watcher

@@ -48,9 +48,9 @@ def test_missing_file_and_malformed_yaml_exit_2(tmp_path: Path) -> None:
     assert out.returncode == 2 and "not valid YAML (line 2" in out.stderr and out.stdout == ""
 
 
-def test_demo_replays_gpu_teams_and_reports() -> None:
-    out = turnstile("demo", "--step-seconds", "0")
+def test_demo_runs_gpu_teams_through_the_whole_system_and_reports() -> None:
+    out = turnstile("demo", "--seconds", "8")
     assert out.returncode == 0, out.stderr
-    assert "turnstile demo: gpu-teams (engine core)" in out.stdout
-    assert "Waiting, and why" in out.stdout and "Latest events" in out.stdout
+    assert "turnstile demo: gpu-teams (engine cluster)" in out.stdout
+    assert "Waiting, and why" in out.stdout and "Latest decisions" in out.stdout
     assert "InCohortReclamation" in out.stdout and "No workload is left pending." in out.stdout
