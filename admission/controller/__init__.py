@@ -1,0 +1,1 @@
+"""The controller: informers -> store -> scheduling core -> enact; leader terms; the replica process."""
