@@ -173,10 +173,15 @@ def read_job(obj: Any) -> JobInfo:
     )
 
 
+def pointer_token(key: str) -> str:
+    """One RFC 6901 reference token: ``~`` and ``/`` escaped (``turnstile.dev~1admission``)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
 def json_pointer(path: str) -> str:
     """A field path as reported in errors (``spec.replicatedJobs[0].template``) as an RFC 6901 pointer."""
     parts = re.sub(r"\[(\d+)\]", r".\1", path).split(".")
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts if p)
+    return "".join("/" + pointer_token(p) for p in parts if p)
 
 
 def _string_map(value: Any, path: str, problems: list[FieldError]) -> dict[str, str]:

@@ -92,12 +92,17 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) ->
     import asyncio
     import logging
 
+    from admission.settings import normalise_database_url
     from admission.sim import engine as cluster_engine
     from admission.store.embedded import EmbeddedPostgresError
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return asyncio.run(cluster_engine.simulate(parsed, time_scale=time_scale, database_url=database_url))
+        url = normalise_database_url(database_url) if database_url else None
+    except ValueError as exc:
+        fail([f"--database-url: {exc}"], 2)
+    try:
+        return asyncio.run(cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url))
     except EmbeddedPostgresError as exc:
         fail([str(exc)], 1)
     except OSError as exc:

@@ -82,10 +82,6 @@ def _pointer_get(obj: Any, pointer: str) -> Any:
     return obj
 
 
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def condition_true(obj: Obj, kinds: Sequence[str]) -> bool:
     return any(
         c.get("type") in kinds and c.get("status") == "True"
@@ -175,7 +171,7 @@ class Integration:
                     ops.append({"op": "add", "path": f"{base}/{key}", "value": value})
                 elif present:
                     ops.append({"op": "remove", "path": f"{base}/{key}"})
-        path = f"/metadata/annotations/{_escape(ADMISSION_ANNOTATION)}"
+        path = f"/metadata/annotations/{jobs.pointer_token(ADMISSION_ANNOTATION)}"
         if admission is not None and admission == view.admission:
             pass  # kept as it is
         elif admission is not None:

@@ -31,10 +31,6 @@ class Answer:
     warnings: list[str] = field(default_factory=list)
 
 
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def _queue_of(obj: Mapping[str, Any]) -> str | None:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return labels.get(jobs.QUEUE_LABEL) or None
@@ -66,7 +62,7 @@ def mutate(obj: Obj, namespace: str, config: Config) -> Answer:
             answer.patch.append({"op": "add", "path": "/metadata/labels", "value": {**(labels or {}), **add_labels}})
         else:
             for k, v in add_labels.items():
-                answer.patch.append({"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v})
+                answer.patch.append({"op": "add", "path": f"/metadata/labels/{jobs.pointer_token(k)}", "value": v})
     # The suspend field, creating its parents where the job omits them (runPolicy of Kubeflow jobs).
     path = integration.kind.suspend_path
     node: Any = obj

@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
 from admission.sim.apiserver import ApiServer
-from tests.admission.sim import tls
+from admission.webhook import certs
 
 
 async def _start(app: web.Application, ssl_context: Any = None) -> tuple[web.AppRunner, int]:
@@ -66,7 +66,7 @@ def _webhook_app(calls: list[str]) -> web.Application:
 
 @pytest_asyncio.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[tuple[client.ApiClient, list[str], int, bytes]]:
-    cert = tls.make(tmp_path)
+    cert = certs.issue(tmp_path, ["127.0.0.1", "localhost"])
     calls: list[str] = []
     hook_runner, hook_port = await _start(_webhook_app(calls), cert.server_context())
     server = ApiServer()
@@ -146,7 +146,7 @@ async def test_an_untrusted_certificate_follows_the_failure_policy(
     created: bool,
 ) -> None:
     api, calls, port, _ = setup
-    other_ca = tls.make(_fresh(tmp_path)).ca_pem
+    other_ca = certs.issue(_fresh(tmp_path), ["127.0.0.1", "localhost"]).ca_pem
     await client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(
         _config("MutatingWebhookConfiguration", "/mutate", port, other_ca, policy)
     )
