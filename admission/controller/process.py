@@ -146,7 +146,7 @@ async def serve(
     """Run one replica until cancelled."""
     await database.upgrade(database_url)
     kube = Kube(await kube_client.connect(kubeconfig))
-    engine = database.make_engine(database_url)
+    engine = database.make_engine(database_url, idle_in_transaction_timeout=lease_ttl)
     controller = Controller(
         kube=kube,
         sessions=database.sessions(engine),

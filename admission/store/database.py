@@ -34,8 +34,17 @@ def resolve_url(settings: Settings, override: str | None = None) -> str:
     return embedded.start(settings.home / "pg")
 
 
-def make_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+def make_engine(url: str, *, pool_size: int = 5, idle_in_transaction_timeout: float | None = None) -> AsyncEngine:
+    """An engine; ``idle_in_transaction_timeout`` makes PostgreSQL end a transaction left idle that
+    long (a frozen process must not hold its row locks forever: the controller sets it to its
+    lease's TTL, so a paused ex-leader cannot block the new leader's takeover)."""
+    connect_args = {}
+    if idle_in_transaction_timeout is not None:
+        millis = str(max(1, int(idle_in_transaction_timeout * 1000)))
+        connect_args = {"server_settings": {"idle_in_transaction_session_timeout": millis}}
+    return create_async_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, connect_args=connect_args
+    )
 
 
 def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -32,7 +32,13 @@ class Fence:
 
 
 async def acquire(session: AsyncSession, *, holder: str, ttl: dt.timedelta, name: str = SCHEDULER) -> Fence | None:
-    """Take the lease if it is free, expired or ours; None if someone else holds it."""
+    """Take the lease if it is free, expired or ours; None if someone else holds it.
+
+    Waits at most a third of ``ttl`` for the row's lock (a leader's in-flight write holds it in
+    share mode), so an election round never hangs; the lock timeout raises like any database error.
+    """
+    millis = max(1, int(ttl.total_seconds() * 1000 / 3))
+    await session.execute(text(f"SET LOCAL lock_timeout = {millis}"))
     row = await session.execute(
         text(
             """

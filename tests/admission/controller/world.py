@@ -157,7 +157,7 @@ async def world(
     host = await SimHost.start(tmp_path / "kubeconfig", time_scale=time_scale, faults=faults)
     kube = Kube(await kube_client.connect(host.kubeconfig))
     await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": "ml"}})
-    engine = database.make_engine(url)
+    engine = database.make_engine(url, idle_in_transaction_timeout=2.0)
     w = World(host, kube, database.sessions(engine), url, [])
     try:
         yield w

@@ -1,0 +1,173 @@
+"""High availability and a flaky API server: two replicas with a forced leader change, and every
+fault the simulated cluster can inject (latency, 500/429, conflicts, dropped watches, 410 Gone),
+with nothing lost and no quota ever exceeded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from admission.kube.client import KubeError
+from admission.sim import cluster as sim_cluster
+from admission.sim.apiserver import Faults
+from admission.store import database, tables
+from queues import quantity
+from tests.admission.controller.world import CONFIG, World, eventually, job, world
+from tests.e2e import test_chaos
+
+QUOTA_MILLI = 8000
+
+
+def _gpus(pod: dict) -> int:  # type: ignore[type-arg]
+    return sum(
+        quantity.parse_milli(str(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu", "0")))
+        for c in (pod.get("spec") or {}).get("containers") or []
+    )
+
+
+@contextlib.asynccontextmanager
+async def invariants(w: World):  # type: ignore[no-untyped-def]
+    """Sample both books until the block ends; fail if either ever held more than the quota."""
+    violations: list[str] = []
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            pods = w.host.server.store.list(sim_cluster.PODS, "ml")[0]
+            live = sum(_gpus(p) for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running"))
+            if live > QUOTA_MILLI:
+                violations.append(f"cluster: {live // 1000} GPUs")
+            async with database.transaction(w.sessions) as s:
+                held = (await s.execute(select(func.coalesce(func.sum(tables.Admission.quantity), 0)))).scalar_one()
+            if int(held) > QUOTA_MILLI:
+                violations.append(f"store: {int(held) // 1000} GPUs")
+            await asyncio.sleep(0.02)
+
+    task = asyncio.create_task(sample())
+    try:
+        yield violations
+    finally:
+        stop.set()
+        await task
+
+
+async def _submit(w: World, names: list[str], rng: random.Random) -> None:
+    for i, name in enumerate(names):
+        high = i % 4 == 3
+        obj = job(
+            name,
+            gpus=rng.choice([2, 4]),
+            runtime=rng.uniform(0.2, 0.5) if high else rng.uniform(0.5, 1.0),
+            priority="high" if high else None,
+        )
+        while True:  # the injected 500/429 hit this client too; retry as kubectl users do
+            try:
+                await w.create(obj)
+                break
+            except KubeError as exc:
+                if exc.status == 409:
+                    break
+                if not exc.temporary:
+                    raise
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(rng.uniform(0.02, 0.1))
+
+
+async def _all_finished(w: World, n: int) -> bool:
+    async with database.transaction(w.sessions) as s:
+        states = (await s.execute(select(tables.Workload.state))).scalars().all()
+    return len(states) == n and all(state == "Finished" for state in states)
+
+
+async def _finished_once(w: World, n: int) -> None:
+    async with database.transaction(w.sessions) as s:
+        finished = (
+            await s.execute(
+                select(tables.WorkloadEvent.workload_id, func.count())
+                .where(tables.WorkloadEvent.type == "Finished")
+                .group_by(tables.WorkloadEvent.workload_id)
+            )
+        ).all()
+        open_intervals = (
+            await s.execute(select(func.count()).where(tables.UsageInterval.ended_at.is_(None)))
+        ).scalar_one()
+    assert len(finished) == n and all(count == 1 for _, count in finished)
+    assert open_intervals == 0
+
+
+async def _token(w: World) -> int:
+    async with database.transaction(w.sessions) as s:
+        return int((await s.execute(select(tables.LeaderLease.fencing_token))).scalar_one_or_none() or 0)
+
+
+async def test_two_replicas_and_a_paused_leader_that_wakes_up(tmp_path: Path, migrated_url: str) -> None:
+    """Two real replica processes; the leader is frozen (SIGSTOP) past its lease, the standby takes
+    over, and when the old leader wakes (SIGCONT) its fenced writes fail and it steps down."""
+    rng = random.Random(7)
+    names = [f"ha-{i:02d}" for i in range(24)]
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        first = await test_chaos._controller(tmp_path, w.host.kubeconfig, migrated_url, 1)
+        second: asyncio.subprocess.Process | None = None
+        try:
+            assert await eventually(lambda: _token(w), timeout=20, what="replica 1 to lead") == 1
+            second = await test_chaos._controller(tmp_path, w.host.kubeconfig, migrated_url, 2)
+            async with invariants(w) as violations:
+                submitter = asyncio.create_task(_submit(w, names, rng))
+                await asyncio.sleep(1.0)
+                first.send_signal(signal.SIGSTOP)  # a paused leader: no renewals, no writes
+                await eventually(lambda: _is(w, 2), timeout=20, what="replica 2 to take over")
+                await asyncio.sleep(0.5)
+                first.send_signal(signal.SIGCONT)  # it wakes up believing it leads
+                await submitter
+                assert await eventually(lambda: _all_finished(w, len(names)), timeout=40, what="every job to finish")
+            assert violations == []
+            await _finished_once(w, len(names))
+            assert await _token(w) == 2, "replica 2 kept the lease; the woken ex-leader did not take it back"
+        finally:
+            for p in (first, second):
+                if p is not None and p.returncode is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                    await p.wait()
+        woke = (tmp_path / "controller-1.log").read_text()
+        assert "no longer leading" in woke or "lost the scheduler lease" in woke, woke[-2000:]
+
+
+async def _is(w: World, token: int) -> bool:
+    return await _token(w) == token
+
+
+async def test_api_faults_lose_nothing(tmp_path: Path, migrated_url: str) -> None:
+    rng = random.Random(11)
+    names = [f"fault-{i:02d}" for i in range(24)]
+    faults = Faults(latency=0.002, error_rate=0.1, conflict_rate=0.1, seed=3)
+    async with world(tmp_path, migrated_url, faults=faults) as w:
+        await w.apply(CONFIG)
+        controller = w.start_controller("replica-1")
+        store = w.host.server.store
+        chaos: list[Callable[[], None]] = [w.host.server.drop_watches, store.compact]
+
+        async def disturb() -> None:
+            while True:
+                await asyncio.sleep(rng.uniform(0.2, 0.5))
+                rng.choice(chaos)()
+
+        async with invariants(w) as violations:
+            disturber = asyncio.create_task(disturb())
+            try:
+                await _submit(w, names, rng)
+                assert await eventually(lambda: _all_finished(w, len(names)), timeout=60, what="every job to finish")
+            finally:
+                disturber.cancel()
+        assert violations == []
+        await _finished_once(w, len(names))
+        informers = controller.informers
+        assert sum(i.relists for i in informers) > len(informers), "410 Gone made the informers list again"
+        assert sum(i.rewatches for i in informers) > 0, "dropped watches were resumed"
