@@ -1,4 +1,4 @@
-"""``python -m bench [core|sim|store|all]``: print Turnstile's figures for this machine."""
+"""``python -m bench [core|sim|store|controller|all]``: print Turnstile's figures for this machine."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ def main() -> None:
         from bench import store
 
         store.main()
+    if which in ("controller", "all"):
+        from bench import controller
+
+        controller.main()
 
 
 if __name__ == "__main__":

@@ -332,25 +332,28 @@ class Controller:
                 ):
                     upserts[uid] = (view, candidate)
         config = None
-        async with database.transaction(self.sessions) as session:
-            await lease.check(session, term.fence)
-            for reason, rows in finishes.items():
-                if rows:
-                    await store.finish(session, [r.id for r in rows], now=at, reason=reason)
-            if dequeues:
-                await store.dequeue(session, [r.id for r in dequeues])
-            stored = await store.upsert(
-                session,
-                [
-                    store.Record(uid, view.info, wl.local_queue, wl.priority, at)
-                    for uid, (view, wl) in upserts.items()
-                    if view.info is not None
-                ],
-            )
-            if self.config_changed:
-                self.config_changed = False
-                config = await config_store.load_config(session)
-        self.database_ok = True
+        stored: dict[str, tuple[int, str]] = {}
+        # Most job events (status updates) change nothing in the store: no round trip for them.
+        if upserts or dequeues or self.config_changed or any(finishes.values()):
+            async with database.transaction(self.sessions) as session:
+                await lease.check(session, term.fence)
+                for reason, rows in finishes.items():
+                    if rows:
+                        await store.finish(session, [r.id for r in rows], now=at, reason=reason)
+                if dequeues:
+                    await store.dequeue(session, [r.id for r in dequeues])
+                stored = await store.upsert(
+                    session,
+                    [
+                        store.Record(uid, view.info, wl.local_queue, wl.priority, at)
+                        for uid, (view, wl) in upserts.items()
+                        if view.info is not None
+                    ],
+                )
+                if self.config_changed:
+                    self.config_changed = False
+                    config = await config_store.load_config(session)
+            self.database_ok = True
         decisions: list[Decision] = []
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
             sched.finish(row.key)

@@ -148,6 +148,7 @@ class ObjectStore:
     def __init__(self) -> None:
         self.rv = 1
         self.objects: dict[tuple[Resource, str, str], Obj] = {}
+        self.by_resource: dict[Resource, dict[tuple[str, str], Obj]] = {}  # the same objects, per resource
         self.history: deque[Event] = deque(maxlen=HISTORY)
         self.watchers: list[Watcher] = []
         self.horizon = 0  # watches from a resourceVersion older than this get 410 Gone
@@ -166,8 +167,8 @@ class ObjectStore:
         selector = parse_label_selector(labels) if labels else None
         match_fields = field_matcher(fields) if fields else None
         out = []
-        for (r, ns, _), obj in sorted(self.objects.items(), key=lambda kv: (kv[0][1], kv[0][2])):
-            if r != res or (namespace is not None and res.namespaced and ns != namespace):
+        for (ns, _), obj in sorted(self.by_resource.get(res, {}).items()):
+            if namespace is not None and res.namespaced and ns != namespace:
                 continue
             if selector is not None and not selector.matches(obj.get("metadata", {}).get("labels") or {}):
                 continue
@@ -185,6 +186,14 @@ class ObjectStore:
         for w in self.watchers:
             if w.resource == res and (w.namespace is None or w.namespace == ns):
                 w.queue.put_nowait(event)
+
+    def _put(self, key: tuple[Resource, str, str], obj: Obj) -> None:
+        self.objects[key] = obj
+        self.by_resource.setdefault(key[0], {})[(key[1], key[2])] = obj
+
+    def _drop(self, key: tuple[Resource, str, str]) -> None:
+        del self.objects[key]
+        del self.by_resource[key[0]][(key[1], key[2])]
 
     def _bump(self, obj: Obj) -> None:
         self.rv += 1
@@ -254,7 +263,7 @@ class ObjectStore:
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         meta.pop("deletionTimestamp", None)
         self._bump(obj)
-        self.objects[key] = obj
+        self._put(key, obj)
         self._emit("ADDED", res, obj)
         return copy.deepcopy(obj)
 
@@ -312,10 +321,10 @@ class ObjectStore:
             return copy.deepcopy(old)  # a no-op write keeps the resourceVersion, as the real server
         self._bump(new)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            del self.objects[key]
+            self._drop(key)
             self._emit("DELETED", res, new)
             return copy.deepcopy(new)
-        self.objects[key] = new
+        self._put(key, new)
         self._emit("MODIFIED", res, new)
         return copy.deepcopy(new)
 
@@ -330,7 +339,7 @@ class ObjectStore:
                 self._bump(old)
                 self._emit("MODIFIED", res, old)
             return copy.deepcopy(old)
-        del self.objects[key]
+        self._drop(key)
         self._bump(old)
         self._emit("DELETED", res, old)
         return copy.deepcopy(old)
