@@ -138,8 +138,13 @@ async def _run(n_jobs: int, trials: int) -> None:
     await apply(trials + n_jobs)
     cpu0, pg0 = time.process_time(), _postgres_cpu(tmp / "pg")
     start = time.perf_counter()
-    for i in range(n_jobs):
-        await kube.create(jobs_ref, "ml", _job(f"load-{i}"))
+    gate = asyncio.Semaphore(16)  # users submit concurrently
+
+    async def create(i: int) -> None:
+        async with gate:
+            await kube.create(jobs_ref, "ml", _job(f"load-{i}"))
+
+    await asyncio.gather(*(create(i) for i in range(n_jobs)))
     created = time.perf_counter()
     while not all(unsuspended(f"load-{i}") for i in range(0, n_jobs, max(1, n_jobs // 50))) or not unsuspended(
         f"load-{n_jobs - 1}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime as dt
 from typing import Any
 
@@ -115,7 +116,13 @@ class Cluster:
     # ----- operators -------------------------------------------------------------------------
 
     def _pods_of(self, uid: str, namespace: str) -> list[Obj]:
-        return self.store.list(PODS, namespace, labels=f"{JOB_UID_LABEL}={uid}")[0]
+        """The job's pods, in name order (a direct scan: this runs on every job event)."""
+        found = [
+            obj
+            for (ns, _), obj in self.store.by_resource.get(PODS, {}).items()
+            if ns == namespace and (obj["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid
+        ]
+        return [copy.deepcopy(p) for p in sorted(found, key=lambda p: p["metadata"]["name"])]
 
     def reconcile_job(self, res: Resource, namespace: str, name: str) -> None:
         job = self.store.get(res, namespace, name)
