@@ -17,16 +17,10 @@ API server:
    what the store refused;
 4. ask the enactor to drive every touched job to its workload's state.
 
-The enactor (a work queue, one worker per job at a time) is level-triggered: it compares a
-job with its workload and patches the difference. An admitted workload's job is unsuspended
-with its flavors' node labels and tolerations merged into its pod templates, once no evicted
-job still runs in its quota tree (Kueue releases a victim's quota only when its pods are
-gone; Turnstile keeps the books at once but starts the preemptor only then, so no GPU is ever
-double-booked, and the rule is rebuilt from the cluster after a restart); a pending
-workload's job is suspended, then its own scheduling directives are restored. After a
-crash the next term starts from the store and the same comparison converges: a job running
-without an admission is suspended, an admission whose job is gone is released, an admission
-whose job is still suspended is enacted again.
+The enactor (``admission.controller.enactor``) is level-triggered: it compares a job with its
+workload and patches the difference, so after a crash the next term, starting from the store,
+converges the same way: a job running without an admission is suspended, an admission whose
+job is gone is released, an admission whose job is still suspended is enacted again.
 """
 
 from __future__ import annotations
@@ -44,17 +38,17 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.term import Row, Term, admission_token, now_ms, timestamp
-from admission.controller.workqueue import Retry, WorkQueue
+from admission.controller.enactor import Enactor
+from admission.controller.term import Row, Term, now_ms, timestamp
 from admission.jobs import INTEGRATIONS
-from admission.jobs.base import Integration, JobView, PodSetInfo
+from admission.jobs.base import Integration, JobView
 from admission.kube import client as kube_client
-from admission.kube.client import Kube, KubeError, Obj
+from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
 from admission.store import config as config_store
 from admission.store import database, lease, notify
 from admission.store import workloads as store
-from queues.model import Admission, Config, Workload
+from queues.model import Config, Workload
 from queues.scheduler import Decision, Evict
 
 log = logging.getLogger(__name__)
@@ -94,13 +88,14 @@ class Controller:
         self.config_changed = False
         self.namespaces_changed = False
         self.wake = asyncio.Event()
-        self.enactor = WorkQueue(self._enact, workers=options.workers, name="enact")
+        self.enactor = Enactor(
+            kube, views=self.views, uid_of=self.uid_of, current_term=lambda: self.term, workers=options.workers
+        )
         self.config: Config | None = None  # the latest queue configuration, on every replica (webhook)
         self.term: Term | None = None
         self.term_task: asyncio.Task[None] | None = None
         self.database_ok = False
         self.steps = 0
-        self.patches = 0
 
     # ----- what the cluster says -----------------------------------------------------------------
 
@@ -287,7 +282,7 @@ class Controller:
         if decisions or sched.said:
             touched |= await self._commit(term, decisions, at)
         for key in touched:
-            self._mark_stopping(term, key)  # before any enactor acts on what this step decided
+            self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
         touched.update(term.stopping)  # their job events say when the pods are gone
         for key in touched:
             self.enactor.request(key)
@@ -358,7 +353,7 @@ class Controller:
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
             sched.finish(row.key)
             term.forget(row.uid)
-            self._stopped(term, row.key)
+            self.enactor.stopped(term, row.key)
             term.blocked.pop(row.key, None)
         for uid, (view, wl) in upserts.items():
             if uid not in stored:
@@ -422,134 +417,3 @@ class Controller:
             sched.forget_admission(wl)
             self.wake.set()
         return set(first)
-
-    # ----- enacting ------------------------------------------------------------------------------
-
-    def _view(self, key: str) -> JobView | None:
-        uid = self.uid_of.get(key)
-        return self.views.get(uid) if uid is not None else None
-
-    def _mark_stopping(self, term: Term, key: str) -> bool:
-        """If ``key``'s job runs but its workload is not admitted (or not under this admission),
-        its tree is stopping: no admission there starts until its pods are gone."""
-        wl = term.scheduler.workloads.get(key)
-        view = self._view(key)
-        if wl is None or view is None or not self._running(key):
-            return False
-        token = admission_token(wl)
-        if token is not None and (view.admission is None or view.admission == token):
-            return False
-        tree = term.tree_of(wl)
-        if tree is not None:
-            term.stopping[key] = tree
-        return tree is not None
-
-    def _stopped(self, term: Term, key: str) -> None:
-        """An evicted job's pods are gone: admissions waiting on its tree may start."""
-        tree = term.stopping.pop(key, None)
-        if tree is not None:
-            for other, t in list(term.blocked.items()):
-                if t == tree:
-                    self.enactor.request(other)
-
-    def _running(self, key: str) -> bool:
-        view = self._view(key)
-        return view is not None and not view.finished and (view.active or not view.suspended)
-
-    async def _enact(self, key: str) -> None:
-        """Drive one job to its workload's state (see the module docstring)."""
-        term = self.term
-        if term is None:
-            return  # the next term reconciles every job
-        if not term.valid():
-            raise Retry("the lease has not been confirmed lately; not acting on a possibly stale term", after=0.1)
-        view = self._view(key)
-        row = term.by_key.get(key)
-        wl = term.scheduler.workloads.get(key)
-        if view is None or view.finished or view.info is None or row is None or row.uid != view.uid or wl is None:
-            return
-        token = admission_token(wl)
-        own = _own_infos(wl)
-        if token is None or (view.admission is not None and view.admission != token):
-            # Pending (or running under an admission that is no more): suspend first, then restore.
-            term.blocked.pop(key, None)
-            if not self._mark_stopping(term, key):
-                self._stopped(term, key)
-            if not view.suspended:
-                # Suspend only: a running Job's template cannot change. The admission mark stays
-                # until the restore, so a job without it always carries its own directives.
-                await self._patch(view, view.integration.patch(view, suspend=True, infos=(), admission=view.admission))
-            elif view.admission is not None or not view.carries(own):
-                await self._restore(view, own)
-            return
-        self._stopped(term, key)  # admitted again: whatever it held before is its own admission now
-        if not view.suspended:
-            return  # running as admitted
-        tree = term.tree_of(wl)
-        if tree is not None and any(t == tree and self._running(k) for k, t in term.stopping.items()):
-            term.blocked[key] = tree
-            return  # pods of an evicted job still hold this tree's capacity; its events wake us
-        term.blocked.pop(key, None)
-        assert wl.admission is not None
-        infos = self._run_infos(term, wl, wl.admission)
-        if view.started and not view.carries(infos):
-            await self._clear_start_time(view)
-        await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))
-
-    async def _restore(self, view: JobView, own: list[PodSetInfo]) -> None:
-        if view.started:
-            await self._clear_start_time(view)
-        await self._patch(view, view.integration.patch(view, suspend=None, infos=own, admission=None))
-
-    async def _clear_start_time(self, view: JobView) -> None:
-        """As Kueue does: a suspended Job whose controller has not yet cleared status.startTime
-        cannot take new scheduling directives; clear it (the Job controller sets it again on start)."""
-        ref = view.integration.ref
-        try:
-            await self.kube.request(
-                "PATCH",
-                ref.path(view.namespace, view.name, "status"),
-                body={"status": {"startTime": None}},
-                content_type=kube_client.MERGE_PATCH,
-            )
-        except KubeError as exc:
-            if exc.status != 404:
-                raise Retry(str(exc), after=exc.retry_after) from exc
-
-    async def _patch(self, view: JobView, patch: list[Obj]) -> None:
-        ref = view.integration.ref
-        try:
-            updated = await self.kube.patch(ref, view.namespace, view.name, patch, content_type=kube_client.JSON_PATCH)
-        except KubeError as exc:
-            if exc.status == 404:
-                return  # the job is gone; its DELETED event releases the workload
-            if exc.temporary:
-                raise Retry(str(exc), after=exc.retry_after) from exc
-            raise Retry(f"{exc} (looking again)") from exc
-        self.patches += 1
-        uid = str((updated.get("metadata") or {}).get("uid"))
-        if uid == view.uid and view.uid in self.views:
-            self.views[uid] = view.integration.view(updated)
-
-    def _run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
-        """Each pod set's own directives plus those of the flavors it was admitted to."""
-        flavors = term.flavors()
-        out = []
-        for ps in wl.pod_sets:
-            selector = dict(ps.constraints.node_selector)
-            tolerations = [t.to_dict() for t in ps.tolerations]
-            for name in sorted(set(admission.flavors.get(ps.name, {}).values())):
-                flavor = flavors.get(name)
-                if flavor is None:
-                    continue
-                selector.update(flavor.node_labels)
-                tolerations.extend(t.to_dict() for t in flavor.tolerations if t.to_dict() not in tolerations)
-            out.append(PodSetInfo(ps.name, selector, tolerations))
-        return out
-
-
-def _own_infos(wl: Workload) -> list[PodSetInfo]:
-    return [
-        PodSetInfo(ps.name, dict(ps.constraints.node_selector), [t.to_dict() for t in ps.tolerations])
-        for ps in wl.pod_sets
-    ]

@@ -1,0 +1,179 @@
+"""The enactor: drive each job to its workload's state, one job at a time, level-triggered.
+
+It compares a job (as the informers last saw it) with its workload in the current term and
+patches the difference, through a work queue that handles each job serially and retries with
+backoff. An admitted workload's job is unsuspended with its flavors' node labels and
+tolerations merged into its pod templates, once no evicted job still runs in its quota tree
+(Kueue releases a victim's quota only when its pods are gone; Turnstile keeps the books at
+once but starts the preemptor only then, so no GPU is ever double-booked). A pending
+workload's job is suspended first (a running Job's template cannot change), then its own
+scheduling directives are restored and the admission mark removed. Everything it needs is
+derived from the store and the cluster, so after a restart it converges the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from admission.controller.term import Term, admission_token
+from admission.controller.workqueue import Retry, WorkQueue
+from admission.jobs.base import JobView, PodSetInfo
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, KubeError, Obj
+from queues.model import Admission, Workload
+
+
+class Enactor:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        views: dict[str, JobView],
+        uid_of: dict[str, str],
+        current_term: Callable[[], Term | None],
+        workers: int,
+    ) -> None:
+        self.kube = kube
+        self.views = views  # job uid -> view (the controller's informers keep it)
+        self.uid_of = uid_of  # workload key -> job uid
+        self.current_term = current_term
+        self.queue = WorkQueue(self.enact, workers=workers, name="enact")
+        self.patches = 0
+
+    def start(self) -> None:
+        self.queue.start()
+
+    async def stop(self) -> None:
+        await self.queue.stop()
+
+    def request(self, key: str) -> None:
+        self.queue.request(key)
+
+    def view(self, key: str) -> JobView | None:
+        uid = self.uid_of.get(key)
+        return self.views.get(uid) if uid is not None else None
+
+    def mark_stopping(self, term: Term, key: str) -> bool:
+        """If ``key``'s job runs but its workload is not admitted (or not under this admission),
+        its tree is stopping: no admission there starts until its pods are gone."""
+        wl = term.scheduler.workloads.get(key)
+        view = self.view(key)
+        if wl is None or view is None or not self.running(key):
+            return False
+        token = admission_token(wl)
+        if token is not None and (view.admission is None or view.admission == token):
+            return False
+        tree = term.tree_of(wl)
+        if tree is not None:
+            term.stopping[key] = tree
+        return tree is not None
+
+    def stopped(self, term: Term, key: str) -> None:
+        """An evicted job's pods are gone: admissions waiting on its tree may start."""
+        tree = term.stopping.pop(key, None)
+        if tree is not None:
+            for other, t in list(term.blocked.items()):
+                if t == tree:
+                    self.request(other)
+
+    def running(self, key: str) -> bool:
+        view = self.view(key)
+        return view is not None and not view.finished and (view.active or not view.suspended)
+
+    async def enact(self, key: str) -> None:
+        """Drive one job to its workload's state (see the module docstring)."""
+        term = self.current_term()
+        if term is None:
+            return  # the next term reconciles every job
+        if not term.valid():
+            raise Retry("the lease has not been confirmed lately; not acting on a possibly stale term", after=0.1)
+        view = self.view(key)
+        row = term.by_key.get(key)
+        wl = term.scheduler.workloads.get(key)
+        if view is None or view.finished or view.info is None or row is None or row.uid != view.uid or wl is None:
+            return
+        token = admission_token(wl)
+        own = _own_infos(wl)
+        if token is None or (view.admission is not None and view.admission != token):
+            # Pending (or running under an admission that is no more): suspend first, then restore.
+            term.blocked.pop(key, None)
+            if not self.mark_stopping(term, key):
+                self.stopped(term, key)
+            if not view.suspended:
+                # Suspend only: a running Job's template cannot change. The admission mark stays
+                # until the restore, so a job without it always carries its own directives.
+                await self._patch(view, view.integration.patch(view, suspend=True, infos=(), admission=view.admission))
+            elif view.admission is not None or not view.carries(own):
+                await self._restore(view, own)
+            return
+        self.stopped(term, key)  # admitted again: whatever it held before is its own admission now
+        if not view.suspended:
+            return  # running as admitted
+        tree = term.tree_of(wl)
+        if tree is not None and any(t == tree and self.running(k) for k, t in term.stopping.items()):
+            term.blocked[key] = tree
+            return  # pods of an evicted job still hold this tree's capacity; its events wake us
+        term.blocked.pop(key, None)
+        assert wl.admission is not None
+        infos = self._run_infos(term, wl, wl.admission)
+        if view.started and not view.carries(infos):
+            await self._clear_start_time(view)
+        await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))
+
+    async def _restore(self, view: JobView, own: list[PodSetInfo]) -> None:
+        if view.started:
+            await self._clear_start_time(view)
+        await self._patch(view, view.integration.patch(view, suspend=None, infos=own, admission=None))
+
+    async def _clear_start_time(self, view: JobView) -> None:
+        """As Kueue does: a suspended Job whose controller has not yet cleared status.startTime
+        cannot take new scheduling directives; clear it (the Job controller sets it again on start)."""
+        ref = view.integration.ref
+        try:
+            await self.kube.request(
+                "PATCH",
+                ref.path(view.namespace, view.name, "status"),
+                body={"status": {"startTime": None}},
+                content_type=kube_client.MERGE_PATCH,
+            )
+        except KubeError as exc:
+            if exc.status != 404:
+                raise Retry(str(exc), after=exc.retry_after) from exc
+
+    async def _patch(self, view: JobView, patch: list[Obj]) -> None:
+        ref = view.integration.ref
+        try:
+            updated = await self.kube.patch(ref, view.namespace, view.name, patch, content_type=kube_client.JSON_PATCH)
+        except KubeError as exc:
+            if exc.status == 404:
+                return  # the job is gone; its DELETED event releases the workload
+            if exc.temporary:
+                raise Retry(str(exc), after=exc.retry_after) from exc
+            raise Retry(f"{exc} (looking again)") from exc
+        self.patches += 1
+        uid = str((updated.get("metadata") or {}).get("uid"))
+        if uid == view.uid and view.uid in self.views:
+            self.views[uid] = view.integration.view(updated)
+
+    def _run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
+        """Each pod set's own directives plus those of the flavors it was admitted to."""
+        flavors = term.flavors()
+        out = []
+        for ps in wl.pod_sets:
+            selector = dict(ps.constraints.node_selector)
+            tolerations = [t.to_dict() for t in ps.tolerations]
+            for name in sorted(set(admission.flavors.get(ps.name, {}).values())):
+                flavor = flavors.get(name)
+                if flavor is None:
+                    continue
+                selector.update(flavor.node_labels)
+                tolerations.extend(t.to_dict() for t in flavor.tolerations if t.to_dict() not in tolerations)
+            out.append(PodSetInfo(ps.name, selector, tolerations))
+        return out
+
+
+def _own_infos(wl: Workload) -> list[PodSetInfo]:
+    return [
+        PodSetInfo(ps.name, dict(ps.constraints.node_selector), [t.to_dict() for t in ps.tolerations])
+        for ps in wl.pod_sets
+    ]
