@@ -176,7 +176,7 @@ class ApiServer:
             if res not in self.custom:
                 validation.schema(res, admitted.obj)
             else:
-                self._validate_custom(res, admitted.obj)
+                admitted.warnings.extend(self._validate_custom(res, admitted.obj))
             created = self.store.create(res, namespace, admitted.obj, namespaces=resources.NAMESPACES)
             if res == resources.CRDS:
                 self._sync_crds()
@@ -274,22 +274,30 @@ class ApiServer:
         self.custom = {r for r in self.base if r in resources.CUSTOM} | set(dynamic.values())
         self.webhooks.by_plural = {(r.group, r.plural): r for r in self.served}
 
-    def _validate_custom(self, res: Resource, obj: Obj) -> None:
-        """A custom resource against its CRD's openAPIV3Schema: every error, with its field path."""
+    def _validate_custom(self, res: Resource, obj: Obj) -> list[str]:
+        """A custom resource against its CRD's openAPIV3Schema: unknown fields pruned (returned as
+        warnings, as the real server's default field validation does), then every error, with
+        its field path."""
         validator = self.schemas.get(res)
         if validator is None:
-            return
+            return []
+        warnings = [f'unknown field "{p}"' for p in validation.prune(obj, validator.schema)]
         problems = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
         if problems:
             causes = [(".".join(str(p) for p in e.absolute_path) or "<object>", e.message) for e in problems]
             raise validation.invalid(res, (obj.get("metadata") or {}).get("name", ""), causes)
+        return warnings
 
     def _update_rules(self, res: Resource, sub: str) -> Callable[[Obj, Obj], None] | None:
         """What an update must satisfy: the kind's schema (not for status writes) and its own rules."""
         if sub == "status":
             return None
         if res in self.custom:
-            return lambda _old, new: self._validate_custom(res, new)
+
+            def check_custom(_old: Obj, new: Obj) -> None:
+                self._validate_custom(res, new)
+
+            return check_custom
 
         def check(old: Obj, new: Obj) -> None:
             validation.schema(res, new)

@@ -109,3 +109,38 @@ def job_update(res: Resource, old: Obj, new: Obj) -> None:
             causes.append(("spec.template", "field is immutable" + allowed))
     if causes:
         raise invalid(res, new.get("metadata", {}).get("name", ""), causes)
+
+
+def prune(obj: Any, schema: Any, path: str = "") -> list[str]:
+    """Drop fields a CRD's structural schema does not declare, as the API server does; return their paths.
+
+    Kept: everything under ``x-kubernetes-preserve-unknown-fields: true``, values of
+    ``additionalProperties``, and at the root (and in embedded resources) apiVersion, kind and
+    metadata. Since Kubernetes 1.27 the server's default field validation (Warn) reports each
+    dropped field as a warning: ``unknown field "spec.foo"``.
+    """
+    if not isinstance(schema, dict):
+        return []
+    dropped: list[str] = []
+    if isinstance(obj, dict):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+        always = (
+            {"apiVersion", "kind", "metadata"} if not path or schema.get("x-kubernetes-embedded-resource") else set()
+        )
+        for key in list(obj):
+            child_path = f"{path}.{key}" if path else key
+            if isinstance(properties, dict) and key in properties:
+                dropped += prune(obj[key], properties[key], child_path)
+            elif isinstance(additional, dict):
+                dropped += prune(obj[key], additional, child_path)
+            elif key in always or keep_unknown or additional is True or properties is None:
+                continue
+            else:
+                del obj[key]
+                dropped.append(child_path)
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(obj):
+            dropped += prune(item, schema["items"], f"{path}[{i}]")
+    return dropped

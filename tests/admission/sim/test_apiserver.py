@@ -347,3 +347,32 @@ async def test_installed_crds_are_served_and_their_schemas_enforced(
     assert [i["metadata"]["name"] for i in listed["items"]] == ["w"]
     resources = await client.CustomObjectsApi(api).get_api_resources("example.com", "v1")
     assert "widgets" in {r.name for r in resources.resources}
+
+
+async def test_unknown_fields_of_custom_resources_are_pruned_with_a_warning(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    _, api = cluster
+    await client.ApiextensionsV1Api(api).create_custom_resource_definition(WIDGET_CRD)
+    custom = client.CustomObjectsApi(api)
+    extra = {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w", "labels": {"a": "b"}},
+        "spec": {"size": 2, "shape": "round"},
+        "extra": True,
+    }
+    created = await custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", extra)
+    assert created["spec"] == {"size": 2} and "extra" not in created and created["metadata"]["labels"] == {"a": "b"}
+    warnings = api.last_response.getheader("Warning") or ""
+    assert "unknown field" in warnings and "spec.shape" in warnings  # one Warning header per dropped field
+    patched = await custom.patch_namespaced_custom_object(
+        "example.com",
+        "v1",
+        "default",
+        "widgets",
+        "w",
+        {"spec": {"finish": "matte", "color": "red"}},
+        _content_type="application/merge-patch+json",
+    )
+    assert patched["spec"] == {"size": 2, "color": "red"}
