@@ -174,7 +174,6 @@ class Driver:
         self.stack = stack
         self.scale = time_scale
         self.record = Recorder(scenario)
-        self.config = Config.of(scenario.manifests)
         self.pending_deletes: list[asyncio.Task[None]] = []
         self.t0 = 0.0
         self.wall0 = dt.datetime.now(dt.UTC)
@@ -221,7 +220,6 @@ class Driver:
                 with contextlib.suppress(KubeError):
                     await self.stack.kube.delete(ref, namespace, name)
             return
-        apply_edit(self.config, edit)
         async with database.transaction(sessions) as session:
             if edit.action == "apply":
                 assert edit.obj is not None

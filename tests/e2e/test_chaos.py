@@ -10,103 +10,31 @@ both books: the admissions in PostgreSQL and the GPUs of the pods that exist in 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import func, select
 
-from admission.kube import client as kube_client
-from admission.sim import cluster as sim_cluster
-from admission.sim.host import SimHost
 from admission.store import database, tables
-from queues import quantity
-from tests.admission.controller.world import CONFIG, World, job
+from tests.admission.controller.world import CONFIG, World, job, world
+from tests.e2e import books
 
-QUOTA_GPUS = 8
 KILLS = int(os.environ.get("CHAOS_KILLS", "10"))
-
-
-def _pod_gpus(pod: dict[str, Any]) -> int:
-    spec = pod.get("spec") or {}
-    return sum(
-        quantity.parse_milli(str(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu", "0")))
-        for c in spec.get("containers") or []
-    )
-
-
-async def _controller(tmp: Path, kubeconfig: Path, url: str, n: int) -> asyncio.subprocess.Process:
-    env = {**os.environ, "TURNSTILE_LEASE_TTL": "1.0", "TURNSTILE_HOME": str(tmp)}
-    log = open(tmp / f"controller-{n}.log", "wb")  # noqa: SIM115 - the process owns it
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        "from admission.cli.main import main; main()",
-        "controller",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--database-url",
-        url,
-        "--webhook-port",
-        "0",
-        "--metrics-port",
-        "0",
-        "--cert-dir",
-        str(tmp / "certs"),
-        "--log-level",
-        os.environ.get("CHAOS_LOG", "warning"),
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
-
-
-@contextlib.asynccontextmanager
-async def _world(tmp: Path, url: str) -> AsyncIterator[World]:
-    host = await SimHost.start(tmp / "kubeconfig", time_scale=1.0)
-    kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
-    engine = database.make_engine(url)
-    try:
-        await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": "ml"}})
-        w = World(host, kube, database.sessions(engine), url, [])
-        await w.apply(CONFIG)
-        yield w
-    finally:
-        await kube.close()
-        await engine.dispose()
-        await host.stop()
 
 
 async def test_sigkill_at_random_moments_loses_nothing_and_never_over_commits(
     tmp_path: Path, migrated_url: str
 ) -> None:
-    async with _world(tmp_path, migrated_url) as w:
+    async with world(tmp_path, migrated_url, time_scale=1.0) as w:
+        await w.apply(CONFIG)
         await _chaos(w, tmp_path, migrated_url)
 
 
 async def _chaos(w: World, tmp_path: Path, migrated_url: str) -> None:
     rng = random.Random(20261130)
     host = w.host
-    store = host.server.store
-    violations: list[str] = []
     names = [f"job-{i:02d}" for i in range(32)]
-    stop = asyncio.Event()
-
-    async def sample() -> None:
-        while not stop.is_set():
-            pods = store.list(sim_cluster.PODS, "ml")[0]
-            live = sum(_pod_gpus(p) for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running"))
-            if live > QUOTA_GPUS * 1000:
-                violations.append(f"cluster: pods hold {live // 1000} GPUs")
-            async with database.transaction(w.sessions) as s:
-                held = (await s.execute(select(func.coalesce(func.sum(tables.Admission.quantity), 0)))).scalar_one()
-            if int(held) > QUOTA_GPUS * 1000:
-                violations.append(f"store: admissions hold {int(held) // 1000} GPUs")
-            await asyncio.sleep(0.02)
 
     async def submit() -> None:
         # Long low-priority work keeps the queue full; every fourth job is short and high
@@ -119,55 +47,53 @@ async def _chaos(w: World, tmp_path: Path, migrated_url: str) -> None:
 
     async def leading(term: int) -> None:
         for _ in range(600):
-            async with database.transaction(w.sessions) as s:
-                token = (await s.execute(select(tables.LeaderLease.fencing_token))).scalar_one_or_none()
-            if token is not None and token >= term:
+            if await books.lease_token(w) >= term:
                 return
             await asyncio.sleep(0.02)
         raise AssertionError(f"controller {term} never became the leader")
 
-    procs = [await _controller(tmp_path, host.kubeconfig, migrated_url, 0)]
-    sampler = asyncio.create_task(sample())
+    procs = [await books.controller_process(tmp_path, host.kubeconfig, migrated_url, 0)]
     submitter = asyncio.create_task(submit())
-    try:
-        for n in range(1, KILLS + 1):
-            await leading(n)  # kill leaders, not processes still starting up
-            await asyncio.sleep(rng.uniform(0.3, 1.5))
-            procs[-1].kill()  # SIGKILL: no cleanup, the lease is left to expire
-            await procs[-1].wait()
-            procs.append(await _controller(tmp_path, host.kubeconfig, migrated_url, n))
-        await submitter
+    async with books.invariants(w) as violations:
+        try:
+            for n in range(1, KILLS + 1):
+                await leading(n)  # kill leaders, not processes still starting up
+                await asyncio.sleep(rng.uniform(0.3, 1.5))
+                procs[-1].kill()  # SIGKILL: no cleanup, the lease is left to expire
+                await procs[-1].wait()
+                procs.append(await books.controller_process(tmp_path, host.kubeconfig, migrated_url, n))
+            await submitter
 
-        async def all_finished() -> bool:
-            async with database.transaction(w.sessions) as s:
-                rows = dict((await s.execute(select(tables.Workload.name, tables.Workload.state))).all())
-            return len(rows) == len(names) and all(state == "Finished" for state in rows.values())
+            async def all_finished() -> bool:
+                async with database.transaction(w.sessions) as s:
+                    rows = dict((await s.execute(select(tables.Workload.name, tables.Workload.state))).all())
+                return len(rows) == len(names) and all(state == "Finished" for state in rows.values())
 
-        for _ in range(1500):
-            if await all_finished():
-                break
-            await asyncio.sleep(0.05)
-        if not await all_finished():
-            async with database.transaction(w.sessions) as s:
-                rows = (
-                    await s.execute(
-                        select(
-                            tables.Workload.name, tables.Workload.state, tables.Workload.reason, tables.Workload.message
+            for _ in range(1500):
+                if await all_finished():
+                    break
+                await asyncio.sleep(0.05)
+            if not await all_finished():
+                async with database.transaction(w.sessions) as s:
+                    rows = (
+                        await s.execute(
+                            select(
+                                tables.Workload.name,
+                                tables.Workload.state,
+                                tables.Workload.reason,
+                                tables.Workload.message,
+                            )
                         )
-                    )
-                ).all()
-            raise AssertionError(f"not every job finished after the crashes: {[tuple(r) for r in rows]}")
-    finally:
-        stop.set()
-        await sampler
-        submitter.cancel()
-        for p in procs:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
+                    ).all()
+                raise AssertionError(f"not every job finished after the crashes: {[tuple(r) for r in rows]}")
+        finally:
+            submitter.cancel()
+            for p in procs:
+                if p.returncode is None:
+                    p.kill()
+                    await p.wait()
     assert len(procs) == KILLS + 1
-    async with database.transaction(w.sessions) as s:
-        token = (await s.execute(select(tables.LeaderLease.fencing_token))).scalar_one()
+    token = await books.lease_token(w)
     assert token >= KILLS, "each killed controller was leading when it was killed"
     assert violations == []
     async with database.transaction(w.sessions) as s:

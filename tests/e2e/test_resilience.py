@@ -5,7 +5,6 @@ with nothing lost and no quota ever exceeded."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import signal
 from collections.abc import Callable
@@ -14,47 +13,10 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from admission.kube.client import KubeError
-from admission.sim import cluster as sim_cluster
 from admission.sim.apiserver import Faults
 from admission.store import database, tables
-from queues import quantity
 from tests.admission.controller.world import CONFIG, World, eventually, job, world
-from tests.e2e import test_chaos
-
-QUOTA_MILLI = 8000
-
-
-def _gpus(pod: dict) -> int:  # type: ignore[type-arg]
-    return sum(
-        quantity.parse_milli(str(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu", "0")))
-        for c in (pod.get("spec") or {}).get("containers") or []
-    )
-
-
-@contextlib.asynccontextmanager
-async def invariants(w: World):  # type: ignore[no-untyped-def]
-    """Sample both books until the block ends; fail if either ever held more than the quota."""
-    violations: list[str] = []
-    stop = asyncio.Event()
-
-    async def sample() -> None:
-        while not stop.is_set():
-            pods = w.host.server.store.list(sim_cluster.PODS, "ml")[0]
-            live = sum(_gpus(p) for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running"))
-            if live > QUOTA_MILLI:
-                violations.append(f"cluster: {live // 1000} GPUs")
-            async with database.transaction(w.sessions) as s:
-                held = (await s.execute(select(func.coalesce(func.sum(tables.Admission.quantity), 0)))).scalar_one()
-            if int(held) > QUOTA_MILLI:
-                violations.append(f"store: {int(held) // 1000} GPUs")
-            await asyncio.sleep(0.02)
-
-    task = asyncio.create_task(sample())
-    try:
-        yield violations
-    finally:
-        stop.set()
-        await task
+from tests.e2e import books
 
 
 async def _submit(w: World, names: list[str], rng: random.Random) -> None:
@@ -101,11 +63,6 @@ async def _finished_once(w: World, n: int) -> None:
     assert open_intervals == 0
 
 
-async def _token(w: World) -> int:
-    async with database.transaction(w.sessions) as s:
-        return int((await s.execute(select(tables.LeaderLease.fencing_token))).scalar_one_or_none() or 0)
-
-
 async def test_two_replicas_and_a_paused_leader_that_wakes_up(tmp_path: Path, migrated_url: str) -> None:
     """Two real replica processes; the leader is frozen (SIGSTOP) past its lease, the standby takes
     over, and when the old leader wakes (SIGCONT) its fenced writes fail and it steps down."""
@@ -113,12 +70,12 @@ async def test_two_replicas_and_a_paused_leader_that_wakes_up(tmp_path: Path, mi
     names = [f"ha-{i:02d}" for i in range(24)]
     async with world(tmp_path, migrated_url) as w:
         await w.apply(CONFIG)
-        first = await test_chaos._controller(tmp_path, w.host.kubeconfig, migrated_url, 1)
+        first = await books.controller_process(tmp_path, w.host.kubeconfig, migrated_url, 1)
         second: asyncio.subprocess.Process | None = None
         try:
-            assert await eventually(lambda: _token(w), timeout=20, what="replica 1 to lead") == 1
-            second = await test_chaos._controller(tmp_path, w.host.kubeconfig, migrated_url, 2)
-            async with invariants(w) as violations:
+            assert await eventually(lambda: books.lease_token(w), timeout=20, what="replica 1 to lead") == 1
+            second = await books.controller_process(tmp_path, w.host.kubeconfig, migrated_url, 2)
+            async with books.invariants(w) as violations:
                 submitter = asyncio.create_task(_submit(w, names, rng))
                 await asyncio.sleep(1.0)
                 first.send_signal(signal.SIGSTOP)  # a paused leader: no renewals, no writes
@@ -129,7 +86,7 @@ async def test_two_replicas_and_a_paused_leader_that_wakes_up(tmp_path: Path, mi
                 assert await eventually(lambda: _all_finished(w, len(names)), timeout=40, what="every job to finish")
             assert violations == []
             await _finished_once(w, len(names))
-            assert await _token(w) == 2, "replica 2 kept the lease; the woken ex-leader did not take it back"
+            assert await books.lease_token(w) == 2, "replica 2 kept the lease; the woken ex-leader did not take it back"
         finally:
             for p in (first, second):
                 if p is not None and p.returncode is None:
@@ -141,7 +98,7 @@ async def test_two_replicas_and_a_paused_leader_that_wakes_up(tmp_path: Path, mi
 
 
 async def _is(w: World, token: int) -> bool:
-    return await _token(w) == token
+    return await books.lease_token(w) == token
 
 
 async def test_api_faults_lose_nothing(tmp_path: Path, migrated_url: str) -> None:
@@ -159,7 +116,7 @@ async def test_api_faults_lose_nothing(tmp_path: Path, migrated_url: str) -> Non
                 await asyncio.sleep(rng.uniform(0.2, 0.5))
                 rng.choice(chaos)()
 
-        async with invariants(w) as violations:
+        async with books.invariants(w) as violations:
             disturber = asyncio.create_task(disturb())
             try:
                 await _submit(w, names, rng)

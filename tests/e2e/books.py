@@ -1,0 +1,93 @@
+"""Helpers shared by the crash and resilience tests: a controller process, and both books sampled.
+
+``invariants`` samples, every 20 ms until its block ends, the GPUs held by the pods that
+exist in the simulated cluster and the GPUs held by admissions in PostgreSQL; any sample above
+the quota is recorded as a violation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from admission.sim import cluster as sim_cluster
+from admission.store import database, tables
+from queues import quantity
+from tests.admission.controller.world import World
+
+QUOTA_GPUS = 8  # the nominal quota of tests.admission.controller.world.CONFIG
+
+
+def pod_gpus(pod: dict[str, Any]) -> int:
+    spec = pod.get("spec") or {}
+    return sum(
+        quantity.parse_milli(str(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu", "0")))
+        for c in spec.get("containers") or []
+    )
+
+
+async def controller_process(tmp: Path, kubeconfig: Path, url: str, n: int) -> asyncio.subprocess.Process:
+    """A real ``turnstile controller`` (lease TTL 1 s), logging to ``tmp/controller-N.log``."""
+    env = {**os.environ, "TURNSTILE_LEASE_TTL": "1.0", "TURNSTILE_HOME": str(tmp)}
+    log = open(tmp / f"controller-{n}.log", "wb")  # noqa: SIM115 - the process owns it
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "from admission.cli.main import main; main()",
+        "controller",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--database-url",
+        url,
+        "--webhook-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--cert-dir",
+        str(tmp / "certs"),
+        "--log-level",
+        os.environ.get("CHAOS_LOG", "warning"),
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+
+
+async def lease_token(w: World) -> int:
+    """The scheduler lease's fencing token: the number of leadership terms so far (0: none yet)."""
+    async with database.transaction(w.sessions) as s:
+        return int((await s.execute(select(tables.LeaderLease.fencing_token))).scalar_one_or_none() or 0)
+
+
+@contextlib.asynccontextmanager
+async def invariants(w: World) -> AsyncIterator[list[str]]:
+    """Sample both books until the block ends; the list collects every sample above the quota."""
+    violations: list[str] = []
+    stop = asyncio.Event()
+    limit = QUOTA_GPUS * 1000
+
+    async def sample() -> None:
+        while not stop.is_set():
+            pods = w.host.server.store.list(sim_cluster.PODS, "ml")[0]
+            live = sum(pod_gpus(p) for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running"))
+            if live > limit:
+                violations.append(f"cluster: pods hold {live // 1000} GPUs")
+            async with database.transaction(w.sessions) as s:
+                held = (await s.execute(select(func.coalesce(func.sum(tables.Admission.quantity), 0)))).scalar_one()
+            if int(held) > limit:
+                violations.append(f"store: admissions hold {int(held) // 1000} GPUs")
+            await asyncio.sleep(0.02)
+
+    task = asyncio.create_task(sample())
+    try:
+        yield violations
+    finally:
+        stop.set()
+        await task
