@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from admission.sim import resources
@@ -44,6 +45,17 @@ def _pack(pods: list[Obj], nodes: list[Obj], free: dict[str, dict[str, int]]) ->
         else:
             return False
     return True
+
+
+def node_object(name: str, shape: Mapping[str, Any]) -> Obj:
+    """A Node from scenario.md's node shape (``labels``, ``capacity``, ``taints``): a scenario's
+    ``nodes`` entries and the autoscaler's ``nodeTemplate`` alike."""
+    capacity = dict(shape.get("capacity") or {})
+    return {
+        "metadata": {"name": name, "labels": dict(shape.get("labels") or {})},
+        "spec": {"taints": list(shape.get("taints") or [])},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
 
 
 class Autoscaler:
@@ -149,12 +161,7 @@ class Autoscaler:
             self._write(pr, "Failed", "True", "UnsupportedClass", f"provisioningClassName {cls!r} is not supported")
 
     def _template_node(self, name: str) -> Obj:
-        t = self.node_template
-        return {
-            "metadata": {"name": name, "labels": dict(t.get("labels") or {})},
-            "spec": {"taints": list(t.get("taints") or [])},
-            "status": {"capacity": dict(t.get("capacity") or {}), "allocatable": dict(t.get("capacity") or {})},
-        }
+        return node_object(name, self.node_template)
 
     def _nodes_needed(self, pods: list[Obj], nodes: list[Obj], free: dict[str, dict[str, int]]) -> int | None:
         for extra in range(1, self.max_nodes + 1):

@@ -34,6 +34,7 @@ from admission.controller.controller import Controller, Options
 from admission.jobs import BY_KIND
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
+from admission.sim import autoscaler
 from admission.sim import cluster as sim_cluster
 from admission.sim.host import SimHost
 from admission.store import config as config_store
@@ -145,16 +146,7 @@ async def _populate(kube: Kube, scenario: Scenario) -> None:
             await kube.patch(kube_client.NAMESPACES, None, name, {"metadata": body["metadata"]})
     nodes = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
     for node in scenario.nodes:
-        capacity = dict(node.get("capacity") or {})
-        await kube.create(
-            nodes,
-            None,
-            {
-                "metadata": {"name": node["name"], "labels": dict(node.get("labels") or {})},
-                "spec": {"taints": list(node.get("taints") or [])},
-                "status": {"capacity": capacity, "allocatable": capacity},
-            },
-        )
+        await kube.create(nodes, None, autoscaler.node_object(str(node["name"]), node))
 
 
 def _job_object(entry: JobEntry) -> dict[str, Any]:
