@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from admission.sim import resources
 from admission.sim.cluster import NODES, PODS, fits, free_capacity, set_condition
-from admission.sim.objects import ApiError, Obj, ObjectStore, Watcher
+from admission.sim.objects import ApiError, Obj, ObjectStore, Watcher, clone
 from queues import jobs
 
 CHECK_CAPACITY = "check-capacity.autoscaling.x-k8s.io"
@@ -34,7 +33,7 @@ POD_TEMPLATES = next(r for r in resources.ALL if r.plural == "podtemplates")
 
 def _pack(pods: list[Obj], nodes: list[Obj], free: dict[str, dict[str, int]]) -> bool:
     """First-fit every pod spec onto the nodes' free capacity; True if all of them fit."""
-    free = copy.deepcopy(free)
+    free = clone(free)
     for spec in pods:
         for node in nodes:
             name = node["metadata"]["name"]

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import datetime as dt
 from typing import Any
 
 from admission.sim import resources
-from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher
+from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
 from queues import errors, jobs, quantity, selectors
 
 RUNTIME_ANNOTATION = "turnstile.dev/sim-runtime"
@@ -80,6 +79,8 @@ class Cluster:
         self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
         self.tasks: list[asyncio.Task[None]] = []
         self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.unschedulable: set[tuple[str, str]] = set()  # pods the scheduler could not place yet
+        store.index_label(JOB_UID_LABEL)
 
     async def start(self) -> None:
         for w in self.watchers:
@@ -116,13 +117,9 @@ class Cluster:
     # ----- operators -------------------------------------------------------------------------
 
     def _pods_of(self, uid: str, namespace: str) -> list[Obj]:
-        """The job's pods, in name order (a direct scan: this runs on every job event)."""
-        found = [
-            obj
-            for (ns, _), obj in self.store.by_resource.get(PODS, {}).items()
-            if ns == namespace and (obj["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid
-        ]
-        return [copy.deepcopy(p) for p in sorted(found, key=lambda p: p["metadata"]["name"])]
+        """The job's pods, in name order (from the store's index of the job-uid label)."""
+        found = [p for p in self.store.labelled(PODS, JOB_UID_LABEL, uid) if p["metadata"]["namespace"] == namespace]
+        return [clone(p) for p in sorted(found, key=lambda p: p["metadata"]["name"])]
 
     def reconcile_job(self, res: Resource, namespace: str, name: str) -> None:
         job = self.store.get(res, namespace, name)
@@ -253,6 +250,7 @@ class Cluster:
     def _on_pod(self, kind: str, pod: Obj) -> None:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         if kind == "DELETED":
+            self.unschedulable.discard((pod["metadata"]["namespace"], pod["metadata"]["name"]))
             timer = self.timers.pop(key, None)
             if timer is not None:
                 timer.cancel()
@@ -277,11 +275,18 @@ class Cluster:
         return nodes, free_capacity(nodes, self.store.list(PODS, None)[0]) if nodes else {}
 
     def schedule_pending(self) -> None:
-        pending = [
-            p
-            for p in self.store.list(PODS, None)[0]
-            if (p.get("status") or {}).get("phase") == "Pending" and not p["spec"].get("nodeName")
-        ]
+        """Try again every pod the scheduler could not place (each new pod is tried on its event)."""
+        pending = []
+        for ns, name in sorted(self.unschedulable):
+            try:
+                pod = self.store.get(PODS, ns, name)
+            except ApiError:
+                self.unschedulable.discard((ns, name))
+                continue
+            if (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName"):
+                pending.append(pod)
+            else:
+                self.unschedulable.discard((ns, name))
         if pending:
             nodes, free = self._capacity()  # once per pass; each binding deducts its pod below
             for pod in pending:
@@ -295,6 +300,7 @@ class Cluster:
         )
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if chosen is None:
+            self.unschedulable.add((ns, name))
             status = pod.setdefault("status", {})
             set_condition(
                 status,
@@ -308,6 +314,7 @@ class Cluster:
         if chosen in free:
             for r, v in jobs.pod_requests(pod["spec"], "spec", []).items():
                 free[chosen][r] = free[chosen].get(r, 0) - v
+        self.unschedulable.discard((ns, name))
         pod["spec"]["nodeName"] = chosen
         bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"]}})
         status = bound.setdefault("status", {})

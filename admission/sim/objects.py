@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import copy
 import datetime as dt
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from queues.selectors import LabelSelector, Requirement
 
 Obj = dict[str, Any]
+_J = TypeVar("_J")
 HISTORY = 10_000
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -73,6 +73,17 @@ class Event:
     type: str  # ADDED | MODIFIED | DELETED
     resource: Resource
     obj: Obj
+
+
+def clone(obj: _J) -> _J:
+    """A deep copy of a JSON value (dicts, lists, scalars): ~3x faster than ``copy.deepcopy``,
+    which matters because every read and every watch event of the simulated server copies."""
+    t = type(obj)
+    if t is dict:
+        return cast(_J, {k: clone(v) for k, v in cast(dict[str, Any], obj).items()})
+    if t is list:
+        return cast(_J, [clone(v) for v in cast(list[Any], obj)])
+    return obj
 
 
 def _now() -> str:
@@ -152,6 +163,20 @@ class ObjectStore:
         self.history: deque[Event] = deque(maxlen=HISTORY)
         self.watchers: list[Watcher] = []
         self.horizon = 0  # watches from a resourceVersion older than this get 410 Gone
+        # label -> value -> key -> object, for the labels registered with ``index_label``
+        self.label_index: dict[str, dict[str, dict[tuple[Resource, str, str], Obj]]] = {}
+
+    def index_label(self, label: str) -> None:
+        """Keep an index of objects by the value of ``label`` (as an informer's indexer would)."""
+        index = self.label_index.setdefault(label, {})
+        for key, obj in self.objects.items():
+            self._index_one(index, label, key, obj)
+
+    def labelled(self, res: Resource, label: str, value: str) -> builtins.list[Obj]:
+        """The stored objects of ``res`` whose ``label`` is ``value`` (an indexed label), uncopied:
+        callers read them and must ``clone`` before changing anything."""
+        found = self.label_index[label].get(value, {})
+        return [obj for key, obj in found.items() if key[0] == res]
 
     # ----- reads ---------------------------------------------------------------------------
 
@@ -159,7 +184,7 @@ class ObjectStore:
         obj = self.objects.get((res, namespace if res.namespaced else "", name))
         if obj is None:
             raise not_found(res, name)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def list(
         self, res: Resource, namespace: str | None, *, labels: str = "", fields: str = ""
@@ -174,13 +199,13 @@ class ObjectStore:
                 continue
             if match_fields is not None and not match_fields(obj):
                 continue
-            out.append(copy.deepcopy(obj))
+            out.append(clone(obj))
         return out, self.rv
 
     # ----- writes --------------------------------------------------------------------------
 
     def _emit(self, kind: str, res: Resource, obj: Obj) -> None:
-        event = Event(self.rv, kind, res, copy.deepcopy(obj))
+        event = Event(self.rv, kind, res, clone(obj))
         self.history.append(event)
         ns = obj.get("metadata", {}).get("namespace")
         for w in self.watchers:
@@ -188,12 +213,35 @@ class ObjectStore:
                 w.queue.put_nowait(event)
 
     def _put(self, key: tuple[Resource, str, str], obj: Obj) -> None:
+        old = self.objects.get(key)
+        if old is not None:
+            self._unindex(key, old)
         self.objects[key] = obj
         self.by_resource.setdefault(key[0], {})[(key[1], key[2])] = obj
+        for label, index in self.label_index.items():
+            self._index_one(index, label, key, obj)
 
     def _drop(self, key: tuple[Resource, str, str]) -> None:
-        del self.objects[key]
+        self._unindex(key, self.objects.pop(key))
         del self.by_resource[key[0]][(key[1], key[2])]
+
+    @staticmethod
+    def _index_one(
+        index: dict[str, dict[tuple[Resource, str, str], Obj]], label: str, key: tuple[Resource, str, str], obj: Obj
+    ) -> None:
+        value = (obj.get("metadata", {}).get("labels") or {}).get(label)
+        if value is not None:
+            index.setdefault(value, {})[key] = obj
+
+    def _unindex(self, key: tuple[Resource, str, str], obj: Obj) -> None:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        for label, index in self.label_index.items():
+            value = labels.get(label)
+            entries = index.get(value) if isinstance(value, str) else None
+            if entries is not None:
+                entries.pop(key, None)
+                if not entries:
+                    del index[str(value)]
 
     def _bump(self, obj: Obj) -> None:
         self.rv += 1
@@ -219,7 +267,7 @@ class ObjectStore:
             )
 
     def create(self, res: Resource, namespace: str, body: Obj, *, namespaces: Resource) -> Obj:
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
@@ -265,7 +313,7 @@ class ObjectStore:
         self._bump(obj)
         self._put(key, obj)
         self._emit("ADDED", res, obj)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def replace(
         self,
@@ -282,7 +330,7 @@ class ObjectStore:
         old = self.objects.get(key)
         if old is None:
             raise not_found(res, name)
-        new = copy.deepcopy(body)
+        new = clone(body)
         meta = new.setdefault("metadata", {})
         sent_rv = meta.get("resourceVersion")
         if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
@@ -297,11 +345,11 @@ class ObjectStore:
         if meta.get("name", name) != name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
         if subresource == "status":  # only status changes
-            merged = copy.deepcopy(old)
+            merged = clone(old)
             merged["status"] = new.get("status", {})
             new = merged
         elif res.has_status:  # the main resource never changes status
-            new["status"] = copy.deepcopy(old.get("status", {})) if "status" in old else new.get("status", {})
+            new["status"] = clone(old.get("status", {})) if "status" in old else new.get("status", {})
             if "status" not in old:
                 new.pop("status", None)
         for keep in ("uid", "creationTimestamp", "namespace", "deletionTimestamp", "generation"):
@@ -318,15 +366,15 @@ class ObjectStore:
         if new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         if _same(old, new):
-            return copy.deepcopy(old)  # a no-op write keeps the resourceVersion, as the real server
+            return clone(old)  # a no-op write keeps the resourceVersion, as the real server
         self._bump(new)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             self._drop(key)
             self._emit("DELETED", res, new)
-            return copy.deepcopy(new)
+            return clone(new)
         self._put(key, new)
         self._emit("MODIFIED", res, new)
-        return copy.deepcopy(new)
+        return clone(new)
 
     def delete(self, res: Resource, namespace: str, name: str) -> Obj:
         key = (res, namespace if res.namespaced else "", name)
@@ -338,11 +386,11 @@ class ObjectStore:
                 old["metadata"]["deletionTimestamp"] = _now()
                 self._bump(old)
                 self._emit("MODIFIED", res, old)
-            return copy.deepcopy(old)
+            return clone(old)
         self._drop(key)
         self._bump(old)
         self._emit("DELETED", res, old)
-        return copy.deepcopy(old)
+        return clone(old)
 
     def delete_namespace_contents(self, namespace: str, resources: Iterable[Resource]) -> None:
         for res in resources:

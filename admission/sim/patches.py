@@ -6,10 +6,9 @@ containers, volumes, volume mounts, env and ports merge by their key; other list
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from admission.sim.objects import ApiError
+from admission.sim.objects import ApiError, clone
 
 MERGE_KEYS = {
     "containers": "name",
@@ -35,7 +34,7 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
 def _merge(target: Any, patch: Any, field: str, *, keyed: bool) -> Any:
     if keyed and isinstance(patch, list) and field in MERGE_KEYS and isinstance(target, list):
         key = MERGE_KEYS[field]
-        merged = copy.deepcopy(target)
+        merged = clone(target)
         index = {item.get(key): i for i, item in enumerate(merged) if isinstance(item, dict)}
         for item in patch:
             if isinstance(item, dict) and item.get(key) in index:
@@ -44,11 +43,11 @@ def _merge(target: Any, patch: Any, field: str, *, keyed: bool) -> Any:
                 else:
                     merged[index[item[key]]] = _merge(merged[index[item[key]]], item, "", keyed=True)
             elif not (isinstance(item, dict) and item.get("$patch") == "delete"):
-                merged.append(copy.deepcopy(item))
+                merged.append(clone(item))
         return [i for i in merged if i is not None]
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    out = clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
@@ -80,7 +79,7 @@ def json_patch(doc: Any, ops: Any) -> Any:
     """RFC 6902: add, remove, replace, move, copy, test; any failure is a 422 and changes nothing."""
     if not isinstance(ops, list):
         raise ApiError(400, "BadRequest", "a json patch must be a list of operations")
-    out = copy.deepcopy(doc)
+    out = clone(doc)
     for i, op in enumerate(ops):
         try:
             kind = op["op"]
@@ -90,17 +89,17 @@ def json_patch(doc: Any, ops: Any) -> Any:
                     raise ApiError(422, "Invalid", f"json patch test operation {i} failed at {op['path']}")
                 continue
             if kind in ("move", "copy"):
-                value = copy.deepcopy(_walk(out, _pointer(op["from"])))
+                value = clone(_walk(out, _pointer(op["from"])))
                 if kind == "move":
                     out = _remove(out, _pointer(op["from"]))
                 out = _add(out, parts, value)
             elif kind == "add":
-                out = _add(out, parts, copy.deepcopy(op["value"]))
+                out = _add(out, parts, clone(op["value"]))
             elif kind == "remove":
                 out = _remove(out, parts)
             elif kind == "replace":
                 _walk(out, parts)  # must exist
-                out = _add(_remove(out, parts), parts, copy.deepcopy(op["value"]))
+                out = _add(_remove(out, parts), parts, clone(op["value"]))
             else:
                 raise ApiError(422, "Invalid", f"json patch operation {i}: unknown op {kind!r}")
         except (KeyError, IndexError, ValueError, TypeError) as exc:

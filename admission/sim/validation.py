@@ -9,7 +9,6 @@ Errors are 422 ``Invalid`` with a cause per field, as the real server sends them
 
 from __future__ import annotations
 
-import copy
 import functools
 import re
 from typing import Any
@@ -18,7 +17,7 @@ import jsonschema
 import referencing
 from kubernetes_validate import utils as kv_utils
 
-from admission.sim.objects import ApiError, Obj, Resource
+from admission.sim.objects import ApiError, Obj, Resource, clone
 
 KUBERNETES_VERSION = "1.30"
 MUTABLE_WHILE_SUSPENDED = (
@@ -81,7 +80,7 @@ def schema(res: Resource, obj: Obj) -> None:
 
 
 def _without_directives(template: Any) -> Any:
-    out = copy.deepcopy(template) if isinstance(template, dict) else {}
+    out = clone(template) if isinstance(template, dict) else {}
     for section, key in MUTABLE_WHILE_SUSPENDED:
         (out.get(section) or {}).pop(key, None)
     return out

@@ -133,6 +133,35 @@ async def test_pods_bind_to_nodes_by_selector_taints_and_capacity(cluster: tuple
         )
     )
     assert {p["spec"].get("nodeName") for p in pods(store) if p["status"]["phase"] == "Running"} == {"a100-1"}
+    # Capacity arrives (as from the autoscaler): the pod that could not be placed is tried again and binds.
+    store.create(
+        NODES,
+        "",
+        {"metadata": {"name": "a100-2", "labels": {"gpu": "a100"}}, "status": {"capacity": {"nvidia.com/gpu": "8"}}},
+        namespaces=resources.NAMESPACES,
+    )
+    name = waiting[0]["metadata"]["name"]
+    await until(lambda: store.get(PODS, "ml", name)["status"]["phase"] == "Running")
+    assert store.get(PODS, "ml", name)["spec"]["nodeName"] == "a100-2"
+
+
+def test_label_index_follows_creates_relabels_and_deletes() -> None:
+    store = ObjectStore()
+    store.create(resources.NAMESPACES, "", {"metadata": {"name": "ml"}}, namespaces=resources.NAMESPACES)
+    store.index_label("team")
+    store.create(PODS, "ml", {"metadata": {"name": "a", "labels": {"team": "x"}}}, namespaces=resources.NAMESPACES)
+    store.create(PODS, "ml", {"metadata": {"name": "b", "labels": {"team": "x"}}}, namespaces=resources.NAMESPACES)
+    store.create(JOBS, "ml", job("c", suspend=True, runtime=None), namespaces=resources.NAMESPACES)
+    assert sorted(p["metadata"]["name"] for p in store.labelled(PODS, "team", "x")) == ["a", "b"]
+    assert store.labelled(JOBS, "team", "x") == []  # per resource
+    relabelled = store.get(PODS, "ml", "a")
+    relabelled["metadata"]["labels"] = {"team": "y"}
+    store.replace(PODS, "ml", "a", relabelled)
+    assert [p["metadata"]["name"] for p in store.labelled(PODS, "team", "x")] == ["b"]
+    assert [p["metadata"]["name"] for p in store.labelled(PODS, "team", "y")] == ["a"]
+    store.delete(PODS, "ml", "b")
+    assert store.labelled(PODS, "team", "x") == []
+    assert "x" not in store.label_index["team"]  # no empty entries left behind
 
 
 async def test_kubeflow_jobs_get_pods_per_replica_type(cluster: tuple[ObjectStore, Cluster]) -> None:
