@@ -16,6 +16,7 @@ pod overhead; a container's limits stand in for requests it does not set.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,7 +157,7 @@ def read_job(obj: Any) -> JobInfo:
             ps = _pod_set(ps_name, count, template["spec"], f"{path}.spec", problems)
             if ps is not None:
                 pod_sets.append(ps)
-                template_paths[ps_name] = json_pointer(path)
+                template_paths[ps_name] = sys.intern(json_pointer(path))
         if not pod_sets and not problems:
             problems.append(FieldError("spec", "the job defines no pods"))
     if problems:
@@ -164,7 +165,7 @@ def read_job(obj: Any) -> JobInfo:
     return JobInfo(
         api_version=kind.api_version,
         kind=kind.kind,
-        namespace=str(namespace),
+        namespace=sys.intern(str(namespace)),
         name=str(name),
         labels=labels,
         annotations=annotations,
@@ -195,7 +196,7 @@ def _string_map(value: Any, path: str, problems: list[FieldError]) -> dict[str, 
         if not isinstance(v, str):
             problems.append(FieldError(f"{path}[{k}]", f"must be a string, not {v!r} (quote it in YAML)"))
         else:
-            out[str(k)] = v
+            out[sys.intern(str(k))] = sys.intern(v)  # keys and values repeat across thousands of jobs
     return out
 
 
@@ -318,7 +319,7 @@ def _container_requests(container: Any, path: str, problems: list[FieldError]) -
                 continue
             if section == "limits" and milli % quantity.MILLI and _is_extended(str(res)):
                 problems.append(FieldError(f"{path}.resources.{section}.{res}", "must be a whole number"))
-            out[str(res)] = milli
+            out[sys.intern(str(res))] = milli
     return out
 
 

@@ -157,6 +157,39 @@ class Admission:
     borrowing: bool
 
 
+def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
+    """Everything about pod sets that decides where they fit, as one hashable value."""
+    return tuple(
+        (ps.name, ps.count, tuple(sorted(ps.requests.items())), ps.constraints, ps.tolerations) for ps in pod_sets
+    )
+
+
+class SharedShapes:
+    """One copy of each distinct set of pod sets, shared by every workload (or job) that has it.
+
+    A controller holds 100,000 workloads, and most are copies of a few job templates; ``share``
+    answers new pod sets with the first-seen equal ones and their shape, so each template's
+    pod sets are held once. The table keeps the ``limit`` most recently used shapes: sharing
+    saves memory and never changes a decision.
+    """
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self._known: dict[tuple[object, ...], tuple[tuple[jobs.PodSet, ...], tuple[object, ...]]] = {}
+
+    def share(self, pod_sets: tuple[jobs.PodSet, ...]) -> tuple[tuple[jobs.PodSet, ...], tuple[object, ...]]:
+        """``(pod_sets, shape)``: the shared pod sets equal to ``pod_sets``, and their shape."""
+        shape = shape_of(pod_sets)
+        known = self._known.pop(shape, None) or (pod_sets, shape)
+        self._known[shape] = known  # most recently used last
+        if len(self._known) > self.limit:
+            del self._known[next(iter(self._known))]
+        return known
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
 @dataclass(slots=True, eq=False)
 class Workload:
     """A job as the queue sees it. ``seq`` is submission order, the final tie-break everywhere."""
@@ -179,10 +212,7 @@ class Workload:
 
     def __post_init__(self) -> None:
         if not self.shape:
-            self.shape = tuple(
-                (ps.name, ps.count, tuple(sorted(ps.requests.items())), ps.constraints, ps.tolerations)
-                for ps in self.pod_sets
-            )
+            self.shape = shape_of(self.pod_sets)
 
     def order_key(self) -> tuple[int, float, int]:
         """Queue order: 1. higher priority, 2. earlier queue-order timestamp, 3. submission order."""

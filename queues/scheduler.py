@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from queues import flavors, jobs, preemption
 from queues.flavors import Assignment, Mode
-from queues.model import Admission, ClusterQueue, Config, Snapshot, Workload
+from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
 
 LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
@@ -82,6 +82,7 @@ class Scheduler:
         self.cycles = 0
         self.cap_hits = 0
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
+        self.shapes = SharedShapes()
 
     # ----- inputs -------------------------------------------------------------------------
 
@@ -94,16 +95,18 @@ class Scheduler:
         pc_name = job.priority_class
         if pc_name is not None and pc_name in self.config.priority_classes:
             priority = self.config.priority_classes[pc_name].value
+        pod_sets, shape = self.shapes.share(job.pod_sets)
         return Workload(
             key=job.key,
             seq=seq,
             namespace=job.namespace,
             local_queue=queue,
             priority=priority,
-            pod_sets=job.pod_sets,
+            pod_sets=pod_sets,
+            shape=shape,
             created=now,
             queue_ts=now,
-            labels=dict(job.labels),
+            labels=job.labels,  # shared: a JobInfo's maps are never changed
         )
 
     def submit(self, wl: Workload) -> None:

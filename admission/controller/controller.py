@@ -48,7 +48,7 @@ from admission.kube.informer import Informer
 from admission.store import config as config_store
 from admission.store import database, lease, notify
 from admission.store import workloads as store
-from queues.model import Config, Workload
+from queues.model import Config, SharedShapes, Workload
 from queues.scheduler import Decision, Evict
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class Controller:
         self.database_url = database_url
         self.options = options
         self.views: dict[str, JobView] = {}  # job uid -> what the informers last saw
+        self.shapes = SharedShapes()  # the views' pod sets, one copy per job template
         self.uid_of: dict[str, str] = {}  # workload key (namespace/name) -> job uid
         self.namespaces: dict[str, dict[str, str]] = {}
         self.informers = [Informer(kube, i.ref, functools.partial(self._on_job, i)) for i in integrations]
@@ -107,7 +108,7 @@ class Controller:
             if view is not None and self.uid_of.get(view.key) == uid:
                 del self.uid_of[view.key]
         else:
-            view = integration.view(obj)
+            view = integration.view(obj, self.shapes)
             self.views[uid] = view
             self.uid_of[view.key] = uid
         self.dirty[uid] = None

@@ -11,12 +11,14 @@ admission and eviction, valid for built-in and custom resources alike.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from admission.kube.client import Obj, ResourceRef
 from queues import errors, jobs
+from queues.model import SharedShapes
 
 ADMISSION_ANNOTATION = "turnstile.dev/admission"  # on a running job: which admission started it
 
@@ -47,7 +49,12 @@ class JobView:
     started: bool = False  # status.startTime is set (a batch Job's template is then immutable)
     problems: tuple[str, ...] = ()
     # pod set -> its template's (nodeSelector, tolerations) as they are; None where absent
+    # (only pod sets that have either: most jobs have none, and a controller holds 100,000 views)
     directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = field(default_factory=dict)
+    key: str = field(init=False)  # namespace/name, the workload's key (made once: it is used everywhere)
+
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
 
     def carries(self, infos: Sequence[PodSetInfo]) -> bool:
         """Whether every pod template already holds exactly these scheduling directives."""
@@ -58,10 +65,6 @@ class JobView:
             ]:
                 return False
         return True
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 def _walk(obj: Any, path: Sequence[str]) -> Any:
@@ -115,7 +118,8 @@ class Integration:
     def is_active(self, obj: Obj) -> bool:
         return self.count_active(obj) > 0
 
-    def view(self, obj: Obj) -> JobView:
+    def view(self, obj: Obj, shapes: SharedShapes | None = None) -> JobView:
+        """What the controller keeps of ``obj``; pod sets equal to earlier jobs' are shared via ``shapes``."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         info: jobs.JobInfo | None = None
@@ -126,9 +130,13 @@ class Integration:
         except errors.Invalid as exc:
             problems = tuple(str(p) for p in exc.errors)
         else:
+            if shapes is not None:
+                info = dataclasses.replace(info, pod_sets=shapes.share(info.pod_sets)[0])
             for ps, pointer in info.template_paths.items():
                 spec = _pointer_get(obj, pointer + "/spec") or {}
-                directives[ps] = (spec.get("nodeSelector"), spec.get("tolerations"))
+                selector, tolerations = spec.get("nodeSelector"), spec.get("tolerations")
+                if selector is not None or tolerations is not None:
+                    directives[ps] = (selector, tolerations)
         return JobView(
             integration=self,
             uid=str(meta.get("uid")),

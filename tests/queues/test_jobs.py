@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from queues import errors, jobs
+from queues.model import SharedShapes
 
 GPU = "nvidia.com/gpu"
 
@@ -137,3 +138,29 @@ def test_queue_and_priority_labels() -> None:
     job["metadata"]["labels"] = {jobs.QUEUE_LABEL: "team-a", jobs.PRIORITY_LABEL: "high"}
     info = jobs.read_job(job)
     assert (info.queue_name, info.priority_class, info.key) == ("team-a", "high", "ns/j")
+
+
+def test_shared_shapes_hold_one_copy_per_template_and_stay_bounded() -> None:
+    def pod_sets(gpus: str) -> tuple[jobs.PodSet, ...]:
+        obj = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "j", "namespace": "ml"},
+            "spec": {
+                "template": {
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]}
+                }
+            },
+        }
+        return jobs.read_job(obj).pod_sets
+
+    shapes = SharedShapes(limit=2)
+    first, shape = shapes.share(pod_sets("1"))
+    again, same_shape = shapes.share(pod_sets("1"))  # an equal job, parsed anew
+    assert again is first and same_shape is shape
+    other, _ = shapes.share(pod_sets("2"))
+    assert other is not first and other[0].requests == {"nvidia.com/gpu": 2000}
+    shapes.share(pod_sets("4"))  # a third shape: the least recently used ("1") is dropped
+    assert len(shapes) == 2
+    fresh = pod_sets("1")
+    assert shapes.share(fresh)[0] is fresh
