@@ -13,12 +13,14 @@ Quantities are exact milli-units in NUMERIC(38,0) columns (never floats).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any, ClassVar
 
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
+    ColumnElement,
     DateTime,
     ForeignKey,
     Identity,
@@ -28,10 +30,12 @@ from sqlalchemy import (
     Numeric,
     String,
     Text,
+    any_,
     func,
+    literal,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -61,6 +65,14 @@ class Milli(TypeDecorator[int]):
 
 def _now() -> Any:
     return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+def among(column: Any, values: Iterable[Any]) -> ColumnElement[bool]:
+    """``column = ANY($1)``: one array parameter however many values. ``IN (...)`` binds one
+    parameter per value, and PostgreSQL refuses more than 32,767 in a statement, which a cycle
+    that admits 50,000 workloads at once would exceed, forever."""
+    condition: ColumnElement[bool] = column == any_(literal(list(values), ARRAY(column.type)))
+    return condition
 
 
 class Base(DeclarativeBase):

@@ -248,7 +248,7 @@ async def _usage(session: AsyncSession, cluster_queues: Sequence[str]) -> dict[s
     a = tables.Admission
     rows = await session.execute(
         select(a.cluster_queue, a.flavor, a.resource, func.sum(a.quantity))
-        .where(a.cluster_queue.in_(cluster_queues))
+        .where(tables.among(a.cluster_queue, cluster_queues))
         .group_by(a.cluster_queue, a.flavor, a.resource)
     )
     out: dict[str, dict[tuple[str, str], int]] = {}
@@ -259,11 +259,13 @@ async def _usage(session: AsyncSession, cluster_queues: Sequence[str]) -> dict[s
 
 async def _close_intervals(session: AsyncSession, ids: Sequence[int], now: dt.datetime) -> None:
     led = tables.UsageInterval
-    await session.execute(update(led).where(led.workload_id.in_(ids), led.ended_at.is_(None)).values(ended_at=now))
+    await session.execute(
+        update(led).where(tables.among(led.workload_id, ids), led.ended_at.is_(None)).values(ended_at=now)
+    )
 
 
 async def _release(session: AsyncSession, ids: Sequence[int], now: dt.datetime) -> None:
-    await session.execute(delete(tables.Admission).where(tables.Admission.workload_id.in_(ids)))
+    await session.execute(delete(tables.Admission).where(tables.among(tables.Admission.workload_id, ids)))
     await _close_intervals(session, ids, now)
 
 
@@ -333,7 +335,7 @@ async def commit_cycle(
         await _release(session, ids, now)
         evicted = await session.execute(
             update(w)
-            .where(w.id.in_(ids), w.state == "Admitted")
+            .where(tables.among(w.id, ids), w.state == "Admitted")
             .values(state="Pending", queue_ts=now, admitted_at=None, assigned_flavors=None)
             .returning(w.id, w.cluster_queue)
         )
@@ -380,7 +382,7 @@ async def commit_cycle(
                     w.state,
                     *(w.labels[k].astext.label(f"label_{i}") for i, k in enumerate(LEDGER_LABELS)),
                 )
-                .where(w.id.in_([a.workload_id for a in admissions]))
+                .where(tables.among(w.id, [a.workload_id for a in admissions]))
                 .with_for_update()
             )
         ).all()
@@ -501,7 +503,7 @@ async def finish(
     w = tables.Workload
     finished = await session.execute(
         update(w)
-        .where(w.id.in_(ids), w.state != "Finished")
+        .where(tables.among(w.id, ids), w.state != "Finished")
         .values(state="Finished", finished_at=now, admitted_at=None, reason=reason, message=None)
         .returning(w.id, w.cluster_queue)
     )
@@ -523,7 +525,7 @@ async def dequeue(session: AsyncSession, ids: Sequence[int], *, fence: lease.Fen
     if fence is not None:
         await lease.check(session, fence)
     w = tables.Workload
-    await session.execute(delete(w).where(w.id.in_(ids), w.state == "Pending"))
+    await session.execute(delete(w).where(tables.among(w.id, ids), w.state == "Pending"))
 
 
 _SET_REASONS = text(

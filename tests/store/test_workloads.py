@@ -135,6 +135,22 @@ async def test_commit_refuses_what_no_longer_fits_and_keeps_the_ledger(
     ]
 
 
+async def test_one_cycle_admits_and_finishes_more_than_a_statement_has_parameters(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # PostgreSQL binds at most 32,767 parameters per statement; a quota raise on 1,000 queues
+    # admits 50,000 workloads in one cycle, which once failed (and was retried) forever.
+    n = 33_000
+    ids = await setup(sessions, [cq("a", n, cohort=None)], n)
+    async with database.transaction(sessions) as s:
+        result = await store.commit_cycle(s, admissions=[admit(i, "a", 1) for i in ids], now=NOW)
+    assert len(result.admitted) == n and not result.refused
+    async with database.transaction(sessions) as s:
+        finished = await store.finish(s, ids, now=NOW + dt.timedelta(hours=1))
+        left = await s.scalar(select(func.count()).select_from(tables.Admission))
+    assert finished == sorted(ids) and left == 0
+
+
 async def test_a_fenced_ex_leader_cannot_write(sessions: async_sessionmaker[AsyncSession]) -> None:
     ids = await setup(sessions, [cq("a", 4, cohort=None)], 1)
     async with database.transaction(sessions) as s:
