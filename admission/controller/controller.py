@@ -169,7 +169,7 @@ class Controller:
                         while not queue.empty():  # a burst of edits: one reload
                             queue.get_nowait()
             except DB_ERRORS as exc:
-                log.warning("configuration listener: %s; reconnecting", exc)
+                log.warning("configuration listener: %s; reconnecting", database.describe_error(exc))
                 await asyncio.sleep(1.0)
 
     async def _load_config(self) -> None:
@@ -198,7 +198,7 @@ class Controller:
                 self.database_ok = True
             except DB_ERRORS as exc:
                 self.database_ok = False
-                log.warning("leader election: database unreachable (%s)", exc)
+                log.warning("leader election: database unreachable (%s)", database.describe_error(exc))
             if fence is not None:
                 if self.term is None or self.term.fence != fence:
                     await self._end_term("a new term")
@@ -258,7 +258,7 @@ class Controller:
                 return
             except DB_ERRORS as exc:
                 self.database_ok = False
-                log.warning("scheduling step failed: %s; retrying in %.1fs", exc, backoff)
+                log.warning("scheduling step failed: %s; retrying in %.1fs", database.describe_error(exc), backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(5.0, backoff * 2)
                 self.wake.set()

@@ -82,3 +82,11 @@ def downgrade_sync(url: str, revision: str = "base") -> None:
 
 async def upgrade(url: str, revision: str = "head") -> None:
     await asyncio.to_thread(upgrade_sync, url, revision)
+
+
+def describe_error(exc: BaseException, limit: int = 300) -> str:
+    """A database error in one short line: the driver's message, without SQLAlchemy's copy of the
+    statement and its parameters (a cycle's statement can carry 50,000 ids)."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 1] + "…"

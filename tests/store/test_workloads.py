@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.store import config as config_store
@@ -245,3 +246,12 @@ async def _race(url: str, race: dict[str, Any]) -> None:
         assert admitted == intervals  # one GPU interval per admitted workload
     finally:
         await engine.dispose()
+
+
+async def test_database_errors_are_described_in_one_line(sessions: async_sessionmaker[AsyncSession]) -> None:
+    with pytest.raises(DBAPIError) as caught:
+        async with database.transaction(sessions) as s:
+            await s.execute(text("SELECT 1 / 0 FROM generate_series(1, 3) WHERE :x = 1"), {"x": 1})
+    assert "[SQL:" in str(caught.value)  # what SQLAlchemy says: the statement and its parameters
+    line = database.describe_error(caught.value)
+    assert "division by zero" in line and "SQL" not in line and "\n" not in line
