@@ -172,8 +172,12 @@ class Scheduler:
 
     # ----- the cycle ---------------------------------------------------------------------
 
-    def schedule(self) -> list[Decision]:
-        """Run cycles until one changes nothing; return the decisions, in order."""
+    def schedule(self, max_decisions: int | None = None) -> list[Decision]:
+        """Run cycles until one changes nothing; return the decisions, in order.
+
+        With ``max_decisions``, stop after the cycle that reaches it: the next call goes on with
+        the very same cycles, so a caller can commit and enact a large backlog in slices.
+        """
         out: list[Decision] = []
         # Every cycle admits, evicts or sets aside at least one workload; the bound only guards
         # against a bug turning into a hang (``cap_hits`` counts it, tests assert it stays 0).
@@ -186,7 +190,7 @@ class Scheduler:
                 out.extend(self.set_config(self.config))
             changed, decisions = self.cycle()
             out.extend(decisions)
-            if not changed:
+            if not changed or (max_decisions is not None and len(out) >= max_decisions):
                 break
         return out
 

@@ -63,6 +63,9 @@ class Options:
     workers: int = 16  # jobs patched in parallel
     debounce: float = 0.002  # seconds events are coalesced into one step
     resync: float = 60.0  # seconds between full reconciliations (a safety net; events do the work)
+    # decisions committed per step: a backlog (a quota raise on 1,000 queues admits 50,000) is
+    # committed and enacted in slices, so the first jobs start at once and the work overlaps
+    step_decisions: int = 1000
 
 
 class Controller:
@@ -90,7 +93,12 @@ class Controller:
         self.namespaces_changed = False
         self.wake = asyncio.Event()
         self.enactor = Enactor(
-            kube, views=self.views, uid_of=self.uid_of, current_term=lambda: self.term, workers=options.workers
+            kube,
+            views=self.views,
+            uid_of=self.uid_of,
+            current_term=lambda: self.term,
+            workers=options.workers,
+            shapes=self.shapes,
         )
         self.config: Config | None = None  # the latest queue configuration, on every replica (webhook)
         self.term: Term | None = None
@@ -278,7 +286,10 @@ class Controller:
             raise
         decisions.extend(term.owed)
         term.owed = []
-        decisions.extend(sched.schedule())
+        decided = sched.schedule(max_decisions=self.options.step_decisions)
+        if len(decided) >= self.options.step_decisions:
+            self.wake.set()  # more to decide: the next step goes on while these are enacted
+        decisions.extend(decided)
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
         if decisions or sched.said:
             touched |= await self._commit(term, decisions, at)

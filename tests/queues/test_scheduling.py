@@ -424,3 +424,30 @@ def test_an_admission_the_caller_could_not_enact_is_undone() -> None:
     assert first.admission is None and s.snapshot.queues["a"].usage[("f", GPU)] == 0
     assert admissions(s.schedule()) == ["ns/first"]  # it keeps its place ahead of second
     assert second.admission is None
+
+
+# ----- slices ---------------------------------------------------------------------------------
+
+
+def test_a_backlog_decided_in_slices_gives_the_same_decisions_as_at_once() -> None:
+    def backlog() -> scheduler.Scheduler:
+        s = make_scheduler(
+            flavor("a100"),
+            CQ("a").group(("a100", {"gpu": 30})),
+            CQ("b").group(("a100", {"gpu": 12})),
+            queues={"qa": "a", "qb": "b"},
+        )
+        for i in range(40):
+            make_workload(f"a-{i}", queue="qa").request(gpu=1 + i % 3).submit(s)
+            make_workload(f"b-{i}", queue="qb").request(gpu=1).submit(s)
+        return s
+
+    whole = backlog()
+    at_once = admissions(whole.schedule())
+    sliced = backlog()
+    slices = []
+    while decided := sliced.schedule(max_decisions=5):
+        slices.append(admissions(decided))
+    assert len(slices) > 3 and all(len(part) >= 5 for part in slices[:-1])
+    assert [key for part in slices for key in part] == at_once
+    assert len(at_once) == 12 + 15  # b: 12 of 1 GPU; a: 30 GPUs as 1, 2, 3, 1, 2, 3, ... (5 x 6 GPUs)
