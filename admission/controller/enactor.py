@@ -20,7 +20,7 @@ from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodSetInfo
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
-from queues.model import Admission, Workload
+from queues.model import Admission, SharedShapes, Workload
 
 
 class Enactor:
@@ -32,11 +32,13 @@ class Enactor:
         uid_of: dict[str, str],
         current_term: Callable[[], Term | None],
         workers: int,
+        shapes: SharedShapes | None = None,
     ) -> None:
         self.kube = kube
         self.views = views  # job uid -> view (the controller's informers keep it)
         self.uid_of = uid_of  # workload key -> job uid
         self.current_term = current_term
+        self.shapes = shapes  # the controller's shared pod sets, for the views it refreshes
         self.queue = WorkQueue(self.enact, workers=workers, name="enact")
         self.patches = 0
 
@@ -151,9 +153,11 @@ class Enactor:
                 raise Retry(str(exc), after=exc.retry_after) from exc
             raise Retry(f"{exc} (looking again)") from exc
         self.patches += 1
-        uid = str((updated.get("metadata") or {}).get("uid"))
-        if uid == view.uid and view.uid in self.views:
-            self.views[uid] = view.integration.view(updated)
+        # Take the answer as the job's state only if no watch event came meanwhile: an event may be
+        # newer than this answer (the job already ran and finished), and going back to an older
+        # state would keep a finished job's quota forever. Its own event follows either way.
+        if self.views.get(view.uid) is view and str((updated.get("metadata") or {}).get("uid")) == view.uid:
+            self.views[view.uid] = view.integration.view(updated, self.shapes)
 
     def _run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
         """Each pod set's own directives plus those of the flavors it was admitted to."""
