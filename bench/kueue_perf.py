@@ -139,14 +139,8 @@ def fluid_bound(queues: int, sets: tuple[WorkloadSet, ...]) -> float:
     return max(work / (queues * 20), arrivals)
 
 
-def run(name: str, cohorts: int, queues: int, sets: tuple[WorkloadSet, ...]) -> dict[str, Any]:
-    doc = generate(name, cohorts, queues, sets)
-    t0 = time.perf_counter()
-    parsed = scenario.parse(doc)
-    t1 = time.perf_counter()
-    result = simulator.Simulation(parsed).run()
-    t2 = time.perf_counter()
-    data = result.to_json()
+def figures(result: simulator.Result, queues: int, sets: tuple[WorkloadSet, ...]) -> dict[str, Any]:
+    """Makespan against the fluid bound, average time to admission per class, preemptions."""
     waits: dict[str, list[float]] = {}
     finished = 0
     for t in result.tracks:
@@ -156,14 +150,22 @@ def run(name: str, cohorts: int, queues: int, sets: tuple[WorkloadSet, ...]) -> 
     return {
         "workloads": len(result.tracks),
         "finished": finished,
-        "makespan": float(data["summary"]["makespan"]),
+        "makespan": float(result.summary()["makespan"]),
         "bound": fluid_bound(queues, sets),
         "avg_wait": {cls: sum(v) / len(v) for cls, v in waits.items()},
-        "parse_s": t1 - t0,
-        "simulate_s": t2 - t1,
         "cycles": result.cycles,
         "preemptions": sum(1 for e in result.events if e["type"] == "Evicted"),
     }
+
+
+def run(name: str, cohorts: int, queues: int, sets: tuple[WorkloadSet, ...]) -> dict[str, Any]:
+    doc = generate(name, cohorts, queues, sets)
+    t0 = time.perf_counter()
+    parsed = scenario.parse(doc)
+    t1 = time.perf_counter()
+    result = simulator.Simulation(parsed).run()
+    t2 = time.perf_counter()
+    return {**figures(result, queues, sets), "parse_s": t1 - t0, "simulate_s": t2 - t1}
 
 
 def main() -> None:
