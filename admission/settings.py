@@ -31,6 +31,10 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="seconds a leader may go unrenewed before a standby takes over"
     )
     actor: str | None = Field(default=None, description="who is named in the audit log (default: $USER@host)")
+    cert_secret: str | None = Field(
+        default=None,
+        description="namespace/name of the Secret the controller replicas keep the webhook certificate in",
+    )
 
     @field_validator("database_url", "test_database_url")
     @classmethod

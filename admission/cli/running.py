@@ -45,6 +45,13 @@ def _logging(level: str) -> None:
     help="Webhook certificate (tls.crt, tls.key, ca.crt); issued and kept here if absent. "
     "Default: TURNSTILE_HOME/certs.",
 )
+@click.option(
+    "--cert-secret",
+    default=None,
+    metavar="NAMESPACE/NAME",
+    help="Keep the webhook certificate in this Secret, shared by every replica (issued, renewed and "
+    "reloaded there); --cert-dir then only holds the served copy. Default: TURNSTILE_CERT_SECRET.",
+)
 @click.option("--database-url", default=None, help="PostgreSQL; default TURNSTILE_DATABASE_URL, else embedded.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def controller_cmd(
@@ -52,6 +59,7 @@ def controller_cmd(
     webhook_port: int,
     metrics_port: int,
     cert_dir: Path | None,
+    cert_secret: str | None,
     database_url: str | None,
     log_level: str,
 ) -> None:
@@ -70,6 +78,7 @@ def controller_cmd(
                 webhook_port=webhook_port,
                 metrics_port=metrics_port,
                 cert_dir=cert_dir or settings.home / "certs",
+                cert_secret=cert_secret or settings.cert_secret,
                 lease_ttl=settings.lease_ttl,
             )
         )
@@ -99,7 +108,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     names = ["127.0.0.1", "localhost"]
     cert = await asyncio.to_thread(certs.ensure, home / "certs", names)
     kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
-    for obj in configurations(f"https://127.0.0.1:{webhook_port}", cert.ca_pem):
+    for obj in configurations(f"https://127.0.0.1:{webhook_port}", cert.ca_crt):
         await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
     await kube.close()
 

@@ -28,7 +28,7 @@ from admission.controller.controller import Controller, Options
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
 from admission.store import database
-from admission.webhook import certs
+from admission.webhook.keeper import FolderKeeper, Keeper, SecretKeeper, Serving
 from admission.webhook.server import WebhookServer
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class Endpoints:
     health: web.AppRunner
     webhook_port: int
     metrics_port: int
-    cert: certs.ServingCert
+    serving: Serving
 
 
 @contextlib.asynccontextmanager
@@ -87,23 +87,27 @@ async def endpoints(
     host: str,
     webhook_port: int,
     metrics_port: int,
-    cert_dir: Path,
-    names: list[str],
+    serving: Serving,
 ) -> AsyncIterator[Endpoints]:
-    cert = await asyncio.to_thread(certs.ensure, cert_dir, names)
+    """The webhook (TLS, from ``serving``) and health/metrics listeners; ready only once the
+    webhook serves its certificate and the controller is ready."""
+    context = await serving.start()
     webhook = web.AppRunner(WebhookServer(lambda: controller.config).app, handle_signals=False)
-    serving = {"tls": False}
+    listening = {"tls": False}
     health = web.AppRunner(
-        health_app(lambda: serving["tls"] and controller.ready(), _registry(controller)), handle_signals=False
+        health_app(lambda: listening["tls"] and controller.ready(), _registry(controller)), handle_signals=False
     )
     await webhook.setup()
     await health.setup()
+    keeping = asyncio.create_task(serving.keep(), name="webhook-certificate")
     try:
-        await web.TCPSite(webhook, host, webhook_port, ssl_context=cert.server_context()).start()
-        serving["tls"] = True
+        await web.TCPSite(webhook, host, webhook_port, ssl_context=context).start()
+        listening["tls"] = True
         await web.TCPSite(health, host, metrics_port).start()
-        yield Endpoints(webhook, health, webhook.addresses[0][1], health.addresses[0][1], cert)
+        yield Endpoints(webhook, health, webhook.addresses[0][1], health.addresses[0][1], serving)
     finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
         await webhook.cleanup()
         await health.cleanup()
 
@@ -138,12 +142,17 @@ async def serve(
     webhook_port: int,
     metrics_port: int,
     cert_dir: Path,
+    cert_secret: str | None = None,
     host: str = "0.0.0.0",
     names: list[str] | None = None,
     lease_ttl: float = 15.0,
     on_ready: Callable[[Endpoints, Controller], None] | None = None,
 ) -> None:
-    """Run one replica until cancelled."""
+    """Run one replica until cancelled.
+
+    The webhook certificate is kept in the Secret ``cert_secret`` ("namespace/name", shared by
+    the replicas) when given, else in ``cert_dir`` (issued there if absent; a cert-manager
+    Secret mounted there is used and re-read as it is renewed)."""
     await database.upgrade(database_url)
     kube = Kube(await kube_client.connect(kubeconfig))
     engine = database.make_engine(database_url, idle_in_transaction_timeout=lease_ttl)
@@ -154,17 +163,26 @@ async def serve(
         options=Options(identity=identity(), lease_ttl=lease_ttl),
     )
     service = os.environ.get("TURNSTILE_WEBHOOK_SERVICE", "turnstile-webhook.turnstile-system.svc")
+    names = names or [service, f"{service}.cluster.local"]
+    keeper: Keeper = FolderKeeper(cert_dir, names)
+    if cert_secret:
+        namespace, _, secret = cert_secret.rpartition("/")
+        keeper = SecretKeeper(kube, namespace or "turnstile-system", secret, names)
+
+    async def publish(ca: bytes) -> None:
+        try:
+            await publish_ca_bundle(kube, ca)
+        except KubeError as exc:
+            log.warning("could not publish the webhook CA bundle: %s", exc)
+
     try:
         async with endpoints(
             controller,
             host=host,
             webhook_port=webhook_port,
             metrics_port=metrics_port,
-            cert_dir=cert_dir,
-            names=names or [service, f"{service}.cluster.local"],
+            serving=Serving(keeper, cert_dir, publish),
         ) as ep:
-            with contextlib.suppress(KubeError):
-                await publish_ca_bundle(kube, ep.cert.ca_pem)
             task = asyncio.create_task(controller.run(), name="controller")
             if on_ready is not None:
                 while not controller.ready() and not task.done():

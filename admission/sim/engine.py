@@ -113,10 +113,10 @@ async def running(scenario: Scenario, url: str, workdir: Path, *, time_scale: fl
             await config_store.apply(session, scenario.manifests, actor=ACTOR)
         cert = await asyncio.to_thread(certs.issue, workdir / "certs", ["127.0.0.1"])
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.server_context())
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.server_context(workdir / "certs"))
         await site.start()
         port = runner.addresses[0][1]
-        for obj in configurations(f"https://127.0.0.1:{port}", cert.ca_pem):
+        for obj in configurations(f"https://127.0.0.1:{port}", cert.ca_crt):
             plural = obj["kind"].lower() + "s"
             await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=obj)
         task = asyncio.create_task(controller.run(), name="controller")

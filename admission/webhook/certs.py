@@ -1,16 +1,22 @@
 """Serving certificates for the webhook: a private CA and a certificate for the Service's names.
 
 The API server calls webhooks over HTTPS and checks the certificate against the
-configuration's ``caBundle``. ``issue`` makes a CA and a serving certificate (ECDSA P-256)
-for the given DNS names and IP addresses and writes ``ca.crt``, ``tls.crt`` and ``tls.key``
-into a folder; ``load`` reads them back and says when they expire, so a caller can renew
-them well before (``needs_renewal``).
+configuration's ``caBundle``. A ``Bundle`` is the four PEM blobs Turnstile keeps: the CA
+(certificate and key, ten years) and the serving certificate it signs (ECDSA P-256, one
+year, renewed 30 days before it ends). Renewing the serving certificate keeps the CA, so the
+``caBundle`` the API server trusts does not change; a new CA (years later) is published
+together with the old one until the old one ends, so no call fails while replicas switch.
+
+Bundles live in a folder (``ca.crt``, ``tls.crt``, ``tls.key``; the layout cert-manager and
+``kubernetes.io/tls`` Secrets use, plus ``ca.key`` when Turnstile issued them) or in a Secret
+(``admission.webhook.keeper``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,23 +28,45 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = dt.timedelta(days=365)
+CA_VALIDITY = dt.timedelta(days=3650)
 RENEW_BEFORE = dt.timedelta(days=30)
+CA_RENEW_BEFORE = dt.timedelta(days=365)
+FILES = {"ca_crt": "ca.crt", "ca_key": "ca.key", "tls_crt": "tls.crt", "tls_key": "tls.key"}
 
 
 @dataclass(frozen=True, slots=True)
-class ServingCert:
-    ca_pem: bytes
-    cert_path: Path
-    key_path: Path
-    not_after: dt.datetime
+class Bundle:
+    """PEM blobs: ``ca_crt`` may hold several CAs (newest first) while one is replaced;
+    ``ca_key`` is empty when someone else (cert-manager) issues the certificates."""
 
-    def server_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(self.cert_path, self.key_path)
-        return ctx
+    ca_crt: bytes
+    ca_key: bytes
+    tls_crt: bytes
+    tls_key: bytes
+
+    @property
+    def not_after(self) -> dt.datetime:
+        return x509.load_pem_x509_certificate(self.tls_crt).not_valid_after_utc
+
+    def ca_not_after(self) -> dt.datetime:
+        return x509.load_pem_x509_certificates(self.ca_crt)[0].not_valid_after_utc
+
+    def covers(self, names: Sequence[str]) -> bool:
+        cert = x509.load_pem_x509_certificate(self.tls_crt)
+        try:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return False
+        return san == _san(names)
 
     def needs_renewal(self, now: dt.datetime | None = None) -> bool:
         return (now or dt.datetime.now(dt.UTC)) >= self.not_after - RENEW_BEFORE
+
+    def server_context(self, folder: Path) -> ssl.SSLContext:
+        """A TLS server context serving this bundle (from its files in ``folder``)."""
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(folder / FILES["tls_crt"], folder / FILES["tls_key"])
+        return ctx
 
 
 def _name(cn: str) -> x509.Name:
@@ -55,23 +83,40 @@ def _san(names: Sequence[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(entries)
 
 
-def issue(folder: Path, names: Sequence[str], *, validity: dt.timedelta = VALIDITY) -> ServingCert:
-    """A new CA and serving certificate for ``names`` (DNS names or IP addresses), written to ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def new_ca(now: dt.datetime | None = None, validity: dt.timedelta = CA_VALIDITY) -> tuple[bytes, bytes]:
+    """A new CA: (certificate PEM, key PEM)."""
+    now = now or dt.datetime.now(dt.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
         x509.CertificateBuilder()
         .subject_name(_name("turnstile-webhook-ca"))
         .issuer_name(_name("turnstile-webhook-ca"))
-        .public_key(ca_key.public_key())
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + validity + dt.timedelta(days=1))
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .sign(ca_key, hashes.SHA256())
+        .sign(key, hashes.SHA256())
     )
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+
+def sign(
+    ca_crt: bytes, ca_key: bytes, names: Sequence[str], *, validity: dt.timedelta = VALIDITY
+) -> tuple[bytes, bytes]:
+    """A serving certificate for ``names`` (DNS names or IP addresses) signed by the first CA in
+    ``ca_crt``: (certificate PEM, key PEM)."""
+    now = dt.datetime.now(dt.UTC)
+    ca = x509.load_pem_x509_certificates(ca_crt)[0]
+    signer = serialization.load_pem_private_key(ca_key, password=None)
+    assert isinstance(signer, ec.EllipticCurvePrivateKey)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
@@ -80,38 +125,85 @@ def issue(folder: Path, names: Sequence[str], *, validity: dt.timedelta = VALIDI
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + validity)
+        .not_valid_after(min(now + validity, ca.not_valid_after_utc))
         .add_extension(_san(names), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .sign(signer, hashes.SHA256())
     )
-    ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-    (folder / "ca.crt").write_bytes(ca_pem)
-    cert_path, key_path = folder / "tls.crt", folder / "tls.key"
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    key_path.chmod(0o600)
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return ServingCert(ca_pem, cert_path, key_path, cert.not_valid_after_utc)
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
-def load(folder: Path) -> ServingCert | None:
-    """The certificate kept in ``folder``, or None if there is none (or it cannot be read)."""
+def renewed(current: Bundle | None, names: Sequence[str], *, validity: dt.timedelta = VALIDITY) -> Bundle | None:
+    """What to keep instead of ``current``, or None when it is fine as it is.
+
+    A missing bundle gets a new CA; a serving certificate that ends within 30 days or does not
+    cover ``names`` is signed again by the same CA; a CA within a year of its end is replaced,
+    and the old one stays in ``ca_crt`` behind the new one until it ends."""
+    now = dt.datetime.now(dt.UTC)
+    if current is None or not current.ca_key:
+        ca_crt, ca_key = new_ca(now)
+        return Bundle(ca_crt, ca_key, *sign(ca_crt, ca_key, names, validity=validity))
+    ca_crt, ca_key = current.ca_crt, current.ca_key
+    if now >= current.ca_not_after() - CA_RENEW_BEFORE:
+        fresh_crt, ca_key = new_ca(now)
+        still_valid = [
+            c.public_bytes(serialization.Encoding.PEM)
+            for c in x509.load_pem_x509_certificates(current.ca_crt)
+            if c.not_valid_after_utc > now
+        ]
+        ca_crt = fresh_crt + b"".join(still_valid)
+    elif current.covers(names) and not current.needs_renewal(now):
+        return None
+    return Bundle(ca_crt, ca_key, *sign(ca_crt, ca_key, names, validity=validity))
+
+
+def write(folder: Path, bundle: Bundle) -> None:
+    """Put ``bundle`` into ``folder``, each file replaced atomically (a reader never sees half)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for field, filename in FILES.items():
+        data: bytes = getattr(bundle, field)
+        if field == "ca_key" and not data:
+            continue
+        tmp = folder / f".{filename}.tmp"
+        tmp.write_bytes(data)
+        if filename.endswith(".key"):
+            tmp.chmod(0o600)
+        os.replace(tmp, folder / filename)
+
+
+def read(folder: Path) -> Bundle | None:
+    """The bundle kept in ``folder``, or None if there is none (or it cannot be read)."""
     try:
-        cert = x509.load_pem_x509_certificate((folder / "tls.crt").read_bytes())
-        ca_pem = (folder / "ca.crt").read_bytes()
+        tls_crt = (folder / FILES["tls_crt"]).read_bytes()
+        bundle = Bundle(
+            (folder / FILES["ca_crt"]).read_bytes(),
+            (folder / FILES["ca_key"]).read_bytes() if (folder / FILES["ca_key"]).exists() else b"",
+            tls_crt,
+            (folder / FILES["tls_key"]).read_bytes(),
+        )
+        bundle.not_after  # noqa: B018 - parses the certificate: unreadable files are no bundle
     except (OSError, ValueError):
         return None
-    return ServingCert(ca_pem, folder / "tls.crt", folder / "tls.key", cert.not_valid_after_utc)
+    return bundle
 
 
-def ensure(folder: Path, names: Sequence[str]) -> ServingCert:
-    """The certificate in ``folder`` if it covers ``names`` and is not due for renewal; else a new one."""
-    current = load(folder)
-    if current is not None and not current.needs_renewal():
-        cert = x509.load_pem_x509_certificate(current.cert_path.read_bytes())
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        if san == _san(names):
-            return current
-    return issue(folder, names)
+def issue(folder: Path, names: Sequence[str], *, validity: dt.timedelta = VALIDITY) -> Bundle:
+    """A new CA and serving certificate for ``names``, written to ``folder``."""
+    bundle = renewed(None, names, validity=validity)
+    assert bundle is not None
+    write(folder, bundle)
+    return bundle
+
+
+def ensure(folder: Path, names: Sequence[str]) -> Bundle:
+    """The bundle in ``folder``, renewed first if it is due (see ``renewed``); a folder Turnstile
+    did not issue (no ``ca.key``, as cert-manager's) is used as it is: its issuer renews it."""
+    current = read(folder)
+    if current is not None and not current.ca_key:
+        return current
+    fresh = renewed(current, names)
+    if fresh is None:
+        assert current is not None
+        return current
+    write(folder, fresh)
+    return fresh

@@ -68,12 +68,12 @@ def _webhook_app(calls: list[str]) -> web.Application:
 async def setup(tmp_path: Path) -> AsyncIterator[tuple[client.ApiClient, list[str], int, bytes]]:
     cert = certs.issue(tmp_path, ["127.0.0.1", "localhost"])
     calls: list[str] = []
-    hook_runner, hook_port = await _start(_webhook_app(calls), cert.server_context())
+    hook_runner, hook_port = await _start(_webhook_app(calls), cert.server_context(tmp_path))
     server = ApiServer()
     api_runner, api_port = await _start(server.app)
     api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{api_port}"))
     try:
-        yield api, calls, hook_port, cert.ca_pem
+        yield api, calls, hook_port, cert.ca_crt
     finally:
         await api.close()
         await api_runner.cleanup()
@@ -146,7 +146,7 @@ async def test_an_untrusted_certificate_follows_the_failure_policy(
     created: bool,
 ) -> None:
     api, calls, port, _ = setup
-    other_ca = certs.issue(_fresh(tmp_path), ["127.0.0.1", "localhost"]).ca_pem
+    other_ca = certs.issue(_fresh(tmp_path), ["127.0.0.1", "localhost"]).ca_crt
     await client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(
         _config("MutatingWebhookConfiguration", "/mutate", port, other_ca, policy)
     )
