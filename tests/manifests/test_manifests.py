@@ -1,0 +1,164 @@
+"""``manifests/``: what a platform team installs. Rendered with ``kubectl kustomize`` (when on
+PATH), every built-in object validated strictly for Kubernetes 1.30 and 1.33, and the install's
+promises checked: least privilege, hardened pods, webhooks that fail closed, fast and never
+reach kube-system or Turnstile's own namespace."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from admission.jobs import INTEGRATIONS
+from admission.webhook.server import configurations
+
+ROOT = Path(__file__).resolve().parents[2] / "manifests"
+KUBECTL = shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl (its built-in kustomize) is not on PATH")
+INSTALLS = ["", "overlays/cert-manager", "overlays/prometheus"]
+CUSTOM = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}  # CRDs of the overlays' operators
+
+
+def render(install: str) -> list[dict[str, Any]]:
+    assert KUBECTL is not None
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(ROOT / install)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+@pytest.mark.parametrize("version", ["1.30.0", "1.33.0"])
+@pytest.mark.parametrize("install", INSTALLS)
+def test_every_object_validates_strictly(install: str, version: str) -> None:
+    objects = render(install)
+    assert objects
+    for obj in objects:
+        if obj["apiVersion"] in CUSTOM:
+            assert obj["metadata"].get("name") and obj.get("spec"), obj
+            continue
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} is invalid for Kubernetes {version}: {exc}")
+
+
+def test_the_default_install_has_everything_a_production_install_needs() -> None:
+    objects = render("")
+    kinds = sorted({o["kind"] for o in objects})
+    assert kinds == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "Namespace",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+            "ValidatingWebhookConfiguration",
+        ]
+    )
+    namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")]
+    namespaced = [o for o in namespaced if "WebhookConfiguration" not in o["kind"]]
+    assert {o["metadata"].get("namespace") for o in namespaced} == {"turnstile-system"}
+
+
+def test_rbac_is_least_privilege() -> None:
+    objects = render("")
+    for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), f"{role['kind']} {role['metadata']['name']}: wildcard {field}"
+    cluster_rules = [r for role in by_kind(objects, "ClusterRole") for r in role["rules"]]
+    assert not any("secrets" in r["resources"] for r in cluster_rules), "no cluster-wide access to Secrets"
+    # ... and enough: every integrated kind can be watched and patched; webhook configurations
+    # only by name, for the CA bundle.
+    for integration in INTEGRATIONS:
+        group = integration.ref.api_version.rpartition("/")[0]
+        rules = [r for r in cluster_rules if group in r["apiGroups"] and integration.ref.plural in r["resources"]]
+        assert rules and {"get", "list", "watch", "patch"} <= set(rules[0]["verbs"]), integration.ref.plural
+    for r in cluster_rules:
+        if "admissionregistration.k8s.io" in r["apiGroups"]:
+            assert r.get("resourceNames") and set(r["verbs"]) <= {"get", "patch"}
+    (role,) = by_kind(objects, "Role")
+    assert {tuple(r["verbs"]) for r in role["rules"]} == {("create",), ("get", "update")}
+
+
+def test_the_controller_pods_are_hardened_and_highly_available() -> None:
+    (deployment,) = by_kind(render(""), "Deployment")
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["replicas"] >= 2
+    assert pod["affinity"]["podAntiAffinity"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"] and security["runAsNonRoot"] is True
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"]) and container["resources"]["limits"]["memory"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TURNSTILE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "turnstile-database"
+    assert env["TURNSTILE_CERT_SECRET"]["value"] == "turnstile-system/turnstile-webhook-tls"
+    (pdb,) = by_kind(render(""), "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_webhooks_fail_closed_fast_and_skip_system_namespaces() -> None:
+    rendered = by_kind(render(""), "MutatingWebhookConfiguration") + by_kind(
+        render(""), "ValidatingWebhookConfiguration"
+    )
+    ours = {c["metadata"]["name"]: c for c in configurations("https://example", b"ca")}
+    assert sorted(c["metadata"]["name"] for c in rendered) == sorted(ours)
+    for config in rendered:
+        for hook in config["webhooks"]:
+            assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+            assert hook["timeoutSeconds"] <= 10
+            (expr,) = hook["namespaceSelector"]["matchExpressions"]
+            assert expr["operator"] == "NotIn" and {"kube-system", "turnstile-system"} <= set(expr["values"])
+            assert hook["clientConfig"]["service"]["name"] == "turnstile-webhook"
+            # the same rules as the configurations the simulated installs register
+            (theirs,) = ours[config["metadata"]["name"]]["webhooks"]
+            assert hook["rules"] == theirs["rules"] and hook["name"] == theirs["name"]
+
+
+def test_the_cert_manager_overlay_hands_certificates_to_cert_manager() -> None:
+    objects = render("overlays/cert-manager")
+    (certificate,) = by_kind(objects, "Certificate")
+    assert certificate["spec"]["secretName"] == "turnstile-webhook-tls"
+    assert "turnstile-webhook.turnstile-system.svc" in certificate["spec"]["dnsNames"]
+    (deployment,) = by_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "TURNSTILE_CERT_SECRET" not in {e["name"] for e in container["env"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/tmp/turnstile/certs"]["readOnly"] is True
+    for config in by_kind(objects, "MutatingWebhookConfiguration") + by_kind(objects, "ValidatingWebhookConfiguration"):
+        assert (
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "turnstile-system/turnstile-webhook"
+        )
+
+
+def test_the_prometheus_overlay_scrapes_the_metrics_service() -> None:
+    objects = render("overlays/prometheus")
+    (monitor,) = by_kind(objects, "ServiceMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    services = [
+        s for s in by_kind(objects, "Service") if selector.items() <= (s["metadata"].get("labels") or {}).items()
+    ]
+    assert [s["metadata"]["name"] for s in services] == ["turnstile-metrics"]
+    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
