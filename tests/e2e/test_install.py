@@ -1,0 +1,178 @@
+"""The install as rendered from ``manifests/``, on the simulated cluster: its webhook
+configurations (the Service reference pointed at the local replica) loaded as they are, two
+controller replicas keeping the certificate in one Secret and publishing its CA, and jobs
+created with kubectl going through the real webhook over TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from admission.controller import process
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, ResourceRef
+from admission.sim.host import SimHost
+from admission.store import config as config_store
+from admission.store import database
+from admission.webhook.keeper import SECRETS
+from queues import api
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+JOBS = ResourceRef("batch/v1", "Job", "jobs")
+
+CONFIG = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: a100}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources: [{name: cpu, nominalQuota: "64"}, {name: nvidia.com/gpu, nominalQuota: "8"}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: team-a, namespace: ml}
+spec: {clusterQueue: team-a}
+"""
+
+
+def job(name: str, queue: str) -> dict[str, Any]:
+    container = {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "1"}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def kubectl(config: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    assert KUBECTL is not None
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL,
+        "--kubeconfig",
+        str(config),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), timeout=30)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+@contextlib.asynccontextmanager
+async def replica(host: SimHost, url: str, tmp: Path, port: int) -> AsyncIterator[asyncio.Task[None]]:
+    ready = asyncio.Event()
+    task = asyncio.create_task(
+        process.serve(
+            kubeconfig=host.kubeconfig,
+            database_url=url,
+            webhook_port=port,
+            metrics_port=free_port(),
+            cert_dir=tmp,
+            cert_secret="turnstile-system/turnstile-webhook-tls",
+            host="127.0.0.1",
+            names=["127.0.0.1"],
+            on_ready=lambda _ep, _c: ready.set(),
+        )
+    )
+    try:
+        done, _ = await asyncio.wait(
+            [task, asyncio.create_task(ready.wait())], timeout=60, return_when="FIRST_COMPLETED"
+        )
+        if task in done:
+            task.result()
+        assert ready.is_set(), "the replica did not become ready"
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path: Path, migrated_url: str) -> None:
+    rendered = subprocess.run(
+        [str(KUBECTL), "kustomize", str(MANIFESTS)], check=True, capture_output=True, text=True
+    ).stdout
+    hooks = [d for d in yaml.safe_load_all(rendered) if d and d["kind"].endswith("WebhookConfiguration")]
+    assert len(hooks) == 2
+    host = await SimHost.start(tmp_path / "kubeconfig")
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    engine = database.make_engine(migrated_url)
+    try:
+        for ns in ("turnstile-system", "ml"):
+            await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
+        async with database.transaction(database.sessions(engine)) as session:
+            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(CONFIG)], actor="test")
+        # One replica serves the webhook's address (the Service's endpoint); a second shares its Secret.
+        port = free_port()
+        for config in hooks:  # as rendered, but calling this machine instead of the Service
+            for hook in config["webhooks"]:
+                service = hook["clientConfig"].pop("service")
+                assert "caBundle" not in hook["clientConfig"]  # the controller publishes it
+                hook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{service['path']}"
+            plural = config["kind"].lower() + "s"
+            await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=config)
+        async with (
+            replica(host, migrated_url, tmp_path / "a", port),
+            replica(host, migrated_url, tmp_path / "b", free_port()),
+        ):
+            secret = await kube.get(SECRETS, "turnstile-system", "turnstile-webhook-tls")
+            assert (tmp_path / "a" / "tls.crt").read_bytes() == (tmp_path / "b" / "tls.crt").read_bytes()
+            for config in hooks:
+                plural = config["kind"].lower() + "s"
+                stored = await kube.request(
+                    "GET", f"/apis/admissionregistration.k8s.io/v1/{plural}/{config['metadata']['name']}"
+                )
+                assert stored["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+            # kubectl creates queued jobs: the webhook (TLS, verified against the published CA) suspends
+            # them; the controller admits the one that fits and leaves the one that does not suspended.
+            for name, gpus in (("train", "1"), ("too-big", "9")):
+                body = job(name, "team-a")
+                body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = gpus
+                code, _, err = await kubectl(
+                    host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(body)
+                )
+                assert code == 0, err
+            for _ in range(200):
+                if (await kube.get(JOBS, "ml", "train"))["spec"].get("suspend") is False:
+                    break
+                await asyncio.sleep(0.05)
+            started = await kube.get(JOBS, "ml", "train")
+            assert started["spec"]["suspend"] is False and started["metadata"]["annotations"]["turnstile.dev/admission"]
+            assert (await kube.get(JOBS, "ml", "too-big"))["spec"]["suspend"] is True
+            # A job naming a LocalQueue that does not exist is refused, and the message says what exists.
+            code, _, err = await kubectl(
+                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(job("typo", "team-b"))
+            )
+            assert code != 0 and "team-b" in err and "team-a" in err, err
+    finally:
+        await kube.close()
+        await engine.dispose()
+        await host.stop()
