@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.jobs import BY_KIND
-from queues import errors, jobs
-from queues.model import Config
+from queues import errors, flavors, jobs
+from queues.model import Config, Snapshot, Workload
 
 Obj = dict[str, Any]
 
@@ -115,7 +115,45 @@ def validate(operation: str, obj: Obj, old: Obj | None, namespace: str, config: 
         return answer
     if operation == "CREATE":
         answer.warnings.extend(_warnings(obj, queue, existing))
+        if queue is not None:
+            answer.warnings.extend(_never_fits(obj, namespace, queue, config))
     return answer
+
+
+_EMPTY: list[tuple[Config, Snapshot]] = []  # the last configuration's quotas with nothing admitted
+
+
+def _empty_snapshot(config: Config) -> Snapshot:
+    if not _EMPTY or _EMPTY[0][0] is not config:
+        _EMPTY[:] = [(config, Snapshot(config))]
+    return _EMPTY[0][1]
+
+
+def _never_fits(obj: Obj, namespace: str, queue: str, config: Config) -> list[str]:
+    """A warning when the job would not fit its ClusterQueue even with nothing else admitted:
+    the core's own flavor assignment against empty quotas (nominal plus what it may borrow)."""
+    lq = config.local_queues.get(f"{namespace}/{queue}")
+    if lq is None:
+        return []
+    try:
+        info = jobs.read_job({**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}})
+    except errors.Invalid:
+        return []
+    snapshot = _empty_snapshot(config)
+    cq = snapshot.queues.get(lq.spec.cluster_queue)
+    if cq is None:
+        return []
+    wl = Workload(
+        key=info.key, seq=0, namespace=namespace, local_queue=queue, priority=0, pod_sets=info.pod_sets,
+        created=0.0, queue_ts=0.0,
+    )  # fmt: skip
+    assignment = flavors.assign(snapshot, cq, wl, None)
+    if assignment.mode == flavors.Mode.FIT:
+        return []
+    return [
+        f"this job can never be admitted by ClusterQueue {cq.name} as configured, even with nothing else "
+        f"running ({assignment.message}); it will wait until an admin changes the quota or flavors"
+    ]
 
 
 def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:

@@ -61,8 +61,10 @@ class WebhookServer:
                 raise TypeError("request.object must be an object")
             if old is not None and not isinstance(old, dict):
                 raise TypeError("request.oldObject must be an object")
+        except RecursionError:
+            return _status(400, "not an AdmissionReview admission.k8s.io/v1: nested too deeply")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return _status(400, f"not an AdmissionReview admission.k8s.io/v1: {exc!r}")
+            return _status(400, f"not an AdmissionReview admission.k8s.io/v1: {exc!r}"[:1000])
         self.reviews += 1
         answer = review.Answer()
         if operation != "DELETE" and isinstance(obj, dict):

@@ -1,0 +1,256 @@
+"""The webhook over real HTTPS: its answers for jobs, and fuzzing (hypothesis) with random,
+malformed, huge and deeply nested AdmissionReviews: never a crash, never a 5xx."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from admission.webhook import certs
+from admission.webhook.server import MAX_BODY, WebhookServer
+from queues import api
+from queues.model import Config
+
+CONFIG = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: a100}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Cohort
+metadata: {name: research}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  cohort: research
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: "64"}
+      - {name: nvidia.com/gpu, nominalQuota: "8", borrowingLimit: "4"}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-b}
+spec:
+  cohort: research
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: "64"}
+      - {name: nvidia.com/gpu, nominalQuota: "8"}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: team-a, namespace: ml}
+spec: {clusterQueue: team-a}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: default, namespace: research}
+spec: {clusterQueue: team-b}
+"""
+
+
+class Server:
+    """The webhook on TLS in a thread of its own, so plain blocking clients (and hypothesis) can call it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.bundle = certs.issue(folder, ["127.0.0.1"])
+        self.config: Config | None = Config.of([api.parse(d) for d in yaml.safe_load_all(CONFIG)])
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        started = threading.Event()
+
+        async def start() -> None:
+            self.runner = web.AppRunner(WebhookServer(lambda: self.config).app)
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=self.bundle.server_context(folder))
+            await site.start()
+            self.port = self.runner.addresses[0][1]
+            started.set()
+
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(start(), self.loop)
+        assert started.wait(10)
+        self.tls = ssl.create_default_context(cadata=self.bundle.ca_crt.decode())
+
+    def post(self, path: str, body: bytes) -> tuple[int, Any]:
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.tls, timeout=30)
+        try:
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            data = response.read()
+        finally:
+            conn.close()
+        try:
+            return response.status, json.loads(data)
+        except ValueError:
+            return response.status, data
+
+    def review(self, path: str, obj: dict[str, Any] | None, operation: str = "CREATE", namespace: str = "ml") -> Any:
+        request = {"uid": "u-1", "operation": operation, "namespace": namespace, "object": obj}
+        status, body = self.post(path, json.dumps({"apiVersion": "admission.k8s.io/v1", "request": request}).encode())
+        assert status == 200, body
+        return body["response"]
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = Server(tmp_path_factory.mktemp("webhook"))
+    yield s
+    s.stop()
+
+
+def job(name: str, queue: str | None = "team-a", gpus: str = "1", cpu: str | None = "4") -> dict[str, Any]:
+    requests = {"nvidia.com/gpu": gpus, **({"cpu": cpu} if cpu else {})}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": queue} if queue else {}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "train", "image": "x", "resources": {"requests": requests}}],
+                }
+            }
+        },
+    }
+
+
+def patch_of(response: Any) -> list[dict[str, Any]]:
+    return json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+
+
+def test_a_queued_job_is_suspended_and_a_default_queue_is_labelled(server: Server) -> None:
+    assert {"op": "add", "path": "/spec/suspend", "value": True} in patch_of(server.review("/mutate", job("a")))
+    ops = patch_of(server.review("/mutate", job("b", queue=None), namespace="research"))
+    assert {"op": "add", "path": "/spec/suspend", "value": True} in ops
+    assert any("queue-name" in json.dumps(op) and "default" in json.dumps(op) for op in ops)
+    assert patch_of(server.review("/mutate", job("c", queue=None))) == []  # no queue, no default: untouched
+
+
+def test_an_unknown_queue_is_refused_naming_the_ones_that_exist(server: Server) -> None:
+    response = server.review("/validate", job("a", queue="team-z"))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "team-z" in message and "LocalQueues in ml: team-a" in message and "metadata.labels" in message
+
+
+def test_a_job_that_can_never_fit_is_admitted_with_a_warning(server: Server) -> None:
+    # team-a: 8 GPUs nominal, may borrow 4 from its cohort: 12 fits when all is free, 13 never does.
+    assert not [w for w in server.review("/validate", job("fits", gpus="12")).get("warnings", []) if "never" in w]
+    response = server.review("/validate", job("huge", gpus="13"))
+    assert response["allowed"] is True
+    (warning,) = [w for w in response["warnings"] if "never" in w]
+    assert "ClusterQueue team-a" in warning and "nvidia.com/gpu" in warning
+    # A resource the queue does not provide can never fit either.
+    response = server.review(
+        "/validate",
+        {
+            **job("tpu"),
+            "spec": {
+                "template": {
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"google.com/tpu": "1"}}}]}
+                }
+            },
+        },
+    )
+    assert any("never" in w and "google.com/tpu" in w for w in response["warnings"])
+
+
+def test_gpu_containers_without_cpu_or_memory_get_a_warning(server: Server) -> None:
+    warnings = server.review("/validate", job("a", cpu=None)).get("warnings", [])
+    assert any("no cpu or memory" in w for w in warnings)
+
+
+def test_malformed_oversized_and_delete(server: Server) -> None:
+    assert server.post("/validate", b"{not json")[0] == 400
+    assert server.post("/validate", b'{"request": {}}')[0] == 400
+    assert server.post("/validate", b"[" * 100_000 + b"]" * 100_000)[0] == 400  # deeper than any parser's stack
+    status, body = server.post("/validate", b'{"a": "' + b"x" * (MAX_BODY + 10) + b'"}')
+    assert status == 413 and body["kind"] == "Status"
+    response = server.review("/validate", None, operation="DELETE")
+    assert response["allowed"] is True
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    assert server.review("/mutate", other) == {"uid": "u-1", "allowed": True}
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=30,
+)
+KINDS = st.sampled_from(
+    [("batch/v1", "Job"), ("kubeflow.org/v1", "PyTorchJob"), ("kubeflow.org/v2beta1", "MPIJob"), ("v1", "Pod")]
+)
+
+
+@st.composite
+def reviews(draw: st.DrawFn) -> bytes:
+    """AdmissionReviews from well-formed to broken: job-shaped objects with random parts."""
+    api_version, kind = draw(KINDS)
+    obj: Any = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "name": st.text(max_size=10) | JSON,
+                    "labels": st.dictionaries(st.sampled_from(["kueue.x-k8s.io/queue-name", "a"]), JSON, max_size=2),
+                },
+            )
+        ),
+        "spec": draw(JSON | st.fixed_dictionaries({"template": st.fixed_dictionaries({"spec": JSON})})),
+    }
+    if draw(st.booleans()):
+        obj = draw(JSON)
+    request: Any = {
+        "uid": draw(st.text(max_size=8) | JSON),
+        "operation": draw(st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT", ""]) | JSON),
+        "namespace": draw(st.sampled_from(["ml", "research", ""]) | JSON),
+        "object": obj,
+        "oldObject": draw(st.none() | JSON),
+    }
+    body: Any = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    if draw(st.integers(0, 9)) == 0:
+        body = draw(JSON)
+    return json.dumps(body).encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=reviews())
+def test_fuzzed_reviews_never_crash_the_server(server: Server, body: bytes) -> None:
+    status, answer = server.post(f"/{'mutate' if len(body) % 2 else 'validate'}", body)
+    assert status in (200, 400), (status, answer)
+    if status == 200:
+        assert set(answer["response"]) <= {"uid", "allowed", "status", "patch", "patchType", "warnings"}
