@@ -65,7 +65,6 @@ def test_the_default_install_has_everything_a_production_install_needs() -> None
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",
-            "Secret",
             "Service",
             "ServiceAccount",
             "ValidatingWebhookConfiguration",
@@ -74,6 +73,15 @@ def test_the_default_install_has_everything_a_production_install_needs() -> None
     namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")]
     namespaced = [o for o in namespaced if "WebhookConfiguration" not in o["kind"]]
     assert {o["metadata"].get("namespace") for o in namespaced} == {"turnstile-system"}
+
+
+@pytest.mark.parametrize("version", ["1.30.0", "1.33.0"])
+def test_the_database_secret_template_is_valid_and_outside_the_kustomization(version: str) -> None:
+    (secret,) = [d for d in yaml.safe_load_all((ROOT / "database-secret.yaml").read_text()) if d]
+    kubernetes_validate.validate(secret, version, strict=True)
+    assert secret["metadata"] == {"name": "turnstile-database", "namespace": "turnstile-system"}
+    assert secret["stringData"]["url"].startswith("postgresql")
+    assert not by_kind(render(""), "Secret"), "applying the install must never overwrite the credentials"
 
 
 def test_rbac_is_least_privilege() -> None:
