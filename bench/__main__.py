@@ -1,4 +1,4 @@
-"""``python -m bench [core|sim|store|controller|cluster|all]``: print Turnstile's figures for this machine."""
+"""``python -m bench [core|sim|store|controller|webhook|cluster|all]``: print Turnstile's figures for this machine."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def main() -> None:
         from bench import controller
 
         controller.main()
+    if which in ("webhook", "all"):
+        from bench import webhook
+
+        webhook.main()
     if which in ("cluster", "all"):
         from bench import kueue_cluster
 
