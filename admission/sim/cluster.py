@@ -263,7 +263,7 @@ class Cluster:
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Pending" and not pod["spec"].get("nodeName"):
-            self._bind(pod, *self._capacity())
+            self._bind(clone(pod), *self._capacity())  # the event's object is shared with the store
         elif phase == "Succeeded":
             owner = self._job_of(pod)
             if owner is not None:

@@ -154,7 +154,11 @@ class Watcher:
 
 
 class ObjectStore:
-    """Every object of the simulated cluster, keyed by (resource, namespace, name)."""
+    """Every object of the simulated cluster, keyed by (resource, namespace, name).
+
+    A stored object is never changed in place: every write stores a new one. So watch events
+    share the stored objects (no copy per event); reads hand out copies, since callers change them.
+    """
 
     def __init__(self) -> None:
         self.rv = 1
@@ -205,7 +209,7 @@ class ObjectStore:
     # ----- writes --------------------------------------------------------------------------
 
     def _emit(self, kind: str, res: Resource, obj: Obj) -> None:
-        event = Event(self.rv, kind, res, clone(obj))
+        event = Event(self.rv, kind, res, obj)  # shared: a stored object is never changed in place
         self.history.append(event)
         ns = obj.get("metadata", {}).get("namespace")
         for w in self.watchers:
@@ -383,11 +387,14 @@ class ObjectStore:
             raise not_found(res, name)
         if old["metadata"].get("finalizers"):
             if not old["metadata"].get("deletionTimestamp"):
+                old = clone(old)  # the stored object may be an earlier event's: change a copy
                 old["metadata"]["deletionTimestamp"] = _now()
                 self._bump(old)
+                self._put(key, old)
                 self._emit("MODIFIED", res, old)
             return clone(old)
         self._drop(key)
+        old = clone(old)
         self._bump(old)
         self._emit("DELETED", res, old)
         return clone(old)

@@ -186,3 +186,32 @@ async def test_kubeflow_jobs_get_pods_per_replica_type(cluster: tuple[ObjectStor
     assert {p["metadata"]["name"] for p in pods(store)} == {"pt-master-0", "pt-worker-0", "pt-worker-1"}
     await until(lambda: conditions(store, PYTORCH, "pt").get("Succeeded") == "True")
     assert "Suspended" not in conditions(store, PYTORCH, "pt")  # never suspended: no such condition
+
+
+def test_watch_history_keeps_each_event_as_it_was() -> None:
+    # Events share the stored objects (no copy per event): no later write may change an earlier event.
+    store = ObjectStore()
+    store.create(resources.NAMESPACES, "", {"metadata": {"name": "ml"}}, namespaces=resources.NAMESPACES)
+    body = {"metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x"]}}
+    store.create(PODS, "ml", body, namespaces=resources.NAMESPACES)
+    changed = store.get(PODS, "ml", "p")
+    changed["metadata"]["labels"] = {"a": "2"}
+    store.replace(PODS, "ml", "p", changed)
+    store.delete(PODS, "ml", "p")  # finalizer: marked for deletion
+    gone = store.get(PODS, "ml", "p")
+    gone["metadata"]["finalizers"] = []
+    store.replace(PODS, "ml", "p", gone)  # finalizer removed: deleted
+    events = store.events_since(PODS, None, 0)
+    seen = [
+        (
+            e.type,
+            e.obj["metadata"]["labels"]["a"],
+            e.obj["metadata"]["resourceVersion"],
+            "deletionTimestamp" in e.obj["metadata"],
+        )
+        for e in events
+    ]
+    assert [s[0] for s in seen] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]
+    assert [s[1] for s in seen] == ["1", "2", "2", "2"]
+    assert [s[3] for s in seen] == [False, False, True, True]
+    assert [int(s[2]) for s in seen] == [e.rv for e in events]  # each keeps its own resourceVersion
