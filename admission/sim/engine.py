@@ -261,61 +261,75 @@ class Driver:
         history: list[store.EventRow],
         rows: dict[str, tuple[str, str | None, str | None]],
     ) -> Result:
-        """The run as engine core reports it: driver actions and committed decisions, in scenario time.
-
-        Ordered by time, then by scenario.md's phases at one instant (finishes, edits,
-        submissions, decisions), then by file or commit order.
-        """
         timeline: list[tuple[float, int, int, Any]] = list(observed)
         for e in history:
             if e.type == "Finished" and e.reason != "JobFinished":
                 continue  # a deleted job: its cancellation is already on the timeline
             phase = 1 if e.type == "Finished" else 4
             timeline.append((self.scenario_time(e.at), phase, e.id, e))
-        timeline.sort(key=lambda a: a[:3])
-        record = self.record
-        config = Config.of(self.scenario.manifests)
-        sched = scheduler.Scheduler(config, namespaces=self.scenario.namespaces)
-        record.nominal(Snapshot(config).queues)
-        workloads: dict[str, Workload] = {}
-        last_t: float | None = None
-        for t, _, _, what in timeline:
-            if last_t is not None and t != last_t:
-                record.sample()
-            record.now = last_t = t
-            if isinstance(what, JobEntry):
-                wl = workloads[what.job.key] = sched.workload_for(what.job, seq=what.index, now=t)
-                sched.submit(wl)
-                record.submitted(wl)
-            elif isinstance(what, Edit):
-                track = record.by_key.get(what.name)
-                if what.action == "cancel":
-                    if track is not None and track.state in ("Pending", "Admitted") and track.submitted is not None:
-                        record.cancelled(what.name)
-                else:
-                    apply_edit(config, what)
-                    record.nominal(Snapshot(config).queues)
-            elif what.workload in workloads:
-                ev: store.EventRow = what
-                if ev.type == "Admitted":
-                    flavors = ev.flavors or {}
-                    record.admitted(
-                        ev.workload,
-                        admission_of(workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing)),
-                    )
-                elif ev.type == "Evicted":
+        return replay(self.scenario, self.record, timeline, rows, cycles=self.stack.controller.steps)
+
+
+def replay(
+    scenario: Scenario,
+    record: Recorder,
+    timeline: list[tuple[float, int, int, Any]],
+    rows: dict[str, tuple[str, str | None, str | None]],
+    *,
+    cycles: int,
+) -> Result:
+    """The run as engine core reports it, from the driver's actions (``JobEntry``, ``Edit``) and the
+    committed decisions (``store.EventRow``), each at ``(scenario time, phase, order)``.
+
+    Ordered by time, then by scenario.md's phases at one instant (finishes, edits, submissions,
+    decisions), then by file or commit order. ``rows`` are the workloads' stored states.
+    """
+    timeline = sorted(timeline, key=lambda a: a[:3])
+    config = Config.of(scenario.manifests)
+    sched = scheduler.Scheduler(config, namespaces=scenario.namespaces)
+    record.nominal(Snapshot(config).queues)
+    workloads: dict[str, Workload] = {}
+    last_t: float | None = None
+    for t, _, _, what in timeline:
+        if last_t is not None and t != last_t:
+            record.sample()
+        record.now = last_t = t
+        if isinstance(what, JobEntry):
+            wl = workloads[what.job.key] = sched.workload_for(what.job, seq=what.index, now=t)
+            sched.submit(wl)
+            record.submitted(wl)
+        elif isinstance(what, Edit):
+            track = record.by_key.get(what.name)
+            if what.action == "cancel":
+                if track is not None and track.state in ("Pending", "Admitted") and track.submitted is not None:
+                    record.cancelled(what.name)
+            else:
+                apply_edit(config, what)
+                record.nominal(Snapshot(config).queues)
+        elif what.workload in workloads:
+            ev: store.EventRow = what
+            if ev.type == "Admitted":
+                flavors = ev.flavors or {}
+                record.admitted(
+                    ev.workload,
+                    admission_of(workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing)),
+                )
+            elif ev.type == "Evicted":
+                if record.by_key[ev.workload].state != "Finished":
                     record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
-                elif record.by_key[ev.workload].state == "Admitted":
-                    record.finished(ev.workload)
-        record.sample()
+            elif record.by_key[ev.workload].state in ("Admitted", "Pending"):
+                # A job can complete just as it is evicted (before the suspension reaches it): it
+                # finished, whichever of the two was committed first at that instant.
+                record.finished(ev.workload)
+    record.sample()
 
-        def explain(wl: Workload) -> tuple[str, str]:
-            state, reason, message = rows.get(wl.key, ("Pending", None, None))
-            if reason and state == "Pending":
-                return reason, message or ""
-            return sched.explain(wl)
+    def explain(wl: Workload) -> tuple[str, str]:
+        state, reason, message = rows.get(wl.key, ("Pending", None, None))
+        if reason and state == "Pending":
+            return reason, message or ""
+        return sched.explain(wl)
 
-        return record.result(cycles=self.stack.controller.steps, explain=explain)
+    return record.result(cycles=cycles, explain=explain)
 
 
 def admission_of(wl: Workload, flavors: dict[str, dict[str, str]], cluster_queue: str, borrowing: bool) -> Admission:

@@ -1,0 +1,85 @@
+"""Engine cluster's report is rebuilt from committed events: a job that completes just as it is
+evicted (the suspension arrives after its pods finished) must be reported Finished."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from admission.sim.engine import replay
+from admission.store.workloads import EventRow
+from queues import scenario
+from queues.simulator import Recorder
+
+AT = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+DOC: dict[str, Any] = {
+    "name": "race",
+    "manifests": [
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "team"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [{"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "1"}]}],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team", "namespace": "ml"},
+            "spec": {"clusterQueue": "team"},
+        },
+    ],
+    "jobs": [
+        {
+            "at": 0,
+            "runtime": 2,
+            "object": {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "a", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team"}},
+                "spec": {
+                    "template": {
+                        "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}
+                    }
+                },
+            },
+        }
+    ],
+}
+
+
+def event(i: int, kind: str, **fields: Any) -> EventRow:
+    base: dict[str, Any] = {
+        "cluster_queue": "team",
+        "flavors": None,
+        "borrowing": None,
+        "reason": None,
+        "detail": None,
+        "by": None,
+    }
+    return EventRow(id=i, workload="ml/a", at=AT, type=kind, **{**base, **fields})
+
+
+@pytest.mark.parametrize("finished_at", [2.0, 2.1])  # the same instant as the eviction, or just after
+def test_a_job_that_completes_as_it_is_evicted_is_reported_finished(finished_at: float) -> None:
+    sc = scenario.parse(DOC)
+    timeline: list[tuple[float, int, int, Any]] = [
+        (0.0, 3, 0, sc.jobs[0]),
+        (0.0, 4, 1, event(1, "Admitted", flavors={"main": {"nvidia.com/gpu": "a100"}}, borrowing=False)),
+        (2.0, 4, 2, event(2, "Evicted", reason="Preempted", detail="InClusterQueue", by="ml/b")),
+        (finished_at, 1, 3, event(3, "Finished", reason="JobFinished")),
+    ]
+    result = replay(sc, Recorder(sc), timeline, {"ml/a": ("Finished", None, None)}, cycles=0)
+    (track,) = result.tracks
+    assert track.state == "Finished" and track.finished == finished_at
+    assert result.to_json()["workloads"]["ml/a"]["state"] == "Finished"
