@@ -1,4 +1,4 @@
-"""Store figures: bulk upsert, committing a cycle, loading a snapshot, `turnstile get cq`."""
+"""Store figures: bulk upsert, committing a cycle, loading a snapshot, `turnstile get cq`, `turnstile usage`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from sqlalchemy import text
 
 from admission.settings import normalise_database_url
 from admission.store import config as config_store
@@ -145,3 +147,40 @@ def main() -> None:
     took = time.perf_counter() - t0
     rows = len(out.stdout.splitlines()) - 1
     print(f"  `turnstile get cq` with {rows} ClusterQueues: {took:6.2f} s   (target <= 1 s; whole process)")
+    asyncio.run(_fill_ledger(url, 1_000_000))
+    for by in ("label:team", "namespace", "clusterqueue"):
+        cmd = [sys.executable, "-m", "admission.cli.main", "usage", "--by", by, "--since", "30d", "--price", "a100=3.2"]
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        took = time.perf_counter() - t0
+        groups = len(out.stdout.splitlines()) - 2
+        print(
+            f"  `turnstile usage --by {by}` over 1,000,000 ledger rows: {took:5.2f} s ({groups} rows; "
+            "target <= 2 s; whole process)"
+        )
+
+
+async def _fill_ledger(url: str, n: int) -> None:
+    """``n`` closed ledger intervals over the last 30 days: 100 namespaces and queues, 20 teams."""
+    engine = database.make_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    """
+                    INSERT INTO usage_ledger (workload, namespace, cluster_queue, local_queue, flavor, resource,
+                                              quantity, labels, started_at, ended_at)
+                    SELECT 'ns-' || (i % 100) || '/job-' || i, 'ns-' || (i % 100),
+                           'cq-' || lpad((i % 100)::text, 4, '0'),
+                           'q', CASE WHEN i % 3 = 0 THEN 'h100' ELSE 'a100' END,
+                           CASE WHEN i % 4 = 0 THEN 'cpu' ELSE 'nvidia.com/gpu' END, (1 + i % 8) * 1000,
+                           jsonb_build_object('team', 'team-' || (i % 20)),
+                           now() - make_interval(secs => i % 2500000),
+                           now() - make_interval(secs => i % 2500000) + make_interval(secs => 60 + i % 7200)
+                    FROM generate_series(1, :n) AS i
+                    """
+                ),
+                {"n": n},
+            )
+    finally:
+        await engine.dispose()

@@ -323,6 +323,11 @@ def _container_requests(container: Any, path: str, problems: list[FieldError]) -
     return out
 
 
+def is_gpu(resource: str) -> bool:
+    """A whole GPU or a GPU slice (MIG): what GPU-hours and the GPU warnings count."""
+    return resource in ("nvidia.com/gpu", "amd.com/gpu") or resource.startswith("nvidia.com/mig-")
+
+
 def _is_extended(resource: str) -> bool:
     return "/" in resource and not resource.startswith("kubernetes.io/")
 

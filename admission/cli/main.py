@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from admission.cli import admin, documents, running, sim
+from admission.cli import admin, documents, running, sim, usage
 from queues import errors
 
 
@@ -120,6 +120,7 @@ for _command in (
     admin.stop_cmd,
     admin.resume_cmd,
     admin.history_cmd,
+    usage.usage_cmd,
     sim.sim,
     running.controller_cmd,
 ):

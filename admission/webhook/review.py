@@ -167,7 +167,7 @@ def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
         for c in (template.get("spec") or {}).get("containers") or []:
             requests = ((c or {}).get("resources") or {}).get("requests") or {}
             limits = ((c or {}).get("resources") or {}).get("limits") or {}
-            gpus = [r for r in {**limits, **requests} if _is_gpu(r)]
+            gpus = [r for r in {**limits, **requests} if jobs.is_gpu(r)]
             if gpus:
                 gpu_job = True
                 missing = [r for r in ("cpu", "memory") if r not in requests]
@@ -182,7 +182,3 @@ def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
             f"LocalQueues here: {', '.join(existing)}"
         )
     return out
-
-
-def _is_gpu(resource: str) -> bool:
-    return resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/mig-") or resource == "amd.com/gpu"

@@ -1,0 +1,72 @@
+"""The ledger report in exact arithmetic: clipping to the window, open intervals, every grouping."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.store import database, tables
+from admission.store import usage as ledger
+
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+GPU = "nvidia.com/gpu"
+
+
+def interval(
+    ns: str, cq: str, flavor: str, resource: str, milli: int, start_h: float, end_h: float | None, team: str | None
+) -> tables.UsageInterval:
+    return tables.UsageInterval(
+        workload=f"{ns}/job",
+        namespace=ns,
+        cluster_queue=cq,
+        local_queue="q",
+        flavor=flavor,
+        resource=resource,
+        quantity=milli,
+        labels={"team": team} if team else {},
+        started_at=T0 + dt.timedelta(hours=start_h),
+        ended_at=None if end_h is None else T0 + dt.timedelta(hours=end_h),
+    )
+
+
+async def test_report_clips_counts_open_intervals_and_groups(sessions: async_sessionmaker[AsyncSession]) -> None:
+    async with database.transaction(sessions) as s:
+        s.add_all(
+            [
+                interval("ml-a", "team-a", "a100", GPU, 2000, 0, 3, "vision"),  # 2 GPUs for 3 h
+                interval("ml-a", "team-a", "a100", GPU, 4000, 5, 5.25, "vision"),  # preempted after 15 min
+                interval("ml-a", "team-a", "a100", "cpu", 500, 0, 3, "vision"),  # half a core for 3 h
+                interval("ml-b", "team-b", "h100", GPU, 1000, -10, 2, "nlp"),  # began before the window
+                interval("ml-b", "team-b", "a100", GPU, 8000, 9, None, None),  # still running
+                interval("ml-c", "team-b", "a100", GPU, 1000, -5, -1, "nlp"),  # ended before the window
+            ]
+        )
+    since, until = T0, T0 + dt.timedelta(hours=10)
+    async with database.transaction(sessions) as s:
+        by_ns = await ledger.report(s, by="namespace", since=since, until=until)
+        by_cq = await ledger.report(s, by="clusterqueue", since=since, until=until)
+        by_team = await ledger.report(s, by="label:team", since=since, until=until)
+    hours = {(r.group, r.flavor, r.resource): r.hours for r in by_ns}
+    assert hours == {
+        ("ml-a", "a100", GPU): Decimal(2 * 3) + Decimal(4) * Decimal("0.25"),  # 7
+        ("ml-a", "a100", "cpu"): Decimal("1.5"),
+        ("ml-b", "h100", GPU): Decimal(2),  # clipped at the window's start
+        ("ml-b", "a100", GPU): Decimal(8),  # open: counts up to the window's end (1 h x 8)
+    }
+    assert {(r.group, r.resource): r.hours for r in by_cq if r.resource == GPU and r.flavor == "a100"} == {
+        ("team-a", GPU): Decimal(7),
+        ("team-b", GPU): Decimal(8),
+    }
+    teams = {(r.group, r.flavor, r.resource): r.hours for r in by_team}
+    assert teams[("vision", "a100", GPU)] == 7 and teams[("nlp", "h100", GPU)] == 2
+    assert teams[(ledger.NO_LABEL, "a100", GPU)] == 8
+
+
+def test_groupings_are_checked() -> None:
+    assert ledger.parse_by("label:team") == "label:team"
+    for bad in ("team", "label:", "cq"):
+        with pytest.raises(ValueError, match="namespace, clusterqueue or label:KEY"):
+            ledger.parse_by(bad)
