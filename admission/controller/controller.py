@@ -39,6 +39,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.enactor import Enactor
+from admission.controller.metrics import Metrics
 from admission.controller.term import Row, Term, now_ms, timestamp
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration, JobView
@@ -49,7 +50,7 @@ from admission.store import config as config_store
 from admission.store import database, lease, notify
 from admission.store import workloads as store
 from queues.model import Config, SharedShapes, Workload
-from queues.scheduler import Decision, Evict
+from queues.scheduler import Admit, Decision, Evict
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class Controller:
         self.term_task: asyncio.Task[None] | None = None
         self.database_ok = False
         self.steps = 0
+        self.metrics = Metrics(self)
 
     # ----- what the cluster says -----------------------------------------------------------------
 
@@ -233,6 +235,8 @@ class Controller:
         term = Term.start(fence, snapshot, dict(self.namespaces))
         term.valid_until = time.monotonic() + self.options.lease_ttl * 0.8
         self.term = term
+        for wl in term.scheduler.workloads.values():
+            self.metrics.clock.start(wl, time.time())  # held quota counts from this term on
         self.dirty.update(dict.fromkeys(self.views))
         self.dirty.update(dict.fromkeys(term.rows))
         self.namespaces_changed = False
@@ -248,6 +252,7 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if term is not None:
+            self.metrics.clock.stop_all(time.time())
             level = logging.INFO if why == "stopping" else logging.WARNING
             log.log(level, "no longer leading (term %d): %s", term.fence.token, why)
 
@@ -274,6 +279,10 @@ class Controller:
     # ----- one step ------------------------------------------------------------------------------
 
     async def _step(self, term: Term) -> None:
+        with self.metrics.step_seconds.time():
+            await self._step_timed(term)
+
+    async def _step_timed(self, term: Term) -> None:
         self.steps += 1
         sched = term.scheduler
         now = sched.now = now_ms()
@@ -286,7 +295,10 @@ class Controller:
             raise
         decisions.extend(term.owed)
         term.owed = []
+        started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
+        if decided or sched.pending.where:
+            self.metrics.attempt(sum(1 for d in decided if isinstance(d, Admit)), time.perf_counter() - started)
         if len(decided) >= self.options.step_decisions:
             self.wake.set()  # more to decide: the next step goes on while these are enacted
         decisions.extend(decided)
@@ -363,6 +375,7 @@ class Controller:
             self.database_ok = True
         decisions: list[Decision] = []
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
+            self.metrics.clock.stop(row.key, at.timestamp())
             sched.finish(row.key)
             term.forget(row.uid)
             self.enactor.stopped(term, row.key)
@@ -423,6 +436,15 @@ class Controller:
                 session, admissions=admissions, evictions=evictions, now=at, fence=term.fence
             )
             await store.set_reasons(session, reasons)
+        done = at.timestamp()
+        for key, e in last_evict.items():
+            row = term.by_key.get(key)
+            if row is not None and row.id in result.evicted:
+                by = sched.workloads.get(e.by) if e.by else None
+                by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
+                self.metrics.evicted_workload(key, e.cluster_queue, e.reason, e.detail, by_cq, done)
+        for row_id in result.admitted:
+            self.metrics.admitted_workload(admitted_now[row_id], done)
         for row_id in result.refused:
             wl = admitted_now[row_id]
             log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from admission.controller.controller import Controller, Options
 from admission.kube import client as kube_client
@@ -62,15 +62,6 @@ def health_app(ready: Callable[[], bool], registry: CollectorRegistry) -> web.Ap
     return app
 
 
-def _registry(controller: Controller) -> CollectorRegistry:
-    registry = CollectorRegistry()
-    leader = Gauge("turnstile_leader", "1 while this replica holds the scheduler lease", registry=registry)
-    leader.set_function(lambda: 1.0 if controller.term is not None else 0.0)
-    steps = Gauge("turnstile_scheduling_steps", "scheduling steps run by this replica", registry=registry)
-    steps.set_function(lambda: float(controller.steps))
-    return registry
-
-
 @dataclass(slots=True)
 class Endpoints:
     webhook: web.AppRunner
@@ -95,7 +86,7 @@ async def endpoints(
     webhook = web.AppRunner(WebhookServer(lambda: controller.config).app, handle_signals=False)
     listening = {"tls": False}
     health = web.AppRunner(
-        health_app(lambda: listening["tls"] and controller.ready(), _registry(controller)), handle_signals=False
+        health_app(lambda: listening["tls"] and controller.ready(), controller.metrics.registry), handle_signals=False
     )
     await webhook.setup()
     await health.setup()

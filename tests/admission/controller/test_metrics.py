@@ -1,0 +1,86 @@
+"""``/metrics`` of the leading controller: Kueue's names and labels (spec/cli.md) with values that
+follow what happened (admissions, a preemption, quota in use, who waits), and GPU-seconds."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.admission.controller.world import CONFIG, eventually, job, world
+
+# spec/cli.md: the metric names and labels Kueue's dashboards use, and Turnstile's ledger metric.
+CONTRACT = {
+    "kueue_pending_workloads": {"cluster_queue", "status"},
+    "kueue_admitted_workloads_total": {"cluster_queue"},
+    "kueue_admission_wait_time_seconds": {"cluster_queue"},
+    "kueue_evicted_workloads_total": {"cluster_queue", "reason"},
+    "kueue_preempted_workloads_total": {"preempting_cluster_queue", "reason"},
+    "kueue_admission_attempts_total": {"result"},
+    "kueue_admission_attempt_duration_seconds": {"result"},
+    "kueue_admitted_active_workloads": {"cluster_queue"},
+    "kueue_cluster_queue_nominal_quota": {"cohort", "cluster_queue", "flavor", "resource"},
+    "kueue_cluster_queue_resource_usage": {"cohort", "cluster_queue", "flavor", "resource"},
+    "kueue_cluster_queue_status": {"cluster_queue", "status"},
+    "turnstile_resource_seconds_total": {"cluster_queue", "flavor", "resource", "namespace"},
+}
+GPU = "nvidia.com/gpu"
+
+
+def scrape(registry: object) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = generate_latest(registry).decode()  # type: ignore[arg-type]
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
+
+
+def value(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
+    found = [v for lbl, v in samples.get(name, []) if labels.items() <= lbl.items()]
+    assert len(found) == 1, (name, labels, samples.get(name))
+    return found[0]
+
+
+async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)  # team-a: 8 GPUs of a100; lower priority preempted within the queue
+        controller = w.start_controller("replica-1")
+        for name in ("a", "b", "c"):
+            await w.create(job(name, gpus=4))
+
+        async def running(names: tuple[str, ...]) -> bool:
+            jobs = [await w.get(n) for n in names]
+            return all(j["spec"]["suspend"] is False for j in jobs)
+
+        await eventually(lambda: running(("a", "b")), what="a and b to run")
+        await w.create(job("urgent", gpus=4, priority="high"))
+        await eventually(lambda: running(("urgent",)), what="the high-priority job to preempt and run")
+        first = scrape(controller.metrics.registry)
+        for name, labels in CONTRACT.items():
+            samples = first.get(name) or first.get(f"{name}_count")
+            assert samples, f"{name} is missing"
+            assert all(labels == set(lbl) - {"le"} for lbl, _ in samples), (name, samples)
+        team = {"cluster_queue": "team-a"}
+        gpu = {"cluster_queue": "team-a", "flavor": "a100", "resource": GPU}
+        assert value(first, "kueue_admitted_workloads_total", **team) == 3  # a, b, then urgent
+        assert value(first, "kueue_evicted_workloads_total", **team, reason="Preempted") == 1
+        assert value(first, "kueue_preempted_workloads_total", preempting_cluster_queue="team-a") == 1
+        assert value(first, "kueue_admission_wait_time_seconds_count", **team) == 3
+        assert value(first, "kueue_admitted_active_workloads", **team) == 2
+        assert value(first, "kueue_cluster_queue_nominal_quota", **gpu) == 8
+        assert value(first, "kueue_cluster_queue_resource_usage", **gpu) == 8
+        waiting = value(first, "kueue_pending_workloads", **team, status="active") + value(
+            first, "kueue_pending_workloads", **team, status="inadmissible"
+        )
+        assert waiting == 2  # c, and the one urgent preempted
+        assert value(first, "kueue_cluster_queue_status", **team, status="active") == 1
+        assert value(first, "kueue_admission_attempts_total", result="success") >= 2
+        held = value(first, "turnstile_resource_seconds_total", **gpu, namespace="ml")
+        await asyncio.sleep(0.5)
+        later = value(scrape(controller.metrics.registry), "turnstile_resource_seconds_total", **gpu, namespace="ml")
+        assert 0 < held < later and later - held >= 8 * 0.5 * 0.9  # 8 GPUs held for another half second
