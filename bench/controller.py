@@ -197,6 +197,15 @@ class Bench:
         print("  " + self.split(before, wall))
         rss, hwm = memory_mb(self.controller.pid)
         print(f"  controller memory after: {rss:.0f} MiB (peak {hwm:.0f} MiB)")
+        took = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            size = len(await asyncio.to_thread(self.controller.scrape))
+            took.append(time.perf_counter() - t0)
+        print(
+            f"  /metrics with {queues} ClusterQueues and {total:,} workloads: "
+            f"median {statistics.median(took) * 1000:.0f} ms ({size / 1e6:.1f} MB; target <= 100 ms)"
+        )
 
     async def live(self, n_jobs: int) -> None:
         ref = kube_client.ResourceRef("batch/v1", "Job", "jobs")

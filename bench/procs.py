@@ -132,6 +132,10 @@ class ControllerProcess:
     def pid(self) -> int:
         return self.process.pid
 
+    def scrape(self) -> bytes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=30) as r:
+            return bytes(r.read())
+
     def metric(self, name: str) -> float | None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as r:
