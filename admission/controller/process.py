@@ -24,6 +24,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from admission.controller import visibility
 from admission.controller.controller import Controller, Options
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
@@ -45,7 +46,11 @@ def identity() -> str:
     return f"{base}-{secrets.token_hex(3)}"
 
 
-def health_app(ready: Callable[[], bool], registry: CollectorRegistry) -> web.Application:
+def health_app(
+    ready: Callable[[], bool], registry: CollectorRegistry, controller: Controller | None = None
+) -> web.Application:
+    """``/healthz``, ``/readyz``, ``/metrics`` and (with a controller) Kueue's visibility API."""
+
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -59,6 +64,8 @@ def health_app(ready: Callable[[], bool], registry: CollectorRegistry) -> web.Ap
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    if controller is not None:
+        visibility.routes(app, lambda: controller.term, controller.enactor.view)
     return app
 
 
@@ -86,7 +93,8 @@ async def endpoints(
     webhook = web.AppRunner(WebhookServer(lambda: controller.config).app, handle_signals=False)
     listening = {"tls": False}
     health = web.AppRunner(
-        health_app(lambda: listening["tls"] and controller.ready(), controller.metrics.registry), handle_signals=False
+        health_app(lambda: listening["tls"] and controller.ready(), controller.metrics.registry, controller),
+        handle_signals=False,
     )
     await webhook.setup()
     await health.setup()

@@ -1,0 +1,133 @@
+"""Kueue's visibility API on the controller: the pending workloads of a ClusterQueue or LocalQueue,
+in the order they will be considered, with their positions.
+
+The paths and the ``PendingWorkloadsSummary`` shape are Kueue's (``visibility.kueue.x-k8s.io``,
+served there by an aggregated API server; here on the metrics port, by the leading replica,
+which holds the queues; a standby answers 503 so a client retries against the Service):
+
+- ``/apis/visibility.kueue.x-k8s.io/{v1beta1,v1beta2}/clusterqueues/{cq}/pendingworkloads``
+- ``/apis/visibility.kueue.x-k8s.io/{v1beta1,v1beta2}/namespaces/{ns}/localqueues/{lq}/pendingworkloads``
+
+with ``offset`` (default 0) and ``limit`` (default 1000), as Kueue.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from admission.controller.term import Term
+from admission.jobs.base import JobView
+from queues.model import Workload
+
+GROUP = "visibility.kueue.x-k8s.io"
+VERSIONS = ("v1beta1", "v1beta2")
+DEFAULT_LIMIT = 1000
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+    return web.json_response(body, status=code)
+
+
+def _item(wl: Workload, cq_position: int, lq_position: int, view: JobView | None) -> dict[str, Any]:
+    name = wl.key.split("/", 1)[1]
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": wl.namespace,
+        "creationTimestamp": dt.datetime.fromtimestamp(wl.created, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if view is not None:
+        ref = view.integration.ref
+        meta["ownerReferences"] = [
+            {"apiVersion": ref.api_version, "kind": ref.kind, "name": view.name, "uid": view.uid}
+        ]
+    return {
+        "metadata": meta,
+        "priority": wl.priority,
+        "localQueueName": wl.local_queue,
+        "positionInClusterQueue": cq_position,
+        "positionInLocalQueue": lq_position,
+    }
+
+
+def summary(
+    term: Term,
+    cluster_queue: str,
+    *,
+    local_queue: tuple[str, str] | None,
+    offset: int,
+    limit: int,
+    view_of: Callable[[str], JobView | None],
+) -> dict[str, Any]:
+    """The pending workloads of ``cluster_queue`` (or of one of its LocalQueues), in order."""
+    waiting = term.scheduler.pending.waiting(cluster_queue)
+    per_lq: dict[tuple[str, str | None], int] = {}
+    items = []
+    for position, wl in enumerate(waiting):
+        lq = (wl.namespace, wl.local_queue)
+        lq_position = per_lq.get(lq, 0)
+        per_lq[lq] = lq_position + 1
+        if local_queue is None or lq == local_queue:
+            items.append((wl, position, lq_position))
+    page = items[offset : offset + limit]
+    return {
+        "kind": "PendingWorkloadsSummary",
+        "apiVersion": f"{GROUP}/v1beta1",
+        "metadata": {"creationTimestamp": None},
+        "items": [_item(wl, p, lp, view_of(wl.key)) for wl, p, lp in page],
+    }
+
+
+def routes(app: web.Application, term_of: Callable[[], Term | None], view_of: Callable[[str], JobView | None]) -> None:
+    def page(request: web.Request) -> tuple[int, int]:
+        try:
+            offset = int(request.query.get("offset", "0"))
+            limit = int(request.query.get("limit", str(DEFAULT_LIMIT)))
+        except ValueError as exc:
+            raise web.HTTPBadRequest(reason="offset and limit must be whole numbers") from exc
+        if offset < 0 or limit < 1:
+            raise web.HTTPBadRequest(reason="offset must be >= 0 and limit >= 1")
+        return offset, limit
+
+    def answer(request: web.Request, cq: str | None, lq: tuple[str, str] | None) -> web.Response:
+        if request.match_info["version"] not in VERSIONS:
+            return _status(404, "NotFound", f"{GROUP} serves {', '.join(VERSIONS)}")
+        try:
+            offset, limit = page(request)
+        except web.HTTPBadRequest as exc:
+            return _status(400, "BadRequest", exc.reason)
+        term = term_of()
+        if term is None:
+            return _status(
+                503, "ServiceUnavailable", "this replica does not lead; ask again (another replica holds the queues)"
+            )
+        if lq is not None:
+            obj = term.scheduler.config.local_queues.get(f"{lq[0]}/{lq[1]}")
+            if obj is None:
+                return _status(404, "NotFound", f'localqueues.{GROUP} "{lq[1]}" not found in namespace {lq[0]}')
+            cq = obj.spec.cluster_queue
+        assert cq is not None
+        if cq not in term.scheduler.config.cluster_queues:
+            return _status(404, "NotFound", f'clusterqueues.{GROUP} "{cq}" not found')
+        return web.json_response(summary(term, cq, local_queue=lq, offset=offset, limit=limit, view_of=view_of))
+
+    async def cluster_queue(request: web.Request) -> web.Response:
+        return answer(request, request.match_info["name"], None)
+
+    async def local_queue(request: web.Request) -> web.Response:
+        return answer(request, None, (request.match_info["namespace"], request.match_info["name"]))
+
+    base = f"/apis/{GROUP}/{{version}}"
+    app.router.add_get(f"{base}/clusterqueues/{{name}}/pendingworkloads", cluster_queue)
+    app.router.add_get(f"{base}/namespaces/{{namespace}}/localqueues/{{name}}/pendingworkloads", local_queue)

@@ -1,0 +1,74 @@
+"""Kueue's visibility API on the leading controller: pending workloads in order, with positions."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from admission.controller import process, visibility
+from admission.controller.controller import Controller
+from tests.admission.controller.world import CONFIG, eventually, job, world
+
+BASE = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def get(url: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.json()
+
+
+async def test_pending_workloads_in_order_with_positions(tmp_path: Path, migrated_url: str) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)  # team-a: 8 GPUs
+        controller: Controller = w.start_controller("replica-1")
+        await w.create(job("big", gpus=8))
+        await eventually(lambda: _running(w, "big"), what="big to run")
+        for name in ("b", "c", "d"):  # wait behind big, in order
+            await w.create(job(name, gpus=4))
+        app = process.health_app(lambda: True, controller.metrics.registry, controller)
+        async with serving(app) as url:
+
+            async def three_pending() -> Any:
+                status, body = await get(f"{url}{BASE}/clusterqueues/team-a/pendingworkloads")
+                return body if status == 200 and len(body["items"]) == 3 else None
+
+            body = await eventually(three_pending, what="three pending workloads")
+            assert body["kind"] == "PendingWorkloadsSummary"
+            items = body["items"]
+            assert [i["metadata"]["name"] for i in items] == ["b", "c", "d"]
+            assert [i["positionInClusterQueue"] for i in items] == [0, 1, 2]
+            assert [i["positionInLocalQueue"] for i in items] == [0, 1, 2]
+            assert items[0]["localQueueName"] == "team-a" and items[0]["metadata"]["namespace"] == "ml"
+            owner = items[0]["metadata"]["ownerReferences"][0]
+            assert (owner["kind"], owner["name"]) == ("Job", "b")
+            status, paged = await get(f"{url}{BASE}/namespaces/ml/localqueues/team-a/pendingworkloads?offset=1&limit=1")
+            assert status == 200 and [i["metadata"]["name"] for i in paged["items"]] == ["c"]
+            status, missing = await get(f"{url}{BASE}/clusterqueues/nope/pendingworkloads")
+            assert status == 404 and missing["kind"] == "Status" and "nope" in missing["message"]
+            status, bad = await get(f"{url}{BASE}/clusterqueues/team-a/pendingworkloads?limit=0")
+            assert status == 400 and "limit" in bad["message"]
+    standby = web.Application()
+    visibility.routes(standby, lambda: None, lambda _key: None)
+    async with serving(standby) as url:
+        status, body = await get(f"{url}{BASE}/clusterqueues/team-a/pendingworkloads")
+        assert status == 503 and "does not lead" in body["message"]
+
+
+async def _running(w: Any, name: str) -> bool:
+    return (await w.get(name))["spec"]["suspend"] is False
