@@ -39,6 +39,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.enactor import Enactor
+from admission.controller.events import EventPoster
 from admission.controller.metrics import Metrics
 from admission.controller.term import Row, Term, now_ms, timestamp
 from admission.jobs import INTEGRATIONS
@@ -107,6 +108,7 @@ class Controller:
         self.database_ok = False
         self.steps = 0
         self.metrics = Metrics(self)
+        self.events = EventPoster(kube, instance=options.identity)
 
     # ----- what the cluster says -----------------------------------------------------------------
 
@@ -152,6 +154,7 @@ class Controller:
         tasks.append(asyncio.create_task(self._listen(), name="listen"))
         tasks.append(asyncio.create_task(self._resync(), name="resync"))
         self.enactor.start()
+        self.events.start()
         try:
             await self._elect()
         finally:
@@ -160,6 +163,7 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.enactor.stop()
+            await self.events.stop()
             with contextlib.suppress(*DB_ERRORS):
                 await self._release_lease()
 
@@ -374,6 +378,10 @@ class Controller:
                     config = await config_store.load_config(session)
             self.database_ok = True
         decisions: list[Decision] = []
+        for row in finishes["JobFinished"]:
+            self.events.post(self.views.get(row.uid), "Finished", "the job finished; its quota is released")
+        for row in (*finishes["JobFinished"], *finishes["JobDeleted"]):
+            self.events.forget(row.uid)
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
             self.metrics.clock.stop(row.key, at.timestamp())
             sched.finish(row.key)
@@ -399,6 +407,47 @@ class Controller:
             decisions.extend(sched.set_namespaces(dict(self.namespaces)))
         return decisions
 
+    def _report(
+        self,
+        term: Term,
+        evicted: dict[str, Evict],
+        result: store.CommitResult,
+        admitted: dict[int, Workload],
+        said: list[tuple[str, str, str]],
+        at: float,
+    ) -> None:
+        """What a committed step tells the world: metrics, and Events on the jobs."""
+        sched = term.scheduler
+        view = self.enactor.view
+        for key, e in evicted.items():
+            row = term.by_key.get(key)
+            if row is None or row.id not in result.evicted:
+                continue
+            by = sched.workloads.get(e.by) if e.by else None
+            by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
+            self.metrics.evicted_workload(key, e.cluster_queue, e.reason, e.detail, by_cq, at)
+            if e.by:
+                self.events.post(
+                    view(key), "Preempted", f"preempted by {e.by} ({e.detail}); it waits to be admitted again"
+                )
+            else:
+                self.events.post(view(key), "Evicted", f"evicted: {e.reason} ({e.detail})", type="Warning")
+        for row_id in result.admitted:
+            wl = admitted[row_id]
+            assert wl.admission is not None
+            self.metrics.admitted_workload(wl, at)
+            if (v := view(wl.key)) is not None:
+                self.events.forget(v.uid)  # a later wait is a first wait again
+            flavors = sorted({f for per_res in wl.admission.flavors.values() for f in per_res.values()})
+            self.events.post(
+                view(wl.key),
+                "Admitted",
+                f"admitted by ClusterQueue {wl.admission.cluster_queue} on flavor {', '.join(flavors)}"
+                + (" (borrowing)" if wl.admission.borrowing else ""),
+            )
+        for key, reason, message in said:
+            self.events.pending(view(key), reason, message)
+
     async def _commit(self, term: Term, decisions: Sequence[Decision], at: dt.datetime) -> set[str]:
         """Step 3: the net effect of the decisions, in one fenced transaction; undo what it refused."""
         sched = term.scheduler
@@ -423,28 +472,22 @@ class Controller:
             if wl.admission is not None and (not was_admitted or key in last_evict):
                 admissions.append(store.Admit(row.id, wl.admission))
                 admitted_now[row.id] = wl
-        reasons = [
-            (row.id, wl.reason, wl.message, wl.cluster_queue)
+        said = [
+            (key, row.id, wl)
             for key in sched.said
             if (wl := sched.workloads.get(key)) is not None
             and wl.admission is None
             and (row := term.by_key.get(key)) is not None
         ]
+        reasons = [(row_id, wl.reason, wl.message, wl.cluster_queue) for _, row_id, wl in said]
         sched.said.clear()
         async with database.transaction(self.sessions) as session:
             result = await store.commit_cycle(
                 session, admissions=admissions, evictions=evictions, now=at, fence=term.fence
             )
             await store.set_reasons(session, reasons)
-        done = at.timestamp()
-        for key, e in last_evict.items():
-            row = term.by_key.get(key)
-            if row is not None and row.id in result.evicted:
-                by = sched.workloads.get(e.by) if e.by else None
-                by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
-                self.metrics.evicted_workload(key, e.cluster_queue, e.reason, e.detail, by_cq, done)
-        for row_id in result.admitted:
-            self.metrics.admitted_workload(admitted_now[row_id], done)
+        pending = [(key, wl.reason, wl.message) for key, _, wl in said]
+        self._report(term, last_evict, result, admitted_now, pending, at.timestamp())
         for row_id in result.refused:
             wl = admitted_now[row_id]
             log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)

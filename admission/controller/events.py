@@ -1,0 +1,112 @@
+"""Kubernetes Events on the jobs, so ``kubectl describe job`` says what Turnstile decided.
+
+``Pending`` when a job first waits and whenever its reason changes (the core reports only
+changes, so a queue of 100,000 waiting jobs posts nothing while nothing changes), ``Admitted``
+(ClusterQueue and flavors), ``Preempted`` (by whom, why), ``Evicted`` (other reasons) and
+``Finished``. Events are posted by a few background workers from a bounded queue: the
+scheduling step never waits on the API server, and if the API server cannot keep up, new
+events are dropped (and counted) rather than memory growing without end. Events are a courtesy
+to the user; the store is the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from admission.jobs.base import JobView
+from admission.kube.client import EVENTS, Kube, KubeError
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "turnstile"
+MAX_QUEUED = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    view: JobView
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+class EventPoster:
+    def __init__(self, kube: Kube, *, instance: str, workers: int = 4) -> None:
+        self.kube = kube
+        self.instance = instance
+        self.queue: asyncio.Queue[JobEvent] = asyncio.Queue(maxsize=MAX_QUEUED)
+        self.workers = workers
+        self.tasks: list[asyncio.Task[None]] = []
+        self.posted = 0
+        self.dropped = 0
+        self.last_reason: dict[str, str] = {}  # job uid -> reason of its last Pending event
+
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(self._work(), name=f"events-{i}") for i in range(self.workers)]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.tasks = []
+
+    def pending(self, view: JobView | None, reason: str, message: str) -> None:
+        """A ``Pending`` event when the job first waits and whenever the *reason* changes (messages
+        with changing numbers alone post nothing: no flood)."""
+        if view is None or self.last_reason.get(view.uid) == reason:
+            return
+        self.last_reason[view.uid] = reason
+        self.post(view, "Pending", f"{reason}: {message}")
+
+    def forget(self, uid: str) -> None:
+        self.last_reason.pop(uid, None)
+
+    def post(self, view: JobView | None, reason: str, message: str, *, type: str = "Normal") -> None:
+        if view is None:
+            return
+        try:
+            self.queue.put_nowait(JobEvent(view, type, reason, message[:1024]))
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def _work(self) -> None:
+        while True:
+            event = await self.queue.get()
+            try:
+                await self._send(event)
+                self.posted += 1
+            except KubeError as exc:
+                log.debug("event %s for %s not posted: %s", event.reason, event.view.key, exc)
+
+    async def _send(self, event: JobEvent) -> None:
+        view = event.view
+        ref = view.integration.ref
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{view.name}.", "namespace": view.namespace},
+            "involvedObject": {
+                "apiVersion": ref.api_version,
+                "kind": ref.kind,
+                "name": view.name,
+                "namespace": view.namespace,
+                "uid": view.uid,
+            },
+            "reason": event.reason,
+            "message": event.message,
+            "type": event.type,
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{COMPONENT}.dev/controller",
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.kube.create(EVENTS, view.namespace, body)

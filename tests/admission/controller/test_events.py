@@ -1,0 +1,74 @@
+"""Kubernetes Events on the jobs: what ``kubectl describe job`` shows of Turnstile's decisions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from admission.controller.events import EventPoster
+from admission.jobs import BY_KIND
+from tests.admission.controller.world import CONFIG, eventually, job, world
+
+
+async def events(w: Any) -> list[tuple[str, str, str]]:
+    listed = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
+    return [
+        (e["involvedObject"]["name"], e["reason"], e["message"])
+        for e in sorted(listed["items"], key=lambda e: int(e["metadata"]["resourceVersion"]))
+        if e.get("source", {}).get("component") == "turnstile"
+    ]
+
+
+def reasons(seen: list[tuple[str, str, str]], name: str) -> list[str]:
+    return [reason for who, reason, _ in seen if who == name]
+
+
+async def test_events_tell_the_story_of_each_job_without_a_flood(tmp_path: Path, migrated_url: str) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)  # team-a: 8 GPUs; lower priority is preempted within the queue
+        w.start_controller("replica-1")
+        await w.create(job("quick", gpus=4, runtime=1))
+        await w.create(job("steady", gpus=4))
+        await w.create(job("waits", gpus=4))
+
+        async def story(check: Any) -> Any:
+            seen = await events(w)
+            return seen if check(seen) else None
+
+        seen = await eventually(
+            lambda: story(lambda s: "Admitted" in reasons(s, "waits")),
+            what="waits to be admitted after quick",
+            timeout=20,
+        )
+        assert reasons(seen, "quick") == ["Admitted", "Finished"]
+        assert reasons(seen, "waits") == ["Pending", "Admitted"]  # one Pending, however often it was looked at
+        (pending,) = [m for who, r, m in seen if who == "waits" and r == "Pending"]
+        assert "team-a" in pending or "quota" in pending.lower()
+        admitted = [m for who, r, m in seen if who == "steady" and r == "Admitted"]
+        assert admitted == ["admitted by ClusterQueue team-a on flavor a100"]
+        await w.create(job("urgent", gpus=4, priority="high"))
+        seen = await eventually(
+            lambda: story(lambda s: any(r == "Preempted" for _, r, _ in s)), what="a preemption", timeout=20
+        )
+        (victim, message) = next((who, m) for who, r, m in seen if r == "Preempted")
+        assert victim in ("steady", "waits") and "preempted by ml/urgent (InClusterQueue)" in message
+        await eventually(lambda: story(lambda s: "Admitted" in reasons(s, "urgent")), what="urgent admitted")
+
+
+def test_pending_events_only_when_the_reason_changes() -> None:
+    obj = job("j", gpus=4)
+    obj["metadata"]["uid"] = "uid-1"
+    view = BY_KIND[("batch/v1", "Job")].view(obj)
+    poster = EventPoster(None, instance="test")  # type: ignore[arg-type]  # nothing is sent: queued only
+    for message in ("needs 4, 2 free", "needs 4, 1 free", "needs 4, 3 free"):
+        poster.pending(view, "WaitingForQuota", message)
+    poster.pending(view, "NamespaceNotAllowed", "namespace ml does not match")
+    poster.pending(view, "NamespaceNotAllowed", "namespace ml does not match")
+    queued = [poster.queue.get_nowait() for _ in range(poster.queue.qsize())]
+    assert [(e.reason, e.message) for e in queued] == [
+        ("Pending", "WaitingForQuota: needs 4, 2 free"),
+        ("Pending", "NamespaceNotAllowed: namespace ml does not match"),
+    ]
+    poster.forget("uid-1")  # admitted: a later wait is reported again
+    poster.pending(view, "WaitingForQuota", "evicted")
+    assert poster.queue.qsize() == 1
