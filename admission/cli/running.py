@@ -10,23 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import sys
 from pathlib import Path
 
 import click
 
+from admission import logs
 from admission.cli import admin
 from admission.cli.store_commands import actor
 from admission.settings import Settings
 
-
-def _logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+log_format_option = click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line, with workload and queue fields on every decision.",
+)
 
 
 @click.command("controller")
@@ -54,6 +53,7 @@ def _logging(level: str) -> None:
 )
 @click.option("--database-url", default=None, help="PostgreSQL; default TURNSTILE_DATABASE_URL, else embedded.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
+@log_format_option
 def controller_cmd(
     kubeconfig: Path | None,
     webhook_port: int,
@@ -62,12 +62,13 @@ def controller_cmd(
     cert_secret: str | None,
     database_url: str | None,
     log_level: str,
+    log_format: str,
 ) -> None:
     """The in-cluster process: scheduler (leader only), reconcilers, webhook, metrics."""
     from admission.controller import process
     from admission.store import database
 
-    _logging(log_level)
+    logs.configure(log_level, log_format)
     settings = Settings()
     url = database.resolve_url(settings, database_url)
     with contextlib.suppress(KeyboardInterrupt):
@@ -145,8 +146,11 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
 @click.option("--metrics-port", type=int, default=8080, show_default=True)
 @click.option("--manifests", default=None, help="Kueue YAML (file or folder) to apply before starting.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="warning", show_default=True)
-def up_cmd(port: int, webhook_port: int, metrics_port: int, manifests: str | None, log_level: str) -> None:
+@log_format_option
+def up_cmd(
+    port: int, webhook_port: int, metrics_port: int, manifests: str | None, log_level: str, log_format: str
+) -> None:
     """A local playground: simulated cluster + controller + webhook + embedded PostgreSQL."""
-    _logging(log_level)
+    logs.configure(log_level, log_format)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_up(port, webhook_port, metrics_port, manifests))

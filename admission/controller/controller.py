@@ -380,6 +380,8 @@ class Controller:
         decisions: list[Decision] = []
         for row in finishes["JobFinished"]:
             self.events.post(self.views.get(row.uid), "Finished", "the job finished; its quota is released")
+            if (done := sched.workloads.get(row.key)) is not None:
+                log.info("finished %s", row.key, extra=_fields(done, "Finished"))
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"]):
             self.events.forget(row.uid)
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
@@ -426,6 +428,15 @@ class Controller:
             by = sched.workloads.get(e.by) if e.by else None
             by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
             self.metrics.evicted_workload(key, e.cluster_queue, e.reason, e.detail, by_cq, at)
+            log.info(
+                "evicted %s from ClusterQueue %s: %s (%s)%s",
+                key,
+                e.cluster_queue,
+                e.reason,
+                e.detail,
+                f" by {e.by}" if e.by else "",
+                extra=_fields(e.workload, "Evicted", cluster_queue=e.cluster_queue, reason=e.detail, by=e.by),
+            )
             if e.by:
                 self.events.post(
                     view(key), "Preempted", f"preempted by {e.by} ({e.detail}); it waits to be admitted again"
@@ -439,6 +450,13 @@ class Controller:
             if (v := view(wl.key)) is not None:
                 self.events.forget(v.uid)  # a later wait is a first wait again
             flavors = sorted({f for per_res in wl.admission.flavors.values() for f in per_res.values()})
+            log.info(
+                "admitted %s by ClusterQueue %s on flavor %s",
+                wl.key,
+                wl.admission.cluster_queue,
+                ", ".join(flavors),
+                extra=_fields(wl, "Admitted", cluster_queue=wl.admission.cluster_queue, flavors=wl.admission.flavors),
+            )
             self.events.post(
                 view(wl.key),
                 "Admitted",
@@ -447,6 +465,8 @@ class Controller:
             )
         for key, reason, message in said:
             self.events.pending(view(key), reason, message)
+            if (waiting := sched.workloads.get(key)) is not None:
+                log.debug("%s waits: %s: %s", key, reason, message, extra=_fields(waiting, "Pending", reason=reason))
 
     async def _commit(self, term: Term, decisions: Sequence[Decision], at: dt.datetime) -> set[str]:
         """Step 3: the net effect of the decisions, in one fenced transaction; undo what it refused."""
@@ -494,3 +514,16 @@ class Controller:
             sched.forget_admission(wl)
             self.wake.set()
         return set(first)
+
+
+def _fields(wl: Workload, decision: str, **more: object) -> dict[str, object]:
+    """The structured fields of a decision log line (``--log-format json``)."""
+    fields: dict[str, object] = {
+        "workload": wl.key,
+        "namespace": wl.namespace,
+        "local_queue": wl.local_queue,
+        "cluster_queue": wl.cluster_queue,
+        "decision": decision,
+    }
+    fields.update({k: v for k, v in more.items() if v is not None})
+    return fields
