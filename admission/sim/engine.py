@@ -308,6 +308,11 @@ def replay(
                 record.nominal(Snapshot(config).queues)
         elif what.workload in workloads:
             ev: store.EventRow = what
+            if record.by_key[ev.workload].state == "Finished":
+                # A job finishes once. Finishes sort before decisions at one instant, so a decision
+                # committed at the instant its job completed (an eviction, a re-admission in the same
+                # step) comes after the finish here: it did not matter, the work was done.
+                continue
             if ev.type == "Admitted":
                 flavors = ev.flavors or {}
                 record.admitted(
@@ -315,8 +320,7 @@ def replay(
                     admission_of(workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing)),
                 )
             elif ev.type == "Evicted":
-                if record.by_key[ev.workload].state != "Finished":
-                    record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
+                record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
             elif record.by_key[ev.workload].state in ("Admitted", "Pending"):
                 # A job can complete just as it is evicted (before the suspension reaches it): it
                 # finished, whichever of the two was committed first at that instant.

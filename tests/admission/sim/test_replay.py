@@ -70,15 +70,23 @@ def event(i: int, kind: str, **fields: Any) -> EventRow:
     return EventRow(id=i, workload="ml/a", at=AT, type=kind, **{**base, **fields})
 
 
-@pytest.mark.parametrize("finished_at", [2.0, 2.1])  # the same instant as the eviction, or just after
-def test_a_job_that_completes_as_it_is_evicted_is_reported_finished(finished_at: float) -> None:
+ADMIT = {"flavors": {"main": {"nvidia.com/gpu": "a100"}}, "borrowing": False}
+
+
+@pytest.mark.parametrize(
+    ("finished_at", "readmitted"),
+    [(2.0, False), (2.1, False), (2.0, True)],  # at the eviction's instant, just after, or after a re-admission
+)
+def test_a_job_that_completes_as_it_is_evicted_is_reported_finished(finished_at: float, readmitted: bool) -> None:
     sc = scenario.parse(DOC)
     timeline: list[tuple[float, int, int, Any]] = [
         (0.0, 3, 0, sc.jobs[0]),
-        (0.0, 4, 1, event(1, "Admitted", flavors={"main": {"nvidia.com/gpu": "a100"}}, borrowing=False)),
+        (0.0, 4, 1, event(1, "Admitted", **ADMIT)),
         (2.0, 4, 2, event(2, "Evicted", reason="Preempted", detail="InClusterQueue", by="ml/b")),
-        (finished_at, 1, 3, event(3, "Finished", reason="JobFinished")),
     ]
+    if readmitted:  # evicted and admitted again in one step, as its job completed
+        timeline.append((2.0, 4, 3, event(3, "Admitted", **ADMIT)))
+    timeline.append((finished_at, 1, 4, event(4, "Finished", reason="JobFinished")))
     result = replay(sc, Recorder(sc), timeline, {"ml/a": ("Finished", None, None)}, cycles=0)
     (track,) = result.tracks
     assert track.state == "Finished" and track.finished == finished_at
