@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.metrics import Metrics
+from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, now_ms, timestamp
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration, JobView
@@ -109,6 +110,7 @@ class Controller:
         self.steps = 0
         self.metrics = Metrics(self)
         self.events = EventPoster(kube, instance=options.identity)
+        self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
 
     # ----- what the cluster says -----------------------------------------------------------------
 
@@ -379,10 +381,8 @@ class Controller:
             self.database_ok = True
         decisions: list[Decision] = []
         for row in finishes["JobFinished"]:
-            self.events.post(self.views.get(row.uid), "Finished", "the job finished; its quota is released")
-            if (done := sched.workloads.get(row.key)) is not None:
-                log.info("finished %s", row.key, extra=_fields(done, "Finished"))
-        for row in (*finishes["JobFinished"], *finishes["JobDeleted"]):
+            self.reporter.finished(self.views.get(row.uid), sched.workloads.get(row.key), at.timestamp())
+        for row in finishes["JobDeleted"]:
             self.events.forget(row.uid)
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
             self.metrics.clock.stop(row.key, at.timestamp())
@@ -408,65 +408,6 @@ class Controller:
             self.namespaces_changed = False
             decisions.extend(sched.set_namespaces(dict(self.namespaces)))
         return decisions
-
-    def _report(
-        self,
-        term: Term,
-        evicted: dict[str, Evict],
-        result: store.CommitResult,
-        admitted: dict[int, Workload],
-        said: list[tuple[str, str, str]],
-        at: float,
-    ) -> None:
-        """What a committed step tells the world: metrics, and Events on the jobs."""
-        sched = term.scheduler
-        view = self.enactor.view
-        for key, e in evicted.items():
-            row = term.by_key.get(key)
-            if row is None or row.id not in result.evicted:
-                continue
-            by = sched.workloads.get(e.by) if e.by else None
-            by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
-            self.metrics.evicted_workload(key, e.cluster_queue, e.reason, e.detail, by_cq, at)
-            log.info(
-                "evicted %s from ClusterQueue %s: %s (%s)%s",
-                key,
-                e.cluster_queue,
-                e.reason,
-                e.detail,
-                f" by {e.by}" if e.by else "",
-                extra=_fields(e.workload, "Evicted", cluster_queue=e.cluster_queue, reason=e.detail, by=e.by),
-            )
-            if e.by:
-                self.events.post(
-                    view(key), "Preempted", f"preempted by {e.by} ({e.detail}); it waits to be admitted again"
-                )
-            else:
-                self.events.post(view(key), "Evicted", f"evicted: {e.reason} ({e.detail})", type="Warning")
-        for row_id in result.admitted:
-            wl = admitted[row_id]
-            assert wl.admission is not None
-            self.metrics.admitted_workload(wl, at)
-            if (v := view(wl.key)) is not None:
-                self.events.forget(v.uid)  # a later wait is a first wait again
-            flavors = sorted({f for per_res in wl.admission.flavors.values() for f in per_res.values()})
-            log.info(
-                "admitted %s by ClusterQueue %s on flavor %s",
-                wl.key,
-                wl.admission.cluster_queue,
-                ", ".join(flavors),
-                extra=_fields(wl, "Admitted", cluster_queue=wl.admission.cluster_queue, flavors=wl.admission.flavors),
-            )
-            self.events.post(
-                view(wl.key),
-                "Admitted",
-                f"admitted by ClusterQueue {wl.admission.cluster_queue} on flavor {', '.join(flavors)}"
-                + (" (borrowing)" if wl.admission.borrowing else ""),
-            )
-        for key, reason, message in said:
-            self.events.pending(view(key), reason, message)
-            if (waiting := sched.workloads.get(key)) is not None:
-                log.debug("%s waits: %s: %s", key, reason, message, extra=_fields(waiting, "Pending", reason=reason))
 
     async def _commit(self, term: Term, decisions: Sequence[Decision], at: dt.datetime) -> set[str]:
         """Step 3: the net effect of the decisions, in one fenced transaction; undo what it refused."""
@@ -507,23 +448,10 @@ class Controller:
             )
             await store.set_reasons(session, reasons)
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
-        self._report(term, last_evict, result, admitted_now, pending, at.timestamp())
+        self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp())
         for row_id in result.refused:
             wl = admitted_now[row_id]
             log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)
             sched.forget_admission(wl)
             self.wake.set()
         return set(first)
-
-
-def _fields(wl: Workload, decision: str, **more: object) -> dict[str, object]:
-    """The structured fields of a decision log line (``--log-format json``)."""
-    fields: dict[str, object] = {
-        "workload": wl.key,
-        "namespace": wl.namespace,
-        "local_queue": wl.local_queue,
-        "cluster_queue": wl.cluster_queue,
-        "decision": decision,
-    }
-    fields.update({k: v for k, v in more.items() if v is not None})
-    return fields

@@ -16,7 +16,7 @@ async def test_decision_lines_carry_workload_and_queue_fields(tmp_path: Path, mi
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("admission.controller.controller")
+    logger = logging.getLogger("admission.controller.report")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:

@@ -1,0 +1,110 @@
+"""What a committed scheduling step tells the world: metrics, Events on the jobs, decision logs.
+
+The controller decides and commits; ``Reporter`` then reports what the store accepted (and
+only that): admissions and evictions to ``/metrics`` and the ledger clock, ``Admitted``,
+``Preempted``, ``Evicted`` and (on a new reason) ``Pending`` Events on the jobs, and one log line
+per decision carrying the workload and queue fields ``--log-format json`` shows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from admission.controller.events import EventPoster
+from admission.controller.metrics import Metrics
+from admission.controller.term import Term
+from admission.jobs.base import JobView
+from admission.store import workloads as store
+from queues.model import Workload
+from queues.scheduler import Evict
+
+log = logging.getLogger(__name__)
+
+
+class Reporter:
+    def __init__(self, metrics: Metrics, events: EventPoster, view: Callable[[str], JobView | None]) -> None:
+        self.metrics = metrics
+        self.events = events
+        self.view = view
+
+    def committed(
+        self,
+        term: Term,
+        evicted: dict[str, Evict],
+        result: store.CommitResult,
+        admitted: dict[int, Workload],
+        said: list[tuple[str, str, str]],
+        at: float,
+    ) -> None:
+        """What a committed step tells the world: metrics, and Events on the jobs."""
+        sched = term.scheduler
+        view = self.view
+        for key, e in evicted.items():
+            row = term.by_key.get(key)
+            if row is None or row.id not in result.evicted:
+                continue
+            by = sched.workloads.get(e.by) if e.by else None
+            by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
+            self.metrics.evicted_workload(key, e.cluster_queue, e.reason, e.detail, by_cq, at)
+            log.info(
+                "evicted %s from ClusterQueue %s: %s (%s)%s",
+                key,
+                e.cluster_queue,
+                e.reason,
+                e.detail,
+                f" by {e.by}" if e.by else "",
+                extra=_fields(e.workload, "Evicted", cluster_queue=e.cluster_queue, reason=e.detail, by=e.by),
+            )
+            if e.by:
+                self.events.post(
+                    view(key), "Preempted", f"preempted by {e.by} ({e.detail}); it waits to be admitted again"
+                )
+            else:
+                self.events.post(view(key), "Evicted", f"evicted: {e.reason} ({e.detail})", type="Warning")
+        for row_id in result.admitted:
+            wl = admitted[row_id]
+            assert wl.admission is not None
+            self.metrics.admitted_workload(wl, at)
+            if (v := view(wl.key)) is not None:
+                self.events.forget(v.uid)  # a later wait is a first wait again
+            flavors = sorted({f for per_res in wl.admission.flavors.values() for f in per_res.values()})
+            log.info(
+                "admitted %s by ClusterQueue %s on flavor %s",
+                wl.key,
+                wl.admission.cluster_queue,
+                ", ".join(flavors),
+                extra=_fields(wl, "Admitted", cluster_queue=wl.admission.cluster_queue, flavors=wl.admission.flavors),
+            )
+            self.events.post(
+                view(wl.key),
+                "Admitted",
+                f"admitted by ClusterQueue {wl.admission.cluster_queue} on flavor {', '.join(flavors)}"
+                + (" (borrowing)" if wl.admission.borrowing else ""),
+            )
+        for key, reason, message in said:
+            self.events.pending(view(key), reason, message)
+            if (waiting := sched.workloads.get(key)) is not None:
+                log.debug("%s waits: %s: %s", key, reason, message, extra=_fields(waiting, "Pending", reason=reason))
+
+    def finished(self, view: JobView | None, wl: Workload | None, at: float) -> None:
+        """A job finished: its Event and log line; its quota stops counting."""
+        self.events.post(view, "Finished", "the job finished; its quota is released")
+        if view is not None:
+            self.events.forget(view.uid)
+        if wl is not None:
+            self.metrics.clock.stop(wl.key, at)
+            log.info("finished %s", wl.key, extra=_fields(wl, "Finished"))
+
+
+def _fields(wl: Workload, decision: str, **more: object) -> dict[str, object]:
+    """The structured fields of a decision log line (``--log-format json``)."""
+    fields: dict[str, object] = {
+        "workload": wl.key,
+        "namespace": wl.namespace,
+        "local_queue": wl.local_queue,
+        "cluster_queue": wl.cluster_queue,
+        "decision": decision,
+    }
+    fields.update({k: v for k, v in more.items() if v is not None})
+    return fields
