@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
 from admission.store import tables
+from admission.store import workloads as store
 from queues import api, quantity
 from queues.model import Snapshot
 
@@ -112,7 +113,7 @@ def print_objects(kind: str, objs: list[api.KueueObject], counts: dict[str, Any]
 
 _WORKLOAD_ROWS = text(
     """
-    SELECT namespace, name, kind, local_queue, cluster_queue, state, priority, reason, message,
+    SELECT id, namespace, name, kind, local_queue, cluster_queue, state, priority, reason, message, pod_sets,
            CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
              row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'
                                 ORDER BY priority DESC, queue_ts, id) END AS cq_position,
@@ -163,6 +164,79 @@ def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
     print_columns(headers, table_rows)
 
 
+async def _describe_workload(session: AsyncSession, console: Any, r: dict[str, Any]) -> None:
+    """The rest of ``describe workload``: who is ahead, what it needs against what is free, whom it
+    could preempt, and its history of admissions and evictions."""
+    from rich.table import Table
+
+    everyone = await workload_rows(session, namespace=None, name=None)
+    cq_name = r["cluster_queue"]
+    if r["cq_position"]:
+        ahead = sorted(
+            (
+                x
+                for x in everyone
+                if x["cluster_queue"] == cq_name and x["cq_position"] and x["cq_position"] < r["cq_position"]
+            ),
+            key=lambda x: x["cq_position"],
+        )
+        shown = ", ".join(f"{x['namespace']}/{x['name']}" for x in ahead[:5])
+        more = f" (and {len(ahead) - 5} more)" if len(ahead) > 5 else ""
+        console.print(f"Ahead:         {len(ahead)} in ClusterQueue {cq_name}" + (f": {shown}{more}" if ahead else ""))
+    config = await config_store.load_config(session)
+    cq = config.cluster_queues.get(cq_name) if cq_name else None
+    if cq is not None:
+        needs: dict[str, int] = {}
+        for ps in store.pod_sets_from_json(r["pod_sets"]):
+            for resource, milli in ps.total().items():
+                needs[resource] = needs.get(resource, 0) + milli
+        usage = await _usage(session, cq.name)
+        table = Table(title=f"Needs against ClusterQueue {cq.name}", title_justify="left")
+        for col in ("resource", "needs", "flavor", "nominal", "in use", "free", "may borrow"):
+            table.add_column(col)
+        for rg in cq.spec.resource_groups:
+            for f in rg.flavors:
+                for q in f.resources:
+                    if q.name not in needs:
+                        continue
+                    used = usage.get((f.name, q.name), 0)
+                    table.add_row(
+                        q.name,
+                        quantity.format_milli(needs[q.name]),
+                        f.name,
+                        quantity.format_milli(q.nominal_quota),
+                        quantity.format_milli(used),
+                        quantity.format_milli(max(0, q.nominal_quota - used)),
+                        "-"
+                        if not cq.spec.cohort_ref
+                        else "unlimited"
+                        if q.borrowing_limit is None
+                        else quantity.format_milli(q.borrowing_limit),
+                    )
+        console.print(table)
+        policy = cq.spec.preemption.within_cluster_queue
+        if r["state"] == "Pending" and policy != "Never":
+            lower = sorted(
+                (
+                    x
+                    for x in everyone
+                    if x["cluster_queue"] == cq.name and x["state"] == "Admitted" and x["priority"] < r["priority"]
+                ),
+                key=lambda x: x["priority"],
+            )
+            names = ", ".join(f"{x['namespace']}/{x['name']} (priority {x['priority']})" for x in lower[:5]) or "none"
+            console.print(f"Could preempt: {names}  [withinClusterQueue: {policy}]")
+    history = await store.events(session, workload_id=int(r["id"]))
+    if history:
+        table = Table(title="History", title_justify="left")
+        for col in ("time (UTC)", "event", "ClusterQueue", "why"):
+            table.add_column(col)
+        for e in history:
+            why = " ".join(x for x in (e.reason, e.detail, f"by {e.by}" if e.by else None) if x)
+            table.add_row(f"{e.at:%Y-%m-%d %H:%M:%S}", e.type, e.cluster_queue or "", why)
+        console.print(table)
+
+
 async def _usage(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, str], int]:
     a = tables.Admission
     rows = await session.execute(
@@ -194,6 +268,7 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
             )
         if r["reason"]:
             console.print(f"Waiting:       {r['reason']}: {r['message']}")
+        await _describe_workload(session, console, r)
         return out.getvalue().rstrip()
     key = name
     obj = await config_store.load_object(session, kind, key)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +15,7 @@ from aiohttp import web
 from admission.controller import process, visibility
 from admission.controller.controller import Controller
 from tests.admission.controller.world import CONFIG, eventually, job, world
+from tests.admission.runner import turnstile
 
 BASE = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 
@@ -72,3 +75,29 @@ async def test_pending_workloads_in_order_with_positions(tmp_path: Path, migrate
 
 async def _running(w: Any, name: str) -> bool:
     return (await w.get(name))["spec"]["suspend"] is False
+
+
+async def test_describe_workload_answers_why_it_waits(tmp_path: Path, migrated_url: str) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)  # team-a: 8 GPUs, lower priority preempted within the queue
+        w.start_controller("replica-1")
+        await w.create(job("big", gpus=8))
+        await eventually(lambda: _running(w, "big"), what="big to run")
+        for name in ("b", "c"):
+            await w.create(job(name, gpus=4, priority="high" if name == "c" else None))
+        await eventually(lambda: _running(w, "c"), what="c (high) to preempt big")
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url, "TURNSTILE_HOME": str(tmp_path / "home")}
+
+        async def described(name: str, *expected: str) -> str | None:
+            done = await asyncio.to_thread(turnstile, "describe", "workload", f"ml/{name}", env=env)
+            return done.stdout if done.returncode == 0 and all(e in done.stdout for e in expected) else None
+
+        # big was preempted by c; b took the rest; big waits first in line for all 8 GPUs
+        out = await eventually(lambda: described("big", "Ahead:", "History"), what="big described")
+        assert "Position:      1 in its ClusterQueue" in out and "Ahead:         0 in ClusterQueue team-a" in out, out
+        (needs,) = [line for line in out.splitlines() if line.startswith("│ nvidia.com/gpu")]
+        assert needs.replace("│", " ").split() == ["nvidia.com/gpu", "8", "a100", "8", "8", "0", "-"], out
+        history = out[out.index("History") :]
+        assert history.index("Admitted") < history.index("Evicted"), out
+        assert "Preempted InClusterQueue by ml/c" in history, out
+        assert "Could preempt: none" in out, out  # nothing of lower priority runs
