@@ -5,8 +5,10 @@ changes, so a queue of 100,000 waiting jobs posts nothing while nothing changes)
 (ClusterQueue and flavors), ``Preempted`` (by whom, why), ``Evicted`` (other reasons) and
 ``Finished``. Events are posted by a few background workers from a bounded queue: the
 scheduling step never waits on the API server, and if the API server cannot keep up, new
-events are dropped (and counted) rather than memory growing without end. Events are a courtesy
-to the user; the store is the record.
+events are dropped (and counted) rather than memory growing without end. Like client-go's
+event recorder, a replica also limits its rate (a token bucket: ``RATE`` per second, bursts of
+``BURST``): a quota raise that admits 50,000 jobs at once must not spend the API server and the
+controller on 50,000 Events. Events are a courtesy to the user; the store is the record.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass
 
 from admission.jobs.base import JobView
@@ -24,6 +27,8 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "turnstile"
 MAX_QUEUED = 10_000
+RATE = 100.0  # events per second, sustained
+BURST = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,8 @@ class EventPoster:
         self.posted = 0
         self.dropped = 0
         self.last_reason: dict[str, str] = {}  # job uid -> reason of its last Pending event
+        self.tokens = float(BURST)
+        self.refilled = time.monotonic()
 
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._work(), name=f"events-{i}") for i in range(self.workers)]
@@ -70,6 +77,13 @@ class EventPoster:
     def post(self, view: JobView | None, reason: str, message: str, *, type: str = "Normal") -> None:
         if view is None:
             return
+        now = time.monotonic()
+        self.tokens = min(float(BURST), self.tokens + (now - self.refilled) * RATE)
+        self.refilled = now
+        if self.tokens < 1:
+            self.dropped += 1
+            return
+        self.tokens -= 1
         try:
             self.queue.put_nowait(JobEvent(view, type, reason, message[:1024]))
         except asyncio.QueueFull:

@@ -40,6 +40,7 @@ class Reporter:
         """What a committed step tells the world: metrics, and Events on the jobs."""
         sched = term.scheduler
         view = self.view
+        info, debug = log.isEnabledFor(logging.INFO), log.isEnabledFor(logging.DEBUG)  # skip building fields
         for key, e in evicted.items():
             row = term.by_key.get(key)
             if row is None or row.id not in result.evicted:
@@ -47,15 +48,16 @@ class Reporter:
             by = sched.workloads.get(e.by) if e.by else None
             by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
             self.metrics.evicted_workload(key, e.cluster_queue, e.reason, e.detail, by_cq, at)
-            log.info(
-                "evicted %s from ClusterQueue %s: %s (%s)%s",
-                key,
-                e.cluster_queue,
-                e.reason,
-                e.detail,
-                f" by {e.by}" if e.by else "",
-                extra=_fields(e.workload, "Evicted", cluster_queue=e.cluster_queue, reason=e.detail, by=e.by),
-            )
+            if info:
+                log.info(
+                    "evicted %s from ClusterQueue %s: %s (%s)%s",
+                    key,
+                    e.cluster_queue,
+                    e.reason,
+                    e.detail,
+                    f" by {e.by}" if e.by else "",
+                    extra=_fields(e.workload, "Evicted", cluster_queue=e.cluster_queue, reason=e.detail, by=e.by),
+                )
             if e.by:
                 self.events.post(
                     view(key), "Preempted", f"preempted by {e.by} ({e.detail}); it waits to be admitted again"
@@ -69,13 +71,16 @@ class Reporter:
             if (v := view(wl.key)) is not None:
                 self.events.forget(v.uid)  # a later wait is a first wait again
             flavors = sorted({f for per_res in wl.admission.flavors.values() for f in per_res.values()})
-            log.info(
-                "admitted %s by ClusterQueue %s on flavor %s",
-                wl.key,
-                wl.admission.cluster_queue,
-                ", ".join(flavors),
-                extra=_fields(wl, "Admitted", cluster_queue=wl.admission.cluster_queue, flavors=wl.admission.flavors),
-            )
+            if info:
+                log.info(
+                    "admitted %s by ClusterQueue %s on flavor %s",
+                    wl.key,
+                    wl.admission.cluster_queue,
+                    ", ".join(flavors),
+                    extra=_fields(
+                        wl, "Admitted", cluster_queue=wl.admission.cluster_queue, flavors=wl.admission.flavors
+                    ),
+                )
             self.events.post(
                 view(wl.key),
                 "Admitted",
@@ -84,7 +89,7 @@ class Reporter:
             )
         for key, reason, message in said:
             self.events.pending(view(key), reason, message)
-            if (waiting := sched.workloads.get(key)) is not None:
+            if debug and (waiting := sched.workloads.get(key)) is not None:
                 log.debug("%s waits: %s: %s", key, reason, message, extra=_fields(waiting, "Pending", reason=reason))
 
     def finished(self, view: JobView | None, wl: Workload | None, at: float) -> None:
@@ -94,7 +99,8 @@ class Reporter:
             self.events.forget(view.uid)
         if wl is not None:
             self.metrics.clock.stop(wl.key, at)
-            log.info("finished %s", wl.key, extra=_fields(wl, "Finished"))
+            if log.isEnabledFor(logging.INFO):
+                log.info("finished %s", wl.key, extra=_fields(wl, "Finished"))
 
 
 def _fields(wl: Workload, decision: str, **more: object) -> dict[str, object]:

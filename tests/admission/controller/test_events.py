@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from admission.controller import events as module
 from admission.controller.events import EventPoster
 from admission.jobs import BY_KIND
 from tests.admission.controller.world import CONFIG, eventually, job, world
@@ -72,3 +73,14 @@ def test_pending_events_only_when_the_reason_changes() -> None:
     poster.forget("uid-1")  # admitted: a later wait is reported again
     poster.pending(view, "WaitingForQuota", "evicted")
     assert poster.queue.qsize() == 1
+
+
+def test_a_burst_of_decisions_posts_at_most_a_burst_of_events() -> None:
+    obj = job("j", gpus=4)
+    obj["metadata"]["uid"] = "uid-1"
+    view = BY_KIND[("batch/v1", "Job")].view(obj)
+    poster = EventPoster(None, instance="test")  # type: ignore[arg-type]  # nothing is sent: queued only
+    for i in range(module.BURST + 500):  # e.g. a quota raise admitting thousands at once
+        poster.post(view, "Admitted", f"admitted {i}")
+    assert module.BURST <= poster.queue.qsize() <= module.BURST + 10  # a few refilled meanwhile
+    assert poster.dropped == module.BURST + 500 - poster.queue.qsize()
