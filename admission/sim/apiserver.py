@@ -369,8 +369,8 @@ class ApiServer:
                 if event.rv > last:
                     await send(event.type, event.obj)
                     last = event.rv
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except (ConnectionError, asyncio.CancelledError):
+            pass  # the client went away (ConnectionResetError, aiohttp's "Connection lost"), or we stop
         finally:
             with contextlib.suppress(ValueError):
                 self.store.watchers.remove(watcher)
@@ -380,7 +380,7 @@ class ApiServer:
     @staticmethod
     async def _end(response: web.StreamResponse) -> web.StreamResponse:
         """End a watch's chunked stream cleanly (the client sees a complete response)."""
-        with contextlib.suppress(ConnectionResetError, RuntimeError):
+        with contextlib.suppress(ConnectionError, RuntimeError):
             await response.write_eof()
         return response
 
