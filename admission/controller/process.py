@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from admission.controller import visibility
 from admission.controller.controller import Controller, Options
@@ -47,7 +47,7 @@ def identity() -> str:
 
 
 def health_app(
-    ready: Callable[[], bool], registry: CollectorRegistry, controller: Controller | None = None
+    ready: Callable[[], bool], render: Callable[[], bytes], controller: Controller | None = None
 ) -> web.Application:
     """``/healthz``, ``/readyz``, ``/metrics`` and (with a controller) Kueue's visibility API."""
 
@@ -58,7 +58,7 @@ def health_app(
         return web.Response(text="ok\n") if ready() else web.Response(status=503, text="not ready\n")
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
@@ -93,7 +93,7 @@ async def endpoints(
     webhook = web.AppRunner(WebhookServer(lambda: controller.config).app, handle_signals=False)
     listening = {"tls": False}
     health = web.AppRunner(
-        health_app(lambda: listening["tls"] and controller.ready(), controller.metrics.registry, controller),
+        health_app(lambda: listening["tls"] and controller.ready(), controller.metrics.render, controller),
         handle_signals=False,
     )
     await webhook.setup()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from admission.controller.metrics import Metrics
 from tests.admission.controller.world import CONFIG, eventually, job, world
 
 # spec/cli.md: the metric names and labels Kueue's dashboards use, and Turnstile's ledger metric.
@@ -29,8 +29,8 @@ CONTRACT = {
 GPU = "nvidia.com/gpu"
 
 
-def scrape(registry: object) -> dict[str, list[tuple[dict[str, str], float]]]:
-    text = generate_latest(registry).decode()  # type: ignore[arg-type]
+def scrape(metrics: Metrics) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = metrics.render().decode()  # the /metrics page, parsed by prometheus_client's own parser
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -60,7 +60,7 @@ async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
         await eventually(lambda: running(("a", "b")), what="a and b to run")
         await w.create(job("urgent", gpus=4, priority="high"))
         await eventually(lambda: running(("urgent",)), what="the high-priority job to preempt and run")
-        first = scrape(controller.metrics.registry)
+        first = scrape(controller.metrics)
         for name, labels in CONTRACT.items():
             samples = first.get(name) or first.get(f"{name}_count")
             assert samples, f"{name} is missing"
@@ -82,5 +82,5 @@ async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
         assert value(first, "kueue_admission_attempts_total", result="success") >= 2
         held = value(first, "turnstile_resource_seconds_total", **gpu, namespace="ml")
         await asyncio.sleep(0.5)
-        later = value(scrape(controller.metrics.registry), "turnstile_resource_seconds_total", **gpu, namespace="ml")
+        later = value(scrape(controller.metrics), "turnstile_resource_seconds_total", **gpu, namespace="ml")
         assert 0 < held < later and later - held >= 8 * 0.5 * 0.9  # 8 GPUs held for another half second
