@@ -6,6 +6,7 @@ Without ``TURNSTILE_DATABASE_URL`` every command uses an embedded PostgreSQL kep
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -31,6 +32,10 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="seconds a leader may go unrenewed before a standby takes over"
     )
     actor: str | None = Field(default=None, description="who is named in the audit log (default: $USER@host)")
+    ledger_labels: str = Field(
+        default="team,project",
+        description="comma-separated job labels recorded on the usage ledger (turnstile usage --by label:KEY)",
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",
@@ -40,6 +45,19 @@ class Settings(BaseSettings):
     @classmethod
     def _normalise(cls, value: str | None) -> str | None:
         return None if not value else normalise_database_url(value)
+
+    @field_validator("ledger_labels")
+    @classmethod
+    def _labels(cls, value: str) -> str:
+        keys = [k.strip() for k in value.split(",") if k.strip()]
+        bad = [k for k in keys if not re.fullmatch(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", k)]
+        if bad:
+            raise ValueError(f"not label keys: {', '.join(bad)}; write e.g. team,project,example.com/cost-center")
+        return ",".join(keys)
+
+    @property
+    def ledger_label_keys(self) -> tuple[str, ...]:
+        return tuple(k for k in self.ledger_labels.split(",") if k)
 
     @field_validator("home")
     @classmethod

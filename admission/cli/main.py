@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from admission.cli import admin, documents, running, sim, usage
 from queues import errors
@@ -142,7 +143,13 @@ def demo(seconds: float) -> None:
 
 
 def main() -> None:
-    cli()
+    try:
+        cli()
+    except ValidationError as exc:  # a TURNSTILE_* setting from the environment is not valid
+        for error in exc.errors():
+            where = "TURNSTILE_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
+            click.echo(f"error: {where}: {error['msg'].removeprefix('Value error, ')}", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

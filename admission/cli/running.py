@@ -81,6 +81,7 @@ def controller_cmd(
                 cert_dir=cert_dir or settings.home / "certs",
                 cert_secret=cert_secret or settings.cert_secret,
                 lease_ttl=settings.lease_ttl,
+                ledger_labels=settings.ledger_label_keys,
             )
         )
 

@@ -69,6 +69,7 @@ class Options:
     # decisions committed per step: a backlog (a quota raise on 1,000 queues admits 50,000) is
     # committed and enacted in slices, so the first jobs start at once and the work overlaps
     step_decisions: int = 1000
+    ledger_labels: tuple[str, ...] = store.LEDGER_LABELS  # job labels recorded on the usage ledger
 
 
 class Controller:
@@ -444,7 +445,12 @@ class Controller:
         sched.said.clear()
         async with database.transaction(self.sessions) as session:
             result = await store.commit_cycle(
-                session, admissions=admissions, evictions=evictions, now=at, fence=term.fence
+                session,
+                admissions=admissions,
+                evictions=evictions,
+                now=at,
+                fence=term.fence,
+                ledger_labels=self.options.ledger_labels,
             )
             await store.set_reasons(session, reasons)
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]

@@ -145,6 +145,7 @@ async def serve(
     host: str = "0.0.0.0",
     names: list[str] | None = None,
     lease_ttl: float = 15.0,
+    ledger_labels: tuple[str, ...] = ("team", "project"),
     on_ready: Callable[[Endpoints, Controller], None] | None = None,
 ) -> None:
     """Run one replica until cancelled.
@@ -159,7 +160,7 @@ async def serve(
         kube=kube,
         sessions=database.sessions(engine),
         database_url=database_url,
-        options=Options(identity=identity(), lease_ttl=lease_ttl),
+        options=Options(identity=identity(), lease_ttl=lease_ttl, ledger_labels=ledger_labels),
     )
     service = os.environ.get("TURNSTILE_WEBHOOK_SERVICE", "turnstile-webhook.turnstile-system.svc")
     names = names or [service, f"{service}.cluster.local"]

@@ -324,8 +324,12 @@ async def commit_cycle(
     evictions: Sequence[Evict] = (),
     now: dt.datetime,
     fence: lease.Fence | None = None,
+    ledger_labels: Sequence[str] = LEDGER_LABELS,
 ) -> CommitResult:
-    """Commit one cycle's decisions: evictions first, then every admission that still fits."""
+    """Commit one cycle's decisions: evictions first, then every admission that still fits.
+
+    Each admission opens ledger intervals carrying the workload's ``ledger_labels`` (the job
+    labels chargeback groups by; ``TURNSTILE_LEDGER_LABELS``)."""
     if fence is not None:
         await lease.check(session, fence)
     result = CommitResult()
@@ -380,7 +384,7 @@ async def commit_cycle(
                     w.name,
                     w.local_queue,
                     w.state,
-                    *(w.labels[k].astext.label(f"label_{i}") for i, k in enumerate(LEDGER_LABELS)),
+                    *(w.labels[k].astext.label(f"label_{i}") for i, k in enumerate(ledger_labels)),
                 )
                 .where(tables.among(w.id, [a.workload_id for a in admissions]))
                 .with_for_update()
@@ -406,7 +410,7 @@ async def commit_cycle(
                 "assigned_flavors": {"flavors": a.admission.flavors, "borrowing": a.admission.borrowing},
             }
         )
-        labels = {k: v for i, k in enumerate(LEDGER_LABELS) if (v := getattr(row, f"label_{i}")) is not None}
+        labels = {k: v for i, k in enumerate(ledger_labels) if (v := getattr(row, f"label_{i}")) is not None}
         for (flavor, resource), qty in sorted(a.admission.usage.items()):
             admission_rows.append(
                 {

@@ -1,10 +1,12 @@
 """Settings from the environment (spec/cli.md)."""
 
+import os
 from pathlib import Path
 
 import pytest
 
 from admission.settings import Settings, normalise_database_url
+from tests.admission.runner import turnstile
 
 
 @pytest.mark.parametrize(
@@ -36,3 +38,22 @@ def test_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     defaults = Settings()
     assert defaults.database_url is None  # the embedded PostgreSQL
     assert defaults.home == Path("~/.local/share/turnstile").expanduser()
+
+
+def test_ledger_labels_are_label_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().ledger_label_keys == ("team", "project")
+    monkeypatch.setenv("TURNSTILE_LEDGER_LABELS", " team , example.com/cost-center ")
+    assert Settings().ledger_label_keys == ("team", "example.com/cost-center")
+    monkeypatch.setenv("TURNSTILE_LEDGER_LABELS", "team,bad label")
+    with pytest.raises(ValueError, match="not label keys: bad label"):
+        Settings()
+
+
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    env = {**os.environ, "TURNSTILE_HOME": str(tmp_path), "TURNSTILE_DATABASE_URL": "mysql://root@localhost/db"}
+    done = turnstile("get", "cq", env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "error: TURNSTILE_DATABASE_URL: 'mysql://root@localhost/db' is not a PostgreSQL URL; "
+        "use postgresql://user@host:5432/dbname"
+    )

@@ -255,3 +255,15 @@ async def test_database_errors_are_described_in_one_line(sessions: async_session
     assert "[SQL:" in str(caught.value)  # what SQLAlchemy says: the statement and its parameters
     line = database.describe_error(caught.value)
     assert "division by zero" in line and "SQL" not in line and "\n" not in line
+
+
+async def test_the_ledger_records_the_labels_named_in_settings(sessions: async_sessionmaker[AsyncSession]) -> None:
+    async with database.transaction(sessions) as s:
+        await config_store.apply(s, [cq("a", 8, cohort=None)], actor="test")
+        await store.upsert(s, [record(0, labels={"team": "vision", "cost-center": "cc-7"})])
+        snap = await store.load_snapshot(s)
+        await store.commit_cycle(
+            s, admissions=[admit(snap.ids["team/job-0"], "a", 1)], now=NOW, ledger_labels=("cost-center",)
+        )
+        (interval,) = (await s.execute(select(tables.UsageInterval))).scalars().all()
+    assert interval.labels == {"cost-center": "cc-7"}  # only the labels chargeback is told to keep
