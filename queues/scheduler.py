@@ -396,6 +396,18 @@ class Scheduler:
 
     # ----- visibility ----------------------------------------------------------------------
 
+    def preemption_plan(self, key: str) -> tuple[Assignment | None, list[preemption.Target]]:
+        """What admitting pending ``key`` now would take, by the cycle's own search: its flavor
+        assignment and, when that needs preemption, the workloads it would evict (for ``describe``)."""
+        wl = self.workloads.get(key)
+        cq = self.snapshot.queues.get(wl.cluster_queue) if wl is not None and wl.cluster_queue else None
+        if wl is None or wl.admission is not None or cq is None:
+            return None, []
+        assignment = flavors.assign(self.snapshot, cq, wl, self._oracle)
+        if assignment.mode == Mode.PREEMPT:
+            return assignment, preemption.for_assignment(self.snapshot, cq, wl, assignment)
+        return assignment, []
+
     def explain(self, wl: Workload) -> tuple[str, str]:
         """Why ``wl`` waits, in words a user can act on, with what stands ahead of it."""
         if wl.admission is not None:

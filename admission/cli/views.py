@@ -15,7 +15,9 @@ from admission.store import config as config_store
 from admission.store import tables
 from admission.store import workloads as store
 from queues import api, quantity
+from queues.flavors import Mode
 from queues.model import Snapshot
+from queues.scheduler import Scheduler
 
 
 async def queue_counts(session: AsyncSession) -> dict[str, Any]:
@@ -214,18 +216,22 @@ async def _describe_workload(session: AsyncSession, console: Any, r: dict[str, A
                         else quantity.format_milli(q.borrowing_limit),
                     )
         console.print(table)
-        policy = cq.spec.preemption.within_cluster_queue
-        if r["state"] == "Pending" and policy != "Never":
-            lower = sorted(
-                (
-                    x
-                    for x in everyone
-                    if x["cluster_queue"] == cq.name and x["state"] == "Admitted" and x["priority"] < r["priority"]
-                ),
-                key=lambda x: x["priority"],
-            )
-            names = ", ".join(f"{x['namespace']}/{x['name']} (priority {x['priority']})" for x in lower[:5]) or "none"
-            console.print(f"Could preempt: {names}  [withinClusterQueue: {policy}]")
+        if r["state"] == "Pending":
+            # the scheduling core's own search, on the stored state
+            snap = await store.load_snapshot(session)
+            sched = Scheduler(snap.config)
+            sched.restore(snap.workloads)
+            assignment, victims = sched.preemption_plan(f"{r['namespace']}/{r['name']}")
+            if assignment is None:
+                plan = "-"
+            elif assignment.mode == Mode.FIT:
+                plan = "none needed: it fits now (it is admitted at the next scheduling step)"
+            elif victims:
+                shown = ", ".join(f"{t.workload.key} ({t.reason})" for t in victims[:5])
+                plan = f"would evict {shown}" + (f" and {len(victims) - 5} more" if len(victims) > 5 else "")
+            else:
+                plan = f"none possible ({assignment.message})"
+            console.print(f"Preemption:    {plan}")
     history = await store.events(session, workload_id=int(r["id"]))
     if history:
         table = Table(title="History", title_justify="left")

@@ -191,6 +191,23 @@ def test_within_cluster_queue_lower_priority_is_preempted_minimally() -> None:
     assert high.admission is not None and low2.admission is not None and low1.admission is None
 
 
+def test_preemption_plan_says_whom_admitting_now_would_evict_without_deciding() -> None:
+    s = make_scheduler(
+        flavor("f"), CQ("a").preemption(withinClusterQueue="LowerPriority").group(("f", {"gpu": 8})), queues={"q": "a"}
+    )
+    make_workload("low1").priority(1).request(gpu=4).submit(s)
+    make_workload("low2").priority(2).request(gpu=4).submit(s, now=1)
+    s.schedule()
+    high = make_workload("high").priority(10).request(gpu=4).submit(s, now=2)
+    huge = make_workload("huge").priority(10).request(gpu=16).submit(s, now=3)
+    assignment, victims = s.preemption_plan(high.key)
+    assert assignment is not None and [(t.workload.key, t.reason) for t in victims] == [("ns/low1", "InClusterQueue")]
+    assert high.admission is None and s.workloads["ns/low1"].admission is not None  # only a plan: nothing changed
+    assignment, victims = s.preemption_plan(huge.key)
+    assert assignment is not None and victims == [] and "gpu" in assignment.message
+    assert s.preemption_plan("ns/low2") == (None, [])  # admitted: nothing to plan
+
+
 @pytest.mark.parametrize(
     ("policy", "preempts"),
     [("Never", False), ("LowerPriority", False), ("LowerOrNewerEqualPriority", True)],

@@ -100,4 +100,4 @@ async def test_describe_workload_answers_why_it_waits(tmp_path: Path, migrated_u
         history = out[out.index("History") :]
         assert history.index("Admitted") < history.index("Evicted"), out
         assert "Preempted InClusterQueue by ml/c" in history, out
-        assert "Could preempt: none" in out, out  # nothing of lower priority runs
+        assert "Preemption:    none possible" in out, out  # b has its priority and c a higher one
