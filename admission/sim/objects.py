@@ -129,19 +129,51 @@ def parse_label_selector(text: str) -> LabelSelector:
     return LabelSelector(tuple(labels), tuple(exprs))
 
 
-def field_matcher(text: str) -> Callable[[Obj], bool]:
-    """``metadata.name=x,metadata.namespace!=y`` (the fields every kind supports)."""
+# Field labels the real API server accepts beyond metadata.name and metadata.namespace, per kind
+# (k8s.io/kubernetes pkg/registry/*/strategy.go): kubectl describe lists a job's Events by them.
+FIELD_LABELS: dict[str, dict[str, str]] = {
+    "Event": {
+        **{f"involvedObject.{f}": f"involvedObject.{f}" for f in (
+            "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
+        "reason": "reason",
+        "reportingComponent": "reportingComponent",
+        "source": "source.component",
+        "type": "type",
+    },
+    "Pod": {f: f for f in (
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase",
+        "status.podIP", "status.nominatedNodeName")},
+    "Namespace": {"status.phase": "status.phase"},
+    "Secret": {"type": "type"},
+    "Node": {"spec.unschedulable": "spec.unschedulable"},
+    "Job": {"status.successful": "status.succeeded"},
+}  # fmt: skip
+
+
+def _field(obj: Obj, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def field_matcher(text: str, kind: str = "") -> Callable[[Obj], bool]:
+    """``metadata.name=x,metadata.namespace!=y``, and the kind's own field labels (``FIELD_LABELS``)."""
+    supported = {"metadata.name": "metadata.name", "metadata.namespace": "metadata.namespace"}
+    supported.update(FIELD_LABELS.get(kind, {}))
     checks: list[tuple[str, str, bool]] = []
     for raw in filter(None, (p.strip() for p in text.split(","))):
         negate = "!=" in raw
         key, _, value = raw.partition("!=") if negate else (raw.partition("==") if "==" in raw else raw.partition("="))
-        if key.strip() not in ("metadata.name", "metadata.namespace"):
+        path = supported.get(key.strip())
+        if path is None:
             raise ApiError(400, "BadRequest", f'field label not supported: "{key.strip()}"')
-        checks.append((key.strip().split(".")[1], value.strip(), negate))
+        checks.append((path, value.strip(), negate))
 
     def match(obj: Obj) -> bool:
-        meta = obj.get("metadata", {})
-        return all((meta.get(k, "") == v) != neg for k, v, neg in checks)
+        return all((_field(obj, path) == v) != neg for path, v, neg in checks)
 
     return match
 
@@ -194,7 +226,7 @@ class ObjectStore:
         self, res: Resource, namespace: str | None, *, labels: str = "", fields: str = ""
     ) -> tuple[list[Obj], int]:
         selector = parse_label_selector(labels) if labels else None
-        match_fields = field_matcher(fields) if fields else None
+        match_fields = field_matcher(fields, res.kind) if fields else None
         out = []
         for (ns, _), obj in sorted(self.by_resource.get(res, {}).items()):
             if namespace is not None and res.namespaced and ns != namespace:

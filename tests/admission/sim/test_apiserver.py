@@ -157,6 +157,37 @@ async def test_label_selectors_and_pagination(cluster: tuple[ApiServer, client.A
     assert [j.metadata.name for j in one.items] == ["j2"]
 
 
+async def test_events_are_selected_by_the_fields_kubectl_describe_uses(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    _, api = cluster
+    core = client.CoreV1Api(api)
+    for name, job_name, reason in (
+        ("e1", "train", "Admitted"),
+        ("e2", "other", "Admitted"),
+        ("e3", "train", "Pending"),
+    ):
+        await core.create_namespaced_event(
+            "default",
+            {
+                "metadata": {"name": name},
+                "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "namespace": "default"},
+                "reason": reason,
+                "message": "m",
+                "type": "Normal",
+                "source": {"component": "turnstile"},
+            },
+        )
+    selector = "involvedObject.name=train,involvedObject.namespace=default,involvedObject.kind=Job"
+    found = await core.list_namespaced_event("default", field_selector=selector)
+    assert sorted(e.metadata.name for e in found.items) == ["e1", "e3"]
+    found = await core.list_namespaced_event("default", field_selector="reason!=Admitted,source=turnstile")
+    assert [e.metadata.name for e in found.items] == ["e3"]
+    with pytest.raises(client.ApiException) as refused:
+        await core.list_namespaced_event("default", field_selector="spec.nodeName=x")
+    assert refused.value.status == 400 and "field label not supported" in str(refused.value.body)
+
+
 async def test_watch_resumes_from_a_version_and_410_after_compaction(
     cluster: tuple[ApiServer, client.ApiClient],
 ) -> None:
