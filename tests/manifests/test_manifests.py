@@ -98,6 +98,9 @@ def test_rbac_is_least_privilege() -> None:
         group = integration.ref.api_version.rpartition("/")[0]
         rules = [r for r in cluster_rules if group in r["apiGroups"] and integration.ref.plural in r["resources"]]
         assert rules and {"get", "list", "watch", "patch"} <= set(rules[0]["verbs"]), integration.ref.plural
+        status = f"{integration.ref.plural}/status"  # the enactor clears status.startTime
+        rules = [r for r in cluster_rules if group in r["apiGroups"] and status in r["resources"]]
+        assert rules and "patch" in rules[0]["verbs"], status
     for r in cluster_rules:
         if "admissionregistration.k8s.io" in r["apiGroups"]:
             assert r.get("resourceNames") and set(r["verbs"]) <= {"get", "patch"}
