@@ -133,10 +133,13 @@ async def workload_rows(session: AsyncSession, *, namespace: str | None, name: s
     rows = [dict(r._mapping) for r in await session.execute(_WORKLOAD_ROWS)]
     if namespace is not None:
         rows = [r for r in rows if r["namespace"] == namespace]
-    if name is not None:
-        ns, _, short = name.rpartition("/")
-        rows = [r for r in rows if r["name"] == short and (not ns or r["namespace"] == ns)]
-    return rows
+    return _named(rows, name) if name is not None else rows
+
+
+def _named(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """The rows of workload ``name`` (``NAME`` or ``NAMESPACE/NAME``)."""
+    ns, _, short = name.rpartition("/")
+    return [r for r in rows if r["name"] == short and (not ns or r["namespace"] == ns)]
 
 
 def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
@@ -166,12 +169,13 @@ def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
     print_columns(headers, table_rows)
 
 
-async def _describe_workload(session: AsyncSession, console: Any, r: dict[str, Any]) -> None:
+async def _describe_workload(
+    session: AsyncSession, console: Any, r: dict[str, Any], everyone: list[dict[str, Any]]
+) -> None:
     """The rest of ``describe workload``: who is ahead, what it needs against what is free, whom it
-    could preempt, and its history of admissions and evictions."""
+    could preempt, and its history of admissions and evictions. ``everyone``: every unfinished row."""
     from rich.table import Table
 
-    everyone = await workload_rows(session, namespace=None, name=None)
     cq_name = r["cluster_queue"]
     if r["cq_position"]:
         ahead = sorted(
@@ -260,7 +264,8 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
     out = StringIO()
     console = Console(file=out, width=120)
     if kind == "Workload":
-        rows = await workload_rows(session, namespace=None, name=name)
+        everyone = await workload_rows(session, namespace=None, name=None)
+        rows = _named(everyone, name)
         if not rows:
             raise config_store.NotFound(f"workload/{name} not found (finished workloads are in `turnstile usage`)")
         r = rows[0]
@@ -274,7 +279,7 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
             )
         if r["reason"]:
             console.print(f"Waiting:       {r['reason']}: {r['message']}")
-        await _describe_workload(session, console, r)
+        await _describe_workload(session, console, r, everyone)
         return out.getvalue().rstrip()
     key = name
     obj = await config_store.load_object(session, kind, key)

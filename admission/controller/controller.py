@@ -382,11 +382,10 @@ class Controller:
             self.database_ok = True
         decisions: list[Decision] = []
         for row in finishes["JobFinished"]:
-            self.reporter.finished(self.views.get(row.uid), sched.workloads.get(row.key), at.timestamp())
-        for row in finishes["JobDeleted"]:
-            self.events.forget(row.uid)
+            self.reporter.finished(self.views.get(row.uid), sched.workloads.get(row.key))
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
             self.metrics.clock.stop(row.key, at.timestamp())
+            self.events.forget(row.uid)
             sched.finish(row.key)
             term.forget(row.uid)
             self.enactor.stopped(term, row.key)

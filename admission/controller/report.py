@@ -92,15 +92,11 @@ class Reporter:
             if debug and (waiting := sched.workloads.get(key)) is not None:
                 log.debug("%s waits: %s: %s", key, reason, message, extra=_fields(waiting, "Pending", reason=reason))
 
-    def finished(self, view: JobView | None, wl: Workload | None, at: float) -> None:
-        """A job finished: its Event and log line; its quota stops counting."""
+    def finished(self, view: JobView | None, wl: Workload | None) -> None:
+        """A job finished: its Event and log line (the controller releases its quota)."""
         self.events.post(view, "Finished", "the job finished; its quota is released")
-        if view is not None:
-            self.events.forget(view.uid)
-        if wl is not None:
-            self.metrics.clock.stop(wl.key, at)
-            if log.isEnabledFor(logging.INFO):
-                log.info("finished %s", wl.key, extra=_fields(wl, "Finished"))
+        if wl is not None and log.isEnabledFor(logging.INFO):
+            log.info("finished %s", wl.key, extra=_fields(wl, "Finished"))
 
 
 def _fields(wl: Workload, decision: str, **more: object) -> dict[str, object]:
