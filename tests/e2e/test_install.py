@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import socket
 import subprocess
 from collections.abc import AsyncIterator
@@ -26,8 +25,8 @@ from admission.store import config as config_store
 from admission.store import database
 from admission.webhook.keeper import SECRETS
 from queues import api
+from tests.admission.runner import KUBECTL, kubectl
 
-KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 JOBS = ResourceRef("batch/v1", "Job", "jobs")
@@ -69,21 +68,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-async def kubectl(config: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    assert KUBECTL is not None
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(config),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), timeout=30)
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 @contextlib.asynccontextmanager

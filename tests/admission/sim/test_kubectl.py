@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,8 +10,8 @@ import pytest
 import pytest_asyncio
 
 from admission.sim.host import SimHost
+from tests.admission.runner import KUBECTL, kubectl
 
-KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
 
 
@@ -22,21 +20,6 @@ async def kubeconfig(tmp_path: Path) -> AsyncIterator[Path]:
     host = await SimHost.start(tmp_path / "kubeconfig")
     yield host.kubeconfig
     await host.stop()
-
-
-async def kubectl(config: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    assert KUBECTL is not None
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(config),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), timeout=30)
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 JOB = {
