@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from admission.sim import cluster as sim_cluster
 from admission.store import database, tables
 from tests.admission.controller.world import CONFIG, World, job, world
 from tests.e2e import books
@@ -36,13 +37,34 @@ async def _chaos(w: World, tmp_path: Path, migrated_url: str) -> None:
     host = w.host
     names = [f"job-{i:02d}" for i in range(32)]
 
+    highs = {name for i, name in enumerate(names) if i % 4 == 3}
+
+    def low_gpus_running() -> int:
+        pods = host.server.store.list(sim_cluster.PODS, "ml")[0]
+        return sum(
+            books.pod_gpus(p)
+            for p in pods
+            if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+            and "deletionTimestamp" not in p["metadata"]  # an evicted job's pods are leaving
+            and p["metadata"]["labels"].get("job-name") not in highs
+        )
+
     async def submit() -> None:
-        # Long low-priority work keeps the queue full; every fourth job is short and high
-        # priority, so it preempts.
-        for i, name in enumerate(names):
-            high = i % 4 == 3
-            runtime = rng.uniform(0.3, 0.6) if high else rng.uniform(2.0, 3.0)
-            await w.create(job(name, gpus=rng.choice([2, 4]), runtime=runtime, priority="high" if high else None))
+        # Long low-priority work keeps the queue full. Every fourth job is short, high priority
+        # and asks for the whole quota, and it is created only once low-priority pods hold the
+        # whole quota: each one must preempt, whichever controller is leading by then (low jobs
+        # run far longer than a controller takes to restart).
+        for name in names:
+            if name in highs:
+                for _ in range(1500):
+                    if low_gpus_running() >= books.QUOTA_GPUS * 1000:
+                        break
+                    await asyncio.sleep(0.02)
+                else:
+                    raise AssertionError(f"low-priority pods never held the whole quota before {name}")
+                await w.create(job(name, gpus=books.QUOTA_GPUS, runtime=rng.uniform(0.3, 0.6), priority="high"))
+            else:
+                await w.create(job(name, gpus=rng.choice([2, 4]), runtime=rng.uniform(3.0, 5.0)))
             await asyncio.sleep(rng.uniform(0.05, 0.25))
 
     async def leading(term: int) -> None:
@@ -107,7 +129,7 @@ async def _chaos(w: World, tmp_path: Path, migrated_url: str) -> None:
         per.setdefault(wid, {}).setdefault(kind, 0)
         per[wid][kind] += 1
     assert len(per) == len(names)
-    assert sum(c.get("Evicted", 0) for c in per.values()) >= 3, "the run exercised preemption"
+    assert sum(c.get("Evicted", 0) for c in per.values()) >= len(highs), "every high-priority job preempted"
     for counts in per.values():
         assert counts.get("Finished") == 1, counts  # finished exactly once
         assert counts.get("Admitted", 0) == counts.get("Evicted", 0) + 1, counts  # never admitted twice at once
