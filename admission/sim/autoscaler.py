@@ -16,45 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
 from typing import Any
 
 from admission.sim import resources
-from admission.sim.cluster import NODES, PODS, fits, free_capacity, set_condition
-from admission.sim.objects import ApiError, Obj, ObjectStore, Watcher, clone
-from queues import jobs
+from admission.sim.cluster import NODES, PODS, free_capacity, set_condition
+from admission.sim.objects import ApiError, Obj, ObjectStore, Watcher
+from queues import nodes as nodes_model
 
-CHECK_CAPACITY = "check-capacity.autoscaling.x-k8s.io"
-ATOMIC_SCALE_UP = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+CHECK_CAPACITY = nodes_model.CHECK_CAPACITY
+ATOMIC_SCALE_UP = nodes_model.ATOMIC_SCALE_UP
 CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
 PROVISIONING_REQUESTS = next(r for r in resources.ALL if r.plural == "provisioningrequests")
 POD_TEMPLATES = next(r for r in resources.ALL if r.plural == "podtemplates")
-
-
-def _pack(pods: list[Obj], nodes: list[Obj], free: dict[str, dict[str, int]]) -> bool:
-    """First-fit every pod spec onto the nodes' free capacity; True if all of them fit."""
-    free = clone(free)
-    for spec in pods:
-        for node in nodes:
-            name = node["metadata"]["name"]
-            if fits(spec, node, free[name]):
-                for r, v in jobs.pod_requests(spec, "spec", []).items():
-                    free[name][r] = free[name].get(r, 0) - v
-                break
-        else:
-            return False
-    return True
-
-
-def node_object(name: str, shape: Mapping[str, Any]) -> Obj:
-    """A Node from scenario.md's node shape (``labels``, ``capacity``, ``taints``): a scenario's
-    ``nodes`` entries and the autoscaler's ``nodeTemplate`` alike."""
-    capacity = dict(shape.get("capacity") or {})
-    return {
-        "metadata": {"name": name, "labels": dict(shape.get("labels") or {})},
-        "spec": {"taints": list(shape.get("taints") or [])},
-        "status": {"capacity": capacity, "allocatable": dict(capacity)},
-    }
+node_object = nodes_model.node_object
 
 
 class Autoscaler:
@@ -114,12 +88,12 @@ class Autoscaler:
             for c in (pr.get("status") or {}).get("conditions", [])
         )
 
-    def _pods(self, pr: Obj) -> list[Obj]:
+    def _pods(self, pr: Obj) -> list[nodes_model.PodNeeds]:
         out = []
         for ps in (pr.get("spec") or {}).get("podSets") or []:
             ref = str((ps.get("podTemplateRef") or {}).get("name") or "")
             template = self.store.get(POD_TEMPLATES, pr["metadata"]["namespace"], ref)
-            out += [template["template"]["spec"]] * int(ps.get("count", 1))
+            out += [nodes_model.PodNeeds.of(template["template"]["spec"])] * int(ps.get("count", 1))
         return out
 
     def _handle(self, namespace: str, name: str) -> None:
@@ -135,45 +109,31 @@ class Autoscaler:
             self._write(pr, "Failed", "True", "PodTemplateNotFound", "a pod set's podTemplateRef does not exist")
             return
         nodes = self.store.list(NODES, None)[0]
-        free = free_capacity(nodes, self.store.list(PODS, None)[0])
-        cls = (pr.get("spec") or {}).get("provisioningClassName")
-        if _pack(pods, nodes, free):
-            self._provisioned(namespace, name, "capacity is available on the current nodes")
-        elif cls == CHECK_CAPACITY:
-            self._write(pr, "Provisioned", "False", "CapacityIsNotFound", "the current nodes cannot hold the pods")
-        elif cls == ATOMIC_SCALE_UP:
-            needed = self._nodes_needed(pods, nodes, free)
-            if needed is None or self.added + needed > self.max_nodes:
-                self._write(
-                    pr,
-                    "Failed",
-                    "True",
-                    "NotProvisioned",
-                    f"the pods need more nodes than the autoscaler may add ({self.max_nodes - self.added} left)",
-                )
-                return
-            self.added += needed
+        verdict = nodes_model.answer(
+            pods,
+            [nodes_model.NodeInfo.of(n) for n in nodes],
+            free_capacity(nodes, self.store.list(PODS, None)[0]),
+            provisioning_class=str((pr.get("spec") or {}).get("provisioningClassName")),
+            template=self.node_template,
+            max_nodes=self.max_nodes,
+            added=self.added,
+        )
+        if verdict.verdict == "Provisioned":
+            self._provisioned(namespace, name, verdict.message)
+        elif verdict.verdict == "Waiting":
+            self._write(pr, "Provisioned", "False", verdict.reason, verdict.message)
+        elif verdict.verdict == "ScaleUp":
+            self.added += verdict.nodes
             self.in_progress.add(key)
-            self._write(pr, "Provisioned", "False", "Provisioning", f"adding {needed} node(s)")
-            self._later(self.provisioning_delay, self._scale_up, namespace, name, needed)
+            self._write(pr, "Provisioned", "False", verdict.reason, verdict.message)
+            self._later(self.provisioning_delay, self._scale_up, namespace, name, verdict.nodes)
         else:
-            self._write(pr, "Failed", "True", "UnsupportedClass", f"provisioningClassName {cls!r} is not supported")
-
-    def _template_node(self, name: str) -> Obj:
-        return node_object(name, self.node_template)
-
-    def _nodes_needed(self, pods: list[Obj], nodes: list[Obj], free: dict[str, dict[str, int]]) -> int | None:
-        for extra in range(1, self.max_nodes + 1):
-            fresh = [self._template_node(f"candidate-{i}") for i in range(extra)]
-            more = free_capacity(fresh, [])
-            if _pack(pods, nodes + fresh, {**free, **more}):
-                return extra
-        return None
+            self._write(pr, "Failed", "True", verdict.reason, verdict.message)
 
     def _scale_up(self, namespace: str, name: str, count: int) -> None:
         self.in_progress.discard(f"{namespace}/{name}")
         for _ in range(count):
-            node = self._template_node(f"sim-scaleup-{len(self.store.list(NODES, None)[0])}")
+            node = node_object(nodes_model.scale_up_name(len(self.store.list(NODES, None)[0])), self.node_template)
             with contextlib.suppress(ApiError):
                 self.store.create(NODES, "", node, namespaces=resources.NAMESPACES)
         self._provisioned(namespace, name, f"{count} node(s) added")

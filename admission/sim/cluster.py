@@ -26,7 +26,8 @@ from typing import Any
 
 from admission.sim import resources
 from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
-from queues import errors, jobs, quantity, selectors
+from queues import errors, jobs
+from queues import nodes as nodes_model
 
 RUNTIME_ANNOTATION = "turnstile.dev/sim-runtime"
 JOB_UID_LABEL = "turnstile.dev/job-uid"
@@ -296,7 +297,9 @@ class Cluster:
         chosen = (
             UNLIMITED_NODE
             if not nodes
-            else next((n["metadata"]["name"] for n in nodes if fits(pod["spec"], n, free[n["metadata"]["name"]])), None)
+            else nodes_model.first_fit(
+                nodes_model.PodNeeds.of(pod["spec"]), [nodes_model.NodeInfo.of(n) for n in nodes], free
+            )
         )
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if chosen is None:
@@ -311,9 +314,6 @@ class Cluster:
             )
             self.store.replace(PODS, ns, name, pod, subresource="status")
             return
-        if chosen in free:
-            for r, v in jobs.pod_requests(pod["spec"], "spec", []).items():
-                free[chosen][r] = free[chosen].get(r, 0) - v
         self.unschedulable.discard((ns, name))
         pod["spec"]["nodeName"] = chosen
         bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"]}})
@@ -364,29 +364,13 @@ def _count_pods(kind: jobs.Kind, status: Obj, pods: list[Obj]) -> None:
         status["replicaStatuses"] = {by_lower.get(ps, ps): dict(c) for ps, c in sorted(counts.items())}
 
 
-def free_capacity(nodes: list[Obj], pods: list[Obj]) -> dict[str, dict[str, int]]:
+def free_capacity(nodes: list[Obj], pods: list[Obj]) -> nodes_model.Free:
     """Per node, what its allocatable capacity has left after the pods bound to it (milli-units)."""
-    free: dict[str, dict[str, int]] = {}
+    free: nodes_model.Free = {}
     for node in nodes:
-        status = node.get("status") or {}
-        capacity = status.get("allocatable") or status.get("capacity") or {}
-        free[node["metadata"]["name"]] = {r: quantity.parse_milli(v) for r, v in capacity.items()}
+        free[node["metadata"]["name"]] = dict(nodes_model.NodeInfo.of(node).allocatable)
     for pod in pods:
         node_name = pod["spec"].get("nodeName")
         if node_name in free and (pod.get("status") or {}).get("phase") in ("Pending", "Running"):
-            for r, v in jobs.pod_requests(pod["spec"], "spec", []).items():
-                free[node_name][r] = free[node_name].get(r, 0) - v
+            nodes_model.take(free[node_name], nodes_model.PodNeeds.of(pod["spec"]))
     return free
-
-
-def fits(pod_spec: Obj, node: Obj, free: dict[str, int]) -> bool:
-    """Whether a pod may run on ``node`` now: labels match its nodeSelector, its tolerations cover the
-    node's NoSchedule/NoExecute taints, and the node's free capacity holds its requests."""
-    labels = node["metadata"].get("labels") or {}
-    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
-        return False
-    tolerations = [selectors.Toleration.from_dict(t) for t in pod_spec.get("tolerations") or []]
-    taints = [selectors.Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or []]
-    if selectors.untolerated_taint(taints, tolerations) is not None:
-        return False
-    return all(free.get(r, 0) >= v for r, v in jobs.pod_requests(pod_spec, "spec", []).items())

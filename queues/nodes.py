@@ -1,0 +1,156 @@
+"""Nodes, where pods fit on them, and what a cluster-autoscaler answers a ProvisioningRequest.
+
+One mechanism for both engines: the simulated cluster's scheduler and autoscaler
+(``admission.sim``) and engine core's model of them (``queues.provisioning``) place pods and
+decide scale-ups with these functions, so the two agree by construction.
+
+- ``fits``: a pod may run on a node when the node's labels match its nodeSelector, its
+  tolerations cover the node's NoSchedule/NoExecute taints and the node's free capacity holds
+  its requests (as the kube-scheduler's NodeAffinity, TaintToleration and Fit filters).
+- ``pack``: first fit, in node-name order, as the simulated scheduler binds pods.
+- ``answer``: a cluster-autoscaler's verdict on a ProvisioningRequest's pods, per
+  provisioning class (``check-capacity``: only what exists; ``best-effort-atomic-scale-up``:
+  all the nodes it needs or none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues import jobs, quantity
+from queues.selectors import Taint, Toleration, untolerated_taint
+
+CHECK_CAPACITY = "check-capacity.autoscaling.x-k8s.io"
+ATOMIC_SCALE_UP = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+
+Free = dict[str, dict[str, int]]  # node name -> resource -> free milli-units
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    allocatable: Mapping[str, int]  # milli-units
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any]) -> NodeInfo:
+        """From a Node object."""
+        status = node.get("status") or {}
+        capacity = status.get("allocatable") or status.get("capacity") or {}
+        return cls(
+            name=str(node["metadata"]["name"]),
+            labels=dict(node["metadata"].get("labels") or {}),
+            taints=tuple(Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or []),
+            allocatable={str(r): quantity.parse_milli(str(v)) for r, v in capacity.items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodNeeds:
+    """What one pod asks of a node."""
+
+    requests: Mapping[str, int]
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+    @classmethod
+    def of(cls, pod_spec: Mapping[str, Any]) -> PodNeeds:
+        """From a pod spec (a Pod's, or a PodTemplate's ``template.spec``)."""
+        return cls(
+            requests=jobs.pod_requests(pod_spec, "spec", []),
+            node_selector=dict(pod_spec.get("nodeSelector") or {}),
+            tolerations=tuple(Toleration.from_dict(t) for t in pod_spec.get("tolerations") or []),
+        )
+
+
+def node_object(name: str, shape: Mapping[str, Any]) -> dict[str, Any]:
+    """A Node from scenario.md's node shape (``labels``, ``capacity``, ``taints``): a scenario's
+    ``nodes`` entries and the autoscaler's ``nodeTemplate`` alike."""
+    capacity = dict(shape.get("capacity") or {})
+    return {
+        "metadata": {"name": name, "labels": dict(shape.get("labels") or {})},
+        "spec": {"taints": list(shape.get("taints") or [])},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+def fits(pod: PodNeeds, node: NodeInfo, free: Mapping[str, int]) -> bool:
+    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
+        return False
+    if untolerated_taint(node.taints, pod.tolerations) is not None:
+        return False
+    return all(free.get(r, 0) >= v for r, v in pod.requests.items())
+
+
+def take(free: dict[str, int], pod: PodNeeds) -> None:
+    for r, v in pod.requests.items():
+        free[r] = free.get(r, 0) - v
+
+
+def first_fit(pod: PodNeeds, nodes: Sequence[NodeInfo], free: Free) -> str | None:
+    """The first node (in the order given) the pod fits on, its capacity taken; None if none."""
+    for node in nodes:
+        if fits(pod, node, free[node.name]):
+            take(free[node.name], pod)
+            return node.name
+    return None
+
+
+def pack(pods: Sequence[PodNeeds], nodes: Sequence[NodeInfo], free: Free) -> bool:
+    """Whether every pod fits, first fit, on a copy of ``free``."""
+    scratch = {name: dict(f) for name, f in free.items()}
+    return all(first_fit(pod, nodes, scratch) is not None for pod in pods)
+
+
+def scale_up_name(existing: int) -> str:
+    """The name of a node the autoscaler adds when ``existing`` nodes are there."""
+    return f"sim-scaleup-{existing}"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An autoscaler's verdict on a request: ``Provisioned`` now, ``ScaleUp`` by ``nodes`` nodes
+    (Provisioned once they exist), ``Waiting`` (check-capacity: nothing fits now) or ``Failed``."""
+
+    verdict: str  # Provisioned | ScaleUp | Waiting | Failed
+    reason: str
+    message: str
+    nodes: int = 0
+
+
+def answer(
+    pods: Sequence[PodNeeds],
+    nodes: Sequence[NodeInfo],
+    free: Free,
+    *,
+    provisioning_class: str,
+    template: Mapping[str, Any],
+    max_nodes: int,
+    added: int,
+) -> Answer:
+    """What a cluster-autoscaler that has already added ``added`` of at most ``max_nodes`` nodes
+    answers a request for ``pods``, given the nodes and their free capacity."""
+    if provisioning_class not in (CHECK_CAPACITY, ATOMIC_SCALE_UP):
+        return Answer(
+            "Failed",
+            "UnsupportedClass",
+            f"provisioningClassName {provisioning_class!r} is not supported; use {ATOMIC_SCALE_UP} or {CHECK_CAPACITY}",
+        )
+    if pack(pods, nodes, free):
+        return Answer("Provisioned", "Provisioned", "capacity is available on the current nodes")
+    if provisioning_class == CHECK_CAPACITY:
+        return Answer("Waiting", "CapacityIsNotFound", "the current nodes cannot hold the pods")
+    left = max_nodes - added
+    for extra in range(1, left + 1):
+        fresh = [NodeInfo.of(node_object(f"candidate-{i}", template)) for i in range(extra)]
+        more = {n.name: dict(n.allocatable) for n in fresh}
+        if pack(pods, [*nodes, *fresh], {**free, **more}):
+            return Answer("ScaleUp", "Provisioning", f"adding {extra} node(s)", extra)
+    return Answer(
+        "Failed",
+        "NotProvisioned",
+        f"the pods need more nodes than the autoscaler may add ({left} left of {max_nodes})",
+    )
