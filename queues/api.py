@@ -181,6 +181,15 @@ class ClusterQueueSpec(_Model):
         """The cohort, whichever version's field named it."""
         return self.cohort_name or self.cohort or None
 
+    @property
+    def check_rules(self) -> list[AdmissionCheckStrategyRule]:
+        """The admission checks, whichever version's field named them (v1beta1 ``admissionChecks``,
+        every flavor; ``admissionChecksStrategy``, optionally ``onFlavors``), in order, each once."""
+        rules = list(self.admission_checks_strategy.admission_checks) if self.admission_checks_strategy else []
+        named = {r.name for r in rules}
+        rules += [AdmissionCheckStrategyRule(name=n) for n in self.admission_checks if n not in named]
+        return rules
+
 
 class LocalQueueSpec(_Model):
     cluster_queue: str = Field(alias="clusterQueue")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from queues import api, jobs, selectors
+from queues import api, jobs, provisioning, selectors
 
 FlavorResource = tuple[str, str]  # (flavor, resource)
 Usage = dict[FlavorResource, int]
@@ -209,6 +209,17 @@ class Workload:
     reason: str = "Pending"
     message: str = ""
     shape: tuple[object, ...] = ()
+    # Two-phase admission: admission checks still to pass for the quota it holds (its job starts
+    # when none are left), retries so far, when it may queue again, and whether it was deactivated.
+    checks: tuple[str, ...] = ()
+    retries: int = 0
+    requeue_at: float | None = None
+    active: bool = True
+
+    @property
+    def started(self) -> bool:
+        """Quota reserved and every admission check passed: the job runs."""
+        return self.admission is not None and not self.checks
 
     def __post_init__(self) -> None:
         if not self.shape:
@@ -282,6 +293,8 @@ class Snapshot:
             if name in config.terminating:
                 cq.inactive_reason = "Terminating"
                 cq.inactive_message = "the ClusterQueue is being deleted; it waits for its admitted workloads to finish"
+            if cq.inactive_reason is None and (checks := provisioning.inactive_reason(config, cq_obj)) is not None:
+                cq.inactive_reason, cq.inactive_message = checks
             self.queues[name] = cq
             if cq.cohort_name:
                 self._cohort(cq.cohort_name).child_queues.append(cq)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from queues import flavors, jobs, preemption
+from queues import flavors, jobs, preemption, provisioning
 from queues.flavors import Assignment, Mode
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
@@ -39,6 +39,7 @@ WAITING_FOR_TURN = "waiting for its turn in the queue"
 
 PREEMPTED = "Preempted"
 CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
+ADMISSION_CHECK = provisioning.ADMISSION_CHECK
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +52,8 @@ class Admit:
 @dataclass(frozen=True, slots=True)
 class Evict:
     workload: Workload
-    reason: str  # Preempted | ClusterQueueStopped
-    detail: str  # InClusterQueue | InCohortReclamation | InCohortReclaimWhileBorrowing | ...
+    reason: str  # Preempted | ClusterQueueStopped | AdmissionCheck
+    detail: str  # InClusterQueue | InCohortReclamation | InCohortReclaimWhileBorrowing | Retry | Rejected | ...
     by: str | None = None
     released: Admission | None = None  # the admission the eviction ended
 
@@ -79,6 +80,7 @@ class Scheduler:
         self._generation: dict[str, int] = {}
         self._nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]] = {}
         self._unresolved: dict[str, Workload] = {}
+        self.parked: dict[str, Workload] = {}  # waiting out an admission check's backoff, or deactivated
         self.cycles = 0
         self.cap_hits = 0
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
@@ -119,6 +121,7 @@ class Scheduler:
         if wl is None:
             return None
         self._unresolved.pop(key, None)
+        self.parked.pop(key, None)
         self.pending.remove(wl)
         if wl.admission is not None:
             self._release(wl)
@@ -179,6 +182,7 @@ class Scheduler:
         the very same cycles, so a caller can commit and enact a large backlog in slices.
         """
         out: list[Decision] = []
+        self._wake_parked()
         # Every cycle admits, evicts or sets aside at least one workload; the bound only guards
         # against a bug turning into a hang (``cap_hits`` counts it, tests assert it stays 0).
         limit = min(MAX_CYCLES_PER_CALL, 8 * len(self.workloads) + 64)
@@ -285,16 +289,81 @@ class Scheduler:
         admission = Admission(cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing)
         wl.admission = admission
         wl.admitted_at = self.now
-        self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
+        wl.checks = provisioning.checks_to_pass(self.config, cq.spec, wl.pod_sets, admission)
+        if wl.checks:
+            self._say(
+                wl,
+                provisioning.WAITING_FOR_CAPACITY,
+                f"quota reserved in ClusterQueue {cq.name}; waiting for admission check(s) {', '.join(wl.checks)}",
+            )
+        else:
+            self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
         self.snapshot.add_workload(wl)
         return Admit(wl, assignment, admission)
 
-    def _evict(self, wl: Workload, reason: str, detail: str, by: str | None) -> Evict:
+    # ----- admission checks (two-phase admission) ------------------------------------------------
+
+    def check_passed(self, key: str, check: str) -> bool:
+        """``check`` is Ready for ``key``'s quota reservation; True when that was the last one
+        (the job may start now)."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.admission is None or check not in wl.checks:
+            return False
+        wl.checks = tuple(c for c in wl.checks if c != check)
+        if wl.checks:
+            return False
+        self._say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
+        return True
+
+    def check_waiting(self, key: str, message: str) -> None:
+        """What a pending admission check says while ``key`` waits for it (reason WaitingForCapacity)."""
+        wl = self.workloads.get(key)
+        if wl is not None and wl.admission is not None and wl.checks:
+            self._say(wl, provisioning.WAITING_FOR_CAPACITY, message)
+
+    def check_retry(self, key: str, message: str, until: float) -> Evict | None:
+        """An admission check asks for a retry: release the quota and queue the workload again at
+        ``until`` (its backoff)."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.admission is None:
+            return None
+        wl.retries += 1
+        wl.requeue_at = until
+        wl.checks = ()
+        return self._evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
+
+    def check_rejected(self, key: str, message: str) -> Evict | None:
+        """An admission check rejected the workload: release its quota and deactivate it."""
+        wl = self.workloads.get(key)
+        if wl is None or (wl.admission is None and not wl.active):
+            return None
+        wl.active = False
+        wl.checks = ()
+        wl.requeue_at = None
+        if wl.admission is None:
+            self.pending.remove(wl)
+            self._enqueue(wl, message)
+            return None
+        return self._evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
+
+    def next_requeue(self) -> float | None:
+        """When the next workload waiting out a backoff queues again; None if none does."""
+        return min((w.requeue_at for w in self.parked.values() if w.active and w.requeue_at is not None), default=None)
+
+    def _wake_parked(self) -> None:
+        due = [w for w in self.parked.values() if w.active and w.requeue_at is not None and w.requeue_at <= self.now]
+        for wl in sorted(due, key=lambda w: w.seq):
+            del self.parked[wl.key]
+            wl.requeue_at = None
+            self._enqueue(wl)
+
+    def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
         released = wl.admission
         self._release(wl)
+        wl.checks = ()
         wl.queue_ts = self.now
         self._say(wl, flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
-        self._enqueue(wl)
+        self._enqueue(wl, message)
         return Evict(wl, reason, detail, by, released)
 
     def _say(self, wl: Workload, reason: str, message: str) -> None:
@@ -333,7 +402,23 @@ class Scheduler:
 
     # ----- where a workload waits ----------------------------------------------------------
 
-    def _enqueue(self, wl: Workload) -> None:
+    def _enqueue(self, wl: Workload, why: str = "") -> None:
+        # Parked (deactivated, or waiting out a backoff): what was said when it was parked stays.
+        if not wl.active:
+            self.parked[wl.key] = wl
+            if why or wl.reason != INACTIVE:
+                self._say(wl, INACTIVE, f"deactivated: {why or 'an admission check rejected it'}")
+            return
+        if wl.requeue_at is not None and wl.requeue_at > self.now:
+            self.parked[wl.key] = wl
+            if why or wl.reason != provisioning.WAITING_FOR_CAPACITY:
+                self._say(
+                    wl,
+                    provisioning.WAITING_FOR_CAPACITY,
+                    f"{why + '; ' if why else ''}queues again after a {wl.requeue_at - self.now:.0f}s backoff"
+                    f" (retry {wl.retries})",
+                )
+            return
         cq, reason, message = self._resolve(wl)
         wl.cluster_queue = cq.name if cq is not None else wl.cluster_queue
         if reason is not None:

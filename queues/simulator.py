@@ -2,10 +2,18 @@
 
 Replays a scenario in virtual time with the same ``Scheduler`` the controller uses. At each
 instant t, in this order (scenario.md's timing rules): 1. jobs whose runtime ends at t
-finish; 2. edits at t apply, in file order; 3. jobs submitted at t enter their queues, in
-file order; 4. scheduling cycles run until one changes nothing. Evicted workloads release
-their quota at once and restart from zero when admitted again. Everything is ordered by
-time and file order, so the same file always gives the same result.
+finish; then the autoscaler's scale-ups due at t add their nodes and their requests are
+Provisioned (those jobs start); 2. edits at t apply, in file order; 3. jobs submitted at t
+enter their queues, in file order; 4. scheduling cycles run until one changes nothing (a
+workload whose admission-check backoff ends at t queues again first). Evicted workloads
+release their quota at once and restart from zero when admitted again. Everything is ordered
+by time and file order, so the same file always gives the same result.
+
+Two-phase admission (``queues.provisioning``): a reservation on a ClusterQueue with
+ProvisioningRequest checks asks ``AutoscalerModel`` (the simulated cluster-autoscaler's
+decisions, with the scenario's ``autoscaler:`` timing) and starts the job only once the
+request is Provisioned; a Failed request is retried with the config's backoff, then the
+workload is deactivated.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import api, scheduler
+from queues import api, provisioning, scheduler
 from queues.model import Admission, ClusterQueue, Config, Workload
 from queues.scenario import Edit, JobEntry, Scenario
 
@@ -281,6 +289,12 @@ class Simulation:
         self.order = 0
         self.now = 0.0
         self.record.nominal(self.sched.snapshot.queues)
+        self.scaler = provisioning.AutoscalerModel.of(scenario.autoscaler or {}, scenario.nodes)
+        # requests a scale-up will provision: (t, order, key, reservation, check, request name)
+        self.provisions: list[tuple[float, int, str, int, str, str]] = []
+        # bookings of Provisioned requests whose job has not started: (t, order, key, reservation, check)
+        self.bookings: list[tuple[float, int, str, int, str]] = []
+        self.reservations: dict[str, int] = {}  # key -> number of its current quota reservation
 
     @property
     def tracks(self) -> list[Track]:
@@ -299,6 +313,12 @@ class Simulation:
             candidates = []
             if self.finishes:
                 candidates.append(self.finishes[0][0])
+            if self.provisions:
+                candidates.append(self.provisions[0][0])
+            if self.bookings:
+                candidates.append(self.bookings[0][0])
+            if (wake := self.sched.next_requeue()) is not None:
+                candidates.append(wake)
             if ai < len(arrivals):
                 candidates.append(arrivals[ai].at)
             if ei < len(edits):
@@ -310,6 +330,16 @@ class Simulation:
             while self.finishes and self.finishes[0][0] <= self.now:
                 _, _, epoch, key = heapq.heappop(self.finishes)
                 self._finish(key, epoch)
+            self.scaler.due_scale_ups(self.now)
+            while self.provisions and self.provisions[0][0] <= self.now:
+                _, _, key, reservation, check, _name = heapq.heappop(self.provisions)
+                if self.reservations.get(key) == reservation:
+                    self._check_ready(key, check)
+            while self.bookings and self.bookings[0][0] <= self.now:
+                _, _, key, reservation, check = heapq.heappop(self.bookings)
+                wl = self.sched.workloads.get(key)
+                if self.reservations.get(key) == reservation and wl is not None and not wl.started:
+                    self._check_lost(wl, check, "BookingExpired", "no pod consumed the capacity in time")
             # 2. edits
             while ei < len(edits) and edits[ei].at <= self.now:
                 self._edit(edits[ei])
@@ -335,6 +365,8 @@ class Simulation:
         if track.epoch != epoch or track.state != "Admitted" or track.workload is None:
             return
         self.sched.finish(key)
+        self.scaler.stop(key)
+        self.reservations.pop(key, None)
         self.record.finished(key)
 
     def _edit(self, edit: Edit) -> None:
@@ -343,6 +375,8 @@ class Simulation:
             if track.state not in ("Pending", "Admitted") or track.workload is None:
                 return
             self.sched.cancel(edit.name)
+            self.scaler.stop(edit.name)
+            self.reservations.pop(edit.name, None)
             self.record.cancelled(edit.name)
             return
         apply_edit(self.config, edit)
@@ -351,12 +385,91 @@ class Simulation:
 
     def _enact(self, decisions: list[scheduler.Decision]) -> None:
         for d in decisions:
+            key = d.workload.key
             if isinstance(d, scheduler.Admit):
-                track = self.record.admitted(d.workload.key, d.admission)
-                self.order += 1
-                heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, d.workload.key))
+                self.reservations[key] = self.reservations.get(key, 0) + 1
+                if d.workload.checks:
+                    self._request(d.workload, d.admission)
+                else:
+                    self._start(key, d.admission)
             else:
-                self.record.evicted(d.workload.key, d.reason, d.detail, d.by)
+                self.scaler.stop(key)
+                self.reservations.pop(key, None)
+                self.record.evicted(key, d.reason, d.detail, d.by)
+
+    def _start(self, key: str, admission: Admission) -> None:
+        """Every check passed (or none applied): the job's pods run from now."""
+        track = self.record.admitted(key, admission)
+        wl = self.sched.workloads[key]
+        flavors = self.sched.snapshot.flavors
+        self.scaler.start(
+            key,
+            [provisioning.pod_needs(wl, admission, flavors, ps.name) for ps in wl.pod_sets for _ in range(ps.count)],
+        )
+        self.order += 1
+        heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, key))
+
+    def _request(self, wl: Workload, admission: Admission) -> None:
+        """A quota reservation with admission checks: one ProvisioningRequest per check, answered by
+        the autoscaler model as the simulated cluster-autoscaler answers it."""
+        reservation = self.reservations[wl.key]
+        for check in wl.checks:
+            spec = provisioning.config_for(self.config, check)
+            if spec is None:
+                continue  # inactive: the ClusterQueue is inactive too, so this does not happen
+            name = provisioning.request_name(wl.key.split("/", 1)[1], check, wl.retries + 1)
+            pods = [
+                provisioning.pod_needs(wl, admission, self.sched.snapshot.flavors, ps)
+                for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources)
+                for _ in range(next(p.count for p in wl.pod_sets if p.name == ps))
+            ]
+            answer = self.scaler.ask(pods, spec.provisioning_class_name, self.now)
+            if answer.verdict == "Provisioned":
+                self._check_ready(wl.key, check)
+            elif answer.verdict == "Failed":
+                self._check_lost(wl, check, "Failed", answer.message)
+            else:
+                if answer.verdict == "ScaleUp":
+                    self.order += 1
+                    heapq.heappush(
+                        self.provisions, (self.now + self.scaler.delay, self.order, wl.key, reservation, check, name)
+                    )
+                self.sched.check_waiting(wl.key, provisioning.waiting_message(name, answer.message))
+            if self.reservations.get(wl.key) != reservation:
+                return  # a failure released the reservation: no further checks for it
+
+    def _check_ready(self, key: str, check: str) -> None:
+        wl = self.sched.workloads.get(key)
+        if wl is None or wl.admission is None:
+            return
+        if self.sched.check_passed(key, check):
+            self._start(key, wl.admission)
+        elif wl.admission is not None and wl.checks:  # booked until the other checks pass, or it expires
+            self.order += 1
+            heapq.heappush(
+                self.bookings,
+                (self.now + self.scaler.booking_expiry, self.order, key, self.reservations[key], check),
+            )
+
+    def _check_lost(self, wl: Workload, check: str, condition: str, message: str) -> None:
+        """The request of ``check`` got ``condition`` (Failed, BookingExpired): retry or reject."""
+        spec = provisioning.config_for(self.config, check)
+        if spec is None:
+            return
+        attempt = wl.retries + 1
+        verdict = provisioning.verdict(
+            [{"type": condition, "status": "True", "message": message}],
+            attempt=attempt,
+            strategy=spec.retry_strategy,
+            started=wl.started,
+        )
+        if verdict.state == provisioning.RETRY:
+            until = self.now + provisioning.backoff(attempt, spec.retry_strategy)
+            evict = self.sched.check_retry(wl.key, verdict.message, until)
+        else:
+            evict = self.sched.check_rejected(wl.key, verdict.message)
+        if evict is not None:
+            self._enact([evict])
 
 
 def apply_edit(config: Config, edit: Edit) -> None:

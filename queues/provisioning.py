@@ -1,0 +1,277 @@
+"""The ProvisioningRequest admission check, as Kueue's ``kueue.x-k8s.io/provisioning-request``.
+
+Two-phase admission: the scheduler reserves quota; when the ClusterQueue names provisioning
+admission checks (for the flavors assigned), the workload is *admitted* (its job started) only
+once each check is Ready. For each check the controller (or engine core's model) asks the
+cluster-autoscaler for the capacity with one ``autoscaling.x-k8s.io/v1`` ProvisioningRequest
+whose pod sets are those that request a managed resource, and reads its conditions:
+
+- ``Provisioned=True`` -> Ready: the job starts, its pods annotated to consume the capacity;
+- ``Failed=True`` (or ``BookingExpired=True`` before the job started) -> Retry: quota released,
+  the workload waits ``min(base * 2^(n-1), max)`` seconds, then queues again and a new request
+  (attempt n+1) is made; after ``backoffLimitCount`` retries -> Rejected: deactivated;
+- ``CapacityRevoked=True`` while the job runs -> the workload is evicted and retried the same way;
+- otherwise Pending: the workload waits with reason ``WaitingForCapacity``.
+
+Everything here is pure: the names, the backoff, the verdict on a request's conditions, and
+``AutoscalerModel``, engine core's stand-in for the simulated cluster-autoscaler.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from queues import api, jobs
+from queues import nodes as placement
+
+if TYPE_CHECKING:  # the model builds on this module (a ClusterQueue's checks decide if it is active)
+    from queues.model import Admission, Config, Flavor, Workload
+
+CONTROLLER_NAME = "kueue.x-k8s.io/provisioning-request"
+CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
+CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
+PARAMETER_PREFIX = "provreq.kueue.x-k8s.io/"  # job annotations passed on as request parameters
+WAITING_FOR_CAPACITY = "WaitingForCapacity"
+ADMISSION_CHECK = "AdmissionCheck"  # the eviction reason of a retry
+
+READY, RETRY, REJECTED, PENDING = "Ready", "Retry", "Rejected", "Pending"
+
+_MAX_NAME = 253
+
+
+def checks_to_pass(
+    config: Config, cq: api.ClusterQueueSpec, pod_sets: Sequence[jobs.PodSet], admission: Admission
+) -> tuple[str, ...]:
+    """The admission checks a new quota reservation must pass before its job starts: the
+    ClusterQueue's checks that apply to the flavors assigned (a rule with ``onFlavors`` applies
+    when one of them is used) and that need a request (some pod set requests a managed resource)."""
+    used = {f for resources in admission.flavors.values() for f in resources.values()}
+    out = []
+    for rule in cq.check_rules:
+        if rule.on_flavors and not set(rule.on_flavors) & used:
+            continue
+        spec = config_for(config, rule.name)
+        if spec is None or pod_sets_needing(pod_sets, spec.managed_resources):
+            out.append(rule.name)  # an inactive check keeps the job waiting, as in Kueue
+    return tuple(out)
+
+
+def config_for(config: Config, check: str) -> api.ProvisioningRequestConfigSpec | None:
+    """The ProvisioningRequestConfig a provisioning AdmissionCheck points to; None when the check
+    does not exist, is not a provisioning check, or its config is missing."""
+    ac = config.admission_checks.get(check)
+    if ac is None or ac.spec.controller_name != CONTROLLER_NAME:
+        return None
+    params = ac.spec.parameters
+    if params is None or params.kind != "ProvisioningRequestConfig":
+        return None
+    prc = config.provisioning_configs.get(params.name)
+    return prc.spec if prc is not None else None
+
+
+def inactive_reason(config: Config, cq: api.ClusterQueue) -> tuple[str, str] | None:
+    """Why ``cq``'s admission checks keep it from admitting anything, as Kueue marks such a
+    ClusterQueue inactive; None when every check it names can run."""
+    for rule in cq.spec.check_rules:
+        ac = config.admission_checks.get(rule.name)
+        if ac is None:
+            return "AdmissionCheckNotFound", f"AdmissionCheck {rule.name} does not exist; create it or fix the name"
+        if ac.spec.controller_name != CONTROLLER_NAME:
+            return (
+                "AdmissionCheckInactive",
+                f"AdmissionCheck {rule.name} has controllerName {ac.spec.controller_name}; Turnstile runs only "
+                f"{CONTROLLER_NAME}",
+            )
+        if config_for(config, rule.name) is None:
+            params = ac.spec.parameters
+            named = f"ProvisioningRequestConfig {params.name}" if params else "no parameters"
+            return (
+                "AdmissionCheckInactive",
+                f"AdmissionCheck {rule.name} points to {named}, which does not exist; create it "
+                "(spec.parameters: apiGroup kueue.x-k8s.io, kind ProvisioningRequestConfig, name)",
+            )
+    return None
+
+
+def pod_sets_needing(pod_sets: Sequence[jobs.PodSet], managed: Sequence[str]) -> tuple[str, ...]:
+    """Pod sets that need capacity from the autoscaler: those requesting a managed resource
+    (every pod set when ``managedResources`` is empty), as Kueue's ``requiredPodSets``."""
+    return tuple(ps.name for ps in pod_sets if not managed or any(ps.requests.get(r) for r in managed))
+
+
+def request_name(workload: str, check: str, attempt: int) -> str:
+    """The ProvisioningRequest of ``attempt`` (1, 2, ...) for a workload (its job's name) and check."""
+    name = f"{workload}-{check}-{attempt}"
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    return f"{name[: _MAX_NAME - 11]}-{digest}"
+
+
+def template_name(request: str, pod_set: str) -> str:
+    """The PodTemplate a request's pod set points to (``ppt-`` as Kueue)."""
+    name = f"ppt-{request}-{pod_set}"
+    if len(name) <= _MAX_NAME:
+        return name
+    return f"{name[: _MAX_NAME - 11]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+
+
+def backoff(retry: int, strategy: api.RetryStrategy) -> float:
+    """Seconds a workload waits before its ``retry``-th new request (1, 2, ...), as Kueue."""
+    return float(min(strategy.backoff_base_seconds * 2 ** (retry - 1), strategy.backoff_max_seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    state: str  # Ready | Retry | Rejected | Pending
+    message: str
+    revoked: bool = False  # the capacity went away while the job ran
+
+
+def _true(conditions: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def verdict(
+    conditions: Sequence[Mapping[str, Any]], *, attempt: int, strategy: api.RetryStrategy, started: bool
+) -> Verdict:
+    """What a request's conditions mean for its check, as Kueue's provisioning controller:
+    attempt ``n`` <= ``backoffLimitCount`` is retried, the one after is rejected."""
+    retry_left = attempt <= strategy.backoff_limit_count
+    if (c := _true(conditions, "Failed")) is not None:
+        msg = str(c.get("message") or c.get("reason") or "failed")
+        return Verdict(RETRY, f"Retrying after failure: {msg}") if retry_left else Verdict(REJECTED, msg)
+    if (c := _true(conditions, "CapacityRevoked")) is not None:
+        if started:
+            msg = str(c.get("message") or "the autoscaler took the capacity back")
+            return Verdict(RETRY, f"Retrying after capacity was revoked: {msg}", revoked=True)
+        return Verdict(PENDING, "")
+    if (c := _true(conditions, "BookingExpired")) is not None and not started:
+        msg = str(c.get("message") or "the booking expired")
+        return Verdict(RETRY, f"Retrying after booking expired: {msg}") if retry_left else Verdict(REJECTED, msg)
+    if (c := _true(conditions, "Provisioned")) is not None:
+        return Verdict(READY, str(c.get("message") or "provisioned"))
+    latest = next(
+        (c for c in conditions if c.get("type") == "Provisioned"),
+        next((c for c in conditions if c.get("type") == "Accepted"), None),
+    )
+    return Verdict(PENDING, str((latest or {}).get("message") or "waiting for the autoscaler to answer"))
+
+
+def waiting_message(request: str, message: str) -> str:
+    said = f"waiting for ProvisioningRequest {request}"
+    return f"{said}: {message}" if message else said
+
+
+def pod_needs(wl: Workload, admission: Admission, flavors: Mapping[str, Flavor], pod_set: str) -> placement.PodNeeds:
+    """One pod of ``pod_set`` as it runs once admitted: its requests, its own nodeSelector plus its
+    flavors' node labels, its own tolerations plus its flavors' (as the enactor starts it)."""
+    ps = next(p for p in wl.pod_sets if p.name == pod_set)
+    selector = dict(ps.constraints.node_selector)
+    tolerations = list(ps.tolerations)
+    for name in sorted(set(admission.flavors.get(pod_set, {}).values())):
+        flavor = flavors.get(name)
+        if flavor is None:
+            continue
+        selector.update(flavor.node_labels)
+        tolerations += [t for t in flavor.tolerations if t not in tolerations]
+    return placement.PodNeeds(ps.requests, selector, tuple(tolerations))
+
+
+# ----- engine core's cluster-autoscaler ------------------------------------------------------------
+
+
+@dataclass
+class AutoscalerModel:
+    """The simulated cluster's nodes and cluster-autoscaler (``admission.sim.autoscaler``), in
+    scenario time: pods of running workloads placed first fit in node-name order, requests
+    answered by ``nodes.answer``, scale-ups completing ``delay`` seconds later, a Provisioned
+    request's booking expiring ``booking_expiry`` seconds later unless its job started."""
+
+    template: Mapping[str, Any]
+    max_nodes: int
+    delay: float
+    booking_expiry: float = 600.0  # a Provisioned request no pod consumed by then: BookingExpired
+    nodes: list[placement.NodeInfo] = field(default_factory=list)
+    free: placement.Free = field(default_factory=dict)
+    placed: dict[str, list[tuple[str, placement.PodNeeds]]] = field(default_factory=dict)
+    unplaced: dict[str, list[placement.PodNeeds]] = field(default_factory=dict)  # pods waiting for room
+    added: int = 0
+    scale_ups: list[tuple[float, int, int]] = field(default_factory=list)  # (due, order, nodes)
+    _order: int = 0
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], node_shapes: Sequence[Mapping[str, Any]]) -> AutoscalerModel:
+        model = cls(
+            template=dict(options.get("nodeTemplate") or {}),
+            max_nodes=int(options.get("maxNodes", 16)),
+            delay=float(options.get("provisioningDelay", 120)),
+            booking_expiry=float(options.get("bookingExpiry", 600)),
+        )
+        for shape in node_shapes:
+            model._add_node(placement.node_object(str(shape["name"]), shape))
+        return model
+
+    def _add_node(self, obj: Mapping[str, Any]) -> None:
+        info = placement.NodeInfo.of(obj)
+        self.nodes.append(info)
+        self.nodes.sort(key=lambda n: n.name)
+        self.free[info.name] = dict(info.allocatable)
+
+    def ask(self, pods: Sequence[placement.PodNeeds], provisioning_class: str, now: float) -> placement.Answer:
+        """A new request for ``pods``: the autoscaler's answer (a scale-up is booked to end at
+        ``now + delay``; ``due_scale_ups`` adds its nodes)."""
+        answer = placement.answer(
+            pods,
+            self.nodes,
+            self.free,
+            provisioning_class=provisioning_class,
+            template=self.template,
+            max_nodes=self.max_nodes,
+            added=self.added,
+        )
+        if answer.verdict == "ScaleUp":
+            self.added += answer.nodes
+            self._order += 1
+            heapq.heappush(self.scale_ups, (now + self.delay, self._order, answer.nodes))
+        return answer
+
+    def next_scale_up(self) -> float | None:
+        return self.scale_ups[0][0] if self.scale_ups else None
+
+    def due_scale_ups(self, now: float) -> None:
+        while self.scale_ups and self.scale_ups[0][0] <= now:
+            _, _, count = heapq.heappop(self.scale_ups)
+            for _ in range(count):
+                self._add_node(placement.node_object(placement.scale_up_name(len(self.nodes)), self.template))
+        self._place_waiting()
+
+    def start(self, key: str, pods: Sequence[placement.PodNeeds]) -> None:
+        """A workload's pods are created: each goes to the first node it fits, or waits for room."""
+        self.placed[key] = []
+        # With no nodes at all the simulated scheduler binds pods to an unlimited stand-in node.
+        self.unplaced[key] = list(pods) if self.nodes else []
+        self._place_waiting()
+
+    def stop(self, key: str) -> None:
+        """A workload's pods are gone: their capacity is free again."""
+        for name, pod in self.placed.pop(key, []):
+            for r, v in pod.requests.items():
+                self.free[name][r] = self.free[name].get(r, 0) + v
+        self.unplaced.pop(key, None)
+        self._place_waiting()
+
+    def _place_waiting(self) -> None:
+        for key, pods in self.unplaced.items():
+            still = []
+            for pod in pods:
+                node = placement.first_fit(pod, self.nodes, self.free) if self.nodes else None
+                if node is None:
+                    still.append(pod)
+                else:
+                    self.placed[key].append((node, pod))
+            pods[:] = still

@@ -1,0 +1,266 @@
+"""Two-phase admission with the ProvisioningRequest check in engine core: the autoscaler model's
+answers (capacity there, scale-up after a delay, node limit, booking expiry), retries with Kueue's
+backoff, deactivation, and what a waiting workload says."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from queues import api, nodes, provisioning, scenario, simulator
+
+GPU = "nvidia.com/gpu"
+NODE = {"labels": {"pool": "a100"}, "capacity": {"cpu": "96", GPU: "8"}}
+
+
+def _doc(
+    *,
+    jobs: list[tuple[float, str, int, float]],  # (at, name, pods of 8 GPUs, runtime)
+    checks: list[dict[str, Any]] | None = None,
+    nodes_: int = 1,
+    autoscaler: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    checks = checks if checks is not None else [{"name": "capacity", "class": nodes.ATOMIC_SCALE_UP}]
+    manifests: list[dict[str, Any]] = [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "a100"},
+            "spec": {"nodeLabels": {"pool": "a100"}},
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "cq"},
+            "spec": {
+                "namespaceSelector": {},
+                "admissionChecks": [c["name"] for c in checks],
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [{"name": "a100", "resources": [{"name": GPU, "nominalQuota": "64"}]}],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": "ns"},
+            "spec": {"clusterQueue": "cq"},
+        },
+    ]
+    for c in checks:
+        manifests.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ProvisioningRequestConfig",
+                "metadata": {"name": f"{c['name']}-config"},
+                "spec": {
+                    "provisioningClassName": c["class"],
+                    "managedResources": [GPU],
+                    **({"retryStrategy": c["retry"]} if "retry" in c else {}),
+                },
+            }
+        )
+        manifests.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "AdmissionCheck",
+                "metadata": {"name": c["name"]},
+                "spec": {
+                    "controllerName": provisioning.CONTROLLER_NAME,
+                    "parameters": {
+                        "apiGroup": "kueue.x-k8s.io",
+                        "kind": "ProvisioningRequestConfig",
+                        "name": f"{c['name']}-config",
+                    },
+                },
+            }
+        )
+    job_entries = []
+    for at, name, pods, runtime in jobs:
+        container = {"name": "c", "image": "x", "resources": {"requests": {GPU: "8"}, "limits": {GPU: "8"}}}
+        job_entries.append(
+            {
+                "at": at,
+                "runtime": runtime,
+                "object": {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": name, "namespace": "ns", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+                    "spec": {
+                        "parallelism": pods,
+                        "completions": pods,
+                        "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+                    },
+                },
+            }
+        )
+    return {
+        "name": "provisioning",
+        "manifests": manifests,
+        "nodes": [{"name": f"node-{i}", **copy.deepcopy(NODE)} for i in range(nodes_)],
+        "autoscaler": autoscaler or {"provisioningDelay": 120, "maxNodes": 2, "nodeTemplate": NODE},
+        "jobs": job_entries,
+    }
+
+
+def _run(doc: dict[str, Any], watch: str | None = None) -> tuple[dict[str, Any], list[tuple[float, str, str]]]:
+    """The result, and what ``watch`` said (reason, message) at every instant it changed."""
+    said: list[tuple[float, str, str]] = []
+    sim = simulator.Simulation(scenario.parse(doc))
+
+    def step(s: simulator.Simulation) -> None:
+        wl = s.sched.workloads.get(f"ns/{watch}")
+        if wl is not None and (not said or said[-1][1:] != s.sched.explain(wl)):
+            said.append((s.now, *s.sched.explain(wl)))
+
+    return sim.run(step if watch else None).to_json(), said
+
+
+def _events(result: dict[str, Any], name: str) -> list[tuple[Any, ...]]:
+    return [
+        (e["t"], e["type"], e.get("detail"))
+        for e in result["events"]
+        if e["workload"] == f"ns/{name}" and e["type"] != "Submitted"
+    ]
+
+
+def test_capacity_already_there_admits_at_once() -> None:
+    result, _ = _run(_doc(jobs=[(0, "fits", 1, 100)]))
+    assert _events(result, "fits") == [(0, "Admitted", None), (100, "Finished", None)]
+
+
+def test_scale_up_admits_after_the_delay_and_says_why_it_waits() -> None:
+    # node-0 is busy with "first"; "second" needs a new node: 120 s later it starts.
+    result, said = _run(_doc(jobs=[(0, "first", 1, 1000), (10, "second", 1, 100)]), watch="second")
+    assert _events(result, "second") == [(130, "Admitted", None), (230, "Finished", None)]
+    waiting = [s for s in said if s[0] == 10]
+    assert waiting and waiting[-1][1] == provisioning.WAITING_FOR_CAPACITY
+    assert "ProvisioningRequest second-capacity-1" in waiting[-1][2] and "adding 1 node(s)" in waiting[-1][2]
+
+
+def test_node_limit_fails_then_retries_with_backoff_then_deactivates() -> None:
+    # 4 nodes needed, only 2 may be added: every request fails at once. Kueue's defaults retry
+    # 3 times after 60, 120 and 240 s; the 4th failure deactivates the workload.
+    result, said = _run(_doc(jobs=[(0, "giant", 4, 100)]), watch="giant")
+    assert _events(result, "giant") == [
+        (0, "Evicted", "Retry"),
+        (60, "Evicted", "Retry"),
+        (180, "Evicted", "Retry"),
+        (420, "Evicted", "Rejected"),
+    ]
+    final = result["workloads"]["ns/giant"]
+    assert (final["state"], final["reason"]) == ("Pending", "Inactive")
+    assert "more nodes than the autoscaler may add" in final["message"]
+    assert said[0][1] == provisioning.WAITING_FOR_CAPACITY and "60s backoff (retry 1)" in said[0][2]
+
+
+def test_retry_succeeds_once_capacity_frees() -> None:
+    # "big" needs 2 free nodes; the autoscaler may add only 1 and "first" holds node-0 until 200:
+    # attempts at 0 and 60 fail, the one at 180 fails too (first still runs), at 420 both nodes are free.
+    result, _ = _run(
+        _doc(
+            jobs=[(0, "first", 1, 200), (0, "big", 2, 50)],
+            autoscaler={"provisioningDelay": 120, "maxNodes": 0, "nodeTemplate": NODE},
+            nodes_=2,
+        )
+    )
+    assert _events(result, "first") == [(0, "Admitted", None), (200, "Finished", None)]
+    assert _events(result, "big") == [
+        (0, "Evicted", "Retry"),
+        (60, "Evicted", "Retry"),
+        (180, "Evicted", "Retry"),
+        (420, "Admitted", None),
+        (470, "Finished", None),
+    ]
+
+
+def test_booking_expires_while_another_check_waits_then_retry_admits() -> None:
+    # Check "scale" is Provisioned at 120 (a node added); check "present" (check-capacity) found
+    # nothing at 0 and the autoscaler does not look again. Nothing consumes the first booking, so
+    # it expires at 720: retry; at 780 both requests find the new node free and the job starts.
+    doc = _doc(
+        jobs=[(0, "busy", 1, 5000), (10, "late", 1, 100)],
+        checks=[{"name": "scale", "class": nodes.ATOMIC_SCALE_UP}, {"name": "present", "class": nodes.CHECK_CAPACITY}],
+    )
+    # "busy" runs on node-0 under a queue without checks: give it its own ClusterQueue.
+    doc["manifests"].append(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "free"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [{"name": "a100", "resources": [{"name": GPU, "nominalQuota": "8"}]}],
+                    }
+                ],
+            },
+        }
+    )
+    doc["manifests"].append(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "free", "namespace": "ns"},
+            "spec": {"clusterQueue": "free"},
+        }
+    )
+    doc["jobs"][0]["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "free"
+    result, _ = _run(doc)
+    assert _events(result, "late") == [(730, "Evicted", "Retry"), (790, "Admitted", None), (890, "Finished", None)]
+
+
+def test_missing_admission_check_makes_the_cluster_queue_inactive() -> None:
+    doc = _doc(jobs=[(0, "j", 1, 10)])
+    doc["manifests"] = [m for m in doc["manifests"] if m["kind"] != "ProvisioningRequestConfig"]
+    result, _ = _run(doc)
+    final = result["workloads"]["ns/j"]
+    assert (final["state"], final["reason"]) == ("Pending", "Inactive")
+    assert "ProvisioningRequestConfig capacity-config, which does not exist" in final["message"]
+
+
+@pytest.mark.parametrize(
+    ("conditions", "attempt", "started", "expected"),
+    [
+        ([{"type": "Provisioned", "status": "True", "message": "ok"}], 1, False, provisioning.READY),
+        ([{"type": "Failed", "status": "True", "message": "no"}], 3, False, provisioning.RETRY),
+        ([{"type": "Failed", "status": "True", "message": "no"}], 4, False, provisioning.REJECTED),
+        (
+            [{"type": "BookingExpired", "status": "True"}, {"type": "Provisioned", "status": "True"}],
+            1,
+            False,
+            provisioning.RETRY,
+        ),
+        (
+            [{"type": "BookingExpired", "status": "True"}, {"type": "Provisioned", "status": "True"}],
+            1,
+            True,
+            provisioning.READY,
+        ),
+        ([{"type": "CapacityRevoked", "status": "True"}], 1, True, provisioning.RETRY),
+        ([{"type": "Provisioned", "status": "False", "message": "adding 1 node(s)"}], 1, False, provisioning.PENDING),
+    ],
+)
+def test_verdict_on_request_conditions(
+    conditions: list[dict[str, Any]], attempt: int, started: bool, expected: str
+) -> None:
+    v = provisioning.verdict(conditions, attempt=attempt, strategy=api.RetryStrategy(), started=started)
+    assert v.state == expected
+
+
+def test_backoff_doubles_up_to_the_maximum() -> None:
+    strategy = api.RetryStrategy(backoffBaseSeconds=60, backoffMaxSeconds=200)
+    assert [provisioning.backoff(n, strategy) for n in (1, 2, 3, 4)] == [60, 120, 200, 200]
+
+
+def test_names_are_valid_object_names() -> None:
+    assert provisioning.request_name("train", "capacity", 2) == "train-capacity-2"
+    long = provisioning.request_name("x" * 250, "capacity", 1)
+    assert len(long) == 253 and long != provisioning.request_name("x" * 250, "capacity", 2)
