@@ -76,7 +76,15 @@ def config_for(config: Config, check: str) -> api.ProvisioningRequestConfigSpec 
 def inactive_reason(config: Config, cq: api.ClusterQueue) -> tuple[str, str] | None:
     """Why ``cq``'s admission checks keep it from admitting anything, as Kueue marks such a
     ClusterQueue inactive; None when every check it names can run."""
-    for rule in cq.spec.check_rules:
+    rules = cq.spec.check_rules
+    if rules and not config.runs_admission_checks:
+        return (
+            "AdmissionCheckInactive",
+            f"admission check(s) {', '.join(r.name for r in rules)}: the controller does not run "
+            "ProvisioningRequest checks yet (`turnstile simulate` does); remove admissionChecks from the "
+            "ClusterQueue to admit by quota alone",
+        )
+    for rule in rules:
         ac = config.admission_checks.get(rule.name)
         if ac is None:
             return "AdmissionCheckNotFound", f"AdmissionCheck {rule.name} does not exist; create it or fix the name"

@@ -264,3 +264,33 @@ def test_names_are_valid_object_names() -> None:
     assert provisioning.request_name("train", "capacity", 2) == "train-capacity-2"
     long = provisioning.request_name("x" * 250, "capacity", 1)
     assert len(long) == 253 and long != provisioning.request_name("x" * 250, "capacity", 2)
+
+
+def test_the_documented_autoscaling_scenario_tells_the_story_it_claims() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "autoscaling-scenario.yaml"
+    result = simulator.Simulation(scenario.parse(yaml.safe_load(path.read_text()))).run().to_json()
+    story = [
+        (e["t"], e["type"], e["workload"].split("/")[1], e.get("detail"))
+        for e in result["events"]
+        if e["type"] != "Submitted"
+    ]
+    assert story == [
+        (0, "Admitted", "train-1", None),  # fits the existing node
+        (20, "Evicted", "sweep", "Retry"),  # 2 nodes needed, 1 may be added
+        (80, "Evicted", "sweep", "Retry"),
+        (130, "Admitted", "train-2", None),  # a node added after 120 s
+        (200, "Evicted", "sweep", "Retry"),
+        (300, "Finished", "train-1", None),
+        (330, "Finished", "train-2", None),
+        (330, "Evicted", "giant", "Retry"),  # 4 nodes: never
+        (390, "Evicted", "giant", "Retry"),
+        (440, "Admitted", "sweep", None),  # both nodes free by its 4th attempt
+        (740, "Finished", "sweep", None),
+        (740, "Evicted", "giant", "Retry"),
+        (980, "Evicted", "giant", "Rejected"),
+    ]
+    assert result["workloads"]["vision/giant"]["reason"] == "Inactive"

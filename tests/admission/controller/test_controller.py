@@ -64,3 +64,56 @@ async def test_over_quota_jobs_wait_and_start_in_turn(tmp_path: Path, migrated_u
             row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "j2"))).scalar_one()
         assert row.reason == "WaitingForQuota" and "nvidia.com/gpu" in (row.message or "")
         assert await eventually(lambda: _finished(w, "j2"), timeout=20, what="the third job to run after the first two")
+
+
+CHECKED = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ProvisioningRequestConfig
+metadata: {name: scale-up}
+spec: {provisioningClassName: best-effort-atomic-scale-up.autoscaling.x-k8s.io, managedResources: [nvidia.com/gpu]}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: AdmissionCheck
+metadata: {name: capacity}
+spec:
+  controllerName: kueue.x-k8s.io/provisioning-request
+  parameters: {apiGroup: kueue.x-k8s.io, kind: ProvisioningRequestConfig, name: scale-up}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  namespaceSelector: {}
+  admissionChecks: [capacity]
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources: [{name: nvidia.com/gpu, nominalQuota: "8"}]
+"""
+
+
+async def test_a_cluster_queue_with_admission_checks_is_inactive_in_the_controller_not_admitting_by_quota(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    # The controller does not run ProvisioningRequest checks yet: rather than start jobs the admin
+    # asked to wait for capacity, it holds them, saying why and what to do.
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        await w.apply(CHECKED)
+        w.start_controller("replica-1")
+        await w.create(job("held", gpus=4, runtime=5))
+
+        async def reason() -> tuple[str | None, str | None] | None:
+            async with database.transaction(w.sessions) as s:
+                row = (
+                    await s.execute(
+                        select(tables.Workload.reason, tables.Workload.message).where(tables.Workload.name == "held")
+                    )
+                ).one_or_none()
+            return tuple(row) if row is not None and row[0] == "Inactive" else None  # type: ignore[return-value]
+
+        got = await eventually(reason, what="the held job's reason")
+        assert "does not run ProvisioningRequest checks yet" in (got[1] or "")
+        assert (await w.get("held"))["spec"]["suspend"] is True
+        assert (await states(w))["held"] == "Pending"
