@@ -372,10 +372,6 @@ class Config:
     admission_checks: dict[str, api.AdmissionCheck] = field(default_factory=dict)
     provisioning_configs: dict[str, api.ProvisioningRequestConfig] = field(default_factory=dict)
     terminating: set[str] = field(default_factory=set)
-    # Whether the engine runs ProvisioningRequest admission checks: engine core does; the controller
-    # does not yet, so a ClusterQueue that names one is inactive there rather than admitting by quota
-    # alone (starting jobs the admin asked to wait for capacity).
-    runs_admission_checks: bool = True
 
     def table(self, kind: str) -> dict[str, api.KueueObject]:
         tables: dict[str, dict[str, api.KueueObject]] = {

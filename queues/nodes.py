@@ -10,7 +10,8 @@ decide scale-ups with these functions, so the two agree by construction.
 - ``pack``: first fit, in node-name order, as the simulated scheduler binds pods.
 - ``answer``: a cluster-autoscaler's verdict on a ProvisioningRequest's pods, per
   provisioning class (``check-capacity``: only what exists; ``best-effort-atomic-scale-up``:
-  all the nodes it needs or none).
+  all the nodes it needs or none), given the free capacity less what Provisioned requests whose
+  pods do not exist yet have booked (``book``, in request-name order).
 """
 
 from __future__ import annotations
@@ -97,6 +98,13 @@ def first_fit(pod: PodNeeds, nodes: Sequence[NodeInfo], free: Free) -> str | Non
             take(free[node.name], pod)
             return node.name
     return None
+
+
+def book(pods: Sequence[PodNeeds], nodes: Sequence[NodeInfo], free: Free) -> None:
+    """Take the capacity ``pods`` will use from ``free`` (first fit; a pod that fits nowhere takes
+    nothing): what a cluster-autoscaler holds for a Provisioned request until its pods exist."""
+    for pod in pods:
+        first_fit(pod, nodes, free)
 
 
 def pack(pods: Sequence[PodNeeds], nodes: Sequence[NodeInfo], free: Free) -> bool:

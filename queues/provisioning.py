@@ -76,15 +76,7 @@ def config_for(config: Config, check: str) -> api.ProvisioningRequestConfigSpec 
 def inactive_reason(config: Config, cq: api.ClusterQueue) -> tuple[str, str] | None:
     """Why ``cq``'s admission checks keep it from admitting anything, as Kueue marks such a
     ClusterQueue inactive; None when every check it names can run."""
-    rules = cq.spec.check_rules
-    if rules and not config.runs_admission_checks:
-        return (
-            "AdmissionCheckInactive",
-            f"admission check(s) {', '.join(r.name for r in rules)}: the controller does not run "
-            "ProvisioningRequest checks yet (`turnstile simulate` does); remove admissionChecks from the "
-            "ClusterQueue to admit by quota alone",
-        )
-    for rule in rules:
+    for rule in cq.spec.check_rules:
         ac = config.admission_checks.get(rule.name)
         if ac is None:
             return "AdmissionCheckNotFound", f"AdmissionCheck {rule.name} does not exist; create it or fix the name"
@@ -126,6 +118,23 @@ def template_name(request: str, pod_set: str) -> str:
     if len(name) <= _MAX_NAME:
         return name
     return f"{name[: _MAX_NAME - 11]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+
+
+def pod_annotations(config: Config, wl: Workload, admission: Admission) -> dict[str, dict[str, str]]:
+    """Per pod set, the annotations its pods carry once the job starts: for each check that
+    applied, the request they consume and its provisioning class (Kueue's podSetUpdates)."""
+    cq = config.cluster_queues.get(admission.cluster_queue)
+    if cq is None:
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for check in checks_to_pass(config, cq.spec, wl.pod_sets, admission):
+        spec = config_for(config, check)
+        if spec is None:
+            continue
+        name = request_name(wl.key.split("/", 1)[1], check, wl.retries + 1)
+        for ps in pod_sets_needing(wl.pod_sets, spec.managed_resources):
+            out[ps] = {CONSUME_ANNOTATION: name, CLASS_ANNOTATION: spec.provisioning_class_name}
+    return out
 
 
 def backoff(retry: int, strategy: api.RetryStrategy) -> float:
@@ -210,6 +219,8 @@ class AutoscalerModel:
     unplaced: dict[str, list[placement.PodNeeds]] = field(default_factory=dict)  # pods waiting for room
     added: int = 0
     scale_ups: list[tuple[float, int, int]] = field(default_factory=list)  # (due, order, nodes)
+    # Provisioned requests whose pods do not exist yet: "namespace/request" -> (workload key, pods)
+    booked: dict[str, tuple[str, list[placement.PodNeeds]]] = field(default_factory=dict)
     _order: int = 0
 
     @classmethod
@@ -233,10 +244,13 @@ class AutoscalerModel:
     def ask(self, pods: Sequence[placement.PodNeeds], provisioning_class: str, now: float) -> placement.Answer:
         """A new request for ``pods``: the autoscaler's answer (a scale-up is booked to end at
         ``now + delay``; ``due_scale_ups`` adds its nodes)."""
+        free = {name: dict(f) for name, f in self.free.items()}
+        for _, (_, booked) in sorted(self.booked.items()):
+            placement.book(booked, self.nodes, free)
         answer = placement.answer(
             pods,
             self.nodes,
-            self.free,
+            free,
             provisioning_class=provisioning_class,
             template=self.template,
             max_nodes=self.max_nodes,
@@ -247,6 +261,16 @@ class AutoscalerModel:
             self._order += 1
             heapq.heappush(self.scale_ups, (now + self.delay, self._order, answer.nodes))
         return answer
+
+    def provisioned(self, request: str, key: str, pods: Sequence[placement.PodNeeds]) -> None:
+        """Request ``request`` (namespace/name) of workload ``key`` is Provisioned: its capacity is
+        booked until its pods exist, its booking expires, or the workload lets go of it."""
+        self.booked[request] = (key, list(pods))
+
+    def unbook(self, key: str, request: str | None = None) -> None:
+        """The bookings of ``key`` (or only ``request``) end."""
+        for name in [n for n, (k, _) in self.booked.items() if k == key and (request is None or n == request)]:
+            del self.booked[name]
 
     def next_scale_up(self) -> float | None:
         return self.scale_ups[0][0] if self.scale_ups else None
@@ -260,13 +284,15 @@ class AutoscalerModel:
 
     def start(self, key: str, pods: Sequence[placement.PodNeeds]) -> None:
         """A workload's pods are created: each goes to the first node it fits, or waits for room."""
+        self.unbook(key)  # its pods hold the capacity now
         self.placed[key] = []
         # With no nodes at all the simulated scheduler binds pods to an unlimited stand-in node.
         self.unplaced[key] = list(pods) if self.nodes else []
         self._place_waiting()
 
     def stop(self, key: str) -> None:
-        """A workload's pods are gone: their capacity is free again."""
+        """A workload's pods are gone (or its requests): their capacity is free again."""
+        self.unbook(key)
         for name, pod in self.placed.pop(key, []):
             for r, v in pod.requests.items():
                 self.free[name][r] = self.free[name].get(r, 0) + v

@@ -84,6 +84,8 @@ class Scheduler:
         self.cycles = 0
         self.cap_hits = 0
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
+        # keys whose admission-check state changed -> whether the job may start now; the caller drains it
+        self.checked: dict[str, bool] = {}
         self.shapes = SharedShapes()
 
     # ----- inputs -------------------------------------------------------------------------
@@ -310,6 +312,7 @@ class Scheduler:
         if wl is None or wl.admission is None or check not in wl.checks:
             return False
         wl.checks = tuple(c for c in wl.checks if c != check)
+        self.checked[key] = not wl.checks
         if wl.checks:
             return False
         self._say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
@@ -320,6 +323,8 @@ class Scheduler:
         wl = self.workloads.get(key)
         if wl is not None and wl.admission is not None and wl.checks:
             self._say(wl, provisioning.WAITING_FOR_CAPACITY, message)
+            if key in self.said:
+                self.checked.setdefault(key, False)
 
     def check_retry(self, key: str, message: str, until: float) -> Evict | None:
         """An admission check asks for a retry: release the quota and queue the workload again at
@@ -330,6 +335,7 @@ class Scheduler:
         wl.retries += 1
         wl.requeue_at = until
         wl.checks = ()
+        self.checked[key] = False
         return self._evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
 
     def check_rejected(self, key: str, message: str) -> Evict | None:
@@ -340,6 +346,7 @@ class Scheduler:
         wl.active = False
         wl.checks = ()
         wl.requeue_at = None
+        self.checked[key] = False
         if wl.admission is None:
             self.pending.remove(wl)
             self._enqueue(wl, message)

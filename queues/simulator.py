@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queues import api, provisioning, scheduler
+from queues import nodes as placement
 from queues.model import Admission, ClusterQueue, Config, Workload
 from queues.scenario import Edit, JobEntry, Scenario
 
@@ -295,6 +296,8 @@ class Simulation:
         # bookings of Provisioned requests whose job has not started: (t, order, key, reservation, check)
         self.bookings: list[tuple[float, int, str, int, str]] = []
         self.reservations: dict[str, int] = {}  # key -> number of its current quota reservation
+        # (key, check) -> its current request ("namespace/name") and the pods it asks capacity for
+        self.asked: dict[tuple[str, str], tuple[str, list[placement.PodNeeds]]] = {}
 
     @property
     def tracks(self) -> list[Track]:
@@ -339,6 +342,7 @@ class Simulation:
                 _, _, key, reservation, check = heapq.heappop(self.bookings)
                 wl = self.sched.workloads.get(key)
                 if self.reservations.get(key) == reservation and wl is not None and not wl.started:
+                    self.scaler.unbook(key, self.asked[(key, check)][0])
                     self._check_lost(wl, check, "BookingExpired", "no pod consumed the capacity in time")
             # 2. edits
             while ei < len(edits) and edits[ei].at <= self.now:
@@ -423,6 +427,7 @@ class Simulation:
                 for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources)
                 for _ in range(next(p.count for p in wl.pod_sets if p.name == ps))
             ]
+            self.asked[(wl.key, check)] = (f"{wl.namespace}/{name}", pods)
             answer = self.scaler.ask(pods, spec.provisioning_class_name, self.now)
             if answer.verdict == "Provisioned":
                 self._check_ready(wl.key, check)
@@ -442,6 +447,8 @@ class Simulation:
         wl = self.sched.workloads.get(key)
         if wl is None or wl.admission is None:
             return
+        request, pods = self.asked[(key, check)]
+        self.scaler.provisioned(request, key, pods)  # booked until its pods exist
         if self.sched.check_passed(key, check):
             self._start(key, wl.admission)
         elif wl.admission is not None and wl.checks:  # booked until the other checks pass, or it expires

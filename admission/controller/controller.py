@@ -38,6 +38,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.checks import Checks
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.metrics import Metrics
@@ -51,6 +52,7 @@ from admission.kube.informer import Informer
 from admission.store import config as config_store
 from admission.store import database, lease, notify
 from admission.store import workloads as store
+from queues import provisioning
 from queues.model import Config, SharedShapes, Workload
 from queues.scheduler import Admit, Decision, Evict
 
@@ -70,6 +72,8 @@ class Options:
     # committed and enacted in slices, so the first jobs start at once and the work overlaps
     step_decisions: int = 1000
     ledger_labels: tuple[str, ...] = store.LEDGER_LABELS  # job labels recorded on the usage ledger
+    # wall seconds per second of an admission check's backoff (engine cluster runs scenario time scaled)
+    backoff_scale: float = 1.0
 
 
 class Controller:
@@ -104,6 +108,15 @@ class Controller:
             workers=options.workers,
             shapes=self.shapes,
         )
+        self.checks = Checks(
+            kube,
+            views=self.views,
+            current_term=lambda: self.term,
+            run_infos=lambda term, wl: self.enactor.run_infos(term, wl, wl.admission) if wl.admission else [],
+            changed=self._on_check,
+        )
+        self.check_dirty: dict[str, None] = {}  # job uids whose ProvisioningRequests changed
+        self.requeue_timer: asyncio.TimerHandle | None = None
         self.config: Config | None = None  # the latest queue configuration, on every replica (webhook)
         self.term: Term | None = None
         self.term_task: asyncio.Task[None] | None = None
@@ -127,6 +140,10 @@ class Controller:
             self.views[uid] = view
             self.uid_of[view.key] = uid
         self.dirty[uid] = None
+        self.wake.set()
+
+    def _on_check(self, uid: str) -> None:
+        self.check_dirty[uid] = None
         self.wake.set()
 
     def _on_namespace(self, kind: str, obj: Obj) -> None:
@@ -156,7 +173,10 @@ class Controller:
         tasks = [asyncio.create_task(i.run(), name=f"informer-{i.ref.plural}") for i in self.informers]
         tasks.append(asyncio.create_task(self._listen(), name="listen"))
         tasks.append(asyncio.create_task(self._resync(), name="resync"))
+        # Not part of readiness: only ClusterQueues with admission checks need the CRD.
+        tasks.append(asyncio.create_task(self.checks.informer.run(), name="informer-provisioningrequests"))
         self.enactor.start()
+        self.checks.start()
         self.events.start()
         try:
             await self._elect()
@@ -166,6 +186,7 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.enactor.stop()
+            await self.checks.stop()
             await self.events.stop()
             with contextlib.suppress(*DB_ERRORS):
                 await self._release_lease()
@@ -246,6 +267,10 @@ class Controller:
             self.metrics.clock.start(wl, time.time())  # held quota counts from this term on
         self.dirty.update(dict.fromkeys(self.views))
         self.dirty.update(dict.fromkeys(term.rows))
+        self.check_dirty.update(dict.fromkeys(self.checks.requests))
+        for uid, row in term.rows.items():  # requests to make, or to clean up, after a restart
+            if uid in self.checks.requests or _has_checks(term.scheduler.workloads.get(row.key)):
+                self.checks.request(uid)
         self.namespaces_changed = False
         log.info("leading as %s (term %d): %d workloads loaded", fence.holder, fence.token, len(term.rows))
         self.term_task = asyncio.create_task(self._lead(term), name="lead")
@@ -302,6 +327,7 @@ class Controller:
             raise
         decisions.extend(term.owed)
         term.owed = []
+        decisions.extend(self._check_verdicts(term))
         started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
         if decided or sched.pending.where:
@@ -310,13 +336,65 @@ class Controller:
             self.wake.set()  # more to decide: the next step goes on while these are enacted
         decisions.extend(decided)
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
-        if decisions or sched.said:
-            touched |= await self._commit(term, decisions, at)
+        if decisions or sched.said or sched.checked:
+            touched |= set(sched.checked) | await self._commit(term, decisions, at)
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
         touched.update(term.stopping)  # their job events say when the pods are gone
         for key in touched:
             self.enactor.request(key)
+            row = term.by_key.get(key)
+            if row is not None and (row.uid in self.checks.requests or _has_checks(sched.workloads.get(key))):
+                self.checks.request(row.uid)
+        self._wake_for_requeue(sched.next_requeue())
+
+    def _wake_for_requeue(self, at: float | None) -> None:
+        """A step when the next workload waiting out an admission check's backoff may queue again."""
+        if self.requeue_timer is not None:
+            self.requeue_timer.cancel()
+            self.requeue_timer = None
+        if at is not None:
+            self.requeue_timer = asyncio.get_running_loop().call_later(max(0.0, at - now_ms()), self.wake.set)
+
+    def _check_verdicts(self, term: Term) -> list[Decision]:
+        """Admission checks whose ProvisioningRequests changed: what their conditions mean for the
+        workloads (``queues.provisioning.verdict``), as scheduler decisions."""
+        sched = term.scheduler
+        dirty, self.check_dirty = self.check_dirty, {}
+        out: list[Decision] = []
+        for uid in dirty:
+            row = term.rows.get(uid)
+            wl = sched.workloads.get(row.key) if row is not None else None
+            if wl is None or wl.admission is None:
+                continue
+            job = wl.key.split("/", 1)[1]
+            attempt = wl.retries + 1
+            cq = sched.config.cluster_queues.get(wl.admission.cluster_queue)
+            checks = (
+                provisioning.checks_to_pass(sched.config, cq.spec, wl.pod_sets, wl.admission)
+                if wl.started and cq is not None
+                else wl.checks  # a started job's requests may still say CapacityRevoked
+            )
+            for check in checks:
+                spec = provisioning.config_for(sched.config, check)
+                name = provisioning.request_name(job, check, attempt)
+                conditions = self.checks.conditions(uid, name)
+                if spec is None or conditions is None or wl.admission is None:
+                    continue
+                verdict = provisioning.verdict(
+                    conditions, attempt=attempt, strategy=spec.retry_strategy, started=wl.started
+                )
+                if verdict.state == provisioning.READY:
+                    sched.check_passed(wl.key, check)
+                elif verdict.state == provisioning.PENDING:
+                    sched.check_waiting(wl.key, provisioning.waiting_message(name, verdict.message))
+                elif verdict.state == provisioning.RETRY:
+                    until = sched.now + provisioning.backoff(attempt, spec.retry_strategy) * self.options.backoff_scale
+                    if (evict := sched.check_retry(wl.key, verdict.message, until)) is not None:
+                        out.append(evict)
+                elif (evict := sched.check_rejected(wl.key, verdict.message)) is not None:
+                    out.append(evict)
+        return out
 
     async def _observe(self, term: Term, dirty: dict[str, None], at: dt.datetime) -> list[Decision]:
         """Steps 1-2: jobs that changed become store rows and core inputs."""
@@ -388,6 +466,8 @@ class Controller:
             self.events.forget(row.uid)
             sched.finish(row.key)
             term.forget(row.uid)
+            if row.uid in self.checks.requests:
+                self.checks.request(row.uid)  # its ProvisioningRequests and PodTemplates go too
             self.enactor.stopped(term, row.key)
             term.blocked.pop(row.key, None)
         for uid, (view, wl) in upserts.items():
@@ -431,7 +511,7 @@ class Controller:
                 e = last_evict[key]
                 evictions.append(store.Evict(row.id, e.reason, e.detail, e.by))
             if wl.admission is not None and (not was_admitted or key in last_evict):
-                admissions.append(store.Admit(row.id, wl.admission))
+                admissions.append(store.Admit(row.id, wl.admission, wl.checks))
                 admitted_now[row.id] = wl
         said = [
             (key, row.id, wl)
@@ -442,6 +522,21 @@ class Controller:
         ]
         reasons = [(row_id, wl.reason, wl.message, wl.cluster_queue) for _, row_id, wl in said]
         sched.said.clear()
+        check_states = [
+            store.CheckState(
+                r.id,
+                w.checks,
+                w.retries,
+                timestamp(w.requeue_at) if w.requeue_at is not None else None,
+                w.active,
+                w.reason,
+                w.message,
+                started=started,
+            )
+            for key, started in sched.checked.items()
+            if (w := sched.workloads.get(key)) is not None and (r := term.by_key.get(key)) is not None
+        ]
+        sched.checked.clear()
         async with database.transaction(self.sessions) as session:
             result = await store.commit_cycle(
                 session,
@@ -452,6 +547,7 @@ class Controller:
                 ledger_labels=self.options.ledger_labels,
             )
             await store.set_reasons(session, reasons)
+            await store.set_checks(session, check_states, at)
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
         self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp())
         for row_id in result.refused:
@@ -460,3 +556,7 @@ class Controller:
             sched.forget_admission(wl)
             self.wake.set()
         return set(first)
+
+
+def _has_checks(wl: Workload | None) -> bool:
+    return wl is not None and bool(wl.checks)

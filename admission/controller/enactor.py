@@ -20,6 +20,7 @@ from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodSetInfo
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
+from queues import provisioning
 from queues.model import Admission, SharedShapes, Workload
 
 
@@ -117,7 +118,7 @@ class Enactor:
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
         term.blocked.pop(key, None)
         assert wl.admission is not None
-        infos = self._run_infos(term, wl, wl.admission)
+        infos = self.run_infos(term, wl, wl.admission)
         if view.started and not view.carries(infos):
             await self._clear_start_time(view)
         await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))
@@ -159,9 +160,11 @@ class Enactor:
         if self.views.get(view.uid) is view and str((updated.get("metadata") or {}).get("uid")) == view.uid:
             self.views[view.uid] = view.integration.view(updated, self.shapes)
 
-    def _run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
-        """Each pod set's own directives plus those of the flavors it was admitted to."""
+    def run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
+        """Each pod set's own directives plus those of the flavors it was admitted to, and the
+        annotations that make its pods consume the capacity its ProvisioningRequests booked."""
         flavors = term.flavors()
+        notes = provisioning.pod_annotations(term.scheduler.config, wl, admission)
         out = []
         for ps in wl.pod_sets:
             selector = dict(ps.constraints.node_selector)
@@ -172,7 +175,7 @@ class Enactor:
                     continue
                 selector.update(flavor.node_labels)
                 tolerations.extend(t.to_dict() for t in flavor.tolerations if t.to_dict() not in tolerations)
-            out.append(PodSetInfo(ps.name, selector, tolerations))
+            out.append(PodSetInfo(ps.name, selector, tolerations, notes.get(ps.name, {})))
         return out
 
 

@@ -31,8 +31,11 @@ def timestamp(t: float) -> dt.datetime:
 
 
 def admission_token(wl: Workload) -> str | None:
-    """Names one admission of a workload; written on the job it started (``turnstile.dev/admission``)."""
-    if wl.admission is None or wl.admitted_at is None:
+    """Names one admission of a workload; written on the job it started (``turnstile.dev/admission``).
+
+    None while the workload holds no quota, or holds it with admission checks still to pass:
+    its job must not run yet."""
+    if wl.admission is None or wl.admitted_at is None or wl.checks:
         return None
     return f"{wl.admission.cluster_queue}/{round(wl.admitted_at * 1000)}"
 

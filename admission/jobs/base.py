@@ -25,11 +25,17 @@ ADMISSION_ANNOTATION = "turnstile.dev/admission"  # on a running job: which admi
 
 @dataclass(frozen=True, slots=True)
 class PodSetInfo:
-    """What a pod set's template must carry: node selector and tolerations (Kueue's PodSetInfo)."""
+    """What a pod set's template must carry: node selector, tolerations and the annotations of
+    admission checks (Kueue's PodSetInfo; ``POD_ANNOTATIONS`` are Turnstile's to set and remove)."""
 
     name: str
     node_selector: Mapping[str, str]
     tolerations: Sequence[Mapping[str, Any]]
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+# Pod template annotations an admission check sets when the job starts and that a restore removes.
+POD_ANNOTATIONS = ("autoscaling.x-k8s.io/consume-provisioning-request", "autoscaling.x-k8s.io/provisioning-class-name")
 
 
 @dataclass(slots=True)
@@ -51,6 +57,9 @@ class JobView:
     # pod set -> its template's (nodeSelector, tolerations) as they are; None where absent
     # (only pod sets that have either: most jobs have none, and a controller holds 100,000 views)
     directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = field(default_factory=dict)
+    # pod set -> whether its template has metadata, whether that has annotations, and the values of
+    # POD_ANNOTATIONS there (only pod sets whose template has metadata)
+    template_meta: dict[str, tuple[bool, dict[str, str]]] = field(default_factory=dict)
     key: str = field(init=False)  # namespace/name, the workload's key (made once: it is used everywhere)
 
     def __post_init__(self) -> None:
@@ -64,6 +73,8 @@ class JobView:
                 dict(t) for t in info.tolerations
             ]:
                 return False
+            if self.template_meta.get(info.name, (False, {}))[1] != dict(info.annotations):
+                return False
         return True
 
 
@@ -73,7 +84,7 @@ def _walk(obj: Any, path: Sequence[str]) -> Any:
     return obj
 
 
-def _pointer_get(obj: Any, pointer: str) -> Any:
+def pointer_get(obj: Any, pointer: str) -> Any:
     for part in pointer.strip("/").split("/"):
         part = part.replace("~1", "/").replace("~0", "~")
         if isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
@@ -125,6 +136,7 @@ class Integration:
         info: jobs.JobInfo | None = None
         problems: tuple[str, ...] = ()
         directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = {}
+        template_meta: dict[str, tuple[bool, dict[str, str]]] = {}
         try:
             info = jobs.read_job(obj)
         except errors.Invalid as exc:
@@ -133,10 +145,15 @@ class Integration:
             if shapes is not None:
                 info = dataclasses.replace(info, pod_sets=shapes.share(info.pod_sets)[0])
             for ps, pointer in info.template_paths.items():
-                spec = _pointer_get(obj, pointer + "/spec") or {}
+                spec = pointer_get(obj, pointer + "/spec") or {}
                 selector, tolerations = spec.get("nodeSelector"), spec.get("tolerations")
                 if selector is not None or tolerations is not None:
                     directives[ps] = (selector, tolerations)
+                meta_ = pointer_get(obj, pointer + "/metadata")
+                if isinstance(meta_, Mapping):
+                    notes = meta_.get("annotations")
+                    ours = {k: str(notes[k]) for k in POD_ANNOTATIONS if isinstance(notes, Mapping) and k in notes}
+                    template_meta[ps] = (isinstance(notes, Mapping), ours)
         return JobView(
             integration=self,
             uid=str(meta.get("uid")),
@@ -151,6 +168,7 @@ class Integration:
             started=bool((obj.get("status") or {}).get("startTime")),
             problems=problems,
             directives=directives,
+            template_meta=template_meta,
         )
 
     def patch(
@@ -179,6 +197,7 @@ class Integration:
                     ops.append({"op": "add", "path": f"{base}/{key}", "value": value})
                 elif present:
                     ops.append({"op": "remove", "path": f"{base}/{key}"})
+            ops.extend(_annotation_ops(view, info, view.info.template_paths[info.name]))
         path = f"/metadata/annotations/{jobs.pointer_token(ADMISSION_ANNOTATION)}"
         if admission is not None and admission == view.admission:
             pass  # kept as it is
@@ -190,3 +209,24 @@ class Integration:
         elif view.admission is not None:
             ops.append({"op": "remove", "path": path})
         return ops
+
+
+def _annotation_ops(view: JobView, info: PodSetInfo, template: str) -> list[Obj]:
+    """JSON patch operations that make the template's POD_ANNOTATIONS exactly ``info.annotations``."""
+    meta = view.template_meta.get(info.name)
+    has_meta, has_notes, current = (meta is not None, meta[0], meta[1]) if meta is not None else (False, False, {})
+    wanted = dict(info.annotations)
+    if wanted == current:
+        return []
+    if not has_meta:
+        return [{"op": "add", "path": f"{template}/metadata", "value": {"annotations": wanted}}] if wanted else []
+    if not has_notes:
+        return [{"op": "add", "path": f"{template}/metadata/annotations", "value": wanted}] if wanted else []
+    ops: list[Obj] = []
+    base = f"{template}/metadata/annotations/"
+    for key in POD_ANNOTATIONS:
+        if key in wanted and current.get(key) != wanted[key]:
+            ops.append({"op": "add", "path": base + jobs.pointer_token(key), "value": wanted[key]})
+        elif key not in wanted and key in current:
+            ops.append({"op": "remove", "path": base + jobs.pointer_token(key)})
+    return ops

@@ -109,10 +109,16 @@ class Autoscaler:
             self._write(pr, "Failed", "True", "PodTemplateNotFound", "a pod set's podTemplateRef does not exist")
             return
         nodes = self.store.list(NODES, None)[0]
+        infos = [nodes_model.NodeInfo.of(n) for n in nodes]
+        all_pods = self.store.list(PODS, None)[0]
+        free = free_capacity(nodes, all_pods)
+        for other in self._booked(key, all_pods):
+            with contextlib.suppress(ApiError):  # its PodTemplates are gone: it books nothing
+                nodes_model.book(self._pods(other), infos, free)
         verdict = nodes_model.answer(
             pods,
-            [nodes_model.NodeInfo.of(n) for n in nodes],
-            free_capacity(nodes, self.store.list(PODS, None)[0]),
+            infos,
+            free,
             provisioning_class=str((pr.get("spec") or {}).get("provisioningClassName")),
             template=self.node_template,
             max_nodes=self.max_nodes,
@@ -129,6 +135,27 @@ class Autoscaler:
             self._later(self.provisioning_delay, self._scale_up, namespace, name, verdict.nodes)
         else:
             self._write(pr, "Failed", "True", verdict.reason, verdict.message)
+
+    def _booked(self, key: str, pods: list[Obj]) -> list[Obj]:
+        """Provisioned requests (not ``key``) whose capacity is still booked: not expired, and no pod
+        consumes them yet (then the pods themselves hold it), in namespace/name order."""
+        consumed = {
+            (str(p["metadata"].get("namespace") or ""), str(notes[CONSUME_ANNOTATION]))
+            for p in pods
+            if CONSUME_ANNOTATION in (notes := p["metadata"].get("annotations") or {})
+        }
+        out = []
+        for pr in self.store.list(PROVISIONING_REQUESTS, None)[0]:
+            ns, name = pr["metadata"]["namespace"], pr["metadata"]["name"]
+            conditions = {c.get("type"): c.get("status") for c in (pr.get("status") or {}).get("conditions", [])}
+            if (
+                f"{ns}/{name}" != key
+                and conditions.get("Provisioned") == "True"
+                and conditions.get("BookingExpired") != "True"
+                and (ns, name) not in consumed
+            ):
+                out.append(pr)
+        return out
 
     def _scale_up(self, namespace: str, name: str, count: int) -> None:
         self.in_progress.discard(f"{namespace}/{name}")

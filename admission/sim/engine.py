@@ -102,7 +102,10 @@ async def running(scenario: Scenario, url: str, workdir: Path, *, time_scale: fl
     engine = database.make_engine(url)
     sessions = database.sessions(engine)
     controller = Controller(
-        kube=kube, sessions=sessions, database_url=url, options=Options(identity=f"simulate-{secrets.token_hex(3)}")
+        kube=kube,
+        sessions=sessions,
+        database_url=url,
+        options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
     )
     webhook = WebhookServer(lambda: controller.config)
     runner = web.AppRunner(webhook.app, handle_signals=False)
@@ -237,16 +240,18 @@ class Driver:
                 return
 
     async def _wait_until_done(self) -> dict[str, tuple[str, str | None, str | None]]:
-        """Every job finished or cancelled; or nothing running and no decision for a while (the rest can't fit)."""
+        """Every job finished or cancelled; or nothing running, none waiting out a backoff, and no
+        decision for a while (the rest can't fit)."""
         last_event, quiet_since = 0, time.monotonic()
         cancelled = {e.name for e in self.scenario.edits if e.action == "cancel"}
         while True:
             async with database.transaction(self.stack.controller.sessions) as session:
                 rows = await store.workload_states(session)
                 newest = await store.last_event_id(session)
+                backing_off = await store.next_requeue(session) is not None
             open_jobs = [k for k, (state, _, _) in rows.items() if state != "Finished" and k not in cancelled]
             missing = [e.job.key for e in self.scenario.jobs if e.job.key not in rows and e.job.key not in cancelled]
-            if newest != last_event:
+            if newest != last_event or backing_off:  # a workload waiting out a backoff will be decided on
                 last_event, quiet_since = newest, time.monotonic()
             running = [k for k in open_jobs if rows[k][0] == "Admitted"]
             if not open_jobs and not missing and all(t.done() for t in self.pending_deletes):

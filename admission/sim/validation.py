@@ -83,7 +83,8 @@ def _without_directives(template: Any) -> Any:
     out = clone(template) if isinstance(template, dict) else {}
     for section, key in MUTABLE_WHILE_SUSPENDED:
         (out.get(section) or {}).pop(key, None)
-    return out
+    # An absent and an empty metadata/spec are the same struct to the real API server.
+    return {k: v for k, v in out.items() if v not in ({}, None)}
 
 
 def job_update(res: Resource, old: Obj, new: Obj) -> None:

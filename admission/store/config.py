@@ -239,8 +239,8 @@ async def list_objects(session: AsyncSession, kind: str, *, namespace: str | Non
 
 
 async def load_config(session: AsyncSession) -> Config:
-    """The whole configuration, as the controller's scheduling core reads it."""
-    config = Config(runs_admission_checks=False)  # not yet: see queues.provisioning.inactive_reason
+    """The whole configuration, as the scheduling core reads it."""
+    config = Config()
     for kind in _TABLES:
         for obj in await list_objects(session, kind):
             config.put(obj)

@@ -203,6 +203,12 @@ class Workload(Base):
     assigned_flavors: Mapped[dict[str, Any] | None] = mapped_column()
     reason: Mapped[str | None] = mapped_column(String(63))
     message: Mapped[str | None] = mapped_column(Text)
+    # Two-phase admission: the admission checks its quota reservation has still to pass (its job
+    # starts when none are left), retries so far, when it may queue again, whether it is active.
+    checks: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=text("'[]'::jsonb"))
+    retries: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    requeue_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    active: Mapped[bool] = mapped_column(nullable=False, server_default=text("true"))
     __table_args__ = (
         CheckConstraint(f"state IN {WORKLOAD_STATES!r}", name="state"),
         CheckConstraint("(state = 'Admitted') = (admitted_at IS NOT NULL)", name="admitted_has_time"),

@@ -162,6 +162,10 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
                 w.created_at,
                 w.admitted_at,
                 w.assigned_flavors,
+                w.checks,
+                w.retries,
+                w.requeue_at,
+                w.active,
             )
             .where(w.state != "Finished")
             .order_by(w.id)
@@ -194,8 +198,12 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
             queue_ts=_epoch(r.queue_ts),
             labels=r.labels or {},
             cluster_queue=r.cluster_queue,
+            retries=r.retries,
+            requeue_at=_epoch(r.requeue_at) if r.requeue_at is not None else None,
+            active=r.active,
         )
         if r.state == "Admitted" and r.cluster_queue is not None:
+            wl.checks = tuple(r.checks or ())
             flavors = r.assigned_flavors or {}
             wl.admission = Admission(
                 r.cluster_queue, flavors.get("flavors", {}), usage.get(r.id, {}), bool(flavors.get("borrowing", False))
@@ -211,6 +219,7 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
 class Admit:
     workload_id: int
     admission: Admission
+    checks: tuple[str, ...] = ()  # admission checks to pass before the job starts (none: it starts now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,10 +281,12 @@ async def _release(session: AsyncSession, ids: Sequence[int], now: dt.datetime) 
 _ADMIT = text(
     """
     UPDATE workloads AS w
-    SET state = 'Admitted', cluster_queue = u.cluster_queue, admitted_at = :now, reason = 'Admitted',
-        message = NULL, assigned_flavors = u.flavors::jsonb
-    FROM unnest(CAST(:id AS bigint[]), CAST(:cluster_queue AS text[]), CAST(:flavors AS text[]))
-         AS u(id, cluster_queue, flavors)
+    SET state = 'Admitted', cluster_queue = u.cluster_queue, admitted_at = :now,
+        reason = CASE WHEN u.checks::jsonb = '[]'::jsonb THEN 'Admitted' ELSE 'WaitingForCapacity' END,
+        message = NULL, assigned_flavors = u.flavors::jsonb, checks = u.checks::jsonb
+    FROM unnest(CAST(:id AS bigint[]), CAST(:cluster_queue AS text[]), CAST(:flavors AS text[]),
+                CAST(:checks AS text[]))
+         AS u(id, cluster_queue, flavors, checks)
     WHERE w.id = u.id
     """
 )
@@ -408,6 +419,7 @@ async def commit_cycle(
                 "id": a.workload_id,
                 "cluster_queue": cq.name,
                 "assigned_flavors": {"flavors": a.admission.flavors, "borrowing": a.admission.borrowing},
+                "checks": list(a.checks),
             }
         )
         labels = {k: v for i, k in enumerate(ledger_labels) if (v := getattr(row, f"label_{i}")) is not None}
@@ -444,6 +456,7 @@ async def commit_cycle(
                 "id": [u["id"] for u in updates],
                 "cluster_queue": [u["cluster_queue"] for u in updates],
                 "flavors": [json.dumps(u["assigned_flavors"]) for u in updates],
+                "checks": [json.dumps(u["checks"]) for u in updates],
                 "now": now,
             },
         )
@@ -463,6 +476,7 @@ async def commit_cycle(
                     "borrowing": u["assigned_flavors"]["borrowing"],
                 }
                 for u in updates
+                if not u["checks"]  # with checks, the job is admitted when they pass (``set_checks``)
             ],
             now,
         )
@@ -542,6 +556,64 @@ _SET_REASONS = text(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class CheckState:
+    """Where a workload stands with its admission checks (two-phase admission)."""
+
+    workload_id: int
+    checks: tuple[str, ...]  # still to pass for the quota it holds
+    retries: int
+    requeue_at: dt.datetime | None  # waiting out a retry's backoff until then
+    active: bool  # False: deactivated (a check rejected it)
+    reason: str
+    message: str
+    started: bool = False  # its last check passed now: it is admitted (an Admitted event)
+
+
+_SET_CHECKS = text(
+    """
+    UPDATE workloads AS w
+    SET checks = u.checks::jsonb, retries = u.retries, requeue_at = u.requeue_at, active = u.active,
+        reason = u.reason, message = u.message
+    FROM unnest(CAST(:id AS bigint[]), CAST(:checks AS text[]), CAST(:retries AS integer[]),
+                CAST(:requeue_at AS timestamptz[]), CAST(:active AS boolean[]), CAST(:reason AS text[]),
+                CAST(:message AS text[])) AS u(id, checks, retries, requeue_at, active, reason, message)
+    WHERE w.id = u.id
+    """
+)
+_STARTED_EVENTS = text(
+    """
+    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, at)
+    SELECT w.id, 'Admitted', w.cluster_queue, w.assigned_flavors -> 'flavors',
+           (w.assigned_flavors ->> 'borrowing')::boolean, :now
+    FROM workloads AS w
+    WHERE w.id = ANY(CAST(:id AS bigint[])) AND w.state = 'Admitted'
+    """
+)
+
+
+async def set_checks(session: AsyncSession, states: Sequence[CheckState], now: dt.datetime) -> None:
+    """Record where workloads stand with their admission checks; those whose last check passed
+    are admitted now (their history's Admitted event)."""
+    if not states:
+        return
+    await session.execute(
+        _SET_CHECKS,
+        {
+            "id": [c.workload_id for c in states],
+            "checks": [json.dumps(list(c.checks)) for c in states],
+            "retries": [c.retries for c in states],
+            "requeue_at": [c.requeue_at for c in states],
+            "active": [c.active for c in states],
+            "reason": [c.reason for c in states],
+            "message": [c.message for c in states],
+        },
+    )
+    started = [c.workload_id for c in states if c.started]
+    if started:
+        await session.execute(_STARTED_EVENTS, {"id": started, "now": now})
+
+
 async def set_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, str, str | None]]) -> None:
     """Why each pending workload waits (id, reason, message, the ClusterQueue it waits in), for
     ``turnstile get/describe workload``."""
@@ -616,6 +688,15 @@ async def workload_states(session: AsyncSession) -> dict[str, tuple[str, str | N
     w = tables.Workload
     rows = await session.execute(select(w.namespace, w.name, w.state, w.reason, w.message).order_by(w.id))
     return {f"{r.namespace}/{r.name}": (r.state, r.reason, r.message) for r in rows}
+
+
+async def next_requeue(session: AsyncSession) -> dt.datetime | None:
+    """When the next workload waiting out an admission check's backoff queues again (None: none waits)."""
+    w = tables.Workload
+    found = await session.execute(
+        select(func.min(w.requeue_at)).where(w.state == "Pending", w.active, w.requeue_at > func.now())
+    )
+    return found.scalar_one()
 
 
 async def last_event_id(session: AsyncSession) -> int:

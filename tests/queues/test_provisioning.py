@@ -180,12 +180,13 @@ def test_retry_succeeds_once_capacity_frees() -> None:
 
 
 def test_booking_expires_while_another_check_waits_then_retry_admits() -> None:
-    # Check "scale" is Provisioned at 120 (a node added); check "present" (check-capacity) found
-    # nothing at 0 and the autoscaler does not look again. Nothing consumes the first booking, so
-    # it expires at 720: retry; at 780 both requests find the new node free and the job starts.
+    # Check "present" (check-capacity) finds node-0 busy at 10 and the autoscaler does not look
+    # again; check "scale" is Provisioned at 130 (a node added) and books it. Nothing consumes the
+    # booking, so it expires at 730: retry. At 790 "present" finds the new node free and books it,
+    # so "scale" needs one more node: Provisioned at 910, when the job starts.
     doc = _doc(
         jobs=[(0, "busy", 1, 5000), (10, "late", 1, 100)],
-        checks=[{"name": "scale", "class": nodes.ATOMIC_SCALE_UP}, {"name": "present", "class": nodes.CHECK_CAPACITY}],
+        checks=[{"name": "present", "class": nodes.CHECK_CAPACITY}, {"name": "scale", "class": nodes.ATOMIC_SCALE_UP}],
     )
     # "busy" runs on node-0 under a queue without checks: give it its own ClusterQueue.
     doc["manifests"].append(
@@ -214,7 +215,7 @@ def test_booking_expires_while_another_check_waits_then_retry_admits() -> None:
     )
     doc["jobs"][0]["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "free"
     result, _ = _run(doc)
-    assert _events(result, "late") == [(730, "Evicted", "Retry"), (790, "Admitted", None), (890, "Finished", None)]
+    assert _events(result, "late") == [(730, "Evicted", "Retry"), (910, "Admitted", None), (1010, "Finished", None)]
 
 
 def test_missing_admission_check_makes_the_cluster_queue_inactive() -> None:
@@ -271,7 +272,7 @@ def test_the_documented_autoscaling_scenario_tells_the_story_it_claims() -> None
 
     import yaml
 
-    path = Path(__file__).resolve().parents[2] / "docs" / "autoscaling-scenario.yaml"
+    path = Path(__file__).resolve().parents[2] / "examples" / "autoscaling.yaml"
     result = simulator.Simulation(scenario.parse(yaml.safe_load(path.read_text()))).run().to_json()
     story = [
         (e["t"], e["type"], e["workload"].split("/")[1], e.get("detail"))

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from admission.jobs import BY_KIND
-from admission.jobs.base import _pointer_get
+from admission.jobs.base import pointer_get
 from admission.store import database, tables
 from queues import jobs
 from tests.admission.controller.world import CONFIG, eventually, world
@@ -73,7 +73,7 @@ async def test_job_kind_is_admitted_onto_its_flavor_and_released(
 
         running = await eventually(started, what=f"the {obj['kind']} to be unsuspended")
         for ps, pointer in info.template_paths.items():
-            spec = _pointer_get(running, pointer + "/spec")
+            spec = pointer_get(running, pointer + "/spec")
             assert spec["nodeSelector"] == {"gpu": "a100"}, ps
             assert {"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"} in spec["tolerations"]
 

@@ -1,0 +1,220 @@
+"""ProvisioningRequests for workloads that hold quota with admission checks still to pass.
+
+Two-phase admission (``queues.provisioning`` has the semantics). For a workload whose quota
+reservation must pass ProvisioningRequest checks, this keeps, per check, one
+``autoscaling.x-k8s.io/v1`` ProvisioningRequest named ``<job>-<check>-<attempt>`` and a
+``PodTemplate`` per pod set that needs capacity (the job's own template with the flavor's node
+labels and tolerations, as the job will run), owned by the job and labelled with its uid.
+
+It is level-triggered like the enactor: ``sync(job uid)`` compares the requests that exist
+with those the workload's state calls for (the current attempt's while it holds quota; none
+once it is evicted, finished or gone) and creates or deletes the difference. An informer on
+ProvisioningRequests reports every change of a request's conditions; the controller's step
+reads them (``conditions``) and turns them into the scheduler's check decisions. A cluster
+without the ProvisioningRequest CRD is fine: the informer keeps retrying quietly, and only a
+ClusterQueue that names a check needs it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from admission.controller.term import Term
+from admission.controller.workqueue import Retry, WorkQueue
+from admission.jobs.base import JobView, PodSetInfo, pointer_get
+from admission.kube.client import Kube, KubeError, Obj, ResourceRef
+from admission.kube.informer import Informer
+from queues import provisioning
+from queues.model import Workload
+
+log = logging.getLogger(__name__)
+
+PROVISIONING_REQUESTS = ResourceRef("autoscaling.x-k8s.io/v1", "ProvisioningRequest", "provisioningrequests")
+POD_TEMPLATES = ResourceRef("v1", "PodTemplate", "podtemplates")
+JOB_UID_LABEL = "turnstile.dev/job-uid"
+
+
+def wanted_requests(term: Term, wl: Workload) -> dict[str, str]:
+    """The requests ``wl`` calls for now: request name -> check (the current attempt's, while it
+    holds quota and those checks apply)."""
+    if wl.admission is None:
+        return {}
+    config = term.scheduler.config
+    cq = config.cluster_queues.get(wl.admission.cluster_queue)
+    if cq is None:
+        return {}
+    job = wl.key.split("/", 1)[1]
+    return {
+        provisioning.request_name(job, check, wl.retries + 1): check
+        for check in provisioning.checks_to_pass(config, cq.spec, wl.pod_sets, wl.admission)
+        if provisioning.config_for(config, check) is not None
+    }
+
+
+class Checks:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        views: dict[str, JobView],
+        current_term: Callable[[], Term | None],
+        run_infos: Callable[[Term, Workload], list[PodSetInfo]],
+        changed: Callable[[str], None],
+        workers: int = 4,
+    ) -> None:
+        self.kube = kube
+        self.views = views  # job uid -> view
+        self.current_term = current_term
+        self.run_infos = run_infos  # the pod sets' directives as the job will run (the enactor's)
+        self.changed = changed  # a request of this job uid changed: look at its conditions
+        self.requests: dict[str, dict[str, Obj]] = {}  # job uid -> request name -> request
+        self.informer = Informer(kube, PROVISIONING_REQUESTS, self._on_request, label_selector=JOB_UID_LABEL)
+        self.queue = WorkQueue(self.sync, workers=workers, name="checks")
+        self.created = 0
+
+    def start(self) -> None:
+        self.queue.start()
+
+    async def stop(self) -> None:
+        await self.queue.stop()
+
+    def request(self, uid: str) -> None:
+        self.queue.request(uid)
+
+    def _on_request(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL, ""))
+        name = str(meta.get("name"))
+        if not uid:
+            return
+        if kind == "DELETED":
+            mine = self.requests.get(uid, {})
+            mine.pop(name, None)
+            if not mine:
+                self.requests.pop(uid, None)
+        else:
+            self.requests.setdefault(uid, {})[name] = obj
+        self.changed(uid)
+
+    def conditions(self, uid: str, name: str) -> list[Mapping[str, Any]] | None:
+        """The conditions of request ``name`` of job ``uid``; None if it does not exist (yet)."""
+        pr = self.requests.get(uid, {}).get(name)
+        if pr is None:
+            return None
+        return list((pr.get("status") or {}).get("conditions") or [])
+
+    # ----- level-triggered sync -------------------------------------------------------------------
+
+    async def sync(self, uid: str) -> None:
+        """Make the job's requests those its workload calls for (see the module docstring)."""
+        term = self.current_term()
+        if term is None:
+            return  # the next term looks at every job again
+        row = term.rows.get(uid)
+        wl = term.scheduler.workloads.get(row.key) if row is not None else None
+        wanted = wanted_requests(term, wl) if wl is not None else {}
+        have = dict(self.requests.get(uid, {}))
+        for name, pr in have.items():
+            if name not in wanted:
+                await self._delete(pr)
+        view = self.views.get(uid)
+        missing = [name for name in wanted if name not in have]
+        if not missing or wl is None or view is None or view.info is None or wl.started:
+            return
+        job = await self._get_job(view)
+        if job is None:
+            return
+        for name in missing:
+            await self._create(term, wl, view, job, name, wanted[name])
+
+    async def _get_job(self, view: JobView) -> Obj | None:
+        try:
+            return await self.kube.get(view.integration.ref, view.namespace, view.name)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise Retry(str(exc), after=exc.retry_after) from exc
+
+    async def _create(self, term: Term, wl: Workload, view: JobView, job: Obj, name: str, check: str) -> None:
+        spec = provisioning.config_for(term.scheduler.config, check)
+        assert spec is not None and view.info is not None and wl.admission is not None
+        owner = {
+            "apiVersion": view.integration.ref.api_version,
+            "kind": view.integration.ref.kind,
+            "name": view.name,
+            "uid": view.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        labels = {JOB_UID_LABEL: view.uid}
+        infos = {i.name: i for i in self.run_infos(term, wl)}
+        counts = {ps.name: ps.count for ps in wl.pod_sets}
+        pod_sets = []
+        for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources):
+            template = copy.deepcopy(pointer_get(job, view.info.template_paths[ps]) or {})
+            pod = template.setdefault("spec", {})
+            info = infos.get(ps)
+            if info is not None:
+                if info.node_selector:
+                    pod["nodeSelector"] = dict(info.node_selector)
+                if info.tolerations:
+                    pod["tolerations"] = [dict(t) for t in info.tolerations]
+            template_name = provisioning.template_name(name, ps)
+            await self._create_object(
+                POD_TEMPLATES,
+                view.namespace,
+                {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {"name": template_name, "labels": labels, "ownerReferences": [owner]},
+                    "template": template,
+                },
+            )
+            pod_sets.append({"podTemplateRef": {"name": template_name}, "count": counts[ps]})
+        parameters = dict(spec.parameters)
+        annotations = (job.get("metadata") or {}).get("annotations") or {}
+        for key, value in annotations.items():
+            if str(key).startswith(provisioning.PARAMETER_PREFIX):
+                parameters[str(key)[len(provisioning.PARAMETER_PREFIX) :]] = str(value)
+        request: Obj = {
+            "apiVersion": "autoscaling.x-k8s.io/v1",
+            "kind": "ProvisioningRequest",
+            "metadata": {"name": name, "labels": labels, "ownerReferences": [owner]},
+            "spec": {"provisioningClassName": spec.provisioning_class_name, "podSets": pod_sets},
+        }
+        if parameters:
+            request["spec"]["parameters"] = parameters
+        created = await self._create_object(PROVISIONING_REQUESTS, view.namespace, request)
+        if created is not None:
+            self.created += 1
+            log.info("%s: ProvisioningRequest %s created for check %s", wl.key, name, check)
+
+    async def _create_object(self, ref: ResourceRef, namespace: str, obj: Obj) -> Obj | None:
+        try:
+            return await self.kube.create(ref, namespace, obj)
+        except KubeError as exc:
+            if exc.status == 409:
+                return None  # made by an earlier try (or term): it is there
+            if exc.temporary:
+                raise Retry(str(exc), after=exc.retry_after) from exc
+            raise Retry(f"creating {ref.kind} {obj['metadata']['name']}: {exc}") from exc
+
+    async def _delete(self, pr: Obj) -> None:
+        """A request and the PodTemplates it points to."""
+        meta = pr["metadata"]
+        for ps in (pr.get("spec") or {}).get("podSets") or []:
+            ref = (ps.get("podTemplateRef") or {}).get("name")
+            if ref:
+                await self._delete_object(POD_TEMPLATES, meta["namespace"], str(ref))
+        await self._delete_object(PROVISIONING_REQUESTS, meta["namespace"], meta["name"])
+
+    async def _delete_object(self, ref: ResourceRef, namespace: str, name: str) -> None:
+        try:
+            await self.kube.delete(ref, namespace, name)
+        except KubeError as exc:
+            if exc.status == 404:
+                return
+            raise Retry(f"deleting {ref.kind} {namespace}/{name}: {exc}", after=exc.retry_after) from exc
