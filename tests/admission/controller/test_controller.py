@@ -64,4 +64,3 @@ async def test_over_quota_jobs_wait_and_start_in_turn(tmp_path: Path, migrated_u
             row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "j2"))).scalar_one()
         assert row.reason == "WaitingForQuota" and "nvidia.com/gpu" in (row.message or "")
         assert await eventually(lambda: _finished(w, "j2"), timeout=20, what="the third job to run after the first two")
-
