@@ -517,11 +517,12 @@ class Controller:
             (key, row.id, wl)
             for key in sched.said
             if (wl := sched.workloads.get(key)) is not None
-            and wl.admission is None
+            and (wl.admission is None or wl.checks)  # waiting for quota, or for its admission checks
             and (row := term.by_key.get(key)) is not None
         ]
         reasons = [(row_id, wl.reason, wl.message, wl.cluster_queue) for _, row_id, wl in said]
         sched.said.clear()
+        checked, sched.checked = sched.checked, {}
         check_states = [
             store.CheckState(
                 r.id,
@@ -533,10 +534,9 @@ class Controller:
                 w.message,
                 started=started,
             )
-            for key, started in sched.checked.items()
+            for key, started in checked.items()
             if (w := sched.workloads.get(key)) is not None and (r := term.by_key.get(key)) is not None
         ]
-        sched.checked.clear()
         async with database.transaction(self.sessions) as session:
             result = await store.commit_cycle(
                 session,
@@ -549,7 +549,8 @@ class Controller:
             await store.set_reasons(session, reasons)
             await store.set_checks(session, check_states, at)
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
-        self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp())
+        started = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
+        self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), started)
         for row_id in result.refused:
             wl = admitted_now[row_id]
             log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)

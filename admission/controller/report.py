@@ -9,7 +9,7 @@ per decision carrying the workload and queue fields ``--log-format json`` shows.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from admission.controller.events import EventPoster
 from admission.controller.metrics import Metrics
@@ -36,6 +36,7 @@ class Reporter:
         admitted: dict[int, Workload],
         said: list[tuple[str, str, str]],
         at: float,
+        started: Sequence[Workload] = (),
     ) -> None:
         """What a committed step tells the world: metrics, and Events on the jobs."""
         sched = term.scheduler
@@ -81,12 +82,24 @@ class Reporter:
                         wl, "Admitted", cluster_queue=wl.admission.cluster_queue, flavors=wl.admission.flavors
                     ),
                 )
-            self.events.post(
-                view(wl.key),
-                "Admitted",
-                f"admitted by ClusterQueue {wl.admission.cluster_queue} on flavor {', '.join(flavors)}"
-                + (" (borrowing)" if wl.admission.borrowing else ""),
+            where = f"ClusterQueue {wl.admission.cluster_queue} on flavor {', '.join(flavors)}" + (
+                " (borrowing)" if wl.admission.borrowing else ""
             )
+            if wl.checks:
+                self.events.post(
+                    view(wl.key),
+                    "QuotaReserved",
+                    f"quota reserved in {where}; waiting for admission check(s) {', '.join(wl.checks)}",
+                )
+            else:
+                self.events.post(view(wl.key), "Admitted", f"admitted by {where}")
+        for wl in started:
+            if wl.admission is not None:
+                self.events.post(
+                    view(wl.key),
+                    "Admitted",
+                    f"admitted by ClusterQueue {wl.admission.cluster_queue}: every admission check passed",
+                )
         for key, reason, message in said:
             self.events.pending(view(key), reason, message)
             if debug and (waiting := sched.workloads.get(key)) is not None:

@@ -152,9 +152,14 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, what: s
 
 @contextlib.asynccontextmanager
 async def world(
-    tmp_path: Path, url: str, *, faults: Faults | None = None, time_scale: float = 0.01
+    tmp_path: Path,
+    url: str,
+    *,
+    faults: Faults | None = None,
+    time_scale: float = 0.01,
+    autoscaler: dict[str, Any] | None = None,
 ) -> AsyncIterator[World]:
-    host = await SimHost.start(tmp_path / "kubeconfig", time_scale=time_scale, faults=faults)
+    host = await SimHost.start(tmp_path / "kubeconfig", time_scale=time_scale, faults=faults, autoscaler=autoscaler)
     kube = Kube(await kube_client.connect(host.kubeconfig))
     await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": "ml"}})
     engine = database.make_engine(url, idle_in_transaction_timeout=2.0)
