@@ -370,11 +370,11 @@ class Controller:
             job = wl.key.split("/", 1)[1]
             attempt = wl.retries + 1
             cq = sched.config.cluster_queues.get(wl.admission.cluster_queue)
-            checks = (
-                provisioning.checks_to_pass(sched.config, cq.spec, wl.pod_sets, wl.admission)
-                if wl.started and cq is not None
-                else wl.checks  # a started job's requests may still say CapacityRevoked
-            )
+            if cq is None:
+                continue
+            # Every check that applies, passed ones too: a booking can expire before the job
+            # starts, and a started job's capacity can be revoked.
+            checks = provisioning.checks_to_pass(sched.config, cq.spec, wl.pod_sets, wl.admission)
             for check in checks:
                 spec = provisioning.config_for(sched.config, check)
                 name = provisioning.request_name(job, check, attempt)

@@ -261,3 +261,39 @@ async def _state(w: World, name: str, state: str, *, active: bool = True) -> boo
 
 async def _suspended(w: World, name: str) -> bool:
     return bool((await w.get(name))["spec"]["suspend"])
+
+
+async def test_a_booking_that_expires_before_the_job_starts_is_retried(tmp_path: Path, migrated_url: str) -> None:
+    # Two checks: "present" (check-capacity) finds node-0 busy and waits; "scale" gets a node
+    # after 100 s and books it, but the job cannot start while "present" waits, so the booking
+    # expires (200 s): retry. On attempt 2 "present" books the new node and "scale" adds another
+    # within its booking.
+    async with world(
+        tmp_path,
+        migrated_url,
+        autoscaler={"provisioningDelay": 100, "maxNodes": 2, "bookingExpiry": 200, "nodeTemplate": NODE},
+    ) as w:
+        await add_node(w, "node-0")
+        await w.apply(
+            config(
+                classes=(("present", "check-capacity"), ("scale", "best-effort-atomic-scale-up")),
+                retry="retryStrategy: {backoffLimitCount: 3, backoffBaseSeconds: 100, backoffMaxSeconds: 100}",
+            )
+        )
+        w.start_controller("replica-1", backoff_scale=0.01)
+        busy = job("busy", gpus=8, runtime=100000, queue=None)  # not queued: it simply runs on node-0
+        busy["spec"]["suspend"] = False
+        busy["spec"]["template"]["spec"]["tolerations"] = [
+            {"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}
+        ]
+        await w.create(busy)
+        await eventually(lambda: pods_of(w, "busy"), what="busy running on node-0")
+        await w.create(job("late", gpus=8, runtime=50))
+
+        await eventually(lambda: pods_of(w, "late"), what="late running after its retry", timeout=20)
+        assert (await history(w, "late"))[:2] == [("Evicted", "Retry"), ("Admitted", None)]
+        r = await row(w, "late")
+        assert r.retries == 1
+        pod = pods_of(w, "late")[0]
+        assert pod["spec"]["nodeName"].startswith("sim-scaleup-")
+        assert pod["metadata"]["annotations"][provisioning.CONSUME_ANNOTATION].endswith("-2")
