@@ -115,7 +115,10 @@ def print_objects(kind: str, objs: list[api.KueueObject], counts: dict[str, Any]
 
 _WORKLOAD_ROWS = text(
     """
-    SELECT id, namespace, name, kind, local_queue, cluster_queue, state, priority, reason, message, pod_sets,
+    SELECT id, namespace, name, kind, local_queue, cluster_queue,
+           -- holding quota with admission checks still to pass: its job has not started
+           CASE WHEN state = 'Admitted' AND checks <> '[]'::jsonb THEN 'QuotaReserved' ELSE state END AS state,
+           priority, reason, message, pod_sets,
            CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
              row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'
                                 ORDER BY priority DESC, queue_ts, id) END AS cq_position,
@@ -277,7 +280,7 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
             console.print(
                 f"Position:      {r['cq_position']} in its ClusterQueue, {r['lq_position']} in its LocalQueue"
             )
-        if r["reason"]:
+        if r["reason"] and r["state"] in ("Pending", "QuotaReserved"):
             console.print(f"Waiting:       {r['reason']}: {r['message']}")
         await _describe_workload(session, console, r, everyone)
         return out.getvalue().rstrip()

@@ -183,6 +183,9 @@ class Metrics:
         self.admitted = Counter(
             "kueue_admitted_workloads", "Workloads admitted", ["cluster_queue"], registry=r
         )  # exported as kueue_admitted_workloads_total
+        self.reserved = Counter(
+            "kueue_quota_reserved_workloads", "Workloads that reserved quota", ["cluster_queue"], registry=r
+        )  # admitted at once, or once their admission checks pass (kueue_admitted_workloads_total)
         self.evicted = Counter("kueue_evicted_workloads", "Workloads evicted", ["cluster_queue", "reason"], registry=r)
         self.preempted = Counter(
             "kueue_preempted_workloads", "Workloads preempted", ["preempting_cluster_queue", "reason"], registry=r
@@ -219,11 +222,17 @@ class Metrics:
         self.attempts.labels(result).inc()
         self.attempt_seconds.labels(result).observe(seconds)
 
+    def reserved_workload(self, wl: Workload, at: float) -> None:
+        """Quota reserved: it counts as used (GPU-seconds) from now, whether or not the job started."""
+        assert wl.admission is not None
+        self.reserved.labels(wl.admission.cluster_queue).inc()
+        self.clock.start(wl, at)
+
     def admitted_workload(self, wl: Workload, at: float) -> None:
+        """Admitted: the job starts (at its reservation, or once its admission checks passed)."""
         assert wl.admission is not None
         self.admitted.labels(wl.admission.cluster_queue).inc()
         self.waits.observe(wl.admission.cluster_queue, max(0.0, at - wl.queue_ts))
-        self.clock.start(wl, at)
 
     def evicted_workload(
         self, key: str, cluster_queue: str, reason: str, detail: str, by: str | None, at: float

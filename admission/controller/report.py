@@ -68,7 +68,9 @@ class Reporter:
         for row_id in result.admitted:
             wl = admitted[row_id]
             assert wl.admission is not None
-            self.metrics.admitted_workload(wl, at)
+            self.metrics.reserved_workload(wl, at)
+            if not wl.checks:
+                self.metrics.admitted_workload(wl, at)
             if (v := view(wl.key)) is not None:
                 self.events.forget(v.uid)  # a later wait is a first wait again
             flavors = sorted({f for per_res in wl.admission.flavors.values() for f in per_res.values()})
@@ -95,6 +97,7 @@ class Reporter:
                 self.events.post(view(wl.key), "Admitted", f"admitted by {where}")
         for wl in started:
             if wl.admission is not None:
+                self.metrics.admitted_workload(wl, at)
                 self.events.post(
                     view(wl.key),
                     "Admitted",

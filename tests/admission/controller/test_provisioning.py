@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from admission.cli import views
 from admission.controller.checks import JOB_UID_LABEL
 from admission.kube.client import ResourceRef
 from admission.sim import autoscaler as sim_autoscaler
@@ -159,6 +160,14 @@ async def test_a_job_starts_once_its_nodes_exist_and_quota_pending_jobs_never_re
             lambda: _reason(w, "second", provisioning.WAITING_FOR_CAPACITY), what="second waiting for capacity"
         )
         assert "ProvisioningRequest second-capacity-1" in waiting and "adding 1 node(s)" in waiting
+        async with database.transaction(w.sessions) as s:  # what `turnstile get/describe workload` show
+            (shown,) = await views.workload_rows(s, namespace="ml", name="second")
+            described = await views.describe(s, "Workload", "ml/second")
+        assert (shown["state"], shown["reason"]) == ("QuotaReserved", provisioning.WAITING_FOR_CAPACITY)
+        assert "State:         QuotaReserved" in described and "second-capacity-1" in described
+        page = controller.metrics.render().decode()
+        assert 'kueue_quota_reserved_workloads_total{cluster_queue="team-a"} 2.0' in page
+        assert 'kueue_admitted_workloads_total{cluster_queue="team-a"} 1.0' in page  # second has not started
         assert (await w.get("second"))["spec"]["suspend"] is True and pods_of(w, "second") == []
         (pr,) = requests_of(w, second["metadata"]["uid"])
         assert pr["metadata"]["name"] == "second-capacity-1"
