@@ -151,6 +151,15 @@ class Scheduler:
             if wl.admission is None:
                 continue
             cq = self.snapshot.queues.get(wl.admission.cluster_queue)
+            if wl.checks and cq is not None:
+                # A check the ClusterQueue no longer names (or that no longer applies) is not waited for.
+                applies = provisioning.checks_to_pass(config, cq.spec, wl.pod_sets, wl.admission)
+                still = tuple(c for c in wl.checks if c in applies)
+                if still != wl.checks:
+                    wl.checks = still
+                    self.checked[wl.key] = not still
+                    if not still:
+                        self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
             lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
             if cq is not None and cq.spec.stop_policy == "HoldAndDrain":
                 decisions.append(self._evict(wl, CLUSTER_QUEUE_STOPPED, "ClusterQueueStopped", None))

@@ -384,7 +384,13 @@ class Simulation:
             self.record.cancelled(edit.name)
             return
         apply_edit(self.config, edit)
+        self.sched.checked.clear()  # engine core acts on check changes as it makes them; only the edit's count here
         self._enact(self.sched.set_config(self.config))
+        for key, started in sorted(self.sched.checked.items()):  # checks the edit took away
+            wl = self.sched.workloads.get(key)
+            if started and wl is not None and wl.admission is not None:
+                self._start(key, wl.admission)
+        self.sched.checked.clear()
         self.record.nominal(self.sched.snapshot.queues)
 
     def _enact(self, decisions: list[scheduler.Decision]) -> None:
@@ -445,8 +451,8 @@ class Simulation:
 
     def _check_ready(self, key: str, check: str) -> None:
         wl = self.sched.workloads.get(key)
-        if wl is None or wl.admission is None:
-            return
+        if wl is None or wl.admission is None or wl.started:
+            return  # (started: an edit took its checks away; its request is gone)
         request, pods = self.asked[(key, check)]
         self.scaler.provisioned(request, key, pods)  # booked until its pods exist
         if self.sched.check_passed(key, check):

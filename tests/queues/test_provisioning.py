@@ -295,3 +295,14 @@ def test_the_documented_autoscaling_scenario_tells_the_story_it_claims() -> None
         (980, "Evicted", "giant", "Rejected"),
     ]
     assert result["workloads"]["vision/giant"]["reason"] == "Inactive"
+
+
+def test_removing_the_check_from_the_cluster_queue_starts_the_waiting_job() -> None:
+    # "second" waits for a node (120 s); at 50 the admin drops the check: it starts at once.
+    doc = _doc(jobs=[(0, "first", 1, 1000), (10, "second", 1, 100)])
+    cq = copy.deepcopy(next(m for m in doc["manifests"] if m["kind"] == "ClusterQueue"))
+    cq["spec"]["admissionChecks"] = []
+    doc["edits"] = [{"at": 50, "apply": cq}]
+    result, _ = _run(doc)
+    assert _events(result, "second") == [(50, "Admitted", None), (150, "Finished", None)]
+    assert _events(result, "first") == [(0, "Admitted", None), (1000, "Finished", None)]  # started once

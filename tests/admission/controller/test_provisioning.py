@@ -306,3 +306,23 @@ async def test_a_booking_that_expires_before_the_job_starts_is_retried(tmp_path:
         pod = pods_of(w, "late")[0]
         assert pod["spec"]["nodeName"].startswith("sim-scaleup-")
         assert pod["metadata"]["annotations"][provisioning.CONSUME_ANNOTATION].endswith("-2")
+
+
+async def test_dropping_the_check_from_the_cluster_queue_starts_a_waiting_job(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    async with world(
+        tmp_path, migrated_url, autoscaler={"provisioningDelay": 100000, "maxNodes": 2, "nodeTemplate": NODE}
+    ) as w:
+        await w.apply(config())
+        w.start_controller("replica-1")
+        waiting = await w.create(job("waiting", gpus=8, runtime=100))
+        await eventually(lambda: _reason(w, "waiting", provisioning.WAITING_FOR_CAPACITY), what="waiting for a node")
+        await w.apply(config().replace("admissionChecks: [capacity]", "admissionChecks: []"))
+        await eventually(lambda: _running(w, "waiting"), what="the job started without the check")
+        assert await history(w, "waiting") == [("Admitted", None)]
+        await eventually(lambda: not requests_of(w, waiting["metadata"]["uid"]), what="its request deleted")
+
+
+async def _running(w: World, name: str) -> bool:
+    return not (await w.get(name))["spec"]["suspend"]
