@@ -306,3 +306,17 @@ def test_removing_the_check_from_the_cluster_queue_starts_the_waiting_job() -> N
     result, _ = _run(doc)
     assert _events(result, "second") == [(50, "Admitted", None), (150, "Finished", None)]
     assert _events(result, "first") == [(0, "Admitted", None), (1000, "Finished", None)]  # started once
+
+
+def test_a_v1beta2_strategy_applies_a_check_only_on_its_flavors() -> None:
+    # onFlavors names another flavor: the reservation on a100 needs no request and starts at once,
+    # even though the node limit would fail it.
+    doc = _doc(jobs=[(0, "giant", 4, 100)])
+    cq = next(m for m in doc["manifests"] if m["kind"] == "ClusterQueue")
+    cq["spec"]["admissionChecks"] = []
+    cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "capacity", "onFlavors": ["h100"]}]}
+    result, _ = _run(doc)
+    assert _events(result, "giant") == [(0, "Admitted", None), (100, "Finished", None)]
+    cq["spec"]["admissionChecksStrategy"]["admissionChecks"][0]["onFlavors"] = ["a100"]
+    result, _ = _run(doc)
+    assert _events(result, "giant")[0] == (0, "Evicted", "Retry")
