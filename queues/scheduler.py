@@ -406,6 +406,7 @@ class Scheduler:
         self.snapshot.remove_workload(wl)
         wl.admission = None
         wl.admitted_at = None
+        wl.checks = ()  # checks belong to a reservation
         if cq is not None:
             self._bump(cq)
 

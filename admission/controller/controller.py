@@ -537,20 +537,25 @@ class Controller:
             for key, started in checked.items()
             if (w := sched.workloads.get(key)) is not None and (r := term.by_key.get(key)) is not None
         ]
-        async with database.transaction(self.sessions) as session:
-            result = await store.commit_cycle(
-                session,
-                admissions=admissions,
-                evictions=evictions,
-                now=at,
-                fence=term.fence,
-                ledger_labels=self.options.ledger_labels,
-            )
-            await store.set_reasons(session, reasons)
-            await store.set_checks(session, check_states, at)
+        try:
+            async with database.transaction(self.sessions) as session:
+                result = await store.commit_cycle(
+                    session,
+                    admissions=admissions,
+                    evictions=evictions,
+                    now=at,
+                    fence=term.fence,
+                    ledger_labels=self.options.ledger_labels,
+                )
+                await store.set_reasons(session, reasons)
+                await store.set_checks(session, check_states, at)
+        except BaseException:
+            for key, now_started in checked.items():  # not stored: the next step stores them
+                sched.checked[key] = sched.checked.get(key, False) or now_started
+            raise
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
-        started = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
-        self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), started)
+        began = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
+        self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), began)
         for row_id in result.refused:
             wl = admitted_now[row_id]
             log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)

@@ -138,11 +138,11 @@ class Autoscaler:
 
     def _booked(self, key: str, pods: list[Obj]) -> list[Obj]:
         """Provisioned requests (not ``key``) whose capacity is still booked: not expired, and no pod
-        consumes them yet (then the pods themselves hold it), in namespace/name order."""
+        consuming them is scheduled yet (then the pods themselves hold it), in namespace/name order."""
         consumed = {
             (str(p["metadata"].get("namespace") or ""), str(notes[CONSUME_ANNOTATION]))
             for p in pods
-            if CONSUME_ANNOTATION in (notes := p["metadata"].get("annotations") or {})
+            if CONSUME_ANNOTATION in (notes := p["metadata"].get("annotations") or {}) and p["spec"].get("nodeName")
         }
         out = []
         for pr in self.store.list(PROVISIONING_REQUESTS, None)[0]:

@@ -281,18 +281,18 @@ def test_the_documented_autoscaling_scenario_tells_the_story_it_claims() -> None
     ]
     assert story == [
         (0, "Admitted", "train-1", None),  # fits the existing node
-        (20, "Evicted", "sweep", "Retry"),  # 2 nodes needed, 1 may be added
-        (80, "Evicted", "sweep", "Retry"),
-        (130, "Admitted", "train-2", None),  # a node added after 120 s
-        (200, "Evicted", "sweep", "Retry"),
-        (300, "Finished", "train-1", None),
-        (330, "Finished", "train-2", None),
-        (330, "Evicted", "giant", "Retry"),  # 4 nodes: never
-        (390, "Evicted", "giant", "Retry"),
-        (440, "Admitted", "sweep", None),  # both nodes free by its 4th attempt
-        (740, "Finished", "sweep", None),
-        (740, "Evicted", "giant", "Retry"),
-        (980, "Evicted", "giant", "Rejected"),
+        (30, "Evicted", "giant", "Retry"),  # 4 nodes: never
+        (90, "Evicted", "giant", "Retry"),
+        (180, "Evicted", "sweep", "Retry"),  # 2 nodes needed, 1 may still be added
+        (210, "Evicted", "giant", "Retry"),
+        (240, "Evicted", "sweep", "Retry"),
+        (300, "Admitted", "train-2", None),  # a node added after 150 s
+        (360, "Evicted", "sweep", "Retry"),
+        (400, "Finished", "train-1", None),
+        (450, "Evicted", "giant", "Rejected"),  # its 4th failure: deactivated
+        (520, "Finished", "train-2", None),
+        (600, "Admitted", "sweep", None),  # both nodes free by its 4th attempt
+        (900, "Finished", "sweep", None),
     ]
     assert result["workloads"]["vision/giant"]["reason"] == "Inactive"
 
