@@ -71,7 +71,9 @@ class Checks:
         self.run_infos = run_infos  # the pod sets' directives as the job will run (the enactor's)
         self.changed = changed  # a request of this job uid changed: look at its conditions
         self.requests: dict[str, dict[str, Obj]] = {}  # job uid -> request name -> request
-        self.informer = Informer(kube, PROVISIONING_REQUESTS, self._on_request, label_selector=JOB_UID_LABEL)
+        self.informer = Informer(
+            kube, PROVISIONING_REQUESTS, self._on_request, label_selector=JOB_UID_LABEL, optional=True
+        )
         self.queue = WorkQueue(self.sync, workers=workers, name="checks")
         self.created = 0
 

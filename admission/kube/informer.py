@@ -27,6 +27,7 @@ Handler = Callable[[str, Obj], None]
 
 BACKOFF_START = 0.2
 BACKOFF_MAX = 30.0
+ABSENT_RETRY = 60.0
 
 
 class Informer:
@@ -38,6 +39,7 @@ class Informer:
         *,
         label_selector: str | None = None,
         watch_timeout: int = 300,
+        optional: bool = False,
     ) -> None:
         self.kube = kube
         self.ref = ref
@@ -48,6 +50,10 @@ class Informer:
         self.known: dict[str, tuple[str, str, str]] = {}  # uid -> (namespace, name, resourceVersion)
         self.relists = 0
         self.rewatches = 0
+        # optional: a kind the cluster may not serve (a CRD not installed); then 404 is said once
+        # and looked at again every ABSENT_RETRY seconds, not warned about every time
+        self.optional = optional
+        self.absent = False
 
     async def run(self) -> None:
         """Keep the handler up to date until cancelled."""
@@ -55,6 +61,7 @@ class Informer:
         while True:
             try:
                 version = await self._relist()
+                self.absent = False
                 backoff = BACKOFF_START
                 while True:
                     version = await self._watch(version)
@@ -62,6 +69,16 @@ class Informer:
             except KubeError as exc:
                 if exc.status == 410:
                     log.info("watch of %s expired (410 Gone); listing again", self.ref.plural)
+                    continue
+                if exc.status == 404 and self.optional:
+                    if not self.absent:
+                        log.info(
+                            "%s are not served by this cluster (no CRD); looking again every %.0fs",
+                            self.ref.plural,
+                            ABSENT_RETRY,
+                        )
+                    self.absent = True
+                    await asyncio.sleep(ABSENT_RETRY)
                     continue
                 delay = exc.retry_after if exc.retry_after is not None else backoff
                 log.warning("%s informer: %s; retrying in %.1fs", self.ref.plural, exc, delay)

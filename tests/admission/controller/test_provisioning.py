@@ -8,6 +8,7 @@ one wall second), as are job runtimes; the controller's backoffs by ``backoff_sc
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from sqlalchemy import select
 from admission.cli import views
 from admission.controller.checks import JOB_UID_LABEL
 from admission.kube.client import ResourceRef
+from admission.kube.informer import Informer
 from admission.sim import autoscaler as sim_autoscaler
 from admission.sim import cluster as sim_cluster
 from admission.store import database, tables
@@ -326,3 +328,22 @@ async def test_dropping_the_check_from_the_cluster_queue_starts_a_waiting_job(
 
 async def _running(w: World, name: str) -> bool:
     return not (await w.get(name))["spec"]["suspend"]
+
+
+async def test_without_the_provisioning_request_crd_the_informer_waits_quietly(
+    tmp_path: Path, migrated_url: str, caplog: Any
+) -> None:
+    # A cluster without cluster-autoscaler's CRD: said once (INFO), no warnings every few seconds.
+    caplog.set_level(logging.INFO, logger="admission.kube.informer")
+    async with world(tmp_path, migrated_url) as w:
+        absent = ResourceRef("example.com/v1", "Widget", "widgets")
+        seen: list[str] = []
+        informer = Informer(w.kube, absent, lambda kind, obj: seen.append(kind), optional=True)
+        task = asyncio.create_task(informer.run())
+        await eventually(lambda: informer.absent, what="the informer to notice the kind is not served")
+        await asyncio.sleep(0.3)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        ours = [r for r in caplog.records if r.name == "admission.kube.informer"]
+        assert [r.levelname for r in ours] == ["INFO"] and "not served" in ours[0].getMessage()
+        assert not informer.synced.is_set() and seen == []
