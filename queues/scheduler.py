@@ -343,7 +343,6 @@ class Scheduler:
             return None
         wl.retries += 1
         wl.requeue_at = until
-        wl.checks = ()
         self.checked[key] = False
         return self._evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
 
@@ -375,8 +374,7 @@ class Scheduler:
 
     def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
         released = wl.admission
-        self._release(wl)
-        wl.checks = ()
+        self._release(wl)  # (its admission checks go with the reservation)
         wl.queue_ts = self.now
         self._say(wl, flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
         self._enqueue(wl, message)

@@ -96,6 +96,25 @@ class Exposition:
         return "\n".join(self.lines) + "\n" if self.lines else ""
 
 
+class QueueCounter:
+    """A counter per ClusterQueue (``NAME_total{cluster_queue}``), written directly like the
+    other per-queue families."""
+
+    def __init__(self, name: str, help_text: str) -> None:
+        self.name = name
+        self.help_text = help_text
+        self.values: dict[str, int] = {}
+
+    def inc(self, cluster_queue: str) -> None:
+        self.values[cluster_queue] = self.values.get(cluster_queue, 0) + 1
+
+    def write(self, out: Exposition) -> None:
+        if self.values:
+            out.family(f"{self.name}_total", "counter", self.help_text)
+            for cq, value in sorted(self.values.items()):
+                out.sample(f"{self.name}_total", f'cluster_queue="{_escape(cq)}"', value)
+
+
 class WaitTimes:
     """``kueue_admission_wait_time_seconds{cluster_queue}``: a histogram per ClusterQueue."""
 
@@ -180,12 +199,9 @@ class Metrics:
     def __init__(self, controller: Controller) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.admitted = Counter(
-            "kueue_admitted_workloads", "Workloads admitted", ["cluster_queue"], registry=r
-        )  # exported as kueue_admitted_workloads_total
-        self.reserved = Counter(
-            "kueue_quota_reserved_workloads", "Workloads that reserved quota", ["cluster_queue"], registry=r
-        )  # admitted at once, or once their admission checks pass (kueue_admitted_workloads_total)
+        self.admitted = QueueCounter("kueue_admitted_workloads", "Workloads admitted (their jobs started)")
+        # admitted at once, or once their admission checks passed
+        self.reserved = QueueCounter("kueue_quota_reserved_workloads", "Workloads that reserved quota")
         self.evicted = Counter("kueue_evicted_workloads", "Workloads evicted", ["cluster_queue", "reason"], registry=r)
         self.preempted = Counter(
             "kueue_preempted_workloads", "Workloads preempted", ["preempting_cluster_queue", "reason"], registry=r
@@ -213,6 +229,8 @@ class Metrics:
     def render(self) -> bytes:
         """The whole ``/metrics`` page: prometheus_client's metrics, then the per-queue families."""
         out = Exposition()
+        self.admitted.write(out)
+        self.reserved.write(out)
         self.waits.write(out)
         write_queues(out, self.controller, self.clock)
         return generate_latest(self.registry) + out.text().encode()
@@ -225,13 +243,13 @@ class Metrics:
     def reserved_workload(self, wl: Workload, at: float) -> None:
         """Quota reserved: it counts as used (GPU-seconds) from now, whether or not the job started."""
         assert wl.admission is not None
-        self.reserved.labels(wl.admission.cluster_queue).inc()
+        self.reserved.inc(wl.admission.cluster_queue)
         self.clock.start(wl, at)
 
     def admitted_workload(self, wl: Workload, at: float) -> None:
         """Admitted: the job starts (at its reservation, or once its admission checks passed)."""
         assert wl.admission is not None
-        self.admitted.labels(wl.admission.cluster_queue).inc()
+        self.admitted.inc(wl.admission.cluster_queue)
         self.waits.observe(wl.admission.cluster_queue, max(0.0, at - wl.queue_ts))
 
     def evicted_workload(
