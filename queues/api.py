@@ -185,6 +185,8 @@ class ClusterQueueSpec(_Model):
     def check_rules(self) -> list[AdmissionCheckStrategyRule]:
         """The admission checks, whichever version's field named them (v1beta1 ``admissionChecks``,
         every flavor; ``admissionChecksStrategy``, optionally ``onFlavors``), in order, each once."""
+        if not self.admission_checks and not self.admission_checks_strategy:
+            return []
         rules = list(self.admission_checks_strategy.admission_checks) if self.admission_checks_strategy else []
         named = {r.name for r in rules}
         rules += [AdmissionCheckStrategyRule(name=n) for n in self.admission_checks if n not in named]

@@ -49,9 +49,12 @@ def checks_to_pass(
     """The admission checks a new quota reservation must pass before its job starts: the
     ClusterQueue's checks that apply to the flavors assigned (a rule with ``onFlavors`` applies
     when one of them is used) and that need a request (some pod set requests a managed resource)."""
+    rules = cq.check_rules
+    if not rules:
+        return ()  # the common case, on every admission and every start: no work
     used = {f for resources in admission.flavors.values() for f in resources.values()}
     out = []
-    for rule in cq.check_rules:
+    for rule in rules:
         if rule.on_flavors and not set(rule.on_flavors) & used:
             continue
         spec = config_for(config, rule.name)
