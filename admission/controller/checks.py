@@ -71,6 +71,7 @@ class Checks:
         self.run_infos = run_infos  # the pod sets' directives as the job will run (the enactor's)
         self.changed = changed  # a request of this job uid changed: look at its conditions
         self.requests: dict[str, dict[str, Obj]] = {}  # job uid -> request name -> request
+        self.job_of: dict[tuple[str, str], str] = {}  # (namespace, request name) -> job uid
         self.informer = Informer(
             kube, PROVISIONING_REQUESTS, self._on_request, label_selector=JOB_UID_LABEL, optional=True
         )
@@ -88,10 +89,16 @@ class Checks:
 
     def _on_request(self, kind: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
-        uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL, ""))
         name = str(meta.get("name"))
+        where = (str(meta.get("namespace") or ""), name)
+        # A deletion noticed on a relist carries only uid, namespace and name: find its job by name.
+        uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL, "")) or self.job_of.get(where, "")
         if not uid:
             return
+        if kind == "DELETED":
+            self.job_of.pop(where, None)
+        else:
+            self.job_of[where] = uid
         if kind == "DELETED":
             mine = self.requests.get(uid, {})
             mine.pop(name, None)

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select
 
 from admission.cli import views
-from admission.controller.checks import JOB_UID_LABEL
+from admission.controller.checks import JOB_UID_LABEL, Checks
 from admission.kube.client import ResourceRef
 from admission.kube.informer import Informer
 from admission.sim import autoscaler as sim_autoscaler
@@ -347,3 +347,21 @@ async def test_without_the_provisioning_request_crd_the_informer_waits_quietly(
         ours = [r for r in caplog.records if r.name == "admission.kube.informer"]
         assert [r.levelname for r in ours] == ["INFO"] and "not served" in ours[0].getMessage()
         assert not informer.synced.is_set() and seen == []
+
+
+def test_a_request_deleted_while_not_watching_leaves_the_cache() -> None:
+    # On a relist the informer reports a deletion with uid, namespace and name only (no labels).
+    changed: list[str] = []
+    checks = Checks(
+        None,  # type: ignore[arg-type]  # no API calls here
+        views={},
+        current_term=lambda: None,
+        run_infos=lambda term, wl: [],
+        changed=changed.append,
+    )
+    pr = {"metadata": {"uid": "pr-1", "namespace": "ml", "name": "j-capacity-1", "labels": {JOB_UID_LABEL: "job-1"}}}
+    checks._on_request("ADDED", pr)
+    assert checks.conditions("job-1", "j-capacity-1") == []
+    checks._on_request("DELETED", {"metadata": {"uid": "pr-1", "namespace": "ml", "name": "j-capacity-1"}})
+    assert checks.conditions("job-1", "j-capacity-1") is None and checks.requests == {}
+    assert changed == ["job-1", "job-1"]
