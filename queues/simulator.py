@@ -291,8 +291,8 @@ class Simulation:
         self.now = 0.0
         self.record.nominal(self.sched.snapshot.queues)
         self.scaler = provisioning.AutoscalerModel.of(scenario.autoscaler or {}, scenario.nodes)
-        # requests a scale-up will provision: (t, order, key, reservation, check, request name)
-        self.provisions: list[tuple[float, int, str, int, str, str]] = []
+        # requests a scale-up will provision: (t, order, key, reservation, check)
+        self.provisions: list[tuple[float, int, str, int, str]] = []
         # bookings of Provisioned requests whose job has not started: (t, order, key, reservation, check)
         self.bookings: list[tuple[float, int, str, int, str]] = []
         self.reservations: dict[str, int] = {}  # key -> number of its current quota reservation
@@ -335,7 +335,7 @@ class Simulation:
                 self._finish(key, epoch)
             self.scaler.due_scale_ups(self.now)
             while self.provisions and self.provisions[0][0] <= self.now:
-                _, _, key, reservation, check, _name = heapq.heappop(self.provisions)
+                _, _, key, reservation, check = heapq.heappop(self.provisions)
                 if self.reservations.get(key) == reservation:
                     self._check_ready(key, check)
             while self.bookings and self.bookings[0][0] <= self.now:
@@ -443,7 +443,7 @@ class Simulation:
                 if answer.verdict == "ScaleUp":
                     self.order += 1
                     heapq.heappush(
-                        self.provisions, (self.now + self.scaler.delay, self.order, wl.key, reservation, check, name)
+                        self.provisions, (self.now + self.scaler.delay, self.order, wl.key, reservation, check)
                     )
                 self.sched.check_waiting(wl.key, provisioning.waiting_message(name, answer.message))
             if self.reservations.get(wl.key) != reservation:

@@ -57,8 +57,8 @@ class JobView:
     # pod set -> its template's (nodeSelector, tolerations) as they are; None where absent
     # (only pod sets that have either: most jobs have none, and a controller holds 100,000 views)
     directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = field(default_factory=dict)
-    # pod set -> whether its template has metadata, whether that has annotations, and the values of
-    # POD_ANNOTATIONS there (only pod sets whose template has metadata)
+    # pod set -> (whether its template's metadata has annotations, the POD_ANNOTATIONS among them);
+    # only pod sets whose template has metadata at all
     template_meta: dict[str, tuple[bool, dict[str, str]]] = field(default_factory=dict)
     key: str = field(init=False)  # namespace/name, the workload's key (made once: it is used everywhere)
 

@@ -351,7 +351,7 @@ async def commit_cycle(
         evicted = await session.execute(
             update(w)
             .where(tables.among(w.id, ids), w.state == "Admitted")
-            .values(state="Pending", queue_ts=now, admitted_at=None, assigned_flavors=None)
+            .values(state="Pending", queue_ts=now, admitted_at=None, assigned_flavors=None, checks=[])
             .returning(w.id, w.cluster_queue)
         )
         queues = {int(i): cq for i, cq in evicted.all()}
