@@ -115,6 +115,11 @@ def pods_of(w: World, name: str) -> list[dict[str, Any]]:
     ]
 
 
+def bound_pods(w: World, name: str) -> list[dict[str, Any]]:
+    """The job's pods the scheduler has bound to a node (a pod is created first, bound after)."""
+    return [p for p in pods_of(w, name) if p["spec"].get("nodeName")]
+
+
 def requests_of(w: World, uid: str) -> list[dict[str, Any]]:
     return w.host.server.store.list(sim_autoscaler.PROVISIONING_REQUESTS, "ml", labels=f"{JOB_UID_LABEL}={uid}")[0]
 
@@ -146,8 +151,7 @@ async def test_a_job_starts_once_its_nodes_exist_and_quota_pending_jobs_never_re
 
         watcher = asyncio.create_task(watch_third())
         first = await w.create(job("first", gpus=8, runtime=3000))
-        await eventually(lambda: pods_of(w, "first"), what="first's pods (capacity was there)")
-        pod = pods_of(w, "first")[0]
+        (pod,) = await eventually(lambda: bound_pods(w, "first"), what="first's pod bound (capacity was there)")
         notes = pod["metadata"]["annotations"]
         assert notes[provisioning.CONSUME_ANNOTATION] == "first-capacity-1"
         assert notes[provisioning.CLASS_ANNOTATION] == "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
@@ -185,11 +189,9 @@ async def test_a_job_starts_once_its_nodes_exist_and_quota_pending_jobs_never_re
         # A controller restart while it waits changes nothing: the job stays suspended, then starts.
         await w.stop_controller(controller)
         w.start_controller("replica-2")
-        await eventually(lambda: pods_of(w, "second"), what="second's pods on the added node", timeout=15)
-        assert pods_of(w, "second")[0]["spec"]["nodeName"].startswith("sim-scaleup-")
-        assert (
-            pods_of(w, "second")[0]["metadata"]["annotations"][provisioning.CONSUME_ANNOTATION] == "second-capacity-1"
-        )
+        (pod,) = await eventually(lambda: bound_pods(w, "second"), what="second's pod bound", timeout=15)
+        assert pod["spec"]["nodeName"].startswith("sim-scaleup-")  # the node added for it
+        assert pod["metadata"]["annotations"][provisioning.CONSUME_ANNOTATION] == "second-capacity-1"
         assert await history(w, "second") == [("Admitted", None)]
         # Until now first and second held the whole quota: third waited for quota, with no request
         # and no pod at any moment.
@@ -301,11 +303,10 @@ async def test_a_booking_that_expires_before_the_job_starts_is_retried(tmp_path:
         await eventually(lambda: pods_of(w, "busy"), what="busy running on node-0")
         await w.create(job("late", gpus=8, runtime=50))
 
-        await eventually(lambda: pods_of(w, "late"), what="late running after its retry", timeout=20)
+        (pod,) = await eventually(lambda: bound_pods(w, "late"), what="late running after its retry", timeout=20)
         assert (await history(w, "late"))[:2] == [("Evicted", "Retry"), ("Admitted", None)]
         r = await row(w, "late")
         assert r.retries == 1
-        pod = pods_of(w, "late")[0]
         assert pod["spec"]["nodeName"].startswith("sim-scaleup-")
         assert pod["metadata"]["annotations"][provisioning.CONSUME_ANNOTATION].endswith("-2")
 
