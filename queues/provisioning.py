@@ -106,21 +106,21 @@ def pod_sets_needing(pod_sets: Sequence[jobs.PodSet], managed: Sequence[str]) ->
     return tuple(ps.name for ps in pod_sets if not managed or any(ps.requests.get(r) for r in managed))
 
 
-def request_name(workload: str, check: str, attempt: int) -> str:
-    """The ProvisioningRequest of ``attempt`` (1, 2, ...) for a workload (its job's name) and check."""
-    name = f"{workload}-{check}-{attempt}"
+def _object_name(name: str) -> str:
+    """``name`` as a valid object name: cut to 253 characters with a hash of the whole, as Kueue."""
     if len(name) <= _MAX_NAME:
         return name
-    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
-    return f"{name[: _MAX_NAME - 11]}-{digest}"
+    return f"{name[: _MAX_NAME - 11]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+
+
+def request_name(workload: str, check: str, attempt: int) -> str:
+    """The ProvisioningRequest of ``attempt`` (1, 2, ...) for a workload (its job's name) and check."""
+    return _object_name(f"{workload}-{check}-{attempt}")
 
 
 def template_name(request: str, pod_set: str) -> str:
     """The PodTemplate a request's pod set points to (``ppt-`` as Kueue)."""
-    name = f"ppt-{request}-{pod_set}"
-    if len(name) <= _MAX_NAME:
-        return name
-    return f"{name[: _MAX_NAME - 11]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+    return _object_name(f"ppt-{request}-{pod_set}")
 
 
 def pod_annotations(config: Config, wl: Workload, admission: Admission) -> dict[str, dict[str, str]]:
