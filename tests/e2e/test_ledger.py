@@ -7,6 +7,7 @@ import datetime as dt
 import tempfile
 from collections import defaultdict
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import yaml
@@ -42,8 +43,9 @@ async def test_ledger_hours_are_exact_in_every_grouping(server_url: str) -> None
                 }
     assert any(e.type == "Evicted" for e in history), "the example must preempt"
     assert all(t.state == "Finished" for t in result.tracks)
-    # Expected, from the decisions alone: each admission until its eviction or finish, times its quota.
-    expected: dict[tuple[str, str, str, str], Decimal] = defaultdict(Decimal)
+    # Expected, from the decisions alone: each admission until its eviction or finish, times its quota,
+    # as exact fractions (Decimal sums round at 28 digits, and rounding is not what is tested).
+    expected: dict[tuple[str, str, str, str], Fraction] = defaultdict(Fraction)
     open_at: dict[str, tuple[dt.datetime, store.EventRow]] = {}
     for e in history:
         if e.type == "Admitted":
@@ -55,15 +57,25 @@ async def test_ledger_hours_are_exact_in_every_grouping(server_url: str) -> None
                 for resource, milli in ps.total().items():
                     flavor = (admitted.flavors or {})[ps.name][resource]
                     key = (job.namespace, admitted.cluster_queue or "", flavor, resource)
-                    seconds = Decimal((e.at - start) / dt.timedelta(microseconds=1)) / Decimal(1_000_000)
-                    expected[key] += Decimal(milli) * seconds / Decimal(1000 * 3600)
+                    seconds = Fraction((e.at - start) // dt.timedelta(microseconds=1), 1_000_000)
+                    expected[key] += milli * seconds / (1000 * 3600)
     assert not open_at and expected
-    by_ns: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
-    by_cq: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
+    by_ns: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
+    by_cq: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
     for (ns, cq, flavor, resource), hours in expected.items():
         by_ns[(ns, flavor, resource)] += hours
         by_cq[(cq, flavor, resource)] += hours
-    assert {(r.group, r.flavor, r.resource): r.hours for r in reports["namespace"]} == dict(by_ns)
-    assert {(r.group, r.flavor, r.resource): r.hours for r in reports["clusterqueue"]} == dict(by_cq)
+    for grouping, want in (("namespace", by_ns), ("clusterqueue", by_cq)):
+        got = {(r.group, r.flavor, r.resource): r.hours for r in reports[grouping]}
+        assert got.keys() == want.keys(), grouping
+        for key, hours in got.items():
+            assert exact(hours, want[key]), (grouping, key, hours, want[key])
     team_total = sum(r.hours for r in reports["label:team"])
-    assert team_total == sum(expected.values()) and {r.group for r in reports["label:team"]} == {ledger.NO_LABEL}
+    assert exact(team_total, sum(expected.values(), Fraction(0)))
+    assert {r.group for r in reports["label:team"]} == {ledger.NO_LABEL}
+
+
+def exact(reported: Decimal, hours: Fraction) -> bool:
+    """The report's hours are the exact value, but for the last of their 28 significant digits
+    (a microsecond of one GPU is 2.8e-10 hours: any real error is ~10^14 times larger)."""
+    return abs(Fraction(reported) - hours) < Fraction(1, 10**24)
