@@ -14,12 +14,12 @@ controller on 50,000 Events. Events are a courtesy to the user; the store is the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import time
 from dataclasses import dataclass
 
+from admission.controller.workqueue import stop_workers
 from admission.jobs.base import JobView
 from admission.kube.client import EVENTS, Kube, KubeError
 
@@ -56,11 +56,7 @@ class EventPoster:
         self.tasks = [asyncio.create_task(self._work(), name=f"events-{i}") for i in range(self.workers)]
 
     async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_workers(self.tasks)
         self.tasks = []
 
     def pending(self, view: JobView | None, reason: str, message: str) -> None:

@@ -21,6 +21,15 @@ BACKOFF_START = 0.05
 BACKOFF_MAX = 10.0
 
 
+async def stop_workers(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel a pool of worker tasks and wait until each has stopped."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class Retry(Exception):
     """Handle this key again later (after ``after`` seconds, else the key's backoff)."""
 
@@ -50,11 +59,7 @@ class WorkQueue:
         for timer in self.timers.values():
             timer.cancel()
         self.timers.clear()
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_workers(self.tasks)
         self.tasks = []
 
     def request(self, key: str) -> None:
