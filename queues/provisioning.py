@@ -123,20 +123,39 @@ def template_name(request: str, pod_set: str) -> str:
     return _object_name(f"ppt-{request}-{pod_set}")
 
 
-def pod_annotations(config: Config, wl: Workload, admission: Admission) -> dict[str, dict[str, str]]:
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The ProvisioningRequest one admission check of a quota reservation calls for."""
+
+    check: str
+    name: str  # of the current attempt (the workload's retries + 1)
+    spec: api.ProvisioningRequestConfigSpec
+
+
+def requests(config: Config, wl: Workload) -> list[Request]:
+    """The requests ``wl``'s quota reservation calls for now: one per admission check that
+    applies and can run (its config exists), for the current attempt; none without quota."""
+    if wl.admission is None:
+        return []
+    cq = config.cluster_queues.get(wl.admission.cluster_queue)
+    if cq is None:
+        return []
+    job = wl.key.split("/", 1)[1]
+    out = []
+    for check in checks_to_pass(config, cq.spec, wl.pod_sets, wl.admission):
+        spec = config_for(config, check)
+        if spec is not None:
+            out.append(Request(check, request_name(job, check, wl.retries + 1), spec))
+    return out
+
+
+def pod_annotations(config: Config, wl: Workload) -> dict[str, dict[str, str]]:
     """Per pod set, the annotations its pods carry once the job starts: for each check that
     applied, the request they consume and its provisioning class (Kueue's podSetUpdates)."""
-    cq = config.cluster_queues.get(admission.cluster_queue)
-    if cq is None:
-        return {}
     out: dict[str, dict[str, str]] = {}
-    for check in checks_to_pass(config, cq.spec, wl.pod_sets, admission):
-        spec = config_for(config, check)
-        if spec is None:
-            continue
-        name = request_name(wl.key.split("/", 1)[1], check, wl.retries + 1)
-        for ps in pod_sets_needing(wl.pod_sets, spec.managed_resources):
-            out[ps] = {CONSUME_ANNOTATION: name, CLASS_ANNOTATION: spec.provisioning_class_name}
+    for r in requests(config, wl):
+        for ps in pod_sets_needing(wl.pod_sets, r.spec.managed_resources):
+            out[ps] = {CONSUME_ANNOTATION: r.name, CLASS_ANNOTATION: r.spec.provisioning_class_name}
     return out
 
 

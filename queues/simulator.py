@@ -423,11 +423,8 @@ class Simulation:
         """A quota reservation with admission checks: one ProvisioningRequest per check, answered by
         the autoscaler model as the simulated cluster-autoscaler answers it."""
         reservation = self.reservations[wl.key]
-        for check in wl.checks:
-            spec = provisioning.config_for(self.config, check)
-            if spec is None:
-                continue  # inactive: the ClusterQueue is inactive too, so this does not happen
-            name = provisioning.request_name(wl.key.split("/", 1)[1], check, wl.retries + 1)
+        for request in provisioning.requests(self.config, wl):
+            check, name, spec = request.check, request.name, request.spec
             pods = [
                 provisioning.pod_needs(wl, admission, self.sched.snapshot.flavors, ps)
                 for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources)

@@ -37,23 +37,6 @@ POD_TEMPLATES = ResourceRef("v1", "PodTemplate", "podtemplates")
 JOB_UID_LABEL = "turnstile.dev/job-uid"
 
 
-def wanted_requests(term: Term, wl: Workload) -> dict[str, str]:
-    """The requests ``wl`` calls for now: request name -> check (the current attempt's, while it
-    holds quota and those checks apply)."""
-    if wl.admission is None:
-        return {}
-    config = term.scheduler.config
-    cq = config.cluster_queues.get(wl.admission.cluster_queue)
-    if cq is None:
-        return {}
-    job = wl.key.split("/", 1)[1]
-    return {
-        provisioning.request_name(job, check, wl.retries + 1): check
-        for check in provisioning.checks_to_pass(config, cq.spec, wl.pod_sets, wl.admission)
-        if provisioning.config_for(config, check) is not None
-    }
-
-
 class Checks:
     def __init__(
         self,
@@ -124,7 +107,7 @@ class Checks:
             return  # the next term looks at every job again
         row = term.rows.get(uid)
         wl = term.scheduler.workloads.get(row.key) if row is not None else None
-        wanted = wanted_requests(term, wl) if wl is not None else {}
+        wanted = {r.name: r for r in provisioning.requests(term.scheduler.config, wl)} if wl is not None else {}
         have = dict(self.requests.get(uid, {}))
         for name, pr in have.items():
             if name not in wanted:
@@ -137,7 +120,7 @@ class Checks:
         if job is None:
             return
         for name in missing:
-            await self._create(term, wl, view, job, name, wanted[name])
+            await self._create(term, wl, view, job, wanted[name])
 
     async def _get_job(self, view: JobView) -> Obj | None:
         try:
@@ -147,9 +130,9 @@ class Checks:
                 return None
             raise Retry(str(exc), after=exc.retry_after) from exc
 
-    async def _create(self, term: Term, wl: Workload, view: JobView, job: Obj, name: str, check: str) -> None:
-        spec = provisioning.config_for(term.scheduler.config, check)
-        assert spec is not None and view.info is not None and wl.admission is not None
+    async def _create(self, term: Term, wl: Workload, view: JobView, job: Obj, wanted: provisioning.Request) -> None:
+        name, check, spec = wanted.name, wanted.check, wanted.spec
+        assert view.info is not None and wl.admission is not None
         owner = {
             "apiVersion": view.integration.ref.api_version,
             "kind": view.integration.ref.kind,

@@ -367,19 +367,13 @@ class Controller:
             wl = sched.workloads.get(row.key) if row is not None else None
             if wl is None or wl.admission is None:
                 continue
-            job = wl.key.split("/", 1)[1]
             attempt = wl.retries + 1
-            cq = sched.config.cluster_queues.get(wl.admission.cluster_queue)
-            if cq is None:
-                continue
             # Every check that applies, passed ones too: a booking can expire before the job
             # starts, and a started job's capacity can be revoked.
-            checks = provisioning.checks_to_pass(sched.config, cq.spec, wl.pod_sets, wl.admission)
-            for check in checks:
-                spec = provisioning.config_for(sched.config, check)
-                name = provisioning.request_name(job, check, attempt)
+            for request in provisioning.requests(sched.config, wl):
+                check, name, spec = request.check, request.name, request.spec
                 conditions = self.checks.conditions(uid, name)
-                if spec is None or conditions is None or wl.admission is None:
+                if conditions is None or wl.admission is None:
                     continue
                 verdict = provisioning.verdict(
                     conditions, attempt=attempt, strategy=spec.retry_strategy, started=wl.started

@@ -164,7 +164,7 @@ class Enactor:
         """Each pod set's own directives plus those of the flavors it was admitted to, and the
         annotations that make its pods consume the capacity its ProvisioningRequests booked."""
         flavors = term.flavors()
-        notes = provisioning.pod_annotations(term.scheduler.config, wl, admission)
+        notes = provisioning.pod_annotations(term.scheduler.config, wl)
         out = []
         for ps in wl.pod_sets:
             selector = dict(ps.constraints.node_selector)
