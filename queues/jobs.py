@@ -120,11 +120,15 @@ def kind_of(obj: Mapping[str, Any]) -> Kind | None:
     return KINDS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
 
 
-def read_job(obj: Any) -> JobInfo:
-    """A job object's identity and pod sets, or ``errors.Invalid`` listing every problem."""
+def read_job(obj: Any, kind: Kind | None = None) -> JobInfo:
+    """A job object's identity and pod sets, or ``errors.Invalid`` listing every problem.
+
+    ``kind`` is the kind the caller read the object as (an informer knows the resource it
+    listed; a webhook has the review's kind): a real API server's list items carry no
+    ``apiVersion``/``kind``, so only a file a user wrote is read by its own TypeMeta."""
     if not isinstance(obj, Mapping):
         raise errors.Invalid([FieldError("", "must be a Kubernetes object (a mapping)")])
-    kind = kind_of(obj)
+    kind = kind or kind_of(obj)
     if kind is None:
         raise errors.Invalid(
             [
@@ -227,9 +231,9 @@ def _template(holder: Any, path: str, problems: list[FieldError]) -> Mapping[str
     return template
 
 
-def pod_templates(obj: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+def pod_templates(obj: Mapping[str, Any], kind: Kind | None = None) -> list[tuple[str, int, Mapping[str, Any]]]:
     """(pod set name, pod count, pod template) of every pod set of a job, for whatever runs its pods."""
-    kind = kind_of(obj)
+    kind = kind or kind_of(obj)
     spec = obj.get("spec")
     if kind is None or not isinstance(spec, Mapping):
         return []

@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.controller.checks import Checks
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
+from admission.controller.jobcache import JobCache
 from admission.controller.metrics import Metrics
 from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, now_ms, timestamp
@@ -53,7 +54,7 @@ from admission.store import config as config_store
 from admission.store import database, lease, notify
 from admission.store import workloads as store
 from queues import provisioning
-from queues.model import Config, SharedShapes, Workload
+from queues.model import Config, Workload
 from queues.scheduler import Admit, Decision, Evict
 
 log = logging.getLogger(__name__)
@@ -90,24 +91,20 @@ class Controller:
         self.sessions = sessions
         self.database_url = database_url
         self.options = options
-        self.views: dict[str, JobView] = {}  # job uid -> what the informers last saw
-        self.shapes = SharedShapes()  # the views' pod sets, one copy per job template
-        self.uid_of: dict[str, str] = {}  # workload key (namespace/name) -> job uid
+        self.jobs = JobCache()  # job uid -> view, workload key -> job uid; kept by the informers and our writes
+        self.views = self.jobs.views
         self.namespaces: dict[str, dict[str, str]] = {}
-        self.informers = [Informer(kube, i.ref, functools.partial(self._on_job, i)) for i in integrations]
+        self.informers: list[Informer] = []
+        for integration in integrations:
+            informer = Informer(kube, integration.ref, _nothing)
+            informer.handler = functools.partial(self._on_job, integration, informer)
+            self.informers.append(informer)
         self.informers.append(Informer(kube, kube_client.NAMESPACES, self._on_namespace))
         self.dirty: dict[str, None] = {}  # job uids changed since the last step, in event order
         self.config_changed = False
         self.namespaces_changed = False
         self.wake = asyncio.Event()
-        self.enactor = Enactor(
-            kube,
-            views=self.views,
-            uid_of=self.uid_of,
-            current_term=lambda: self.term,
-            workers=options.workers,
-            shapes=self.shapes,
-        )
+        self.enactor = Enactor(kube, jobs=self.jobs, current_term=lambda: self.term, workers=options.workers)
         self.checks = Checks(
             kube,
             views=self.views,
@@ -128,19 +125,10 @@ class Controller:
 
     # ----- what the cluster says -----------------------------------------------------------------
 
-    def _on_job(self, integration: Integration, kind: str, obj: Obj) -> None:
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid"))
-        if kind == "DELETED":
-            view = self.views.pop(uid, None)
-            if view is not None and self.uid_of.get(view.key) == uid:
-                del self.uid_of[view.key]
-        else:
-            view = integration.view(obj, self.shapes)
-            self.views[uid] = view
-            self.uid_of[view.key] = uid
-        self.dirty[uid] = None
-        self.wake.set()
+    def _on_job(self, integration: Integration, informer: Informer, kind: str, obj: Obj) -> None:
+        if self.jobs.observe(integration, kind, obj, listed_since=informer.listing_since):
+            self.dirty[str((obj.get("metadata") or {}).get("uid"))] = None
+            self.wake.set()
 
     def _on_check(self, uid: str) -> None:
         self.check_dirty[uid] = None
@@ -556,6 +544,10 @@ class Controller:
             sched.forget_admission(wl)
             self.wake.set()
         return set(first)
+
+
+def _nothing(_kind: str, _obj: Obj) -> None:
+    """A placeholder handler, replaced once the informer exists."""
 
 
 def _has_checks(wl: Workload | None) -> bool:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
 from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodSetInfo
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
 from queues import provisioning
-from queues.model import Admission, SharedShapes, Workload
+from queues.model import Admission, Workload
 
 
 class Enactor:
@@ -29,17 +30,13 @@ class Enactor:
         self,
         kube: Kube,
         *,
-        views: dict[str, JobView],
-        uid_of: dict[str, str],
+        jobs: JobCache,
         current_term: Callable[[], Term | None],
         workers: int,
-        shapes: SharedShapes | None = None,
     ) -> None:
         self.kube = kube
-        self.views = views  # job uid -> view (the controller's informers keep it)
-        self.uid_of = uid_of  # workload key -> job uid
+        self.jobs = jobs  # the controller's memory of jobs (its informers and our writes keep it)
         self.current_term = current_term
-        self.shapes = shapes  # the controller's shared pod sets, for the views it refreshes
         self.queue = WorkQueue(self.enact, workers=workers, name="enact")
         self.patches = 0
 
@@ -53,8 +50,7 @@ class Enactor:
         self.queue.request(key)
 
     def view(self, key: str) -> JobView | None:
-        uid = self.uid_of.get(key)
-        return self.views.get(uid) if uid is not None else None
+        return self.jobs.view(key)
 
     def mark_stopping(self, term: Term, key: str) -> bool:
         """If ``key``'s job runs but its workload is not admitted (or not under this admission),
@@ -133,11 +129,12 @@ class Enactor:
         cannot take new scheduling directives; clear it (the Job controller sets it again on start)."""
         ref = view.integration.ref
         try:
-            await self.kube.request(
+            await self._write(
+                view,
                 "PATCH",
                 ref.path(view.namespace, view.name, "status"),
-                body={"status": {"startTime": None}},
-                content_type=kube_client.MERGE_PATCH,
+                {"status": {"startTime": None}},
+                kube_client.MERGE_PATCH,
             )
         except KubeError as exc:
             if exc.status != 404:
@@ -146,7 +143,7 @@ class Enactor:
     async def _patch(self, view: JobView, patch: list[Obj]) -> None:
         ref = view.integration.ref
         try:
-            updated = await self.kube.patch(ref, view.namespace, view.name, patch, content_type=kube_client.JSON_PATCH)
+            await self._write(view, "PATCH", ref.path(view.namespace, view.name), patch, kube_client.JSON_PATCH)
         except KubeError as exc:
             if exc.status == 404:
                 return  # the job is gone; its DELETED event releases the workload
@@ -154,11 +151,17 @@ class Enactor:
                 raise Retry(str(exc), after=exc.retry_after) from exc
             raise Retry(f"{exc} (looking again)") from exc
         self.patches += 1
-        # Take the answer as the job's state only if no watch event came meanwhile: an event may be
-        # newer than this answer (the job already ran and finished), and going back to an older
-        # state would keep a finished job's quota forever. Its own event follows either way.
-        if self.views.get(view.uid) is view and str((updated.get("metadata") or {}).get("uid")) == view.uid:
-            self.views[view.uid] = view.integration.view(updated, self.shapes)
+
+    async def _write(self, view: JobView, method: str, path: str, body: object, content_type: str) -> None:
+        """One write to the job; its answer becomes the job's view, and watch events older than it
+        are skipped until the watch catches up (``JobCache``), so no patch is computed twice from a
+        job as it was before our own write."""
+        self.jobs.writing(view.uid)
+        answer: Obj | None = None
+        try:
+            answer = await self.kube.request(method, path, body=body, content_type=content_type)
+        finally:
+            self.jobs.wrote(view, answer)
 
     def run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
         """Each pod set's own directives plus those of the flavors it was admitted to, and the

@@ -54,6 +54,7 @@ class JobView:
     info: jobs.JobInfo | None  # None: the job is malformed, see ``problems``
     started: bool = False  # status.startTime is set (a batch Job's template is then immutable)
     problems: tuple[str, ...] = ()
+    version: str = ""  # metadata.resourceVersion (compared for equality only)
     # pod set -> its template's (nodeSelector, tolerations) as they are; None where absent
     # (only pod sets that have either: most jobs have none, and a controller holds 100,000 views)
     directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = field(default_factory=dict)
@@ -138,7 +139,7 @@ class Integration:
         directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = {}
         template_meta: dict[str, tuple[bool, dict[str, str]]] = {}
         try:
-            info = jobs.read_job(obj)
+            info = jobs.read_job(obj, self.kind)
         except errors.Invalid as exc:
             problems = tuple(str(p) for p in exc.errors)
         else:
@@ -167,6 +168,7 @@ class Integration:
             info=info,
             started=bool((obj.get("status") or {}).get("startTime")),
             problems=problems,
+            version=str(meta.get("resourceVersion") or ""),
             directives=directives,
             template_meta=template_meta,
         )

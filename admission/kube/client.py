@@ -11,6 +11,7 @@ connection failures) or not (404, 409, 422: the caller must look again before ac
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,9 @@ class Kube:
     def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
         self.api = api
         self.timeout = timeout
+        # (method, HTTP status) -> answers: what this client's calls got back (``status 0``: no
+        # answer). A controller in normal operation should see no 4xx here; /metrics exports it.
+        self.answers: Counter[tuple[str, int]] = Counter()
 
     async def close(self) -> None:
         await self.api.close()
@@ -117,7 +121,7 @@ class Kube:
         timeout: aiohttp.ClientTimeout | float | None = None,
     ) -> Any:
         try:
-            return await self.api.call_api(
+            response = await self.api.call_api(
                 path,
                 method,
                 query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
@@ -128,7 +132,14 @@ class Kube:
                 _request_timeout=self.timeout if timeout is None else timeout,
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self.answers[(method, 0)] += 1
             raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
+        self.answers[(method, int(response.status))] += 1
+        return response
+
+    def refused(self) -> int:
+        """How many of this client's calls the API server refused (4xx)."""
+        return sum(n for (_, status), n in self.answers.items() if 400 <= status < 500)
 
     async def request(
         self,

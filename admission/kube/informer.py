@@ -9,7 +9,13 @@ when there is one) and starts over. ``synced`` is set once the first list has be
 over, which is what readiness means.
 
 Handlers get ``(type, object)`` with type ``ADDED``, ``MODIFIED`` or ``DELETED``; they are
-called inline, in order, and must not block (the controller queues work and returns).
+called inline, in order, and must not block (the controller queues work and returns). Every
+object handed over carries the ``apiVersion`` and ``kind`` of the resource it was listed from:
+a real API server leaves them off the items of a built-in kind's list, so nothing downstream
+may depend on the object's own TypeMeta.
+
+Backoff stays short (``BACKOFF_MAX``): after an API server restart the informers must be back
+within a few seconds of it answering, not half a minute later.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
@@ -26,7 +33,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[str, Obj], None]
 
 BACKOFF_START = 0.2
-BACKOFF_MAX = 30.0
+BACKOFF_MAX = 3.2  # 0.2 s doubled four times; a Retry-After from the server overrides it
 ABSENT_RETRY = 60.0
 
 
@@ -54,6 +61,7 @@ class Informer:
         # and looked at again every ABSENT_RETRY seconds, not warned about every time
         self.optional = optional
         self.absent = False
+        self.listing_since: float | None = None  # monotonic start of the list being handed over, if any
 
     async def run(self) -> None:
         """Keep the handler up to date until cancelled."""
@@ -87,20 +95,28 @@ class Informer:
 
     async def _relist(self) -> str:
         self.relists += 1
+        started = time.monotonic()
         seen: dict[str, tuple[str, str, str]] = {}
         version = ""
         async for page in self.kube.list_pages(self.ref, label_selector=self.label_selector):
             version = str((page.get("metadata") or {}).get("resourceVersion") or version)
             for obj in page.get("items") or []:
+                self._stamp(obj)
                 meta = obj.get("metadata") or {}
                 uid = str(meta.get("uid"))
                 seen[uid] = (str(meta.get("namespace") or ""), str(meta.get("name")), str(meta.get("resourceVersion")))
                 old = self.known.get(uid)
                 if old is None or old[2] != seen[uid][2]:
-                    self._deliver("ADDED" if old is None else "MODIFIED", obj)
+                    self.listing_since = started
+                    try:
+                        self._deliver("ADDED" if old is None else "MODIFIED", obj)
+                    finally:
+                        self.listing_since = None
         for uid, (namespace, name, _) in list(self.known.items()):
             if uid not in seen:
-                self._deliver("DELETED", {"metadata": {"uid": uid, "namespace": namespace, "name": name}})
+                gone = {"metadata": {"uid": uid, "namespace": namespace, "name": name}}
+                self._stamp(gone)
+                self._deliver("DELETED", gone)
         self.known = seen
         self.synced.set()
         return version
@@ -115,6 +131,7 @@ class Informer:
             kind = event.get("type")
             if kind == "BOOKMARK":
                 continue
+            self._stamp(obj)
             uid = str(meta.get("uid"))
             if kind == "DELETED":
                 self.known.pop(uid, None)
@@ -122,6 +139,11 @@ class Informer:
                 self.known[uid] = (str(meta.get("namespace") or ""), str(meta.get("name")), version)
             self._deliver(str(kind), obj)
         return version
+
+    def _stamp(self, obj: Obj) -> None:
+        """The kind is the resource's, whatever the object says (or does not say)."""
+        obj["apiVersion"] = self.ref.api_version
+        obj["kind"] = self.ref.kind
 
     def _deliver(self, kind: str, obj: Obj) -> None:
         try:

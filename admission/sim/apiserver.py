@@ -47,6 +47,10 @@ class Faults:
     latency: float = 0.0  # seconds added to every request
     error_rate: float = 0.0  # share of API requests answered 500 or 429 (with Retry-After)
     conflict_rate: float = 0.0  # share of updates refused with 409 Conflict
+    # seconds a watch event reaches its watchers after the write that made it: a real API server's
+    # watch cache lags the write's own answer by a few milliseconds, so a client often holds a
+    # write's answer before the events of earlier writes by others
+    watch_delay: float = 0.0
     seed: int = 0
     random: Random = field(init=False)
 
@@ -235,6 +239,13 @@ class ApiServer:
             items = items[start : start + limit]
         else:
             items = items[start:]
+        if res not in self.custom:
+            # As the real server: a built-in kind's list carries TypeMeta once, on the list; its
+            # items have none (a custom resource's items keep theirs). Clients must take the kind
+            # from the resource they listed.
+            for item in items:
+                item.pop("apiVersion", None)
+                item.pop("kind", None)
         return {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta, "items": items}
 
     async def _patched(self, request: web.Request, res: Resource, current: Obj) -> Obj:
@@ -367,6 +378,8 @@ class ApiServer:
                 if event is None:
                     break
                 if event.rv > last:
+                    if self.faults.watch_delay:
+                        await asyncio.sleep(max(0.0, event.at + self.faults.watch_delay - loop.time()))
                     await send(event.type, event.obj)
                     last = event.rv
         except (ConnectionError, asyncio.CancelledError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import datetime as dt
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -73,6 +74,7 @@ class Event:
     type: str  # ADDED | MODIFIED | DELETED
     resource: Resource
     obj: Obj
+    at: float = field(default_factory=time.monotonic)  # when it happened (watch lag is measured from here)
 
 
 def clone(obj: _J) -> _J:

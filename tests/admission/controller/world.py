@@ -101,10 +101,11 @@ def job(
 @dataclass
 class World:
     host: SimHost
-    kube: Kube
+    kube: Kube  # the test's own client (a user with kubectl)
     sessions: async_sessionmaker[AsyncSession]
     url: str
     controllers: list[tuple[Controller, asyncio.Task[None]]]
+    controller_kube: Kube  # the controllers' client: its ``answers`` are theirs alone
 
     async def apply(self, text: str) -> None:
         objects = [api.parse(doc) for doc in yaml.safe_load_all(text) if doc]
@@ -119,7 +120,7 @@ class World:
 
     def start_controller(self, identity: str, **options: Any) -> Controller:
         controller = Controller(
-            kube=self.kube,
+            kube=self.controller_kube,
             sessions=self.sessions,
             database_url=self.url,
             options=Options(identity=identity, lease_ttl=options.pop("lease_ttl", 2.0), **options),
@@ -163,12 +164,13 @@ async def world(
     kube = Kube(await kube_client.connect(host.kubeconfig))
     await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": "ml"}})
     engine = database.make_engine(url, idle_in_transaction_timeout=2.0)
-    w = World(host, kube, database.sessions(engine), url, [])
+    w = World(host, kube, database.sessions(engine), url, [], Kube(await kube_client.connect(host.kubeconfig)))
     try:
         yield w
     finally:
         for controller, _ in list(w.controllers):
             await w.stop_controller(controller)
         await kube.close()
+        await w.controller_kube.close()
         await engine.dispose()
         await host.stop()
