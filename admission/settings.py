@@ -14,11 +14,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 def normalise_database_url(url: str) -> str:
-    """``postgresql://`` and ``postgres://`` become ``postgresql+asyncpg://``; others are kept."""
-    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+asyncpg://" + url[len(prefix) :]
-    raise ValueError(f"{url!r} is not a PostgreSQL URL; use postgresql://user@host:5432/dbname")
+    """``postgresql://`` and ``postgres://`` become ``postgresql+asyncpg://``, libpq parameters are
+    checked (``admission.store.urls``); ``ValueError`` names what is wrong, never the password."""
+    from admission.store import urls
+
+    return urls.normalise(url)
 
 
 class Settings(BaseSettings):

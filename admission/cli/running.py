@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,6 +22,16 @@ from admission import logs
 from admission.cli import admin
 from admission.cli.store_commands import actor
 from admission.settings import Settings
+
+
+def bind_address_option(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--bind-address",
+        default=default,
+        show_default=True,
+        help="Address the webhook and metrics/health listeners bind to (0.0.0.0: every interface).",
+    )
+
 
 log_format_option = click.option(
     "--log-format",
@@ -51,7 +65,21 @@ log_format_option = click.option(
     help="Keep the webhook certificate in this Secret, shared by every replica (issued, renewed and "
     "reloaded there); --cert-dir then only holds the served copy. Default: TURNSTILE_CERT_SECRET.",
 )
-@click.option("--database-url", default=None, help="PostgreSQL; default TURNSTILE_DATABASE_URL, else embedded.")
+@click.option(
+    "--database-url",
+    default=None,
+    help="PostgreSQL; default TURNSTILE_DATABASE_URL, else embedded. Prefer the environment variable "
+    "(from a Secret): a flag's value, password included, is visible in `ps` to every user of the host.",
+)
+@bind_address_option("0.0.0.0")
+@click.option(
+    "--shutdown-delay",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds the webhook keeps answering after SIGTERM (readiness already false, leadership "
+    "already handed over) while the API server stops routing to this replica.",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 @log_format_option
 def controller_cmd(
@@ -61,16 +89,25 @@ def controller_cmd(
     cert_dir: Path | None,
     cert_secret: str | None,
     database_url: str | None,
+    bind_address: str,
+    shutdown_delay: float,
     log_level: str,
     log_format: str,
 ) -> None:
-    """The in-cluster process: scheduler (leader only), reconcilers, webhook, metrics."""
+    """The in-cluster process: scheduler (leader only), reconcilers, webhook, metrics.
+
+    SIGTERM stops it cleanly: readiness false, leadership handed over at once, the webhook kept
+    for --shutdown-delay seconds; set the pod's terminationGracePeriodSeconds above that."""
     from admission.controller import process
-    from admission.store import database
+    from admission.store import urls
 
     logs.configure(log_level, log_format)
     settings = Settings()
-    url = database.resolve_url(settings, database_url)
+    url = _database_url(settings, database_url)
+    if database_url and "@" in database_url and urls.masked(url) != url:
+        logging.getLogger(__name__).warning(
+            "--database-url carries a password, visible in `ps`; set TURNSTILE_DATABASE_URL (from a Secret) instead"
+        )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
             process.serve(
@@ -80,10 +117,26 @@ def controller_cmd(
                 metrics_port=metrics_port,
                 cert_dir=cert_dir or settings.home / "certs",
                 cert_secret=cert_secret or settings.cert_secret,
+                bind_address=bind_address,
                 lease_ttl=settings.lease_ttl,
                 ledger_labels=settings.ledger_label_keys,
+                shutdown_delay=shutdown_delay,
             )
         )
+
+
+def _database_url(settings: Settings, flag: str | None) -> str:
+    """The URL to use, or exit 2 with what is wrong with it (never a traceback, never the password)."""
+    from admission.store import database, embedded
+
+    try:
+        return database.resolve_url(settings, flag)
+    except ValueError as exc:
+        click.echo(f"error: --database-url/TURNSTILE_DATABASE_URL: {exc}", err=True)
+        sys.exit(2)
+    except embedded.EmbeddedPostgresError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
 
 
 async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | None) -> None:
@@ -91,12 +144,12 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     from admission.kube import client as kube_client
     from admission.sim.host import SimHost
     from admission.store import config as config_store
-    from admission.store import database
+    from admission.store import database, urls
     from admission.webhook import certs
     from admission.webhook.server import configurations
 
     settings = Settings()
-    url = database.resolve_url(settings)
+    url = _database_url(settings, None)
     await database.upgrade(url)
     if manifests:
         objects = admin.parse_documents(manifests)
@@ -119,7 +172,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
         click.echo(
             f"webhook: https://127.0.0.1:{ep.webhook_port}   metrics: http://127.0.0.1:{ep.metrics_port}/metrics"
         )
-        click.echo(f"database: {url.split('?')[0]}")
+        click.echo(f"database: {urls.masked(url).split('?')[0]}")
         click.echo("try:")
         click.echo(f"  export KUBECONFIG={host.kubeconfig}")
         click.echo("  turnstile apply -f examples/admin-edit.yaml   # or your own Kueue YAML")
@@ -133,8 +186,9 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
             webhook_port=webhook_port,
             metrics_port=metrics_port,
             cert_dir=home / "certs",
-            host="127.0.0.1",
+            bind_address="127.0.0.1",
             names=names,
+            shutdown_delay=0.0,  # nothing routes to it but the simulated cluster, which stops with it
             on_ready=ready,
         )
     finally:

@@ -38,10 +38,11 @@ def _head(url: str) -> str | None:
 
 
 async def _current(session: AsyncSession) -> str | None:
-    try:
-        result = await session.execute(text("SELECT version_num FROM alembic_version"))
-    except DBAPIError:
+    """The schema's revision; None when the database has no schema yet (not when it is unreachable)."""
+    found = await session.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
+    if not found.scalar_one():
         return None
+    result = await session.execute(text("SELECT version_num FROM alembic_version"))
     return result.scalar_one_or_none()
 
 
@@ -75,8 +76,8 @@ def run(
                 await database.upgrade(url)
             async with database.transaction(factory) as session:
                 return await fn(session)
-        except (OperationalError, OSError) as exc:
-            raise StoreUnavailable(f"cannot reach PostgreSQL: {str(exc).splitlines()[0]}") from None
+        except (DBAPIError, OperationalError, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(database.explain(exc, url)) from None
         finally:
             await engine.dispose()
 

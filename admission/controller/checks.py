@@ -106,7 +106,7 @@ class Checks:
         if term is None:
             return  # the next term looks at every job again
         row = term.rows.get(uid)
-        wl = term.scheduler.workloads.get(row.key) if row is not None else None
+        wl = term.held(row.key) if row is not None else None  # as committed: a request costs real capacity
         wanted = {r.name: r for r in provisioning.requests(term.scheduler.config, wl)} if wl is not None else {}
         have = dict(self.requests.get(uid, {}))
         for name, pr in have.items():

@@ -59,10 +59,11 @@ class Enactor:
         view = self.view(key)
         if wl is None or view is None or not self.running(key):
             return False
-        token = admission_token(wl)
+        held = term.held(key)
+        token = admission_token(held) if held is not None else None
         if token is not None and (view.admission is None or view.admission == token):
             return False
-        tree = term.tree_of(wl)
+        tree = term.tree_of(held or wl)
         if tree is not None:
             term.stopping[key] = tree
         return tree is not None
@@ -91,7 +92,8 @@ class Enactor:
         wl = term.scheduler.workloads.get(key)
         if view is None or view.finished or view.info is None or row is None or row.uid != view.uid or wl is None:
             return
-        token = admission_token(wl)
+        held = term.held(key)  # only what is committed may reach the cluster
+        token = admission_token(held) if held is not None else None
         own = _own_infos(wl)
         if token is None or (view.admission is not None and view.admission != token):
             # Pending (or running under an admission that is no more): suspend first, then restore.
@@ -108,13 +110,13 @@ class Enactor:
         self.stopped(term, key)  # admitted again: whatever it held before is its own admission now
         if not view.suspended:
             return  # running as admitted
-        tree = term.tree_of(wl)
+        assert held is not None and held.admission is not None
+        tree = term.tree_of(held)
         if tree is not None and any(t == tree and self.running(k) for k, t in term.stopping.items()):
             term.blocked[key] = tree
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
         term.blocked.pop(key, None)
-        assert wl.admission is not None
-        infos = self.run_infos(term, wl, wl.admission)
+        infos = self.run_infos(term, held, held.admission)
         if view.started and not view.carries(infos):
             await self._clear_start_time(view)
         await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))

@@ -222,7 +222,7 @@ class Metrics:
         leader = Gauge("turnstile_leader", "1 while this replica holds the scheduler lease", registry=r)
         leader.set_function(lambda: 1.0 if controller.term is not None else 0.0)
         steps = Gauge("turnstile_scheduling_steps", "Scheduling steps run by this replica", registry=r)
-        steps.set_function(lambda: float(controller.steps))
+        steps.set_function(lambda: float(controller.steps.count))
         self.clock = ResourceClock()
         self.controller = controller
 

@@ -3,10 +3,18 @@
 ``serve`` is what runs in each replica's pod (and, with a simulated cluster, in ``turnstile
 sim up``): migrations first, then the controller (informers everywhere, the scheduler on the
 leader), the webhook on ``webhook_port`` with the certificate from ``cert_dir`` (or one it
-issues and keeps there), and ``/healthz``, ``/readyz`` and ``/metrics`` on ``metrics_port``.
-Readiness is false until the database answers, the configuration is loaded, every informer
-has listed and the webhook serves its certificate, so no request reaches a replica that
-would answer wrongly.
+issues and keeps there), and ``/healthz``, ``/readyz`` and ``/metrics`` on ``metrics_port``,
+both bound to ``bind_address``.
+
+``/readyz`` is the webhook's readiness (``admission.controller.readiness``): a replica that
+serves a trusted certificate and has a configuration to answer from is ready, even while the
+database is away, so a database outage never takes the webhook (and with it every queued job's
+creation) away; ``/readyz?verbose`` also reports the database, the informers and leadership.
+
+SIGTERM (or SIGINT) stops the replica cleanly within the pod's grace period: readiness false
+at once, leadership handed over (the lease released and announced, so a standby leads within
+a second), then the webhook keeps answering for ``shutdown_delay`` seconds while the API server
+stops routing to this pod, and only then do the listeners close. A second signal skips the wait.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ import contextlib
 import logging
 import os
 import secrets
+import signal
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from admission.controller import visibility
 from admission.controller.controller import Controller, Options
+from admission.controller.readiness import Readiness
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
 from admission.store import database
@@ -47,15 +58,29 @@ def identity() -> str:
 
 
 def health_app(
-    ready: Callable[[], bool], render: Callable[[], bytes], controller: Controller | None = None
+    readiness: Readiness, render: Callable[[], bytes], controller: Controller | None = None
 ) -> web.Application:
-    """``/healthz``, ``/readyz``, ``/metrics`` and (with a controller) Kueue's visibility API."""
+    """``/healthz``, ``/readyz`` (``?verbose``, ``/readyz/CHECK``), ``/metrics`` and (with a
+    controller) Kueue's visibility API."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
-    async def readyz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n") if ready() else web.Response(status=503, text="not ready\n")
+    async def readyz(request: web.Request) -> web.Response:
+        ready = readiness.ready()
+        if "verbose" in request.query:
+            verdict = "readyz check passed" if ready else "readyz check failed"
+            return web.Response(status=200 if ready else 503, text="\n".join([*readiness.report(), verdict]) + "\n")
+        if ready:
+            return web.Response(text="ok\n")
+        why = "; ".join(f"{name}: {reason}" for name, reason in readiness.failing())
+        return web.Response(status=503, text=f"not ready: {why}\n")
+
+    async def readyz_check(request: web.Request) -> web.Response:
+        answer = readiness.check(request.match_info["check"])
+        if answer is False:
+            return web.Response(status=404, text=f"no check {request.match_info['check']!r}\n")
+        return web.Response(text="ok\n") if answer is None else web.Response(status=503, text=f"{answer}\n")
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -63,6 +88,7 @@ def health_app(
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/readyz/{check}", readyz_check)
     app.router.add_get("/metrics", metrics)
     if controller is not None:
         visibility.routes(app, lambda: controller.term, controller.enactor.view)
@@ -92,9 +118,9 @@ async def endpoints(
     context = await serving.start()
     webhook = web.AppRunner(WebhookServer(lambda: controller.config).app, handle_signals=False)
     listening = {"tls": False}
+    controller.readiness.add("webhook", lambda: None if listening["tls"] else "not serving TLS yet", gates=True)
     health = web.AppRunner(
-        health_app(lambda: listening["tls"] and controller.ready(), controller.metrics.render, controller),
-        handle_signals=False,
+        health_app(controller.readiness, controller.metrics.render, controller), handle_signals=False
     )
     await webhook.setup()
     await health.setup()
@@ -134,6 +160,44 @@ async def publish_ca_bundle(kube: Kube, ca_pem: bytes) -> None:
         log.info("published the webhook CA bundle to %s/%s", plural, name)
 
 
+SHUTDOWN_DELAY = 5.0  # seconds the webhook keeps answering after SIGTERM, while endpoints are withdrawn
+
+
+class Stop:
+    """A request to stop: cleanly the first time; a second request skips the webhook's drain wait."""
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self.hurry = False
+
+    def request(self, why: str) -> None:
+        if self.requested.is_set():
+            log.warning("%s again: stopping now", why)
+            self.hurry = True
+        else:
+            log.info("%s: stopping cleanly", why)
+        self.requested.set()
+
+    async def drain(self, seconds: float) -> None:
+        """Wait ``seconds`` unless hurried meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.hurry:
+            await asyncio.sleep(min(0.1, deadline - time.monotonic()))
+
+
+def _on_signals(stop: Stop) -> list[signal.Signals]:
+    """SIGTERM and SIGINT request ``stop``."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.request, sig.name)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests), or no signals
+            continue
+        installed.append(sig)
+    return installed
+
+
 async def serve(
     *,
     kubeconfig: Path | None,
@@ -142,17 +206,21 @@ async def serve(
     metrics_port: int,
     cert_dir: Path,
     cert_secret: str | None = None,
-    host: str = "0.0.0.0",
+    bind_address: str = "0.0.0.0",
     names: list[str] | None = None,
     lease_ttl: float = 15.0,
     ledger_labels: tuple[str, ...] = ("team", "project"),
+    shutdown_delay: float = SHUTDOWN_DELAY,
+    stop: Stop | None = None,
     on_ready: Callable[[Endpoints, Controller], None] | None = None,
 ) -> None:
-    """Run one replica until cancelled.
+    """Run one replica until ``stop`` is set (SIGTERM/SIGINT set it), then stop cleanly.
 
     The webhook certificate is kept in the Secret ``cert_secret`` ("namespace/name", shared by
     the replicas) when given, else in ``cert_dir`` (issued there if absent; a cert-manager
     Secret mounted there is used and re-read as it is renewed)."""
+    stop = stop or Stop()
+    signals = _on_signals(stop)
     await database.upgrade(database_url)
     kube = Kube(await kube_client.connect(kubeconfig))
     engine = database.make_engine(database_url, idle_in_transaction_timeout=lease_ttl)
@@ -178,17 +246,37 @@ async def serve(
     try:
         async with endpoints(
             controller,
-            host=host,
+            host=bind_address,
             webhook_port=webhook_port,
             metrics_port=metrics_port,
             serving=Serving(keeper, cert_dir, publish),
         ) as ep:
             task = asyncio.create_task(controller.run(), name="controller")
-            if on_ready is not None:
-                while not controller.ready() and not task.done():
-                    await asyncio.sleep(0.05)
-                on_ready(ep, controller)
-            await task
+            stopping = asyncio.create_task(stop.requested.wait(), name="stop")
+            try:
+                if on_ready is not None:
+                    while not controller.ready() and not task.done() and not stop.requested.is_set():
+                        await asyncio.sleep(0.05)
+                    if not stop.requested.is_set() and not task.done():
+                        on_ready(ep, controller)
+                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if task.done():
+                    task.result()  # the controller failed: say why
+                    return
+                await controller.shutdown()  # readiness false, lease released and announced
+                await task
+                if shutdown_delay > 0 and not stop.hurry:
+                    log.info("webhook answers for %.0fs more while the API server stops routing here", shutdown_delay)
+                    await stop.drain(shutdown_delay)
+            finally:
+                stopping.cancel()
+                if not task.done():
+                    task.cancel()
+                await asyncio.gather(task, stopping, return_exceptions=True)
     finally:
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.remove_signal_handler(sig)
         await kube.close()
         await engine.dispose()
+        log.info("stopped")

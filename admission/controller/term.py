@@ -6,10 +6,17 @@ store, maps workloads to their rows and jobs, and tracks quota trees where an ev
 still runs (``stopping``): no admission in such a tree starts until those pods are gone.
 When the term ends (the lease is lost, the process stops) all of it is dropped; the next
 term rebuilds it from the store and the cluster.
+
+The scheduler's workloads are what the core *assumes* (design principle 4): a step applies its
+decisions in memory at once and commits them afterwards. What may touch the cluster is only what
+PostgreSQL holds: ``committed`` keeps, per workload holding quota, a copy taken when its state
+was last committed (``settle``), and the enactor and the admission checks act on that
+(``held``), never on an assumption a failing commit could still take back.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import time
 from dataclasses import dataclass, field
@@ -57,6 +64,7 @@ class Term:
     blocked: dict[str, str] = field(default_factory=dict)  # admitted workload waiting on a stopping tree -> tree
     valid_until: float = 0.0  # monotonic deadline of the lease as last renewed
     owed: list[Decision] = field(default_factory=list)  # evictions the stored state asks for (HoldAndDrain)
+    committed: dict[str, Workload] = field(default_factory=dict)  # workload key -> as last committed, if it holds quota
     _flavors: tuple[model.Config | None, dict[str, model.Flavor]] = (None, {})
 
     @classmethod
@@ -67,7 +75,21 @@ class Term:
         for wl in snapshot.workloads:
             term.remember(Row(snapshot.ids[wl.key], snapshot.uids[wl.key], wl.key))
         term.owed = scheduler.restore(snapshot.workloads)
+        for wl in snapshot.workloads:
+            term.settle(wl.key)  # the store's state is committed by definition
         return term
+
+    def settle(self, key: str) -> None:
+        """``key``'s state in the scheduler is now the store's: the enactor may act on it."""
+        wl = self.scheduler.workloads.get(key)
+        if wl is not None and wl.admission is not None:
+            self.committed[key] = copy.copy(wl)
+        else:
+            self.committed.pop(key, None)
+
+    def held(self, key: str) -> Workload | None:
+        """``key`` as last committed, if it holds quota there (None: it holds none)."""
+        return self.committed.get(key)
 
     def remember(self, row: Row) -> None:
         self.rows[row.uid] = row

@@ -272,7 +272,7 @@ class Driver:
                 continue  # a deleted job: its cancellation is already on the timeline
             phase = 1 if e.type == "Finished" else 4
             timeline.append((self.scenario_time(e.at), phase, e.id, e))
-        return replay(self.scenario, self.record, timeline, rows, cycles=self.stack.controller.steps)
+        return replay(self.scenario, self.record, timeline, rows, cycles=self.stack.controller.steps.count)
 
 
 def replay(

@@ -15,12 +15,23 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from admission.settings import Settings
-from admission.store import embedded
+from admission.store import embedded, urls
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+# What a database call raises when the database is unreachable, slow or drops the connection
+# (including a statement timeout): temporary, worth retrying, never a bug.
+ERRORS: tuple[type[BaseException], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.DBAPIError,
+    sa_exc.TimeoutError,
+    OSError,
+    TimeoutError,
+)
 
 
 def resolve_url(settings: Settings, override: str | None = None) -> str:
@@ -34,16 +45,28 @@ def resolve_url(settings: Settings, override: str | None = None) -> str:
     return embedded.start(settings.home / "pg")
 
 
-def make_engine(url: str, *, pool_size: int = 5, idle_in_transaction_timeout: float | None = None) -> AsyncEngine:
-    """An engine; ``idle_in_transaction_timeout`` makes PostgreSQL end a transaction left idle that
-    long (a frozen process must not hold its row locks forever: the controller sets it to its
-    lease's TTL, so a paused ex-leader cannot block the new leader's takeover)."""
-    connect_args = {}
+COMMAND_TIMEOUT = 60.0  # seconds any one statement may take before the client gives up on it
+
+
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 5,
+    idle_in_transaction_timeout: float | None = None,
+    command_timeout: float = COMMAND_TIMEOUT,
+) -> AsyncEngine:
+    """An engine whose every call is bounded: connecting (the URL's ``connect_timeout``, else 10 s)
+    and each statement (``command_timeout``: a black-holed connection fails instead of hanging).
+    ``idle_in_transaction_timeout`` makes PostgreSQL end a transaction left idle that long (a
+    frozen process must not hold its row locks forever: the controller sets it to its lease's
+    TTL, so a paused ex-leader cannot block the new leader's takeover)."""
+    args = urls.connect_args(url)
+    args["command_timeout"] = command_timeout
     if idle_in_transaction_timeout is not None:
         millis = str(max(1, int(idle_in_transaction_timeout * 1000)))
-        connect_args = {"server_settings": {"idle_in_transaction_session_timeout": millis}}
+        args["server_settings"] = {**args.get("server_settings", {}), "idle_in_transaction_session_timeout": millis}
     return create_async_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, connect_args=connect_args
+        urls.engine_url(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, connect_args=args
     )
 
 
@@ -61,7 +84,8 @@ async def transaction(factory: async_sessionmaker[AsyncSession]) -> AsyncIterato
 def alembic_config(url: str) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.set_main_option("sqlalchemy.url", urls.engine_url(url).replace("%", "%%"))
+    cfg.attributes["connect_args"] = urls.connect_args(url)
     return cfg
 
 
@@ -82,6 +106,25 @@ def downgrade_sync(url: str, revision: str = "base") -> None:
 
 async def upgrade(url: str, revision: str = "head") -> None:
     await asyncio.to_thread(upgrade_sync, url, revision)
+
+
+def explain(exc: BaseException, url: str) -> str:
+    """A connection or statement failure as a person can act on it: a missing database or role is
+    named as such, a timeout says how long was waited; the URL appears masked."""
+    orig = getattr(exc, "orig", None) or exc
+    cause = getattr(orig, "__cause__", None) or orig
+    where = urls.masked(url).split("?")[0]
+    name = type(cause).__name__
+    if name == "InvalidCatalogNameError":
+        db = urls.database_name(url)
+        return f'database "{db}" does not exist at {where}; create it (CREATE DATABASE "{db}") or fix the URL'
+    if name in ("InvalidAuthorizationSpecificationError", "InvalidPasswordError"):
+        return f"PostgreSQL refused the login at {where}: {describe_error(cause)} (check the user, password and pg_hba)"
+    if isinstance(cause, TimeoutError) or name in ("TimeoutError", "QueryCanceledError"):
+        return f"PostgreSQL at {where} did not answer in time; is it reachable (network, firewall, load)?"
+    if isinstance(cause, OSError):
+        return f"cannot reach PostgreSQL at {where}: {cause.strerror or cause}"
+    return f"PostgreSQL at {where}: {describe_error(exc)}"
 
 
 def describe_error(exc: BaseException, limit: int = 300) -> str:

@@ -1,39 +1,106 @@
-"""LISTEN for configuration changes: a wake-up hint, never the only trigger.
+"""LISTEN for configuration and leadership changes: a wake-up hint, never the only trigger.
 
 ``config.apply``/``delete`` send ``NOTIFY turnstile_config, 'Kind/name'`` inside their
-transaction, so listeners hear of a change only once it is committed. A listener must still
-poll now and then: notifications are lost while its connection is down.
+transaction, so listeners hear of a change only once it is committed; a leader that steps down
+sends ``NOTIFY turnstile_lease`` so a standby takes over at once instead of at its next round.
+
+A LISTEN connection can die without a word: reset by a proxy, terminated by an admin, or
+black-holed so that nothing arrives and nothing fails. ``Listener.get`` therefore raises
+``ListenerLost`` when asyncpg reports the connection closed *and* when a periodic ``SELECT 1``
+does not answer in time; the caller reconnects and reloads what it may have missed. A listener
+must still poll now and then: notifications sent while it was away are not replayed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
+from admission.store import urls
 from admission.store.config import NOTIFY_CHANNEL
+
+LEASE_CHANNEL = "turnstile_lease"
+PING_SECONDS = 5.0  # how often the connection is checked
+PING_TIMEOUT = 3.0  # an answer slower than this means the connection is lost
+
+
+class ListenerLost(Exception):
+    """The LISTEN connection is gone (or stopped answering); notifications may have been missed."""
 
 
 def asyncpg_dsn(url: str) -> str:
     """The plain libpq-style DSN asyncpg wants, from a SQLAlchemy URL."""
-    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    return urls.asyncpg_dsn(url)
+
+
+class Listener:
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self.queue: asyncio.Queue[tuple[str, str] | BaseException] = asyncio.Queue()
+
+    def on_notify(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+        self.queue.put_nowait((channel, payload))
+
+    def on_terminate(self, _conn: Any) -> None:
+        self.queue.put_nowait(ListenerLost("the database closed the LISTEN connection"))
+
+    async def get(self) -> tuple[str, str]:
+        """The next notification as ``(channel, payload)``; ``ListenerLost`` if the connection died."""
+        item = await self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def pending(self) -> list[tuple[str, str]]:
+        """Notifications already queued (a burst of edits is handled once); raises like ``get``."""
+        out = []
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if isinstance(item, BaseException):
+                raise item
+            out.append(item)
+        return out
+
+    async def watch(self, every: float, timeout: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await asyncio.wait_for(self.conn.fetchval("SELECT 1"), timeout)
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                reason = "did not answer" if isinstance(exc, TimeoutError) else f"failed ({exc})"
+                self.queue.put_nowait(ListenerLost(f"the LISTEN connection {reason} within {timeout:.0f}s"))
+                return
 
 
 @asynccontextmanager
-async def listen(url: str, channel: str = NOTIFY_CHANNEL) -> AsyncIterator[asyncio.Queue[str]]:
-    """A queue that receives the payload of every notification on ``channel`` while open."""
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    conn = await asyncpg.connect(asyncpg_dsn(url))
-
-    def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        queue.put_nowait(payload)
-
-    await conn.add_listener(channel, on_notify)
+async def listen(
+    url: str,
+    channels: Sequence[str] = (NOTIFY_CHANNEL,),
+    *,
+    ping_every: float = PING_SECONDS,
+    ping_timeout: float = PING_TIMEOUT,
+) -> AsyncIterator[Listener]:
+    """A listener for ``channels`` while the block runs (see the module docstring)."""
+    conn = await asyncpg.connect(asyncpg_dsn(url), **urls.asyncpg_options(url))
+    listener = Listener(conn)
+    conn.add_termination_listener(listener.on_terminate)
+    watching: asyncio.Task[None] | None = None
     try:
-        yield queue
+        for channel in channels:
+            await conn.add_listener(channel, listener.on_notify)
+        watching = asyncio.create_task(listener.watch(ping_every, ping_timeout), name="listen-ping")
+        yield listener
     finally:
-        await conn.remove_listener(channel, on_notify)
-        await conn.close()
+        if watching is not None:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+        conn.remove_termination_listener(listener.on_terminate)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(conn.close(), 2.0)
+        if not conn.is_closed():
+            conn.terminate()

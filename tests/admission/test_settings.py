@@ -55,5 +55,5 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (
         "error: TURNSTILE_DATABASE_URL: 'mysql://root@localhost/db' is not a PostgreSQL URL; "
-        "use postgresql://user@host:5432/dbname"
+        "write postgresql://user@host:5432/dbname (optionally ?sslmode=require&connect_timeout=10)"
     )

@@ -33,9 +33,11 @@ def pod_gpus(pod: dict[str, Any]) -> int:
     )
 
 
-async def controller_process(tmp: Path, kubeconfig: Path, url: str, n: int) -> asyncio.subprocess.Process:
-    """A real ``turnstile controller`` (lease TTL 1 s), logging to ``tmp/controller-N.log``."""
-    env = {**os.environ, "TURNSTILE_LEASE_TTL": "1.0", "TURNSTILE_HOME": str(tmp)}
+async def controller_process(
+    tmp: Path, kubeconfig: Path, url: str, n: int, *, lease_ttl: float = 1.0, log_level: str | None = None
+) -> asyncio.subprocess.Process:
+    """A real ``turnstile controller`` (lease TTL 1 s unless told), logging to ``tmp/controller-N.log``."""
+    env = {**os.environ, "TURNSTILE_LEASE_TTL": str(lease_ttl), "TURNSTILE_HOME": str(tmp)}
     log = open(tmp / f"controller-{n}.log", "wb")  # noqa: SIM115 - the process owns it
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -52,8 +54,10 @@ async def controller_process(tmp: Path, kubeconfig: Path, url: str, n: int) -> a
         "0",
         "--cert-dir",
         str(tmp / "certs"),
+        "--shutdown-delay",
+        "1",
         "--log-level",
-        os.environ.get("CHAOS_LOG", "warning"),
+        log_level or os.environ.get("CHAOS_LOG", "warning"),
         env=env,
         stdout=log,
         stderr=log,

@@ -81,8 +81,9 @@ async def replica(host: SimHost, url: str, tmp: Path, port: int) -> AsyncIterato
             metrics_port=free_port(),
             cert_dir=tmp,
             cert_secret="turnstile-system/turnstile-webhook-tls",
-            host="127.0.0.1",
+            bind_address="127.0.0.1",
             names=["127.0.0.1"],
+            shutdown_delay=0.0,
             on_ready=lambda _ep, _c: ready.set(),
         )
     )

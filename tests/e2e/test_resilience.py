@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -132,3 +133,47 @@ async def test_api_faults_lose_nothing(tmp_path: Path, migrated_url: str) -> Non
         informers = controller.informers
         assert sum(i.relists for i in informers) > len(informers), "410 Gone made the informers list again"
         assert sum(i.rewatches for i in informers) > 0, "dropped watches were resumed"
+
+
+async def test_sigterm_hands_leadership_over_within_two_seconds(tmp_path: Path, migrated_url: str) -> None:
+    """A rolling update's SIGTERM: the leader stops cleanly (readiness false, in-flight patches
+    finished, lease released and announced), the standby leads within 2 s although the lease's
+    TTL is 15 s, nothing is over-committed or lost, and the old process exits 0 well inside a
+    pod's 30 s grace period."""
+    rng = random.Random(5)
+    names = [f"term-{i:02d}" for i in range(20)]
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        first = await books.controller_process(
+            tmp_path, w.host.kubeconfig, migrated_url, 1, lease_ttl=15, log_level="info"
+        )
+        second: asyncio.subprocess.Process | None = None
+        try:
+            assert await eventually(lambda: books.lease_token(w), timeout=20, what="replica 1 to lead") == 1
+            second = await books.controller_process(
+                tmp_path, w.host.kubeconfig, migrated_url, 2, lease_ttl=15, log_level="info"
+            )
+            await eventually(
+                lambda: "standing by" in (tmp_path / "controller-2.log").read_text(), timeout=20, what="2 to stand by"
+            )
+            async with books.invariants(w) as violations:
+                submitter = asyncio.create_task(_submit(w, names, rng))
+                await asyncio.sleep(1.0)
+                signalled = time.monotonic()
+                first.send_signal(signal.SIGTERM)
+                await eventually(lambda: _is(w, 2), timeout=5, what="replica 2 to lead")
+                took = time.monotonic() - signalled
+                assert took < 2.0, f"the standby led {took:.2f}s after the leader's SIGTERM"
+                code = await asyncio.wait_for(first.wait(), 15)
+                assert code == 0, (tmp_path / "controller-1.log").read_text()[-2000:]
+                await submitter
+                assert await eventually(lambda: _all_finished(w, len(names)), timeout=40, what="every job to finish")
+            assert violations == []
+            await _finished_once(w, len(names))
+            stopped = (tmp_path / "controller-1.log").read_text()
+            assert "released the scheduler lease" in stopped and "stopped" in stopped
+        finally:
+            for p in (first, second):
+                if p is not None and p.returncode is None:
+                    p.kill()
+                    await p.wait()

@@ -1,0 +1,366 @@
+"""One scheduling step of the leader: what changed -> the store -> the core's decisions -> committed.
+
+A step runs whenever something changed (a job event, a configuration NOTIFY, a namespace, the
+periodic resync), coalesced over a few milliseconds, and never waits on the API server:
+
+1. look at every job that changed: a new queued job becomes a workload row (idempotent by job
+   uid), a finished or deleted one releases its quota and closes its ledger intervals, one whose
+   queue label went away while pending leaves queueing; commit that (fenced) and feed the same
+   changes to the core;
+2. turn admission checks' verdicts into decisions;
+3. run the core's cycles; commit their net admissions and evictions in one fenced transaction
+   that re-checks every quota (``store.workloads.commit_cycle``); undo in memory what the store
+   refused;
+4. ``settle`` what was committed (the enactor acts on nothing else) and ask the enactor to drive
+   every touched job to its workload's state.
+
+The core applies its decisions in memory at once (principle 4: assume, then confirm). If any of
+a step's transactions fails, nothing of the step is trusted: ``StepFailed`` ends the term, and
+the next one is rebuilt from PostgreSQL. A refusal by the store (quota changed underneath) is
+not a failure: that one decision is undone and the rest stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.controller.checks import Checks
+from admission.controller.enactor import Enactor
+from admission.controller.events import EventPoster
+from admission.controller.jobcache import JobCache
+from admission.controller.metrics import Metrics
+from admission.controller.report import Reporter
+from admission.controller.term import Row, Term, now_ms, timestamp
+from admission.jobs.base import JobView
+from admission.store import config as config_store
+from admission.store import database, lease
+from admission.store import workloads as store
+from queues import provisioning
+from queues.model import Workload
+from queues.scheduler import Admit, Decision, Evict
+
+log = logging.getLogger(__name__)
+
+
+class StepFailed(Exception):
+    """A step's transaction failed: the term's in-memory state can no longer be trusted."""
+
+
+@dataclass(slots=True)
+class Changes:
+    """What changed since the last step: filled by the informers and the listener, drained by a step."""
+
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    jobs: dict[str, None] = field(default_factory=dict)  # job uids, in event order
+    checks: dict[str, None] = field(default_factory=dict)  # job uids whose ProvisioningRequests changed
+    config: bool = False
+    namespaces: bool = False
+
+    def job(self, uid: str) -> None:
+        self.jobs[uid] = None
+        self.wake.set()
+
+
+@dataclass(slots=True)
+class StepOptions:
+    step_decisions: int  # decisions committed per step (a backlog is committed and enacted in slices)
+    ledger_labels: tuple[str, ...]
+    backoff_scale: float  # wall seconds per second of an admission check's backoff
+
+
+class Steps:
+    """Runs the leader's steps against the term it is given (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        changes: Changes,
+        jobs: JobCache,
+        namespaces: dict[str, dict[str, str]],
+        sessions: async_sessionmaker[AsyncSession],
+        options: StepOptions,
+        metrics: Metrics,
+        reporter: Reporter,
+        events: EventPoster,
+        checks: Checks,
+        enactor: Enactor,
+    ) -> None:
+        self.changes = changes
+        self.jobs = jobs
+        self.namespaces = namespaces
+        self.sessions = sessions
+        self.options = options
+        self.metrics = metrics
+        self.reporter = reporter
+        self.events = events
+        self.checks = checks
+        self.enactor = enactor
+        self.count = 0
+        self.requeue_timer: asyncio.TimerHandle | None = None
+
+    async def run(self, term: Term) -> None:
+        """One step; ``StepFailed`` if a transaction failed (the term must be rebuilt)."""
+        with self.metrics.step_seconds.time():
+            try:
+                await self._step(term)
+            except lease.Fenced:
+                raise
+            except database.ERRORS as exc:
+                raise StepFailed(database.describe_error(exc)) from exc
+
+    async def _step(self, term: Term) -> None:
+        self.count += 1
+        sched = term.scheduler
+        now = sched.now = now_ms()
+        at = timestamp(now)
+        dirty, self.changes.jobs = self.changes.jobs, {}
+        try:
+            decisions = await self._observe(term, dirty, at)
+        except BaseException:
+            self.changes.jobs = {**dirty, **self.changes.jobs}  # the next term looks at them again
+            raise
+        decisions.extend(term.owed)
+        term.owed = []
+        decisions.extend(self._check_verdicts(term))
+        started = time.perf_counter()
+        decided = sched.schedule(max_decisions=self.options.step_decisions)
+        if decided or sched.pending.where:
+            self.metrics.attempt(sum(1 for d in decided if isinstance(d, Admit)), time.perf_counter() - started)
+        if len(decided) >= self.options.step_decisions:
+            self.changes.wake.set()  # more to decide: the next step goes on while these are enacted
+        decisions.extend(decided)
+        touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
+        if decisions or sched.said or sched.checked:
+            touched |= await self._commit(term, decisions, at)
+        for key in touched:
+            self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
+        touched.update(term.stopping)  # their job events say when the pods are gone
+        for key in touched:
+            self.enactor.request(key)
+            row = term.by_key.get(key)
+            if row is not None and (row.uid in self.checks.requests or _has_checks(term.held(key))):
+                self.checks.request(row.uid)
+        self._wake_for_requeue(sched.next_requeue())
+
+    def _wake_for_requeue(self, at: float | None) -> None:
+        """A step when the next workload waiting out an admission check's backoff may queue again."""
+        if self.requeue_timer is not None:
+            self.requeue_timer.cancel()
+            self.requeue_timer = None
+        if at is not None:
+            self.requeue_timer = asyncio.get_running_loop().call_later(max(0.0, at - now_ms()), self.changes.wake.set)
+
+    def _check_verdicts(self, term: Term) -> list[Decision]:
+        """Admission checks whose ProvisioningRequests changed: what their conditions mean for the
+        workloads (``queues.provisioning.verdict``), as scheduler decisions."""
+        sched = term.scheduler
+        dirty, self.changes.checks = self.changes.checks, {}
+        out: list[Decision] = []
+        for uid in dirty:
+            row = term.rows.get(uid)
+            wl = sched.workloads.get(row.key) if row is not None else None
+            if wl is None or wl.admission is None:
+                continue
+            attempt = wl.retries + 1
+            # Every check that applies, passed ones too: a booking can expire before the job
+            # starts, and a started job's capacity can be revoked.
+            for request in provisioning.requests(sched.config, wl):
+                check, name, spec = request.check, request.name, request.spec
+                conditions = self.checks.conditions(uid, name)
+                if conditions is None or wl.admission is None:
+                    continue
+                verdict = provisioning.verdict(
+                    conditions, attempt=attempt, strategy=spec.retry_strategy, started=wl.started
+                )
+                if verdict.state == provisioning.READY:
+                    sched.check_passed(wl.key, check)
+                elif verdict.state == provisioning.PENDING:
+                    sched.check_waiting(wl.key, provisioning.waiting_message(name, verdict.message))
+                elif verdict.state == provisioning.RETRY:
+                    until = sched.now + provisioning.backoff(attempt, spec.retry_strategy) * self.options.backoff_scale
+                    if (evict := sched.check_retry(wl.key, verdict.message, until)) is not None:
+                        out.append(evict)
+                elif (evict := sched.check_rejected(wl.key, verdict.message)) is not None:
+                    out.append(evict)
+        return out
+
+    async def _observe(self, term: Term, dirty: dict[str, None], at: dt.datetime) -> list[Decision]:
+        """Step 1: jobs that changed become store rows and core inputs."""
+        sched = term.scheduler
+        finishes: dict[str, list[Row]] = {"JobFinished": [], "JobDeleted": []}
+        dequeues: list[Row] = []
+        upserts: dict[str, tuple[JobView, Workload]] = {}
+        for uid in dirty:
+            view = self.jobs.views.get(uid)
+            row = term.rows.get(uid)
+            if view is None or view.finished:
+                if row is not None:
+                    finishes["JobDeleted" if view is None else "JobFinished"].append(row)
+                continue
+            if view.info is None:
+                continue  # malformed: the webhook reports it; nothing to queue
+            candidate = sched.workload_for(view.info, seq=0, now=sched.now)
+            managed = view.info.queue_name is not None or candidate.local_queue is not None
+            current = sched.workloads.get(row.key) if row is not None else None
+            if row is None:
+                other = term.by_key.get(view.key)
+                if managed and other is None:
+                    upserts[uid] = (view, candidate)
+                elif managed:
+                    log.warning(
+                        "%s %s: workload %s already belongs to job %s",
+                        view.integration.ref.kind,
+                        view.key,
+                        view.key,
+                        other.uid if other else "?",
+                    )
+            elif current is not None and current.admission is None and view.suspended and view.admission is None:
+                if not managed:
+                    dequeues.append(row)
+                elif (candidate.local_queue, candidate.priority, candidate.shape) != (
+                    current.local_queue,
+                    current.priority,
+                    current.shape,
+                ):
+                    upserts[uid] = (view, candidate)
+        config = None
+        stored: dict[str, tuple[int, str]] = {}
+        # Most job events (status updates) change nothing in the store: no round trip for them.
+        reload = self.changes.config
+        if upserts or dequeues or reload or any(finishes.values()):
+            async with database.transaction(self.sessions) as session:
+                await lease.check(session, term.fence)
+                for reason, rows in finishes.items():
+                    if rows:
+                        await store.finish(session, [r.id for r in rows], now=at, reason=reason)
+                if dequeues:
+                    await store.dequeue(session, [r.id for r in dequeues])
+                stored = await store.upsert(
+                    session,
+                    [
+                        store.Record(uid, view.info, wl.local_queue, wl.priority, at)
+                        for uid, (view, wl) in upserts.items()
+                        if view.info is not None
+                    ],
+                )
+                if reload:
+                    config = await config_store.load_config(session)
+            if reload:
+                self.changes.config = False  # only once the new configuration is read for sure
+        decisions: list[Decision] = []
+        for row in finishes["JobFinished"]:
+            self.reporter.finished(self.jobs.views.get(row.uid), sched.workloads.get(row.key))
+        for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
+            self.metrics.clock.stop(row.key, at.timestamp())
+            self.events.forget(row.uid)
+            sched.finish(row.key)
+            term.settle(row.key)
+            term.forget(row.uid)
+            if row.uid in self.checks.requests:
+                self.checks.request(row.uid)  # its ProvisioningRequests and PodTemplates go too
+            self.enactor.stopped(term, row.key)
+            term.blocked.pop(row.key, None)
+        for uid, (view, wl) in upserts.items():
+            if uid not in stored:
+                log.warning("%s: job %s has a finished workload row; not queued again", view.key, uid)
+                continue
+            row_id, _ = stored[uid]
+            old = sched.workloads.get(view.key)
+            if old is not None and term.rows.get(uid) is not None:
+                wl.created, wl.queue_ts = old.created, old.queue_ts  # a refresh keeps its place in line
+                sched.finish(view.key)
+            wl.seq = row_id
+            term.remember(Row(row_id, uid, view.key))
+            sched.submit(wl)
+        if config is not None:
+            decisions.extend(sched.set_config(config))
+        if self.changes.namespaces:
+            self.changes.namespaces = False
+            decisions.extend(sched.set_namespaces(dict(self.namespaces)))
+        return decisions
+
+    async def _commit(self, term: Term, decisions: Sequence[Decision], at: dt.datetime) -> set[str]:
+        """Step 3: the net effect of the decisions in one fenced transaction; undo what it refused,
+        settle the rest. Returns the workloads it touched."""
+        sched = term.scheduler
+        first: dict[str, Decision] = {}
+        last_evict: dict[str, Evict] = {}
+        for d in decisions:
+            first.setdefault(d.workload.key, d)
+            if isinstance(d, Evict):
+                last_evict[d.workload.key] = d
+        evictions: list[store.Evict] = []
+        admissions: list[store.Admit] = []
+        admitted_now: dict[int, Workload] = {}
+        for key, d in first.items():
+            row = term.by_key.get(key)
+            wl = sched.workloads.get(key)
+            if row is None or wl is None:
+                continue
+            was_admitted = isinstance(d, Evict)
+            if was_admitted and key in last_evict:
+                e = last_evict[key]
+                evictions.append(store.Evict(row.id, e.reason, e.detail, e.by))
+            if wl.admission is not None and (not was_admitted or key in last_evict):
+                admissions.append(store.Admit(row.id, wl.admission, wl.checks))
+                admitted_now[row.id] = wl
+        said = [
+            (key, row.id, wl)
+            for key in sched.said
+            if (wl := sched.workloads.get(key)) is not None
+            and (wl.admission is None or wl.checks)  # waiting for quota, or for its admission checks
+            and (row := term.by_key.get(key)) is not None
+        ]
+        reasons = [(row_id, wl.reason, wl.message, wl.cluster_queue) for _, row_id, wl in said]
+        sched.said.clear()
+        checked, sched.checked = sched.checked, {}
+        check_states = [
+            store.CheckState(
+                r.id,
+                w.checks,
+                w.retries,
+                timestamp(w.requeue_at) if w.requeue_at is not None else None,
+                w.active,
+                w.reason,
+                w.message,
+                started=started,
+            )
+            for key, started in checked.items()
+            if (w := sched.workloads.get(key)) is not None and (r := term.by_key.get(key)) is not None
+        ]
+        # Nothing here is trusted until the transaction commits: if it fails, the caller ends the
+        # term (StepFailed) and the next one starts from what PostgreSQL holds.
+        async with database.transaction(self.sessions) as session:
+            result = await store.commit_cycle(
+                session,
+                admissions=admissions,
+                evictions=evictions,
+                now=at,
+                fence=term.fence,
+                ledger_labels=self.options.ledger_labels,
+            )
+            await store.set_reasons(session, reasons)
+            await store.set_checks(session, check_states, at)
+        pending = [(key, wl.reason, wl.message) for key, _, wl in said]
+        began = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
+        self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), began)
+        for row_id in result.refused:
+            wl = admitted_now[row_id]
+            log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)
+            sched.forget_admission(wl)
+            self.changes.wake.set()
+        touched = set(first) | set(checked)
+        for key in touched:
+            term.settle(key)  # committed: now the enactor may act on it
+        return touched
+
+
+def _has_checks(wl: Workload | None) -> bool:
+    return wl is not None and bool(wl.checks)
