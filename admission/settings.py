@@ -36,6 +36,11 @@ class Settings(BaseSettings):
         default="team,project",
         description="comma-separated job labels recorded on the usage ledger (turnstile usage --by label:KEY)",
     )
+    integrations: str = Field(
+        default="",
+        description="comma-separated Kueue framework names to queue (batch/job, kubeflow.org/pytorchjob, ...); "
+        "empty: every integrated kind the cluster serves",
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",
@@ -54,6 +59,14 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"not label keys: {', '.join(bad)}; write e.g. team,project,example.com/cost-center")
         return ",".join(keys)
+
+    @field_validator("integrations")
+    @classmethod
+    def _integrations(cls, value: str) -> str:
+        from admission.jobs import enabled
+
+        enabled(value)  # ValueError names an unknown framework and the known ones
+        return value
 
     @property
     def ledger_label_keys(self) -> tuple[str, ...]:

@@ -80,6 +80,14 @@ log_format_option = click.option(
     help="Seconds the webhook keeps answering after SIGTERM (readiness already false, leadership "
     "already handed over) while the API server stops routing to this replica.",
 )
+@click.option(
+    "--integrations",
+    default=None,
+    metavar="FRAMEWORKS",
+    help="Comma-separated Kueue framework names to queue (batch/job, kubeflow.org/pytorchjob, "
+    "kubeflow.org/tfjob, kubeflow.org/mpijob, jobset.x-k8s.io/jobset). Default: TURNSTILE_INTEGRATIONS, "
+    "else all; kinds whose CRD is not installed are skipped until it is.",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 @log_format_option
 def controller_cmd(
@@ -91,6 +99,7 @@ def controller_cmd(
     database_url: str | None,
     bind_address: str,
     shutdown_delay: float,
+    integrations: str | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -98,11 +107,17 @@ def controller_cmd(
 
     SIGTERM stops it cleanly: readiness false, leadership handed over at once, the webhook kept
     for --shutdown-delay seconds; set the pod's terminationGracePeriodSeconds above that."""
+    from admission import jobs
     from admission.controller import process
     from admission.store import urls
 
     logs.configure(log_level, log_format)
     settings = Settings()
+    try:
+        enabled = jobs.enabled(integrations if integrations is not None else settings.integrations)
+    except ValueError as exc:
+        click.echo(f"error: --integrations: {exc}", err=True)
+        sys.exit(2)
     url = _database_url(settings, database_url)
     if database_url and "@" in database_url and urls.masked(url) != url:
         logging.getLogger(__name__).warning(
@@ -121,6 +136,7 @@ def controller_cmd(
                 lease_ttl=settings.lease_ttl,
                 ledger_labels=settings.ledger_label_keys,
                 shutdown_delay=shutdown_delay,
+                integrations=enabled,
             )
         )
 
@@ -141,12 +157,12 @@ def _database_url(settings: Settings, flag: str | None) -> str:
 
 async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | None) -> None:
     from admission.controller import process
+    from admission.jobs import INTEGRATIONS
     from admission.kube import client as kube_client
     from admission.sim.host import SimHost
     from admission.store import config as config_store
     from admission.store import database, urls
-    from admission.webhook import certs
-    from admission.webhook.server import configurations
+    from admission.webhook import certs, registration
 
     settings = Settings()
     url = _database_url(settings, None)
@@ -163,7 +179,9 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     names = ["127.0.0.1", "localhost"]
     cert = await asyncio.to_thread(certs.ensure, home / "certs", names)
     kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
-    for obj in configurations(f"https://127.0.0.1:{webhook_port}", cert.ca_crt):
+    client = {"url": f"https://127.0.0.1:{webhook_port}"}
+    for obj in registration.configurations(client, cert.ca_crt, integrations=INTEGRATIONS):
+        # as a real install's manifests: the leading replica fills in the namespaces in scope
         await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
     await kube.close()
 

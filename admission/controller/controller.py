@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -88,12 +88,16 @@ class Controller:
         self.views = self.jobs.views
         self.namespaces: dict[str, dict[str, str]] = {}
         self.changes = Changes()
+        self.integrations = tuple(integrations)
         self.informers: list[Informer] = []
-        for integration in integrations:
-            informer = Informer(kube, integration.ref, _nothing)
+        for integration in self.integrations:
+            # A kind from a CRD may be absent (most clusters run only some operators): then it is
+            # reported once and never holds anything back; the CRD informer wakes it when installed.
+            informer = Informer(kube, integration.ref, _nothing, optional=not integration.built_in)
             informer.handler = functools.partial(self._on_job, integration, informer)
             self.informers.append(informer)
         self.informers.append(Informer(kube, kube_client.NAMESPACES, self._on_namespace))
+        self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
         self.enactor = Enactor(kube, jobs=self.jobs, current_term=lambda: self.term, workers=options.workers)
         self.checks = Checks(
             kube,
@@ -103,6 +107,8 @@ class Controller:
             changed=self._on_check,
         )
         self.config: Config | None = None  # the latest queue configuration, on every replica (webhook)
+        # called whenever the configuration or this replica's leadership changes (the webhooks' scope)
+        self.config_watchers: list[Callable[[], None]] = []
         self.term: Term | None = None
         self.term_task: asyncio.Task[None] | None = None
         self.elect_task: asyncio.Task[None] | None = None
@@ -112,7 +118,7 @@ class Controller:
             "config", lambda: None if self.config else "the queue configuration is not loaded", gates=True
         )
         self.readiness.add("database", self.database.probe, gates=False)
-        self.readiness.add("informers", self._informers_probe, gates=False)
+        self.readiness.add("informers", self._informers_probe, gates=False, detail=self._integrations_detail)
         self.metrics = Metrics(self)
         self.events = EventPoster(kube, instance=options.identity)
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
@@ -150,6 +156,14 @@ class Controller:
         self.changes.checks[uid] = None
         self.changes.wake.set()
 
+    def _on_crd(self, kind: str, obj: Obj) -> None:
+        """A CRD came, changed or went: the informers of its group look again now (a kind whose
+        CRD was just installed is queued from then on, without waiting for the periodic look)."""
+        group = str((obj.get("spec") or {}).get("group") or "")
+        for informer in (*self.informers, self.checks.informer):
+            if informer.optional and informer.ref.api_version.rpartition("/")[0] == group:
+                informer.recheck()
+
     def _on_namespace(self, kind: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name"))
@@ -173,6 +187,12 @@ class Controller:
         waiting = [i.ref.plural for i in self.informers if not i.synced.is_set()]
         return f"not yet listed: {', '.join(waiting)}" if waiting else None
 
+    def _integrations_detail(self) -> str:
+        served = [i.ref.kind for i in self.informers[: len(self.integrations)] if not i.absent]
+        absent = [i.ref.kind for i in self.informers[: len(self.integrations)] if i.absent]
+        text = f"queueing {', '.join(served) or 'nothing'}"
+        return text + (f"; not served by this cluster (install their CRDs): {', '.join(absent)}" if absent else "")
+
     def ready(self) -> bool:
         """The whole replica is up: every readiness check passes, reported ones too."""
         return self.readiness.all_ok()
@@ -191,6 +211,7 @@ class Controller:
         tasks.append(asyncio.create_task(self._resync(), name="resync"))
         # Not part of readiness: only ClusterQueues with admission checks need the CRD.
         tasks.append(asyncio.create_task(self.checks.informer.run(), name="informer-provisioningrequests"))
+        tasks.append(asyncio.create_task(self.crds.run(), name="informer-customresourcedefinitions"))
         self.enactor.start()
         self.checks.start()
         self.events.start()
@@ -254,6 +275,17 @@ class Controller:
         async with database.transaction(self.sessions) as session:
             self.config = await config_store.load_config(session)
         self.database.succeeded()
+        self._tell_watchers()
+
+    def _tell_watchers(self) -> None:
+        for watcher in self.config_watchers:
+            try:
+                watcher()
+            except Exception:  # a watcher's bug must not stop configuration loading
+                log.exception("configuration watcher failed")
+
+    def leading(self) -> bool:
+        return self.term is not None
 
     async def _resync(self) -> None:
         while True:
@@ -293,6 +325,7 @@ class Controller:
             if uid in self.checks.requests or _has_checks(term.held(row.key)):
                 self.checks.request(uid)
         log.info("leading as %s (term %d): %d workloads loaded", fence.holder, fence.token, len(term.rows))
+        self._tell_watchers()
         self.term_task = asyncio.create_task(self._lead(term), name="lead")
         self.changes.wake.set()
         return True
@@ -313,6 +346,7 @@ class Controller:
             self.metrics.clock.stop_all(time.time())
             level = logging.INFO if why == "stopping" else logging.WARNING
             log.log(level, "no longer leading (term %d): %s", term.fence.token, why)
+            self._tell_watchers()
 
     async def _lead(self, term: Term) -> None:
         wake = self.changes.wake

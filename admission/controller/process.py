@@ -27,7 +27,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,18 +37,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from admission.controller import visibility
 from admission.controller.controller import Controller, Options
 from admission.controller.readiness import Readiness
+from admission.jobs import INTEGRATIONS
+from admission.jobs.base import Integration
 from admission.kube import client as kube_client
-from admission.kube.client import Kube, KubeError
+from admission.kube.client import Kube
 from admission.store import database
 from admission.webhook.keeper import FolderKeeper, Keeper, SecretKeeper, Serving
+from admission.webhook.registration import Registration, Scope
 from admission.webhook.server import WebhookServer
 
 log = logging.getLogger(__name__)
-
-WEBHOOK_CONFIGURATIONS = (
-    ("mutatingwebhookconfigurations", "turnstile-mutate"),
-    ("validatingwebhookconfigurations", "turnstile-validate"),
-)
 
 
 def identity() -> str:
@@ -112,19 +110,26 @@ async def endpoints(
     webhook_port: int,
     metrics_port: int,
     serving: Serving,
+    registration: Registration,
 ) -> AsyncIterator[Endpoints]:
     """The webhook (TLS, from ``serving``) and health/metrics listeners; ready only once the
     webhook serves its certificate and the controller is ready."""
     context = await serving.start()
     webhook = web.AppRunner(WebhookServer(lambda: controller.config).app, handle_signals=False)
     listening = {"tls": False}
-    controller.readiness.add("webhook", lambda: None if listening["tls"] else "not serving TLS yet", gates=True)
+
+    def webhook_ready() -> str | None:
+        return registration.trusted() if listening["tls"] else "not serving TLS yet"
+
+    controller.readiness.add("webhook", webhook_ready, gates=True)
+    follow_scope(controller, registration)
     health = web.AppRunner(
         health_app(controller.readiness, controller.metrics.render, controller), handle_signals=False
     )
     await webhook.setup()
     await health.setup()
     keeping = asyncio.create_task(serving.keep(), name="webhook-certificate")
+    registering = asyncio.create_task(registration.keep(), name="webhook-configurations")
     try:
         await web.TCPSite(webhook, host, webhook_port, ssl_context=context).start()
         listening["tls"] = True
@@ -132,32 +137,20 @@ async def endpoints(
         yield Endpoints(webhook, health, webhook.addresses[0][1], health.addresses[0][1], serving)
     finally:
         keeping.cancel()
-        await asyncio.gather(keeping, return_exceptions=True)
+        registering.cancel()
+        await asyncio.gather(keeping, registering, return_exceptions=True)
         await webhook.cleanup()
         await health.cleanup()
 
 
-async def publish_ca_bundle(kube: Kube, ca_pem: bytes) -> None:
-    """Put our CA into Turnstile's webhook configurations (when they exist and differ)."""
-    import base64
+def follow_scope(controller: Controller, registration: Registration) -> None:
+    """The leading replica keeps the webhooks' scope in step with the LocalQueues."""
 
-    bundle = base64.b64encode(ca_pem).decode()
-    for plural, name in WEBHOOK_CONFIGURATIONS:
-        path = f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}"
-        try:
-            current = await kube.request("GET", path)
-        except KubeError as exc:
-            if exc.status == 404:
-                continue
-            raise
-        hooks = current.get("webhooks") or []
-        if all((h.get("clientConfig") or {}).get("caBundle") == bundle for h in hooks):
-            continue
-        patch = [
-            {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in range(len(hooks))
-        ]
-        await kube.request("PATCH", path, body=patch, content_type=kube_client.JSON_PATCH)
-        log.info("published the webhook CA bundle to %s/%s", plural, name)
+    def changed() -> None:
+        leading = controller.leading() and controller.config is not None
+        registration.keep_scope(Scope.of(controller.config) if leading and controller.config else None)
+
+    controller.config_watchers.append(changed)
 
 
 SHUTDOWN_DELAY = 5.0  # seconds the webhook keeps answering after SIGTERM, while endpoints are withdrawn
@@ -211,6 +204,7 @@ async def serve(
     lease_ttl: float = 15.0,
     ledger_labels: tuple[str, ...] = ("team", "project"),
     shutdown_delay: float = SHUTDOWN_DELAY,
+    integrations: Sequence[Integration] = INTEGRATIONS,
     stop: Stop | None = None,
     on_ready: Callable[[Endpoints, Controller], None] | None = None,
 ) -> None:
@@ -229,6 +223,7 @@ async def serve(
         sessions=database.sessions(engine),
         database_url=database_url,
         options=Options(identity=identity(), lease_ttl=lease_ttl, ledger_labels=ledger_labels),
+        integrations=integrations,
     )
     service = os.environ.get("TURNSTILE_WEBHOOK_SERVICE", "turnstile-webhook.turnstile-system.svc")
     names = names or [service, f"{service}.cluster.local"]
@@ -237,11 +232,10 @@ async def serve(
         namespace, _, secret = cert_secret.rpartition("/")
         keeper = SecretKeeper(kube, namespace or "turnstile-system", secret, names)
 
+    registration = Registration(kube, own_namespace=os.environ.get("POD_NAMESPACE", "turnstile-system"))
+
     async def publish(ca: bytes) -> None:
-        try:
-            await publish_ca_bundle(kube, ca)
-        except KubeError as exc:
-            log.warning("could not publish the webhook CA bundle: %s", exc)
+        registration.serve_with(ca)
 
     try:
         async with endpoints(
@@ -250,6 +244,7 @@ async def serve(
             webhook_port=webhook_port,
             metrics_port=metrics_port,
             serving=Serving(keeper, cert_dir, publish),
+            registration=registration,
         ) as ep:
             task = asyncio.create_task(controller.run(), name="controller")
             stopping = asyncio.create_task(stop.requested.wait(), name="stop")

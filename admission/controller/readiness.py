@@ -31,6 +31,7 @@ class Check:
     name: str
     probe: Probe
     gates: bool  # part of /readyz, or only reported
+    detail: Callable[[], str] | None = None  # said after "ok" in the verbose report
 
 
 class Readiness:
@@ -39,8 +40,8 @@ class Readiness:
         self.stopping = False
         self.add("shutdown", lambda: "shutting down" if self.stopping else None, gates=True)
 
-    def add(self, name: str, probe: Probe, *, gates: bool) -> None:
-        self.checks = [c for c in self.checks if c.name != name] + [Check(name, probe, gates)]
+    def add(self, name: str, probe: Probe, *, gates: bool, detail: Callable[[], str] | None = None) -> None:
+        self.checks = [c for c in self.checks if c.name != name] + [Check(name, probe, gates, detail)]
 
     def failing(self, *, gating_only: bool = True) -> list[tuple[str, str]]:
         out = []
@@ -66,7 +67,11 @@ class Readiness:
         for check in self.checks:
             why = check.probe()
             note = "" if check.gates else " (reported, not gating readiness)"
-            lines.append(f"[+]{check.name} ok{note}" if why is None else f"[-]{check.name} failed: {why}{note}")
+            if why is None:
+                said = f": {check.detail()}" if check.detail is not None else ""
+                lines.append(f"[+]{check.name} ok{said}{note}")
+            else:
+                lines.append(f"[-]{check.name} failed: {why}{note}")
         return lines
 
     def check(self, name: str) -> str | bool | None:

@@ -11,3 +11,16 @@ from admission.jobs.base import Integration
 
 INTEGRATIONS: tuple[Integration, ...] = (batch.JOB, *kubeflow.ALL, jobset.JOBSET)
 BY_KIND: dict[tuple[str, str], Integration] = {(i.ref.api_version, i.ref.kind): i for i in INTEGRATIONS}
+BY_FRAMEWORK: dict[str, Integration] = {i.framework: i for i in INTEGRATIONS}
+
+
+def enabled(frameworks: str | None) -> tuple[Integration, ...]:
+    """The integrations a comma-separated list of Kueue framework names enables (None or empty:
+    all of them); ``ValueError`` naming an unknown one and the known names."""
+    names = [n.strip() for n in (frameworks or "").split(",") if n.strip()]
+    if not names:
+        return INTEGRATIONS
+    unknown = [n for n in names if n not in BY_FRAMEWORK]
+    if unknown:
+        raise ValueError(f"unknown integration {', '.join(unknown)}; known: {', '.join(BY_FRAMEWORK)}")
+    return tuple(i for i in INTEGRATIONS if i.framework in names)

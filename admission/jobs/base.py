@@ -118,6 +118,18 @@ class Integration:
         return jobs.KINDS[(self.ref.api_version, self.ref.kind)]
 
     @property
+    def framework(self) -> str:
+        """Kueue's name for the integration (``integrations.frameworks``): ``batch/job``,
+        ``kubeflow.org/pytorchjob``, ``jobset.x-k8s.io/jobset``."""
+        group = self.ref.api_version.rpartition("/")[0]
+        return f"{group}/{self.ref.kind.lower()}"
+
+    @property
+    def built_in(self) -> bool:
+        """Served by every API server (no CRD to install)."""
+        return self.ref.api_version.rpartition("/")[0] in ("", "batch", "apps")
+
+    @property
     def suspend_pointer(self) -> str:
         return "/" + "/".join(self.kind.suspend_path)
 

@@ -82,6 +82,7 @@ class ResourceRef:
 
 NAMESPACES = ResourceRef("v1", "Namespace", "namespaces", namespaced=False)
 EVENTS = ResourceRef("v1", "Event", "events")
+CRDS = ResourceRef("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
 
 
 async def connect(kubeconfig: Path | None = None) -> client.ApiClient:

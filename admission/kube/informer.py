@@ -16,11 +16,18 @@ may depend on the object's own TypeMeta.
 
 Backoff stays short (``BACKOFF_MAX``): after an API server restart the informers must be back
 within a few seconds of it answering, not half a minute later.
+
+An ``optional`` informer watches a kind the cluster may not serve (a CRD not installed: the list
+answers 404) or may not let us read (403). Such a kind is *absent*: said once, counted as listed
+and empty (so it never holds back readiness or leadership; objects known before are reported
+deleted, as a CRD's removal deletes them), and looked at again every ``ABSENT_RETRY`` seconds or
+at once when ``recheck`` is called (the controller does when CRDs change).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -61,6 +68,7 @@ class Informer:
         # and looked at again every ABSENT_RETRY seconds, not warned about every time
         self.optional = optional
         self.absent = False
+        self._recheck = asyncio.Event()
         self.listing_since: float | None = None  # monotonic start of the list being handed over, if any
 
     async def run(self) -> None:
@@ -69,6 +77,8 @@ class Informer:
         while True:
             try:
                 version = await self._relist()
+                if self.absent:
+                    log.info("%s (%s) is served now", self.ref.kind, self.ref.api_version)
                 self.absent = False
                 backoff = BACKOFF_START
                 while True:
@@ -78,20 +88,35 @@ class Informer:
                 if exc.status == 410:
                     log.info("watch of %s expired (410 Gone); listing again", self.ref.plural)
                     continue
-                if exc.status == 404 and self.optional:
-                    if not self.absent:
-                        log.info(
-                            "%s are not served by this cluster (no CRD); looking again every %.0fs",
-                            self.ref.plural,
-                            ABSENT_RETRY,
-                        )
-                    self.absent = True
-                    await asyncio.sleep(ABSENT_RETRY)
+                if exc.status in (403, 404) and self.optional:
+                    await self._absent(exc)
                     continue
                 delay = exc.retry_after if exc.retry_after is not None else backoff
                 log.warning("%s informer: %s; retrying in %.1fs", self.ref.plural, exc, delay)
                 await asyncio.sleep(delay * (1 + random.random() / 4))
                 backoff = min(BACKOFF_MAX, backoff * 2)
+
+    def recheck(self) -> None:
+        """Look again now whether an absent kind is served (its CRD may just have been installed)."""
+        self._recheck.set()
+
+    async def _absent(self, exc: KubeError) -> None:
+        what = f"{self.ref.kind} ({self.ref.api_version})"
+        if not self.absent:
+            if exc.status == 404:
+                log.info("%s is not served by this cluster (no CRD installed); looking again when CRDs change", what)
+            else:
+                log.warning("%s may not be listed by this replica (403: %s); check its RBAC", what, exc.message)
+        self.absent = True
+        for uid, (namespace, name, _) in list(self.known.items()):  # a CRD's removal deletes its objects
+            gone = {"metadata": {"uid": uid, "namespace": namespace, "name": name}}
+            self._stamp(gone)
+            self._deliver("DELETED", gone)
+        self.known = {}
+        self.synced.set()
+        self._recheck.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._recheck.wait(), ABSENT_RETRY)
 
     async def _relist(self) -> str:
         self.relists += 1

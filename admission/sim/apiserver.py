@@ -62,21 +62,28 @@ class ApiServer:
     def __init__(
         self,
         store: ObjectStore | None = None,
-        served: tuple[Resource, ...] = resources.ALL,
+        served: tuple[Resource, ...] = resources.BUILT_IN,
         faults: Faults | None = None,
+        crds: tuple[Resource, ...] = resources.OPERATORS,
     ) -> None:
+        """``served``: the built-in kinds; ``crds``: the operators' kinds installed as CRDs at start
+        (a cluster without some operators: leave them out, and POST their CRDs later)."""
         self.faults = faults or Faults()
         self.store = store or ObjectStore()
         self.base = served
         self.served: list[Resource] = list(served)
         self.by_path = {(r.group, r.version, r.plural): r for r in served}
-        self.custom = {r for r in served if r in resources.CUSTOM}
+        self.custom: set[Resource] = set()
         self.schemas: dict[Resource, OAS30Validator] = {}
         self.streams: set[Watcher] = set()
         self.watches_served = 0
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
         self.webhooks = webhooks.Webhooks(self.store, served)
+        for res in crds:
+            crd = _established(resources.crd_for(res))
+            self.store.create(resources.CRDS, "", crd, namespaces=resources.NAMESPACES)
+        self._sync_crds()
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_shutdown.append(self._end_streams)
@@ -146,15 +153,17 @@ class ApiServer:
         elif parts[:1] == ["apis"] and len(parts) >= 3:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return _page_not_found()
         if not rest:
-            return web.json_response(self._resource_list(group, version))
+            listed = self._resource_list(group, version)
+            return web.json_response(listed) if listed is not None else _page_not_found()
         namespace = ""
         if rest[0] == "namespaces" and len(rest) >= 3 and not (group == "" and rest[2] in ("status", "finalize")):
             namespace, rest = rest[1], rest[2:]
         res = self.by_path.get((group, version, rest[0]))
         if res is None:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            # As the real server, for a kind it does not serve (a CRD not installed): not a Status.
+            return _page_not_found()
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
         if sub and (sub != "status" or not res.has_status):
@@ -181,6 +190,8 @@ class ApiServer:
                 validation.schema(res, admitted.obj)
             else:
                 admitted.warnings.extend(self._validate_custom(res, admitted.obj))
+            if res == resources.CRDS:
+                admitted.obj = _established(admitted.obj)
             created = self.store.create(res, namespace, admitted.obj, namespaces=resources.NAMESPACES)
             if res == resources.CRDS:
                 self._sync_crds()
@@ -204,7 +215,7 @@ class ApiServer:
                 return _respond(self._delete_namespace(name), admitted.warnings)
             deleted = self.store.delete(res, namespace, name)
             if res == resources.CRDS:
-                self._sync_crds()
+                self._remove_crd(old)
             return _respond(deleted, admitted.warnings)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
 
@@ -282,8 +293,17 @@ class ApiServer:
                     self.schemas[res] = OAS30Validator(schema)
         self.by_path = {(r.group, r.version, r.plural): r for r in self.base} | dynamic
         self.served = list(self.by_path.values())
-        self.custom = {r for r in self.base if r in resources.CUSTOM} | set(dynamic.values())
+        self.custom = set(dynamic.values())
         self.webhooks.by_plural = {(r.group, r.plural): r for r in self.served}
+
+    def _remove_crd(self, crd: Obj) -> None:
+        """A deleted CRD: its objects are deleted, its watches end, its kind is no longer served."""
+        for res, _ in resources.from_crd(crd):
+            self.store.purge(res)
+            for w in list(self.streams):
+                if w.resource == res:
+                    w.queue.put_nowait(None)
+        self._sync_crds()
 
     def _validate_custom(self, res: Resource, obj: Obj) -> list[str]:
         """A custom resource against its CRD's openAPIV3Schema: unknown fields pruned (returned as
@@ -417,10 +437,10 @@ class ApiServer:
             ],
         }
 
-    def _resource_list(self, group: str, version: str) -> dict[str, Any]:
+    def _resource_list(self, group: str, version: str) -> dict[str, Any] | None:
         mine = [r for r in self.served if r.group == group and r.version == version]
         if not mine:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return None
         verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
         out: list[dict[str, Any]] = []
         for r in mine:
@@ -450,6 +470,33 @@ class ApiServer:
             "groupVersion": f"{group}/{version}" if group else version,
             "resources": out,
         }
+
+
+def _page_not_found() -> web.Response:
+    """What a real API server answers for a path it does not serve: plain text, not a Status."""
+    return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
+
+
+def _established(crd: Obj) -> Obj:
+    """A CRD as the real server's CRD controllers leave it moments after its creation."""
+    spec = crd.get("spec") or {}
+    condition = {"status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    return {
+        **crd,
+        "status": {
+            "acceptedNames": dict(spec.get("names") or {}),
+            "storedVersions": [v.get("name") for v in spec.get("versions") or [] if v.get("storage")],
+            "conditions": [
+                {**condition, "type": "NamesAccepted", "reason": "NoConflicts", "message": "no conflicts found"},
+                {
+                    **condition,
+                    "type": "Established",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                },
+            ],
+        },
+    }
 
 
 def _respond(obj: Obj, warnings: list[str], *, status: int = 200) -> web.Response:

@@ -30,8 +30,9 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
+from admission.controller import process
 from admission.controller.controller import Controller, Options
-from admission.jobs import BY_KIND
+from admission.jobs import BY_KIND, INTEGRATIONS
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
 from admission.sim import autoscaler
@@ -40,8 +41,8 @@ from admission.sim.host import SimHost
 from admission.store import config as config_store
 from admission.store import database, embedded, notify
 from admission.store import workloads as store
-from admission.webhook import certs
-from admission.webhook.server import WebhookServer, configurations
+from admission.webhook import certs, registration
+from admission.webhook.server import WebhookServer
 from queues import scheduler
 from queues.model import Admission, Config, Snapshot, Workload
 from queues.scenario import Edit, JobEntry, Scenario
@@ -110,6 +111,7 @@ async def running(scenario: Scenario, url: str, workdir: Path, *, time_scale: fl
     webhook = WebhookServer(lambda: controller.config)
     runner = web.AppRunner(webhook.app, handle_signals=False)
     task: asyncio.Task[None] | None = None
+    registering: asyncio.Task[None] | None = None
     try:
         await _populate(kube, scenario)
         async with database.transaction(sessions) as session:
@@ -119,9 +121,16 @@ async def running(scenario: Scenario, url: str, workdir: Path, *, time_scale: fl
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.server_context(workdir / "certs"))
         await site.start()
         port = runner.addresses[0][1]
-        for obj in configurations(f"https://127.0.0.1:{port}", cert.ca_crt):
+        scope = registration.Scope.of(Config.of(scenario.manifests))
+        for obj in registration.configurations(
+            {"url": f"https://127.0.0.1:{port}"}, cert.ca_crt, integrations=INTEGRATIONS, scope=scope
+        ):
             plural = obj["kind"].lower() + "s"
             await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=obj)
+        keeper = registration.Registration(kube)
+        keeper.serve_with(cert.ca_crt)
+        process.follow_scope(controller, keeper)  # edits may add or remove a namespace's default queue
+        registering = asyncio.create_task(keeper.keep(), name="webhook-configurations")
         task = asyncio.create_task(controller.run(), name="controller")
         while controller.term is None or not controller.ready():
             if task.done():
@@ -129,10 +138,11 @@ async def running(scenario: Scenario, url: str, workdir: Path, *, time_scale: fl
             await asyncio.sleep(0.01)
         yield Stack(url, host, kube, controller, task, runner)
     finally:
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for running_task in (task, registering):
+            if running_task is not None:
+                running_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running_task
         await runner.cleanup()
         await kube.close()
         await engine.dispose()

@@ -15,9 +15,11 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from admission.sim import resources
 from admission.sim.apiserver import ApiServer, Faults
 from admission.sim.autoscaler import Autoscaler
 from admission.sim.cluster import Cluster
+from admission.sim.objects import Resource
 
 
 def write_kubeconfig(path: Path, server: str) -> Path:
@@ -57,9 +59,11 @@ class SimHost:
         time_scale: float = 1.0,
         faults: Faults | None = None,
         autoscaler: dict[str, Any] | None = None,
+        crds: tuple[Resource, ...] = resources.OPERATORS,
     ) -> SimHost:
-        """Serve a fresh simulated cluster; ``autoscaler`` takes scenario.md's ``autoscaler:`` fields."""
-        server = ApiServer(faults=faults)
+        """Serve a fresh simulated cluster; ``autoscaler`` takes scenario.md's ``autoscaler:`` fields;
+        ``crds``: the operators' kinds whose CRDs are installed (default: all)."""
+        server = ApiServer(faults=faults, crds=crds)
         cluster = Cluster(server.store, time_scale=time_scale)
         options = autoscaler or {}
         scaler = Autoscaler(

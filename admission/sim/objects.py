@@ -433,6 +433,15 @@ class ObjectStore:
         self._emit("DELETED", res, old)
         return clone(old)
 
+    def purge(self, res: Resource) -> None:
+        """Every object of ``res`` gone at once, finalizers or not (its CRD was deleted)."""
+        for ns, name in list(self.by_resource.get(res, {})):
+            key = (res, ns, name)
+            old = clone(self.objects[key])
+            self._drop(key)
+            self._bump(old)
+            self._emit("DELETED", res, old)
+
     def delete_namespace_contents(self, namespace: str, resources: Iterable[Resource]) -> None:
         for res in resources:
             if res.namespaced:

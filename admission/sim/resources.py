@@ -1,4 +1,10 @@
-"""The kinds the simulated API server serves: built-ins and the CRDs of the integrated job operators."""
+"""The kinds the simulated API server serves: built-ins, and the CRDs of the integrated job operators.
+
+As on a real cluster, the operators' kinds exist only through their CustomResourceDefinitions:
+the simulated server installs one per kind in ``OPERATORS`` when it starts (``crd_for``), so
+``kubectl get crd`` lists them, a test can start a cluster without some of them, and deleting a
+CRD stops serving its kind (and deletes its objects) as the real server does.
+"""
 
 from __future__ import annotations
 
@@ -45,8 +51,8 @@ BUILT_IN = (
     CRDS,
 )
 
-# Custom resources of the operators a GPU cluster runs (pre-installed, as their CRDs would be).
-CUSTOM = (
+# Custom resources of the operators a GPU cluster runs (their CRDs installed at start by default).
+OPERATORS = (
     Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
     Resource("kubeflow.org", "v1", "tfjobs", "TFJob"),
     Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
@@ -54,7 +60,46 @@ CUSTOM = (
     Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest"),
 )
 
-ALL = BUILT_IN + CUSTOM
+CUSTOM = OPERATORS
+ALL = BUILT_IN + OPERATORS  # every kind the simulated cluster's controllers know
+
+
+def crd_for(res: Resource) -> dict[str, object]:
+    """The CustomResourceDefinition that serves ``res`` (a structural schema that keeps every field:
+    the operators' own schemas are large, and validating them is their webhooks' business)."""
+    open_object = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    version: dict[str, object] = {
+        "name": res.version,
+        "served": True,
+        "storage": True,
+        "schema": {
+            "openAPIV3Schema": {
+                "type": "object",
+                "properties": {"spec": open_object, "status": open_object},
+            }
+        },
+    }
+    if res.has_status:
+        version["subresources"] = {"status": {}}
+    names: dict[str, object] = {
+        "plural": res.plural,
+        "singular": res.kind.lower(),
+        "kind": res.kind,
+        "listKind": f"{res.kind}List",
+    }
+    if res.short_names:
+        names["shortNames"] = list(res.short_names)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{res.plural}.{res.group}"},
+        "spec": {
+            "group": res.group,
+            "names": names,
+            "scope": "Namespaced" if res.namespaced else "Cluster",
+            "versions": [version],
+        },
+    }
 
 
 def from_crd(crd: dict[str, object]) -> list[tuple[Resource, dict[str, object] | None]]:

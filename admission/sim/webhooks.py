@@ -118,15 +118,20 @@ class Webhooks:
         for plural, mutating in ((MUTATING, True), (VALIDATING, False)):
             for config in sorted(self._configs(plural), key=lambda c: c["metadata"]["name"]):
                 for hook in config.get("webhooks") or []:
-                    if not await self._applies(hook, res, operation, namespace, outcome.obj, sub):
+                    if not await self._applies(hook, res, operation, namespace, outcome.obj, old, sub):
                         continue
                     outcome.obj = await self._call(hook, res, operation, namespace, outcome, old, mutating, sub)
         return outcome
 
-    async def _applies(self, hook: Obj, res: Resource, operation: str, namespace: str, obj: Obj, sub: str) -> bool:
+    async def _applies(
+        self, hook: Obj, res: Resource, operation: str, namespace: str, obj: Obj, old: Obj | None, sub: str
+    ) -> bool:
         if not _matches_rule(hook.get("rules") or [], res, operation, sub):
             return False
-        if not _selector_matches(hook.get("objectSelector"), (obj.get("metadata") or {}).get("labels") or {}):
+        # As the real server: an update is sent when the old or the new object matches.
+        selector = hook.get("objectSelector")
+        candidates = [o for o in (obj, old) if o is not None]
+        if not any(_selector_matches(selector, (o.get("metadata") or {}).get("labels") or {}) for o in candidates):
             return False
         if res.namespaced and hook.get("namespaceSelector"):
             try:

@@ -14,9 +14,11 @@ Bundles live in a folder (``ca.crt``, ``tls.crt``, ``tls.key``; the layout cert-
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import os
+import secrets
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,16 +95,20 @@ def new_ca(now: dt.datetime | None = None, validity: dt.timedelta = CA_VALIDITY)
     """A new CA: (certificate PEM, key PEM)."""
     now = now or dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
+    # A name of its own (and a key identifier): replicas that each issued a CA publish them side by
+    # side, and a verifier must find the one that signed the certificate it is shown.
+    name = _name(f"turnstile-webhook-ca-{secrets.token_hex(4)}")
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name("turnstile-webhook-ca"))
-        .issuer_name(_name("turnstile-webhook-ca"))
+        .subject_name(name)
+        .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
@@ -128,6 +134,7 @@ def sign(
         .not_valid_after(min(now + validity, ca.not_valid_after_utc))
         .add_extension(_san(names), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
         .sign(signer, hashes.SHA256())
     )
     return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
@@ -165,9 +172,12 @@ def write(folder: Path, bundle: Bundle) -> None:
         if field == "ca_key" and not data:
             continue
         tmp = folder / f".{filename}.tmp"
-        tmp.write_bytes(data)
-        if filename.endswith(".key"):
-            tmp.chmod(0o600)
+        mode = 0o600 if filename.endswith(".key") else 0o644  # a key is never readable by others, not even briefly
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
         os.replace(tmp, folder / filename)
 
 

@@ -18,13 +18,16 @@ import pytest
 import yaml
 
 from admission.controller import process
+from admission.jobs import INTEGRATIONS
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef
 from admission.sim.host import SimHost
 from admission.store import config as config_store
 from admission.store import database
+from admission.webhook import registration
 from admission.webhook.keeper import SECRETS
 from queues import api
+from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, kubectl
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
@@ -71,7 +74,9 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def replica(host: SimHost, url: str, tmp: Path, port: int) -> AsyncIterator[asyncio.Task[None]]:
+async def replica(
+    host: SimHost, url: str, tmp: Path, port: int, *, cert_secret: str | None = "turnstile-system/turnstile-webhook-tls"
+) -> AsyncIterator[asyncio.Task[None]]:
     ready = asyncio.Event()
     task = asyncio.create_task(
         process.serve(
@@ -80,7 +85,7 @@ async def replica(host: SimHost, url: str, tmp: Path, port: int) -> AsyncIterato
             webhook_port=port,
             metrics_port=free_port(),
             cert_dir=tmp,
-            cert_secret="turnstile-system/turnstile-webhook-tls",
+            cert_secret=cert_secret,
             bind_address="127.0.0.1",
             names=["127.0.0.1"],
             shutdown_delay=0.0,
@@ -131,11 +136,8 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             secret = await kube.get(SECRETS, "turnstile-system", "turnstile-webhook-tls")
             assert (tmp_path / "a" / "tls.crt").read_bytes() == (tmp_path / "b" / "tls.crt").read_bytes()
             for config in hooks:
-                plural = config["kind"].lower() + "s"
-                stored = await kube.request(
-                    "GET", f"/apis/admissionregistration.k8s.io/v1/{plural}/{config['metadata']['name']}"
-                )
-                assert stored["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+                stored = await _configuration(kube, config)
+                assert {h["clientConfig"]["caBundle"] for h in stored["webhooks"]} == {secret["data"]["ca.crt"]}
             # kubectl creates queued jobs: the webhook (TLS, verified against the published CA) suspends
             # them; the controller admits the one that fits and leaves the one that does not suspended.
             for name, gpus in (("train", "1"), ("too-big", "9")):
@@ -157,7 +159,101 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
                 host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(job("typo", "team-b"))
             )
             assert code != 0 and "team-b" in err and "team-a" in err, err
+            # A LocalQueue named default: the leader puts ml in the scope of the defaulted webhooks,
+            # so an unlabelled job there is labelled and suspended (queued) like a labelled one.
+            async with database.transaction(database.sessions(engine)) as session:
+                await config_store.apply(session, [api.parse(yaml.safe_load(DEFAULT_QUEUE))], actor="test")
+            await eventually(lambda: _defaulted_scope(kube, hooks), what="ml in the defaulted webhooks' scope")
+            code, _, err = await kubectl(
+                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(unlabelled("nolabel"))
+            )
+            assert code == 0, err
+            queued = await kube.get(JOBS, "ml", "nolabel")
+            assert queued["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+        # Turnstile is down (both replicas gone): only jobs it would queue are refused.
+        for ns in ("other",):
+            await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
+        assert (
+            await kubectl(
+                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(unlabelled("free", "other"))
+            )
+        )[0] == 0
+        refused = [job("down-labelled", "team-a"), unlabelled("down-default")]
+        for body in refused:
+            code, _, err = await kubectl(
+                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(body)
+            )
+            assert code != 0 and "failed calling webhook" in err, err
     finally:
         await kube.close()
         await engine.dispose()
+        await host.stop()
+
+
+DEFAULT_QUEUE = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: default, namespace: ml}
+spec: {clusterQueue: team-a}
+"""
+
+
+def unlabelled(name: str, namespace: str = "ml") -> dict[str, Any]:
+    body = job(name, "x")
+    body["metadata"]["namespace"] = namespace
+    del body["metadata"]["labels"]
+    return body
+
+
+async def _configuration(kube: Kube, config: dict[str, Any]) -> dict[str, Any]:
+    plural = config["kind"].lower() + "s"
+    return await kube.request("GET", f"/apis/admissionregistration.k8s.io/v1/{plural}/{config['metadata']['name']}")
+
+
+async def _defaulted_scope(kube: Kube, hooks: list[dict[str, Any]]) -> bool:
+    for config in hooks:
+        for hook in (await _configuration(kube, config))["webhooks"]:
+            if hook["name"].endswith(".defaulted.turnstile.dev"):
+                (expr,) = hook["namespaceSelector"]["matchExpressions"]
+                if expr["values"] != ["ml"]:
+                    return False
+    return True
+
+
+async def test_replicas_with_their_own_certificates_are_all_trusted(tmp_path: Path, migrated_url: str) -> None:
+    """Two replicas, each with its own --cert-dir (no shared Secret): each issues a CA, and the
+    published caBundle trusts both (merged, never last-writer-wins), also after one exits."""
+    host = await SimHost.start(tmp_path / "kubeconfig")
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    engine = database.make_engine(migrated_url)
+    try:
+        for ns in ("turnstile-system", "ml"):
+            await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
+        async with database.transaction(database.sessions(engine)) as session:
+            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(CONFIG)], actor="test")
+        ports = [free_port(), free_port()]
+        for config in registration.configurations(
+            {"url": f"https://127.0.0.1:{ports[0]}"}, None, integrations=INTEGRATIONS
+        ):
+            plural = config["kind"].lower() + "s"
+            await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=config)
+        async with replica(host, migrated_url, tmp_path / "a", ports[0], cert_secret=None):
+            async with replica(host, migrated_url, tmp_path / "b", ports[1], cert_secret=None):
+                cas = [(tmp_path / d / "ca.crt").read_bytes() for d in ("a", "b")]
+                assert cas[0] != cas[1]
+                stored = await kube.request(
+                    "GET", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/turnstile-mutate"
+                )
+                for hook in stored["webhooks"]:
+                    assert all(registration.trusts(hook["clientConfig"]["caBundle"], ca) for ca in cas)
+            # b is gone; a (whose address the configuration calls) is still trusted: a job goes through
+            code, _, err = await kubectl(
+                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(job("after", "team-a"))
+            )
+            assert code == 0, err
+            assert (await kube.get(JOBS, "ml", "after"))["spec"]["suspend"] is True
+    finally:
+        await kube.close()
+        await engine.dispose()
+        await host.stop()
         await host.stop()

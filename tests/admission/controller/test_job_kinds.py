@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
+from admission.controller.controller import Controller
 from admission.jobs import BY_KIND
 from admission.jobs.base import pointer_get
+from admission.kube import client as kube_client
+from admission.kube.client import ResourceRef
+from admission.kube.informer import Informer
+from admission.sim import resources
 from admission.store import database, tables
 from queues import jobs
-from tests.admission.controller.world import CONFIG, eventually, world
+from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
 
 GPU_POD = {
     "restartPolicy": "Never",
@@ -84,3 +90,44 @@ async def test_job_kind_is_admitted_onto_its_flavor_and_released(
             return state == "Finished" and not held
 
         assert await eventually(released, timeout=15, what="the workload finished and its quota released")
+
+
+async def test_a_cluster_without_the_operators_crds_schedules_and_takes_a_crd_installed_later(
+    tmp_path: Path, migrated_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Most clusters run only some operators. Absent kinds are said once (INFO), never hold back
+    readiness or leadership, and a kind whose CRD is installed later is queued at once."""
+    caplog.set_level(logging.INFO, logger="admission.kube.informer")
+    async with world(tmp_path, migrated_url, crds=()) as w:
+        await w.apply(CONFIG)
+        controller = w.start_controller("replica-1")
+        await eventually(controller.ready, what="the controller ready without any operator's CRD")
+        await eventually(lambda: controller.term is not None, what="a term without any operator's CRD")
+        await w.create(job("plain", gpus=1))
+        await eventually(lambda: _unsuspended(w, JOBS, "plain"), what="a batch Job admitted")
+        absent = sorted(i.ref.kind for i in controller.informers if i.absent)
+        assert absent == ["JobSet", "MPIJob", "PyTorchJob", "TFJob"]
+        said = [r.getMessage() for r in caplog.records if "not served by this cluster" in r.getMessage()]
+        assert len(said) == 5, said  # the four job kinds and the ProvisioningRequest, once each
+        assert all(r.levelname == "INFO" for r in caplog.records if r.name.endswith("informer"))
+        assert "not served by this cluster (install their CRDs): PyTorchJob, TFJob, MPIJob, JobSet" in "\n".join(
+            controller.readiness.report()
+        )
+
+        pytorch = BY_KIND[("kubeflow.org/v1", "PyTorchJob")]
+        crd = resources.crd_for(next(r for r in resources.OPERATORS if r.kind == "PyTorchJob"))
+        await w.kube.create(kube_client.CRDS, None, crd)
+        await eventually(lambda: not _informer(controller, "PyTorchJob").absent, what="the new CRD noticed")
+        await w.kube.create(pytorch.ref, "ml", KINDS[0])
+        await eventually(lambda: _unsuspended(w, pytorch.ref, "pytorchjob"), what="the PyTorchJob admitted")
+        refused = {status for (_, status) in w.controller_kube.answers if 400 <= status < 500}
+        assert refused <= {404}, "nothing refused but the lists of kinds not served"
+
+
+def _informer(controller: Controller, kind: str) -> Informer:
+    return next(i for i in controller.informers if i.ref.kind == kind)
+
+
+async def _unsuspended(w: World, ref: ResourceRef, name: str) -> bool:
+    current = await w.kube.get(ref, "ml", name)
+    return not BY_KIND[(ref.api_version, ref.kind)].is_suspended(current)

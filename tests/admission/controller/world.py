@@ -20,8 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.controller.controller import Controller, Options
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef
+from admission.sim import resources
 from admission.sim.apiserver import Faults
 from admission.sim.host import SimHost
+from admission.sim.objects import Resource
 from admission.store import config as config_store
 from admission.store import database
 from queues import api
@@ -159,8 +161,11 @@ async def world(
     faults: Faults | None = None,
     time_scale: float = 0.01,
     autoscaler: dict[str, Any] | None = None,
+    crds: tuple[Resource, ...] = resources.OPERATORS,
 ) -> AsyncIterator[World]:
-    host = await SimHost.start(tmp_path / "kubeconfig", time_scale=time_scale, faults=faults, autoscaler=autoscaler)
+    host = await SimHost.start(
+        tmp_path / "kubeconfig", time_scale=time_scale, faults=faults, autoscaler=autoscaler, crds=crds
+    )
     kube = Kube(await kube_client.connect(host.kubeconfig))
     await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": "ml"}})
     engine = database.make_engine(url, idle_in_transaction_timeout=2.0)

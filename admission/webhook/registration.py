@@ -1,0 +1,301 @@
+"""Turnstile's webhook configurations: what the API server sends to Turnstile, and keeping it so.
+
+**Scope.** With ``failurePolicy: Fail``, every object a webhook is asked about is refused while
+Turnstile cannot answer. So only objects Turnstile would queue go through the failing webhooks,
+and a Turnstile outage leaves every other job in the cluster alone:
+
+1. ``*.queued.turnstile.dev``: objects labelled ``kueue.x-k8s.io/queue-name``, in every namespace
+   but ``kube-system`` and Turnstile's own (failurePolicy Fail);
+2. ``*.defaulted.turnstile.dev``: unlabelled objects in the namespaces that have a LocalQueue named
+   ``default`` (the webhook labels and suspends them; failurePolicy Fail);
+3. ``vjob.advised.turnstile.dev`` (validating only, failurePolicy Ignore): unlabelled objects in the
+   other namespaces that have LocalQueues, for the warning about a GPU job that is not queued.
+
+The namespaces of 2 and 3 are listed in the webhooks' ``namespaceSelector`` (by
+``kubernetes.io/metadata.name``) and kept current by the leading replica whenever LocalQueues
+change (``Registration.scope``); ``NO_NAMESPACE`` (a name no namespace can have) stands for an
+empty list. A job created in the moment before its namespace enters the list runs unqueued only
+until the controller sees it: its informer queues it, and the enactor suspends it for its turn.
+
+**CA bundle.** Every replica makes sure the published ``caBundle`` trusts the certificate it
+serves: the bundle is the union of the CAs already published (expired ones dropped) and this
+replica's, so replicas that each issued their own CA (``--cert-dir`` without a shared Secret)
+never lock each other out, and a replica that exits leaves the others trusted. Readiness
+includes it (``trusted``): a replica the API server would not trust is not ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+
+from admission.jobs.base import Integration
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, KubeError, Obj
+from queues import jobs
+from queues.model import Config
+
+log = logging.getLogger(__name__)
+
+MUTATE, VALIDATE = "turnstile-mutate", "turnstile-validate"
+PLURALS = {MUTATE: "mutatingwebhookconfigurations", VALIDATE: "validatingwebhookconfigurations"}
+NO_NAMESPACE = "none.turnstile.dev"  # a namespace name cannot hold a dot: matches none
+NAME_LABEL = "kubernetes.io/metadata.name"
+MAX_CAS = 8  # CAs kept in a bundle (the newest), so replicas coming and going never grow it without end
+SYNC_SECONDS = 60.0  # the published configurations are checked (and repaired) this often
+
+# webhook name -> (configuration, path, scope, failurePolicy)
+HOOKS: dict[str, tuple[str, str, str, str]] = {
+    "mjob.queued.turnstile.dev": (MUTATE, "/mutate", "queued", "Fail"),
+    "mjob.defaulted.turnstile.dev": (MUTATE, "/mutate", "defaulted", "Fail"),
+    "vjob.queued.turnstile.dev": (VALIDATE, "/validate", "queued", "Fail"),
+    "vjob.defaulted.turnstile.dev": (VALIDATE, "/validate", "defaulted", "Fail"),
+    "vjob.advised.turnstile.dev": (VALIDATE, "/validate", "advised", "Ignore"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The namespaces whose unlabelled jobs go through the webhooks."""
+
+    defaulted: tuple[str, ...] = ()  # have a LocalQueue named ``default``
+    advised: tuple[str, ...] = ()  # have LocalQueues, none named ``default``
+
+    @classmethod
+    def of(cls, config: Config) -> Scope:
+        with_queues: dict[str, set[str]] = {}
+        for key in config.local_queues:
+            namespace, _, name = key.partition("/")
+            with_queues.setdefault(namespace, set()).add(name)
+        defaulted = sorted(ns for ns, names in with_queues.items() if jobs.DEFAULT_QUEUE in names)
+        advised = sorted(ns for ns, names in with_queues.items() if jobs.DEFAULT_QUEUE not in names)
+        return cls(tuple(defaulted), tuple(advised))
+
+
+def namespace_selector(scope: str, namespaces: Scope, own_namespace: str) -> dict[str, Any]:
+    if scope == "queued":
+        return {
+            "matchExpressions": [{"key": NAME_LABEL, "operator": "NotIn", "values": ["kube-system", own_namespace]}]
+        }
+    listed = namespaces.defaulted if scope == "defaulted" else namespaces.advised
+    values = [ns for ns in listed if ns not in ("kube-system", own_namespace)] or [NO_NAMESPACE]
+    return {"matchExpressions": [{"key": NAME_LABEL, "operator": "In", "values": values}]}
+
+
+def object_selector(scope: str) -> dict[str, Any]:
+    operator = "Exists" if scope == "queued" else "DoesNotExist"
+    return {"matchExpressions": [{"key": jobs.QUEUE_LABEL, "operator": operator}]}
+
+
+def rules(integrations: Sequence[Integration]) -> list[dict[str, Any]]:
+    out = []
+    for integration in integrations:
+        group, _, version = integration.ref.api_version.rpartition("/")
+        out.append(
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": [integration.ref.plural],
+                "scope": "Namespaced",
+            }
+        )
+    return out
+
+
+def configurations(
+    client: dict[str, Any],
+    ca_bundle: bytes | None,
+    *,
+    integrations: Sequence[Integration],
+    scope: Scope = Scope(),
+    namespace: str = "turnstile-system",
+) -> list[dict[str, Any]]:
+    """Both configurations. ``client`` is a clientConfig without its path: ``{"url": "https://h:p"}``
+    (a simulated cluster) or ``{"service": {"name": ..., "namespace": ..., "port": 443}}``."""
+    out = []
+    for config_name in (MUTATE, VALIDATE):
+        hooks = []
+        for name, (owner, path, kind, policy) in HOOKS.items():
+            if owner != config_name:
+                continue
+            if "url" in client:
+                client_config: dict[str, Any] = {"url": str(client["url"]) + path}
+            else:
+                client_config = {"service": {**client["service"], "path": path}}
+            if ca_bundle:
+                client_config["caBundle"] = base64.b64encode(ca_bundle).decode()
+            hooks.append(
+                {
+                    "name": name,
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": policy,
+                    "timeoutSeconds": 10,
+                    "clientConfig": client_config,
+                    "rules": rules(integrations),
+                    "namespaceSelector": namespace_selector(kind, scope, namespace),
+                    "objectSelector": object_selector(kind),
+                }
+            )
+        kind = "MutatingWebhookConfiguration" if config_name == MUTATE else "ValidatingWebhookConfiguration"
+        out.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": config_name},
+                "webhooks": hooks,
+            }
+        )
+    return out
+
+
+def merged_bundle(published: str | None, ours: bytes, now: dt.datetime | None = None) -> bytes:
+    """Our CAs plus the published ones still valid, newest first, at most ``MAX_CAS``, each once."""
+    now = now or dt.datetime.now(dt.UTC)
+    found: dict[bytes, x509.Certificate] = {}
+    for pem in (ours, base64.b64decode(published) if published else b""):
+        try:
+            certs = x509.load_pem_x509_certificates(pem) if pem.strip() else []
+        except ValueError:
+            continue  # a damaged bundle: ours replaces it
+        for cert in certs:
+            if cert.not_valid_after_utc > now:
+                found.setdefault(cert.fingerprint(hashes.SHA256()), cert)
+    mine = {c.fingerprint(hashes.SHA256()) for c in x509.load_pem_x509_certificates(ours)}
+    ordered = sorted(found.items(), key=lambda kv: (kv[0] not in mine, -kv[1].not_valid_before_utc.timestamp()))
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for _, c in ordered[:MAX_CAS])
+
+
+def trusts(published: str | None, ours: bytes) -> bool:
+    """Whether a published ``caBundle`` holds every CA of ``ours`` (the first signs our certificate)."""
+    if not published:
+        return False
+    try:
+        have = {c.tbs_certificate_bytes for c in x509.load_pem_x509_certificates(base64.b64decode(published))}
+        first = x509.load_pem_x509_certificates(ours)[0]
+    except ValueError:
+        return False
+    return first.tbs_certificate_bytes in have
+
+
+class Registration:
+    """Keeps both configurations' CA bundle (every replica) and scope (the leader) as they should be."""
+
+    def __init__(self, kube: Kube, *, own_namespace: str = "turnstile-system") -> None:
+        self.kube = kube
+        self.own_namespace = own_namespace
+        self.ca: bytes | None = None  # the CA bundle this replica serves under
+        self.scope: Scope | None = None  # set while leading: the scope to keep
+        self.registered: bool | None = None  # None: not looked yet; False: no configuration exists
+        self.trusted_by: set[str] = set()  # configurations whose bundle trusts our CA
+        self.missing_said: set[str] = set()
+        self.poke = asyncio.Event()
+
+    def serve_with(self, ca: bytes) -> None:
+        self.ca = ca
+        self.trusted_by.clear()
+        self.poke.set()
+
+    def keep_scope(self, scope: Scope | None) -> None:
+        if scope != self.scope:
+            self.scope = scope
+            self.poke.set()
+
+    def trusted(self) -> str | None:
+        """Readiness: None when the API server would trust this replica (or calls no webhook here)."""
+        if self.registered is False:
+            return None  # no configurations in the cluster: nothing calls us
+        if self.registered is None:
+            return "webhook configurations not checked yet"
+        untrusted = sorted(set(PLURALS) - self.trusted_by)
+        return (
+            f"the published caBundle of {', '.join(untrusted)} does not trust this replica's CA" if untrusted else None
+        )
+
+    async def keep(self, every: float = SYNC_SECONDS) -> None:
+        backoff = 1.0
+        while True:
+            try:
+                await self.sync()
+                backoff = 1.0
+                wait = every
+            except KubeError as exc:
+                log.warning("webhook configurations: %s; trying again in %.0fs", exc, backoff)
+                wait, backoff = backoff, min(every, backoff * 2)
+            self.poke.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.poke.wait(), wait)
+
+    async def sync(self) -> None:
+        """Read both configurations and patch what differs from what they should be."""
+        found = 0
+        for name, plural in PLURALS.items():
+            path = f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}"
+            try:
+                current = await self.kube.request("GET", path)
+            except KubeError as exc:
+                if exc.status == 404:
+                    self.trusted_by.discard(name)
+                    continue
+                raise
+            found += 1
+            patch = self._patch(name, current)
+            if patch:
+                current = await self.kube.request("PATCH", path, body=patch, content_type=kube_client.JSON_PATCH)
+            hooks = current.get("webhooks") or []
+            if (
+                self.ca is not None
+                and hooks
+                and all(trusts((h.get("clientConfig") or {}).get("caBundle"), self.ca) for h in hooks)
+            ):
+                self.trusted_by.add(name)
+            else:
+                self.trusted_by.discard(name)
+        self.registered = found > 0
+
+    def _patch(self, name: str, current: Obj) -> list[Obj]:
+        """JSON patch ops that make ``current`` carry our CA and (while leading) the scope. Each
+        change is guarded by a ``test`` of the webhook's name at its index, so a configuration
+        edited meanwhile is refused (422) rather than patched in the wrong place."""
+        ops: list[Obj] = []
+        hooks = current.get("webhooks") or []
+        present = set()
+        for i, hook in enumerate(hooks):
+            hook_name = str(hook.get("name"))
+            present.add(hook_name)
+            changes: list[Obj] = []
+            if self.ca is not None:
+                published = (hook.get("clientConfig") or {}).get("caBundle")
+                if not trusts(published, self.ca):
+                    bundle = base64.b64encode(merged_bundle(published, self.ca)).decode()
+                    changes.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
+            spec = HOOKS.get(hook_name)
+            if self.scope is not None and spec is not None and spec[2] != "queued":
+                wanted = namespace_selector(spec[2], self.scope, self.own_namespace)
+                if hook.get("namespaceSelector") != wanted:
+                    changes.append({"op": "add", "path": f"/webhooks/{i}/namespaceSelector", "value": wanted})
+            if changes:
+                ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook_name})
+                ops.extend(changes)
+        expected = {n for n, spec in HOOKS.items() if spec[0] == name}
+        missing = sorted(expected - present - self.missing_said)
+        if missing:
+            log.warning(
+                "webhook configuration %s has no webhook %s: apply the current manifests (kubectl apply -k manifests/)",
+                name,
+                ", ".join(missing),
+            )
+            self.missing_said.update(missing)
+        if ops:
+            log.info("updating webhook configuration %s (CA bundle or scope)", name)
+        return ops
