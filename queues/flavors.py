@@ -11,7 +11,11 @@ the ClusterQueue's order (Kueue's ``FlavorAssigner``):
    preempting, or to look for a better one; otherwise the best mode seen wins, the earliest
    flavor breaking ties.
 
-The result says what to tell the user when it does not fit, per the scenario reasons.
+The result says what to tell the user when it does not fit, per the scenario reasons. Whether a
+workload can *ever* fit does not depend on what runs now: when it does not fit now, the same
+assignment is made once more against the ClusterQueue's potential (its quota with nothing in
+use, plus what it may borrow), and a failure there is ``ExceedsMaxQuota``, however many pod
+sets the workload has and whichever of them failed first on current usage.
 """
 
 from __future__ import annotations
@@ -68,18 +72,19 @@ def _fmt(resource: str, milli: int) -> str:
 
 
 def _fits_quota(
-    cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int, oracle: PreemptionOracle | None
+    cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int, oracle: PreemptionOracle | None, potential: bool
 ) -> tuple[Mode, bool, str, bool]:
-    """Mode for one flavor-resource, whether it borrows, why not, and whether it can never fit."""
+    """Mode for one flavor-resource, whether it borrows, why not, and whether it can never fit.
+    With ``potential``, as if nothing were in use."""
     flavor, resource = fr
-    available = cq.available(fr)
+    available = cq.potential_available(fr) if potential else cq.available(fr)
     if value <= available:
         return Mode.FIT, cq.borrowing(fr, value), "", False
-    potential = cq.potential_available(fr)
-    if value > potential:
+    most = cq.potential_available(fr)
+    if value > most:
         msg = (
             f"insufficient quota for {resource} in flavor {flavor}: the workload needs {_fmt(resource, value)}, "
-            f"the most this ClusterQueue can ever use is {_fmt(resource, potential)}"
+            f"the most this ClusterQueue can ever use is {_fmt(resource, most)}"
         )
         return Mode.NO_FIT, False, msg, True
     msg = (
@@ -104,6 +109,18 @@ def _should_try_next(mode: Mode, cq: ClusterQueue, borrows: bool) -> bool:
 
 def assign(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, oracle: PreemptionOracle | None) -> Assignment:
     """Choose flavors for every pod set of ``wl`` in ``cq`` against the snapshot's usage."""
+    result = _assign(snapshot, cq, wl, oracle, potential=False)
+    if result.mode != Mode.FIT and result.reason == WAITING_FOR_QUOTA:
+        ever = _assign(snapshot, cq, wl, None, potential=True)
+        if ever.mode == Mode.NO_FIT:
+            ever.reason = EXCEEDS_MAX_QUOTA
+            return ever
+    return result
+
+
+def _assign(
+    snapshot: Snapshot, cq: ClusterQueue, wl: Workload, oracle: PreemptionOracle | None, *, potential: bool
+) -> Assignment:
     result = Assignment(mode=Mode.FIT)
     covers_pods = "pods" in cq.group_of
     for ps in wl.pod_sets:
@@ -141,7 +158,7 @@ def assign(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, oracle: Preemptio
                 mode, borrows, preempt_frs = Mode.FIT, False, set()
                 for res, value in group_requests.items():
                     fr = (flavor_name, res)
-                    m, b, msg, never = _fits_quota(cq, wl, fr, value + result.usage.get(fr, 0), oracle)
+                    m, b, msg, never = _fits_quota(cq, wl, fr, value + result.usage.get(fr, 0), oracle, potential)
                     if msg:
                         result.messages.append(msg)
                     if m == Mode.PREEMPT:

@@ -116,8 +116,10 @@ def print_objects(kind: str, objs: list[api.KueueObject], counts: dict[str, Any]
 _WORKLOAD_ROWS = text(
     """
     SELECT id, namespace, name, kind, local_queue, cluster_queue,
-           -- holding quota with admission checks still to pass: its job has not started
-           CASE WHEN state = 'Admitted' AND checks <> '[]'::jsonb THEN 'QuotaReserved' ELSE state END AS state,
+           -- holding quota, its job not started yet: admission checks still to pass, or preempted
+           -- workloads' pods still stopping
+           CASE WHEN state = 'Admitted' AND (checks <> '[]'::jsonb OR reason = 'Preempting') THEN 'QuotaReserved'
+                ELSE state END AS state,
            priority, reason, message, pod_sets,
            CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
              row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'

@@ -98,7 +98,9 @@ class Controller:
             self.informers.append(informer)
         self.informers.append(Informer(kube, kube_client.NAMESPACES, self._on_namespace))
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
-        self.enactor = Enactor(kube, jobs=self.jobs, current_term=lambda: self.term, workers=options.workers)
+        self.enactor = Enactor(
+            kube, jobs=self.jobs, current_term=lambda: self.term, workers=options.workers, on_waiting=self._on_waiting
+        )
         self.checks = Checks(
             kube,
             views=self.views,
@@ -151,6 +153,10 @@ class Controller:
     def _on_job(self, integration: Integration, informer: Informer, kind: str, obj: Obj) -> None:
         if self.jobs.observe(integration, kind, obj, listed_since=informer.listing_since):
             self.changes.job(str((obj.get("metadata") or {}).get("uid")))
+
+    def _on_waiting(self, key: str, victims: list[str] | None) -> None:
+        self.changes.preempting[key] = victims
+        self.changes.wake.set()
 
     def _on_check(self, uid: str) -> None:
         self.changes.checks[uid] = None

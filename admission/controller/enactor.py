@@ -33,10 +33,14 @@ class Enactor:
         jobs: JobCache,
         current_term: Callable[[], Term | None],
         workers: int,
+        on_waiting: Callable[[str, list[str] | None], None] = lambda key, victims: None,
     ) -> None:
         self.kube = kube
         self.jobs = jobs  # the controller's memory of jobs (its informers and our writes keep it)
         self.current_term = current_term
+        # an admitted workload waits for these preempted workloads' pods to stop (None: no longer)
+        self.on_waiting = on_waiting
+        self.said_waiting: dict[str, tuple[str, ...]] = {}
         self.queue = WorkQueue(self.enact, workers=workers, name="enact")
         self.patches = 0
 
@@ -112,14 +116,27 @@ class Enactor:
             return  # running as admitted
         assert held is not None and held.admission is not None
         tree = term.tree_of(held)
-        if tree is not None and any(t == tree and self.running(k) for k, t in term.stopping.items()):
+        victims = sorted(k for k, t in term.stopping.items() if t == tree and self.running(k)) if tree else []
+        if tree is not None and victims:
             term.blocked[key] = tree
+            self._waiting(key, tuple(victims))
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
         term.blocked.pop(key, None)
+        self._waiting(key, ())
         infos = self.run_infos(term, held, held.admission)
         if view.started and not view.carries(infos):
             await self._clear_start_time(view)
         await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))
+
+    def _waiting(self, key: str, victims: tuple[str, ...]) -> None:
+        """Say (once per change) what an admitted workload waits for before its job may start."""
+        if self.said_waiting.get(key, ()) == victims:
+            return
+        if victims:
+            self.said_waiting[key] = victims
+        else:
+            self.said_waiting.pop(key, None)
+        self.on_waiting(key, list(victims) or None)
 
     async def _restore(self, view: JobView, own: list[PodSetInfo]) -> None:
         if view.started:

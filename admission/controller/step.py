@@ -62,6 +62,9 @@ class Changes:
     checks: dict[str, None] = field(default_factory=dict)  # job uids whose ProvisioningRequests changed
     config: bool = False
     namespaces: bool = False
+    # admitted workloads whose job waits for preempted workloads' pods to stop -> those workloads
+    # (None: it no longer waits), as the enactor found; a step stores and announces it
+    preempting: dict[str, list[str] | None] = field(default_factory=dict)
 
     def job(self, uid: str) -> None:
         self.jobs[uid] = None
@@ -137,8 +140,9 @@ class Steps:
             self.changes.wake.set()  # more to decide: the next step goes on while these are enacted
         decisions.extend(decided)
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
-        if decisions or sched.said or sched.checked:
-            touched |= await self._commit(term, decisions, at)
+        waiting, self.changes.preempting = self.changes.preempting, {}
+        if decisions or sched.said or sched.checked or waiting:
+            touched |= await self._commit(term, decisions, at, waiting)
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
         touched.update(term.stopping)  # their job events say when the pods are gone
@@ -286,9 +290,16 @@ class Steps:
             decisions.extend(sched.set_namespaces(dict(self.namespaces)))
         return decisions
 
-    async def _commit(self, term: Term, decisions: Sequence[Decision], at: dt.datetime) -> set[str]:
+    async def _commit(
+        self,
+        term: Term,
+        decisions: Sequence[Decision],
+        at: dt.datetime,
+        waiting: dict[str, list[str] | None] | None = None,
+    ) -> set[str]:
         """Step 3: the net effect of the decisions in one fenced transaction; undo what it refused,
-        settle the rest. Returns the workloads it touched."""
+        settle the rest. ``waiting``: admitted workloads that wait for preempted ones to stop (or no
+        longer do), said with them. Returns the workloads it touched."""
         sched = term.scheduler
         first: dict[str, Decision] = {}
         last_evict: dict[str, Evict] = {}
@@ -348,9 +359,14 @@ class Steps:
             )
             await store.set_reasons(session, reasons)
             await store.set_checks(session, check_states, at)
+            preempting = self._preempting(term, waiting or {})
+            await store.set_admitted_reasons(session, [(row_id, r, m) for row_id, _, r, m in preempting])
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
         began = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
         self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), began)
+        for _, key, reason, message in preempting:
+            if reason == PREEMPTING:
+                self.events.pending(self.jobs.view(key), reason, message)
         for row_id in result.refused:
             wl = admitted_now[row_id]
             log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)
@@ -360,6 +376,26 @@ class Steps:
         for key in touched:
             term.settle(key)  # committed: now the enactor may act on it
         return touched
+
+    def _preempting(self, term: Term, waiting: dict[str, list[str] | None]) -> list[tuple[int, str, str, str]]:
+        """(row id, key, reason, message) of admitted workloads that wait for preempted ones to stop
+        (reason ``Preempting``), or no longer do (back to ``Admitted``)."""
+        out = []
+        for key, victims in waiting.items():
+            row, held = term.by_key.get(key), term.held(key)
+            if row is None or held is None or held.admission is None:
+                continue
+            if victims:
+                n = len(victims)
+                shown = ", ".join(victims[:5]) + (f" and {n - 5} more" if n > 5 else "")
+                message = f"quota reserved; waiting for {n} preempted workload{'s' if n > 1 else ''} to stop: {shown}"
+                out.append((row.id, key, PREEMPTING, message))
+            else:
+                out.append((row.id, key, "Admitted", f"admitted by ClusterQueue {held.admission.cluster_queue}"))
+        return out
+
+
+PREEMPTING = "Preempting"  # reason of an admitted workload whose job waits for its victims' pods to stop
 
 
 def _has_checks(wl: Workload | None) -> bool:

@@ -69,6 +69,7 @@ def summary(
     offset: int,
     limit: int,
     view_of: Callable[[str], JobView | None],
+    version: str = "v1beta2",
 ) -> dict[str, Any]:
     """The pending workloads of ``cluster_queue`` (or of one of its LocalQueues), in order."""
     waiting = term.scheduler.pending.waiting(cluster_queue)
@@ -83,7 +84,7 @@ def summary(
     page = items[offset : offset + limit]
     return {
         "kind": "PendingWorkloadsSummary",
-        "apiVersion": f"{GROUP}/v1beta1",
+        "apiVersion": f"{GROUP}/{version}",  # as the path asked
         "metadata": {"creationTimestamp": None},
         "items": [_item(wl, p, lp, view_of(wl.key)) for wl, p, lp in page],
     }
@@ -120,7 +121,9 @@ def routes(app: web.Application, term_of: Callable[[], Term | None], view_of: Ca
         assert cq is not None
         if cq not in term.scheduler.config.cluster_queues:
             return _status(404, "NotFound", f'clusterqueues.{GROUP} "{cq}" not found')
-        return web.json_response(summary(term, cq, local_queue=lq, offset=offset, limit=limit, view_of=view_of))
+        version = request.match_info["version"]
+        answer = summary(term, cq, local_queue=lq, offset=offset, limit=limit, view_of=view_of, version=version)
+        return web.json_response(answer)
 
     async def cluster_queue(request: web.Request) -> web.Response:
         return answer(request, request.match_info["name"], None)

@@ -51,10 +51,11 @@ class KubeError(Exception):
         if not isinstance(body, dict):
             body = {}
         retry = headers.get("Retry-After")
+        message = str(body.get("message") or data[:200].decode(errors="replace"))
         return cls(
             status,
             str(body.get("reason") or "Unknown"),
-            str(body.get("message") or data[:200].decode(errors="replace")),
+            " ".join(message.split()),  # one line: a plain-text body ("404 page not found\n") too
             retry_after=float(retry) if retry and retry.isdigit() else None,
         )
 

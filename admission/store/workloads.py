@@ -629,6 +629,25 @@ async def set_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, s
         )
 
 
+_SET_ADMITTED_REASONS = text(
+    """
+    UPDATE workloads AS w SET reason = u.reason, message = u.message
+    FROM unnest(CAST(:id AS bigint[]), CAST(:reason AS text[]), CAST(:message AS text[])) AS u(id, reason, message)
+    WHERE w.id = u.id AND w.state = 'Admitted'
+    """
+)
+
+
+async def set_admitted_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, str]]) -> None:
+    """What an admitted workload's job waits for before it starts (id, reason, message): e.g. its
+    victims' pods to stop (``Preempting``), for ``turnstile get/describe workload``."""
+    if reasons:
+        await session.execute(
+            _SET_ADMITTED_REASONS,
+            {"id": [r[0] for r in reasons], "reason": [r[1] for r in reasons], "message": [r[2] for r in reasons]},
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class EventRow:
     id: int

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from queues import api, scheduler
+from queues import api, jobs, scheduler
 from queues.model import Config
 from tests.queues.builders import CQ, GPU, admitted, flavor, local_queue, make_workload
 from tests.queues.builders import scheduler as make_scheduler
@@ -468,3 +468,32 @@ def test_a_backlog_decided_in_slices_gives_the_same_decisions_as_at_once() -> No
     assert len(slices) > 3 and all(len(part) >= 5 for part in slices[:-1])
     assert [key for part in slices for key in part] == at_once
     assert len(at_once) == 12 + 15  # b: 12 of 1 GPU; a: 30 GPUs as 1, 2, 3, 1, 2, 3, ... (5 x 6 GPUs)
+
+
+def _pytorchjob(name: str, master_gpus: int, workers: int, worker_gpus: int) -> dict[str, Any]:
+    def replica(count: int, gpus: int) -> dict[str, Any]:
+        container = {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}
+        return {"replicas": count, "template": {"spec": {"containers": [container]}}}
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": "ns", "labels": {jobs.QUEUE_LABEL: "q"}},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(1, master_gpus), "Worker": replica(workers, worker_gpus)}},
+    }
+
+
+@pytest.mark.parametrize("running_gpus", [0, 6], ids=["nothing-running", "first-pod-set-short-now"])
+def test_pod_sets_that_can_never_fit_together_exceed_max_quota_whatever_runs(running_gpus: int) -> None:
+    """The reason must not depend on what runs now: with 6 of 8 GPUs in use the master (4) fails
+    on current usage first, yet the job (12 GPUs) can never fit: ExceedsMaxQuota, as a single pod set."""
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 8})), queues={"q": "a"})
+    if running_gpus:
+        make_workload("running").request(gpu=running_gpus).submit(s)
+        s.schedule()
+    wl = s.workload_for(jobs.read_job(_pytorchjob("big", 4, 2, 4)), seq=99, now=0.0)
+    s.submit(wl)
+    s.schedule()
+    assert wl.admission is None
+    assert wl.reason == "ExceedsMaxQuota", wl.message
+    assert "needs 12" in wl.message and "can ever use is 8" in wl.message

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 from sqlalchemy import select
 
 from admission.store import database, tables
 from tests.admission.controller.world import CONFIG, eventually, job, world
+from tests.admission.runner import turnstile
 
 
 async def states(w) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -64,3 +67,45 @@ async def test_over_quota_jobs_wait_and_start_in_turn(tmp_path: Path, migrated_u
             row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "j2"))).scalar_one()
         assert row.reason == "WaitingForQuota" and "nvidia.com/gpu" in (row.message or "")
         assert await eventually(lambda: _finished(w, "j2"), timeout=20, what="the third job to run after the first two")
+
+
+async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path, migrated_url: str) -> None:
+    """Its quota is reserved at once, but its job starts only once the victims' pods are gone: the
+    workload says so (QuotaReserved, Preempting, whom it waits for) and an Event on the job does."""
+    async with world(tmp_path, migrated_url) as w:
+        w.host.cluster.termination_seconds = 300  # the victims' pods take 3 s to stop
+        await w.apply(CONFIG)
+        w.start_controller("replica-1")
+        for name in ("low-1", "low-2"):
+            await w.create(job(name, gpus=4))
+        await eventually(lambda: _both_running(w), what="the low jobs to run")
+        await w.create(job("urgent", gpus=8, priority="high"))
+        row = await eventually(lambda: _preempting(w), what="the preemptor to say it waits")
+        assert row.state == "Admitted" and (await w.get("urgent"))["spec"]["suspend"] is True
+        assert row.message == "quota reserved; waiting for 2 preempted workloads to stop: ml/low-1, ml/low-2"
+        done = await asyncio.to_thread(
+            turnstile, "get", "wl", "-n", "ml", env={**os.environ, "TURNSTILE_DATABASE_URL": w.url}
+        )
+        line = next(x for x in done.stdout.splitlines() if " urgent " in f" {x} ")
+        assert "QuotaReserved" in line and "Preempting" in line, done.stdout
+        events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
+        said = [e["message"] for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
+        assert any(m.startswith("Preempting: quota reserved; waiting for 2 preempted workloads") for m in said), said
+        await eventually(lambda: _started(w, "urgent"), timeout=15, what="the preemptor to start once they stopped")
+        async with database.transaction(w.sessions) as s:
+            after = (await s.execute(select(tables.Workload).where(tables.Workload.name == "urgent"))).scalar_one()
+        assert after.reason == "Admitted"
+
+
+async def _both_running(w) -> bool:  # type: ignore[no-untyped-def]
+    return all([not (await w.get(n))["spec"]["suspend"] for n in ("low-1", "low-2")])
+
+
+async def _started(w, name: str) -> bool:  # type: ignore[no-untyped-def]
+    return not (await w.get(name))["spec"]["suspend"]
+
+
+async def _preempting(w):  # type: ignore[no-untyped-def]
+    async with database.transaction(w.sessions) as s:
+        row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "urgent"))).scalar_one_or_none()
+    return row if row is not None and row.reason == "Preempting" else None

@@ -53,6 +53,11 @@ async def test_pending_workloads_in_order_with_positions(tmp_path: Path, migrate
 
             body = await eventually(three_pending, what="three pending workloads")
             assert body["kind"] == "PendingWorkloadsSummary"
+            assert body["apiVersion"] == BASE.removeprefix("/apis/"), "the version the path asked for"
+            status, old = await get(
+                f"{url}/apis/visibility.kueue.x-k8s.io/v1beta1/clusterqueues/team-a/pendingworkloads"
+            )
+            assert status == 200 and old["apiVersion"] == "visibility.kueue.x-k8s.io/v1beta1"
             items = body["items"]
             assert [i["metadata"]["name"] for i in items] == ["b", "c", "d"]
             assert [i["positionInClusterQueue"] for i in items] == [0, 1, 2]
