@@ -33,6 +33,14 @@ def bind_address_option(default: str) -> Callable[[Callable[..., Any]], Callable
     )
 
 
+default_runtime_option = click.option(
+    "--default-runtime",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds a job without a turnstile.dev/sim-runtime annotation runs in the simulated cluster.",
+)
+
 log_format_option = click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
@@ -155,7 +163,7 @@ def _database_url(settings: Settings, flag: str | None) -> str:
         sys.exit(1)
 
 
-async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | None) -> None:
+async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | None, default_runtime: float) -> None:
     from admission.controller import process
     from admission.jobs import INTEGRATIONS
     from admission.kube import client as kube_client
@@ -175,7 +183,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
                 click.echo(f"{o.kind.lower()}/{o.name} {o.result}")
         await engine.dispose()
     home = settings.home / "sim"
-    host = await SimHost.start(home / "kubeconfig", port=port)
+    host = await SimHost.start(home / "kubeconfig", port=port, default_runtime=default_runtime)
     names = ["127.0.0.1", "localhost"]
     cert = await asyncio.to_thread(certs.ensure, home / "certs", names)
     kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
@@ -193,8 +201,8 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
         click.echo(f"database: {urls.masked(url).split('?')[0]}")
         click.echo("try:")
         click.echo(f"  export KUBECONFIG={host.kubeconfig}")
-        click.echo("  turnstile apply -f examples/admin-edit.yaml   # or your own Kueue YAML")
-        click.echo("  kubectl create -f my-job.yaml --validate=false && kubectl get jobs -w")
+        click.echo("  turnstile apply -f examples/queues/gpu-teams.yaml   # or your own Kueue YAML")
+        click.echo("  kubectl create -f examples/queues/job.yaml && kubectl get jobs -w")
         click.echo("Ctrl-C stops everything.")
 
     try:
@@ -218,12 +226,19 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
 @click.option("--webhook-port", type=int, default=9443, show_default=True)
 @click.option("--metrics-port", type=int, default=8080, show_default=True)
 @click.option("--manifests", default=None, help="Kueue YAML (file or folder) to apply before starting.")
+@default_runtime_option
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="warning", show_default=True)
 @log_format_option
 def up_cmd(
-    port: int, webhook_port: int, metrics_port: int, manifests: str | None, log_level: str, log_format: str
+    port: int,
+    webhook_port: int,
+    metrics_port: int,
+    manifests: str | None,
+    default_runtime: float,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """A local playground: simulated cluster + controller + webhook + embedded PostgreSQL."""
     logs.configure(log_level, log_format)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_up(port, webhook_port, metrics_port, manifests))
+        asyncio.run(_up(port, webhook_port, metrics_port, manifests, default_runtime))

@@ -11,10 +11,12 @@ from admission.cli import running
 from admission.settings import Settings
 
 
-async def _serve(port: int, time_scale: float) -> None:
+async def _serve(port: int, time_scale: float, default_runtime: float) -> None:
     from admission.sim.host import SimHost
 
-    host = await SimHost.start(Settings().home / "sim" / "kubeconfig", port=port, time_scale=time_scale)
+    host = await SimHost.start(
+        Settings().home / "sim" / "kubeconfig", port=port, time_scale=time_scale, default_runtime=default_runtime
+    )
     click.echo(f"simulated API server on {host.url} (job operators, scheduler, kubelet, cluster-autoscaler)")
     click.echo(f"kubeconfig: {host.kubeconfig}")
     click.echo(f"try: kubectl --kubeconfig {host.kubeconfig} get namespaces   (Ctrl-C stops it)")
@@ -38,11 +40,12 @@ def sim() -> None:
     show_default=True,
     help="Wall seconds per second of a job's turnstile.dev/sim-runtime.",
 )
-def serve(port: int, time_scale: float) -> None:
+@running.default_runtime_option
+def serve(port: int, time_scale: float, default_runtime: float) -> None:
     """Run the simulated cluster (API server, job operators, scheduler, kubelet, cluster-autoscaler) on
     plain HTTP at 127.0.0.1 and write a kubeconfig for it."""
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(port, time_scale))
+        asyncio.run(_serve(port, time_scale, default_runtime))
 
 
 sim.add_command(running.up_cmd)

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 from openapi_schema_validator import OAS30Validator
 
-from admission.sim import patches, resources, validation, webhooks
+from admission.sim import defaults, openapi, patches, resources, tables, validation, webhooks
 from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit
@@ -75,6 +75,7 @@ class ApiServer:
         self.by_path = {(r.group, r.version, r.plural): r for r in served}
         self.custom: set[Resource] = set()
         self.schemas: dict[Resource, OAS30Validator] = {}
+        self.columns: dict[Resource, list[dict[str, Any]]] = {}  # CRD additionalPrinterColumns
         self.streams: set[Watcher] = set()
         self.watches_served = 0
         for ns in ("default", "kube-system"):
@@ -142,6 +143,8 @@ class ApiServer:
         parts = [p for p in request.path.split("/") if p]
         if parts == ["version"]:
             return web.json_response(VERSION)
+        if parts[:1] == ["openapi"]:
+            return self._openapi(parts[1:])
         if parts in (["healthz"], ["readyz"], ["livez"]):
             return web.Response(text="ok")
         if parts == ["api"]:
@@ -166,33 +169,89 @@ class ApiServer:
             return _page_not_found()
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
+        if sub == "log" and res.plural == "pods" and not res.group and request.method == "GET":
+            return self._log(namespace, name)
         if sub and (sub != "status" or not res.has_status):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return await self._serve(request, res, namespace, name, sub)
+
+    def _log(self, namespace: str, name: str) -> web.Response:
+        """``kubectl logs``: the simulated kubelet's account of the pod (no container really runs)."""
+        pods = next(r for r in self.served if r.plural == "pods" and not r.group)
+        pod = self.store.get(pods, namespace, name)
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        images = ", ".join(str(c.get("image")) for c in spec.get("containers") or [])
+        lines = [f"[turnstile simulated kubelet] pod {namespace}/{name}: {images}"]
+        if spec.get("nodeName"):
+            lines.append(f"scheduled on node {spec['nodeName']}; phase {status.get('phase', 'Pending')}")
+        else:
+            lines.append(f"not scheduled yet; phase {status.get('phase', 'Pending')}")
+        selector = spec.get("nodeSelector")
+        if selector:
+            lines.append("nodeSelector: " + ", ".join(f"{k}={v}" for k, v in sorted(selector.items())))
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    def _table(self, request: web.Request, res: Resource, objects: list[Obj], meta: dict[str, Any]) -> Obj:
+        printer = tables.printer_for(res, self.columns)
+        include = request.query.get("includeObject") or "Metadata"
+        out = tables.table(printer, objects, include=include, resource_version=str(meta.get("resourceVersion") or ""))
+        if meta.get("continue"):
+            out["metadata"]["continue"] = meta["continue"]
+        return out
+
+    def _openapi(self, parts: list[str]) -> web.StreamResponse:
+        if parts == ["v2"]:
+            return web.json_response(openapi.swagger(self.served))
+        if parts == ["v3"]:
+            return web.json_response(openapi.root(self.served))
+        if parts[:1] == ["v3"] and parts[1:2] == ["api"] and len(parts) == 3:
+            group, version = "", parts[2]
+        elif parts[:1] == ["v3"] and parts[1:2] == ["apis"] and len(parts) == 4:
+            group, version = parts[2], parts[3]
+        else:
+            return _page_not_found()
+        if not any(r.group == group and r.version == version for r in self.served):
+            return _page_not_found()
+        return web.json_response(openapi.group_version_document(group, version, self.served))
 
     async def _serve(
         self, request: web.Request, res: Resource, namespace: str, name: str, sub: str
     ) -> web.StreamResponse:
         method = request.method
+        mode = validation.field_validation(request.query.get("fieldValidation"))
+        as_table = tables.wants_table(request.headers.get("Accept", ""))
         if method == "GET" and not name:
             if request.query.get("watch") in WATCH_TRUE:
                 return await self._watch(request, res, namespace or None)
-            return web.json_response(self._list(request, res, namespace or None))
+            listed = self._list(request, res, namespace or None)
+            if as_table:
+                return web.json_response(self._table(request, res, listed["items"], listed["metadata"]))
+            return web.json_response(listed)
         if method == "GET":
-            return web.json_response(self.store.get(res, namespace, name))
+            got = self.store.get(res, namespace, name)
+            if as_table:
+                return web.json_response(self._table(request, res, [got], got["metadata"]))
+            return web.json_response(got)
         if method == "POST" and not name:
             body = await self._body(request)
             body = {**body, "apiVersion": res.api_version, "kind": res.kind}
             if res.namespaced:
                 body["metadata"] = {**(body.get("metadata") or {}), "namespace": namespace}
+            defaults.default(res, body)  # as the real server's decoding, before admission
             admitted = await self.webhooks.admit(res, "CREATE", namespace, body, None)
             if res not in self.custom:
-                validation.schema(res, admitted.obj)
+                admitted.warnings.extend(validation.schema(res, admitted.obj, mode))
             else:
-                admitted.warnings.extend(self._validate_custom(res, admitted.obj))
+                admitted.warnings.extend(self._validate_custom(res, admitted.obj, mode))
             if res == resources.CRDS:
                 admitted.obj = _established(admitted.obj)
-            created = self.store.create(res, namespace, admitted.obj, namespaces=resources.NAMESPACES)
+            created = self.store.create(
+                res,
+                namespace,
+                admitted.obj,
+                namespaces=resources.NAMESPACES,
+                prepare=lambda o: defaults.prepare(res, o),
+            )
             if res == resources.CRDS:
                 self._sync_crds()
             return _respond(created, admitted.warnings, status=201)
@@ -203,7 +262,7 @@ class ApiServer:
             else:
                 new = await self._patched(request, res, old)
             admitted = await self.webhooks.admit(res, "UPDATE", namespace, new, old, sub)
-            rules = self._update_rules(res, sub)
+            rules = self._update_rules(res, sub, mode, admitted.warnings)
             updated = self.store.replace(res, namespace, name, admitted.obj, subresource=sub, validate=rules)
             if res == resources.CRDS:
                 self._sync_crds()
@@ -275,7 +334,7 @@ class ApiServer:
                     "the body of the request was in an unknown format - accepted media types include: "
                     "application/json-patch+json, application/merge-patch+json",
                 )
-            patched = patches.strategic_merge_patch(current, body)
+            patched = patches.strategic_merge_patch(current, body, validation.kind_schema(res), validation.resolve)
         else:
             raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
         if not isinstance(body, dict) or "resourceVersion" not in (body.get("metadata") or {}):
@@ -286,9 +345,12 @@ class ApiServer:
         """Serve what the installed CRDs define (they override the pre-installed operator kinds)."""
         dynamic: dict[tuple[str, str, str], Resource] = {}
         self.schemas = {}
+        self.columns = {}
         for crd in self.store.list(resources.CRDS, None)[0]:
+            columns = resources.printer_columns(crd)
             for res, schema in resources.from_crd(crd):
                 dynamic[(res.group, res.version, res.plural)] = res
+                self.columns[res] = [dict(c) for c in columns.get(res.version, [])]
                 if schema is not None:
                     self.schemas[res] = OAS30Validator(schema)
         self.by_path = {(r.group, r.version, r.plural): r for r in self.base} | dynamic
@@ -305,33 +367,36 @@ class ApiServer:
                     w.queue.put_nowait(None)
         self._sync_crds()
 
-    def _validate_custom(self, res: Resource, obj: Obj) -> list[str]:
-        """A custom resource against its CRD's openAPIV3Schema: unknown fields pruned (returned as
-        warnings, as the real server's default field validation does), then every error, with
-        its field path."""
+    def _validate_custom(self, res: Resource, obj: Obj, mode: str = "Warn") -> list[str]:
+        """A custom resource against its CRD's openAPIV3Schema: unknown fields pruned (a warning each
+        with the default field validation, refused with Strict, as the real server), then every
+        error, with its field path."""
         validator = self.schemas.get(res)
         if validator is None:
             return []
-        warnings = [f'unknown field "{p}"' for p in validation.prune(obj, validator.schema)]
+        warnings = validation.unknown_fields(res, validation.prune(obj, validator.schema), mode)
         problems = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
         if problems:
             causes = [(".".join(str(p) for p in e.absolute_path) or "<object>", e.message) for e in problems]
             raise validation.invalid(res, (obj.get("metadata") or {}).get("name", ""), causes)
         return warnings
 
-    def _update_rules(self, res: Resource, sub: str) -> Callable[[Obj, Obj], None] | None:
-        """What an update must satisfy: the kind's schema (not for status writes) and its own rules."""
+    def _update_rules(
+        self, res: Resource, sub: str, mode: str, warnings: list[str]
+    ) -> Callable[[Obj, Obj], None] | None:
+        """What an update must satisfy: the kind's schema (not for status writes) and its own rules;
+        warnings about dropped fields go into ``warnings``."""
         if sub == "status":
             return None
         if res in self.custom:
 
             def check_custom(_old: Obj, new: Obj) -> None:
-                self._validate_custom(res, new)
+                warnings.extend(self._validate_custom(res, new, mode))
 
             return check_custom
 
         def check(old: Obj, new: Obj) -> None:
-            validation.schema(res, new)
+            warnings.extend(validation.schema(res, new, mode))
             if res.group == "batch" and res.plural == "jobs":
                 validation.job_update(res, old, new)
 
@@ -353,7 +418,11 @@ class ApiServer:
         response.enable_chunked_encoding()
         await response.prepare(request)
 
+        as_table = tables.wants_table(request.headers.get("Accept", ""))
+
         async def send(kind: str, obj: Any) -> None:
+            if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
+                obj = self._table(request, res, [obj], obj.get("metadata") or {})
             await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
 
         # Register before reading history, so nothing falls between the two.
@@ -386,12 +455,13 @@ class ApiServer:
                     event = await asyncio.wait_for(watcher.queue.get(), min(remaining, BOOKMARK_SECONDS))
                 except TimeoutError:
                     if bookmarks:
+                        version = bookmark_version(watcher, self.store.rv, last)
                         await send(
                             "BOOKMARK",
                             {
                                 "kind": res.kind,
                                 "apiVersion": res.api_version,
-                                "metadata": {"resourceVersion": str(self.store.rv)},
+                                "metadata": {"resourceVersion": str(version)},
                             },
                         )
                     continue
@@ -470,6 +540,14 @@ class ApiServer:
             "groupVersion": f"{group}/{version}" if group else version,
             "resources": out,
         }
+
+
+def bookmark_version(watcher: Watcher, latest: int, sent: int) -> int:
+    """The version up to which a stream has delivered everything: the store's latest only when
+    nothing is still queued for it. A client resumes from a bookmark, so one ahead of a queued
+    event would make it lose that event."""
+    queued = [e.rv for e in watcher.queue._queue if e is not None]  # type: ignore[attr-defined]
+    return max(sent, min(queued) - 1) if queued else max(sent, latest)
 
 
 def _page_not_found() -> web.Response:

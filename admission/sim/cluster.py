@@ -9,7 +9,8 @@
   its requests; otherwise it stays Pending with PodScheduled=False, reason Unschedulable.
   Without any Node, capacity is unlimited.
 - Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
-  annotation (times ``time_scale``), then succeeds; without the annotation it runs forever.
+  annotation (times ``time_scale``), then succeeds; without the annotation it runs for
+  ``default_runtime`` seconds (``sim up --default-runtime``), or forever when that is None.
   A deleted pod terminates gracefully: it keeps running, with a deletionTimestamp, for
   ``termination_seconds`` (times ``time_scale``) before it is gone, holding its node's
   capacity meanwhile (the kubelet's finalizer stands for the grace period). A batch Job counts
@@ -24,7 +25,7 @@ import contextlib
 import datetime as dt
 from typing import Any
 
-from admission.sim import resources
+from admission.sim import defaults, resources
 from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
 from queues import errors, jobs
 from queues import nodes as nodes_model
@@ -73,9 +74,17 @@ def set_condition(status: Obj, kind: str, value: str, reason: str, message: str 
 class Cluster:
     """Reacts to the store's changes like the controllers and kubelets of a real cluster."""
 
-    def __init__(self, store: ObjectStore, *, time_scale: float = 1.0, termination_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        time_scale: float = 1.0,
+        termination_seconds: float = 1.0,
+        default_runtime: float | None = None,
+    ) -> None:
         self.store = store
         self.time_scale = time_scale
+        self.default_runtime = default_runtime  # seconds a pod without a sim-runtime runs (None: forever)
         self.termination_seconds = termination_seconds
         self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
         self.tasks: list[asyncio.Task[None]] = []
@@ -207,9 +216,10 @@ class Cluster:
                 "ownerReferences": [owner],
                 "finalizers": [KUBELET_FINALIZER],
             },
-            "spec": dict(template["spec"]),
+            "spec": clone(template["spec"]),
             "status": {"phase": "Pending"},
         }
+        defaults.default(PODS, body)  # as a pod created through the API server
         return self.store.create(PODS, job["metadata"]["namespace"], body, namespaces=resources.NAMESPACES)
 
     def _terminate(self, pod: Obj) -> None:
@@ -321,9 +331,13 @@ class Cluster:
         status.update(phase="Running", startTime=_now())
         set_condition(status, "PodScheduled", "True", "Scheduled")
         self.store.replace(PODS, ns, name, bound, subresource="status")
-        runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+        runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION, self.default_runtime)
         if runtime is not None:
-            delay = max(0.0, float(runtime)) * self.time_scale
+            try:
+                seconds = max(0.0, float(runtime))
+            except ValueError:
+                seconds = self.default_runtime if self.default_runtime is not None else 0.0
+            delay = seconds * self.time_scale
             self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._succeed, ns, name)
 
     def _succeed(self, namespace: str, name: str) -> None:

@@ -60,11 +60,13 @@ class SimHost:
         faults: Faults | None = None,
         autoscaler: dict[str, Any] | None = None,
         crds: tuple[Resource, ...] = resources.OPERATORS,
+        default_runtime: float | None = None,
     ) -> SimHost:
         """Serve a fresh simulated cluster; ``autoscaler`` takes scenario.md's ``autoscaler:`` fields;
-        ``crds``: the operators' kinds whose CRDs are installed (default: all)."""
+        ``crds``: the operators' kinds whose CRDs are installed (default: all); ``default_runtime``:
+        seconds a job without a ``turnstile.dev/sim-runtime`` annotation runs (None: forever)."""
         server = ApiServer(faults=faults, crds=crds)
-        cluster = Cluster(server.store, time_scale=time_scale)
+        cluster = Cluster(server.store, time_scale=time_scale, default_runtime=default_runtime)
         options = autoscaler or {}
         scaler = Autoscaler(
             server.store,

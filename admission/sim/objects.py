@@ -304,7 +304,17 @@ class ObjectStore:
                 details={"name": namespace, "kind": "namespaces"},
             )
 
-    def create(self, res: Resource, namespace: str, body: Obj, *, namespaces: Resource) -> Obj:
+    def create(
+        self,
+        res: Resource,
+        namespace: str,
+        body: Obj,
+        *,
+        namespaces: Resource,
+        prepare: Callable[[Obj], None] | None = None,
+    ) -> Obj:
+        """Store a new object; ``prepare`` completes it once it has its uid (the registry's
+        PrepareForCreate: a Job's selector)."""
         obj = clone(body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -348,6 +358,8 @@ class ObjectStore:
             meta["labels"] = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: name}
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         meta.pop("deletionTimestamp", None)
+        if prepare is not None:
+            prepare(obj)
         self._bump(obj)
         self._put(key, obj)
         self._emit("ADDED", res, obj)

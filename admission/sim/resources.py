@@ -102,6 +102,16 @@ def crd_for(res: Resource) -> dict[str, object]:
     }
 
 
+def printer_columns(crd: dict[str, object]) -> dict[str, list[dict[str, object]]]:
+    """Per served version of a CRD, its ``additionalPrinterColumns`` (for ``kubectl get``)."""
+    spec = crd.get("spec")
+    out: dict[str, list[dict[str, object]]] = {}
+    for version in (spec.get("versions") or []) if isinstance(spec, dict) else []:
+        if isinstance(version, dict):
+            out[str(version.get("name"))] = list(version.get("additionalPrinterColumns") or [])
+    return out
+
+
 def from_crd(crd: dict[str, object]) -> list[tuple[Resource, dict[str, object] | None]]:
     """The resources a CustomResourceDefinition serves: one per served version, with its schema."""
     spec = crd.get("spec")

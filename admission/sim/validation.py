@@ -68,15 +68,95 @@ def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | 
     return jsonschema.validators.Draft202012Validator(contents, registry=registry)
 
 
-def schema(res: Resource, obj: Obj) -> None:
-    """Strict OpenAPI validation of a built-in object (every error); custom resources are left to their CRD."""
+FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
+
+
+def field_validation(value: str | None) -> str:
+    """The request's ``fieldValidation`` (Warn when absent, as the real server since 1.23), or 400."""
+    mode = value or "Warn"
+    if mode not in FIELD_VALIDATION:
+        raise ApiError(400, "BadRequest", f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, not {mode!r}")
+    return mode
+
+
+def unknown_fields(res: Resource, unknown: list[str], mode: str) -> list[str]:
+    """What the real server does with fields the kind does not declare: ``Strict`` refuses the
+    request (400), ``Warn`` drops them with a warning each, ``Ignore`` drops them silently."""
+    if not unknown:
+        return []
+    if mode == "Strict":
+        fields = ", ".join(f'unknown field "{p}"' for p in unknown)
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: strict decoding error: {fields}',
+        )
+    return [f'unknown field "{p}"' for p in unknown] if mode == "Warn" else []
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+@functools.cache
+def _kinds() -> dict[tuple[str, str, str], str]:
+    """(group, version, kind) -> the definition of that kind in Kubernetes' schemas."""
+    version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= KUBERNETES_VERSION][-1]
+    defs = _definitions(f"v{version}-local-strict")["$defs"]
+    out = {}
+    for name, definition in defs.items():
+        for gvk in definition.get("x-kubernetes-group-version-kind") or []:
+            out[(gvk.get("group", ""), gvk.get("version", ""), gvk.get("kind", ""))] = name
+    return out
+
+
+def resolve(node: Any) -> dict[str, Any]:
+    """A schema node with its ``$ref`` followed (into Kubernetes' definitions)."""
+    if not isinstance(node, dict):
+        return {}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= KUBERNETES_VERSION][-1]
+        found = _definitions(f"v{version}-local-strict")["$defs"].get(ref[len("#/$defs/") :])
+        return found if isinstance(found, dict) else {}
+    return node
+
+
+def kind_schema(res: Resource) -> dict[str, Any] | None:
+    """The resolved schema of a built-in kind (its patch metadata drives strategic merge), or None."""
+    name = _kinds().get((res.group, res.version, res.kind))
+    return resolve({"$ref": f"#/$defs/{name}"}) if name else None
+
+
+def schema(res: Resource, obj: Obj, mode: str = "Warn") -> list[str]:
+    """OpenAPI validation of a built-in object against its kind's schema: unknown fields as
+    ``mode`` says (``unknown_fields``; dropped from ``obj`` unless refused), every other error
+    a 422 with its field path. Custom resources are left to their CRD. Returns the warnings."""
     validator = _validator(res.api_version, res.kind)
     if validator is None:
-        return
-    errors = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
+        return []
+    unknown: list[tuple[list[Any], str]] = []
+    errors = []
+    for e in validator.iter_errors(obj):
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            declared = (e.schema.get("properties") or {}) if isinstance(e.schema, dict) else {}
+            unknown.extend((list(e.absolute_path), k) for k in e.instance if k not in declared)
+        else:
+            errors.append(e)
+    warnings = unknown_fields(res, sorted(_path([*at, key]) for at, key in unknown), mode)
+    for at, key in unknown:  # dropped, as the real server's decoder does
+        holder: Any = obj
+        for part in at:
+            holder = holder[part]
+        holder.pop(key, None)
     if errors:
-        causes = [(".".join(str(p) for p in e.absolute_path) or "<object>", e.message) for e in errors]
+        errors.sort(key=lambda e: [str(p) for p in e.absolute_path])
+        causes = [(_path(e.absolute_path) or "<object>", e.message) for e in errors]
         raise invalid(res, obj.get("metadata", {}).get("name", ""), causes)
+    return warnings
 
 
 def _without_directives(template: Any) -> Any:

@@ -49,7 +49,7 @@ def test_missing_file_and_malformed_yaml_exit_2(tmp_path: Path) -> None:
 
 
 def test_demo_runs_gpu_teams_through_the_whole_system_and_reports() -> None:
-    out = turnstile("demo", "--seconds", "8")
+    out = turnstile("demo", "--seconds", "20")  # gpu-teams needs >= 1.7 ms per scenario second (test_engines)
     assert out.returncode == 0, out.stderr
     assert "turnstile demo: gpu-teams (engine cluster)" in out.stdout
     assert "Waiting, and why" in out.stdout and "Latest decisions" in out.stdout

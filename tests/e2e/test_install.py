@@ -143,9 +143,7 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             for name, gpus in (("train", "1"), ("too-big", "9")):
                 body = job(name, "team-a")
                 body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = gpus
-                code, _, err = await kubectl(
-                    host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(body)
-                )
+                code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(body))
                 assert code == 0, err
             for _ in range(200):
                 if (await kube.get(JOBS, "ml", "train"))["spec"].get("suspend") is False:
@@ -155,34 +153,26 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             assert started["spec"]["suspend"] is False and started["metadata"]["annotations"]["turnstile.dev/admission"]
             assert (await kube.get(JOBS, "ml", "too-big"))["spec"]["suspend"] is True
             # A job naming a LocalQueue that does not exist is refused, and the message says what exists.
-            code, _, err = await kubectl(
-                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(job("typo", "team-b"))
-            )
+            code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(job("typo", "team-b")))
             assert code != 0 and "team-b" in err and "team-a" in err, err
             # A LocalQueue named default: the leader puts ml in the scope of the defaulted webhooks,
             # so an unlabelled job there is labelled and suspended (queued) like a labelled one.
             async with database.transaction(database.sessions(engine)) as session:
                 await config_store.apply(session, [api.parse(yaml.safe_load(DEFAULT_QUEUE))], actor="test")
             await eventually(lambda: _defaulted_scope(kube, hooks), what="ml in the defaulted webhooks' scope")
-            code, _, err = await kubectl(
-                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(unlabelled("nolabel"))
-            )
+            code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(unlabelled("nolabel")))
             assert code == 0, err
             queued = await kube.get(JOBS, "ml", "nolabel")
             assert queued["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
         # Turnstile is down (both replicas gone): only jobs it would queue are refused.
         for ns in ("other",):
             await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
-        assert (
-            await kubectl(
-                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(unlabelled("free", "other"))
-            )
-        )[0] == 0
+        assert (await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(unlabelled("free", "other"))))[
+            0
+        ] == 0
         refused = [job("down-labelled", "team-a"), unlabelled("down-default")]
         for body in refused:
-            code, _, err = await kubectl(
-                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(body)
-            )
+            code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(body))
             assert code != 0 and "failed calling webhook" in err, err
     finally:
         await kube.close()
@@ -247,9 +237,7 @@ async def test_replicas_with_their_own_certificates_are_all_trusted(tmp_path: Pa
                 for hook in stored["webhooks"]:
                     assert all(registration.trusts(hook["clientConfig"]["caBundle"], ca) for ca in cas)
             # b is gone; a (whose address the configuration calls) is still trusted: a job goes through
-            code, _, err = await kubectl(
-                host.kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(job("after", "team-a"))
-            )
+            code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(job("after", "team-a")))
             assert code == 0, err
             assert (await kube.get(JOBS, "ml", "after"))["spec"]["suspend"] is True
     finally:

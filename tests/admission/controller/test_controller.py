@@ -92,9 +92,13 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
         said = [e["message"] for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
         assert any(m.startswith("Preempting: quota reserved; waiting for 2 preempted workloads") for m in said), said
         await eventually(lambda: _started(w, "urgent"), timeout=15, what="the preemptor to start once they stopped")
-        async with database.transaction(w.sessions) as s:
-            after = (await s.execute(select(tables.Workload).where(tables.Workload.name == "urgent"))).scalar_one()
-        assert after.reason == "Admitted"
+        await eventually(lambda: _reason_is(w, "urgent", "Admitted"), what="the wait no longer said once started")
+
+
+async def _reason_is(w, name: str, reason: str) -> bool:  # type: ignore[no-untyped-def]
+    async with database.transaction(w.sessions) as s:
+        row = (await s.execute(select(tables.Workload).where(tables.Workload.name == name))).scalar_one()
+    return bool(row.reason == reason)
 
 
 async def _both_running(w) -> bool:  # type: ignore[no-untyped-def]

@@ -13,7 +13,9 @@ from aiohttp import web
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
-from admission.sim.apiserver import ApiServer
+from admission.sim import resources
+from admission.sim.apiserver import ApiServer, bookmark_version
+from admission.sim.objects import Event, Watcher
 
 
 @pytest_asyncio.fixture
@@ -225,14 +227,27 @@ async def test_deleting_a_namespace_deletes_its_objects(cluster: tuple[ApiServer
     assert (await batch.list_job_for_all_namespaces()).items == []
 
 
-async def test_built_in_objects_are_validated_strictly(cluster: tuple[ApiServer, client.ApiClient]) -> None:
-    _, api = cluster
+async def test_unknown_fields_follow_field_validation_and_wrong_values_are_invalid(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    """As the real server: Strict (what kubectl sends) refuses an unknown field with 400; the default
+    (Warn) drops it with a warning; a value of the wrong type is 422 Invalid with its path."""
+    server, api = cluster
+    batch = client.BatchV1Api(api)
     bad = job("typo")
     bad["spec"]["parallelizm"] = 2
-    with pytest.raises(ApiException) as exc:
-        await client.BatchV1Api(api).create_namespaced_job("default", bad)
-    assert exc.value.status == 422
-    assert "'parallelizm' was unexpected" in exc.value.body and '"field": "spec"' in exc.value.body
+    with pytest.raises(ApiException) as strict:
+        await batch.create_namespaced_job("default", bad, field_validation="Strict")
+    assert strict.value.status == 400
+    assert 'strict decoding error: unknown field "spec.parallelizm"' in json.loads(strict.value.body)["message"]
+    await batch.create_namespaced_job("default", bad)  # Warn: created, the field dropped
+    stored = server.store.get(next(r for r in server.served if r.plural == "jobs"), "default", "typo")
+    assert "parallelizm" not in stored["spec"]
+    wrong = job("wrong")
+    wrong["spec"]["parallelism"] = "two"
+    with pytest.raises(ApiException) as invalid:
+        await batch.create_namespaced_job("default", wrong)
+    assert invalid.value.status == 422 and '"field": "spec.parallelism"' in invalid.value.body
 
 
 @pytest.mark.parametrize(
@@ -407,3 +422,14 @@ async def test_unknown_fields_of_custom_resources_are_pruned_with_a_warning(
         _content_type="application/merge-patch+json",
     )
     assert patched["spec"] == {"size": 2, "color": "red"}
+
+
+def test_a_bookmark_never_runs_ahead_of_events_still_queued_for_its_stream() -> None:
+    """A watch that ends right after a bookmark is resumed from it: a bookmark carrying the store's
+    latest version while an older event still waited in the stream's queue lost that event."""
+    jobs = next(r for r in resources.BUILT_IN if r.plural == "jobs")
+    watcher = Watcher(jobs, None)
+    assert bookmark_version(watcher, latest=40, sent=30) == 40  # nothing queued: all delivered
+    watcher.queue.put_nowait(Event(35, "MODIFIED", jobs, {}))
+    watcher.queue.put_nowait(Event(38, "MODIFIED", jobs, {}))
+    assert bookmark_version(watcher, latest=40, sent=30) == 34

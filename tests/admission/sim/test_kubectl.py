@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,7 +38,7 @@ async def test_kubectl_round_trip(kubeconfig: Path) -> None:
     code, out, _ = await kubectl(kubeconfig, "version", "-o", "json")
     assert code == 0 and json.loads(out)["serverVersion"]["gitVersion"] == "v1.30.0-turnstile-sim"
     assert (await kubectl(kubeconfig, "create", "namespace", "team-a"))[0] == 0
-    code, out, err = await kubectl(kubeconfig, "create", "--validate=false", "-f", "-", stdin=json.dumps(JOB))
+    code, out, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(JOB))
     assert code == 0, err
     code, out, _ = await kubectl(kubeconfig, "patch", "job", "demo", "-n", "team-a", "-p", '{"spec":{"suspend":false}}')
     assert code == 0 and "patched" in out
@@ -45,8 +46,47 @@ async def test_kubectl_round_trip(kubeconfig: Path) -> None:
     got = json.loads(out)
     assert got["spec"]["suspend"] is False and got["metadata"]["generation"] == 2
     stale = dict(JOB, metadata={**JOB["metadata"], "resourceVersion": "1"})  # type: ignore[dict-item]
-    code, _, err = await kubectl(kubeconfig, "replace", "--validate=false", "-f", "-", stdin=json.dumps(stale))
+    code, _, err = await kubectl(kubeconfig, "replace", "-f", "-", stdin=json.dumps(stale))
     assert code != 0 and "the object has been modified" in err
     assert (await kubectl(kubeconfig, "delete", "job", "demo", "-n", "team-a"))[0] == 0
     code, _, err = await kubectl(kubeconfig, "get", "job", "demo", "-n", "team-a")
     assert code != 0 and 'jobs.batch "demo" not found' in err
+
+
+async def test_kubectl_validates_applies_and_prints_as_on_a_real_cluster(tmp_path: Path) -> None:
+    """Without --validate=false: kubectl validates through the server (fieldValidation=Strict);
+    apply works twice (strategic merge with kubectl's directives); get prints the real columns;
+    logs find a job's pod through its selector; a job without a runtime ends after the default."""
+    host = await SimHost.start(tmp_path / "kubeconfig", default_runtime=1.0)
+    config = host.kubeconfig
+    try:
+        job = json.loads(json.dumps(JOB))
+        job["metadata"]["namespace"] = "default"
+        job["spec"]["suspend"] = False
+        code, out, err = await kubectl(config, "apply", "-f", "-", stdin=json.dumps(job))
+        assert code == 0 and "job.batch/demo created" in out, err
+        job["metadata"]["labels"] = {"team": "a"}
+        code, out, err = await kubectl(config, "apply", "-f", "-", stdin=json.dumps(job))
+        assert code == 0 and "configured" in out, err
+        typo = json.loads(json.dumps(job))
+        typo["metadata"]["name"] = "typo"
+        typo["spec"]["parallelizm"] = 2
+        code, _, err = await kubectl(config, "create", "-f", "-", stdin=json.dumps(typo))
+        assert code != 0 and 'unknown field "spec.parallelizm"' in err, err
+        code, out, _ = await kubectl(config, "get", "jobs")
+        assert out.split("\n")[0].split() == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"], out
+        code, out, _ = await kubectl(config, "get", "pods", "-l", "job-name=demo")
+        assert out.split("\n")[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"], out
+        assert "demo-main-0" in out
+        code, out, err = await kubectl(config, "logs", "job/demo")
+        assert code == 0 and "pod default/demo-main-0" in out, err
+        code, out, _ = await kubectl(config, "get", "crd")
+        assert "pytorchjobs.kubeflow.org" in out and out.split()[:3] == ["NAME", "CREATED", "AT"]
+        for _ in range(100):  # 1 s of default runtime
+            code, out, _ = await kubectl(config, "get", "job", "demo")
+            if "Complete" in out:
+                break
+            await asyncio.sleep(0.1)
+        assert "Complete" in out and "1/1" in out, out
+    finally:
+        await host.stop()
