@@ -114,6 +114,7 @@ class Controller:
         self.term: Term | None = None
         self.term_task: asyncio.Task[None] | None = None
         self.elect_task: asyncio.Task[None] | None = None
+        self.step_failures = 0  # in a row: the pause before the next term grows with them
         self.database = DatabaseHealth()
         self.readiness = Readiness()
         self.readiness.add(
@@ -361,18 +362,23 @@ class Controller:
             wake.clear()
             await asyncio.sleep(self.options.debounce)
             try:
-                await self.steps.run(term)
-                self.database.succeeded()
+                await self.steps.run(term)  # (most steps need no round trip: they say nothing of the database)
             except lease.Fenced as exc:
                 log.error("%s", exc)
                 await self._end_term("fenced: another replica leads")
                 return
             except StepFailed as exc:
-                # The step's decisions live only in memory now: rebuild the term from the store.
+                # The step's decisions live only in memory now: rebuild the term from the store,
+                # after a backoff while the failure repeats (a poisoned commit must not spin).
                 self.database.failed("committing a scheduling step", str(exc))
-                await self._end_term(f"a scheduling step failed ({exc}); starting again from the store")
+                self.step_failures += 1
+                pause = min(5.0, 0.2 * 2 ** (self.step_failures - 1))
+                why = f"a scheduling step failed ({exc}); starting again from the store in {pause:.1f}s"
+                await self._end_term(why)
+                await asyncio.sleep(pause)
                 self.leadership.wake()
                 return
+            self.step_failures = 0
 
 
 def _nothing(_kind: str, _obj: Obj) -> None:

@@ -217,7 +217,14 @@ async def serve(
     signals = _on_signals(stop)
     await database.upgrade(database_url)
     kube = Kube(await kube_client.connect(kubeconfig))
-    engine = database.make_engine(database_url, idle_in_transaction_timeout=lease_ttl)
+    # Every statement bounded well below the lease: a black-holed connection fails a step or a
+    # renewal in seconds instead of hanging it for a minute.
+    engine = database.make_engine(
+        database_url,
+        idle_in_transaction_timeout=lease_ttl,
+        command_timeout=max(10.0, lease_ttl),
+        application_name="turnstile-controller",
+    )
     controller = Controller(
         kube=kube,
         sessions=database.sessions(engine),

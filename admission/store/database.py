@@ -54,6 +54,7 @@ def make_engine(
     pool_size: int = 5,
     idle_in_transaction_timeout: float | None = None,
     command_timeout: float = COMMAND_TIMEOUT,
+    application_name: str | None = None,
 ) -> AsyncEngine:
     """An engine whose every call is bounded: connecting (the URL's ``connect_timeout``, else 10 s)
     and each statement (``command_timeout``: a black-holed connection fails instead of hanging).
@@ -62,6 +63,8 @@ def make_engine(
     TTL, so a paused ex-leader cannot block the new leader's takeover)."""
     args = urls.connect_args(url)
     args["command_timeout"] = command_timeout
+    if application_name is not None:  # what pg_stat_activity shows (the URL's application_name wins)
+        args["server_settings"] = {"application_name": application_name, **args.get("server_settings", {})}
     if idle_in_transaction_timeout is not None:
         millis = str(max(1, int(idle_in_transaction_timeout * 1000)))
         args["server_settings"] = {**args.get("server_settings", {}), "idle_in_transaction_session_timeout": millis}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from admission.store import urls
 from tests.admission.runner import ROOT, turnstile
 
 GPU_TEAMS = ROOT / "examples" / "gpu-teams.yaml"
@@ -135,3 +136,21 @@ def test_quota_stop_resume_delete_and_history(cli, config_file: Path) -> None:  
 def test_unknown_kind_is_bad_usage(cli) -> None:  # type: ignore[no-untyped-def]
     out = cli("get", "queuez")
     assert out.returncode == 2 and "unknown kind 'queuez'" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda u: urls.with_database(u, "no_such_db"), 'database "no_such_db" does not exist'),
+        (lambda u: u.replace("://postgres", "://nobody", 1), "PostgreSQL refused the login"),
+        (lambda u: u + ("&" if "?" in u else "?") + "keepalives=1", "keepalives is not supported"),
+    ],
+    ids=["missing-database", "missing-role", "libpq-only-parameter"],
+)
+def test_database_problems_are_said_as_such(migrated_url: str, tmp_path: Path, change, expected: str) -> None:  # type: ignore[no-untyped-def]
+    """Not 'the schema is at nothing' for a database that is not there, and never a traceback."""
+    url = change(migrated_url)
+    env = {**os.environ, "TURNSTILE_DATABASE_URL": url, "TURNSTILE_HOME": str(tmp_path)}
+    done = turnstile("get", "cq", env=env)
+    assert done.returncode in (1, 2) and expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "schema is at" not in done.stderr

@@ -1,4 +1,5 @@
-"""Helpers shared by the crash and resilience tests: a controller process, and both books sampled.
+"""Helpers shared by the crash and resilience tests: a controller process, a busy run of jobs, and
+both books sampled.
 
 ``invariants`` samples, every 20 ms until its block ends, the GPUs held by the pods that
 exist in the simulated cluster and the GPUs held by admissions in PostgreSQL; any sample above
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,10 +19,11 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from admission.kube.client import KubeError
 from admission.sim import cluster as sim_cluster
 from admission.store import database, tables
 from queues import quantity
-from tests.admission.controller.world import World
+from tests.admission.controller.world import World, job
 
 QUOTA_GPUS = 8  # the nominal quota of tests.admission.controller.world.CONFIG
 
@@ -95,3 +98,49 @@ async def invariants(w: World) -> AsyncIterator[list[str]]:
     finally:
         stop.set()
         await task
+
+
+async def submit(w: World, names: list[str], rng: random.Random, *, runtime_scale: float = 1.0) -> None:
+    """Jobs of 2 or 4 GPUs at a random pace, every fourth of high priority (so some preempt);
+    ``runtime_scale`` stretches their runtimes."""
+    for i, name in enumerate(names):
+        high = i % 4 == 3
+        obj = job(
+            name,
+            gpus=rng.choice([2, 4]),
+            runtime=(rng.uniform(0.2, 0.5) if high else rng.uniform(0.5, 1.0)) * runtime_scale,
+            priority="high" if high else None,
+        )
+        while True:  # the injected 500/429 hit this client too; retry as kubectl users do
+            try:
+                await w.create(obj)
+                break
+            except KubeError as exc:
+                if exc.status == 409:
+                    break
+                if not exc.temporary:
+                    raise
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(rng.uniform(0.02, 0.1))
+
+
+async def all_finished(w: World, n: int) -> bool:
+    async with database.transaction(w.sessions) as s:
+        states = (await s.execute(select(tables.Workload.state))).scalars().all()
+    return len(states) == n and all(state == "Finished" for state in states)
+
+
+async def finished_once(w: World, n: int) -> None:
+    async with database.transaction(w.sessions) as s:
+        finished = (
+            await s.execute(
+                select(tables.WorkloadEvent.workload_id, func.count())
+                .where(tables.WorkloadEvent.type == "Finished")
+                .group_by(tables.WorkloadEvent.workload_id)
+            )
+        ).all()
+        open_intervals = (
+            await s.execute(select(func.count()).where(tables.UsageInterval.ended_at.is_(None)))
+        ).scalar_one()
+    assert len(finished) == n and all(count == 1 for _, count in finished)
+    assert open_intervals == 0

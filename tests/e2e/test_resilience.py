@@ -11,57 +11,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import func, select
-
-from admission.kube.client import KubeError
 from admission.sim.apiserver import Faults
-from admission.store import database, tables
-from tests.admission.controller.world import CONFIG, World, eventually, job, world
+from tests.admission.controller.world import CONFIG, World, eventually, world
 from tests.e2e import books
-
-
-async def _submit(w: World, names: list[str], rng: random.Random) -> None:
-    for i, name in enumerate(names):
-        high = i % 4 == 3
-        obj = job(
-            name,
-            gpus=rng.choice([2, 4]),
-            runtime=rng.uniform(0.2, 0.5) if high else rng.uniform(0.5, 1.0),
-            priority="high" if high else None,
-        )
-        while True:  # the injected 500/429 hit this client too; retry as kubectl users do
-            try:
-                await w.create(obj)
-                break
-            except KubeError as exc:
-                if exc.status == 409:
-                    break
-                if not exc.temporary:
-                    raise
-                await asyncio.sleep(0.05)
-        await asyncio.sleep(rng.uniform(0.02, 0.1))
-
-
-async def _all_finished(w: World, n: int) -> bool:
-    async with database.transaction(w.sessions) as s:
-        states = (await s.execute(select(tables.Workload.state))).scalars().all()
-    return len(states) == n and all(state == "Finished" for state in states)
-
-
-async def _finished_once(w: World, n: int) -> None:
-    async with database.transaction(w.sessions) as s:
-        finished = (
-            await s.execute(
-                select(tables.WorkloadEvent.workload_id, func.count())
-                .where(tables.WorkloadEvent.type == "Finished")
-                .group_by(tables.WorkloadEvent.workload_id)
-            )
-        ).all()
-        open_intervals = (
-            await s.execute(select(func.count()).where(tables.UsageInterval.ended_at.is_(None)))
-        ).scalar_one()
-    assert len(finished) == n and all(count == 1 for _, count in finished)
-    assert open_intervals == 0
 
 
 async def test_two_replicas_and_a_paused_leader_that_wakes_up(tmp_path: Path, migrated_url: str) -> None:
@@ -77,16 +29,18 @@ async def test_two_replicas_and_a_paused_leader_that_wakes_up(tmp_path: Path, mi
             assert await eventually(lambda: books.lease_token(w), timeout=20, what="replica 1 to lead") == 1
             second = await books.controller_process(tmp_path, w.host.kubeconfig, migrated_url, 2)
             async with books.invariants(w) as violations:
-                submitter = asyncio.create_task(_submit(w, names, rng))
+                submitter = asyncio.create_task(books.submit(w, names, rng))
                 await asyncio.sleep(1.0)
                 first.send_signal(signal.SIGSTOP)  # a paused leader: no renewals, no writes
                 await eventually(lambda: _is(w, 2), timeout=20, what="replica 2 to take over")
                 await asyncio.sleep(0.5)
                 first.send_signal(signal.SIGCONT)  # it wakes up believing it leads
                 await submitter
-                assert await eventually(lambda: _all_finished(w, len(names)), timeout=40, what="every job to finish")
+                assert await eventually(
+                    lambda: books.all_finished(w, len(names)), timeout=40, what="every job to finish"
+                )
             assert violations == []
-            await _finished_once(w, len(names))
+            await books.finished_once(w, len(names))
             assert await books.lease_token(w) == 2, "replica 2 kept the lease; the woken ex-leader did not take it back"
 
             def stepped_down() -> bool:  # the run can end moments after SIGCONT: give it the time
@@ -124,12 +78,14 @@ async def test_api_faults_lose_nothing(tmp_path: Path, migrated_url: str) -> Non
         async with books.invariants(w) as violations:
             disturber = asyncio.create_task(disturb())
             try:
-                await _submit(w, names, rng)
-                assert await eventually(lambda: _all_finished(w, len(names)), timeout=60, what="every job to finish")
+                await books.submit(w, names, rng)
+                assert await eventually(
+                    lambda: books.all_finished(w, len(names)), timeout=60, what="every job to finish"
+                )
             finally:
                 disturber.cancel()
         assert violations == []
-        await _finished_once(w, len(names))
+        await books.finished_once(w, len(names))
         informers = controller.informers
         assert sum(i.relists for i in informers) > len(informers), "410 Gone made the informers list again"
         assert sum(i.rewatches for i in informers) > 0, "dropped watches were resumed"
@@ -157,7 +113,7 @@ async def test_sigterm_hands_leadership_over_within_two_seconds(tmp_path: Path, 
                 lambda: "standing by" in (tmp_path / "controller-2.log").read_text(), timeout=20, what="2 to stand by"
             )
             async with books.invariants(w) as violations:
-                submitter = asyncio.create_task(_submit(w, names, rng))
+                submitter = asyncio.create_task(books.submit(w, names, rng))
                 await asyncio.sleep(1.0)
                 signalled = time.monotonic()
                 first.send_signal(signal.SIGTERM)
@@ -167,9 +123,11 @@ async def test_sigterm_hands_leadership_over_within_two_seconds(tmp_path: Path, 
                 code = await asyncio.wait_for(first.wait(), 15)
                 assert code == 0, (tmp_path / "controller-1.log").read_text()[-2000:]
                 await submitter
-                assert await eventually(lambda: _all_finished(w, len(names)), timeout=40, what="every job to finish")
+                assert await eventually(
+                    lambda: books.all_finished(w, len(names)), timeout=40, what="every job to finish"
+                )
             assert violations == []
-            await _finished_once(w, len(names))
+            await books.finished_once(w, len(names))
             stopped = (tmp_path / "controller-1.log").read_text()
             assert "released the scheduler lease" in stopped and "stopped" in stopped
         finally:

@@ -57,3 +57,22 @@ def test_downgrade_base_removes_everything_and_upgrade_again_works(new_database:
     assert _tables(url) == {"alembic_version"}
     database.upgrade_sync(url)
     assert _diff(url) == []
+
+
+def test_concurrent_upgrades_of_a_fresh_database_are_serialised(new_database: Callable[[], str]) -> None:
+    """Eight `turnstile db upgrade` processes at once on an empty database (replicas starting
+    together, `sim up` beside a controller): each waits for the migration lock and finds the
+    schema the first one made; none fails."""
+    import os
+    import subprocess
+    import sys
+
+    url = new_database()
+    env = {**os.environ, "TURNSTILE_DATABASE_URL": url}
+    cmd = [sys.executable, "-m", "admission.cli.main", "db", "upgrade"]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [err for _, err in results]
+    assert _diff(url) == []

@@ -10,12 +10,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from admission.controller.controller import Controller, Options
 from admission.kube import client as kube_client
@@ -108,6 +108,7 @@ class World:
     url: str
     controllers: list[tuple[Controller, asyncio.Task[None]]]
     controller_kube: Kube  # the controllers' client: its ``answers`` are theirs alone
+    engines: list[AsyncEngine] = field(default_factory=list)  # the controllers' own, if any
 
     async def apply(self, text: str) -> None:
         objects = [api.parse(doc) for doc in yaml.safe_load_all(text) if doc]
@@ -120,11 +121,23 @@ class World:
     async def get(self, name: str) -> dict[str, Any]:
         return await self.kube.get(JOBS, "ml", name)
 
-    def start_controller(self, identity: str, **options: Any) -> Controller:
+    def start_controller(self, identity: str, *, database_url: str | None = None, **options: Any) -> Controller:
+        """A controller in this process; ``database_url``: its own connection to the database (e.g.
+        through a fault-injecting proxy), named turnstile-controller in pg_stat_activity."""
+        sessions = self.sessions
+        if database_url is not None:
+            engine = database.make_engine(
+                database_url,
+                idle_in_transaction_timeout=2.0,
+                command_timeout=4.0,
+                application_name="turnstile-controller",
+            )
+            self.engines.append(engine)
+            sessions = database.sessions(engine)
         controller = Controller(
             kube=self.controller_kube,
-            sessions=self.sessions,
-            database_url=self.url,
+            sessions=sessions,
+            database_url=database_url or self.url,
             options=Options(identity=identity, lease_ttl=options.pop("lease_ttl", 2.0), **options),
         )
         self.controllers.append((controller, asyncio.create_task(controller.run())))
@@ -177,5 +190,7 @@ async def world(
             await w.stop_controller(controller)
         await kube.close()
         await w.controller_kube.close()
+        for extra in w.engines:
+            await extra.dispose()
         await engine.dispose()
         await host.stop()
