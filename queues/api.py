@@ -9,15 +9,17 @@ its field path: first the shape (pydantic), then Kueue's webhook rules (``valida
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, model_validator
 
 from queues import errors, quantity
 
 GROUP = "kueue.x-k8s.io"
 VERSIONS = ("v1beta1", "v1beta2")
+MAX_OBJECT_BYTES = 1_572_864  # 1.5 MiB: what etcd (and so the API server) stores of one object
 KINDS = (
     "ResourceFlavor",
     "ClusterQueue",
@@ -43,14 +45,38 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+# ObjectMeta fields the API server owns: it ignores what a client sends for them (an object
+# exported with ``kubectl get -o yaml`` carries them), and so does Turnstile: they are not stored.
+SERVER_OWNED_METADATA = frozenset(
+    {
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "selfLink",
+    }
+)
+
+
 class Metadata(BaseModel):
-    """The part of ObjectMeta Turnstile reads; everything else is accepted and ignored."""
+    """The part of ObjectMeta Turnstile reads; other client-owned fields (ownerReferences,
+    finalizers) are kept as they are, server-owned ones dropped (``SERVER_OWNED_METADATA``)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     name: str = ""
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_server_owned(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: v for k, v in value.items() if k not in SERVER_OWNED_METADATA}
+        return value
 
 
 class Taint(_Model):
@@ -350,6 +376,11 @@ def parse(doc: Any) -> KueueObject:
         )
     if problems:
         raise errors.Invalid(problems)
+    size = len(json.dumps(doc, default=str))
+    if size > MAX_OBJECT_BYTES:
+        raise errors.Invalid(
+            [errors.FieldError("", f"the object is {size:,} bytes; Kubernetes stores at most {MAX_OBJECT_BYTES:,}")]
+        )
     model = _MODELS[str(kind)]
     try:
         obj = model.model_validate(dict(doc))

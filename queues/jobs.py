@@ -327,6 +327,72 @@ def _container_requests(container: Any, path: str, problems: list[FieldError]) -
     return out
 
 
+def _resource_rules(resources: Any, path: str) -> list[FieldError]:
+    """The API server's rules for one container's resources (``ValidateResourceRequirements``):
+    quantities are >= 0; an extended resource (``nvidia.com/gpu``: not overcommitable) is a whole
+    number, needs a limit, and a request must equal it."""
+    out: list[FieldError] = []
+    if not isinstance(resources, Mapping):
+        return out
+    parsed: dict[str, dict[str, int]] = {}
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            continue
+        for res, raw in values.items():
+            where = f"{path}.{section}.{res}"
+            try:
+                milli = quantity.parse_milli(raw)
+            except quantity.QuantityError as exc:
+                out.append(FieldError(where, str(exc)))
+                continue
+            if milli < 0:
+                out.append(FieldError(where, "must be greater than or equal to 0"))
+            elif _is_extended(str(res)) and milli % quantity.MILLI:
+                out.append(FieldError(where, "must be an integer"))
+            parsed.setdefault(section, {})[str(res)] = milli
+    limits, requests = parsed.get("limits", {}), parsed.get("requests", {})
+    for res, milli in requests.items():
+        if not _is_extended(res):
+            if res in limits and milli > limits[res]:
+                limit = quantity.format_milli(limits[res])
+                out.append(FieldError(f"{path}.requests", f"must be less than or equal to {res} limit of {limit}"))
+        elif res not in limits:
+            out.append(FieldError(f"{path}.limits", f"Limit must be set for non overcommitable resources ({res})"))
+        elif milli != limits[res]:
+            limit = quantity.format_milli(limits[res])
+            out.append(FieldError(f"{path}.requests", f"must be equal to {res} limit of {limit}"))
+    return out
+
+
+def api_problems(obj: Mapping[str, Any], kind: Kind | None = None) -> list[FieldError]:
+    """What a real API server refuses in a job's pod templates (for a custom kind: in the pods its
+    operator would create): the resource rules of every container. Empty when it would accept it."""
+    kind = kind or kind_of(obj)
+    spec = obj.get("spec")
+    if kind is None or not isinstance(spec, Mapping):
+        return []
+    problems: list[FieldError] = []
+    out: list[FieldError] = []
+    for _, _, template, path in _pod_templates(kind, spec, problems):
+        pod = template.get("spec") or {}
+        for section in ("containers", "initContainers"):
+            for i, c in enumerate(pod.get(section) or []):
+                if isinstance(c, Mapping):
+                    out.extend(_resource_rules(c.get("resources"), f"{path}.spec.{section}[{i}].resources"))
+    return out
+
+
+def pod_problems(pod_spec: Mapping[str, Any], path: str = "spec") -> list[FieldError]:
+    """The same rules for a Pod's own spec."""
+    out: list[FieldError] = []
+    for section in ("containers", "initContainers"):
+        for i, c in enumerate(pod_spec.get(section) or []):
+            if isinstance(c, Mapping):
+                out.extend(_resource_rules(c.get("resources"), f"{path}.{section}[{i}].resources"))
+    return out
+
+
 def is_gpu(resource: str) -> bool:
     """A whole GPU or a GPU slice (MIG): what GPU-hours and the GPU warnings count."""
     return resource in ("nvidia.com/gpu", "amd.com/gpu") or resource.startswith("nvidia.com/mig-")

@@ -49,12 +49,17 @@ class Scenario:
 _TOP_FIELDS = {"name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits"}
 
 
+MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
+MAX_JOBS = 250_000  # a scenario bigger than Kueue's large-scale benchmark (50,000) five times over
+
+
 def _time(value: Any, path: str, problems: list[FieldError], *, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         problems.append(FieldError(path, f"must be a number of seconds, not {value!r}"))
         return 0.0
-    if value < 0 or (positive and value == 0) or value == float("inf"):
-        problems.append(FieldError(path, f"must be {'> 0' if positive else '>= 0'} and finite, not {value!r}"))
+    if value < 0 or (positive and value == 0) or value > MAX_SECONDS:
+        bound = "> 0" if positive else ">= 0"
+        problems.append(FieldError(path, f"must be {bound} and at most {MAX_SECONDS:,} seconds, not {value!r}"))
         return 0.0
     return float(value)
 
@@ -115,6 +120,10 @@ def parse(doc: Any) -> Scenario:
     keys: dict[str, int] = {}
     if not isinstance(raw_jobs, list):
         problems.append(FieldError("jobs", "required: the timeline of job submissions (a list)"))
+    elif len(raw_jobs) > MAX_JOBS:
+        problems.append(
+            FieldError("jobs", f"{len(raw_jobs):,} jobs; a scenario holds at most {MAX_JOBS:,} (split the timeline)")
+        )
     else:
         for i, raw in enumerate(raw_jobs):
             path = f"jobs[{i}]"
@@ -131,6 +140,8 @@ def parse(doc: Any) -> Scenario:
             except errors.Invalid as exc:
                 problems.extend(e.under(f"{path}.object") for e in exc.errors)
                 continue
+            # as a user would kubectl apply it: what the API server refuses is refused here too
+            problems.extend(e.under(f"{path}.object") for e in jobs.api_problems(raw["object"]))
             if info.key in keys:
                 problems.append(
                     FieldError(

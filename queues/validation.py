@@ -40,6 +40,11 @@ def dns_subdomain_error(value: str) -> str | None:
     return None
 
 
+def dns_label_ok(value: str) -> bool:
+    """An RFC 1123 label (a namespace's name): at most 63 lowercase letters, digits and '-'."""
+    return bool(value) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
+
+
 def label_key_error(key: str) -> str | None:
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
@@ -55,11 +60,31 @@ def label_value_error(value: str) -> str | None:
     return None
 
 
+MAX_ANNOTATIONS_BYTES = 256 * 1024  # Kubernetes' TotalAnnotationSizeLimitB
+
+
+def _metadata(meta: api.Metadata) -> list[FieldError]:
+    """Labels and annotations as the API server validates any object's."""
+    out: list[FieldError] = []
+    for key, value in meta.labels.items():
+        if err := label_key_error(key) or label_value_error(value):
+            out.append(FieldError(f"metadata.labels[{key}]", err))
+    total = 0
+    for key, value in meta.annotations.items():
+        total += len(key) + len(value)
+        if err := label_key_error(key):
+            out.append(FieldError(f"metadata.annotations[{key}]", err.replace("label key", "annotation key")))
+    if total > MAX_ANNOTATIONS_BYTES:
+        out.append(FieldError("metadata.annotations", f"may not be more than 256 KiB in total ({total:,} bytes given)"))
+    return out
+
+
 def validate(obj: api.KueueObject) -> list[FieldError]:
     """Every rule ``obj`` breaks, as field errors; empty when valid."""
     out: list[FieldError] = []
     if err := dns_subdomain_error(obj.metadata.name):
         out.append(FieldError("metadata.name", err))
+    out += _metadata(obj.metadata)
     if isinstance(obj, api.LocalQueue):
         ns = obj.metadata.namespace
         if not ns:

@@ -2,6 +2,12 @@
 
 Every problem is reported as ``FILE: document N: path: message`` and the command exits with
 status 2 (unreadable input) before anything is written.
+
+Input is bounded before it can cost memory or time (``Limits``): the bytes read, how deep
+collections nest (checked while composing, so a pathological file is refused instead of ending
+in a ``RecursionError``), and how many nodes a document has once its aliases are expanded,
+counted on the composed graph before any Python object is built (a few hundred bytes of YAML
+aliases can stand for gigabytes).
 """
 
 from __future__ import annotations
@@ -35,8 +41,84 @@ class Document:
         return f"{self.source}: document {self.index + 1}"
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_bytes: int  # of one file (or stdin)
+    max_nodes: int  # of one document, aliases expanded
+    max_items: int  # in one list (checked while reading: a huge timeline is refused early)
+    max_depth: int = 64  # collections nested in collections
+
+    def describe_bytes(self) -> str:
+        return f"{self.max_bytes // (1024 * 1024)} MiB"
+
+
+# Kueue objects: each is at most 1.5 MiB once stored (Kubernetes' own limit); a file of 10,000
+# ClusterQueues is ~6 MiB. Scenarios: Kueue's large-scale benchmark is ~25 MiB and ~4 million nodes.
+OBJECTS = Limits(max_bytes=32 * 1024 * 1024, max_nodes=200_000, max_items=100_000)
+SCENARIO = Limits(max_bytes=256 * 1024 * 1024, max_nodes=40_000_000, max_items=300_000)
+
+
+class TooLarge(yaml.YAMLError):
+    """Input beyond ``Limits``: refused before it is built."""
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps Kubernetes' YAML 1.1 quirks but refuses duplicate keys."""
+    """SafeLoader that keeps Kubernetes' YAML 1.1 quirks but refuses duplicate keys, nesting
+    deeper than its limit, and documents whose aliases expand beyond its limit."""
+
+    limits = OBJECTS
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self.depth += 1
+        try:
+            if self.depth > self.limits.max_depth:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise TooLarge(f"collections nested more than {self.limits.max_depth} deep (line {mark.line + 1})")
+            if isinstance(index, int) and index >= self.limits.max_items:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise TooLarge(f"a list of more than {self.limits.max_items:,} items (line {mark.line + 1})")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_expansion(node, self.limits)
+        return super().construct_document(node)
+
+
+def _check_expansion(root: yaml.Node, limits: Limits) -> None:
+    """Count the nodes and depth of ``root`` with every alias expanded, on the composed graph (an
+    alias is the same node object as its anchor), without building anything: memoized, iterative."""
+    memo: dict[int, tuple[int, int]] = {}  # node -> (nodes below and itself, height)
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in memo:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in memo)
+            continue
+        count = 1 + sum(memo[id(c)][0] for c in children)
+        height = 1 + max((memo[id(c)][1] for c in children), default=0)
+        if count > limits.max_nodes:
+            line = node.start_mark.line + 1
+            raise TooLarge(
+                f"the document expands to more than {limits.max_nodes:,} values (line {line}: "
+                "aliases that repeat large parts?)"
+            )
+        if height > limits.max_depth:
+            raise TooLarge(f"collections nested more than {limits.max_depth} deep once aliases are expanded")
+        memo[id(node)] = (count, height)
 
 
 def _no_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -55,21 +137,34 @@ def _no_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
-def _read_text(path: str) -> str:
+def _read_text(path: str, limits: Limits) -> str:
+    too_big = f"{path}: larger than {limits.describe_bytes()}; split it into several files"
     if path == "-":
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read(limits.max_bytes + 1)
+        if len(data) > limits.max_bytes:
+            raise Unreadable([too_big])
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Unreadable([f"{path}: cannot be read: {exc}"]) from None
     p = Path(path)
     if not p.exists():
         raise Unreadable([f"{path}: no such file or folder"])
     if p.is_dir():
         raise Unreadable([f"{path}: is a folder; name a YAML file"])
     try:
+        if p.stat().st_size > limits.max_bytes:
+            raise Unreadable([too_big])
         return p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise Unreadable([f"{path}: cannot be read: {exc}"]) from None
 
 
-def load_documents(path: str) -> list[Document]:
+def _loader(limits: Limits) -> type[_Loader]:
+    return type("_BoundedLoader", (_Loader,), {"limits": limits})
+
+
+def load_documents(path: str, limits: Limits = OBJECTS) -> list[Document]:
     """Every YAML document of a file, of each ``*.yaml``/``*.yml`` in a folder, or of stdin."""
     if path != "-" and Path(path).is_dir():
         files = sorted(p for p in Path(path).rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
@@ -79,15 +174,19 @@ def load_documents(path: str) -> list[Document]:
         problems: list[str] = []
         for f in files:
             try:
-                out.extend(load_documents(str(f)))
+                out.extend(load_documents(str(f), limits))
             except Unreadable as exc:
                 problems.extend(exc.lines)
         if problems:
             raise Unreadable(problems)
         return out
-    text = _read_text(path)
+    text = _read_text(path, limits)
     try:
-        bodies = list(yaml.load_all(text, Loader=_Loader))
+        bodies = list(yaml.load_all(text, Loader=_loader(limits)))
+    except TooLarge as exc:
+        raise Unreadable([f"{path}: refused: {exc}"]) from None
+    except RecursionError:
+        raise Unreadable([f"{path}: refused: nested too deeply"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -103,7 +202,7 @@ def load_documents(path: str) -> list[Document]:
 
 def load_single(path: str) -> Any:
     """The one YAML document of ``path`` (scenario files)."""
-    docs = load_documents(path)
+    docs = load_documents(path, SCENARIO)
     if len(docs) != 1:
         raise Unreadable([f"{path}: expected one YAML document, found {len(docs)}"])
     return docs[0].body

@@ -78,7 +78,8 @@ def simulate(
     else:
         result = simulator.Simulation(parsed).run()
     if output == "json":
-        sys.stdout.write(json.dumps(result.to_json(engine), indent=2) + "\n")
+        # allow_nan=False: JSON has no Infinity or NaN; the scenario's bounds keep every number finite
+        sys.stdout.write(json.dumps(result.to_json(engine), indent=2, allow_nan=False) + "\n")
     else:
         report.render(result, report.console(), engine=engine)
     if plot_path:

@@ -42,9 +42,9 @@ from admission.jobs.base import JobView
 from admission.store import config as config_store
 from admission.store import database, lease
 from admission.store import workloads as store
-from queues import provisioning
+from queues import jobs, provisioning
 from queues.model import Workload
-from queues.scheduler import Admit, Decision, Evict
+from queues.scheduler import Admit, Decision, Evict, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ class Steps:
         self.enactor = enactor
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
+        self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued
 
     async def run(self, term: Term) -> None:
         """One step; ``StepFailed`` if a transaction failed (the term must be rebuilt)."""
@@ -205,11 +206,13 @@ class Steps:
             view = self.jobs.views.get(uid)
             row = term.rows.get(uid)
             if view is None or view.finished:
+                self.unreadable.discard(uid)
                 if row is not None:
                     finishes["JobDeleted" if view is None else "JobFinished"].append(row)
                 continue
             if view.info is None:
-                continue  # malformed: the webhook reports it; nothing to queue
+                self._unreadable(sched, view)
+                continue
             candidate = sched.workload_for(view.info, seq=0, now=sched.now)
             managed = view.info.queue_name is not None or candidate.local_queue is not None
             current = sched.workloads.get(row.key) if row is not None else None
@@ -289,6 +292,24 @@ class Steps:
             self.changes.namespaces = False
             decisions.extend(sched.set_namespaces(dict(self.namespaces)))
         return decisions
+
+    def _unreadable(self, sched: Scheduler, view: JobView) -> None:
+        """A job meant for a queue that Turnstile cannot read (the webhook refuses such jobs; this
+        one came while it was away): it cannot be queued, so say why, once, on the job."""
+        meant = view.queue_label is not None or f"{view.namespace}/{jobs.DEFAULT_QUEUE}" in sched.config.local_queues
+        if not meant or view.uid in self.unreadable:
+            return
+        self.unreadable.add(view.uid)
+        problems = "; ".join(view.problems[:5]) + (
+            f" (and {len(view.problems) - 5} more)" if len(view.problems) > 5 else ""
+        )
+        log.warning("%s %s cannot be queued: %s", view.integration.ref.kind, view.key, problems)
+        self.events.post(
+            view,
+            "InvalidJob",
+            f"Turnstile cannot queue this job: {problems}; fix it and create it again",
+            type="Warning",
+        )
 
     async def _commit(
         self,

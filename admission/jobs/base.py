@@ -55,6 +55,7 @@ class JobView:
     started: bool = False  # status.startTime is set (a batch Job's template is then immutable)
     problems: tuple[str, ...] = ()
     version: str = ""  # metadata.resourceVersion (compared for equality only)
+    queue_label: str | None = None  # kueue.x-k8s.io/queue-name, read even when the job is malformed
     # pod set -> its template's (nodeSelector, tolerations) as they are; None where absent
     # (only pod sets that have either: most jobs have none, and a controller holds 100,000 views)
     directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = field(default_factory=dict)
@@ -181,6 +182,7 @@ class Integration:
             started=bool((obj.get("status") or {}).get("startTime")),
             problems=problems,
             version=str(meta.get("resourceVersion") or ""),
+            queue_label=_queue_label(meta),
             directives=directives,
             template_meta=template_meta,
         )
@@ -223,6 +225,12 @@ class Integration:
         elif view.admission is not None:
             ops.append({"op": "remove", "path": path})
         return ops
+
+
+def _queue_label(meta: Mapping[str, Any]) -> str | None:
+    labels = meta.get("labels")
+    value = labels.get(jobs.QUEUE_LABEL) if isinstance(labels, Mapping) else None
+    return value if isinstance(value, str) and value else None
 
 
 def _annotation_ops(view: JobView, info: PodSetInfo, template: str) -> list[Obj]:

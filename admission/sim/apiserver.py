@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from random import Random
@@ -235,14 +236,19 @@ class ApiServer:
         if method == "POST" and not name:
             body = await self._body(request)
             body = {**body, "apiVersion": res.api_version, "kind": res.kind}
+            meta = body["metadata"] = dict(body.get("metadata") or {})
             if res.namespaced:
-                body["metadata"] = {**(body.get("metadata") or {}), "namespace": namespace}
+                meta["namespace"] = namespace
+            if not meta.get("name") and meta.get("generateName"):  # named first, as the real server
+                meta["name"] = str(meta["generateName"]) + uuid.uuid4().hex[:5]
             defaults.default(res, body)  # as the real server's decoding, before admission
             admitted = await self.webhooks.admit(res, "CREATE", namespace, body, None)
             if res not in self.custom:
                 admitted.warnings.extend(validation.schema(res, admitted.obj, mode))
+                validation.object_rules(res, admitted.obj)
             else:
                 admitted.warnings.extend(self._validate_custom(res, admitted.obj, mode))
+                validation.object_rules(res, admitted.obj)  # names, labels, annotations
             if res == resources.CRDS:
                 admitted.obj = _established(admitted.obj)
             created = self.store.create(
@@ -397,6 +403,7 @@ class ApiServer:
 
         def check(old: Obj, new: Obj) -> None:
             warnings.extend(validation.schema(res, new, mode))
+            validation.object_rules(res, new)
             if res.group == "batch" and res.plural == "jobs":
                 validation.job_update(res, old, new)
 

@@ -18,6 +18,7 @@ import referencing
 from kubernetes_validate import utils as kv_utils
 
 from admission.sim.objects import ApiError, Obj, Resource, clone
+from queues import jobs, validation
 
 KUBERNETES_VERSION = "1.30"
 MUTABLE_WHILE_SUSPENDED = (
@@ -157,6 +158,48 @@ def schema(res: Resource, obj: Obj, mode: str = "Warn") -> list[str]:
         causes = [(_path(e.absolute_path) or "<object>", e.message) for e in errors]
         raise invalid(res, obj.get("metadata", {}).get("name", ""), causes)
     return warnings
+
+
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+
+
+def object_rules(res: Resource, obj: Obj) -> None:
+    """What the real server checks on every object of these kinds beyond its schema: the name (a
+    namespace's a DNS label, a Job's at most 63 characters since it becomes the job-name label,
+    others a DNS subdomain), label keys and values, annotation keys and their 256 KiB in total; and
+    for Pods and Jobs the containers' resources (``queues.jobs.api_problems``). 422 with every cause."""
+    causes: list[tuple[str, str]] = []
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    if res.plural == "namespaces" and not res.group:
+        if len(name) > 63 or not validation.dns_label_ok(name):
+            causes.append(
+                (
+                    "metadata.name",
+                    f"Invalid value: {name!r}: a lowercase RFC 1123 label must consist of "
+                    "lower case alphanumeric characters or '-', and at most 63 characters",
+                )
+            )
+    elif err := validation.dns_subdomain_error(name):
+        causes.append(("metadata.name", f"Invalid value: {name!r}: {err}"))
+    elif (res.group, res.kind) == ("batch", "Job") and len(name) > 63:
+        causes.append(("metadata.name", f"Invalid value: {name!r}: must be no more than 63 characters"))
+    for key, value in (meta.get("labels") or {}).items():
+        if err := validation.label_key_error(str(key)) or validation.label_value_error(str(value)):
+            causes.append(("metadata.labels", f"Invalid value: {err}"))
+    total = 0
+    for key, value in (meta.get("annotations") or {}).items():
+        total += len(str(key)) + len(str(value))
+        if err := validation.label_key_error(str(key)):
+            causes.append(("metadata.annotations", f"Invalid value: {err.replace('label key', 'annotation key')}"))
+    if total > MAX_ANNOTATIONS_BYTES:
+        causes.append(("metadata.annotations", f"Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"))
+    if (res.group, res.kind) == ("", "Pod"):
+        causes.extend((e.path, e.message) for e in jobs.pod_problems(obj.get("spec") or {}))
+    elif (res.group, res.kind) == ("batch", "Job"):
+        causes.extend((e.path, e.message) for e in jobs.api_problems(obj, jobs.KINDS[("batch/v1", "Job")]))
+    if causes:
+        raise invalid(res, name, causes)
 
 
 def _without_directives(template: Any) -> Any:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.jobs import BY_KIND
+from admission.jobs.base import Integration
 from queues import errors, flavors, jobs
 from queues.model import Config, Snapshot, Workload
 
@@ -41,9 +42,19 @@ def _namespace_queues(config: Config, namespace: str) -> list[str]:
     return sorted(key[len(prefix) :] for key in config.local_queues if key.startswith(prefix))
 
 
-def mutate(obj: Obj, namespace: str, config: Config) -> Answer:
+def integration_of(request_kind: Any, obj: Obj) -> Integration | None:
+    """The integration of the object under review: by the review's ``request.kind`` (what the API
+    server says it is), else by the object's own TypeMeta."""
+    if isinstance(request_kind, Mapping) and request_kind.get("kind"):
+        group, version = str(request_kind.get("group") or ""), str(request_kind.get("version") or "")
+        api_version = f"{group}/{version}" if group else version
+        return BY_KIND.get((api_version, str(request_kind["kind"])))
+    return BY_KIND.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+
+
+def mutate(obj: Obj, namespace: str, config: Config, integration: Integration | None = None) -> Answer:
     answer = Answer()
-    integration = BY_KIND.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+    integration = integration or integration_of(None, obj)
     if integration is None:
         return answer
     meta = obj.get("metadata") or {}
@@ -81,9 +92,11 @@ def mutate(obj: Obj, namespace: str, config: Config) -> Answer:
     return answer
 
 
-def validate(operation: str, obj: Obj, old: Obj | None, namespace: str, config: Config) -> Answer:
+def validate(
+    operation: str, obj: Obj, old: Obj | None, namespace: str, config: Config, integration: Integration | None = None
+) -> Answer:
     answer = Answer()
-    integration = BY_KIND.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+    integration = integration or integration_of(None, obj)
     if integration is None or operation not in ("CREATE", "UPDATE"):
         return answer
     name = f"{integration.ref.kind} {namespace}/{(obj.get('metadata') or {}).get('name')}"
@@ -109,6 +122,15 @@ def validate(operation: str, obj: Obj, old: Obj | None, namespace: str, config: 
             f"metadata.labels[{jobs.QUEUE_LABEL}]: cannot move a running job from queue {_queue_of(old)!r} "
             f"to {queue!r}; suspend or recreate it"
         )
+    queued = queue is not None or f"{namespace}/{jobs.DEFAULT_QUEUE}" in config.local_queues
+    if queued:
+        # A job Turnstile must queue but cannot read would wait suspended forever, unexplained.
+        try:
+            jobs.read_job(
+                {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}, integration.kind
+            )
+        except errors.Invalid as exc:
+            problems.extend(str(e) for e in exc.errors)
     if problems:
         answer.allowed = False
         answer.message = f"{name}: " + "; ".join(problems)
@@ -170,7 +192,8 @@ def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
             gpus = [r for r in {**limits, **requests} if jobs.is_gpu(r)]
             if gpus:
                 gpu_job = True
-                missing = [r for r in ("cpu", "memory") if r not in requests]
+                # a limit stands for the request it does not set (Kubernetes defaults one to the other)
+                missing = [r for r in ("cpu", "memory") if r not in requests and r not in limits]
                 if missing:
                     out.append(
                         f"pod set {ps_name}, container {c.get('name')}: requests {gpus[0]} but no "

@@ -71,11 +71,12 @@ class WebhookServer:
             config = self.config_source()
             if config is None:
                 return _status(503, "the queue configuration is not loaded yet; retry shortly")
+            integration = review.integration_of(req.get("kind"), obj)
             try:
                 if mutating and operation == "CREATE":
-                    answer = review.mutate(obj, namespace, config)
+                    answer = review.mutate(obj, namespace, config, integration)
                 elif not mutating:
-                    answer = review.validate(operation, obj, old, namespace, config)
+                    answer = review.validate(operation, obj, old, namespace, config, integration)
             except Exception:  # a bug must not turn into a 500 that blocks every job in the cluster
                 log.exception("review of %s %s failed; allowing it unchanged", operation, namespace)
                 answer = review.Answer(warnings=["turnstile could not review this object (an internal error)"])

@@ -154,3 +154,67 @@ def test_database_problems_are_said_as_such(migrated_url: str, tmp_path: Path, c
     done = turnstile("get", "cq", env=env)
     assert done.returncode in (1, 2) and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "schema is at" not in done.stderr
+
+
+BOMB = (
+    "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata:\n  name: bomb\n  managedFields:\n"
+    "    a: &a [x,x,x,x,x,x,x,x,x,x]\n    b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+    "    c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n    d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+    "    e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n    f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
+)
+FLAVOR = "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {{name: {name}, {meta}}}\nspec: {spec}\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "code", "expected"),
+    [
+        (BOMB, 2, "refused: the document expands to more than 200,000 values"),
+        ("a: " + "[" * 20000 + "]" * 20000 + "\n", 2, "refused: collections nested more than 64 deep"),
+        (
+            FLAVOR.format(name="big", meta="annotations: {note: " + "y" * 300_000 + "}", spec="{}"),
+            1,
+            "metadata.annotations: may not be more than 256 KiB in total",
+        ),
+        (
+            FLAVOR.format(name="Not_A_Name", meta="labels: {}", spec="{}"),
+            1,
+            "metadata.name: 'Not_A_Name' is not a valid name",
+        ),
+        (
+            FLAVOR.format(name="f", meta="labels: {team: " + "x" * 64 + "}", spec="{}"),
+            1,
+            "metadata.labels[team]: label value",
+        ),
+        (
+            FLAVOR.format(name="f", meta="labels: {}", spec="{nodeLabels: {gpu: " + "x" * 64 + "}}"),
+            1,
+            "spec.nodeLabels[gpu]: label value",
+        ),
+    ],
+    ids=["alias-bomb", "deep-nesting", "huge-annotation", "invalid-name", "long-label-value", "long-node-label"],
+)
+def test_hostile_or_oversized_input_is_refused_fast_with_one_clear_line(
+    cli,
+    tmp_path: Path,
+    content: str,
+    code: int,
+    expected: str,  # type: ignore[no-untyped-def]
+) -> None:
+    path = tmp_path / "input.yaml"
+    path.write_text(content)
+    done = cli("apply", "-f", str(path))
+    assert done.returncode == code and expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_server_owned_metadata_is_not_stored(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An object exported with kubectl get -o yaml carries managedFields, uid, resourceVersion...:
+    the API server ignores them, and so does Turnstile (nothing of them is stored)."""
+    exported = FLAVOR.format(
+        name="exported", meta="uid: abc, resourceVersion: '42', managedFields: [{manager: kubectl}]", spec="{}"
+    )
+    path = tmp_path / "exported.yaml"
+    path.write_text(exported)
+    assert cli("apply", "-f", str(path)).returncode == 0
+    shown = cli("get", "rf", "exported", "-o", "yaml").stdout
+    assert "managedFields" not in shown and "resourceVersion" not in shown and "uid" not in shown

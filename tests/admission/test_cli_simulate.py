@@ -54,3 +54,14 @@ def test_demo_runs_gpu_teams_through_the_whole_system_and_reports() -> None:
     assert "turnstile demo: gpu-teams (engine cluster)" in out.stdout
     assert "Waiting, and why" in out.stdout and "Latest decisions" in out.stdout
     assert "InCohortReclamation" in out.stdout and "No workload is left pending." in out.stdout
+
+
+def test_a_timeline_too_large_is_refused_early(tmp_path: Path) -> None:
+    """A million jobs written with one alias (a few MB of YAML): refused while reading, not after
+    building gigabytes."""
+    job = "{at: 0, runtime: 10, object: {apiVersion: batch/v1, kind: Job, metadata: {name: j, namespace: n}}}"
+    path = tmp_path / "million.yaml"
+    path.write_text(f"name: million\nmanifests: []\nbase: &j {job}\njobs:\n" + "- *j\n" * 400_000)
+    out = turnstile("simulate", str(path), "-o", "json")
+    assert out.returncode == 2 and "refused: a list of more than 300,000 items" in out.stderr, out.stderr
+    assert out.stdout == ""

@@ -29,11 +29,16 @@ QUOTA_GPUS = 8  # the nominal quota of tests.admission.controller.world.CONFIG
 
 
 def pod_gpus(pod: dict[str, Any]) -> int:
+    """A pod's GPUs: its containers' requests (a GPU limit stands for its request)."""
     spec = pod.get("spec") or {}
-    return sum(
-        quantity.parse_milli(str(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu", "0")))
-        for c in spec.get("containers") or []
-    )
+    total = 0
+    for c in spec.get("containers") or []:
+        resources = c.get("resources") or {}
+        asked = (resources.get("requests") or {}).get("nvidia.com/gpu") or (resources.get("limits") or {}).get(
+            "nvidia.com/gpu", "0"
+        )
+        total += quantity.parse_milli(str(asked))
+    return total
 
 
 async def controller_process(

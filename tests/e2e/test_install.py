@@ -58,7 +58,7 @@ spec: {clusterQueue: team-a}
 
 
 def job(name: str, queue: str) -> dict[str, Any]:
-    container = {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "1"}}}
+    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -142,7 +142,7 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             # them; the controller admits the one that fits and leaves the one that does not suspended.
             for name, gpus in (("train", "1"), ("too-big", "9")):
                 body = job(name, "team-a")
-                body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = gpus
+                body["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = gpus
                 code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(body))
                 assert code == 0, err
             for _ in range(200):

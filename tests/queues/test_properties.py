@@ -100,7 +100,7 @@ def scenarios(draw: Any, strategy: str | None = None) -> dict[str, Any]:
                         "template": {
                             "spec": {
                                 "containers": [
-                                    {"name": "c", "resources": {"requests": {GPU: str(draw(st.integers(1, 4)))}}}
+                                    {"name": "c", "resources": {"limits": {GPU: str(draw(st.integers(1, 4)))}}}
                                 ]
                             }
                         },

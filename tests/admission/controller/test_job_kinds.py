@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from tests.admission.controller.world import CONFIG, JOBS, World, eventually, jo
 
 GPU_POD = {
     "restartPolicy": "Never",
-    "containers": [{"name": "main", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+    "containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
 }
 META = {
     "namespace": "ml",
@@ -131,3 +133,34 @@ def _informer(controller: Controller, kind: str) -> Informer:
 async def _unsuspended(w: World, ref: ResourceRef, name: str) -> bool:
     current = await w.kube.get(ref, "ml", name)
     return not BY_KIND[(ref.api_version, ref.kind)].is_suspended(current)
+
+
+async def test_a_queued_job_that_cannot_be_read_gets_a_warning_event(tmp_path: Path, migrated_url: str) -> None:
+    """The webhook refuses such jobs; one created while it was away is not silently left suspended:
+    an InvalidJob Warning on the job says what is wrong, once."""
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        w.start_controller("replica-1")
+        bad = json.loads(json.dumps(KINDS[0]))
+        bad["metadata"]["name"] = "unreadable"
+        bad["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
+            "limits": {"nvidia.com/gpu": "abc"}
+        }
+        pytorch = BY_KIND[("kubeflow.org/v1", "PyTorchJob")]
+        await w.kube.create(pytorch.ref, "ml", bad)
+
+        async def warned() -> list[str]:
+            events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
+            return [
+                e["message"]
+                for e in events["items"]
+                if e["involvedObject"]["name"] == "unreadable"
+                and e["reason"] == "InvalidJob"
+                and e["type"] == "Warning"
+            ]
+
+        (message,) = await eventually(warned, what="an InvalidJob warning")
+        assert "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu" in message
+        assert "'abc' is not a quantity" in message
+        await asyncio.sleep(0.5)
+        assert len(await warned()) == 1, "said once"

@@ -45,7 +45,7 @@ def job(name: str, gpus: str = "1", labels: dict[str, str] | None = None) -> dic
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": gpus}}}],
+                    "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
                 }
             },
         },
@@ -433,3 +433,60 @@ def test_a_bookmark_never_runs_ahead_of_events_still_queued_for_its_stream() -> 
     watcher.queue.put_nowait(Event(35, "MODIFIED", jobs, {}))
     watcher.queue.put_nowait(Event(38, "MODIFIED", jobs, {}))
     assert bookmark_version(watcher, latest=40, sent=30) == 34
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (lambda j: j["metadata"].update(name="Bad_Name"), "metadata.name", "is not a valid name"),
+        (lambda j: j["metadata"].update(name="x" * 64), "metadata.name", "must be no more than 63 characters"),
+        (lambda j: j["metadata"].update(labels={"team": "v" * 64}), "metadata.labels", "label value"),
+        (lambda j: j["metadata"].update(annotations={"note": "n" * 300_000}), "metadata.annotations", "at most 262144"),
+        (
+            lambda j: _resources(j).update(limits={"nvidia.com/gpu": "-1"}),
+            "limits.nvidia.com/gpu",
+            ">= 0".replace(">=", "greater than or equal to"),
+        ),
+        (
+            lambda j: _resources(j).update(limits={"nvidia.com/gpu": "0.5"}),
+            "limits.nvidia.com/gpu",
+            "must be an integer",
+        ),
+        (
+            lambda j: _resources(j).update(limits={}, requests={"nvidia.com/gpu": "1"}),
+            "resources.limits",
+            "Limit must be set",
+        ),
+        (
+            lambda j: _resources(j).update(limits={"nvidia.com/gpu": "2"}, requests={"nvidia.com/gpu": "1"}),
+            "resources.requests",
+            "must be equal to nvidia.com/gpu limit of 2",
+        ),
+    ],
+    ids=[
+        "name",
+        "job-name-too-long",
+        "label-value",
+        "annotations-total",
+        "negative",
+        "fractional-gpu",
+        "no-limit",
+        "request-not-limit",
+    ],
+)
+async def test_objects_a_real_server_refuses_are_refused(
+    cluster: tuple[ApiServer, client.ApiClient], change: Any, field: str, message: str
+) -> None:
+    _, api = cluster
+    bad = job("good")
+    change(bad)
+    with pytest.raises(ApiException) as refused:
+        await client.BatchV1Api(api).create_namespaced_job("default", bad)
+    assert refused.value.status == 422
+    causes = json.loads(refused.value.body)["details"]["causes"]
+    assert any(field in c["field"] and message in c["message"] for c in causes), causes
+
+
+def _resources(j: dict[str, Any]) -> dict[str, Any]:
+    resources: dict[str, Any] = j["spec"]["template"]["spec"]["containers"][0]["resources"]
+    return resources

@@ -33,9 +33,7 @@ async def scaler() -> AsyncIterator[tuple[ObjectStore, Autoscaler]]:
         {
             "metadata": {"name": "worker"},
             "template": {
-                "spec": {
-                    "containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]
-                }
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}
             },
         },
         namespaces=resources.NAMESPACES,

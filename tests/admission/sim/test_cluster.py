@@ -38,7 +38,7 @@ def job(
     annotations = {"turnstile.dev/sim-runtime": runtime} if runtime else {}
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": gpus}}}],
+        "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
     }
     if selector:
         spec["nodeSelector"] = selector

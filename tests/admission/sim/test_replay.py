@@ -49,7 +49,7 @@ DOC: dict[str, Any] = {
                 "metadata": {"name": "a", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team"}},
                 "spec": {
                     "template": {
-                        "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}
+                        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
                     }
                 },
             },

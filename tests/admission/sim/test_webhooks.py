@@ -84,7 +84,7 @@ def _config(kind: str, path: str, port: int, ca: bytes, policy: str = "Fail") ->
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": kind,
-        "metadata": {"name": f"turnstile{path}"},
+        "metadata": {"name": f"turnstile-{path[1:]}"},
         "webhooks": [
             {
                 "name": f"{path[1:]}.turnstile.dev",

@@ -192,6 +192,57 @@ def test_gpu_containers_without_cpu_or_memory_get_a_warning(server: Server) -> N
     assert any("no cpu or memory" in w for w in warnings)
 
 
+def test_limits_stand_for_requests(server: Server) -> None:
+    """A container with only limits has requests (Kubernetes defaults them from the limits)."""
+    only_limits = job("limited", cpu=None)
+    resources = only_limits["spec"]["template"]["spec"]["containers"][0]["resources"]
+    resources["limits"] = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+    warnings = server.review("/validate", only_limits).get("warnings", [])
+    assert not any("no cpu or memory" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        ("-1", "must not be negative"),
+        ("abc", "'abc' is not a quantity"),
+        ("1e40", "too large"),
+        ("0.5", "must be a whole number"),
+    ],
+    ids=["negative", "not-a-quantity", "beyond-int64", "fractional-gpu"],
+)
+def test_a_queued_job_turnstile_cannot_read_is_refused_with_the_field_path(
+    server: Server, gpus: str, expected: str
+) -> None:
+    bad = job("unreadable")
+    bad["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": gpus}
+    response = server.review("/validate", bad)
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu" in message and expected in message, (
+        message
+    )
+    # a job Turnstile does not queue is the API server's business, not the webhook's
+    assert server.review("/validate", {**bad, "metadata": {"name": "free", "labels": {}}})["allowed"] is True
+
+
+def test_the_review_kind_decides_the_integration_not_the_objects_typemeta(server: Server) -> None:
+    """A real API server names the kind in request.kind; the object's own TypeMeta is not relied on."""
+    obj = job("typeless")
+    del obj["apiVersion"], obj["kind"]
+    request = {
+        "uid": "u-2",
+        "operation": "CREATE",
+        "namespace": "ml",
+        "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+        "object": obj,
+    }
+    status, body = server.post(
+        "/mutate", json.dumps({"apiVersion": "admission.k8s.io/v1", "request": request}).encode()
+    )
+    assert status == 200 and {"op": "add", "path": "/spec/suspend", "value": True} in patch_of(body["response"])
+
+
 def test_malformed_oversized_and_delete(server: Server) -> None:
     assert server.post("/validate", b"{not json")[0] == 400
     assert server.post("/validate", b'{"request": {}}')[0] == 400
