@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contract pytest bench clean
+.PHONY: demo test lint typecheck contract pytest bench lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ test: lint typecheck contract pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The image's dependencies, pinned with hashes (the Dockerfile installs them with --require-hashes).
+lock: $(STAMP)
+	$(BIN)/pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url \
+		--no-emit-find-links --output-file requirements.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
