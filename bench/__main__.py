@@ -1,4 +1,4 @@
-"""``python -m bench [core|sim|store|controller|webhook|cluster|all]``: print Turnstile's figures for this machine."""
+"""``python -m bench [core|sim|store|controller|webhook|cluster|chaos|all]``: Turnstile's figures on this machine."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ def main() -> None:
         from bench import kueue_cluster
 
         kueue_cluster.main()
+    if which in ("chaos", "all"):
+        from bench import chaos
+
+        chaos.main()
 
 
 if __name__ == "__main__":

@@ -115,6 +115,7 @@ class Controller:
         self.term_task: asyncio.Task[None] | None = None
         self.elect_task: asyncio.Task[None] | None = None
         self.step_failures = 0  # in a row: the pause before the next term grows with them
+        self.terms_begun = 0  # terms this replica began (a failed step begins a new one from the store)
         self.database = DatabaseHealth()
         self.readiness = Readiness()
         self.readiness.add(
@@ -322,6 +323,7 @@ class Controller:
         term = Term.start(fence, snapshot, dict(self.namespaces))
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term
+        self.terms_begun += 1
         for wl in term.scheduler.workloads.values():
             self.metrics.clock.start(wl, time.time())  # held quota counts from this term on
         self.changes.jobs.update(dict.fromkeys(self.views))

@@ -223,6 +223,10 @@ class Metrics:
         leader.set_function(lambda: 1.0 if controller.term is not None else 0.0)
         steps = Gauge("turnstile_scheduling_steps", "Scheduling steps run by this replica", registry=r)
         steps.set_function(lambda: float(controller.steps.count))
+        database_up = Gauge(
+            "turnstile_database_up", "1 while PostgreSQL answered this replica's last round trip", registry=r
+        )
+        database_up.set_function(lambda: 1.0 if controller.database.ok else 0.0)
         self.clock = ResourceClock()
         self.controller = controller
 
@@ -233,7 +237,17 @@ class Metrics:
         self.reserved.write(out)
         self.waits.write(out)
         write_queues(out, self.controller, self.clock)
+        self._kube_answers(out)
         return generate_latest(self.registry) + out.text().encode()
+
+    def _kube_answers(self, out: Exposition) -> None:
+        """``turnstile_kube_responses_total{method,code}``: what the API server answered this
+        replica's calls (``code="0"``: no answer); a 4xx is a bug or a misconfiguration."""
+        answers = self.controller.kube.answers
+        if answers:
+            out.family("turnstile_kube_responses_total", "counter", "API server answers to this replica's calls")
+            for (method, code), n in sorted(answers.items()):
+                out.sample("turnstile_kube_responses_total", f'method="{method}",code="{code}"', n)
 
     def attempt(self, admitted: int, seconds: float) -> None:
         result = "success" if admitted else "inadmissible"

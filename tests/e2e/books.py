@@ -105,9 +105,11 @@ async def invariants(w: World) -> AsyncIterator[list[str]]:
         await task
 
 
-async def submit(w: World, names: list[str], rng: random.Random, *, runtime_scale: float = 1.0) -> None:
-    """Jobs of 2 or 4 GPUs at a random pace, every fourth of high priority (so some preempt);
-    ``runtime_scale`` stretches their runtimes."""
+async def submit(
+    w: World, names: list[str], rng: random.Random, *, runtime_scale: float = 1.0, pace: float = 0.06
+) -> None:
+    """Jobs of 2 or 4 GPUs, one every ``pace`` seconds on average, every fourth of high priority
+    (so some preempt); ``runtime_scale`` stretches their runtimes."""
     for i, name in enumerate(names):
         high = i % 4 == 3
         obj = job(
@@ -126,7 +128,7 @@ async def submit(w: World, names: list[str], rng: random.Random, *, runtime_scal
                 if not exc.temporary:
                     raise
                 await asyncio.sleep(0.05)
-        await asyncio.sleep(rng.uniform(0.02, 0.1))
+        await asyncio.sleep(rng.uniform(pace / 3, pace * 5 / 3))
 
 
 async def all_finished(w: World, n: int) -> bool:

@@ -90,7 +90,7 @@ async def test_a_black_holed_database_is_noticed_and_the_webhook_stays_ready(
     lease runs out, the outage is logged once with its cause, the webhook stays ready (it answers
     from memory), and scheduling resumes within seconds of the network healing."""
     caplog.set_level(logging.WARNING, logger="admission")
-    async with world(tmp_path, migrated_url) as w, proxied(migrated_url) as proxy:
+    async with proxied(migrated_url) as proxy, world(tmp_path, migrated_url) as w:
         await w.apply(CONFIG)
         controller = w.start_controller("replica-1", database_url=proxy.url())
         await eventually(lambda: controller.term is not None, what="leading through the proxy")
