@@ -19,7 +19,6 @@ terms rebuilt, invariant violations (must be 0), wall time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import tempfile
 import time
@@ -31,7 +30,6 @@ from admission.store import database, embedded
 from tests.admission.controller.world import CONFIG, world
 from tests.e2e import books
 from tests.e2e.dbproxy import proxied
-from tests.e2e.test_database_faults import _committed_admissions_only
 
 JOBS = 200
 
@@ -45,22 +43,9 @@ async def _run(workdir: Path) -> None:
     async with proxied(server) as proxy, world(workdir, server) as w:
         await w.apply(CONFIG)
         controller = w.start_controller("chaos", database_url=proxy.url())
-        kills, cuts, holes = 0, 0, 0
+        storm = books.Storm(w, rng, 0.3, 1.5)
+        cuts, holes = 0, 0
         violations: list[str] = []
-
-        async def storm() -> None:
-            nonlocal kills
-            while True:
-                await asyncio.sleep(rng.uniform(0.3, 1.5))
-                with contextlib.suppress(*database.ERRORS):
-                    async with database.transaction(w.sessions) as s:
-                        killed = await s.execute(
-                            text(
-                                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                "WHERE application_name = 'turnstile-controller'"
-                            )
-                        )
-                        kills += int(killed.scalar_one())
 
         async def network() -> None:
             nonlocal cuts, holes
@@ -81,11 +66,11 @@ async def _run(workdir: Path) -> None:
 
         async def sample() -> None:
             while True:
-                violations.extend(await _committed_admissions_only(w))
+                violations.extend(await books.committed_admissions_only(w))
                 await asyncio.sleep(0.05)
 
         async with books.invariants(w) as over_quota:
-            tasks = [asyncio.create_task(f()) for f in (storm, network, sample)]
+            tasks = [asyncio.create_task(f()) for f in (storm.run, network, sample)]
             try:
                 await books.submit(w, names, rng, runtime_scale=60, pace=0.15)
                 deadline = time.monotonic() + 900
@@ -112,7 +97,7 @@ async def _run(workdir: Path) -> None:
             f"{evictions} preemptions, {time.monotonic() - started:.0f} s"
         )
         print(
-            f"  faults injected: {kills} connections killed, {cuts} cuts, {holes} one-second black holes; "
+            f"  faults injected: {storm.kills} connections killed, {cuts} cuts, {holes} one-second black holes; "
             f"terms begun: {controller.terms_begun} (a failed step rebuilds the term from the store), "
             f"leadership changes: {token - 1}"
         )

@@ -17,13 +17,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
+from admission.jobs.base import ADMISSION_ANNOTATION
 from admission.kube.client import KubeError
 from admission.sim import cluster as sim_cluster
 from admission.store import database, tables
 from queues import quantity
-from tests.admission.controller.world import World, job
+from tests.admission.controller.world import JOBS, World, job
 
 QUOTA_GPUS = 8  # the nominal quota of tests.admission.controller.world.CONFIG
 
@@ -151,3 +152,65 @@ async def finished_once(w: World, n: int) -> None:
         ).scalar_one()
     assert len(finished) == n and all(count == 1 for _, count in finished)
     assert open_intervals == 0
+
+
+class Storm:
+    """``pg_terminate_backend`` of the controller's connections (``application_name``
+    turnstile-controller) every ``low``-``high`` seconds, until cancelled; ``kills`` counts them."""
+
+    def __init__(self, w: World, rng: random.Random, low: float, high: float) -> None:
+        self.w, self.rng, self.low, self.high = w, rng, low, high
+        self.kills = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.rng.uniform(self.low, self.high))
+            with contextlib.suppress(*database.ERRORS):
+                async with database.transaction(self.w.sessions) as s:
+                    killed = await s.execute(
+                        text(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE application_name = 'turnstile-controller'"
+                        )
+                    )
+                    self.kills += int(killed.scalar_one())
+
+
+async def committed_admissions_only(w: World) -> list[str]:
+    """Every running job runs on an admission that was committed (its token is an Admitted event
+    of its workload), and every admission in the store is on the ledger."""
+    problems = []
+    jobs = w.host.server.store.list(JOBS_RESOURCE, "ml")[0]
+    running = [j for j in jobs if not j["spec"].get("suspend") and int((j.get("status") or {}).get("active") or 0)]
+    try:
+        async with database.transaction(w.sessions) as s:
+            for j in running:
+                token = (j["metadata"].get("annotations") or {}).get(ADMISSION_ANNOTATION)
+                if token is None:
+                    problems.append(f"{j['metadata']['name']} runs with no admission token")
+                    continue
+                cluster_queue, _, millis = token.rpartition("/")
+                found = await s.execute(
+                    text(
+                        "SELECT count(*) FROM workload_events e JOIN workloads w ON w.id = e.workload_id "
+                        "WHERE w.name = :n AND e.type = 'Admitted' AND e.cluster_queue = :cq "
+                        "AND round(extract(epoch FROM e.at) * 1000) = :ms"
+                    ),
+                    {"n": j["metadata"]["name"], "cq": cluster_queue, "ms": int(millis)},
+                )
+                if found.scalar_one() == 0:
+                    problems.append(f"{j['metadata']['name']} runs on admission {token}, never committed")
+            unledgered = await s.execute(
+                text(
+                    "SELECT count(*) FROM admissions a WHERE NOT EXISTS (SELECT 1 FROM usage_ledger l "
+                    "WHERE l.workload_id = a.workload_id AND l.ended_at IS NULL)"
+                )
+            )
+            if unledgered.scalar_one():
+                problems.append("an admission is not on the ledger")
+    except database.ERRORS:
+        pass  # the sampler's own read failed: look again next time
+    return problems
+
+
+JOBS_RESOURCE = next(r for r in sim_cluster.JOB_RESOURCES if r.plural == JOBS.plural)

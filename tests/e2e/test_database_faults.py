@@ -9,7 +9,6 @@ and nothing exceeds its quota (``books.invariants``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from pathlib import Path
@@ -17,10 +16,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from admission.jobs.base import ADMISSION_ANNOTATION
-from admission.sim import cluster as sim_cluster
 from admission.store import database
-from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
+from tests.admission.controller.world import CONFIG, World, eventually, job, world
 from tests.e2e import books
 from tests.e2e.dbproxy import proxied
 
@@ -134,46 +131,6 @@ async def test_the_configuration_listener_comes_back_after_its_connection_is_kil
         await eventually(lambda: _running(w, "big"), timeout=6, what="the quota raise heard through a new LISTEN")
 
 
-async def _committed_admissions_only(w: World) -> list[str]:
-    """Every running job runs on an admission that was committed (its token is an Admitted event
-    of its workload), and every admission in the store is on the ledger."""
-    problems = []
-    jobs = w.host.server.store.list(JOBS_RESOURCE, "ml")[0]
-    running = [j for j in jobs if not j["spec"].get("suspend") and int((j.get("status") or {}).get("active") or 0)]
-    try:
-        async with database.transaction(w.sessions) as s:
-            for j in running:
-                token = (j["metadata"].get("annotations") or {}).get(ADMISSION_ANNOTATION)
-                if token is None:
-                    problems.append(f"{j['metadata']['name']} runs with no admission token")
-                    continue
-                cluster_queue, _, millis = token.rpartition("/")
-                found = await s.execute(
-                    text(
-                        "SELECT count(*) FROM workload_events e JOIN workloads w ON w.id = e.workload_id "
-                        "WHERE w.name = :n AND e.type = 'Admitted' AND e.cluster_queue = :cq "
-                        "AND round(extract(epoch FROM e.at) * 1000) = :ms"
-                    ),
-                    {"n": j["metadata"]["name"], "cq": cluster_queue, "ms": int(millis)},
-                )
-                if found.scalar_one() == 0:
-                    problems.append(f"{j['metadata']['name']} runs on admission {token}, never committed")
-            unledgered = await s.execute(
-                text(
-                    "SELECT count(*) FROM admissions a WHERE NOT EXISTS (SELECT 1 FROM usage_ledger l "
-                    "WHERE l.workload_id = a.workload_id AND l.ended_at IS NULL)"
-                )
-            )
-            if unledgered.scalar_one():
-                problems.append("an admission is not on the ledger")
-    except database.ERRORS:
-        pass  # the sampler's own read failed: look again next time
-    return problems
-
-
-JOBS_RESOURCE = next(r for r in sim_cluster.JOB_RESOURCES if r.plural == JOBS.plural)
-
-
 async def test_connections_killed_at_random_never_run_a_job_without_a_committed_admission(
     tmp_path: Path, migrated_url: str
 ) -> None:
@@ -185,30 +142,16 @@ async def test_connections_killed_at_random_never_run_a_job_without_a_committed_
     async with world(tmp_path, migrated_url) as w:
         await w.apply(CONFIG)
         w.start_controller("replica-1", database_url=migrated_url)  # its own connections, named
-        kills = 0
+        storm = books.Storm(w, rng, 0.05, 0.3)
         violations: list[str] = []
-
-        async def storm() -> None:
-            nonlocal kills
-            while True:
-                await asyncio.sleep(rng.uniform(0.05, 0.3))
-                with contextlib.suppress(*database.ERRORS):
-                    async with database.transaction(w.sessions) as s:
-                        killed = await s.execute(
-                            text(
-                                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                "WHERE application_name = 'turnstile-controller'"
-                            )
-                        )
-                        kills += int(killed.scalar_one())
 
         async def sample() -> None:
             while True:
-                violations.extend(await _committed_admissions_only(w))
+                violations.extend(await books.committed_admissions_only(w))
                 await asyncio.sleep(0.05)
 
         async with books.invariants(w) as over_quota:
-            tasks = [asyncio.create_task(storm()), asyncio.create_task(sample())]
+            tasks = [asyncio.create_task(storm.run()), asyncio.create_task(sample())]
             try:
                 await books.submit(w, names, rng, runtime_scale=30)
                 assert await eventually(
@@ -218,7 +161,7 @@ async def test_connections_killed_at_random_never_run_a_job_without_a_committed_
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-        assert kills >= 10, f"only {kills} connections were killed"
+        assert storm.kills >= 10, f"only {storm.kills} connections were killed"
         assert violations == []
         assert over_quota == []
         await books.finished_once(w, len(names))

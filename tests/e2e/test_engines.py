@@ -22,6 +22,7 @@ from queues import scenario, simulator
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob("*.yaml"))
 MIN_WALL_GAP = 0.25  # seconds between the closest inputs of a scenario
+MAX_SCALE = 0.01  # but no slower than this: inputs 10 scenario-seconds apart are then 100 ms apart
 
 
 def decisions(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -69,7 +70,7 @@ def time_scale(parsed: scenario.Scenario) -> float:
         return 0.02
     inputs = sorted({e.at for e in parsed.jobs} | {e.at for e in parsed.edits})
     gaps = [b - a for a, b in itertools.pairwise(inputs) if b > a] or [60.0]
-    return min(0.02, MIN_WALL_GAP / min(gaps))
+    return min(MAX_SCALE, MIN_WALL_GAP / min(gaps))
 
 
 async def test_core_and_cluster_engines_agree_on_every_example(server_url: str) -> None:

@@ -106,20 +106,31 @@ async def replica(
             await task
 
 
+@contextlib.asynccontextmanager
+async def installed(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube, Any]]:
+    """A simulated cluster with Turnstile's namespace and ``ml``, and CONFIG in the store."""
+    host = await SimHost.start(tmp_path / "kubeconfig")
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    engine = database.make_engine(url)
+    try:
+        for ns in ("turnstile-system", "ml"):
+            await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
+        async with database.transaction(database.sessions(engine)) as session:
+            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(CONFIG)], actor="test")
+        yield host, kube, engine
+    finally:
+        await kube.close()
+        await engine.dispose()
+        await host.stop()
+
+
 async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path: Path, migrated_url: str) -> None:
     rendered = subprocess.run(
         [str(KUBECTL), "kustomize", str(MANIFESTS)], check=True, capture_output=True, text=True
     ).stdout
     hooks = [d for d in yaml.safe_load_all(rendered) if d and d["kind"].endswith("WebhookConfiguration")]
     assert len(hooks) == 2
-    host = await SimHost.start(tmp_path / "kubeconfig")
-    kube = Kube(await kube_client.connect(host.kubeconfig))
-    engine = database.make_engine(migrated_url)
-    try:
-        for ns in ("turnstile-system", "ml"):
-            await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
-        async with database.transaction(database.sessions(engine)) as session:
-            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(CONFIG)], actor="test")
+    async with installed(tmp_path, migrated_url) as (host, kube, engine):
         # One replica serves the webhook's address (the Service's endpoint); a second shares its Secret.
         port = free_port()
         for config in hooks:  # as rendered, but calling this machine instead of the Service
@@ -174,10 +185,6 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
         for body in refused:
             code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(body))
             assert code != 0 and "failed calling webhook" in err, err
-    finally:
-        await kube.close()
-        await engine.dispose()
-        await host.stop()
 
 
 DEFAULT_QUEUE = """
@@ -213,14 +220,7 @@ async def _defaulted_scope(kube: Kube, hooks: list[dict[str, Any]]) -> bool:
 async def test_replicas_with_their_own_certificates_are_all_trusted(tmp_path: Path, migrated_url: str) -> None:
     """Two replicas, each with its own --cert-dir (no shared Secret): each issues a CA, and the
     published caBundle trusts both (merged, never last-writer-wins), also after one exits."""
-    host = await SimHost.start(tmp_path / "kubeconfig")
-    kube = Kube(await kube_client.connect(host.kubeconfig))
-    engine = database.make_engine(migrated_url)
-    try:
-        for ns in ("turnstile-system", "ml"):
-            await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
-        async with database.transaction(database.sessions(engine)) as session:
-            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(CONFIG)], actor="test")
+    async with installed(tmp_path, migrated_url) as (host, kube, _engine):
         ports = [free_port(), free_port()]
         for config in registration.configurations(
             {"url": f"https://127.0.0.1:{ports[0]}"}, None, integrations=INTEGRATIONS
@@ -240,8 +240,4 @@ async def test_replicas_with_their_own_certificates_are_all_trusted(tmp_path: Pa
             code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(job("after", "team-a")))
             assert code == 0, err
             assert (await kube.get(JOBS, "ml", "after"))["spec"]["suspend"] is True
-    finally:
-        await kube.close()
-        await engine.dispose()
-        await host.stop()
         await host.stop()

@@ -11,6 +11,7 @@ stopping it leaves exactly what a crash between the commit and the patch leaves.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from sqlalchemy import select
@@ -140,3 +141,20 @@ async def _lows_hold_the_quota(w: World) -> bool:
             )
         ).all()
     return sum(q for name, q in held if name.startswith("low-")) >= 8000
+
+
+async def test_a_new_term_acts_at_once(tmp_path: Path, migrated_url: str) -> None:
+    """A term used to wait ~5 s before its first patch (its lease looked unconfirmed after a slow
+    start). Now a replica asks for the lease only once it has listed everything, and confirms it
+    again right after the term begins: a job waiting at the restart starts within a second."""
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        frozen = w.start_controller("replica-1", workers=0)  # admits in the store, patches nothing
+        await w.create(job("waiting", gpus=4))
+        await eventually(lambda: _state_is(w, "waiting", "Admitted"), what="admitted in the store")
+        await w.stop_controller(frozen)
+        controller = w.start_controller("replica-2", lease_ttl=15.0)
+        await eventually(lambda: controller.term is not None, timeout=10, what="a new term")
+        began = time.monotonic()
+        await eventually(lambda: running(w, "waiting"), timeout=5, what="the job started by the new term")
+        assert time.monotonic() - began < 1.0, "the new term waited before acting"

@@ -139,3 +139,18 @@ async def test_a_serving_replica_reloads_a_renewed_certificate_in_place(tmp_path
         assert published == [first.ca_crt], "the same CA: nothing to publish again"
     finally:
         await runner.cleanup()
+
+
+def test_key_files_are_never_readable_by_others(tmp_path: Path) -> None:
+    """Written 0600 from the start (not written 0644 and chmodded after), whatever the umask."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        certs.issue(tmp_path, ["127.0.0.1"])
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes["ca.key"] == modes["tls.key"] == 0o600, modes
+    assert modes["tls.crt"] == 0o644
+    assert not [n for n in modes if n.endswith(".tmp")], "no temporary file left behind"
