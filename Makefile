@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contract pytest bench lock clean
+.PHONY: demo test lint typecheck contract pytest bench lock manifests clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: lint typecheck contract pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Files written from the code: Kueue's CRDs (tests/manifests checks they are current).
+manifests: $(STAMP)
+	$(BIN)/turnstile crds > manifests/base/crds.yaml
 
 # The image's dependencies, pinned with hashes (the Dockerfile installs them with --require-hashes).
 lock: $(STAMP)

@@ -31,14 +31,14 @@ KINDS = (
 )
 
 
-def _parse_quantity(value: Any) -> int:
+def parse_quantity(value: Any) -> int:
     try:
         return quantity.parse_milli(value)
     except quantity.QuantityError as exc:
         raise ValueError(str(exc)) from None
 
 
-Quantity = Annotated[int, BeforeValidator(_parse_quantity), PlainSerializer(quantity.format_milli)]
+Quantity = Annotated[int, BeforeValidator(parse_quantity), PlainSerializer(quantity.format_milli)]
 
 
 class _Model(BaseModel):
@@ -340,6 +340,11 @@ _MODELS: dict[str, type[_Object]] = {
     "AdmissionCheck": AdmissionCheck,
     "ProvisioningRequestConfig": ProvisioningRequestConfig,
 }
+
+
+def model_of(kind: str) -> type[_Object]:
+    """The model of a Kueue kind (``KeyError`` for one Turnstile does not read)."""
+    return _MODELS[kind]
 
 
 def _pydantic_errors(exc: ValidationError) -> list[errors.FieldError]:

@@ -112,6 +112,18 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) ->
     return None
 
 
+@cli.command()
+def crds() -> None:
+    """Print the CustomResourceDefinitions of Kueue's configuration kinds (kueue.x-k8s.io/v1beta2) as
+    Turnstile serves them: `turnstile crds | kubectl apply -f -` (the install ships them too)."""
+    import yaml
+
+    from queues import crds as definitions
+
+    header = "# Kueue's configuration kinds, v1beta2, as Turnstile serves them (written by `turnstile crds`).\n"
+    sys.stdout.write(header + yaml.safe_dump_all(definitions.crds(), sort_keys=False))
+
+
 for _command in (
     admin.db,
     admin.apply_cmd,

@@ -58,6 +58,7 @@ def test_the_default_install_has_everything_a_production_install_needs() -> None
         [
             "ClusterRole",
             "ClusterRoleBinding",
+            "CustomResourceDefinition",
             "Deployment",
             "MutatingWebhookConfiguration",
             "Namespace",
@@ -70,7 +71,8 @@ def test_the_default_install_has_everything_a_production_install_needs() -> None
             "ValidatingWebhookConfiguration",
         ]
     )
-    namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")]
+    cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
+    namespaced = [o for o in objects if o["kind"] not in cluster_scoped]
     namespaced = [o for o in namespaced if "WebhookConfiguration" not in o["kind"]]
     assert {o["metadata"].get("namespace") for o in namespaced} == {"turnstile-system"}
 
