@@ -66,9 +66,11 @@ class ApiServer:
         served: tuple[Resource, ...] = resources.BUILT_IN,
         faults: Faults | None = None,
         crds: tuple[Resource, ...] = resources.OPERATORS,
+        definitions: tuple[Obj, ...] = (),
     ) -> None:
         """``served``: the built-in kinds; ``crds``: the operators' kinds installed as CRDs at start
-        (a cluster without some operators: leave them out, and POST their CRDs later)."""
+        (a cluster without some operators: leave them out, and POST their CRDs later);
+        ``definitions``: more CRDs, whole (Kueue's configuration kinds, ``queues.crds``)."""
         self.faults = faults or Faults()
         self.store = store or ObjectStore()
         self.base = served
@@ -82,9 +84,8 @@ class ApiServer:
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
         self.webhooks = webhooks.Webhooks(self.store, served)
-        for res in crds:
-            crd = _established(resources.crd_for(res))
-            self.store.create(resources.CRDS, "", crd, namespaces=resources.NAMESPACES)
+        for crd in (*(resources.crd_for(res) for res in crds), *definitions):
+            self.store.create(resources.CRDS, "", _established(crd), namespaces=resources.NAMESPACES)
         self._sync_crds()
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
@@ -242,7 +243,9 @@ class ApiServer:
             if not meta.get("name") and meta.get("generateName"):  # named first, as the real server
                 meta["name"] = str(meta["generateName"]) + uuid.uuid4().hex[:5]
             defaults.default(res, body)  # as the real server's decoding, before admission
-            admitted = await self.webhooks.admit(res, "CREATE", namespace, body, None)
+            if res in self.schemas:  # a custom resource's schema defaults, also at decoding
+                validation.apply_defaults(body, self.schemas[res].schema)
+            admitted = await self.webhooks.admit(res, "CREATE", namespace, body, None, user=user_of(request))
             if res not in self.custom:
                 admitted.warnings.extend(validation.schema(res, admitted.obj, mode))
                 validation.object_rules(res, admitted.obj)
@@ -267,7 +270,7 @@ class ApiServer:
                 new = await self._body(request)
             else:
                 new = await self._patched(request, res, old)
-            admitted = await self.webhooks.admit(res, "UPDATE", namespace, new, old, sub)
+            admitted = await self.webhooks.admit(res, "UPDATE", namespace, new, old, sub, user=user_of(request))
             rules = self._update_rules(res, sub, mode, admitted.warnings)
             updated = self.store.replace(res, namespace, name, admitted.obj, subresource=sub, validate=rules)
             if res == resources.CRDS:
@@ -275,7 +278,7 @@ class ApiServer:
             return _respond(updated, admitted.warnings)
         if method == "DELETE" and name:
             old = self.store.get(res, namespace, name)
-            admitted = await self.webhooks.admit(res, "DELETE", namespace, None, old)
+            admitted = await self.webhooks.admit(res, "DELETE", namespace, None, old, user=user_of(request))
             if res is resources.NAMESPACES:
                 return _respond(self._delete_namespace(name), admitted.warnings)
             deleted = self.store.delete(res, namespace, name)
@@ -381,6 +384,7 @@ class ApiServer:
         if validator is None:
             return []
         warnings = validation.unknown_fields(res, validation.prune(obj, validator.schema), mode)
+        validation.apply_defaults(obj, validator.schema)
         problems = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
         if problems:
             causes = [(".".join(str(p) for p in e.absolute_path) or "<object>", e.message) for e in problems]
@@ -547,6 +551,23 @@ class ApiServer:
             "groupVersion": f"{group}/{version}" if group else version,
             "resources": out,
         }
+
+
+DEFAULT_TOKEN = "turnstile-sim"  # the token of the kubeconfig the simulator writes: an administrator
+
+
+def user_of(request: web.Request) -> dict[str, Any]:
+    """Who asks (the ``userInfo`` admission webhooks see). The simulator authenticates nobody: a
+    bearer token names its user (``alice``, ``system:serviceaccount:ns:name``); the token of the
+    kubeconfig it writes is ``system:admin``. So a test (or a second kubeconfig) can act as anyone."""
+    header = request.headers.get("Authorization", "")
+    token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
+    if not token or token == DEFAULT_TOKEN:
+        return dict(webhooks.ADMIN)
+    groups = ["system:authenticated"]
+    if token.startswith("system:serviceaccount:"):
+        groups.insert(0, "system:serviceaccounts")
+    return {"username": token, "groups": groups}
 
 
 def bookmark_version(watcher: Watcher, latest: int, sent: int) -> int:

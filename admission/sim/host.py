@@ -20,6 +20,7 @@ from admission.sim.apiserver import ApiServer, Faults
 from admission.sim.autoscaler import Autoscaler
 from admission.sim.cluster import Cluster
 from admission.sim.objects import Resource
+from queues import crds as kueue_crds
 
 
 def write_kubeconfig(path: Path, server: str) -> Path:
@@ -61,11 +62,13 @@ class SimHost:
         autoscaler: dict[str, Any] | None = None,
         crds: tuple[Resource, ...] = resources.OPERATORS,
         default_runtime: float | None = None,
+        kueue: bool = False,
     ) -> SimHost:
         """Serve a fresh simulated cluster; ``autoscaler`` takes scenario.md's ``autoscaler:`` fields;
         ``crds``: the operators' kinds whose CRDs are installed (default: all); ``default_runtime``:
-        seconds a job without a ``turnstile.dev/sim-runtime`` annotation runs (None: forever)."""
-        server = ApiServer(faults=faults, crds=crds)
+        seconds a job without a ``turnstile.dev/sim-runtime`` annotation runs (None: forever);
+        ``kueue``: Kueue's configuration kinds served as CRDs (queues as Kubernetes objects)."""
+        server = ApiServer(faults=faults, crds=crds, definitions=tuple(kueue_crds.crds()) if kueue else ())
         cluster = Cluster(server.store, time_scale=time_scale, default_runtime=default_runtime)
         options = autoscaler or {}
         scaler = Autoscaler(

@@ -234,6 +234,29 @@ def job_update(res: Resource, old: Obj, new: Obj) -> None:
         raise invalid(res, new.get("metadata", {}).get("name", ""), causes)
 
 
+def apply_defaults(obj: Any, schema: Any) -> None:
+    """A structural schema's ``default`` values filled in where a field is absent (its parent
+    present), as the API server does for custom resources."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(obj, dict):
+        properties = schema.get("properties")
+        if isinstance(properties, dict):
+            for key, child in properties.items():
+                if key not in obj and isinstance(child, dict) and "default" in child:
+                    obj[key] = clone(child["default"])
+                if key in obj:
+                    apply_defaults(obj[key], child)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key in obj:
+                if not (isinstance(properties, dict) and key in properties):
+                    apply_defaults(obj[key], extra)
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for item in obj:
+            apply_defaults(item, schema["items"])
+
+
 def prune(obj: Any, schema: Any, path: str = "") -> list[str]:
     """Drop fields a CRD's structural schema does not declare, as the API server does; return their paths.
 

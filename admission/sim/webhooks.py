@@ -27,6 +27,7 @@ from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, parse_la
 from admission.sim.resources import NAMESPACES
 
 MUTATING = "mutatingwebhookconfigurations"
+ADMIN: Obj = {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]}
 VALIDATING = "validatingwebhookconfigurations"
 
 
@@ -109,8 +110,16 @@ class Webhooks:
         return base.rstrip("/") + (svc.get("path") or "/")
 
     async def admit(
-        self, res: Resource, operation: str, namespace: str, obj: Obj | None, old: Obj | None, sub: str = ""
+        self,
+        res: Resource,
+        operation: str,
+        namespace: str,
+        obj: Obj | None,
+        old: Obj | None,
+        sub: str = "",
+        user: Obj | None = None,
     ) -> Outcome:
+        """Call the matching webhooks; ``user`` is the request's ``userInfo`` (who asked)."""
         target = obj if obj is not None else (old or {})
         outcome = Outcome(obj=target)
         if res.group == "admissionregistration.k8s.io":
@@ -120,7 +129,9 @@ class Webhooks:
                 for hook in config.get("webhooks") or []:
                     if not await self._applies(hook, res, operation, namespace, outcome.obj, old, sub):
                         continue
-                    outcome.obj = await self._call(hook, res, operation, namespace, outcome, old, mutating, sub)
+                    outcome.obj = await self._call(
+                        hook, res, operation, namespace, outcome, old, mutating, sub, user or ADMIN
+                    )
         return outcome
 
     async def _applies(
@@ -151,6 +162,7 @@ class Webhooks:
         old: Obj | None,
         mutating: bool,
         sub: str,
+        user: Obj,
     ) -> Obj:
         name = hook["name"]
         fail = hook.get("failurePolicy", "Fail") == "Fail"
@@ -167,7 +179,7 @@ class Webhooks:
                 "name": (obj.get("metadata") or {}).get("name", ""),
                 "namespace": namespace or None,
                 "operation": operation,
-                "userInfo": {"username": "system:admin", "groups": ["system:masters"]},
+                "userInfo": user,
                 "object": obj if operation != "DELETE" else None,
                 "oldObject": old,
                 "dryRun": False,

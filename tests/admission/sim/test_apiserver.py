@@ -348,7 +348,11 @@ WIDGET_CRD = {
                             "spec": {
                                 "type": "object",
                                 "required": ["size"],
-                                "properties": {"size": {"type": "integer", "minimum": 1}, "color": {"type": "string"}},
+                                "properties": {
+                                    "size": {"type": "integer", "minimum": 1},
+                                    "color": {"type": "string"},
+                                    "coats": {"type": "integer", "default": 1},  # filled when absent
+                                },
                             }
                         },
                     }
@@ -366,7 +370,12 @@ async def test_installed_crds_are_served_and_their_schemas_enforced(
     await client.ApiextensionsV1Api(api).create_custom_resource_definition(WIDGET_CRD)
     custom = client.CustomObjectsApi(api)
     ok = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}}
-    await custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", ok)
+    created = await custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", ok)
+    assert created["spec"] == {"size": 3, "coats": 1}  # the schema's default, as the real server
+    two = {**ok, "metadata": {"name": "two"}, "spec": {"size": 3, "coats": 2}}
+    assert (await custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", two))["spec"][
+        "coats"
+    ] == 2
     bad = {
         "apiVersion": "example.com/v1",
         "kind": "Widget",
@@ -390,7 +399,7 @@ async def test_installed_crds_are_served_and_their_schemas_enforced(
         )
     assert update.value.status == 422
     listed = await custom.list_namespaced_custom_object("example.com", "v1", "default", "widgets")
-    assert [i["metadata"]["name"] for i in listed["items"]] == ["w"]
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["two", "w"]
     resources = await client.CustomObjectsApi(api).get_api_resources("example.com", "v1")
     assert "widgets" in {r.name for r in resources.resources}
 
@@ -409,7 +418,11 @@ async def test_unknown_fields_of_custom_resources_are_pruned_with_a_warning(
         "extra": True,
     }
     created = await custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", extra)
-    assert created["spec"] == {"size": 2} and "extra" not in created and created["metadata"]["labels"] == {"a": "b"}
+    assert (
+        created["spec"] == {"size": 2, "coats": 1}
+        and "extra" not in created
+        and created["metadata"]["labels"] == {"a": "b"}
+    )
     warnings = api.last_response.getheader("Warning") or ""
     assert "unknown field" in warnings and "spec.shape" in warnings  # one Warning header per dropped field
     patched = await custom.patch_namespaced_custom_object(

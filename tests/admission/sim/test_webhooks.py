@@ -30,7 +30,7 @@ def _webhook_app(calls: list[str]) -> web.Application:
     async def mutate(request: web.Request) -> web.Response:
         review = await request.json()
         req = review["request"]
-        calls.append(f"mutate {req['operation']} {req['name']}")
+        calls.append(f"mutate {req['operation']} {req['name']} by {req['userInfo']['username']}")
         patch = [
             {"op": "add", "path": "/spec/suspend", "value": True},
             {"op": "add", "path": "/metadata/labels", "value": {"mutated": "yes"}},
@@ -119,7 +119,10 @@ async def test_mutating_then_validating_over_tls(setup: tuple[client.ApiClient, 
     batch = client.BatchV1Api(api)
     created = await batch.create_namespaced_job("default", _job("train"))
     assert created.spec.suspend is True and created.metadata.labels == {"mutated": "yes"}
-    assert calls == ["mutate CREATE train", "validate CREATE train suspend=True"]  # validating sees the mutation
+    assert calls == [
+        "mutate CREATE train by system:admin",
+        "validate CREATE train suspend=True",
+    ]  # validating sees the mutation
     with pytest.raises(ApiException) as denied:
         await batch.create_namespaced_job("default", _job("forbidden"))
     assert denied.value.status == 403
@@ -136,6 +139,21 @@ async def test_warnings_come_back_as_headers(setup: tuple[client.ApiClient, list
     )
     _, status, headers = await client.BatchV1Api(api).create_namespaced_job_with_http_info("default", _job("w"))
     assert status == 201 and "job suspended by the queue" in headers.get("Warning", "")
+
+
+async def test_webhooks_see_who_asked(setup: tuple[client.ApiClient, list[str], int, bytes]) -> None:
+    """The bearer token names the user (the simulator authenticates nobody), so an audit trail
+    built from ``userInfo`` can be tested as a real cluster's would be."""
+    api, calls, port, ca = setup
+    await client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(
+        _config("MutatingWebhookConfiguration", "/mutate", port, ca)
+    )
+    config = client.Configuration(host=api.configuration.host)
+    config.api_key = {"BearerToken": "alice"}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    async with client.ApiClient(config) as alice:
+        await client.BatchV1Api(alice).create_namespaced_job("default", _job("hers"))
+    assert calls == ["mutate CREATE hers by alice"]
 
 
 @pytest.mark.parametrize(("policy", "created"), [("Fail", False), ("Ignore", True)], ids=["Fail", "Ignore"])
