@@ -19,7 +19,7 @@ from admission.cli import documents, kinds, views
 from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
 from admission.store import config as config_store
-from admission.store import database
+from admission.store import database, deletion
 from queues import api, errors, quantity
 
 T = TypeVar("T")
@@ -198,7 +198,7 @@ def delete_cmd(kind: str, name: str, namespace: str | None, database_url: str | 
         raise click.BadParameter("workloads follow their jobs: delete the job with kubectl")
     key = f"{namespace or 'default'}/{name}" if resolved == "LocalQueue" and "/" not in name else name
     who = actor(_settings())
-    outcome = _exec(lambda s: config_store.delete_object(s, resolved, key, actor=who), database_url=database_url)
+    outcome = _exec(lambda s: deletion.delete_object(s, resolved, key, actor=who), database_url=database_url)
     click.echo(f"{kinds.singular(outcome.kind)}/{outcome.name} deleted")
 
 

@@ -39,7 +39,7 @@ from admission.sim import autoscaler
 from admission.sim import cluster as sim_cluster
 from admission.sim.host import SimHost
 from admission.store import config as config_store
-from admission.store import database, embedded, notify
+from admission.store import database, deletion, embedded, notify
 from admission.store import workloads as store
 from admission.webhook import certs, registration
 from admission.webhook.server import WebhookServer
@@ -230,13 +230,18 @@ class Driver:
                 assert edit.obj is not None
                 await config_store.apply(session, [edit.obj], actor=ACTOR)
                 return
+        if edit.kind != "ClusterQueue":  # a scenario deletes a flavor or LocalQueue at once, as the core
+            with contextlib.suppress(config_store.NotFound):
+                async with database.transaction(sessions) as session:
+                    await deletion.delete_object(session, edit.kind, edit.name, actor=ACTOR, guard=False)
+            return
         try:
             async with database.transaction(sessions) as session:
-                await config_store.delete_object(session, edit.kind, edit.name, actor=ACTOR)
+                await deletion.delete_object(session, edit.kind, edit.name, actor=ACTOR)
         except config_store.Refused:
             # A ClusterQueue with admitted work terminates: it admits nothing more and goes once drained.
             async with database.transaction(sessions) as session:
-                await config_store.set_stop_policy(session, edit.kind, edit.name, "Hold", actor=ACTOR)
+                await deletion.mark_deleting(session, edit.name)
             self.pending_deletes.append(asyncio.create_task(self._delete_when_drained(edit)))
         except config_store.NotFound:
             pass
@@ -246,7 +251,7 @@ class Driver:
             await asyncio.sleep(0.05)
             with contextlib.suppress(config_store.Refused):
                 async with database.transaction(self.stack.controller.sessions) as session:
-                    await config_store.delete_object(session, edit.kind, edit.name, actor=ACTOR)
+                    await deletion.delete_object(session, edit.kind, edit.name, actor=ACTOR)
                 return
 
     async def _wait_until_done(self) -> dict[str, tuple[str, str | None, str | None]]:

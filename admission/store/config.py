@@ -1,4 +1,4 @@
-"""Admin edits of Kueue configuration: apply, delete, quota and stop edits, history.
+"""Admin edits of Kueue configuration: apply, quota and stop edits, history (deletion: ``deletion``).
 
 Every edit runs inside the caller's transaction, takes the configuration lock (a transaction
 advisory lock, so concurrent ``turnstile apply`` calls happen one after the other and none is
@@ -59,7 +59,7 @@ async def lock(session: AsyncSession) -> None:
     await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CONFIG_LOCK})
 
 
-async def _notify(session: AsyncSession, payload: str) -> None:
+async def notify(session: AsyncSession, payload: str) -> None:
     await session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": NOTIFY_CHANNEL, "payload": payload})
 
 
@@ -166,41 +166,11 @@ async def apply(
                     after=after,
                 )
             )
-            await _notify(session, f"{obj.kind}/{obj.key}")
+            await notify(session, f"{obj.kind}/{obj.key}")
         outcomes.append(Outcome(obj.kind, obj.key, result))
     if not dry_run:
         await session.flush()
     return outcomes
-
-
-async def admitted_count(session: AsyncSession, cluster_queue: str) -> int:
-    query = (
-        select(func.count())
-        .select_from(tables.Workload)
-        .where(tables.Workload.cluster_queue == cluster_queue, tables.Workload.state == "Admitted")
-    )
-    return int((await session.execute(query)).scalar_one())
-
-
-async def delete_object(session: AsyncSession, kind: str, key: str, *, actor: str) -> Outcome:
-    """Delete one object; a ClusterQueue with admitted workloads is refused, as Kueue's finalizer does."""
-    await lock(session)
-    row = await get_row(session, kind, key)
-    if row is None:
-        raise NotFound(f"{kind.lower()}/{key} not found")
-    if kind == "ClusterQueue":
-        busy = await admitted_count(session, key)
-        if busy:
-            raise Refused(
-                f"clusterqueue/{key} still has {busy} admitted workload(s); wait for them to finish, or stop it "
-                f"first with `turnstile stop clusterqueue {key} --drain`, then delete it"
-            )
-    before = row.manifest
-    await session.delete(row)
-    session.add(tables.AuditEntry(actor=actor, action="delete", kind=kind, name=key, before=before, after=None))
-    await _notify(session, f"{kind}/{key}")
-    await session.flush()
-    return Outcome(kind, key, "deleted")
 
 
 async def load_object(session: AsyncSession, kind: str, key: str) -> api.KueueObject:
@@ -244,6 +214,8 @@ async def load_config(session: AsyncSession) -> Config:
     for kind in _TABLES:
         for obj in await list_objects(session, kind):
             config.put(obj)
+    deleting = select(tables.ClusterQueue.name).where(tables.ClusterQueue.deleting_at.is_not(None))
+    config.terminating.update((await session.execute(deleting)).scalars())
     return config
 
 

@@ -5,7 +5,8 @@ as applied, for ``turnstile get -o yaml``) beside the normalised columns the sch
 the constraints need; quotas are one row per (queue, flavor, resource). Workloads carry
 their pod sets and queue order; admissions charge quota per (workload, flavor, resource);
 the usage ledger records every admitted interval for chargeback; the audit log every admin
-edit; the leader lease the single scheduler's identity and fencing token.
+edit; the leader lease the single scheduler's identity and fencing token; settings the
+install-wide choices (where the configuration is declared).
 
 Quantities are exact milli-units in NUMERIC(38,0) columns (never floats).
 """
@@ -107,6 +108,8 @@ class ClusterQueue(_Config, Base):
     cohort: Mapped[str | None] = mapped_column(String(NAME), index=True)
     queueing_strategy: Mapped[str] = mapped_column(String(16), nullable=False)
     stop_policy: Mapped[str] = mapped_column(String(16), nullable=False, server_default="None")
+    # deleted in Kubernetes, kept by its finalizer while admitted workloads use it: admits nothing new
+    deleting_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     __table_args__ = (
         CheckConstraint("queueing_strategy IN ('StrictFIFO', 'BestEffortFIFO')", name="strategy"),
         CheckConstraint("stop_policy IN ('None', 'Hold', 'HoldAndDrain')", name="stop_policy"),
@@ -317,6 +320,15 @@ class UsageInterval(Base):
         ),
         Index("ix_usage_ledger_started_at", "started_at"),
     )
+
+
+class Setting(Base):
+    """One install-wide setting, e.g. ``config_source``: where the queue configuration is declared."""
+
+    __tablename__ = "settings"
+    key: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    updated_at: Mapped[dt.datetime] = _now()
 
 
 class LeaderLease(Base):

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.store import config as config_store
-from admission.store import database, tables
+from admission.store import database, deletion, tables
 from queues import api
 
 
@@ -105,13 +105,37 @@ async def test_deleting_a_cluster_queue_in_use_is_refused(sessions: async_sessio
         )
     with pytest.raises(config_store.Refused, match="still has 1 admitted workload"):
         async with database.transaction(sessions) as s:
-            await config_store.delete_object(s, "ClusterQueue", "team-a", actor="alice")
+            await deletion.delete_object(s, "ClusterQueue", "team-a", actor="alice")
     async with database.transaction(sessions) as s:
         await s.execute(tables.Workload.__table__.update().values(state="Finished", admitted_at=None))
     async with database.transaction(sessions) as s:
-        await config_store.delete_object(s, "ClusterQueue", "team-a", actor="alice")
+        await deletion.delete_object(s, "ClusterQueue", "team-a", actor="alice")
         assert await s.get(tables.ClusterQueueQuota, ("team-a", "a100", "nvidia.com/gpu")) is None
         assert [e.action for e in await config_store.history(s)] == ["create", "delete"]
+
+
+async def test_a_flavor_named_by_a_queue_is_in_use(sessions: async_sessionmaker[AsyncSession]) -> None:
+    flavor = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a100"}})
+    await apply(sessions, flavor, cq("team-a"), cq("team-b"))
+    with pytest.raises(config_store.Refused, match="used by clusterqueue/team-a, clusterqueue/team-b"):
+        async with database.transaction(sessions) as s:
+            await deletion.delete_object(s, "ResourceFlavor", "a100", actor="alice")
+    async with database.transaction(sessions) as s:  # nothing was deleted
+        assert (await config_store.load_config(s)).flavors.keys() == {"a100"}
+        await deletion.delete_object(s, "ClusterQueue", "team-a", actor="alice")
+        await deletion.delete_object(s, "ClusterQueue", "team-b", actor="alice")
+        await deletion.delete_object(s, "ResourceFlavor", "a100", actor="alice")  # unused now
+        assert [e.action for e in await config_store.history(s, kind="ResourceFlavor")] == ["create", "delete"]
+
+
+async def test_a_cluster_queue_marked_deleting_terminates(sessions: async_sessionmaker[AsyncSession]) -> None:
+    await apply(sessions, cq("team-a"))
+    async with database.transaction(sessions) as s:
+        assert await deletion.mark_deleting(s, "team-a") is True
+        assert await deletion.mark_deleting(s, "team-a") is False  # said once
+    async with database.transaction(sessions) as s:
+        config = await config_store.load_config(s)
+    assert config.terminating == {"team-a"} and "team-a" in config.cluster_queues
 
 
 async def test_quota_set_keeps_the_rest_and_validates(sessions: async_sessionmaker[AsyncSession]) -> None:
