@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +41,11 @@ class Settings(BaseSettings):
         default="",
         description="comma-separated Kueue framework names to queue (batch/job, kubeflow.org/pytorchjob, ...); "
         "empty: every integrated kind the cluster serves",
+    )
+    missing_local_queue: Literal["hold", "refuse"] = Field(
+        default="hold",
+        description="a job naming a LocalQueue that does not exist: hold it suspended (LocalQueueNotFound, "
+        "as Kueue; GitOps applies in any order) or refuse it at creation",
     )
     cert_secret: str | None = Field(
         default=None,

@@ -81,15 +81,20 @@ class Result:
     series: list[tuple[float, int, int]]  # (t, pending workloads, GPUs in use)
     cycles: int
     explain: Callable[[Workload], tuple[str, str]]
+    # jobs the API server refused at creation (engine cluster): workload key -> its message
+    refused: dict[str, str] = field(default_factory=dict)
 
     def to_json(self, engine: str = "core") -> dict[str, Any]:
-        return {
+        out = {
             "scenario": self.scenario,
             "engine": engine,
             "events": self.events,
             "workloads": {t.entry.job.key: _workload_json(t, self.explain) for t in self.tracks},
             "summary": self.summary(),
         }
+        if self.refused:  # an optional field: only engine cluster, only when it happened
+            out["refused"] = [{"workload": k, "message": m} for k, m in sorted(self.refused.items())]
+        return out
 
     def summary(self) -> dict[str, Any]:
         per_cq: dict[str, dict[str, Any]] = {}

@@ -15,11 +15,11 @@ import click
 import yaml
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from admission.cli import documents, kinds, views
+from admission.cli import documents, instead, kinds, views
 from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
 from admission.store import config as config_store
-from admission.store import database, deletion
+from admission.store import database, deletion, source
 from queues import api, errors, quantity
 
 T = TypeVar("T")
@@ -123,10 +123,24 @@ def apply_cmd(path: str, dry_run: bool, database_url: str | None) -> None:
     """Create or replace Kueue objects (v1beta1 or v1beta2 YAML); all or nothing, audited."""
     objects = parse_documents(path)
     who = actor(_settings())
-    outcomes = _exec(lambda s: config_store.apply(s, objects, actor=who, dry_run=dry_run), database_url=database_url)
+
+    async def go(session: AsyncSession) -> list[config_store.Outcome]:
+        if not dry_run:
+            await source.require_database(session, instead.apply(path, objects))
+        return await config_store.apply(session, objects, actor=who, dry_run=dry_run)
+
+    outcomes = _exec(go, database_url=database_url)
     suffix = " (dry run)" if dry_run else ""
     for o in outcomes:
         click.echo(f"{kinds.singular(o.kind)}/{o.name} {o.result}{suffix}")
+
+
+@click.command("convert")
+@click.option("-f", "--filename", "path", required=True, help="A YAML file, a folder of them, or - for stdin.")
+def convert_cmd(path: str) -> None:
+    """Print Kueue objects (v1beta1 or v1beta2 YAML) as validated v1beta2, for kubectl apply -f -."""
+    objects = parse_documents(path)
+    click.echo(yaml.safe_dump_all([api.to_manifest(o, version="v1beta2") for o in objects], sort_keys=False).rstrip())
 
 
 # ----- get / describe -----------------------------------------------------------------------
@@ -158,17 +172,18 @@ def get_cmd(
         return
     key = f"{ns or 'default'}/{name}" if (name and resolved == "LocalQueue" and "/" not in name) else name
 
-    async def fetch(session: AsyncSession) -> tuple[list[api.KueueObject], dict[str, Any]]:
+    async def fetch(session: AsyncSession) -> tuple[list[api.KueueObject], dict[str, Any], str]:
         if key:
             objs = [await config_store.load_object(session, resolved, key)]
         else:
             objs = await config_store.list_objects(session, resolved, namespace=ns)
         extra = await views.queue_counts(session) if resolved in ("ClusterQueue", "LocalQueue") else {}
-        return objs, extra
+        return objs, extra, await source.get(session)
 
-    objs, counts = _exec(fetch, database_url=database_url)
+    objs, counts, declared = _exec(fetch, database_url=database_url)
     if output == "table":
         views.print_objects(resolved, objs, counts)
+        click.echo(instead.mode_line(declared), err=True)  # on stderr: the table stays parseable
         return
     manifests = [api.to_manifest(o, version=o.version) for o in objs]
     body: Any = manifests[0] if key else {"apiVersion": "v1", "kind": "List", "items": manifests}
@@ -182,8 +197,14 @@ def get_cmd(
 def describe_cmd(kind: str, name: str, database_url: str | None) -> None:
     """Show one object in detail: quotas and usage, state, queue position, why it waits, history."""
     resolved = _kind_arg(kind)
-    text = _exec(lambda s: views.describe(s, resolved, name), database_url=database_url)
-    click.echo(text)
+
+    async def go(session: AsyncSession) -> str:
+        text = await views.describe(session, resolved, name)
+        if resolved == "Workload":
+            return text
+        return f"{text}\n{instead.mode_line(await source.get(session))}"
+
+    click.echo(_exec(go, database_url=database_url))
 
 
 @click.command("delete")
@@ -198,7 +219,12 @@ def delete_cmd(kind: str, name: str, namespace: str | None, database_url: str | 
         raise click.BadParameter("workloads follow their jobs: delete the job with kubectl")
     key = f"{namespace or 'default'}/{name}" if resolved == "LocalQueue" and "/" not in name else name
     who = actor(_settings())
-    outcome = _exec(lambda s: deletion.delete_object(s, resolved, key, actor=who), database_url=database_url)
+
+    async def go(session: AsyncSession) -> config_store.Outcome:
+        await source.require_database(session, instead.delete(resolved, key))
+        return await deletion.delete_object(session, resolved, key, actor=who)
+
+    outcome = _exec(go, database_url=database_url)
     click.echo(f"{kinds.singular(outcome.kind)}/{outcome.name} deleted")
 
 
@@ -245,19 +271,26 @@ def quota_set(
     nominal = _qty(value, resource)
     assert nominal is not None
     who = actor(_settings())
-    outcome = _exec(
-        lambda s: config_store.set_quota(
-            s,
+    borrowing, lending = _qty(borrowing_limit, "--borrowing-limit"), _qty(lending_limit, "--lending-limit")
+
+    async def go(session: AsyncSession) -> config_store.Outcome:
+        if await source.get(session) == source.KUBERNETES:
+            manifest = config_store.manifest_of(await config_store.load_object(session, "ClusterQueue", cluster_queue))
+            values = {"nominalQuota": nominal, "borrowingLimit": borrowing, "lendingLimit": lending}
+            command = instead.quota(cluster_queue, manifest, flavor=flavor, resource=resource, values=values)
+            await source.require_database(session, command)
+        return await config_store.set_quota(
+            session,
             cluster_queue,
             flavor=flavor,
             resource=resource,
             nominal=nominal,
-            borrowing_limit=_qty(borrowing_limit, "--borrowing-limit"),
-            lending_limit=_qty(lending_limit, "--lending-limit"),
+            borrowing_limit=borrowing,
+            lending_limit=lending,
             actor=who,
-        ),
-        database_url=database_url,
-    )
+        )
+
+    outcome = _exec(go, database_url=database_url)
     click.echo(f"clusterqueue/{outcome.name} {outcome.result}")
 
 
@@ -270,6 +303,17 @@ def _stop_target(kind: str, name: str) -> tuple[str, str]:
     return resolved, name
 
 
+Edit = Callable[[AsyncSession], Awaitable[config_store.Outcome]]
+
+
+def _stop_policy(kind: str, key: str, policy: str, who: str) -> Edit:
+    async def go(session: AsyncSession) -> config_store.Outcome:
+        await source.require_database(session, instead.stop_policy(kind, key, policy))
+        return await config_store.set_stop_policy(session, kind, key, policy, actor=who)
+
+    return go
+
+
 @click.command("stop")
 @click.argument("kind")
 @click.argument("name")
@@ -280,9 +324,7 @@ def stop_cmd(kind: str, name: str, drain: bool, database_url: str | None) -> Non
     resolved, key = _stop_target(kind, name)
     who = actor(_settings())
     policy = "HoldAndDrain" if drain else "Hold"
-    outcome = _exec(
-        lambda s: config_store.set_stop_policy(s, resolved, key, policy, actor=who), database_url=database_url
-    )
+    outcome = _exec(_stop_policy(resolved, key, policy, who), database_url=database_url)
     click.echo(
         f"{kinds.singular(resolved)}/{key} stopped ({policy}){'' if outcome.result != 'unchanged' else ', unchanged'}"
     )
@@ -296,9 +338,7 @@ def resume_cmd(kind: str, name: str, database_url: str | None) -> None:
     """Resume admitting from a stopped ClusterQueue or LocalQueue."""
     resolved, key = _stop_target(kind, name)
     who = actor(_settings())
-    outcome = _exec(
-        lambda s: config_store.set_stop_policy(s, resolved, key, "None", actor=who), database_url=database_url
-    )
+    outcome = _exec(_stop_policy(resolved, key, "None", who), database_url=database_url)
     click.echo(f"{kinds.singular(resolved)}/{key} resumed{'' if outcome.result != 'unchanged' else ', unchanged'}")
 
 

@@ -94,7 +94,7 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) ->
     import asyncio
     import logging
 
-    from admission.settings import normalise_database_url
+    from admission.settings import Settings, normalise_database_url
     from admission.sim import engine as cluster_engine
     from admission.store.embedded import EmbeddedPostgresError
 
@@ -104,7 +104,10 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) ->
     except ValueError as exc:
         fail([f"--database-url: {exc}"], 2)
     try:
-        return asyncio.run(cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url))
+        missing_queue = Settings().missing_local_queue  # the webhook answers as the install's would
+        return asyncio.run(
+            cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url, missing_queue=missing_queue)
+        )
     except EmbeddedPostgresError as exc:
         fail([str(exc)], 1)
     except OSError as exc:
@@ -127,6 +130,7 @@ def crds() -> None:
 for _command in (
     admin.db,
     admin.apply_cmd,
+    admin.convert_cmd,
     admin.get_cmd,
     admin.describe_cmd,
     admin.delete_cmd,

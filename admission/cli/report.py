@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from queues.simulator import Result
@@ -64,13 +65,20 @@ def render(result: Result, console: Console, *, engine: str = "core") -> None:
         for e in preemptions:
             table.add_row(str(e["t"]), e["workload"], e["reason"], e.get("detail", ""), e.get("by", "-"))
         console.print(table)
+    if data.get("refused"):
+        table = Table(title="Refused by the API server (never created)", title_justify="left")
+        for col in ("workload", "message"):
+            table.add_column(col, overflow="fold")
+        for r in data["refused"]:
+            table.add_row(escape(r["workload"]), escape(r["message"]))
+        console.print(table)
     pending = {k: w for k, w in data["workloads"].items() if w["state"] == "Pending"}
     if pending:
         table = Table(title="Still pending", title_justify="left")
         for col in ("workload", "ClusterQueue", "reason", "message"):
             table.add_column(col, overflow="fold")
         for key, w in pending.items():
-            table.add_row(key, w["clusterQueue"] or "-", w.get("reason", ""), w.get("message", ""))
+            table.add_row(escape(key), w["clusterQueue"] or "-", w.get("reason", ""), escape(w.get("message", "")))
         console.print(table)
     else:
         console.print("No workload is left pending.")

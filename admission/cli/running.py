@@ -1,9 +1,10 @@
 """``turnstile controller`` and ``turnstile sim up``: the long-running processes.
 
 ``controller`` is what a replica runs in the cluster. ``sim up`` is a local playground: the
-simulated cluster, the embedded PostgreSQL and one controller replica with its webhook
-registered in the cluster as a real install would have it, so ``kubectl`` (with the printed
-kubeconfig) behaves as on a real cluster running Turnstile.
+simulated cluster (serving Kueue's CRDs), the embedded PostgreSQL and one controller replica
+with its webhook registered in the cluster as a real install would have it, so ``kubectl``
+(with the printed kubeconfig) behaves as on a real cluster running Turnstile: queues are
+Kubernetes objects there (``kubectl apply``/``edit``/``get cq,lq``).
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def controller_cmd(
                 ledger_labels=settings.ledger_label_keys,
                 shutdown_delay=shutdown_delay,
                 integrations=enabled,
+                missing_queue=settings.missing_local_queue,
             )
         )
 
@@ -169,21 +171,24 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     from admission.kube import client as kube_client
     from admission.sim.host import SimHost
     from admission.store import config as config_store
-    from admission.store import database, urls
+    from admission.store import database, source, urls
     from admission.webhook import certs, registration
 
     settings = Settings()
     url = _database_url(settings, None)
     await database.upgrade(url)
-    if manifests:
-        objects = admin.parse_documents(manifests)
-        engine = database.make_engine(url)
-        async with database.transaction(database.sessions(engine)) as session:
-            for o in await config_store.apply(session, objects, actor=actor(settings)):
+    engine = database.make_engine(url)
+    async with database.transaction(database.sessions(engine)) as session:
+        # The simulated cluster is new each time and PostgreSQL is its only memory: the controller
+        # exports the stored queues into it, and from then on they are Kubernetes objects.
+        why = "turnstile sim up: a new simulated cluster"
+        await source.put(session, source.DATABASE, actor=actor(settings), why=why)
+        if manifests:
+            for o in await config_store.apply(session, admin.parse_documents(manifests), actor=actor(settings)):
                 click.echo(f"{o.kind.lower()}/{o.name} {o.result}")
-        await engine.dispose()
+    await engine.dispose()
     home = settings.home / "sim"
-    host = await SimHost.start(home / "kubeconfig", port=port, default_runtime=default_runtime)
+    host = await SimHost.start(home / "kubeconfig", port=port, default_runtime=default_runtime, kueue=True)
     names = ["127.0.0.1", "localhost"]
     cert = await asyncio.to_thread(certs.ensure, home / "certs", names)
     kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
@@ -201,7 +206,13 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
         click.echo(f"database: {urls.masked(url).split('?')[0]}")
         click.echo("try:")
         click.echo(f"  export KUBECONFIG={host.kubeconfig}")
-        click.echo("  turnstile apply -f examples/queues/gpu-teams.yaml   # or your own Kueue YAML")
+        click.echo("  kubectl apply -f examples/queues/gpu-teams.yaml   # or your own Kueue v1beta2 YAML")
+        click.echo("  kubectl get cq,lq -A")
+        ca = home / "apiserver-certs" / "ca.crt"
+        click.echo(
+            f"  kubectl --server {host.secure_url} --certificate-authority {ca} --token alice edit cq team-a"
+            "   # as user alice (audited: turnstile history)"
+        )
         click.echo("  kubectl create -f examples/queues/job.yaml && kubectl get jobs -w")
         click.echo("Ctrl-C stops everything.")
 
@@ -215,6 +226,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
             bind_address="127.0.0.1",
             names=names,
             shutdown_delay=0.0,  # nothing routes to it but the simulated cluster, which stops with it
+            missing_queue=settings.missing_local_queue,
             on_ready=ready,
         )
     finally:

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.checks import Checks
+from admission.controller.declared import Declared
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
 from admission.controller.metrics import Metrics
+from admission.controller.queuestatus import StatusWriter
 from admission.controller.readiness import DatabaseHealth, Readiness
 from admission.controller.report import Reporter
 from admission.controller.step import Changes, StepFailed, StepOptions, Steps
@@ -122,6 +124,9 @@ class Controller:
             "config", lambda: None if self.config else "the queue configuration is not loaded", gates=True
         )
         self.readiness.add("database", self.database.probe, gates=False)
+        # queues declared as Kubernetes objects, where Kueue's CRDs are served (the leader reconciles)
+        self.declared = Declared(kube, sessions, leading=self.leading, database_health=self.database)
+        self.queue_status = StatusWriter(kube, self.declared, lambda: self.term)
         self.readiness.add("informers", self._informers_probe, gates=False, detail=self._integrations_detail)
         self.metrics = Metrics(self)
         self.events = EventPoster(kube, instance=options.identity)
@@ -168,7 +173,7 @@ class Controller:
         """A CRD came, changed or went: the informers of its group look again now (a kind whose
         CRD was just installed is queued from then on, without waiting for the periodic look)."""
         group = str((obj.get("spec") or {}).get("group") or "")
-        for informer in (*self.informers, self.checks.informer):
+        for informer in (*self.informers, self.checks.informer, *self.declared.informers.values()):
             if informer.optional and informer.ref.api_version.rpartition("/")[0] == group:
                 informer.recheck()
 
@@ -220,6 +225,8 @@ class Controller:
         # Not part of readiness: only ClusterQueues with admission checks need the CRD.
         tasks.append(asyncio.create_task(self.checks.informer.run(), name="informer-provisioningrequests"))
         tasks.append(asyncio.create_task(self.crds.run(), name="informer-customresourcedefinitions"))
+        tasks.append(asyncio.create_task(self.declared.run(), name="declared-queues"))
+        tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status"))
         self.enactor.start()
         self.checks.start()
         self.events.start()
@@ -335,6 +342,7 @@ class Controller:
                 self.checks.request(uid)
         log.info("leading as %s (term %d): %d workloads loaded", fence.holder, fence.token, len(term.rows))
         self._tell_watchers()
+        self.declared.wake.set()  # the leader reconciles the declared queues
         self.term_task = asyncio.create_task(self._lead(term), name="lead")
         self.changes.wake.set()
         return True

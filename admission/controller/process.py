@@ -111,11 +111,13 @@ async def endpoints(
     metrics_port: int,
     serving: Serving,
     registration: Registration,
+    missing_queue: str = "hold",
 ) -> AsyncIterator[Endpoints]:
     """The webhook (TLS, from ``serving``) and health/metrics listeners; ready only once the
     webhook serves its certificate and the controller is ready."""
     context = await serving.start()
-    webhook = web.AppRunner(WebhookServer(lambda: controller.config).app, handle_signals=False)
+    server = WebhookServer(lambda: controller.config, missing_queue=missing_queue)
+    webhook = web.AppRunner(server.app, handle_signals=False)
     listening = {"tls": False}
 
     def webhook_ready() -> str | None:
@@ -205,6 +207,7 @@ async def serve(
     ledger_labels: tuple[str, ...] = ("team", "project"),
     shutdown_delay: float = SHUTDOWN_DELAY,
     integrations: Sequence[Integration] = INTEGRATIONS,
+    missing_queue: str = "hold",
     stop: Stop | None = None,
     on_ready: Callable[[Endpoints, Controller], None] | None = None,
 ) -> None:
@@ -252,6 +255,7 @@ async def serve(
             metrics_port=metrics_port,
             serving=Serving(keeper, cert_dir, publish),
             registration=registration,
+            missing_queue=missing_queue,
         ) as ep:
             task = asyncio.create_task(controller.run(), name="controller")
             stopping = asyncio.create_task(stop.requested.wait(), name="stop")

@@ -54,6 +54,7 @@ class Informer:
         label_selector: str | None = None,
         watch_timeout: int = 300,
         optional: bool = False,
+        announce: bool = True,
     ) -> None:
         self.kube = kube
         self.ref = ref
@@ -67,6 +68,7 @@ class Informer:
         # optional: a kind the cluster may not serve (a CRD not installed); then 404 is said once
         # and looked at again every ABSENT_RETRY seconds, not warned about every time
         self.optional = optional
+        self.announce = announce  # False: the owner says whether the kind is served (INFO here: once per kind)
         self.absent = False
         self._recheck = asyncio.Event()
         self.listing_since: float | None = None  # monotonic start of the list being handed over, if any
@@ -78,7 +80,7 @@ class Informer:
             try:
                 version = await self._relist()
                 if self.absent:
-                    log.info("%s (%s) is served now", self.ref.kind, self.ref.api_version)
+                    log.log(self._level, "%s (%s) is served now", self.ref.kind, self.ref.api_version)
                 self.absent = False
                 backoff = BACKOFF_START
                 while True:
@@ -96,6 +98,10 @@ class Informer:
                 await asyncio.sleep(delay * (1 + random.random() / 4))
                 backoff = min(BACKOFF_MAX, backoff * 2)
 
+    @property
+    def _level(self) -> int:
+        return logging.INFO if self.announce else logging.DEBUG
+
     def recheck(self) -> None:
         """Look again now whether an absent kind is served (its CRD may just have been installed)."""
         self._recheck.set()
@@ -104,7 +110,8 @@ class Informer:
         what = f"{self.ref.kind} ({self.ref.api_version})"
         if not self.absent:
             if exc.status == 404:
-                log.info("%s is not served by this cluster (no CRD installed); looking again when CRDs change", what)
+                said = "%s is not served by this cluster (no CRD installed); looking again when CRDs change"
+                log.log(self._level, said, what)
             else:
                 log.warning("%s may not be listed by this replica (403: %s); check its RBAC", what, exc.message)
         self.absent = True

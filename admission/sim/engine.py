@@ -95,7 +95,9 @@ async def fresh_database(database_url: str | None, workdir: Path) -> AsyncIterat
 
 
 @contextlib.asynccontextmanager
-async def running(scenario: Scenario, url: str, workdir: Path, *, time_scale: float) -> AsyncIterator[Stack]:
+async def running(
+    scenario: Scenario, url: str, workdir: Path, *, time_scale: float, missing_queue: str = "hold"
+) -> AsyncIterator[Stack]:
     host = await SimHost.start(
         workdir / "kubeconfig", time_scale=time_scale, autoscaler=dict(scenario.autoscaler or {})
     )
@@ -108,7 +110,7 @@ async def running(scenario: Scenario, url: str, workdir: Path, *, time_scale: fl
         database_url=url,
         options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
     )
-    webhook = WebhookServer(lambda: controller.config)
+    webhook = WebhookServer(lambda: controller.config, missing_queue=missing_queue)
     runner = web.AppRunner(webhook.app, handle_signals=False)
     task: asyncio.Task[None] | None = None
     registering: asyncio.Task[None] | None = None
@@ -179,6 +181,7 @@ class Driver:
         self.stack = stack
         self.scale = time_scale
         self.record = Recorder(scenario)
+        self.refused: dict[str, str] = {}  # jobs the API server refused: key -> its message
         self.pending_deletes: list[asyncio.Task[None]] = []
         self.t0 = 0.0
         self.wall0 = dt.datetime.now(dt.UTC)
@@ -204,9 +207,14 @@ class Driver:
             if on_progress is not None:
                 on_progress(at)
             if isinstance(action, JobEntry):
-                await self.stack.kube.create(
-                    BY_KIND[(action.job.api_version, action.job.kind)].ref, action.job.namespace, _job_object(action)
-                )
+                ref = BY_KIND[(action.job.api_version, action.job.kind)].ref
+                try:
+                    await self.stack.kube.create(ref, action.job.namespace, _job_object(action))
+                except KubeError as exc:
+                    if exc.status >= 500 or exc.status == 429:
+                        raise  # the cluster failed, not the job
+                    self.refused[action.job.key] = exc.message  # reported, as a user would see it
+                    continue
             else:
                 await self._edit(action)
             observed.append((at, phase, index, action))
@@ -287,7 +295,10 @@ class Driver:
                 continue  # a deleted job: its cancellation is already on the timeline
             phase = 1 if e.type == "Finished" else 4
             timeline.append((self.scenario_time(e.at), phase, e.id, e))
-        return replay(self.scenario, self.record, timeline, rows, cycles=self.stack.controller.steps.count)
+        result = replay(self.scenario, self.record, timeline, rows, cycles=self.stack.controller.steps.count)
+        result.refused = dict(self.refused)
+        result.tracks = [t for t in result.tracks if t.entry.job.key not in self.refused]
+        return result
 
 
 def replay(
@@ -374,6 +385,7 @@ async def simulate(
     database_url: str | None = None,
     on_progress: Callable[[float], None] | None = None,
     watch: Callable[[Driver], Coroutine[Any, Any, None]] | None = None,
+    missing_queue: str = "hold",
 ) -> Result:
     """Run ``scenario`` through the whole system and report it as engine core does.
 
@@ -383,7 +395,7 @@ async def simulate(
         workdir = Path(tmp)
         async with (
             fresh_database(database_url, workdir) as url,
-            running(scenario, url, workdir, time_scale=time_scale) as stack,
+            running(scenario, url, workdir, time_scale=time_scale, missing_queue=missing_queue) as stack,
         ):
             driver = Driver(scenario, stack, time_scale=time_scale)
             watcher = asyncio.create_task(watch(driver)) if watch is not None else None

@@ -3,11 +3,15 @@
 Used by ``turnstile sim serve``, ``sim up``, ``simulate --engine cluster`` and the tests, so
 all of them get the same cluster. ``start`` binds 127.0.0.1 (port 0 picks a free one) and
 writes a kubeconfig for it, which every client (kubectl, kubernetes_asyncio, the controller)
-then uses exactly as it would a real cluster's.
+then uses exactly as it would a real cluster's. The same server also listens over HTTPS
+(``secure_url``, a port of its own): kubectl, as every client-go client, sends credentials only
+over TLS, so acting as a named user (``kubeconfig_for``) needs it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,17 +24,21 @@ from admission.sim.apiserver import ApiServer, Faults
 from admission.sim.autoscaler import Autoscaler
 from admission.sim.cluster import Cluster
 from admission.sim.objects import Resource
+from admission.webhook import certs
 from queues import crds as kueue_crds
 
 
-def write_kubeconfig(path: Path, server: str) -> Path:
+def write_kubeconfig(path: Path, server: str, *, token: str = "turnstile-sim", ca: bytes | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
+    cluster: dict[str, Any] = {"server": server}
+    if ca is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "current-context": "turnstile-sim",
-        "clusters": [{"name": "turnstile-sim", "cluster": {"server": server}}],
-        "users": [{"name": "turnstile-sim", "user": {"token": "turnstile-sim"}}],
+        "clusters": [{"name": "turnstile-sim", "cluster": cluster}],
+        "users": [{"name": "turnstile-sim", "user": {"token": token}}],
         "contexts": [
             {
                 "name": "turnstile-sim",
@@ -50,6 +58,13 @@ class SimHost:
     runner: web.AppRunner
     url: str
     kubeconfig: Path
+    secure_url: str  # the same API server over HTTPS, where clients send who they are
+    ca: bytes  # the CA of its serving certificate
+
+    def kubeconfig_for(self, user: str, path: Path) -> Path:
+        """A kubeconfig acting as ``user`` (its bearer token names the user, see ``apiserver.user_of``),
+        over HTTPS: kubectl sends credentials only over TLS, as client-go does for every client."""
+        return write_kubeconfig(path, self.secure_url, token=user, ca=self.ca)
 
     @classmethod
     async def start(
@@ -87,7 +102,12 @@ class SimHost:
         await site.start()
         bound = runner.addresses[0][1]
         url = f"http://127.0.0.1:{bound}"
-        return cls(server, cluster, scaler, runner, url, write_kubeconfig(kubeconfig, url))
+        folder = kubeconfig.parent / "apiserver-certs"
+        bundle = await asyncio.to_thread(certs.ensure, folder, ["127.0.0.1", "localhost"])
+        secure = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=bundle.server_context(folder))
+        await secure.start()
+        secure_url = f"https://127.0.0.1:{runner.addresses[-1][1]}"
+        return cls(server, cluster, scaler, runner, url, write_kubeconfig(kubeconfig, url), secure_url, bundle.ca_crt)
 
     async def stop(self) -> None:
         await self.autoscaler.stop()

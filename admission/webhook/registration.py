@@ -9,7 +9,10 @@ and a Turnstile outage leaves every other job in the cluster alone:
 2. ``*.defaulted.turnstile.dev``: unlabelled objects in the namespaces that have a LocalQueue named
    ``default`` (the webhook labels and suspends them; failurePolicy Fail);
 3. ``vjob.advised.turnstile.dev`` (validating only, failurePolicy Ignore): unlabelled objects in the
-   other namespaces that have LocalQueues, for the warning about a GPU job that is not queued.
+   other namespaces that have LocalQueues, for the warning about a GPU job that is not queued;
+4. ``*.config.turnstile.dev``: Kueue's queue objects (``kueue.x-k8s.io/v1beta2``), all of them
+   (``admission.webhook.queue_objects``: validated as ``turnstile apply`` validates, the editor
+   stamped for the audit). They need no database, so Fail never blocks an edit while it is away.
 
 The namespaces of 2 and 3 are listed in the webhooks' ``namespaceSelector`` (by
 ``kubernetes.io/metadata.name``) and kept current by the leading replica whenever LocalQueues
@@ -41,7 +44,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
-from queues import jobs
+from queues import api, crds, jobs
 from queues.model import Config
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,9 @@ HOOKS: dict[str, tuple[str, str, str, str]] = {
     "vjob.queued.turnstile.dev": (VALIDATE, "/validate", "queued", "Fail"),
     "vjob.defaulted.turnstile.dev": (VALIDATE, "/validate", "defaulted", "Fail"),
     "vjob.advised.turnstile.dev": (VALIDATE, "/validate", "advised", "Ignore"),
+    # Kueue's queue objects (kueue.x-k8s.io) in every namespace: edits stamped and validated
+    "mqueue.config.turnstile.dev": (MUTATE, "/mutate", "config", "Fail"),
+    "vqueue.config.turnstile.dev": (VALIDATE, "/validate", "config", "Fail"),
 }
 
 
@@ -94,6 +100,15 @@ def namespace_selector(scope: str, namespaces: Scope, own_namespace: str) -> dic
 def object_selector(scope: str) -> dict[str, Any]:
     operator = "Exists" if scope == "queued" else "DoesNotExist"
     return {"matchExpressions": [{"key": jobs.QUEUE_LABEL, "operator": operator}]}
+
+
+def config_rules() -> list[dict[str, Any]]:
+    """Kueue's queue kinds, as served by ``queues.crds`` (v1beta2), cluster-scoped and namespaced."""
+    plurals = [plural for plural, _, _, _ in crds.KINDS.values()]
+    return [
+        {"apiGroups": [api.GROUP], "apiVersions": [crds.VERSION], "operations": ["CREATE", "UPDATE"],
+         "resources": plurals, "scope": "*"}
+    ]  # fmt: skip
 
 
 def rules(integrations: Sequence[Integration]) -> list[dict[str, Any]]:
@@ -134,19 +149,21 @@ def configurations(
                 client_config = {"service": {**client["service"], "path": path}}
             if ca_bundle:
                 client_config["caBundle"] = base64.b64encode(ca_bundle).decode()
-            hooks.append(
-                {
-                    "name": name,
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None",
-                    "failurePolicy": policy,
-                    "timeoutSeconds": 10,
-                    "clientConfig": client_config,
-                    "rules": rules(integrations),
-                    "namespaceSelector": namespace_selector(kind, scope, namespace),
-                    "objectSelector": object_selector(kind),
-                }
-            )
+            hook: dict[str, Any] = {
+                "name": name,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": policy,
+                "timeoutSeconds": 10,
+                "clientConfig": client_config,
+            }
+            if kind == "config":  # every queue object, wherever it lives
+                hook["rules"] = config_rules()
+            else:
+                hook["rules"] = rules(integrations)
+                hook["namespaceSelector"] = namespace_selector(kind, scope, namespace)
+                hook["objectSelector"] = object_selector(kind)
+            hooks.append(hook)
         kind = "MutatingWebhookConfiguration" if config_name == MUTATE else "ValidatingWebhookConfiguration"
         out.append(
             {
@@ -280,7 +297,7 @@ class Registration:
                     bundle = base64.b64encode(merged_bundle(published, self.ca)).decode()
                     changes.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
             spec = HOOKS.get(hook_name)
-            if self.scope is not None and spec is not None and spec[2] != "queued":
+            if self.scope is not None and spec is not None and spec[2] in ("defaulted", "advised"):
                 wanted = namespace_selector(spec[2], self.scope, self.own_namespace)
                 if hook.get("namespaceSelector") != wanted:
                     changes.append({"op": "add", "path": f"/webhooks/{i}/namespaceSelector", "value": wanted})

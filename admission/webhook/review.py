@@ -4,7 +4,9 @@
 LocalQueue named ``default`` (then it gets the label), is suspended through its kind's field;
 without a priority-class label it gets the WorkloadPriorityClass named ``default`` if there is
 one. ``validate`` rejects a queue label naming a LocalQueue that does not exist (listing those
-that do), an unknown priority class, and changing the queue of a job that is running; it warns
+that do) when ``missing_queue`` is ``refuse`` (by default, as Kueue, such a job is held suspended
+with a warning, so GitOps tools may apply a job before its LocalQueue), an unknown priority
+class, and changing the queue of a job that is running; it warns
 about GPU containers without CPU/memory requests, GPU jobs without a queue in a namespace
 that has LocalQueues, and jobs that can never fit their ClusterQueue. Objects of other kinds
 pass unchanged; a malformed job is left to the API server's own validation.
@@ -92,8 +94,18 @@ def mutate(obj: Obj, namespace: str, config: Config, integration: Integration | 
     return answer
 
 
+HOLD, REFUSE = "hold", "refuse"  # what to do with a job naming a LocalQueue that does not exist (yet)
+
+
 def validate(
-    operation: str, obj: Obj, old: Obj | None, namespace: str, config: Config, integration: Integration | None = None
+    operation: str,
+    obj: Obj,
+    old: Obj | None,
+    namespace: str,
+    config: Config,
+    integration: Integration | None = None,
+    *,
+    missing_queue: str = HOLD,
 ) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
@@ -105,10 +117,13 @@ def validate(
     existing = _namespace_queues(config, namespace)
     if queue is not None and queue not in existing:
         where = f"LocalQueues in {namespace}: {', '.join(existing)}" if existing else f"{namespace} has no LocalQueue"
-        problems.append(
-            f"metadata.labels[{jobs.QUEUE_LABEL}]: LocalQueue {queue!r} does not exist in namespace {namespace} "
-            f"({where}); fix the label or ask an admin to create the LocalQueue"
-        )
+        missing = f"metadata.labels[{jobs.QUEUE_LABEL}]: LocalQueue {queue!r} does not exist in namespace {namespace}"
+        if missing_queue == REFUSE:
+            problems.append(f"{missing} ({where}); fix the label or ask an admin to create the LocalQueue")
+        elif operation == "CREATE":  # Kueue's behaviour: held until the queue exists (GitOps applies in any order)
+            answer.warnings.append(
+                f"{missing} yet ({where}); the job is held suspended (LocalQueueNotFound) until it is created"
+            )
     labels = (obj.get("metadata") or {}).get("labels") or {}
     priority = labels.get(jobs.PRIORITY_LABEL)
     if priority and priority not in config.priority_classes:

@@ -3,7 +3,8 @@
 Answers come from an in-memory configuration (``config_source``), refreshed by the
 controller on NOTIFY: never a database round trip per request. Until a configuration has
 been loaded the server answers 503, so the API server (failurePolicy Fail) refuses the job
-rather than letting it start unsuspended; readiness says the same. Malformed bodies get 400
+rather than letting it start unsuspended; readiness says the same. Kueue's queue objects
+(``kueue.x-k8s.io``) are answered without it (``admission.webhook.queue_objects``). Malformed bodies get 400
 and oversized ones 413, each with a ``kind: Status``; DELETE is always allowed.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.webhook import review
+from admission.webhook import queue_objects, review
 from queues.model import Config
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,9 @@ def _status(code: int, message: str) -> web.Response:
 
 
 class WebhookServer:
-    def __init__(self, config_source: Callable[[], Config | None]) -> None:
+    def __init__(self, config_source: Callable[[], Config | None], *, missing_queue: str = review.HOLD) -> None:
         self.config_source = config_source
+        self.missing_queue = missing_queue  # hold (Kueue's) | refuse: a job naming a LocalQueue that does not exist
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_post("/mutate", self._mutate)
         self.app.router.add_post("/validate", self._validate)
@@ -67,7 +69,16 @@ class WebhookServer:
             return _status(400, f"not an AdmissionReview admission.k8s.io/v1: {exc!r}"[:1000])
         self.reviews += 1
         answer = review.Answer()
-        if operation != "DELETE" and isinstance(obj, dict):
+        if operation != "DELETE" and isinstance(obj, dict) and queue_objects.is_queue_object(req.get("kind")):
+            try:
+                if mutating:
+                    answer = queue_objects.mutate(operation, obj, old, req.get("userInfo"))
+                else:
+                    answer = queue_objects.validate(operation, obj, old)
+            except Exception:  # a bug: refuse (an unvalidated queue object could stop the scheduler's reading)
+                log.exception("review of a queue object failed")
+                answer = review.Answer(allowed=False, message="turnstile could not review this queue object (a bug)")
+        elif operation != "DELETE" and isinstance(obj, dict):
             config = self.config_source()
             if config is None:
                 return _status(503, "the queue configuration is not loaded yet; retry shortly")
@@ -76,7 +87,9 @@ class WebhookServer:
                 if mutating and operation == "CREATE":
                     answer = review.mutate(obj, namespace, config, integration)
                 elif not mutating:
-                    answer = review.validate(operation, obj, old, namespace, config, integration)
+                    answer = review.validate(
+                        operation, obj, old, namespace, config, integration, missing_queue=self.missing_queue
+                    )
             except Exception:  # a bug must not turn into a 500 that blocks every job in the cluster
                 log.exception("review of %s %s failed; allowing it unchanged", operation, namespace)
                 answer = review.Answer(warnings=["turnstile could not review this object (an internal error)"])

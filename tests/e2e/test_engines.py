@@ -94,3 +94,23 @@ async def test_core_and_cluster_engines_agree_on_every_example(server_url: str) 
         for key, w in core["workloads"].items():
             if w["state"] == "Pending":
                 assert cluster["workloads"][key]["reason"] == w["reason"], (name, key)
+
+
+def test_engine_cluster_reports_the_jobs_the_api_server_refuses(server_url: str) -> None:
+    """With TURNSTILE_MISSING_LOCAL_QUEUE=refuse the webhook refuses a job naming a LocalQueue that
+    does not exist: engine cluster reports it refused, as kubectl would, instead of failing the run."""
+    import json
+    import os
+
+    from tests.admission.runner import turnstile
+
+    path = str(Path(__file__).resolve().parents[2] / "examples" / "gitops-order.yaml")
+    env = {**os.environ, "TURNSTILE_MISSING_LOCAL_QUEUE": "refuse"}
+    ran = turnstile("simulate", path, "--engine", "cluster", "-o", "json", "--database-url", server_url, env=env)
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads(ran.stdout)
+    refused = {r["workload"]: r["message"] for r in report["refused"]}
+    assert set(refused) == {"vision/synced-first", "research/typo"}  # vision's LocalQueue comes later
+    assert "LocalQueues in research: research" in refused["research/typo"]
+    assert report["workloads"]["research/train"]["state"] == "Finished"
+    assert set(report["workloads"]) == {"research/train"}

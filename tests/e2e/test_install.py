@@ -163,9 +163,11 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             started = await kube.get(JOBS, "ml", "train")
             assert started["spec"]["suspend"] is False and started["metadata"]["annotations"]["turnstile.dev/admission"]
             assert (await kube.get(JOBS, "ml", "too-big"))["spec"]["suspend"] is True
-            # A job naming a LocalQueue that does not exist is refused, and the message says what exists.
+            # A job naming a LocalQueue that does not exist (yet) is held suspended, as Kueue, with a
+            # warning that says what exists.
             code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(job("typo", "team-b")))
-            assert code != 0 and "team-b" in err and "team-a" in err, err
+            assert code == 0 and "Warning:" in err and "team-b" in err and "team-a" in err, err
+            assert (await kube.get(JOBS, "ml", "typo"))["spec"]["suspend"] is True
             # A LocalQueue named default: the leader puts ml in the scope of the defaulted webhooks,
             # so an unlabelled job there is labelled and suspended (queued) like a labelled one.
             async with database.transaction(database.sessions(engine)) as session:

@@ -76,7 +76,7 @@ spec: {clusterQueue: team-b}
 class Server:
     """The webhook on TLS in a thread of its own, so plain blocking clients (and hypothesis) can call it."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, missing_queue: str = "hold") -> None:
         self.bundle = certs.issue(folder, ["127.0.0.1"])
         self.config: Config | None = Config.of([api.parse(d) for d in yaml.safe_load_all(CONFIG)])
         self.loop = asyncio.new_event_loop()
@@ -84,7 +84,7 @@ class Server:
         started = threading.Event()
 
         async def start() -> None:
-            self.runner = web.AppRunner(WebhookServer(lambda: self.config).app)
+            self.runner = web.AppRunner(WebhookServer(lambda: self.config, missing_queue=missing_queue).app)
             await self.runner.setup()
             site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=self.bundle.server_context(folder))
             await site.start()
@@ -158,11 +158,27 @@ def test_a_queued_job_is_suspended_and_a_default_queue_is_labelled(server: Serve
     assert patch_of(server.review("/mutate", job("c", queue=None))) == []  # no queue, no default: untouched
 
 
-def test_an_unknown_queue_is_refused_naming_the_ones_that_exist(server: Server) -> None:
+def test_an_unknown_queue_holds_the_job_with_a_warning_naming_the_ones_that_exist(server: Server) -> None:
+    """Kueue's behaviour, the default: GitOps tools apply a job and its LocalQueue in any order."""
     response = server.review("/validate", job("a", queue="team-z"))
-    assert response["allowed"] is False
-    message = response["status"]["message"]
-    assert "team-z" in message and "LocalQueues in ml: team-a" in message and "metadata.labels" in message
+    assert response["allowed"] is True
+    (warning,) = [w for w in response["warnings"] if "team-z" in w]
+    assert "LocalQueues in ml: team-a" in warning and "LocalQueueNotFound" in warning
+    assert {"op": "add", "path": "/spec/suspend", "value": True} in patch_of(
+        server.review("/mutate", job("a", "team-z"))
+    )
+
+
+def test_an_unknown_queue_is_refused_when_the_install_says_so(tmp_path: Path) -> None:
+    strict = Server(tmp_path, missing_queue="refuse")  # TURNSTILE_MISSING_LOCAL_QUEUE=refuse
+    try:
+        response = strict.review("/validate", job("a", queue="team-z"))
+        assert response["allowed"] is False
+        message = response["status"]["message"]
+        assert "team-z" in message and "LocalQueues in ml: team-a" in message and "metadata.labels" in message
+        assert strict.review("/validate", job("b"))["allowed"] is True
+    finally:
+        strict.stop()
 
 
 def test_a_job_that_can_never_fit_is_admitted_with_a_warning(server: Server) -> None:

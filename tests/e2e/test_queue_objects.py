@@ -1,0 +1,257 @@
+"""Queues as Kubernetes objects, as a Kueue user meets them: kubectl against a simulated cluster
+serving Kueue's CRDs, a controller replica with its webhook over TLS, PostgreSQL behind it.
+
+The user applies their v1beta2 YAML unchanged, reads ``kubectl get cq,lq``, edits a quota with
+``kubectl edit`` as themselves and finds it audited under their name, cannot delete a flavor in
+use, and the CLI's writing commands point at kubectl instead of disagreeing with the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from admission.jobs import INTEGRATIONS
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, KubeError, ResourceRef
+from admission.sim.host import SimHost
+from admission.store import config as config_store
+from admission.store import database, source
+from admission.webhook import registration
+from queues import api
+from tests.admission.controller.world import eventually
+from tests.admission.runner import KUBECTL, ROOT, kubectl, turnstile
+from tests.e2e.dbproxy import proxied
+from tests.e2e.test_install import free_port, job, replica
+
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+CQS = ResourceRef("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
+RFS = ResourceRef("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "resourceflavors", namespaced=False)
+JOBS = ResourceRef("batch/v1", "Job", "jobs")
+
+# Stored before the install moves into the cluster (as an earlier `turnstile apply` left it, v1beta1).
+EARLIER = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: spare}
+"""
+
+TEAMS = ROOT / "examples" / "queues" / "gpu-teams.yaml"  # plain Kueue v1beta2, applied unchanged
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube, int]]:
+    """A simulated cluster serving Kueue's CRDs, namespaces, Turnstile's webhooks registered at a port."""
+    host = await SimHost.start(tmp_path / "kubeconfig", kueue=True, default_runtime=None)
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    engine = database.make_engine(url)
+    port = free_port()
+    try:
+        for ns in ("turnstile-system", "ml"):
+            await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
+        for config in registration.configurations(
+            {"url": f"https://127.0.0.1:{port}"}, None, integrations=INTEGRATIONS
+        ):
+            await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s", body=config)
+        async with database.transaction(database.sessions(engine)) as session:
+            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(EARLIER)], actor="earlier")
+        yield host, kube, port
+    finally:
+        await kube.close()
+        await engine.dispose()
+        await host.stop()
+
+
+def cli(url: str, *args: str) -> Any:
+    return turnstile(*args, env={**os.environ, "TURNSTILE_DATABASE_URL": url})
+
+
+async def _cq_status(kube: Kube, name: str) -> dict[str, Any]:
+    return dict((await kube.get(CQS, None, name)).get("status") or {})
+
+
+async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated_url: str) -> None:
+    async with (
+        cluster(tmp_path, migrated_url) as (host, kube, port),
+        replica(host, migrated_url, tmp_path / "certs", port, cert_secret=None),
+    ):
+        # What PostgreSQL held is exported into the cluster, and the install says where queues live now.
+        await eventually(lambda: _exists(kube, RFS, "spare"), what="the stored flavor exported to the cluster")
+        await eventually(
+            lambda: "configuration source: kubernetes" in cli(migrated_url, "get", "rf").stderr,
+            what="the install's source: kubernetes",
+        )
+
+        # Existing v1beta2 YAML, unchanged, through kubectl; then kubectl get cq,lq shows Kueue's columns.
+        code, out, err = await kubectl(host.kubeconfig, "apply", "-f", str(TEAMS))
+        assert code == 0, err
+        await eventually(lambda: _cq_status(kube, "team-a"), what="team-a's status written back", timeout=20)
+        code, out, err = await kubectl(host.kubeconfig, "get", "cq,lq", "-A")
+        assert code == 0, err
+        header = out.splitlines()[0].split()
+        assert header[:4] == ["NAME", "COHORT", "STRATEGY", "PENDING"], out
+        row = next(line.split() for line in out.splitlines() if "clusterqueue.kueue.x-k8s.io/team-a" in line)
+        assert row[1:3] == ["training", "BestEffortFIFO"] and row[5] == "True", out
+        assert any("localqueue.kueue.x-k8s.io/team-b" in line and " team-b " in line for line in out.splitlines())
+
+        # A job is admitted by the kubectl-declared queue, and the queue's status counts it.
+        # (the example's LocalQueues name no namespace: kubectl puts them in default)
+        body = json.dumps(_in_default(job("train", "team-b")))
+        code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=body)
+        assert code == 0, err
+        await eventually(
+            lambda: _admitted(kube, "team-b", 1), what="team-b's status counting the admitted job", timeout=20
+        )
+
+        # kubectl edit, as alice: validated, applied, audited with her name, seen by the scheduler.
+        alice = host.kubeconfig_for("alice", tmp_path / "alice.kubeconfig")
+        editor = tmp_path / "editor.sh"
+        editor.write_text('#!/bin/sh\nsed -i \'s/nominalQuota: "8"/nominalQuota: "24"/\' "$1"\n')
+        editor.chmod(0o755)
+        proc = await asyncio.create_subprocess_exec(
+            str(KUBECTL), "--kubeconfig", str(alice), "edit", "clusterqueue", "team-a",
+            env={**os.environ, "KUBE_EDITOR": str(editor)},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err_b = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err_b.decode()
+        await eventually(
+            lambda: "alice" in cli(migrated_url, "history", "clusterqueue/team-a").stdout,
+            what="alice's edit in the audit log",
+            timeout=20,
+        )
+        history = cli(migrated_url, "history", "clusterqueue/team-a").stdout
+        assert "-        nominalQuota: '8'" in history and "+        nominalQuota: '24'" in history, history
+        assert "nvidia.com/gpu:a100=24" in cli(migrated_url, "get", "cq", "team-a").stdout
+
+        # Two edits in quick succession by two people (kubectl and a GitOps tool): both audited, in order.
+        bob = host.kubeconfig_for("system:serviceaccount:argocd:argocd-application-controller", tmp_path / "b")
+        for who, policy in ((alice, "Hold"), (bob, "None")):
+            body = json.dumps({"spec": {"stopPolicy": policy}})
+            code, _, err = await kubectl(who, "patch", "clusterqueue", "team-b", "--type", "merge", "-p", body)
+            assert code == 0, err
+        await eventually(
+            lambda: "argocd" in cli(migrated_url, "history", "clusterqueue/team-b").stdout,
+            what="both edits audited",
+            timeout=20,
+        )
+        lines = [x for x in cli(migrated_url, "history", "clusterqueue/team-b").stdout.splitlines() if " UTC " in x]
+        assert [x.split()[3] for x in lines[-2:]] == [
+            "alice",
+            "system:serviceaccount:argocd:argocd-application-controller",
+        ]
+
+        # Invalid objects are refused with every problem and its field path; nothing is stored.
+        bad = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "bad"},
+            "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "a100", "resources": [
+                {"name": "cpu", "nominalQuota": "4", "borrowingLimit": "2"}]}]}]},
+        }  # fmt: skip
+        code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(bad))
+        assert code != 0 and "spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit" in err, err
+        assert "not found" in cli(migrated_url, "get", "cq", "bad").stderr
+
+        # A flavor in use cannot be deleted: its finalizer keeps it, and the status says why.
+        code, _, err = await kubectl(host.kubeconfig, "delete", "resourceflavor", "a100", "--wait=false")
+        assert code == 0, err
+        kept = await eventually(lambda: _reconciled(kube, RFS, "a100", "InUse"), what="a100 kept", timeout=20)
+        assert "clusterqueue/team-a" in kept["message"]
+        assert cli(migrated_url, "get", "rf", "a100").returncode == 0  # still in PostgreSQL
+        # A flavor nothing uses goes, from the cluster and from PostgreSQL.
+        code, _, err = await kubectl(host.kubeconfig, "delete", "resourceflavor", "spare")
+        assert code == 0, err
+        await eventually(lambda: cli(migrated_url, "get", "rf", "spare").returncode != 0, what="spare deleted")
+
+        # The CLI's writing commands name the kubectl command instead of writing behind the cluster.
+        refused = cli(migrated_url, "quota", "set", "team-a", "nvidia.com/gpu=4", "--flavor", "a100")
+        assert refused.returncode == 1 and "kubectl patch clusterqueue team-a --type json" in refused.stderr
+        command = refused.stderr.split("run: ", 1)[1].strip()
+        code, _, err = await kubectl(host.kubeconfig, *_kubectl_args(command))
+        assert code == 0, err  # the printed command works as printed
+        await eventually(
+            lambda: "nvidia.com/gpu:a100=4" in cli(migrated_url, "get", "cq", "team-a").stdout,
+            what="the printed command's edit applied",
+        )
+        for args in (("apply", "-f", str(TEAMS)), ("stop", "cq", "team-a"), ("delete", "rf", "a100")):
+            refused = cli(migrated_url, *args)
+            assert refused.returncode == 1 and "run: kubectl" in refused.stderr, (args, refused.stderr)
+
+
+async def test_an_edit_while_the_database_is_away_is_applied_when_it_returns(tmp_path: Path, migrated_url: str) -> None:
+    async with (
+        proxied(migrated_url) as proxy,
+        cluster(tmp_path, migrated_url) as (host, kube, port),
+        replica(host, proxy.url(), tmp_path / "certs", port, cert_secret=None),
+    ):
+        await eventually(lambda: _exists(kube, RFS, "spare"), what="the stored flavor exported")
+        proxy.cut()
+        flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "h100"}}
+        code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(flavor))
+        assert code == 0, err  # the webhook needs no database: the edit is accepted
+        waiting = await eventually(
+            lambda: _reconciled(kube, RFS, "h100", "DatabaseUnavailable"), what="status: not applied", timeout=40
+        )
+        assert waiting["status"] == "False"
+        proxy.heal()
+        await eventually(lambda: _reconciled(kube, RFS, "h100", "Applied"), what="applied", timeout=40)
+        assert cli(migrated_url, "get", "rf", "h100").returncode == 0
+
+
+async def test_without_kueue_crds_the_database_stays_the_source(tmp_path: Path, migrated_url: str) -> None:
+    host = await SimHost.start(tmp_path / "kubeconfig")
+    try:
+        async with replica(host, migrated_url, tmp_path / "certs", free_port(), cert_secret=None):
+            await asyncio.sleep(1.0)
+        engine = database.make_engine(migrated_url)
+        async with database.transaction(database.sessions(engine)) as session:
+            assert await source.get(session) == source.DATABASE
+        await engine.dispose()
+        applied = cli(migrated_url, "apply", "-f", str(TEAMS))
+        assert applied.returncode == 0, applied.stderr
+    finally:
+        await host.stop()
+
+
+def _in_default(body: dict[str, Any]) -> dict[str, Any]:
+    body["metadata"]["namespace"] = "default"
+    body["metadata"]["name"] = "train-default"
+    return body
+
+
+def _kubectl_args(command: str) -> list[str]:
+    import shlex
+
+    args = shlex.split(command)
+    assert args[0] == "kubectl"
+    return args[1:]
+
+
+async def _exists(kube: Kube, ref: ResourceRef, name: str) -> bool:
+    try:
+        await kube.get(ref, None, name)
+    except KubeError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+async def _admitted(kube: Kube, name: str, count: int) -> bool:
+    status = await _cq_status(kube, name)
+    return status.get("admittedWorkloads") == count and status.get("reservingWorkloads") == count
+
+
+async def _reconciled(kube: Kube, ref: ResourceRef, name: str, reason: str) -> dict[str, Any] | None:
+    obj = await kube.get(ref, None, name)
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "turnstile.dev/Reconciled" and c.get("reason") == reason:
+            return dict(c)
+    return None
