@@ -1,4 +1,4 @@
-"""``python -m bench [core|sim|store|controller|webhook|cluster|chaos|all]``: Turnstile's figures on this machine."""
+"""``python -m bench [core|sim|store|controller|webhook|cluster|objects|chaos|all]``: figures on this machine."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ def main() -> None:
         from bench import kueue_cluster
 
         kueue_cluster.main()
+    if which in ("objects", "all"):
+        from bench import queue_objects
+
+        queue_objects.main()
     if which in ("chaos", "all"):
         from bench import chaos
 

@@ -113,14 +113,16 @@ class ControllerProcess:
     metrics_port: int
 
     @classmethod
-    def start(cls, kubeconfig: Path, database_url: str, workdir: Path) -> ControllerProcess:
+    def start(
+        cls, kubeconfig: Path, database_url: str, workdir: Path, *, webhook_port: int | None = None
+    ) -> ControllerProcess:
         metrics_port = free_port()
         log = (workdir / "controller.log").open("wb")
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "admission.cli.main", "controller",
                 "--kubeconfig", str(kubeconfig), "--database-url", database_url,
-                "--webhook-port", str(free_port()), "--metrics-port", str(metrics_port),
+                "--webhook-port", str(webhook_port or free_port()), "--metrics-port", str(metrics_port),
                 "--cert-dir", str(workdir / "certs"), "--log-level", "warning",
             ],
             stdout=log,

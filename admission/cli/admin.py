@@ -167,8 +167,12 @@ def get_cmd(
     resolved = _kind_arg(kind)
     ns = None if all_namespaces else namespace
     if resolved == "Workload":
-        rows = _exec(lambda s: views.workload_rows(s, namespace=ns, name=name), database_url=database_url)
-        views.print_workloads(rows, output)
+        if output == "table":
+            rows = _exec(lambda s: views.workload_rows(s, namespace=ns, name=name), database_url=database_url)
+            views.print_workloads(rows, output)
+        else:  # Kueue's Workload shape, as kubectl get workloads -o yaml shows it
+            found = _exec(lambda s: views.workload_objects(s, ns, name), database_url=database_url)
+            click.echo(views.dump(found, output))
         return
     key = f"{ns or 'default'}/{name}" if (name and resolved == "LocalQueue" and "/" not in name) else name
 

@@ -189,13 +189,18 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     await engine.dispose()
     home = settings.home / "sim"
     host = await SimHost.start(home / "kubeconfig", port=port, default_runtime=default_runtime, kueue=True)
-    names = ["127.0.0.1", "localhost"]
+    service = {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}
+    names = ["127.0.0.1", "localhost", f"{service['name']}.{service['namespace']}.svc"]
     cert = await asyncio.to_thread(certs.ensure, home / "certs", names)
     kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
     client = {"url": f"https://127.0.0.1:{webhook_port}"}
     for obj in registration.configurations(client, cert.ca_crt, integrations=INTEGRATIONS):
         # as a real install's manifests: the leading replica fills in the namespaces in scope
         await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
+    # the aggregated API (kubectl get workloads), as the install's APIServices route it
+    host.route_service(str(service["namespace"]), str(service["name"]), 443, f"https://127.0.0.1:{webhook_port}")
+    for obj in registration.api_services(service, cert.ca_crt):
+        await kube.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=obj)
     await kube.close()
 
     def ready(ep: process.Endpoints, _controller: object) -> None:
@@ -214,6 +219,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
             "   # as user alice (audited: turnstile history)"
         )
         click.echo("  kubectl create -f examples/queues/job.yaml && kubectl get jobs -w")
+        click.echo("  kubectl get workloads -A   # queued, admitted and finished, from PostgreSQL")
         click.echo("Ctrl-C stops everything.")
 
     try:

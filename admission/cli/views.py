@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
 from admission.store import tables
+from admission.store import workload_objects as workload_objects_store
 from admission.store import workloads as store
 from queues import api, quantity
 from queues.flavors import Mode
@@ -147,11 +148,24 @@ def _named(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [r for r in rows if r["name"] == short and (not ns or r["namespace"] == ns)]
 
 
+async def workload_objects(session: AsyncSession, namespace: str | None, name: str | None) -> dict[str, Any]:
+    """One workload (``NAME`` or ``NAMESPACE/NAME``: its object's or its job's name) or a List of
+    them, as Kueue's Workload objects (``admission.store.workload_objects``)."""
+    if name is not None:
+        ns, _, short = name.rpartition("/")
+        obj = await workload_objects_store.get(session, ns or namespace or "default", short)
+        if obj is None:
+            raise config_store.NotFound(f"workload/{name} not found in namespace {ns or namespace or 'default'}")
+        return obj
+    page = await workload_objects_store.page(session, namespace=namespace, limit=None)
+    return {"apiVersion": "v1", "kind": "List", "items": page.items}
+
+
+def dump(body: dict[str, Any], output: str) -> str:
+    return json.dumps(body, indent=2) if output == "json" else yaml.safe_dump(body, sort_keys=False).rstrip()
+
+
 def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
-    if output != "table":
-        body = {"items": rows}
-        click.echo(json.dumps(body, indent=2, default=str) if output == "json" else yaml.safe_dump(body).rstrip())
-        return
     if not rows:
         click.echo("No workloads found.")
         return

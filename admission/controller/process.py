@@ -34,6 +34,8 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from admission.aggregated.auth import Authorizer, FrontProxy
+from admission.aggregated.server import AggregatedApi
 from admission.controller import visibility
 from admission.controller.controller import Controller, Options
 from admission.controller.readiness import Readiness
@@ -117,6 +119,10 @@ async def endpoints(
     webhook serves its certificate and the controller is ready."""
     context = await serving.start()
     server = WebhookServer(lambda: controller.config, missing_queue=missing_queue)
+    # The aggregated API (kubectl get workloads, Kueue's visibility API) shares the webhook's port:
+    # the API server presents its front-proxy certificate there, webhook calls present none.
+    front_proxy = FrontProxy(controller.kube)
+    AggregatedApi(controller.sessions, front_proxy, Authorizer(controller.kube)).routes(server.app)
     webhook = web.AppRunner(server.app, handle_signals=False)
     listening = {"tls": False}
 
@@ -131,6 +137,7 @@ async def endpoints(
     await webhook.setup()
     await health.setup()
     keeping = asyncio.create_task(serving.keep(), name="webhook-certificate")
+    proxying = asyncio.create_task(front_proxy.keep(context), name="front-proxy")
     registering = asyncio.create_task(registration.keep(), name="webhook-configurations")
     try:
         await web.TCPSite(webhook, host, webhook_port, ssl_context=context).start()
@@ -140,7 +147,8 @@ async def endpoints(
     finally:
         keeping.cancel()
         registering.cancel()
-        await asyncio.gather(keeping, registering, return_exceptions=True)
+        proxying.cancel()
+        await asyncio.gather(keeping, registering, proxying, return_exceptions=True)
         await webhook.cleanup()
         await health.cleanup()
 

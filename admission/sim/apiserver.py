@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 from openapi_schema_validator import OAS30Validator
 
-from admission.sim import defaults, openapi, patches, resources, tables, validation, webhooks
+from admission.sim import aggregation, defaults, openapi, patches, rbac, resources, tables, validation, webhooks
 from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit
@@ -81,9 +81,12 @@ class ApiServer:
         self.columns: dict[Resource, list[dict[str, Any]]] = {}  # CRD additionalPrinterColumns
         self.streams: set[Watcher] = set()
         self.watches_served = 0
+        self.status_writes = 0  # PUT/PATCH of a status subresource (bench: what controllers send)
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
         self.webhooks = webhooks.Webhooks(self.store, served)
+        self.aggregator = aggregation.Aggregator(self.store, self.webhooks.services)
+        self.aggregator.publish(resources.NAMESPACES)
         for crd in (*(resources.crd_for(res) for res in crds), *definitions):
             self.store.create(resources.CRDS, "", _established(crd), namespaces=resources.NAMESPACES)
         self._sync_crds()
@@ -94,6 +97,7 @@ class ApiServer:
     async def _end_streams(self, _app: web.Application) -> None:
         self.drop_watches()
         await self.webhooks.close()
+        await self.aggregator.close()
 
     def drop_watches(self) -> None:
         """End every open watch stream (on shutdown, or as an injected fault: clients must re-watch)."""
@@ -159,6 +163,13 @@ class ApiServer:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             return _page_not_found()
+        claimed = self.aggregator.claimed(group, version)
+        if claimed is not None:  # an APIService's group: its backend answers (discovery too)
+            return await self.aggregator.proxy(request, claimed, user_of(request))
+        if (group, version, rest) == ("authorization.k8s.io", "v1", ["subjectaccessreviews"]):
+            if request.method != "POST":
+                raise ApiError(405, "MethodNotAllowed", "subjectaccessreviews can only be created")
+            return web.json_response(rbac.subject_access_review(self.store, await self._body(request)), status=201)
         if not rest:
             listed = self._resource_list(group, version)
             return web.json_response(listed) if listed is not None else _page_not_found()
@@ -265,6 +276,8 @@ class ApiServer:
                 self._sync_crds()
             return _respond(created, admitted.warnings, status=201)
         if method in ("PUT", "PATCH") and name:
+            if sub == "status":
+                self.status_writes += 1
             old = self.store.get(res, namespace, name)
             if method == "PUT":
                 new = await self._body(request)
@@ -502,9 +515,9 @@ class ApiServer:
 
     def _groups(self) -> dict[str, Any]:
         groups: dict[str, list[str]] = {}
-        for r in self.served:
-            if r.group and r.version not in groups.setdefault(r.group, []):
-                groups[r.group].append(r.version)
+        for group, version in [(r.group, r.version) for r in self.served] + self.aggregator.groups():
+            if group and version not in groups.setdefault(group, []):
+                groups[group].append(version)
         return {
             "kind": "APIGroupList",
             "apiVersion": "v1",

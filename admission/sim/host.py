@@ -61,6 +61,11 @@ class SimHost:
     secure_url: str  # the same API server over HTTPS, where clients send who they are
     ca: bytes  # the CA of its serving certificate
 
+    def route_service(self, namespace: str, name: str, port: int, url: str) -> None:
+        """Send what the cluster sends to Service ``namespace/name:port`` (webhooks, APIServices) to
+        ``url`` (``https://127.0.0.1:PORT``): the simulated cluster has no service network."""
+        self.server.webhooks.services[f"{namespace}/{name}:{port}"] = url
+
     def kubeconfig_for(self, user: str, path: Path) -> Path:
         """A kubeconfig acting as ``user`` (its bearer token names the user, see ``apiserver.user_of``),
         over HTTPS: kubectl sends credentials only over TLS, as client-go does for every client."""

@@ -8,6 +8,7 @@ CRD stops serving its kind (and deletes its objects) as the real server does.
 
 from __future__ import annotations
 
+from admission.sim import rbac
 from admission.sim.objects import Resource
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",))
@@ -18,6 +19,11 @@ CRDS = Resource(
     "CustomResourceDefinition",
     namespaced=False,
     short_names=("crd",),
+)
+
+API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", "APIService", namespaced=False)
+SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False, has_status=False
 )
 
 BUILT_IN = (
@@ -49,6 +55,10 @@ BUILT_IN = (
         has_status=False,
     ),
     CRDS,
+    API_SERVICES,
+    # answered from RBAC's objects (``rbac.subject_access_review``), never stored
+    SUBJECT_ACCESS_REVIEWS,
+    *rbac.KINDS,
 )
 
 # Custom resources of the operators a GPU cluster runs (their CRDs installed at start by default).

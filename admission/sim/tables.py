@@ -16,43 +16,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from admission.kube import table as kube_table
+from admission.kube.table import human_duration, wants_table
 from admission.sim.objects import Obj, Resource
+
+__all__ = ["human_duration", "printer_for", "table", "wants_table"]
 
 Column = dict[str, Any]
 Printer = tuple[list[Column], Callable[[Obj], list[Any]]]
-
-
-def wants_table(accept: str) -> bool:
-    return "as=Table" in accept and "g=meta.k8s.io" in accept
-
-
-def human_duration(seconds: float) -> str:
-    """Kubernetes' ``duration.HumanDuration``: 5s, 2m30s, 95m, 3h10m, 2d4h, 1y30d."""
-    s = int(seconds)
-    if s < -1:
-        return "<invalid>"
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        return f"{hours // 24 // 365}y{days}d" if days else f"{hours // 24 // 365}y"
-    return f"{hours // 24 // 365}y"
 
 
 def _time(value: Any) -> dt.datetime | None:
@@ -73,8 +44,7 @@ def _age(obj: Obj) -> str:
     return _since((obj.get("metadata") or {}).get("creationTimestamp"))
 
 
-def _col(name: str, kind: str = "string", *, priority: int = 0, fmt: str = "") -> Column:
-    return {"name": name, "type": kind, "format": fmt, "description": "", "priority": priority}
+_col = kube_table.column
 
 
 NAME = _col("Name", fmt="name")
@@ -274,25 +244,7 @@ def custom_printer(columns: list[dict[str, Any]]) -> Printer:
 def table(printer: Printer | None, objects: list[Obj], *, include: str, resource_version: str) -> Obj:
     """A ``meta.k8s.io/v1`` Table of ``objects``; ``include``: None, Metadata (default) or Object."""
     columns, cells = printer or ([NAME, AGE], lambda o: [o["metadata"]["name"], _age(o)])
-    rows = []
-    for obj in objects:
-        row: Obj = {"cells": cells(obj)}
-        if include == "Object":
-            row["object"] = obj
-        elif include != "None":
-            row["object"] = {
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": obj.get("metadata") or {},
-            }
-        rows.append(row)
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": columns,
-        "rows": rows,
-    }
+    return kube_table.table(columns, cells, objects, include=include, metadata={"resourceVersion": resource_version})
 
 
 def printer_for(res: Resource, crd_columns: dict[Resource, list[dict[str, Any]]]) -> Printer | None:

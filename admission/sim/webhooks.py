@@ -191,8 +191,12 @@ class Webhooks:
             timeout = aiohttp.ClientTimeout(total=float(hook.get("timeoutSeconds", 10)))
             if self._session is None or self._session.closed:
                 self._session = aiohttp.ClientSession()
+            client = hook.get("clientConfig") or {}
+            svc = client.get("service")
+            # as the real server: a service is called by its DNS name, which the certificate must carry
+            hostname = f"{svc.get('name')}.{svc.get('namespace')}.svc" if isinstance(svc, dict) else None
             async with self._session.post(
-                self._url(hook.get("clientConfig") or {}), json=review, ssl=context, timeout=timeout
+                self._url(client), json=review, ssl=context, timeout=timeout, server_hostname=hostname
             ) as resp:
                 if resp.status != 200:
                     raise ConnectionError(f"the webhook answered HTTP {resp.status}")

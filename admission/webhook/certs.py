@@ -115,10 +115,11 @@ def new_ca(now: dt.datetime | None = None, validity: dt.timedelta = CA_VALIDITY)
 
 
 def sign(
-    ca_crt: bytes, ca_key: bytes, names: Sequence[str], *, validity: dt.timedelta = VALIDITY
+    ca_crt: bytes, ca_key: bytes, names: Sequence[str], *, validity: dt.timedelta = VALIDITY, client: bool = False
 ) -> tuple[bytes, bytes]:
     """A serving certificate for ``names`` (DNS names or IP addresses) signed by the first CA in
-    ``ca_crt``: (certificate PEM, key PEM)."""
+    ``ca_crt``: (certificate PEM, key PEM). ``client``: a client certificate instead, whose
+    common name is ``names[0]`` (as the API server's front-proxy client, ``front-proxy-client``)."""
     now = dt.datetime.now(dt.UTC)
     ca = x509.load_pem_x509_certificates(ca_crt)[0]
     signer = serialization.load_pem_private_key(ca_key, password=None)
@@ -133,7 +134,10 @@ def sign(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(min(now + validity, ca.not_valid_after_utc))
         .add_extension(_san(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
+            critical=False,
+        )
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
         .sign(signer, hashes.SHA256())
     )

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 MUTATE, VALIDATE = "turnstile-mutate", "turnstile-validate"
 PLURALS = {MUTATE: "mutatingwebhookconfigurations", VALIDATE: "validatingwebhookconfigurations"}
+# The APIServices served on the webhook's port (``admission.aggregated``): their caBundle is kept too.
+API_SERVICES = ("v1alpha1.turnstile.dev", "v1beta2.visibility.kueue.x-k8s.io")
 NO_NAMESPACE = "none.turnstile.dev"  # a namespace name cannot hold a dot: matches none
 NAME_LABEL = "kubernetes.io/metadata.name"
 MAX_CAS = 8  # CAs kept in a bundle (the newest), so replicas coming and going never grow it without end
@@ -176,6 +178,28 @@ def configurations(
     return out
 
 
+def api_services(service: dict[str, Any], ca_bundle: bytes | None = None) -> list[dict[str, Any]]:
+    """The APIServices of the aggregated API (``admission.aggregated``), served by ``service``
+    (``{"name", "namespace", "port"}``: the webhook's Service; the API server calls
+    ``NAME.NAMESPACE.svc``, which the serving certificate names)."""
+    out = []
+    for name in API_SERVICES:
+        version, _, group = name.partition(".")
+        spec: dict[str, Any] = {
+            "group": group,
+            "version": version,
+            "service": dict(service),
+            "groupPriorityMinimum": 100 if group.startswith("visibility.") else 1000,
+            "versionPriority": 100 if group.startswith("visibility.") else 15,
+        }
+        if ca_bundle:
+            spec["caBundle"] = base64.b64encode(ca_bundle).decode()
+        out.append(
+            {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": name}, "spec": spec}
+        )
+    return out
+
+
 def merged_bundle(published: str | None, ours: bytes, now: dt.datetime | None = None) -> bytes:
     """Our CAs plus the published ones still valid, newest first, at most ``MAX_CAS``, each once."""
     now = now or dt.datetime.now(dt.UTC)
@@ -279,6 +303,26 @@ class Registration:
             else:
                 self.trusted_by.discard(name)
         self.registered = found > 0
+        await self._api_services()
+
+    async def _api_services(self) -> None:
+        """The APIServices that route to this port trust our CA too (absent ones are left alone)."""
+        if self.ca is None:
+            return
+        for name in API_SERVICES:
+            path = f"/apis/apiregistration.k8s.io/v1/apiservices/{name}"
+            try:
+                current = await self.kube.request("GET", path)
+            except KubeError as exc:
+                if exc.status in (403, 404):
+                    continue
+                raise
+            published = (current.get("spec") or {}).get("caBundle")
+            if not trusts(published, self.ca):
+                bundle = base64.b64encode(merged_bundle(published, self.ca)).decode()
+                log.info("updating the caBundle of APIService %s", name)
+                patch = {"spec": {"caBundle": bundle}}
+                await self.kube.request("PATCH", path, body=patch, content_type=kube_client.MERGE_PATCH)
 
     def _patch(self, name: str, current: Obj) -> list[Obj]:
         """JSON patch ops that make ``current`` carry our CA and (while leading) the scope. Each

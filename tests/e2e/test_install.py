@@ -75,7 +75,13 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def replica(
-    host: SimHost, url: str, tmp: Path, port: int, *, cert_secret: str | None = "turnstile-system/turnstile-webhook-tls"
+    host: SimHost,
+    url: str,
+    tmp: Path,
+    port: int,
+    *,
+    cert_secret: str | None = "turnstile-system/turnstile-webhook-tls",
+    names: tuple[str, ...] = ("127.0.0.1",),
 ) -> AsyncIterator[asyncio.Task[None]]:
     ready = asyncio.Event()
     task = asyncio.create_task(
@@ -87,7 +93,7 @@ async def replica(
             cert_dir=tmp,
             cert_secret=cert_secret,
             bind_address="127.0.0.1",
-            names=["127.0.0.1"],
+            names=list(names),
             shutdown_delay=0.0,
             on_ready=lambda _ep, _c: ready.set(),
         )

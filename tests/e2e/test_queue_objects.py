@@ -45,6 +45,8 @@ metadata: {name: spare}
 """
 
 TEAMS = ROOT / "examples" / "queues" / "gpu-teams.yaml"  # plain Kueue v1beta2, applied unchanged
+SERVICE = {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}
+NAMES = ("127.0.0.1", "turnstile-webhook.turnstile-system.svc")  # the API server calls the Service by name
 
 
 @contextlib.asynccontextmanager
@@ -61,6 +63,10 @@ async def cluster(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube
             {"url": f"https://127.0.0.1:{port}"}, None, integrations=INTEGRATIONS
         ):
             await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s", body=config)
+        # the aggregated API as the install's manifests register it (the replica publishes its CA)
+        host.route_service("turnstile-system", "turnstile-webhook", 443, f"https://127.0.0.1:{port}")
+        for obj in registration.api_services(SERVICE):
+            await kube.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=obj)
         async with database.transaction(database.sessions(engine)) as session:
             await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(EARLIER)], actor="earlier")
         yield host, kube, port
@@ -255,3 +261,81 @@ async def _reconciled(kube: Kube, ref: ResourceRef, name: str, reason: str) -> d
         if c.get("type") == "turnstile.dev/Reconciled" and c.get("reason") == reason:
             return dict(c)
     return None
+
+
+VIEWER = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: workload-reader, namespace: default}
+rules:
+- {apiGroups: [turnstile.dev], resources: [workloads], verbs: [get, list]}
+- {apiGroups: [visibility.kueue.x-k8s.io], resources: [localqueues/pendingworkloads], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: alice-reads-workloads, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: workload-reader}
+subjects: [{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}]
+"""
+
+
+async def test_workloads_and_pending_positions_through_the_api_server(tmp_path: Path, migrated_url: str) -> None:
+    """kubectl get workloads -A and Kueue's visibility API, served by the replicas through an
+    APIService, authorized by the API server's RBAC; when no replica answers, only that group fails."""
+    async with cluster(tmp_path, migrated_url) as (host, kube, port):
+        async with replica(host, migrated_url, tmp_path / "certs", port, cert_secret=None, names=NAMES):
+            code, _, err = await kubectl(host.kubeconfig, "apply", "-f", str(TEAMS))
+            assert code == 0, err
+            await eventually(lambda: _cq_status(kube, "team-b"), what="team-b applied", timeout=20)
+            for i in range(5):  # team-b has 8 GPUs and may borrow team-a's 8: four of these run, one waits
+                body = _in_default(job(f"train-{i}", "team-b"))
+                body["metadata"]["name"] = f"train-{i}"
+                body["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
+                code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(body))
+                assert code == 0, err
+            await eventually(lambda: _admitted(kube, "team-b", 4), what="four admitted", timeout=20)
+
+            # Everyone's workloads, in Kueue's columns and ours, paged as kubectl pages them.
+            code, out, err = await kubectl(host.kubeconfig, "get", "workloads", "-A", "--chunk-size", "1")
+            assert code == 0, err
+            lines = out.splitlines()
+            assert lines[0].split()[:4] == ["NAMESPACE", "NAME", "QUEUE", "RESERVED"], out
+            rows = [line.split() for line in lines[1:]]
+            assert len(rows) == 5 and all(r[1].startswith("job-train-") for r in rows), out
+            assert [r[5] for r in rows if r[3] == "team-b"].count("Admitted") == 4, out  # (Finished is empty)
+            assert any("Pending" in r and "team-b" in r for r in rows), out
+            # One, as Kueue shows it: GPUs as "4", never milli-units.
+            code, out, err = await kubectl(host.kubeconfig, "get", "wl", "-n", "default", rows[0][1], "-o", "json")
+            assert code == 0, err
+            one = json.loads(out)
+            assert one["kind"] == "Workload" and one["spec"]["queueName"] == "team-b"
+            requests = one["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+            assert requests["nvidia.com/gpu"] == "4"
+            # Kueue's visibility API: the waiting one, first in line.
+            raw = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/team-b/pendingworkloads"
+            code, out, err = await kubectl(host.kubeconfig, "get", "--raw", raw)
+            assert code == 0, err
+            (waiting,) = json.loads(out)["items"]
+            assert waiting["positionInClusterQueue"] == 0 and waiting["localQueueName"] == "team-b"
+
+            # A data scientist reads what RBAC lets them: their namespace, not the cluster.
+            code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=VIEWER)
+            assert code == 0, err
+            alice = host.kubeconfig_for("alice", tmp_path / "alice.kubeconfig")
+            code, out, err = await kubectl(alice, "get", "workloads", "-n", "default")
+            assert code == 0 and len(out.splitlines()) == 6, (out, err)
+            code, _, err = await kubectl(alice, "get", "workloads", "-A")
+            assert code != 0 and 'User "alice" cannot list resource "workloads"' in err, err
+            code, _, err = await kubectl(alice, "get", "workloads", "-n", "kube-system")
+            assert code != 0 and "forbidden" in err, err
+            mine = "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/default/localqueues/team-b/pendingworkloads"
+            code, out, err = await kubectl(alice, "get", "--raw", mine)
+            assert code == 0 and len(json.loads(out)["items"]) == 1, err
+            code, _, err = await kubectl(alice, "get", "--raw", raw)
+            assert code != 0, "the ClusterQueue's view needs a cluster-wide grant"
+
+        # No replica answers: that group is unavailable, and nothing else breaks.
+        code, _, err = await kubectl(host.kubeconfig, "get", "workloads", "-A")
+        assert code != 0 and "the server is currently unable to handle the request" in err, err
+        code, out, err = await kubectl(host.kubeconfig, "get", "cq")
+        assert code == 0 and "team-a" in out, err

@@ -56,6 +56,7 @@ def test_the_default_install_has_everything_a_production_install_needs() -> None
     kinds = sorted({o["kind"] for o in objects})
     assert kinds == sorted(
         [
+            "APIService",
             "ClusterRole",
             "ClusterRoleBinding",
             "CustomResourceDefinition",
@@ -71,10 +72,14 @@ def test_the_default_install_has_everything_a_production_install_needs() -> None
             "ValidatingWebhookConfiguration",
         ]
     )
-    cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
+    cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "APIService")
     namespaced = [o for o in objects if o["kind"] not in cluster_scoped]
     namespaced = [o for o in namespaced if "WebhookConfiguration" not in o["kind"]]
-    assert {o["metadata"].get("namespace") for o in namespaced} == {"turnstile-system"}
+    # one object outside turnstile-system: the RoleBinding that reads the API server's front-proxy settings
+    (outside,) = [o for o in namespaced if o["metadata"].get("namespace") != "turnstile-system"]
+    assert outside["kind"] == "RoleBinding" and outside["metadata"]["namespace"] == "kube-system"
+    assert outside["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+    assert all("namespace" not in o["metadata"] for o in objects if o["kind"] in cluster_scoped)
 
 
 @pytest.mark.parametrize("version", ["1.30.0", "1.33.0"])
@@ -204,3 +209,14 @@ def test_the_prometheus_overlay_scrapes_the_metrics_service() -> None:
     ]
     assert [s["metadata"]["name"] for s in services] == ["turnstile-metrics"]
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
+
+
+def test_api_services_are_what_the_code_registers_and_route_to_the_webhook_service() -> None:
+    rendered = {o["metadata"]["name"]: o["spec"] for o in by_kind(render(""), "APIService")}
+    service = {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}
+    ours = {o["metadata"]["name"]: o["spec"] for o in registration.api_services(service)}
+    assert rendered == ours, "manifests/base/apiservices.yaml is written by admission.webhook.registration.api_services"
+    (svc,) = [s for s in by_kind(render(""), "Service") if s["metadata"]["name"] == "turnstile-webhook"]
+    assert any(p["port"] == 443 for p in svc["spec"]["ports"])
+    cert_manager = by_kind(render("overlays/cert-manager"), "APIService")
+    assert all(o["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] for o in cert_manager)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -88,6 +89,19 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
         )
         line = next(x for x in done.stdout.splitlines() if " urgent " in f" {x} ")
         assert "QuotaReserved" in line and "Preempting" in line, done.stdout
+        # -o json: one Kueue-shaped Workload, quantities as Kubernetes writes them, why it was preempted
+        shown = await asyncio.to_thread(
+            turnstile, "get", "wl", "ml/low-1", "-o", "json", env={**os.environ, "TURNSTILE_DATABASE_URL": w.url}
+        )
+        low = json.loads(shown.stdout)
+        assert low["kind"] == "Workload" and low["metadata"]["name"].startswith("job-low-1-"), low
+        requests = low["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+        assert requests["nvidia.com/gpu"] == "4", requests
+        conditions = {c["type"]: c for c in low["status"]["conditions"]}
+        assert (
+            conditions["Preempted"]["reason"] == "InClusterQueue" and "ml/urgent" in conditions["Preempted"]["message"]
+        )
+        assert low["metadata"]["ownerReferences"][0]["kind"] == "Job"
         events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
         said = [e["message"] for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
         assert any(m.startswith("Preempting: quota reserved; waiting for 2 preempted workloads") for m in said), said

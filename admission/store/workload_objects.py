@@ -1,0 +1,311 @@
+"""Workloads as Kubernetes objects, in Kueue's ``Workload`` shape, read from PostgreSQL.
+
+What ``kubectl get workloads`` (the controller's aggregated API, ``admission.aggregated``) and
+``turnstile get wl -o json|yaml`` show: ``spec`` (queueName, priority, active, podSets with
+their requests as Kubernetes quantities: ``nvidia.com/gpu: "8"``, never milli-units) and
+``status`` (conditions QuotaReserved, Admitted, Finished, Evicted and Preempted with Kueue's
+reasons, ``admission`` with each pod set's flavors and resource usage). Named as Kueue names
+them, ``<kind>-<job name>-<first 5 of the job's uid>``, owned by their job.
+
+Finished workloads stay listed for ``RETENTION`` after they finish (their history: why one was
+preempted), then only the usage ledger and ``turnstile usage`` have them. Lists are paged by
+(namespace, name), so 100,000 workloads come in pages from an index, never all at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from admission.kube.table import human_duration
+from queues import quantity
+
+GROUP, VERSION = "turnstile.dev", "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+RETENTION = dt.timedelta(days=7)
+
+_COLUMNS = """
+    w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
+    w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
+    w.assigned_flavors, w.checks, w.active,
+    lower(w.kind) || '-' || w.name || '-' || left(w.job_uid, 5) AS object_name
+"""
+_VISIBLE = "(w.state <> 'Finished' OR w.finished_at > now() - make_interval(secs => :retention))"
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[dict[str, Any]]
+    next: str | None  # the ``continue`` token of the next page, if any
+
+
+def _token(namespace: str, name: str, wid: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps([namespace, name, wid]).encode()).decode()
+
+
+def _after(token: str | None) -> tuple[str, str, int]:
+    if not token:
+        return ("", "", 0)
+    try:
+        namespace, name, wid = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return (str(namespace), str(name), int(wid))
+    except (ValueError, TypeError) as exc:
+        raise ValueError("the continue token is not one this server gave; list again from the start") from exc
+
+
+async def page(session: AsyncSession, *, namespace: str | None, limit: int | None, token: str | None = None) -> Page:
+    """One page of workloads (all of them without ``limit``), in (namespace, name) order."""
+    ns, name, wid = _after(token)
+    where = [_VISIBLE, "(w.namespace, w.name, w.id) > (:ns, :name, :wid)"]
+    if namespace is not None:
+        where.append("w.namespace = :namespace")
+    query = f"SELECT {_COLUMNS} FROM workloads w WHERE {' AND '.join(where)} ORDER BY w.namespace, w.name, w.id"
+    params: dict[str, Any] = {"ns": ns, "name": name, "wid": wid, "namespace": namespace}
+    params["retention"] = RETENTION.total_seconds()
+    if limit is not None:
+        query += " LIMIT :limit"
+        params["limit"] = limit + 1
+    rows = list((await session.execute(text(query), params)).mappings())
+    more = limit is not None and len(rows) > limit
+    rows = rows[:limit] if limit is not None else rows
+    items = await _objects(session, rows)
+    last = rows[-1] if rows else None
+    return Page(items, _token(last["namespace"], last["name"], last["id"]) if more and last else None)
+
+
+async def get(session: AsyncSession, namespace: str, name: str) -> dict[str, Any] | None:
+    """The workload ``name`` (its object name, or its job's name) in ``namespace``."""
+    query = (
+        f"SELECT {_COLUMNS} FROM workloads w WHERE {_VISIBLE} AND w.namespace = :namespace "
+        "AND (lower(w.kind) || '-' || w.name || '-' || left(w.job_uid, 5) = :name OR w.name = :name) "
+        "ORDER BY (w.state = 'Finished'), w.id DESC LIMIT 1"
+    )
+    params = {"namespace": namespace, "name": name, "retention": RETENTION.total_seconds()}
+    rows = list((await session.execute(text(query), params)).mappings())
+    items = await _objects(session, rows)
+    return items[0] if items else None
+
+
+async def _objects(session: AsyncSession, rows: list[Any]) -> list[dict[str, Any]]:
+    evictions: dict[int, Any] = {}
+    if rows:
+        found = await session.execute(
+            text(
+                "SELECT DISTINCT ON (workload_id) workload_id, at, reason, detail, by_workload FROM workload_events "
+                "WHERE type = 'Evicted' AND workload_id = ANY(:ids) ORDER BY workload_id, id DESC"
+            ),
+            {"ids": [r["id"] for r in rows]},
+        )
+        evictions = {e["workload_id"]: e for e in found.mappings()}
+    return [to_object(r, evictions.get(r["id"])) for r in rows]
+
+
+def _json(value: Any) -> Any:
+    """A JSONB column from a plain SQL query (asyncpg hands jsonb over as text)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _time(value: dt.datetime | None) -> str | None:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
+
+
+def _condition(kind: str, ok: bool, reason: str, message: str, at: dt.datetime | None) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": _time(at),
+    }
+
+
+def _pod_sets(body: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for ps in body.get("podSets", []):
+        requests = {r: quantity.format_milli(int(v)) for r, v in (ps.get("requests") or {}).items()}
+        spec: dict[str, Any] = {"containers": [{"name": ps["name"], "resources": {"requests": requests}}]}
+        if ps.get("nodeSelector"):
+            spec["nodeSelector"] = dict(ps["nodeSelector"])
+        if ps.get("tolerations"):
+            spec["tolerations"] = list(ps["tolerations"])
+        out.append({"name": ps["name"], "count": int(ps["count"]), "template": {"spec": spec}})
+    return out
+
+
+def _admission(row: Any, pod_sets: list[dict[str, Any]]) -> dict[str, Any]:
+    flavors = (_json(row["assigned_flavors"]) or {}).get("flavors", {})
+    assignments = []
+    for ps in pod_sets:
+        requests = ps["template"]["spec"]["containers"][0]["resources"]["requests"]
+        usage = {r: quantity.format_milli(quantity.parse_milli(q) * ps["count"]) for r, q in requests.items()}
+        assigned = dict(flavors.get(ps["name"], {}))
+        assignments.append({"name": ps["name"], "flavors": assigned, "resourceUsage": usage, "count": ps["count"]})
+    return {"clusterQueue": row["cluster_queue"], "podSetAssignments": assignments}
+
+
+def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
+    """One workload row (with its latest eviction, if any) as a Kueue-shaped Workload."""
+    pod_sets = _pod_sets(_json(row["pod_sets"]))
+    state, reason, message = row["state"], row["reason"] or "", row["message"] or ""
+    reserved = state == "Admitted"
+    started = reserved and not _json(row["checks"]) and reason != "Preempting"
+    conditions = [
+        _condition(
+            "QuotaReserved",
+            reserved,
+            "QuotaReserved" if reserved else (reason or "Pending"),
+            f"Quota reserved in ClusterQueue {row['cluster_queue']}" if reserved else message,
+            row["admitted_at"] if reserved else row["created_at"],
+        )
+    ]
+    if reserved:
+        conditions.append(
+            _condition(
+                "Admitted",
+                started,
+                "Admitted" if started else (reason or "AdmissionCheck"),
+                "The workload is admitted" if started else message,
+                row["admitted_at"],
+            )
+        )
+    if state == "Finished":
+        conditions.append(_condition("Finished", True, reason or "JobFinished", message, row["finished_at"]))
+    if eviction is not None:
+        evicted = not reserved and state != "Finished"
+        why = eviction["reason"] or "Preempted"
+        conditions.append(_condition("Evicted", evicted, why, message if evicted else "", eviction["at"]))
+        if eviction["reason"] == "Preempted":
+            by = eviction["by_workload"] or "another workload"
+            conditions.append(
+                _condition(
+                    "Preempted",
+                    evicted,
+                    eviction["detail"] or "InClusterQueue",
+                    f"Preempted to accommodate a workload ({by}) due to {eviction['detail'] or 'prioritization'}",
+                    eviction["at"],
+                )
+            )
+    status: dict[str, Any] = {"conditions": conditions}
+    if reserved:
+        status["admission"] = _admission(row, pod_sets)
+    owner = {
+        "apiVersion": row["api_version"],
+        "kind": row["kind"],
+        "name": row["name"],
+        "uid": row["job_uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    spec: dict[str, Any] = {"podSets": pod_sets, "priority": row["priority"], "active": bool(row["active"])}
+    if row["local_queue"]:
+        spec["queueName"] = row["local_queue"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": row["object_name"],
+            "namespace": row["namespace"],
+            "uid": f"turnstile-workload-{row['id']}",
+            "creationTimestamp": _time(row["created_at"]),
+            "labels": {"kueue.x-k8s.io/job-uid": row["job_uid"]},
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def summary(obj: dict[str, Any]) -> dict[str, str]:
+    """The columns a list shows: state, queue, ClusterQueue, priority, flavors, reason."""
+    conditions = {c["type"]: c for c in obj["status"]["conditions"]}
+    if "Finished" in conditions:
+        state = "Finished"
+    elif conditions.get("Admitted", {}).get("status") == "True":
+        state = "Admitted"
+    elif conditions["QuotaReserved"]["status"] == "True":
+        state = "QuotaReserved"
+    else:
+        state = "Pending"
+    admission = obj["status"].get("admission") or {}
+    flavors = sorted({f for a in admission.get("podSetAssignments", []) for f in a["flavors"].values()})
+    waiting = conditions["QuotaReserved"]
+    return {
+        "state": state,
+        "queue": obj["spec"].get("queueName", ""),
+        "clusterQueue": admission.get("clusterQueue", ""),
+        "priority": str(obj["spec"]["priority"]),
+        "flavors": ",".join(flavors),
+        "reason": waiting["reason"] if state == "Pending" else "",
+    }
+
+
+async def pending(
+    session: AsyncSession, cluster_queue: str, *, local_queue: tuple[str, str] | None, offset: int, limit: int
+) -> list[dict[str, Any]]:
+    """Kueue's visibility ``PendingWorkload`` items of ``cluster_queue`` (or of one of its
+    LocalQueues), in queue order: priority, then queue time, then submission, as the scheduler
+    orders them; positions in the ClusterQueue and in the LocalQueue count from 0."""
+    query = """
+        SELECT * FROM (
+            SELECT w.namespace, w.name, w.kind, w.api_version, w.job_uid, w.local_queue, w.priority,
+                   w.created_at, lower(w.kind) || '-' || w.name || '-' || left(w.job_uid, 5) AS object_name,
+                   row_number() OVER (ORDER BY w.priority DESC, w.queue_ts, w.id) - 1 AS cq_position,
+                   row_number() OVER (PARTITION BY w.namespace, w.local_queue
+                                      ORDER BY w.priority DESC, w.queue_ts, w.id) - 1 AS lq_position
+            FROM workloads w
+            WHERE w.state = 'Pending' AND w.active AND w.cluster_queue = :cq
+        ) ranked
+    """
+    params: dict[str, Any] = {"cq": cluster_queue, "offset": offset, "limit": limit}
+    if local_queue is not None:
+        query += " WHERE namespace = :namespace AND local_queue = :lq"
+        params |= {"namespace": local_queue[0], "lq": local_queue[1]}
+    query += " ORDER BY cq_position OFFSET :offset LIMIT :limit"
+    rows = (await session.execute(text(query), params)).mappings()
+    return [
+        {
+            "metadata": {
+                "name": r["object_name"],
+                "namespace": r["namespace"],
+                "creationTimestamp": _time(r["created_at"]),
+                "ownerReferences": [
+                    {"apiVersion": r["api_version"], "kind": r["kind"], "name": r["name"], "uid": r["job_uid"]}
+                ],
+            },
+            "priority": r["priority"],
+            "localQueueName": r["local_queue"],
+            "positionInClusterQueue": int(r["cq_position"]),
+            "positionInLocalQueue": int(r["lq_position"]),
+        }
+        for r in rows
+    ]
+
+
+async def local_queue_target(session: AsyncSession, namespace: str, name: str) -> str | None:
+    """The ClusterQueue of LocalQueue ``namespace/name``, or None if there is no such LocalQueue."""
+    found = await session.execute(
+        text("SELECT cluster_queue FROM local_queues WHERE namespace = :ns AND name = :name"),
+        {"ns": namespace, "name": name},
+    )
+    value = found.scalar_one_or_none()
+    return str(value) if value is not None else None
+
+
+async def cluster_queue_exists(session: AsyncSession, name: str) -> bool:
+    found = await session.execute(text("SELECT 1 FROM cluster_queues WHERE name = :name"), {"name": name})
+    return found.scalar_one_or_none() is not None
+
+
+def age(obj: dict[str, Any]) -> str:
+    """kubectl's AGE of an object, from its creationTimestamp."""
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not created:
+        return "<unknown>"
+    when = dt.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    return human_duration((dt.datetime.now(dt.UTC) - when).total_seconds())
