@@ -142,7 +142,8 @@ class Declared:
         try:
             while True:
                 try:
-                    await asyncio.wait_for(self.wake.wait(), KEPT_RETRY if self.kept else None)
+                    async with asyncio.timeout(KEPT_RETRY if self.kept else None):
+                        await self.wake.wait()
                 except TimeoutError:  # still in use? (workloads finished, a queue stopped naming a flavor)
                     for k in self.kept:
                         self.pending.setdefault(k, []).append(self.objects.get(k))

@@ -76,7 +76,8 @@ class Leadership:
             pause = await self._round()
             self.look.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.look.wait(), pause)
+                async with asyncio.timeout(pause):
+                    await self.look.wait()
 
     async def _round(self) -> float:
         """One election round; returns how long to wait before the next."""
@@ -84,7 +85,8 @@ class Leadership:
             return 0.1
         started = time.monotonic()
         try:
-            fence = await asyncio.wait_for(self._acquire(), self.ttl / 3)
+            async with asyncio.timeout(self.ttl / 3):
+                fence = await self._acquire()
         except DB_ERRORS as exc:
             self.database.failed("renewing the scheduler lease", database.describe_error(exc))
             if self.leading() is not None and time.monotonic() > self.confirmed_at + self.ttl * 0.8:

@@ -123,7 +123,8 @@ class Informer:
         self.synced.set()
         self._recheck.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._recheck.wait(), ABSENT_RETRY)
+            async with asyncio.timeout(ABSENT_RETRY):
+                await self._recheck.wait()
 
     async def _relist(self) -> str:
         self.relists += 1

@@ -476,7 +476,8 @@ class ApiServer:
             deadline = loop.time() + timeout
             while (remaining := deadline - loop.time()) > 0:
                 try:
-                    event = await asyncio.wait_for(watcher.queue.get(), min(remaining, BOOKMARK_SECONDS))
+                    async with asyncio.timeout(min(remaining, BOOKMARK_SECONDS)):
+                        event = await watcher.queue.get()
                 except TimeoutError:
                     if bookmarks:
                         version = bookmark_version(watcher, self.store.rv, last)

@@ -70,7 +70,11 @@ class Listener:
         while True:
             await asyncio.sleep(every)
             try:
-                await asyncio.wait_for(self.conn.fetchval("SELECT 1"), timeout)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the cancellation
+                # that stops this task if it arrives as the ping answers (gh-86296), and the
+                # listener's shutdown would then wait for this loop for ever.
+                async with asyncio.timeout(timeout):
+                    await self.conn.fetchval("SELECT 1")
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 reason = "did not answer" if isinstance(exc, TimeoutError) else f"failed ({exc})"
                 self.queue.put_nowait(ListenerLost(f"the LISTEN connection {reason} within {timeout:.0f}s"))
@@ -101,6 +105,7 @@ async def listen(
             await asyncio.gather(watching, return_exceptions=True)
         conn.remove_termination_listener(listener.on_terminate)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(conn.close(), 2.0)
+            async with asyncio.timeout(2.0):
+                await conn.close()
         if not conn.is_closed():
             conn.terminate()

@@ -275,7 +275,8 @@ class Registration:
                 wait, backoff = backoff, min(every, backoff * 2)
             self.poke.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.poke.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self.poke.wait()
 
     async def sync(self) -> None:
         """Read both configurations and patch what differs from what they should be."""
