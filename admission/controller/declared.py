@@ -108,7 +108,7 @@ class Declared:
         self.wake = asyncio.Event()
         self._was_leading = False
         self._said_absent = False
-        self.reconciled = 0  # object versions applied (tests and bench read it)
+        self.reconciled = 0  # object versions reconciled so far
 
     # ----- what the cluster says -----------------------------------------------------------------
 
@@ -166,11 +166,6 @@ class Declared:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-
-    def recheck(self) -> None:
-        """CRDs changed: look again whether Kueue's kinds are served."""
-        for informer in self.informers.values():
-            informer.recheck()
 
     async def step(self) -> None:
         """One round: the source, and (leading, source kubernetes) every pending version."""
