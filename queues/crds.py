@@ -5,9 +5,11 @@ so the fields a cluster accepts and the fields Turnstile reads cannot drift apar
 of the v1beta2 shape (the v1beta1-only ``spec.cohort``, ``spec.admissionChecks`` and Cohort
 ``spec.parent`` are left out: v1beta1 files are converted by ``turnstile apply``), with its
 type, enum, default and bounds, quantities as Kubernetes' int-or-string. Schemas are structural,
-as the API server requires; what needs more than a schema (borrowing limits only with a cohort,
-resource groups covering each resource once, ...) is checked by Turnstile's validating webhook
-with the same code as ``turnstile apply`` (``queues.validation``), every error with its path.
+as the API server requires, with Kueue's CEL rules and the list bounds that keep their cost in
+the API server's budget (borrowing limits only with a cohort, every flavor listing the group's
+resources, a LocalQueue's ClusterQueue immutable). Everything else that needs more than a schema
+(each resource covered once, ...) is checked by Turnstile's validating webhook with the same code
+as ``turnstile apply`` (``queues.validation``), every error with its path.
 
 Short names and printer columns are Kueue's (``kubectl get cq`` shows the cohort, the queueing
 strategy, pending and admitted workloads; ``kubectl get lq`` the ClusterQueue, pending and
@@ -25,7 +27,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from queues import api
+from queues import api, validation
 
 VERSION = "v1beta2"
 # fields of the models that belong to v1beta1 only (converted by ``turnstile apply``)
@@ -169,7 +171,41 @@ def _object_schema(kind: str) -> Schema:
     required = [k for k in own.get("required", []) if k not in ("apiVersion", "kind", "metadata")]
     if required:
         schema["required"] = required
+    _kueue_rules(kind, properties)
     return schema
+
+
+# Kueue's CEL rules (its kubebuilder markers), with the list bounds that keep their cost within the
+# API server's budget; Turnstile's webhook checks the same (``queues.validation``), every error at once.
+BORROWING_WITHOUT_COHORT = (
+    "!has(self.cohortName) && has(self.resourceGroups) ? "
+    "self.resourceGroups.all(rg, rg.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit)))) : true"
+)
+FLAVORS_COVER_RESOURCES = "self.flavors.all(x, size(x.resources) == size(self.coveredResources))"
+
+
+def _kueue_rules(kind: str, properties: Schema) -> None:
+    spec = properties.get("spec")
+    if not isinstance(spec, dict):
+        return
+    fields = spec.get("properties") or {}
+    groups = fields.get("resourceGroups")
+    if isinstance(groups, dict):
+        groups["maxItems"] = validation.MAX_RESOURCE_GROUPS
+        group = groups["items"]
+        message = "flavors must have the same number of resources as the coveredResources"
+        group["x-kubernetes-validations"] = [{"rule": FLAVORS_COVER_RESOURCES, "message": message}]
+        covered, flavors = group["properties"]["coveredResources"], group["properties"]["flavors"]
+        covered.update(minItems=1, maxItems=validation.MAX_RESOURCES_PER_GROUP)
+        flavors.update(minItems=1, maxItems=validation.MAX_FLAVORS_PER_GROUP)
+        flavors["items"]["properties"]["resources"].update(minItems=1, maxItems=validation.MAX_RESOURCES_PER_GROUP)
+    if kind == "ClusterQueue":
+        spec["x-kubernetes-validations"] = [
+            {"rule": BORROWING_WITHOUT_COHORT, "message": "borrowingLimit must be nil when cohort is empty"}
+        ]
+    if kind == "LocalQueue":
+        immutable = {"rule": "self == oldSelf", "message": "field is immutable"}
+        fields["clusterQueue"]["x-kubernetes-validations"] = [immutable]
 
 
 def crd(kind: str) -> Schema:

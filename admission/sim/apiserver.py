@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 from openapi_schema_validator import OAS30Validator
 
-from admission.sim import aggregation, defaults, openapi, patches, rbac, resources, tables, validation, webhooks
+from admission.sim import aggregation, cel, defaults, openapi, patches, rbac, resources, tables, validation, webhooks
 from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit
@@ -389,10 +389,10 @@ class ApiServer:
                     w.queue.put_nowait(None)
         self._sync_crds()
 
-    def _validate_custom(self, res: Resource, obj: Obj, mode: str = "Warn") -> list[str]:
+    def _validate_custom(self, res: Resource, obj: Obj, mode: str = "Warn", old: Obj | None = None) -> list[str]:
         """A custom resource against its CRD's openAPIV3Schema: unknown fields pruned (a warning each
         with the default field validation, refused with Strict, as the real server), then every
-        error, with its field path."""
+        error, with its field path, then its CEL rules (``cel``; transition rules against ``old``)."""
         validator = self.schemas.get(res)
         if validator is None:
             return []
@@ -402,6 +402,9 @@ class ApiServer:
         if problems:
             causes = [(".".join(str(p) for p in e.absolute_path) or "<object>", e.message) for e in problems]
             raise validation.invalid(res, (obj.get("metadata") or {}).get("name", ""), causes)
+        broken = cel.violations(validator.schema, obj, old)
+        if broken:
+            raise validation.invalid(res, (obj.get("metadata") or {}).get("name", ""), broken)
         return warnings
 
     def _update_rules(
@@ -413,8 +416,8 @@ class ApiServer:
             return None
         if res in self.custom:
 
-            def check_custom(_old: Obj, new: Obj) -> None:
-                warnings.extend(self._validate_custom(res, new, mode))
+            def check_custom(old: Obj, new: Obj) -> None:
+                warnings.extend(self._validate_custom(res, new, mode, old))
 
             return check_custom
 

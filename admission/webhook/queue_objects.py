@@ -4,7 +4,8 @@
   (``queues.api.parse``), so ``kubectl apply`` of an invalid ClusterQueue is refused with every
   problem and its field path, and nothing is stored. An update that changes nothing an admin
   declared (status, finalizers, the edit annotations) is not judged again, so an object stored
-  under older rules can still be finalized and deleted.
+  under older rules can still be finalized and deleted. A LocalQueue's ClusterQueue cannot change,
+  as Kueue's CEL rule says (its CRD carries the rule too).
 - **Mutating**: ``turnstile.dev/edited-by`` is set to the requesting user (the review's
   ``userInfo.username``) whenever the declared content changes, and kept as it was otherwise
   (a finalizer or status write by the controller is not an edit). The controller reconciling the
@@ -88,6 +89,15 @@ def validate(operation: str, obj: Obj, old: Obj | None) -> Answer:
         return answer  # deletion is guarded by the finalizer kueue.x-k8s.io/resource-in-use
     if operation == "UPDATE" and old is not None and declared(obj) == declared(old):
         return answer
+    if operation == "UPDATE" and old is not None and obj.get("kind") == "LocalQueue":
+        before, after = ((o.get("spec") or {}).get("clusterQueue") for o in (old, obj))
+        if before != after:  # as Kueue's CEL rule: move the jobs by a new LocalQueue instead
+            answer.allowed = False
+            answer.message = (
+                f"LocalQueue {(obj.get('metadata') or {}).get('namespace')}/{(obj.get('metadata') or {}).get('name')} "
+                f"is invalid: spec.clusterQueue: field is immutable ({before!r}); create another LocalQueue instead"
+            )
+            return answer
     body = declared(obj)
     name = (body.get("metadata") or {}).get("name")
     namespace = (body.get("metadata") or {}).get("namespace")

@@ -164,6 +164,10 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(bad))
         assert code != 0 and "spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit" in err, err
         assert "not found" in cli(migrated_url, "get", "cq", "bad").stderr
+        # A LocalQueue's ClusterQueue cannot change, as in Kueue.
+        body = json.dumps({"spec": {"clusterQueue": "team-a"}})
+        code, _, err = await kubectl(host.kubeconfig, "patch", "lq", "team-b", "--type", "merge", "-p", body)
+        assert code != 0 and "spec.clusterQueue: field is immutable" in err, err
 
         # A flavor in use cannot be deleted: its finalizer keeps it, and the status says why.
         code, _, err = await kubectl(host.kubeconfig, "delete", "resourceflavor", "a100", "--wait=false")
