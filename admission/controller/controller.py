@@ -1,7 +1,10 @@
 """``turnstile controller``: keep PostgreSQL and the cluster in agreement, and enact the core's decisions.
 
-Every replica runs the informers (jobs of every integrated kind, namespaces), the configuration
-listener (for the webhook it serves) and leader election (``admission.controller.leadership``).
+Every replica runs the informers (jobs of every integrated kind, namespaces, and Kueue's queue
+objects where the cluster serves them), the configuration listener (for the webhook it serves)
+and leader election (``admission.controller.leadership``). The leader also reconciles the queue
+objects into PostgreSQL (``admission.controller.declared``) and writes their status
+(``admission.controller.queuestatus``).
 The replica holding the scheduler lease also runs a *term* (``admission.controller.term``): a
 scheduling core rebuilt from PostgreSQL, driven by steps (``admission.controller.step``) whenever
 something changed.
@@ -192,9 +195,6 @@ class Controller:
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
-
-    def _config_probe(self) -> str | None:
-        return None if self.config is not None else "the queue configuration is not loaded yet"
 
     def _informers_probe(self) -> str | None:
         waiting = [i.ref.plural for i in self.informers if not i.synced.is_set()]
