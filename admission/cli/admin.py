@@ -20,7 +20,7 @@ from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
 from admission.store import config as config_store
 from admission.store import database, deletion, source
-from queues import api, errors, quantity
+from queues import api, errors, quantity, validation
 
 T = TypeVar("T")
 
@@ -100,6 +100,8 @@ def parse_documents(path: str) -> list[api.KueueObject]:
         except errors.Invalid as exc:
             problems += [f"{doc.where} ({label}): {e}" for e in exc.errors]
             continue
+        for unused in validation.unused_fields(obj):
+            click.echo(f"warning: {doc.where} ({label}): {unused}", err=True)
         ident = (obj.kind, obj.key)
         if ident in seen:
             problems.append(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from admission.webhook.review import Answer
-from queues import api, errors, jobs
+from queues import api, errors, jobs, validation
 
 Obj = dict[str, Any]
 
@@ -106,7 +106,8 @@ def validate(operation: str, obj: Obj, old: Obj | None) -> Answer:
         if body.get("kind") == "Topology":
             answer.warnings.extend(_topology(body))
         else:
-            api.parse(body)
+            parsed = api.parse(body)
+            answer.warnings.extend(f"{subject}: {e}" for e in validation.unused_fields(parsed))
     except errors.Invalid as exc:
         answer.allowed = False
         answer.message = f"{subject} is invalid: " + "; ".join(str(e) for e in exc.errors)

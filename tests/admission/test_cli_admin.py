@@ -218,3 +218,32 @@ def test_server_owned_metadata_is_not_stored(cli, tmp_path: Path) -> None:  # ty
     assert cli("apply", "-f", str(path)).returncode == 0
     shown = cli("get", "rf", "exported", "-o", "yaml").stdout
     assert "managedFields" not in shown and "resourceVersion" not in shown and "uid" not in shown
+
+
+UNUSED = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: h100}
+spec: {topologyName: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: fair}
+spec:
+  cohortName: all
+  fairSharing: {weight: "2"}
+  flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: TryNextFlavor, preference: PreemptionOverBorrowing}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors: [{name: h100, resources: [{name: nvidia.com/gpu, nominalQuota: "8"}]}]
+"""
+
+
+def test_fields_turnstile_does_not_act_on_yet_are_applied_with_a_warning_naming_them(cli) -> None:  # type: ignore[no-untyped-def]
+    applied = cli("apply", "-f", "-", stdin=UNUSED)
+    assert applied.returncode == 0, applied.stderr
+    warnings = [line for line in applied.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 3, applied.stderr
+    for field in ("spec.topologyName", "spec.fairSharing", "spec.flavorFungibility.preference"):
+        assert any(field in w and "accepted but not used" in w for w in warnings), (field, warnings)
+    assert "clusterqueue/fair created" in applied.stdout
