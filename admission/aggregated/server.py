@@ -28,25 +28,20 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.aggregated.auth import Access, Authorizer, FrontProxy, User
+from admission.controller import visibility
+from admission.controller.visibility import status
 from admission.kube import table
 from admission.kube.client import KubeError
 from admission.store import database
 from admission.store import workload_objects as objects
 
-VISIBILITY = "visibility.kueue.x-k8s.io"
+VISIBILITY = visibility.GROUP
 VISIBILITY_VERSION = "v1beta2"
 WORKLOADS = f"/apis/{objects.GROUP}/{objects.VERSION}"
 PENDING = f"/apis/{VISIBILITY}/{VISIBILITY_VERSION}"
 MAX_PAGE = 5000  # objects per page at most, whatever the client asks
-DEFAULT_LIMIT = 1000
 
 Handler = Callable[[web.Request, User], Awaitable[web.StreamResponse]]
-
-
-def status(code: int, reason: str, message: str) -> web.Response:
-    body = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}  # fmt: skip
-    return web.json_response(body, status=code)
 
 
 def _resources(group_version: str, resources: list[dict[str, Any]]) -> dict[str, Any]:
@@ -200,12 +195,9 @@ class AggregatedApi:
         if refused is not None:
             return refused
         try:
-            offset = int(request.query.get("offset", "0"))
-            limit = int(request.query.get("limit", str(DEFAULT_LIMIT)))
-        except ValueError:
-            return status(400, "BadRequest", "offset and limit must be whole numbers")
-        if offset < 0 or limit < 1:
-            return status(400, "BadRequest", "offset must be >= 0 and limit >= 1")
+            offset, limit = visibility.paging(request.query)
+        except ValueError as exc:
+            return status(400, "BadRequest", str(exc))
         async with database.transaction(self.sessions) as session:
             if namespace:
                 found = await objects.local_queue_target(session, namespace, name)
@@ -217,11 +209,4 @@ class AggregatedApi:
                     return status(404, "NotFound", f'clusterqueues.{VISIBILITY} "{name}" not found')
                 cq, lq = name, None
             items = await objects.pending(session, cq, local_queue=lq, offset=offset, limit=min(limit, MAX_PAGE))
-        return web.json_response(
-            {
-                "kind": "PendingWorkloadsSummary",
-                "apiVersion": f"{VISIBILITY}/{VISIBILITY_VERSION}",
-                "metadata": {"creationTimestamp": None},
-                "items": items,
-            }
-        )
+        return web.json_response(visibility.envelope(items, VISIBILITY_VERSION))

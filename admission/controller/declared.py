@@ -11,7 +11,7 @@ scheduler sees it at once). The audit names the Kubernetes user: the mutating we
 - Every version the watch delivers is applied in order, so two edits in quick succession (kubectl
   and a GitOps tool) are both audited. Status-only and finalizer-only updates are skipped.
 - With the database away, versions wait and are applied when it returns; the object's
-  ``turnstile.dev/Applied`` condition says it is not applied yet (``admission.controller.queuestatus``).
+  ``turnstile.dev/Reconciled`` condition says it is not applied yet (``admission.controller.queuestatus``).
 - Deletion is guarded as Kueue's: ResourceFlavors, ClusterQueues and LocalQueues carry the
   finalizer ``kueue.x-k8s.io/resource-in-use``, removed (and the row deleted) only once nothing
   uses them (``admission.store.deletion``); a busy ClusterQueue stops admitting meanwhile.
@@ -178,8 +178,9 @@ class Declared:
                 for k in self.pending:
                     self.problems[k] = ("DatabaseUnavailable", "not applied yet: the database cannot be reached")
             return
-        async with database.transaction(self.sessions) as session:
-            self.source = await source.get(session)
+        if self.source is None or not self._was_leading:  # only this leader changes it while it leads
+            async with database.transaction(self.sessions) as session:
+                self.source = await source.get(session)
         if not self.served():
             if not self._said_absent:
                 absent = sorted(kind for kind, i in self.informers.items() if i.absent)

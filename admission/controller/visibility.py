@@ -14,7 +14,7 @@ with ``offset`` (default 0) and ``limit`` (default 1000), as Kueue.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -28,16 +28,40 @@ VERSIONS = ("v1beta1", "v1beta2")
 DEFAULT_LIMIT = 1000
 
 
-def _status(code: int, reason: str, message: str) -> web.Response:
+def status(code: int, reason: str, message: str) -> web.Response:
+    """A ``kind: Status`` failure, as an API server answers one."""
     body = {
         "apiVersion": "v1",
         "kind": "Status",
+        "metadata": {},
         "status": "Failure",
         "code": code,
         "reason": reason,
         "message": message,
     }
     return web.json_response(body, status=code)
+
+
+def paging(query: Mapping[str, str]) -> tuple[int, int]:
+    """Kueue's ``offset`` (default 0) and ``limit`` (default 1000); ``ValueError`` says what is wrong."""
+    try:
+        offset = int(query.get("offset", "0"))
+        limit = int(query.get("limit", str(DEFAULT_LIMIT)))
+    except ValueError:
+        raise ValueError("offset and limit must be whole numbers") from None
+    if offset < 0 or limit < 1:
+        raise ValueError("offset must be >= 0 and limit >= 1")
+    return offset, limit
+
+
+def envelope(items: list[dict[str, Any]], version: str) -> dict[str, Any]:
+    """Kueue's ``PendingWorkloadsSummary`` of ``items``, in the API version the path asked."""
+    return {
+        "kind": "PendingWorkloadsSummary",
+        "apiVersion": f"{GROUP}/{version}",
+        "metadata": {"creationTimestamp": None},
+        "items": items,
+    }
 
 
 def _item(wl: Workload, cq_position: int, lq_position: int, view: JobView | None) -> dict[str, Any]:
@@ -82,45 +106,30 @@ def summary(
         if local_queue is None or lq == local_queue:
             items.append((wl, position, lq_position))
     page = items[offset : offset + limit]
-    return {
-        "kind": "PendingWorkloadsSummary",
-        "apiVersion": f"{GROUP}/{version}",  # as the path asked
-        "metadata": {"creationTimestamp": None},
-        "items": [_item(wl, p, lp, view_of(wl.key)) for wl, p, lp in page],
-    }
+    return envelope([_item(wl, p, lp, view_of(wl.key)) for wl, p, lp in page], version)
 
 
 def routes(app: web.Application, term_of: Callable[[], Term | None], view_of: Callable[[str], JobView | None]) -> None:
-    def page(request: web.Request) -> tuple[int, int]:
-        try:
-            offset = int(request.query.get("offset", "0"))
-            limit = int(request.query.get("limit", str(DEFAULT_LIMIT)))
-        except ValueError as exc:
-            raise web.HTTPBadRequest(reason="offset and limit must be whole numbers") from exc
-        if offset < 0 or limit < 1:
-            raise web.HTTPBadRequest(reason="offset must be >= 0 and limit >= 1")
-        return offset, limit
-
     def answer(request: web.Request, cq: str | None, lq: tuple[str, str] | None) -> web.Response:
         if request.match_info["version"] not in VERSIONS:
-            return _status(404, "NotFound", f"{GROUP} serves {', '.join(VERSIONS)}")
+            return status(404, "NotFound", f"{GROUP} serves {', '.join(VERSIONS)}")
         try:
-            offset, limit = page(request)
-        except web.HTTPBadRequest as exc:
-            return _status(400, "BadRequest", exc.reason)
+            offset, limit = paging(request.query)
+        except ValueError as exc:
+            return status(400, "BadRequest", str(exc))
         term = term_of()
         if term is None:
-            return _status(
+            return status(
                 503, "ServiceUnavailable", "this replica does not lead; ask again (another replica holds the queues)"
             )
         if lq is not None:
             obj = term.scheduler.config.local_queues.get(f"{lq[0]}/{lq[1]}")
             if obj is None:
-                return _status(404, "NotFound", f'localqueues.{GROUP} "{lq[1]}" not found in namespace {lq[0]}')
+                return status(404, "NotFound", f'localqueues.{GROUP} "{lq[1]}" not found in namespace {lq[0]}')
             cq = obj.spec.cluster_queue
         assert cq is not None
         if cq not in term.scheduler.config.cluster_queues:
-            return _status(404, "NotFound", f'clusterqueues.{GROUP} "{cq}" not found')
+            return status(404, "NotFound", f'clusterqueues.{GROUP} "{cq}" not found')
         version = request.match_info["version"]
         answer = summary(term, cq, local_queue=lq, offset=offset, limit=limit, view_of=view_of, version=version)
         return web.json_response(answer)

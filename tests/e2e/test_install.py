@@ -113,16 +113,19 @@ async def replica(
 
 
 @contextlib.asynccontextmanager
-async def installed(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube, Any]]:
-    """A simulated cluster with Turnstile's namespace and ``ml``, and CONFIG in the store."""
-    host = await SimHost.start(tmp_path / "kubeconfig")
+async def installed(
+    tmp_path: Path, url: str, *, config: str = CONFIG, kueue: bool = False
+) -> AsyncIterator[tuple[SimHost, Kube, Any]]:
+    """A simulated cluster with Turnstile's namespace and ``ml``, and ``config`` in the store;
+    ``kueue``: the cluster serves Kueue's CRDs."""
+    host = await SimHost.start(tmp_path / "kubeconfig", kueue=kueue)
     kube = Kube(await kube_client.connect(host.kubeconfig))
     engine = database.make_engine(url)
     try:
         for ns in ("turnstile-system", "ml"):
             await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
         async with database.transaction(database.sessions(engine)) as session:
-            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(CONFIG)], actor="test")
+            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(config)], actor="test")
         yield host, kube, engine
     finally:
         await kube.close()

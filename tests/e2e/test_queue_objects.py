@@ -17,20 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from admission.jobs import INTEGRATIONS
-from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, ResourceRef
 from admission.sim.host import SimHost
-from admission.store import config as config_store
 from admission.store import database, source
 from admission.webhook import registration
-from queues import api
 from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, ROOT, kubectl, turnstile
 from tests.e2e.dbproxy import proxied
-from tests.e2e.test_install import free_port, job, replica
+from tests.e2e.test_install import free_port, installed, job, replica
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
 CQS = ResourceRef("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
@@ -51,14 +47,10 @@ NAMES = ("127.0.0.1", "turnstile-webhook.turnstile-system.svc")  # the API serve
 
 @contextlib.asynccontextmanager
 async def cluster(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube, int]]:
-    """A simulated cluster serving Kueue's CRDs, namespaces, Turnstile's webhooks registered at a port."""
-    host = await SimHost.start(tmp_path / "kubeconfig", kueue=True, default_runtime=None)
-    kube = Kube(await kube_client.connect(host.kubeconfig))
-    engine = database.make_engine(url)
+    """The install's cluster serving Kueue's CRDs, EARLIER in the store, Turnstile's webhooks and
+    aggregated API registered for a replica at a port."""
     port = free_port()
-    try:
-        for ns in ("turnstile-system", "ml"):
-            await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
+    async with installed(tmp_path, url, config=EARLIER, kueue=True) as (host, kube, _engine):
         for config in registration.configurations(
             {"url": f"https://127.0.0.1:{port}"}, None, integrations=INTEGRATIONS
         ):
@@ -67,13 +59,7 @@ async def cluster(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube
         host.route_service("turnstile-system", "turnstile-webhook", 443, f"https://127.0.0.1:{port}")
         for obj in registration.api_services(SERVICE):
             await kube.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=obj)
-        async with database.transaction(database.sessions(engine)) as session:
-            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(EARLIER)], actor="earlier")
         yield host, kube, port
-    finally:
-        await kube.close()
-        await engine.dispose()
-        await host.stop()
 
 
 def cli(url: str, *args: str) -> Any:
