@@ -178,6 +178,11 @@ class Declared:
                 for k in self.pending:
                     self.problems[k] = ("DatabaseUnavailable", "not applied yet: the database cannot be reached")
             return
+        if any(i.forbidden for i in self.informers.values()):
+            # Not "not served": the replica may not list them (RBAC missing, or the API server's first
+            # second while RBAC loads). Change nothing, apply nothing; the informers look again.
+            self._was_leading = False
+            return
         if self.source is None or not self._was_leading:  # only this leader changes it while it leads
             async with database.transaction(self.sessions) as session:
                 self.source = await source.get(session)

@@ -70,6 +70,7 @@ class Informer:
         self.optional = optional
         self.announce = announce  # False: the owner says whether the kind is served (INFO here: once per kind)
         self.absent = False
+        self.forbidden = False  # absent because the list was refused (403), not because the kind is not served
         self._recheck = asyncio.Event()
         self.listing_since: float | None = None  # monotonic start of the list being handed over, if any
 
@@ -81,7 +82,7 @@ class Informer:
                 version = await self._relist()
                 if self.absent:
                     log.log(self._level, "%s (%s) is served now", self.ref.kind, self.ref.api_version)
-                self.absent = False
+                self.absent = self.forbidden = False
                 backoff = BACKOFF_START
                 while True:
                     version = await self._watch(version)
@@ -115,6 +116,7 @@ class Informer:
             else:
                 log.warning("%s may not be listed by this replica (403: %s); check its RBAC", what, exc.message)
         self.absent = True
+        self.forbidden = exc.status == 403
         for uid, (namespace, name, _) in list(self.known.items()):  # a CRD's removal deletes its objects
             gone = {"metadata": {"uid": uid, "namespace": namespace, "name": name}}
             self._stamp(gone)
