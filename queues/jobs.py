@@ -71,6 +71,10 @@ KINDS: dict[tuple[str, str], Kind] = {
     )
 }
 
+# A plain Pod read as a job of one pod set ``main`` (``queues.pods``): not in ``KINDS``, since a pod
+# is held by a scheduling gate, not a suspend field, and the pods of integrated jobs are not queued.
+POD = Kind("v1", "Pod", ())
+
 
 @dataclass(frozen=True, slots=True)
 class PodSet:
@@ -98,6 +102,7 @@ class JobInfo:
     annotations: Mapping[str, str]
     pod_sets: tuple[PodSet, ...]
     template_paths: Mapping[str, str] = field(default_factory=dict)  # pod set -> JSON pointer of its pod template
+    priority_class_name: str | None = None  # the first pod template's spec.priorityClassName (Kubernetes')
 
     @property
     def key(self) -> str:
@@ -109,6 +114,7 @@ class JobInfo:
 
     @property
     def priority_class(self) -> str | None:
+        """The WorkloadPriorityClass the job names (Kueue's label)."""
         return self.labels.get(PRIORITY_LABEL) or None
 
 
@@ -154,11 +160,16 @@ def read_job(obj: Any, kind: Kind | None = None) -> JobInfo:
     spec = obj.get("spec")
     pod_sets: list[PodSet] = []
     template_paths: dict[str, str] = {}
+    pod_priority: str | None = None
     if not isinstance(spec, Mapping):
         problems.append(FieldError("spec", "required: the job's spec"))
     else:
-        for ps_name, count, template, path in _pod_templates(kind, spec, problems):
-            ps = _pod_set(ps_name, count, template["spec"], f"{path}.spec", problems)
+        found = _pod_templates(kind, spec, problems) if kind is not POD else iter([("main", 1, obj, "")])
+        for ps_name, count, template, path in found:
+            spec_path = f"{path}.spec" if path else "spec"
+            ps = _pod_set(ps_name, count, template["spec"], spec_path, problems)
+            if pod_priority is None and isinstance(template["spec"].get("priorityClassName"), str):
+                pod_priority = template["spec"]["priorityClassName"] or None
             if ps is not None:
                 pod_sets.append(ps)
                 template_paths[ps_name] = sys.intern(json_pointer(path))
@@ -175,6 +186,7 @@ def read_job(obj: Any, kind: Kind | None = None) -> JobInfo:
         annotations=annotations,
         pod_sets=tuple(pod_sets),
         template_paths=template_paths,
+        priority_class_name=pod_priority,
     )
 
 

@@ -87,6 +87,8 @@ class Scheduler:
         # keys whose admission-check state changed -> whether the job may start now; the caller drains it
         self.checked: dict[str, bool] = {}
         self.shapes = SharedShapes()
+        # Kubernetes PriorityClasses (scheduling.k8s.io): name -> (value, globalDefault)
+        self.pod_priorities: dict[str, tuple[int, bool]] = {}
 
     # ----- inputs -------------------------------------------------------------------------
 
@@ -95,10 +97,7 @@ class Scheduler:
         queue = job.queue_name
         if queue is None and f"{job.namespace}/{jobs.DEFAULT_QUEUE}" in self.config.local_queues:
             queue = jobs.DEFAULT_QUEUE
-        priority = 0
-        pc_name = job.priority_class
-        if pc_name is not None and pc_name in self.config.priority_classes:
-            priority = self.config.priority_classes[pc_name].value
+        priority = self.priority_of(job)
         pod_sets, shape = self.shapes.share(job.pod_sets)
         return Workload(
             key=job.key,
@@ -112,6 +111,22 @@ class Scheduler:
             queue_ts=now,
             labels=job.labels,  # shared: a JobInfo's maps are never changed
         )
+
+    def priority_of(self, job: jobs.JobInfo) -> int:
+        """As Kueue: the WorkloadPriorityClass the job's label names; else the Kubernetes
+        PriorityClass its pod template names (``priorityClassName``); else the PriorityClass marked
+        ``globalDefault``; else 0."""
+        wpc = job.priority_class
+        if wpc is not None and wpc in self.config.priority_classes:
+            return self.config.priority_classes[wpc].value
+        if job.priority_class_name is not None:
+            return self.pod_priorities.get(job.priority_class_name, (0, False))[0]
+        return next((value for value, default in self.pod_priorities.values() if default), 0)
+
+    def set_pod_priorities(self, classes: Mapping[str, tuple[int, bool]]) -> None:
+        """Kubernetes PriorityClasses as the cluster has them: (value, globalDefault) by name. They
+        set the priority of workloads created from now on (as in Kueue, a workload keeps its own)."""
+        self.pod_priorities = dict(classes)
 
     def submit(self, wl: Workload) -> None:
         self.workloads[wl.key] = wl

@@ -23,7 +23,7 @@ from aiohttp import web
 from openapi_schema_validator import OAS30Validator
 
 from admission.sim import aggregation, cel, defaults, openapi, patches, rbac, resources, tables, validation, webhooks
-from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher
+from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher, clone
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit
 BOOKMARK_SECONDS = 1.0
@@ -84,6 +84,12 @@ class ApiServer:
         self.status_writes = 0  # PUT/PATCH of a status subresource (bench: what controllers send)
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
+        for name, value in resources.SYSTEM_PRIORITY_CLASSES.items():  # as the real server makes at bootstrap
+            self.store.create(
+                resources.PRIORITY_CLASSES, "", {"metadata": {"name": name}, "value": value,
+                "description": "Used for system critical pods that must run in the cluster."},
+                namespaces=resources.NAMESPACES,
+            )  # fmt: skip
         self.webhooks = webhooks.Webhooks(self.store, served)
         self.aggregator = aggregation.Aggregator(self.store, self.webhooks.services)
         self.aggregator.publish(resources.NAMESPACES)
@@ -184,9 +190,50 @@ class ApiServer:
         sub = rest[2] if len(rest) > 2 else ""
         if sub == "log" and res.plural == "pods" and not res.group and request.method == "GET":
             return self._log(namespace, name)
+        if sub == "scale" and res.group == "apps" and name:
+            return await self._scale(request, res, namespace, name)
         if sub and (sub != "status" or not res.has_status):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return await self._serve(request, res, namespace, name, sub)
+
+    async def _scale(self, request: web.Request, res: Resource, namespace: str, name: str) -> web.Response:
+        """The ``scale`` subresource of Deployments, ReplicaSets and StatefulSets (``kubectl scale``):
+        an ``autoscaling/v1`` Scale whose ``spec.replicas`` is the object's."""
+        obj = self.store.get(res, namespace, name)
+
+        def scale(of: Obj) -> Obj:
+            selector = ((of.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            return {
+                "apiVersion": "autoscaling/v1",
+                "kind": "Scale",
+                "metadata": {
+                    k: of["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                },
+                "spec": {"replicas": (of.get("spec") or {}).get("replicas", 1)},
+                "status": {
+                    "replicas": (of.get("status") or {}).get("replicas", 0),
+                    "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+                },
+            }
+
+        if request.method == "GET":
+            return web.json_response(scale(obj))
+        if request.method not in ("PUT", "PATCH"):
+            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on scale")
+        current = scale(obj)
+        wanted = await self._body(request) if request.method == "PUT" else await self._patched(request, res, current)
+        replicas = (wanted.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise validation.invalid(
+                res, name, [("spec.replicas", f"Invalid value: {replicas!r}: must be greater than or equal to 0")]
+            )
+        new = clone(obj)
+        new["spec"]["replicas"] = replicas
+        admitted = await self.webhooks.admit(res, "UPDATE", namespace, new, obj, "", user=user_of(request))
+        updated = self.store.replace(
+            res, namespace, name, admitted.obj, validate=self._update_rules(res, "", "Warn", [])
+        )
+        return _respond(scale(updated), admitted.warnings)
 
     def _log(self, namespace: str, name: str) -> web.Response:
         """``kubectl logs``: the simulated kubelet's account of the pod (no container really runs)."""
@@ -247,34 +294,8 @@ class ApiServer:
             return web.json_response(got)
         if method == "POST" and not name:
             body = await self._body(request)
-            body = {**body, "apiVersion": res.api_version, "kind": res.kind}
-            meta = body["metadata"] = dict(body.get("metadata") or {})
-            if res.namespaced:
-                meta["namespace"] = namespace
-            if not meta.get("name") and meta.get("generateName"):  # named first, as the real server
-                meta["name"] = str(meta["generateName"]) + uuid.uuid4().hex[:5]
-            defaults.default(res, body)  # as the real server's decoding, before admission
-            if res in self.schemas:  # a custom resource's schema defaults, also at decoding
-                validation.apply_defaults(body, self.schemas[res].schema)
-            admitted = await self.webhooks.admit(res, "CREATE", namespace, body, None, user=user_of(request))
-            if res not in self.custom:
-                admitted.warnings.extend(validation.schema(res, admitted.obj, mode))
-                validation.object_rules(res, admitted.obj)
-            else:
-                admitted.warnings.extend(self._validate_custom(res, admitted.obj, mode))
-                validation.object_rules(res, admitted.obj)  # names, labels, annotations
-            if res == resources.CRDS:
-                admitted.obj = _established(admitted.obj)
-            created = self.store.create(
-                res,
-                namespace,
-                admitted.obj,
-                namespaces=resources.NAMESPACES,
-                prepare=lambda o: defaults.prepare(res, o),
-            )
-            if res == resources.CRDS:
-                self._sync_crds()
-            return _respond(created, admitted.warnings, status=201)
+            created, warnings = await self.create(res, namespace, body, user=user_of(request), mode=mode)
+            return _respond(created, warnings, status=201)
         if method in ("PUT", "PATCH") and name:
             if sub == "status":
                 self.status_writes += 1
@@ -299,6 +320,59 @@ class ApiServer:
                 self._remove_crd(old)
             return _respond(deleted, admitted.warnings)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
+
+    async def create(
+        self, res: Resource, namespace: str, body: Obj, *, user: dict[str, Any], mode: str = "Warn"
+    ) -> tuple[Obj, list[str]]:
+        """A create as the real server runs it: named, defaulted, through the admission webhooks,
+        validated, stored. Also how the simulated cluster's controllers create what they create
+        (a ReplicaSet's pods go through the webhooks as on a real cluster)."""
+        body = {**body, "apiVersion": res.api_version, "kind": res.kind}
+        meta = body["metadata"] = dict(body.get("metadata") or {})
+        if res.namespaced:
+            meta["namespace"] = namespace
+        if not meta.get("name") and meta.get("generateName"):  # named first, as the real server
+            meta["name"] = str(meta["generateName"]) + uuid.uuid4().hex[:5]
+        defaults.default(res, body)  # as the real server's decoding, before admission
+        if res in self.schemas:  # a custom resource's schema defaults, also at decoding
+            validation.apply_defaults(body, self.schemas[res].schema)
+        if res.plural == "pods" and not res.group:
+            self._priority(body)  # the Priority admission plugin runs before the webhooks
+        admitted = await self.webhooks.admit(res, "CREATE", namespace, body, None, user=user)
+        if res not in self.custom:
+            admitted.warnings.extend(validation.schema(res, admitted.obj, mode))
+        else:
+            admitted.warnings.extend(self._validate_custom(res, admitted.obj, mode))
+        validation.object_rules(res, admitted.obj)  # names, labels, annotations (and built-ins' own rules)
+        if res == resources.CRDS:
+            admitted.obj = _established(admitted.obj)
+        created = self.store.create(
+            res, namespace, admitted.obj, namespaces=resources.NAMESPACES, prepare=lambda o: defaults.prepare(res, o)
+        )
+        if res == resources.CRDS:
+            self._sync_crds()
+        return created, admitted.warnings
+
+    def _priority(self, pod: Obj) -> None:
+        """The Priority admission plugin: ``spec.priority`` from the PriorityClass the pod names (or
+        the one marked ``globalDefault``); a name that does not exist is refused, as on a real server."""
+        spec = pod.get("spec")
+        if not isinstance(spec, dict):
+            return
+        classes = {str(o["metadata"]["name"]): o for o in self.store.list(resources.PRIORITY_CLASSES, None)[0]}
+        name = spec.get("priorityClassName")
+        if name:
+            found = classes.get(str(name))
+            if found is None:
+                raise ApiError(
+                    403, "Forbidden", f'pods "{(pod.get("metadata") or {}).get("name")}" is forbidden: '
+                    f"no PriorityClass with name {name} was found",
+                )  # fmt: skip
+        else:
+            found = next((o for o in classes.values() if o.get("globalDefault")), None)
+            if found is not None:
+                spec["priorityClassName"] = found["metadata"]["name"]
+        spec["priority"] = int(found.get("value") or 0) if found is not None else 0
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -426,6 +500,8 @@ class ApiServer:
             validation.object_rules(res, new)
             if res.group == "batch" and res.plural == "jobs":
                 validation.job_update(res, old, new)
+            elif not res.group and res.plural == "pods":
+                validation.pod_update(res, old, new)
 
         return check
 

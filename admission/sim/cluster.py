@@ -234,6 +234,10 @@ class Cluster:
             self.store.delete(PODS, ns, name)
         except ApiError:
             return
+        self._stop_later(ns, name)
+
+    def _stop_later(self, ns: str, name: str) -> None:
+        """The kubelet stops a deleted pod's containers within its termination period, then lets it go."""
         delay = max(0.0, self.termination_seconds) * self.time_scale
         self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._terminated, ns, name)
 
@@ -271,10 +275,13 @@ class Cluster:
             self.schedule_pending()
             return
         if pod["metadata"].get("deletionTimestamp"):
+            if KUBELET_FINALIZER in (pod["metadata"].get("finalizers") or []) and key not in self.timers:
+                self._stop_later(pod["metadata"]["namespace"], pod["metadata"]["name"])  # deleted by a client
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Pending" and not pod["spec"].get("nodeName"):
-            self._bind(clone(pod), *self._capacity())  # the event's object is shared with the store
+            if not pod["spec"].get("schedulingGates"):  # a gated pod is not considered by the scheduler
+                self._bind(clone(pod), *self._capacity())  # the event's object is shared with the store
         elif phase == "Succeeded":
             owner = self._job_of(pod)
             if owner is not None:
@@ -294,7 +301,9 @@ class Cluster:
             except ApiError:
                 self.unschedulable.discard((ns, name))
                 continue
-            if (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName"):
+            if pod["spec"].get("schedulingGates"):
+                self.unschedulable.discard((ns, name))  # its ungating event tries it again
+            elif (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName"):
                 pending.append(pod)
             else:
                 self.unschedulable.discard((ns, name))
@@ -326,10 +335,16 @@ class Cluster:
             return
         self.unschedulable.discard((ns, name))
         pod["spec"]["nodeName"] = chosen
-        bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"]}})
+        finalizers = list(pod["metadata"].get("finalizers") or [])
+        if KUBELET_FINALIZER not in finalizers:  # from now on a deletion is graceful (see the module docstring)
+            finalizers.append(KUBELET_FINALIZER)
+        bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"], "finalizers": finalizers}})
         status = bound.setdefault("status", {})
         status.update(phase="Running", startTime=_now())
         set_condition(status, "PodScheduled", "True", "Scheduled")
+        set_condition(status, "Initialized", "True", "")
+        set_condition(status, "ContainersReady", "True", "")
+        set_condition(status, "Ready", "True", "")
         self.store.replace(PODS, ns, name, bound, subresource="status")
         runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION, self.default_runtime)
         if runtime is not None:
@@ -347,6 +362,8 @@ class Cluster:
         except ApiError:
             return
         pod["status"]["phase"] = "Succeeded"
+        set_condition(pod["status"], "Ready", "False", "PodCompleted")
+        set_condition(pod["status"], "ContainersReady", "False", "PodCompleted")
         self.store.replace(PODS, namespace, name, pod, subresource="status")
 
 

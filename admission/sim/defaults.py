@@ -12,7 +12,9 @@
 - ``prepare`` (once the object has its uid, after the mutating webhooks): a Job without a manual
   selector gets ``spec.selector`` on ``batch.kubernetes.io/controller-uid`` and its template the
   ``controller-uid``/``job-name`` labels (both spellings), which its pods carry, so
-  ``kubectl logs job/NAME`` and ``kubectl get pods -l job-name=NAME`` find them.
+  ``kubectl logs job/NAME`` and ``kubectl get pods -l job-name=NAME`` find them. A Pod starts
+  ``Pending`` with its QoS class, and one with scheduling gates gets ``PodScheduled=False``
+  reason ``SchedulingGated`` (the pod strategy's ``PrepareForCreate``).
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ def default(res: Resource, obj: Obj) -> None:
 
 def prepare(res: Resource, obj: Obj) -> None:
     """What the registry adds once ``obj`` has its uid (see the module docstring)."""
+    if (res.group, res.kind) == ("", "Pod"):
+        _prepare_pod(obj)
+        return
     if (res.group, res.kind) != ("batch", "Job"):
         return
     spec = obj.get("spec")
@@ -98,3 +103,36 @@ def prepare(res: Resource, obj: Obj) -> None:
     template_meta = template.setdefault("metadata", {})
     labels = template_meta.setdefault("labels", {})
     labels.update({CONTROLLER_UID: uid, JOB_NAME: name, "controller-uid": uid, "job-name": name})
+
+
+def _prepare_pod(pod: Obj) -> None:
+    raw = pod.get("spec")
+    spec: Obj = raw if isinstance(raw, dict) else {}
+    status: Obj = {"phase": "Pending", "qosClass": qos_class(spec)}
+    if spec.get("schedulingGates"):
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+                "lastProbeTime": None,
+                "lastTransitionTime": (pod.get("metadata") or {}).get("creationTimestamp"),
+            }
+        ]
+    pod["status"] = status
+
+
+def qos_class(spec: Any) -> str:
+    """Kubernetes' QoS class: Guaranteed when every container's cpu and memory requests equal
+    their limits, BestEffort when none sets any, else Burstable."""
+    containers = [c for key in ("containers", "initContainers") for c in (spec.get(key) or []) if isinstance(c, dict)]
+    any_set, guaranteed = False, bool(containers)
+    for c in containers:
+        resources = c.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        for name in ("cpu", "memory"):
+            any_set = any_set or name in requests or name in limits
+            if name not in limits or str(requests.get(name, limits[name])) != str(limits[name]):
+                guaranteed = False
+    return "Guaranteed" if guaranteed else ("Burstable" if any_set else "BestEffort")

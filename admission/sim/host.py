@@ -24,6 +24,7 @@ from admission.sim.apiserver import ApiServer, Faults
 from admission.sim.autoscaler import Autoscaler
 from admission.sim.cluster import Cluster
 from admission.sim.objects import Resource
+from admission.sim.replicas import Replicas
 from admission.webhook import certs
 from queues import crds as kueue_crds
 
@@ -55,6 +56,7 @@ class SimHost:
     server: ApiServer
     cluster: Cluster
     autoscaler: Autoscaler
+    replicas: Replicas  # Deployment, ReplicaSet and StatefulSet controllers
     runner: web.AppRunner
     url: str
     kubeconfig: Path
@@ -99,8 +101,10 @@ class SimHost:
             booking_expiry=float(options.get("bookingExpiry", 600)),
             time_scale=time_scale,
         )
+        replicas = Replicas(server.store, server)
         await cluster.start()
         await scaler.start()
+        await replicas.start()
         runner = web.AppRunner(server.app, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", port)
@@ -112,9 +116,11 @@ class SimHost:
         secure = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=bundle.server_context(folder))
         await secure.start()
         secure_url = f"https://127.0.0.1:{runner.addresses[-1][1]}"
-        return cls(server, cluster, scaler, runner, url, write_kubeconfig(kubeconfig, url), secure_url, bundle.ca_crt)
+        kubeconfig_path = write_kubeconfig(kubeconfig, url)
+        return cls(server, cluster, scaler, replicas, runner, url, kubeconfig_path, secure_url, bundle.ca_crt)
 
     async def stop(self) -> None:
+        await self.replicas.stop()
         await self.autoscaler.stop()
         await self.cluster.stop()
         await self.runner.cleanup()

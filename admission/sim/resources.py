@@ -26,6 +26,17 @@ SUBJECT_ACCESS_REVIEWS = Resource(
     "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False, has_status=False
 )
 
+PRIORITY_CLASSES = Resource(
+    "scheduling.k8s.io",
+    "v1",
+    "priorityclasses",
+    "PriorityClass",
+    namespaced=False,
+    has_status=False,
+    short_names=("pc",),
+)
+SYSTEM_PRIORITY_CLASSES = {"system-cluster-critical": 2000000000, "system-node-critical": 2000001000}
+
 BUILT_IN = (
     NAMESPACES,
     Resource("", "v1", "nodes", "Node", namespaced=False, short_names=("no",)),
@@ -38,6 +49,9 @@ BUILT_IN = (
     Resource("coordination.k8s.io", "v1", "leases", "Lease", has_status=False),
     Resource("batch", "v1", "jobs", "Job"),
     Resource("apps", "v1", "deployments", "Deployment", short_names=("deploy",)),
+    Resource("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",)),
+    Resource("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",)),
+    PRIORITY_CLASSES,
     Resource(
         "admissionregistration.k8s.io",
         "v1",

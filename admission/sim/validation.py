@@ -234,6 +234,63 @@ def job_update(res: Resource, old: Obj, new: Obj) -> None:
         raise invalid(res, new.get("metadata", {}).get("name", ""), causes)
 
 
+# A pod's spec is immutable but for these (``ValidatePodUpdate``); the scheduling directives of a
+# pod still held by a scheduling gate may be tightened (``ValidatePodSchedulingDirectives``).
+POD_MUTABLE = ("activeDeadlineSeconds", "terminationGracePeriodSeconds")
+
+
+def pod_update(res: Resource, old: Obj, new: Obj) -> None:
+    """The real server's rules for updating a Pod: images may change, tolerations only be added,
+    scheduling gates only be removed; while the pod was gated its nodeSelector may gain entries
+    (never change or lose one) and its affinity change; nothing else. 422 naming the field."""
+    name = str((new.get("metadata") or {}).get("name", ""))
+    old_spec, new_spec = clone(old.get("spec") or {}), clone(new.get("spec") or {})
+    causes: list[tuple[str, str]] = []
+    was_gated = bool(old_spec.get("schedulingGates"))
+    old_gates = [g.get("name") for g in old_spec.pop("schedulingGates", None) or [] if isinstance(g, dict)]
+    new_gates = [g.get("name") for g in new_spec.pop("schedulingGates", None) or [] if isinstance(g, dict)]
+    if any(g not in old_gates for g in new_gates):
+        causes.append(("spec.schedulingGates", "Forbidden: only deletion is allowed, but found new scheduling gate"))
+    old_tol, new_tol = old_spec.pop("tolerations", None) or [], new_spec.pop("tolerations", None) or []
+    if any(t not in new_tol for t in old_tol):
+        causes.append(
+            ("spec.tolerations", "Forbidden: existing toleration can not be modified except its tolerationSeconds")
+        )
+    old_sel, new_sel = old_spec.pop("nodeSelector", None) or {}, new_spec.pop("nodeSelector", None) or {}
+    if old_sel != new_sel and (not was_gated or any(new_sel.get(k) != v for k, v in old_sel.items())):
+        causes.append(
+            (
+                "spec.nodeSelector",
+                "Invalid value: only additions to spec.nodeSelector are allowed, "
+                "and only while the pod has scheduling gates",
+            )
+        )
+    old_aff, new_aff = old_spec.pop("affinity", None), new_spec.pop("affinity", None)
+    if old_aff != new_aff and not was_gated:
+        causes.append(
+            ("spec.affinity", "Invalid value: spec.affinity may change only while the pod has scheduling gates")
+        )
+    for spec in (old_spec, new_spec):
+        for key in POD_MUTABLE:
+            spec.pop(key, None)
+        for section in ("containers", "initContainers"):
+            for c in spec.get(section) or []:
+                if isinstance(c, dict):
+                    c.pop("image", None)
+    if old_spec != new_spec:
+        causes.append(
+            (
+                "spec",
+                "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions "
+                "to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
+                "previously negative)",
+            )
+        )
+    if causes:
+        raise invalid(res, name, causes)
+
+
 def apply_defaults(obj: Any, schema: Any) -> None:
     """A structural schema's ``default`` values filled in where a field is absent (its parent
     present), as the API server does for custom resources."""

@@ -1,0 +1,380 @@
+"""What runs serving workloads in the simulated cluster: the Deployment, ReplicaSet and StatefulSet controllers.
+
+As in kube-controller-manager, their pods are created *through the API server* (``ApiServer.create``),
+so admission webhooks see them exactly as on a real cluster: Turnstile's webhook gates the pods of a
+queued Deployment, and the ReplicaSet waits, as the real one does, for nothing but its pods to exist.
+
+- Deployment: one ReplicaSet per pod template, named ``<deployment>-<pod-template-hash>``, with the
+  Deployment's replicas; ReplicaSets of older templates are scaled to 0 at once (the real controller
+  rolls gradually under ``maxSurge``/``maxUnavailable``: a difference written down in
+  docs/simulated-cluster.md). Status counts its ReplicaSets' pods.
+- ReplicaSet: pods named ``<replicaset>-<5 random>`` until ``replicas`` are alive (not finished, not
+  being deleted); a deleted or finished pod is replaced; on scale-in the pods deleted first are, as
+  the real controller ranks them, unscheduled before scheduled, pending before running, then the
+  newest.
+- StatefulSet: pods ``<name>-<ordinal>``; with ``podManagementPolicy: OrderedReady`` (the default)
+  pod *i* is created only once pods 0..i-1 are Running and Ready, ``Parallel`` creates all at once;
+  scale-in deletes the highest ordinals; a deleted pod is re-created under its name.
+
+Work is serialised: events mark an owner dirty and one task reconciles dirty owners in turn, so two
+events never create the same pod twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from admission.sim import resources
+from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
+
+if TYPE_CHECKING:
+    from admission.sim.apiserver import ApiServer
+
+log = logging.getLogger(__name__)
+
+
+def _res(plural: str) -> Resource:
+    return next(r for r in resources.BUILT_IN if r.plural == plural and r.group in ("apps", ""))
+
+
+DEPLOYMENTS, REPLICASETS, STATEFULSETS, PODS = (
+    _res("deployments"),
+    _res("replicasets"),
+    _res("statefulsets"),
+    _res("pods"),
+)
+TEMPLATE_HASH = "pod-template-hash"
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+# who the controllers are, as the webhooks see them (kube-controller-manager's service accounts)
+USERS = {
+    "ReplicaSet": {
+        "username": "system:serviceaccount:kube-system:replicaset-controller",
+        "groups": ["system:serviceaccounts"],
+    },
+    "StatefulSet": {
+        "username": "system:serviceaccount:kube-system:statefulset-controller",
+        "groups": ["system:serviceaccounts"],
+    },
+    "Deployment": {
+        "username": "system:serviceaccount:kube-system:deployment-controller",
+        "groups": ["system:serviceaccounts"],
+    },
+}
+
+
+def template_hash(template: Any) -> str:
+    """A stable name for a pod template (the real controller hashes it with FNV; any stable hash serves)."""
+    digest = hashlib.sha256(repr(_canonical(template)).encode()).hexdigest()
+    return "".join(c for c in digest if c not in "aeiou")[:10]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _canonical(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_canonical(v) for v in value)
+    return value
+
+
+def _alive(pod: Obj) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
+
+
+def _ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _owner(obj: Obj, controller: bool = True) -> dict[str, Any]:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _controller_uid(obj: Obj) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def _replicas(obj: Obj) -> int:
+    value = (obj.get("spec") or {}).get("replicas", 1)
+    return value if isinstance(value, int) and value >= 0 else 1
+
+
+class Replicas:
+    """The three controllers over one store; see the module docstring."""
+
+    def __init__(self, store: ObjectStore, api: ApiServer) -> None:
+        self.store = store
+        self.api = api
+        self.watchers = [Watcher(r, None) for r in (DEPLOYMENTS, REPLICASETS, STATEFULSETS, PODS)]
+        self.dirty: dict[tuple[Resource, str, str], None] = {}
+        self.wake = asyncio.Event()
+        self.children: dict[str, set[tuple[str, str]]] = {}  # owner uid -> (namespace, name) of what it owns
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for w in self.watchers:
+            self.store.watchers.append(w)
+            self.tasks.append(asyncio.create_task(self._consume(w)))
+        self.tasks.append(asyncio.create_task(self._work()))
+
+    async def stop(self) -> None:
+        for w in self.watchers:
+            with contextlib.suppress(ValueError):
+                self.store.watchers.remove(w)
+            w.queue.put_nowait(None)
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _consume(self, watcher: Watcher) -> None:
+        while (event := await watcher.queue.get()) is not None:
+            meta = event.obj["metadata"]
+            key = (meta["namespace"], meta["name"])
+            owner = _controller_uid(event.obj)
+            if owner is not None:
+                children = self.children.setdefault(owner, set())
+                if event.type == "DELETED":
+                    children.discard(key)
+                else:
+                    children.add(key)
+            if event.resource is not PODS and event.type == "DELETED":
+                self._collect(event.obj)
+            elif event.resource is not PODS:
+                self._mark(event.resource, *key)
+            for ref in meta.get("ownerReferences") or []:  # an owner hears of its children's changes
+                kind = {"ReplicaSet": REPLICASETS, "StatefulSet": STATEFULSETS, "Deployment": DEPLOYMENTS}.get(
+                    str(ref.get("kind"))
+                )
+                if kind is not None and ref.get("controller"):
+                    self._mark(kind, meta["namespace"], str(ref.get("name")))
+
+    def _collect(self, owner: Obj) -> None:
+        """The garbage collector's part: what a deleted owner controlled is deleted too (background)."""
+        for namespace, name in sorted(self.children.pop(owner["metadata"]["uid"], ())):
+            for res in (REPLICASETS, PODS):
+                with contextlib.suppress(ApiError):
+                    child = self.store.get(res, namespace, name)
+                    if _controller_uid(child) == owner["metadata"]["uid"]:
+                        self.store.delete(res, namespace, name)
+
+    def _mark(self, res: Resource, namespace: str, name: str) -> None:
+        self.dirty[(res, namespace, name)] = None
+        self.wake.set()
+
+    async def _work(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.dirty:
+                key = next(iter(self.dirty))
+                del self.dirty[key]
+                res, namespace, name = key
+                try:
+                    obj = self.store.get(res, namespace, name)
+                except ApiError:
+                    continue
+                try:
+                    if res is DEPLOYMENTS:
+                        await self._deployment(obj)
+                    elif res is REPLICASETS:
+                        await self._replicaset(obj)
+                    else:
+                        await self._statefulset(obj)
+                except ApiError as exc:  # refused (a webhook, quota of names): as the real one, try again later
+                    log.debug("%s %s/%s: %s", res.kind, namespace, name, exc)
+                    asyncio.get_running_loop().call_later(0.5, self._mark, res, namespace, name)
+                except Exception:  # a bug must not stop every controller of the cluster
+                    log.exception("%s %s/%s failed", res.kind, namespace, name)
+
+    def _owned(self, res: Resource, owner: Obj) -> list[Obj]:
+        out = []
+        for namespace, name in sorted(self.children.get(owner["metadata"]["uid"], ())):
+            with contextlib.suppress(ApiError):
+                out.append(self.store.get(res, namespace, name))
+        return out
+
+    def _set_status(self, res: Resource, obj: Obj, status: dict[str, Any]) -> None:
+        status["observedGeneration"] = obj["metadata"].get("generation", 1)
+        if {k: v for k, v in (obj.get("status") or {}).items() if k in status} != status:
+            obj["status"] = {**(obj.get("status") or {}), **status}
+            self.store.replace(res, obj["metadata"]["namespace"], obj["metadata"]["name"], obj, subresource="status")
+
+    # ----- Deployment ----------------------------------------------------------------------------
+
+    async def _deployment(self, deploy: Obj) -> None:
+        ns, name = deploy["metadata"]["namespace"], deploy["metadata"]["name"]
+        template = clone((deploy.get("spec") or {}).get("template") or {})
+        digest = template_hash(template)
+        template.setdefault("metadata", {}).setdefault("labels", {})[TEMPLATE_HASH] = digest
+        selector = clone((deploy.get("spec") or {}).get("selector") or {})
+        selector.setdefault("matchLabels", {})[TEMPLATE_HASH] = digest
+        want = _replicas(deploy)
+        current = f"{name}-{digest}"
+        found = False
+        for rs in self._owned(REPLICASETS, deploy):
+            if rs["metadata"]["name"] == current:
+                found = True
+                if _replicas(rs) != want:
+                    rs["spec"]["replicas"] = want
+                    self.store.replace(REPLICASETS, ns, rs["metadata"]["name"], rs)
+            elif _replicas(rs):
+                rs["spec"]["replicas"] = 0
+                self.store.replace(REPLICASETS, ns, rs["metadata"]["name"], rs)
+        if not found:
+            body = {
+                "metadata": {
+                    "name": current,
+                    "labels": dict(template["metadata"]["labels"]),
+                    "ownerReferences": [_owner(deploy)],
+                },
+                "spec": {"replicas": want, "selector": selector, "template": template},
+            }
+            await self.api.create(REPLICASETS, ns, body, user=USERS["Deployment"])
+        sets = self._owned(REPLICASETS, deploy)
+
+        def total(key: str) -> int:
+            return sum(int((rs.get("status") or {}).get(key) or 0) for rs in sets)
+
+        updated = next((rs for rs in sets if rs["metadata"]["name"] == current), None)
+        self._set_status(
+            DEPLOYMENTS,
+            deploy,
+            {
+                "replicas": total("replicas"),
+                "readyReplicas": total("readyReplicas"),
+                "availableReplicas": total("availableReplicas"),
+                "updatedReplicas": int(((updated or {}).get("status") or {}).get("replicas") or 0),
+                "unavailableReplicas": max(0, want - total("availableReplicas")),
+            },
+        )
+
+    # ----- ReplicaSet ----------------------------------------------------------------------------
+
+    async def _replicaset(self, rs: Obj) -> None:
+        ns, name = rs["metadata"]["namespace"], rs["metadata"]["name"]
+        pods = [p for p in self._owned(PODS, rs) if _alive(p)]
+        want = _replicas(rs)
+        template = (rs.get("spec") or {}).get("template") or {}
+        for _ in range(want - len(pods)):
+            body = {
+                "metadata": {
+                    "generateName": f"{name}-",
+                    "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+                    "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                    "ownerReferences": [_owner(rs)],
+                },
+                "spec": clone(template.get("spec") or {}),
+            }
+            created, _ = await self.api.create(PODS, ns, body, user=USERS["ReplicaSet"])
+            pods.append(created)
+            self.children.setdefault(rs["metadata"]["uid"], set()).add((ns, created["metadata"]["name"]))
+        if len(pods) > want:
+            ranked = sorted(pods, key=_deletion_rank)
+            for pod in ranked[: len(pods) - want]:
+                with contextlib.suppress(ApiError):
+                    self.store.delete(PODS, ns, pod["metadata"]["name"])
+                pods.remove(pod)
+        ready = sum(1 for p in pods if _ready(p))
+        self._set_status(
+            REPLICASETS,
+            rs,
+            {
+                "replicas": len(pods),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "fullyLabeledReplicas": len(pods),
+            },
+        )
+
+    # ----- StatefulSet ---------------------------------------------------------------------------
+
+    async def _statefulset(self, sts: Obj) -> None:
+        ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+        spec = sts.get("spec") or {}
+        template = spec.get("template") or {}
+        want = _replicas(sts)
+        ordered = spec.get("podManagementPolicy", "OrderedReady") != "Parallel"
+        revision = f"{name}-{template_hash(template)}"
+        by_name = {p["metadata"]["name"]: p for p in self._owned(PODS, sts)}
+        for i in range(want):
+            pod_name = f"{name}-{i}"
+            pod = by_name.get(pod_name)
+            if pod is not None:
+                if ordered and not (_alive(pod) and _ready(pod)):
+                    break  # OrderedReady: the next ordinal waits for this one
+                continue
+            labels = {
+                **((template.get("metadata") or {}).get("labels") or {}),
+                POD_NAME_LABEL: pod_name,
+                POD_INDEX_LABEL: str(i),
+                "controller-revision-hash": revision,
+            }
+            body = {
+                "metadata": {
+                    "name": pod_name,
+                    "labels": labels,
+                    "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                    "ownerReferences": [_owner(sts)],
+                },
+                "spec": {**clone(template.get("spec") or {}), "hostname": pod_name},
+            }
+            created, _ = await self.api.create(PODS, ns, body, user=USERS["StatefulSet"])
+            by_name[pod_name] = created
+            self.children.setdefault(sts["metadata"]["uid"], set()).add((ns, pod_name))
+            if ordered:
+                break
+        for pod_name, pod in sorted(by_name.items(), key=lambda kv: -_ordinal(kv[0])):
+            if _ordinal(pod_name) >= want and not pod["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(ApiError):
+                    self.store.delete(PODS, ns, pod_name)
+                if ordered:
+                    break  # OrderedReady scales in one pod at a time, highest first
+        alive = [p for p in by_name.values() if _alive(p) and _ordinal(p["metadata"]["name"]) < want]
+        ready = sum(1 for p in alive if _ready(p))
+        self._set_status(
+            STATEFULSETS,
+            sts,
+            {
+                "replicas": len(alive),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "currentReplicas": len(alive),
+                "updatedReplicas": len(alive),
+                "currentRevision": revision,
+                "updateRevision": revision,
+            },
+        )
+
+
+def _ordinal(pod_name: str) -> int:
+    tail = pod_name.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _deletion_rank(pod: Obj) -> tuple[int, int, int, str]:
+    """The real ReplicaSet's order for scale-in (``ActivePodsWithRanks``, simplified): unscheduled
+    before scheduled, pending before running, not ready before ready, then the newest first."""
+    status = pod.get("status") or {}
+    phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(str(status.get("phase")), 0)
+    created = str(pod["metadata"].get("creationTimestamp") or "")
+    newest_first = "".join(chr(0x10FFFF - ord(c)) for c in created)
+    return (1 if pod["spec"].get("nodeName") else 0, phase_rank, 1 if _ready(pod) else 0, newest_first)
