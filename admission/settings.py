@@ -47,6 +47,21 @@ class Settings(BaseSettings):
         description="a job naming a LocalQueue that does not exist: hold it suspended (LocalQueueNotFound, "
         "as Kueue; GitOps applies in any order) or refuse it at creation",
     )
+    manage_jobs_without_queue_name: bool = Field(
+        default=True,
+        description="in managed namespaces, hold (suspend or gate) a job or pod without a queue label that asks "
+        "for a managed resource, never run it outside quota (Kueue's manageJobsWithoutQueueName)",
+    )
+    managed_jobs_namespace_selector: str = Field(
+        default="",
+        description="the managed namespaces, as a label selector in YAML/JSON ({matchLabels: ...}); empty: "
+        "the namespaces that have a LocalQueue (Kueue's managedJobsNamespaceSelector)",
+    )
+    managed_resources: Literal["extended", "all"] = Field(
+        default="extended",
+        description="what puts an unlabelled job on hold: extended resources a ClusterQueue covers (GPUs, MIG "
+        "slices), or all covered resources (Kueue: every job)",
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",
@@ -65,6 +80,14 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"not label keys: {', '.join(bad)}; write e.g. team,project,example.com/cost-center")
         return ",".join(keys)
+
+    @field_validator("managed_jobs_namespace_selector")
+    @classmethod
+    def _selector(cls, value: str) -> str:
+        from admission.policy import parse_selector
+
+        parse_selector(value)  # ValueError says what is wrong
+        return value
 
     @field_validator("integrations")
     @classmethod

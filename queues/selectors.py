@@ -67,6 +67,17 @@ class LabelSelector:
             r.matches(labels) for r in self.expressions
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.match_labels:
+            out["matchLabels"] = dict(self.match_labels)
+        if self.expressions:
+            out["matchExpressions"] = [
+                {"key": r.key, "operator": r.operator, **({"values": list(r.values)} if r.values else {})}
+                for r in self.expressions
+            ]
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class Toleration:

@@ -94,6 +94,7 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) ->
     import asyncio
     import logging
 
+    from admission.policy import Policy
     from admission.settings import Settings, normalise_database_url
     from admission.sim import engine as cluster_engine
     from admission.store.embedded import EmbeddedPostgresError
@@ -104,10 +105,8 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) ->
     except ValueError as exc:
         fail([f"--database-url: {exc}"], 2)
     try:
-        missing_queue = Settings().missing_local_queue  # the webhook answers as the install's would
-        return asyncio.run(
-            cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url, missing_queue=missing_queue)
-        )
+        policy = Policy.from_settings(Settings(), lambda _ns: None)  # the webhook answers as the install's would
+        return asyncio.run(cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url, policy=policy))
     except EmbeddedPostgresError as exc:
         fail([str(exc)], 1)
     except OSError as exc:

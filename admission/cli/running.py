@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -118,6 +119,7 @@ def controller_cmd(
     for --shutdown-delay seconds; set the pod's terminationGracePeriodSeconds above that."""
     from admission import jobs
     from admission.controller import process
+    from admission.policy import Policy
     from admission.store import urls
 
     logs.configure(log_level, log_format)
@@ -146,7 +148,9 @@ def controller_cmd(
                 ledger_labels=settings.ledger_label_keys,
                 shutdown_delay=shutdown_delay,
                 integrations=enabled,
-                missing_queue=settings.missing_local_queue,
+                policy=Policy.from_settings(
+                    settings, lambda _ns: None, os.environ.get("POD_NAMESPACE", "turnstile-system")
+                ),
             )
         )
 
@@ -169,6 +173,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     from admission.controller import process
     from admission.jobs import INTEGRATIONS
     from admission.kube import client as kube_client
+    from admission.policy import Policy
     from admission.sim.host import SimHost
     from admission.store import config as config_store
     from admission.store import database, source, urls
@@ -232,7 +237,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
             bind_address="127.0.0.1",
             names=names,
             shutdown_delay=0.0,  # nothing routes to it but the simulated cluster, which stops with it
-            missing_queue=settings.missing_local_queue,
+            policy=Policy.from_settings(settings, lambda _ns: None),
             on_ready=ready,
         )
     finally:

@@ -124,7 +124,7 @@ class Checks:
 
     async def _get_job(self, view: JobView) -> Obj | None:
         try:
-            return await self.kube.get(view.integration.ref, view.namespace, view.name)
+            return await self.kube.get(view.integration.ref, view.namespace, view.object_name)
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -136,8 +136,8 @@ class Checks:
         owner = {
             "apiVersion": view.integration.ref.api_version,
             "kind": view.integration.ref.kind,
-            "name": view.name,
-            "uid": view.uid,
+            "name": view.object_name,
+            "uid": view.object_uid,
             "controller": True,
             "blockOwnerDeletion": True,
         }
@@ -146,7 +146,7 @@ class Checks:
         counts = {ps.name: ps.count for ps in wl.pod_sets}
         pod_sets = []
         for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources):
-            template = copy.deepcopy(pointer_get(job, view.info.template_paths[ps]) or {})
+            template = copy.deepcopy(_template(view, job, ps))
             pod = template.setdefault("spec", {})
             info = infos.get(ps)
             if info is not None:
@@ -210,3 +210,12 @@ class Checks:
             if exc.status == 404:
                 return
             raise Retry(f"deleting {ref.kind} {namespace}/{name}: {exc}", after=exc.retry_after) from exc
+
+
+def _template(view: JobView, job: Obj, pod_set: str) -> Obj:
+    """The pod template of a pod set: in the job, or for a pod workload one of the pods of that set."""
+    if view.pods is None:
+        return dict(pointer_get(job, view.info.template_paths[pod_set]) or {}) if view.info is not None else {}
+    pod = next((p.obj for p in view.pods if p.pod_set == pod_set), job)
+    meta = pod.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("labels", "annotations") if k in meta}, "spec": pod.get("spec") or {}}

@@ -1,10 +1,11 @@
-"""``turnstile controller``: keep PostgreSQL and the cluster in agreement, and enact the core's decisions.
+"""``turnstile controller``: keep PostgreSQL and the cluster in agreement, and enact the core's
+decisions.
 
-Every replica runs the informers (jobs of every integrated kind, namespaces, and Kueue's queue
-objects where the cluster serves them), the configuration listener (for the webhook it serves)
-and leader election (``admission.controller.leadership``). The leader also reconciles the queue
-objects into PostgreSQL (``admission.controller.declared``) and writes their status
-(``admission.controller.queuestatus``).
+Every replica runs the informers (jobs of every integrated kind, the pods the webhook holds,
+namespaces, PriorityClasses, and Kueue's queue objects where the cluster serves them), the
+configuration listener (for the webhook it serves) and leader election
+(``admission.controller.leadership``). The leader also reconciles the queue objects into PostgreSQL
+(``admission.controller.declared``) and writes their status (``admission.controller.queuestatus``).
 The replica holding the scheduler lease also runs a *term* (``admission.controller.term``): a
 scheduling core rebuilt from PostgreSQL, driven by steps (``admission.controller.step``) whenever
 something changed.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -39,6 +41,7 @@ from admission.controller.events import EventPoster
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
 from admission.controller.metrics import Metrics
+from admission.controller.podgroups import PodGroups
 from admission.controller.queuestatus import StatusWriter
 from admission.controller.readiness import DatabaseHealth, Readiness
 from admission.controller.report import Reporter
@@ -49,12 +52,18 @@ from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
+from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import config as config_store
 from admission.store import database, lease, notify
 from admission.store import workloads as store
+from queues import pods
 from queues.model import Config, Workload
 
 log = logging.getLogger(__name__)
+
+PODS = kube_client.ResourceRef("v1", "Pod", "pods")
+PRIORITY_CLASSES = kube_client.ResourceRef("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
+MANAGED_PODS = f"{pods.MANAGED_LABEL}=true"  # the pods the webhook gated (it labels each)
 
 LISTEN_ERRORS: tuple[type[BaseException], ...] = (*database.ERRORS, notify.ListenerLost)
 DRAIN_SECONDS = 5.0  # at most this long for in-flight patches when the term ends on a clean stop
@@ -84,6 +93,7 @@ class Controller:
         database_url: str,
         options: Options,
         integrations: Sequence[Integration] = INTEGRATIONS,
+        policy: Policy = DEFAULT_POLICY,
     ) -> None:
         self.kube = kube
         self.sessions = sessions
@@ -92,6 +102,8 @@ class Controller:
         self.jobs = JobCache()  # job uid -> view, workload key -> job uid; kept by the informers and our writes
         self.views = self.jobs.views
         self.namespaces: dict[str, dict[str, str]] = {}
+        # what is queued or held (the webhook answers by it, the steps tell held objects why)
+        self.policy = dataclasses.replace(policy, namespace_labels=self.namespaces.get)
         self.changes = Changes()
         self.integrations = tuple(integrations)
         self.informers: list[Informer] = []
@@ -102,6 +114,14 @@ class Controller:
             informer.handler = functools.partial(self._on_job, integration, informer)
             self.informers.append(informer)
         self.informers.append(Informer(kube, kube_client.NAMESPACES, self._on_namespace))
+        # plain Pods the webhook holds (``admission.controller.podgroups``) and Kubernetes'
+        # PriorityClasses (a job's priority when it names no WorkloadPriorityClass)
+        self.pod_groups = PodGroups(self.jobs, self.changes.job)
+        self.informers.append(
+            Informer(kube, PODS, lambda kind, obj: self.pod_groups.observe(kind, obj), label_selector=MANAGED_PODS)
+        )
+        self.priority_classes: dict[str, tuple[int, bool]] = {}
+        self.informers.append(Informer(kube, PRIORITY_CLASSES, self._on_priority_class))
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
         self.enactor = Enactor(
             kube, jobs=self.jobs, current_term=lambda: self.term, workers=options.workers, on_waiting=self._on_waiting
@@ -145,6 +165,7 @@ class Controller:
             events=self.events,
             checks=self.checks,
             enactor=self.enactor,
+            policy=self.policy,
         )
         self.leadership = Leadership(
             sessions,
@@ -192,6 +213,15 @@ class Controller:
         if changed:
             self.changes.namespaces = True
             self.changes.wake.set()
+
+    def _on_priority_class(self, kind: str, obj: Obj) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        if kind == "DELETED":
+            self.priority_classes.pop(name, None)
+        else:
+            self.priority_classes[name] = (int(obj.get("value") or 0), bool(obj.get("globalDefault")))
+        if self.term is not None:
+            self.term.scheduler.set_pod_priorities(self.priority_classes)
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
@@ -328,6 +358,7 @@ class Controller:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False
         term = Term.start(fence, snapshot, dict(self.namespaces))
+        term.scheduler.set_pod_priorities(self.priority_classes)
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term
         self.terms_begun += 1

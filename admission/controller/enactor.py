@@ -18,10 +18,11 @@ from collections.abc import Callable
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
 from admission.controller.workqueue import Retry, WorkQueue
-from admission.jobs.base import JobView, PodSetInfo
+from admission.jobs.base import ADMISSION_ANNOTATION, JobView, PodRef, PodSetInfo
+from admission.jobs.pods import POD
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
-from queues import provisioning
+from queues import pods, provisioning
 from queues.model import Admission, Workload
 
 
@@ -98,6 +99,9 @@ class Enactor:
             return
         held = term.held(key)  # only what is committed may reach the cluster
         token = admission_token(held) if held is not None else None
+        if view.pods is not None:
+            await self._enact_pods(term, key, view, held, token)
+            return
         own = _own_infos(wl)
         if token is None or (view.admission is not None and view.admission != token):
             # Pending (or running under an admission that is no more): suspend first, then restore.
@@ -115,18 +119,68 @@ class Enactor:
         if not view.suspended:
             return  # running as admitted
         assert held is not None and held.admission is not None
+        if self._victims_running(term, key, held):
+            return  # pods of an evicted job still hold this tree's capacity; its events wake us
+        infos = self.run_infos(term, held, held.admission)
+        if view.started and not view.carries(infos):
+            await self._clear_start_time(view)
+        await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))
+
+    async def _enact_pods(self, term: Term, key: str, view: JobView, held: Workload | None, token: str | None) -> None:
+        """The same for a pod workload, which cannot be suspended: a pending one's running pods
+        are deleted (their owner, if any, makes new ones, which queue afresh); an admitted one's
+        gated pods are ungated, each with its pod set's directives and the admission mark."""
+        assert view.pods is not None
+        if token is None or (view.admission is not None and view.admission != token):
+            term.blocked.pop(key, None)
+            if not self.mark_stopping(term, key):
+                self.stopped(term, key)
+            for pod in view.pods:
+                if pod.running:
+                    await self._pod_write(view, "DELETE", pod)
+            return
+        self.stopped(term, key)
+        waiting = [pod for pod in view.pods if pod.gated and pod.live]
+        if not waiting:
+            return  # every pod runs as admitted
+        assert held is not None and held.admission is not None
+        if self._victims_running(term, key, held):
+            return
+        infos = {info.name: info for info in self.run_infos(term, held, held.admission)}
+        for pod in waiting:
+            info = infos.get(pod.pod_set) or next(iter(infos.values()))
+            notes = {**info.annotations, ADMISSION_ANNOTATION: token}
+            patch = pods.ungate_patch(pod.obj, info.node_selector, info.tolerations, notes)
+            await self._pod_write(view, "PATCH", pod, patch)
+
+    async def _pod_write(self, view: JobView, method: str, pod: PodRef, patch: list[Obj] | None = None) -> None:
+        path = PODS.path(view.namespace, pod.name)
+        try:
+            if method == "DELETE":  # only the pod we mean, not one re-created under its name
+                body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": pod.uid}}
+                await self.kube.request("DELETE", path, body=body)
+            else:
+                await self.kube.request("PATCH", path, body=patch, content_type=kube_client.JSON_PATCH)
+        except KubeError as exc:
+            if exc.status in (404, 409):
+                return  # gone, or replaced: its events say what to do next
+            if exc.temporary:
+                raise Retry(str(exc), after=exc.retry_after) from exc
+            raise Retry(f"{exc} (looking again)") from exc
+        self.patches += 1
+
+    def _victims_running(self, term: Term, key: str, held: Workload) -> bool:
+        """Whether pods of workloads preempted in ``held``'s quota tree still run (then it waits,
+        and their events wake it): no GPU is ever double-booked."""
         tree = term.tree_of(held)
         victims = sorted(k for k, t in term.stopping.items() if t == tree and self.running(k)) if tree else []
         if tree is not None and victims:
             term.blocked[key] = tree
             self._waiting(key, tuple(victims))
-            return  # pods of an evicted job still hold this tree's capacity; its events wake us
+            return True
         term.blocked.pop(key, None)
         self._waiting(key, ())
-        infos = self.run_infos(term, held, held.admission)
-        if view.started and not view.carries(infos):
-            await self._clear_start_time(view)
-        await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))
+        return False
 
     def _waiting(self, key: str, victims: tuple[str, ...]) -> None:
         """Say (once per change) what an admitted workload waits for before its job may start."""
@@ -199,6 +253,9 @@ class Enactor:
                 tolerations.extend(t.to_dict() for t in flavor.tolerations if t.to_dict() not in tolerations)
             out.append(PodSetInfo(ps.name, selector, tolerations, notes.get(ps.name, {})))
         return out
+
+
+PODS = POD.ref
 
 
 def _own_infos(wl: Workload) -> list[PodSetInfo]:

@@ -101,13 +101,13 @@ class EventPoster:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{view.name}.", "namespace": view.namespace},
+            "metadata": {"generateName": f"{view.object_name}.", "namespace": view.namespace},
             "involvedObject": {
                 "apiVersion": ref.api_version,
                 "kind": ref.kind,
-                "name": view.name,
+                "name": view.object_name,
                 "namespace": view.namespace,
-                "uid": view.uid,
+                "uid": view.object_uid,
             },
             "reason": event.reason,
             "message": event.message,

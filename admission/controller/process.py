@@ -43,6 +43,7 @@ from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube
+from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import database
 from admission.webhook.keeper import FolderKeeper, Keeper, SecretKeeper, Serving
 from admission.webhook.registration import Registration, Scope
@@ -113,12 +114,13 @@ async def endpoints(
     metrics_port: int,
     serving: Serving,
     registration: Registration,
-    missing_queue: str = "hold",
 ) -> AsyncIterator[Endpoints]:
     """The webhook (TLS, from ``serving``) and health/metrics listeners; ready only once the
     webhook serves its certificate and the controller is ready."""
     context = await serving.start()
-    server = WebhookServer(lambda: controller.config, missing_queue=missing_queue)
+    server = WebhookServer(
+        lambda: controller.config, policy=controller.policy, group_totals=controller.pod_groups.totals
+    )
     # The aggregated API (kubectl get workloads, Kueue's visibility API) shares the webhook's port:
     # the API server presents its front-proxy certificate there, webhook calls present none.
     front_proxy = FrontProxy(controller.kube)
@@ -158,7 +160,8 @@ def follow_scope(controller: Controller, registration: Registration) -> None:
 
     def changed() -> None:
         leading = controller.leading() and controller.config is not None
-        registration.keep_scope(Scope.of(controller.config) if leading and controller.config else None)
+        scope = Scope.of(controller.config, controller.policy) if leading and controller.config else None
+        registration.keep_scope(scope)
 
     controller.config_watchers.append(changed)
 
@@ -215,7 +218,7 @@ async def serve(
     ledger_labels: tuple[str, ...] = ("team", "project"),
     shutdown_delay: float = SHUTDOWN_DELAY,
     integrations: Sequence[Integration] = INTEGRATIONS,
-    missing_queue: str = "hold",
+    policy: Policy = DEFAULT_POLICY,
     stop: Stop | None = None,
     on_ready: Callable[[Endpoints, Controller], None] | None = None,
 ) -> None:
@@ -242,6 +245,7 @@ async def serve(
         database_url=database_url,
         options=Options(identity=identity(), lease_ttl=lease_ttl, ledger_labels=ledger_labels),
         integrations=integrations,
+        policy=policy,
     )
     service = os.environ.get("TURNSTILE_WEBHOOK_SERVICE", "turnstile-webhook.turnstile-system.svc")
     names = names or [service, f"{service}.cluster.local"]
@@ -263,7 +267,6 @@ async def serve(
             metrics_port=metrics_port,
             serving=Serving(keeper, cert_dir, publish),
             registration=registration,
-            missing_queue=missing_queue,
         ) as ep:
             task = asyncio.create_task(controller.run(), name="controller")
             stopping = asyncio.create_task(stop.requested.wait(), name="stop")

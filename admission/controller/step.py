@@ -39,6 +39,7 @@ from admission.controller.metrics import Metrics
 from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, now_ms, timestamp
 from admission.jobs.base import JobView
+from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import config as config_store
 from admission.store import database, lease
 from admission.store import workloads as store
@@ -94,8 +95,10 @@ class Steps:
         events: EventPoster,
         checks: Checks,
         enactor: Enactor,
+        policy: Policy = DEFAULT_POLICY,
     ) -> None:
         self.changes = changes
+        self.policy = policy
         self.jobs = jobs
         self.namespaces = namespaces
         self.sessions = sessions
@@ -107,7 +110,7 @@ class Steps:
         self.enactor = enactor
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
-        self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued
+        self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued, or are held
 
     async def run(self, term: Term) -> None:
         """One step; ``StepFailed`` if a transaction failed (the term must be rebuilt)."""
@@ -218,9 +221,11 @@ class Steps:
             current = sched.workloads.get(row.key) if row is not None else None
             if row is None:
                 other = term.by_key.get(view.key)
-                if managed and other is None:
+                if not managed:
+                    self._held(sched, view)
+                elif other is None:
                     upserts[uid] = (view, candidate)
-                elif managed:
+                else:
                     log.warning(
                         "%s %s: workload %s already belongs to job %s",
                         view.integration.ref.kind,
@@ -292,6 +297,16 @@ class Steps:
             self.changes.namespaces = False
             decisions.extend(sched.set_namespaces(dict(self.namespaces)))
         return decisions
+
+    def _held(self, sched: Scheduler, view: JobView) -> None:
+        """A job or pod without a queue that the policy holds (``admission.policy``): say why, once."""
+        if view.uid in self.unreadable or not view.suspended:
+            return
+        what = f"{view.integration.ref.kind} {view.key}"
+        message = self.policy.hold(sched.config, view.namespace, view.info, what)
+        if message is not None:
+            self.unreadable.add(view.uid)
+            self.events.post(view, "QueueNameMissing", message, type="Warning")
 
     def _unreadable(self, sched: Scheduler, view: JobView) -> None:
         """A job meant for a queue that Turnstile cannot read (the webhook refuses such jobs; this

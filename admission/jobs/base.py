@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.kube.client import Obj, ResourceRef
-from queues import errors, jobs
+from queues import errors, jobs, pods
 from queues.model import SharedShapes
 
 ADMISSION_ANNOTATION = "turnstile.dev/admission"  # on a running job: which admission started it
@@ -62,10 +62,18 @@ class JobView:
     # pod set -> (whether its template's metadata has annotations, the POD_ANNOTATIONS among them);
     # only pod sets whose template has metadata at all
     template_meta: dict[str, tuple[bool, dict[str, str]]] = field(default_factory=dict)
+    # a workload of plain Pods (``admission.controller.podgroups``): its pods, which the enactor
+    # ungates or deletes one by one; None for a job, which is suspended and resumed as a whole
+    pods: tuple[PodRef, ...] | None = None
+    # the Kubernetes object Events and owner references name: the job itself, or a group's first pod
+    object_name: str = ""
+    object_uid: str = ""
     key: str = field(init=False)  # namespace/name, the workload's key (made once: it is used everywhere)
 
     def __post_init__(self) -> None:
         self.key = f"{self.namespace}/{self.name}"
+        self.object_name = self.object_name or self.name
+        self.object_uid = self.object_uid or self.uid
 
     def carries(self, infos: Sequence[PodSetInfo]) -> bool:
         """Whether every pod template already holds exactly these scheduling directives."""
@@ -78,6 +86,23 @@ class JobView:
             if self.template_meta.get(info.name, (False, {}))[1] != dict(info.annotations):
                 return False
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """One pod of a pod workload, as the enactor needs it."""
+
+    name: str
+    uid: str
+    pod_set: str  # ``main``, or the pod's role in its group
+    gated: bool  # held by Turnstile's scheduling gate
+    live: bool  # neither finished nor being deleted
+    obj: Obj  # the pod as last seen (an ungating patch is computed from it)
+
+    @property
+    def running(self) -> bool:
+        """Ungated and alive: it runs (or is being scheduled) under some admission."""
+        return self.live and not self.gated
 
 
 def _walk(obj: Any, path: Sequence[str]) -> Any:
@@ -116,6 +141,8 @@ class Integration:
 
     @property
     def kind(self) -> jobs.Kind:
+        if (self.ref.api_version, self.ref.kind) == (jobs.POD.api_version, jobs.POD.kind):
+            return jobs.POD
         return jobs.KINDS[(self.ref.api_version, self.ref.kind)]
 
     @property
@@ -135,6 +162,8 @@ class Integration:
         return "/" + "/".join(self.kind.suspend_path)
 
     def is_suspended(self, obj: Obj) -> bool:
+        if not self.kind.suspend_path:  # a pod: held by Turnstile's scheduling gate
+            return pods.gated(obj)
         return bool(_walk(obj, self.kind.suspend_path))
 
     def finished(self, obj: Obj) -> bool:

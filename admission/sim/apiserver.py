@@ -312,6 +312,14 @@ class ApiServer:
             return _respond(updated, admitted.warnings)
         if method == "DELETE" and name:
             old = self.store.get(res, namespace, name)
+            options = await self._body(request) if request.can_read_body else {}
+            wanted = (options.get("preconditions") or {}) if isinstance(options, dict) else {}
+            for field_name in ("uid", "resourceVersion"):
+                if wanted.get(field_name) and wanted[field_name] != old["metadata"].get(field_name):
+                    raise ApiError(
+                        409, "Conflict", f"Precondition failed: {field_name} in precondition: {wanted[field_name]}, "
+                        f"{field_name} in object meta: {old['metadata'].get(field_name)}",
+                    )  # fmt: skip
             admitted = await self.webhooks.admit(res, "DELETE", namespace, None, old, user=user_of(request))
             if res is resources.NAMESPACES:
                 return _respond(self._delete_namespace(name), admitted.warnings)

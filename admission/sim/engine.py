@@ -35,6 +35,7 @@ from admission.controller.controller import Controller, Options
 from admission.jobs import BY_KIND, INTEGRATIONS
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
+from admission.policy import DEFAULT_POLICY, Policy
 from admission.sim import autoscaler
 from admission.sim import cluster as sim_cluster
 from admission.sim.host import SimHost
@@ -96,7 +97,7 @@ async def fresh_database(database_url: str | None, workdir: Path) -> AsyncIterat
 
 @contextlib.asynccontextmanager
 async def running(
-    scenario: Scenario, url: str, workdir: Path, *, time_scale: float, missing_queue: str = "hold"
+    scenario: Scenario, url: str, workdir: Path, *, time_scale: float, policy: Policy = DEFAULT_POLICY
 ) -> AsyncIterator[Stack]:
     host = await SimHost.start(
         workdir / "kubeconfig", time_scale=time_scale, autoscaler=dict(scenario.autoscaler or {})
@@ -109,8 +110,11 @@ async def running(
         sessions=sessions,
         database_url=url,
         options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
+        policy=policy,
     )
-    webhook = WebhookServer(lambda: controller.config, missing_queue=missing_queue)
+    webhook = WebhookServer(
+        lambda: controller.config, policy=controller.policy, group_totals=controller.pod_groups.totals
+    )
     runner = web.AppRunner(webhook.app, handle_signals=False)
     task: asyncio.Task[None] | None = None
     registering: asyncio.Task[None] | None = None
@@ -123,7 +127,7 @@ async def running(
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.server_context(workdir / "certs"))
         await site.start()
         port = runner.addresses[0][1]
-        scope = registration.Scope.of(Config.of(scenario.manifests))
+        scope = registration.Scope.of(Config.of(scenario.manifests), controller.policy)
         for obj in registration.configurations(
             {"url": f"https://127.0.0.1:{port}"}, cert.ca_crt, integrations=INTEGRATIONS, scope=scope
         ):
@@ -385,7 +389,7 @@ async def simulate(
     database_url: str | None = None,
     on_progress: Callable[[float], None] | None = None,
     watch: Callable[[Driver], Coroutine[Any, Any, None]] | None = None,
-    missing_queue: str = "hold",
+    policy: Policy = DEFAULT_POLICY,
 ) -> Result:
     """Run ``scenario`` through the whole system and report it as engine core does.
 
@@ -395,7 +399,7 @@ async def simulate(
         workdir = Path(tmp)
         async with (
             fresh_database(database_url, workdir) as url,
-            running(scenario, url, workdir, time_scale=time_scale, missing_queue=missing_queue) as stack,
+            running(scenario, url, workdir, time_scale=time_scale, policy=policy) as stack,
         ):
             driver = Driver(scenario, stack, time_scale=time_scale)
             watcher = asyncio.create_task(watch(driver)) if watch is not None else None

@@ -33,6 +33,7 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
+from admission.policy import Policy
 from queues import api, crds, jobs
 from queues.model import Config
 
@@ -65,6 +67,9 @@ HOOKS: dict[str, tuple[str, str, str, str]] = {
     "vjob.queued.turnstile.dev": (VALIDATE, "/validate", "queued", "Fail"),
     "vjob.defaulted.turnstile.dev": (VALIDATE, "/validate", "defaulted", "Fail"),
     "vjob.advised.turnstile.dev": (VALIDATE, "/validate", "advised", "Ignore"),
+    # unlabelled objects in the namespaces a managedJobsNamespaceSelector setting selects (else none)
+    "mjob.managed.turnstile.dev": (MUTATE, "/mutate", "managed", "Fail"),
+    "vjob.managed.turnstile.dev": (VALIDATE, "/validate", "managed", "Fail"),
     # Kueue's queue objects (kueue.x-k8s.io) in every namespace: edits stamped and validated
     "mqueue.config.turnstile.dev": (MUTATE, "/mutate", "config", "Fail"),
     "vqueue.config.turnstile.dev": (VALIDATE, "/validate", "config", "Fail"),
@@ -73,27 +78,40 @@ HOOKS: dict[str, tuple[str, str, str, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """The namespaces whose unlabelled jobs go through the webhooks."""
+    """The namespaces whose unlabelled jobs and pods go through the webhooks."""
 
-    defaulted: tuple[str, ...] = ()  # have a LocalQueue named ``default``
-    advised: tuple[str, ...] = ()  # have LocalQueues, none named ``default``
+    # have a LocalQueue named ``default``; with manageJobsWithoutQueueName and no namespace selector,
+    # every namespace with a LocalQueue (the managed ones: their unlabelled GPU jobs are held)
+    defaulted: tuple[str, ...] = ()
+    advised: tuple[str, ...] = ()  # have LocalQueues but are not in ``defaulted`` (warnings only)
+    # the managedJobsNamespaceSelector setting, as JSON (empty: none): the ``managed`` hooks' selector
+    selector: str = ""
 
     @classmethod
-    def of(cls, config: Config) -> Scope:
+    def of(cls, config: Config, policy: Policy | None = None) -> Scope:
+        policy = policy or Policy()
         with_queues: dict[str, set[str]] = {}
         for key in config.local_queues:
             namespace, _, name = key.partition("/")
             with_queues.setdefault(namespace, set()).add(name)
-        defaulted = sorted(ns for ns, names in with_queues.items() if jobs.DEFAULT_QUEUE in names)
-        advised = sorted(ns for ns, names in with_queues.items() if jobs.DEFAULT_QUEUE not in names)
-        return cls(tuple(defaulted), tuple(advised))
+        by_queues = policy.manage_without_queue and policy.namespace_selector is None
+        defaulted = sorted(ns for ns, names in with_queues.items() if jobs.DEFAULT_QUEUE in names or by_queues)
+        advised = sorted(ns for ns in with_queues if ns not in defaulted)
+        selector = ""
+        if policy.manage_without_queue and policy.namespace_selector is not None:
+            selector = json.dumps(policy.namespace_selector.to_dict(), sort_keys=True)
+        return cls(tuple(defaulted), tuple(advised), selector)
 
 
 def namespace_selector(scope: str, namespaces: Scope, own_namespace: str) -> dict[str, Any]:
+    system = {"key": NAME_LABEL, "operator": "NotIn", "values": ["kube-system", own_namespace]}
     if scope == "queued":
-        return {
-            "matchExpressions": [{"key": NAME_LABEL, "operator": "NotIn", "values": ["kube-system", own_namespace]}]
-        }
+        return {"matchExpressions": [system]}
+    if scope == "managed":
+        if not namespaces.selector:
+            return {"matchExpressions": [{"key": NAME_LABEL, "operator": "In", "values": [NO_NAMESPACE]}]}
+        chosen = json.loads(namespaces.selector)
+        return {**chosen, "matchExpressions": [*chosen.get("matchExpressions", []), system]}
     listed = namespaces.defaulted if scope == "defaulted" else namespaces.advised
     values = [ns for ns in listed if ns not in ("kube-system", own_namespace)] or [NO_NAMESPACE]
     return {"matchExpressions": [{"key": NAME_LABEL, "operator": "In", "values": values}]}
@@ -113,8 +131,17 @@ def config_rules() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+# Plain Pods and the serving kinds that make them (``admission.webhook.pods``)
+POD_RULES = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
+     "scope": "Namespaced"},
+    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+     "resources": ["deployments", "statefulsets"], "scope": "Namespaced"},
+]  # fmt: skip
+
+
 def rules(integrations: Sequence[Integration]) -> list[dict[str, Any]]:
-    out = []
+    out = [dict(r) for r in POD_RULES]
     for integration in integrations:
         group, _, version = integration.ref.api_version.rpartition("/")
         out.append(
@@ -176,6 +203,35 @@ def configurations(
             }
         )
     return out
+
+
+MANIFEST_HEADER = """\
+# Turnstile's webhook configurations, as admission.webhook.registration.configurations writes them
+# (make manifests; a test compares the two). Only objects Turnstile would queue or hold go through the
+# failing webhooks, so a Turnstile outage never blocks other jobs:
+#   *.queued      objects labelled kueue.x-k8s.io/queue-name (not in kube-system or turnstile-system)
+#   *.defaulted   unlabelled objects in the managed namespaces: those with a LocalQueue (named
+#                 "default": queued there; else GPU jobs and pods are held, manageJobsWithoutQueueName)
+#   *.managed     unlabelled objects in the namespaces TURNSTILE_MANAGED_JOBS_NAMESPACE_SELECTOR selects
+#   vjob.advised  unlabelled objects in other namespaces with LocalQueues (warnings only; Ignore)
+#   *.config      Kueue's queue objects (kueue.x-k8s.io/v1beta2), validated and their editor stamped;
+#                 answered without the database, so Fail never blocks an admin's edit while it is away
+# Jobs of every integrated kind, Pods (a pod whose controller is a queued job kind is left alone),
+# Deployments and StatefulSets (the queue label copied into their pod template).
+# The namespaces of *.defaulted, *.managed and vjob.advised are filled in and kept current by the
+# leading replica (here "none.turnstile.dev", a name no namespace can have, stands for none), and every
+# replica adds its CA to the caBundle (cert-manager injects it in overlays/cert-manager). With Argo CD
+# or Flux, ignore differences in webhooks[].namespaceSelector and webhooks[].clientConfig.caBundle.
+"""
+
+
+def render_manifest(integrations: Sequence[Integration]) -> str:
+    """``manifests/base/webhooks.yaml``: both configurations for the in-cluster Service."""
+    import yaml
+
+    client = {"service": {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}}
+    docs = configurations(client, None, integrations=integrations)
+    return MANIFEST_HEADER + "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
 
 
 def api_services(service: dict[str, Any], ca_bundle: bytes | None = None) -> list[dict[str, Any]]:
@@ -342,7 +398,7 @@ class Registration:
                     bundle = base64.b64encode(merged_bundle(published, self.ca)).decode()
                     changes.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
             spec = HOOKS.get(hook_name)
-            if self.scope is not None and spec is not None and spec[2] in ("defaulted", "advised"):
+            if self.scope is not None and spec is not None and spec[2] in ("defaulted", "advised", "managed"):
                 wanted = namespace_selector(spec[2], self.scope, self.own_namespace)
                 if hook.get("namespaceSelector") != wanted:
                     changes.append({"op": "add", "path": f"/webhooks/{i}/namespaceSelector", "value": wanted})

@@ -3,13 +3,17 @@
 ``mutate`` (on CREATE): a job that names a LocalQueue, or lives in a namespace with a
 LocalQueue named ``default`` (then it gets the label), is suspended through its kind's field;
 without a priority-class label it gets the WorkloadPriorityClass named ``default`` if there is
-one. ``validate`` rejects a queue label naming a LocalQueue that does not exist (listing those
-that do) when ``missing_queue`` is ``refuse`` (by default, as Kueue, such a job is held suspended
-with a warning, so GitOps tools may apply a job before its LocalQueue), an unknown priority
-class, and changing the queue of a job that is running; it warns
-about GPU containers without CPU/memory requests, GPU jobs without a queue in a namespace
-that has LocalQueues, and jobs that can never fit their ClusterQueue. Objects of other kinds
-pass unchanged; a malformed job is left to the API server's own validation.
+one. A job without a queue in a managed namespace that asks for a managed resource is held
+suspended too, with a warning naming the fix (``admission.policy``). Pods and the serving kinds
+that make them are answered by ``admission.webhook.pods``.
+
+``validate`` rejects a queue label naming a LocalQueue that does not exist (listing those that do)
+when ``missing_queue`` is ``refuse`` (by default, as Kueue, such a job is held suspended with a
+warning, so GitOps tools may apply a job before its LocalQueue), an unknown priority class, and
+changing the queue of a job that is running; it warns about GPU containers without CPU/memory
+requests, GPU jobs without a queue in a namespace that has LocalQueues, and jobs that can never fit
+their ClusterQueue. Objects of other kinds pass unchanged; a malformed job is left to the API
+server's own validation.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from admission.jobs import BY_KIND
 from admission.jobs.base import Integration
+from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
 from queues import errors, flavors, jobs
 from queues.model import Config, Snapshot, Workload
 
@@ -54,28 +59,46 @@ def integration_of(request_kind: Any, obj: Obj) -> Integration | None:
     return BY_KIND.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
 
 
-def mutate(obj: Obj, namespace: str, config: Config, integration: Integration | None = None) -> Answer:
+def queue_labels(obj: Obj, namespace: str, config: Config) -> tuple[str | None, dict[str, str]]:
+    """The object's LocalQueue (its label, else the namespace's ``default`` LocalQueue) and the labels
+    to add: the queue when defaulted, the ``default`` WorkloadPriorityClass when it names none."""
+    add: dict[str, str] = {}
+    queue = _queue_of(obj)
+    if queue is None and f"{namespace}/{jobs.DEFAULT_QUEUE}" in config.local_queues:
+        queue = add[jobs.QUEUE_LABEL] = jobs.DEFAULT_QUEUE
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if queue is not None and not labels.get(jobs.PRIORITY_LABEL) and "default" in config.priority_classes:
+        add[jobs.PRIORITY_LABEL] = "default"
+    return queue, add
+
+
+def add_map_entries(obj: Obj, pointer: str, entries: dict[str, str]) -> list[Obj]:
+    """JSON patch ops adding ``entries`` to the string map at ``pointer`` (created when absent)."""
+    current: Any = obj
+    for part in pointer.strip("/").split("/"):
+        current = current.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(current, dict) else None
+    if not entries:
+        return []
+    if not isinstance(current, dict) or not current:
+        return [{"op": "add", "path": pointer, "value": {**(current or {}), **entries}}]
+    return [{"op": "add", "path": f"{pointer}/{jobs.pointer_token(k)}", "value": v} for k, v in entries.items()]
+
+
+def mutate(
+    obj: Obj, namespace: str, config: Config, integration: Integration | None = None, policy: Policy = DEFAULT_POLICY
+) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
     if integration is None:
         return answer
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels")
-    add_labels: dict[str, str] = {}
-    queue = _queue_of(obj)
-    if queue is None and f"{namespace}/{jobs.DEFAULT_QUEUE}" in config.local_queues:
-        queue = jobs.DEFAULT_QUEUE
-        add_labels[jobs.QUEUE_LABEL] = queue
+    queue, add_labels = queue_labels(obj, namespace, config)
     if queue is None:
-        return answer
-    if not (labels or {}).get(jobs.PRIORITY_LABEL) and "default" in config.priority_classes:
-        add_labels[jobs.PRIORITY_LABEL] = "default"
-    if add_labels:
-        if not isinstance(labels, dict) or not labels:
-            answer.patch.append({"op": "add", "path": "/metadata/labels", "value": {**(labels or {}), **add_labels}})
-        else:
-            for k, v in add_labels.items():
-                answer.patch.append({"op": "add", "path": f"/metadata/labels/{jobs.pointer_token(k)}", "value": v})
+        what = f"{integration.ref.kind} {namespace}/{(obj.get('metadata') or {}).get('name')}"
+        held = policy.hold_object(config, namespace, obj, integration.kind, what)
+        if held is None:
+            return answer
+        answer.warnings.append(held)  # held suspended; the controller's Event says the same
+    answer.patch.extend(add_map_entries(obj, "/metadata/labels", add_labels))
     # The suspend field, creating its parents where the job omits them (runPolicy of Kubeflow jobs).
     path = integration.kind.suspend_path
     node: Any = obj
@@ -94,9 +117,6 @@ def mutate(obj: Obj, namespace: str, config: Config, integration: Integration | 
     return answer
 
 
-HOLD, REFUSE = "hold", "refuse"  # what to do with a job naming a LocalQueue that does not exist (yet)
-
-
 def validate(
     operation: str,
     obj: Obj,
@@ -106,11 +126,14 @@ def validate(
     integration: Integration | None = None,
     *,
     missing_queue: str = HOLD,
+    policy: Policy | None = None,
 ) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
     if integration is None or operation not in ("CREATE", "UPDATE"):
         return answer
+    policy = policy or Policy(missing_queue=missing_queue)
+    missing_queue = policy.missing_queue
     name = f"{integration.ref.kind} {namespace}/{(obj.get('metadata') or {}).get('name')}"
     problems: list[str] = []
     queue = _queue_of(obj)
@@ -151,7 +174,8 @@ def validate(
         answer.message = f"{name}: " + "; ".join(problems)
         return answer
     if operation == "CREATE":
-        answer.warnings.extend(_warnings(obj, queue, existing))
+        held = queue is None and policy.hold_object(config, namespace, obj, integration.kind, "") is not None
+        answer.warnings.extend(_warnings(obj, None if held else queue, [] if held else existing))
         if queue is not None:
             answer.warnings.extend(_never_fits(obj, namespace, queue, config))
     return answer

@@ -18,7 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.webhook import queue_objects, review
+from admission.policy import HOLD, Policy
+from admission.webhook import pods, queue_objects, review
 from queues.model import Config
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,18 @@ def _status(code: int, message: str) -> web.Response:
 
 
 class WebhookServer:
-    def __init__(self, config_source: Callable[[], Config | None], *, missing_queue: str = review.HOLD) -> None:
+    def __init__(
+        self,
+        config_source: Callable[[], Config | None],
+        *,
+        missing_queue: str = HOLD,
+        policy: Policy | None = None,
+        group_totals: pods.GroupTotals = lambda _ns, _group: set(),
+    ) -> None:
         self.config_source = config_source
-        self.missing_queue = missing_queue  # hold (Kueue's) | refuse: a job naming a LocalQueue that does not exist
+        # what is queued or held (a job naming a LocalQueue that does not exist: hold, Kueue's, or refuse)
+        self.policy = policy or Policy(missing_queue=missing_queue)
+        self.group_totals = group_totals  # the total counts of a pod group's existing pods
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_post("/mutate", self._mutate)
         self.app.router.add_post("/validate", self._validate)
@@ -83,13 +93,21 @@ class WebhookServer:
             if config is None:
                 return _status(503, "the queue configuration is not loaded yet; retry shortly")
             integration = review.integration_of(req.get("kind"), obj)
+            pod_kind = pods.kind_of(req.get("kind"), obj)
+            policy = self.policy
             try:
-                if mutating and operation == "CREATE":
-                    answer = review.mutate(obj, namespace, config, integration)
+                if pod_kind == "Pod" and mutating and operation == "CREATE":
+                    answer = pods.mutate_pod(obj, namespace, config, policy)
+                elif pod_kind == "Pod" and not mutating:
+                    answer = pods.validate_pod(operation, obj, old, namespace, config, policy, self.group_totals)
+                elif pod_kind is not None and mutating:
+                    answer = pods.mutate_parent(pod_kind, obj, namespace, config, policy)
+                elif pod_kind is not None:
+                    answer = pods.validate_parent(operation, pod_kind, obj, old, namespace, config, policy)
+                elif mutating and operation == "CREATE":
+                    answer = review.mutate(obj, namespace, config, integration, policy)
                 elif not mutating:
-                    answer = review.validate(
-                        operation, obj, old, namespace, config, integration, missing_queue=self.missing_queue
-                    )
+                    answer = review.validate(operation, obj, old, namespace, config, integration, policy=policy)
             except Exception:  # a bug must not turn into a 500 that blocks every job in the cluster
                 log.exception("review of %s %s failed; allowing it unchanged", operation, namespace)
                 answer = review.Answer(warnings=["turnstile could not review this object (an internal error)"])

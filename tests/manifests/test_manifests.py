@@ -99,6 +99,13 @@ def test_rbac_is_least_privilege() -> None:
                 assert "*" not in rule.get(field, []), f"{role['kind']} {role['metadata']['name']}: wildcard {field}"
     cluster_rules = [r for role in by_kind(objects, "ClusterRole") for r in role["rules"]]
     assert not any("secrets" in r["resources"] for r in cluster_rules), "no cluster-wide access to Secrets"
+    # plain Pods: watched, ungated and deleted; PriorityClasses read
+    for group, resource, verbs in (
+        ("", "pods", {"get", "list", "watch", "patch", "delete"}),
+        ("scheduling.k8s.io", "priorityclasses", {"get", "list", "watch"}),
+    ):
+        rules = [r for r in cluster_rules if group in r["apiGroups"] and resource in r["resources"]]
+        assert rules and verbs <= set(rules[0]["verbs"]), resource
     # ... and enough: every integrated kind can be watched and patched; webhook configurations
     # only by name, for the CA bundle.
     for integration in INTEGRATIONS:
@@ -171,9 +178,10 @@ def test_webhooks_are_what_the_code_registers_and_fail_closed_only_for_queued_jo
             (namespaces,) = hook["namespaceSelector"]["matchExpressions"]
             if hook["failurePolicy"] == "Fail":
                 # an outage refuses only jobs Turnstile queues: labelled, or in a namespace with a default queue
+                # (or held: unlabelled GPU jobs and pods in managed namespaces, the leader lists them)
                 labelled = objects == {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}
-                defaulted = hook["name"].endswith(".defaulted.turnstile.dev") and namespaces["operator"] == "In"
-                assert labelled or defaulted, hook["name"]
+                listed = hook["name"].endswith((".defaulted.turnstile.dev", ".managed.turnstile.dev"))
+                assert labelled or (listed and namespaces["operator"] == "In"), hook["name"]
             else:
                 assert (
                     hook["name"] == "vjob.advised.turnstile.dev" and config["kind"] == "ValidatingWebhookConfiguration"

@@ -155,7 +155,13 @@ def test_a_queued_job_is_suspended_and_a_default_queue_is_labelled(server: Serve
     ops = patch_of(server.review("/mutate", job("b", queue=None), namespace="research"))
     assert {"op": "add", "path": "/spec/suspend", "value": True} in ops
     assert any("queue-name" in json.dumps(op) and "default" in json.dumps(op) for op in ops)
-    assert patch_of(server.review("/mutate", job("c", queue=None))) == []  # no queue, no default: untouched
+    # no queue and no default queue, in a namespace with LocalQueues (managed by default): a GPU job is held,
+    # with the fix; one asking for no managed resource (no GPU) is untouched, and elsewhere nothing is
+    held = server.review("/mutate", job("c", queue=None))
+    assert {"op": "add", "path": "/spec/suspend", "value": True} in patch_of(held)
+    assert "add label kueue.x-k8s.io/queue-name with one of: team-a" in " ".join(held["warnings"])
+    assert patch_of(server.review("/mutate", job("d", queue=None, gpus="0"))) == []
+    assert patch_of(server.review("/mutate", job("e", queue=None), namespace="elsewhere")) == []
 
 
 def test_an_unknown_queue_holds_the_job_with_a_warning_naming_the_ones_that_exist(server: Server) -> None:

@@ -1,0 +1,97 @@
+"""The install's queueing policy: which objects Turnstile queues or holds, as its settings say.
+
+One object, built from the settings (``Policy.from_settings``) and shared by the webhook (which
+holds objects at creation) and the controller (which tells a held object why, by an Event), so both
+decide alike: ``missing_local_queue`` (a job naming a LocalQueue that does not exist: hold or
+refuse), ``manage_jobs_without_queue_name`` with ``managed_jobs_namespace_selector`` and
+``managed_resources`` (``queues.managed``). Namespace labels come from the controller's namespace
+informer, which every replica runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from queues import errors, jobs, managed
+from queues.model import Config
+from queues.selectors import LabelSelector
+
+HOLD, REFUSE = "hold", "refuse"
+
+
+def parse_selector(text: str) -> LabelSelector | None:
+    """A ``metav1.LabelSelector`` written as YAML or JSON (``{matchLabels: {...}}`` or
+    ``{matchExpressions: [...]}``); empty: None. ``ValueError`` says what is wrong."""
+    if not text.strip():
+        return None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML or JSON: {exc}") from None
+    if not isinstance(raw, Mapping) or not set(raw) <= {"matchLabels", "matchExpressions"}:
+        raise ValueError("must be a label selector: {matchLabels: {KEY: VALUE}} and/or {matchExpressions: [...]}")
+    try:
+        return LabelSelector.from_dict(raw)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a label selector: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    missing_queue: str = HOLD
+    manage_without_queue: bool = True
+    namespace_selector: LabelSelector | None = None  # None: the namespaces that have a LocalQueue
+    managed_resources: str = managed.EXTENDED
+    own_namespace: str = "turnstile-system"
+    namespace_labels: Callable[[str], Mapping[str, str] | None] = field(default=lambda _ns: None)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Any,
+        namespace_labels: Callable[[str], Mapping[str, str] | None],
+        own_namespace: str = "turnstile-system",
+    ) -> Policy:
+        return cls(
+            missing_queue=settings.missing_local_queue,
+            manage_without_queue=settings.manage_jobs_without_queue_name,
+            namespace_selector=parse_selector(settings.managed_jobs_namespace_selector),
+            managed_resources=settings.managed_resources,
+            own_namespace=own_namespace,
+            namespace_labels=namespace_labels,
+        )
+
+    def managed_namespace(self, config: Config, namespace: str) -> bool:
+        if not self.manage_without_queue:
+            return False
+        return managed.managed_namespace(
+            config,
+            namespace,
+            selector=self.namespace_selector,
+            labels=self.namespace_labels(namespace),
+            excluded=(self.own_namespace,),
+        )
+
+    def hold(self, config: Config, namespace: str, info: jobs.JobInfo | None, what: str) -> str | None:
+        """Why an object without a queue label is held (its message), or None when it is not:
+        it lives in a managed namespace and asks for a managed resource."""
+        if info is None or not self.managed_namespace(config, namespace):
+            return None
+        asked = managed.asks(info, managed.managed_resources(config, self.managed_resources))
+        return managed.hold_message(config, namespace, what, asked) if asked else None
+
+    def hold_object(
+        self, config: Config, namespace: str, obj: Mapping[str, Any], kind: jobs.Kind, what: str
+    ) -> str | None:
+        try:
+            info = jobs.read_job({**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}, kind)
+        except errors.Invalid:
+            return None
+        return self.hold(config, namespace, info, what)
+
+
+DEFAULT_POLICY = Policy()  # the install's defaults (Kueue's, but for which namespaces and resources are managed)

@@ -1,0 +1,198 @@
+"""Every GPU pod goes through the queue: plain Pods, pod groups and Deployments, as a user meets them.
+
+kubectl against the simulated cluster (which runs Pods, ReplicaSets and Deployments as a real one
+does, and calls the webhook as a real API server), a controller replica with its webhook over TLS,
+PostgreSQL behind it. Nothing here knows Turnstile's internals: pods are read back from the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admission.jobs import INTEGRATIONS
+from admission.kube.client import Kube
+from admission.sim.host import SimHost
+from admission.sim.replicas import PODS
+from admission.webhook import registration
+from tests.admission.controller.world import eventually
+from tests.admission.runner import KUBECTL, kubectl
+from tests.e2e.test_install import free_port, installed, replica
+
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+
+GATE = "kueue.x-k8s.io/admission"
+CONFIG = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: a100}
+spec: {nodeLabels: {gpu: a100}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources: [{name: cpu, nominalQuota: "64"}, {name: nvidia.com/gpu, nominalQuota: "2"}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: team-a, namespace: ml}
+spec: {clusterQueue: team-a}
+"""
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube]]:
+    port = free_port()
+    async with installed(tmp_path, url, config=CONFIG) as (host, kube, _engine):
+        for config in registration.configurations(
+            {"url": f"https://127.0.0.1:{port}"}, None, integrations=INTEGRATIONS
+        ):
+            await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s", body=config)
+        async with replica(host, url, tmp_path / "certs", port, cert_secret=None):
+            yield host, kube
+
+
+def pod(
+    name: str, *, gpus: int = 1, queue: str | None = "team-a", runtime: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ml", "labels": {}, "annotations": {}}
+    if queue:
+        meta["labels"]["kueue.x-k8s.io/queue-name"] = queue
+    if runtime:
+        meta["annotations"]["turnstile.dev/sim-runtime"] = runtime
+    container = {
+        "name": "vllm",
+        "image": "vllm/vllm-openai:v0.6.0",
+        "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": str(gpus)}},
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **extra}}
+
+
+async def create(host: SimHost, obj: dict[str, Any]) -> tuple[int, str, str]:
+    return await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(obj))
+
+
+def live(host: SimHost, prefix: str = "") -> dict[str, dict[str, Any]]:
+    pods = host.server.store.list(PODS, "ml")[0]
+    return {
+        p["metadata"]["name"]: p
+        for p in pods
+        if p["metadata"]["name"].startswith(prefix) and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def running(host: SimHost, prefix: str = "") -> set[str]:
+    return {n for n, p in live(host, prefix).items() if p["status"].get("phase") == "Running"}
+
+
+def gated(host: SimHost, prefix: str = "") -> set[str]:
+    return {
+        n for n, p in live(host, prefix).items() if GATE in [g["name"] for g in p["spec"].get("schedulingGates") or []]
+    }
+
+
+async def test_plain_pods_wait_gated_for_quota_and_run_on_their_flavor(tmp_path: Path, migrated_url: str) -> None:
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        for name in ("a", "b"):
+            code, _, err = await create(host, pod(name, runtime="2" if name == "a" else None))
+            assert code == 0, err
+        await eventually(lambda: running(host) == {"a", "b"}, what="two 1-GPU pods admitted and running")
+        started = live(host)["a"]
+        assert started["spec"]["nodeSelector"] == {"gpu": "a100"}  # the flavor's node labels, added at ungating
+        assert started["metadata"]["labels"]["kueue.x-k8s.io/managed"] == "true"
+        assert "turnstile.dev/admission" in started["metadata"]["annotations"]
+        code, _, err = await create(host, pod("c"))
+        assert code == 0, err
+        await eventually(lambda: "c" in gated(host), what="the third pod held by the gate")
+        assert "nodeName" not in live(host)["c"]["spec"]  # never scheduled while gated
+        # a finishes: its quota is released and c starts
+        await eventually(lambda: running(host) == {"b", "c"}, what="c admitted once a finished", timeout=20)
+        # removing the gate by hand is refused: it would run the pod outside quota
+        code, _, err = await create(host, pod("d"))
+        assert code == 0, err
+        await eventually(lambda: "d" in gated(host), what="d held")
+        code, _, err = await kubectl(
+            host.kubeconfig, "patch", "pod", "d", "-n", "ml", "--type=json", "-p",
+            json.dumps([{"op": "remove", "path": "/spec/schedulingGates/0"}]),
+        )  # fmt: skip
+        assert code != 0 and "removing it by hand would run the pod outside quota" in err
+
+
+async def test_a_pod_group_is_admitted_whole_and_bad_groups_are_refused(tmp_path: Path, migrated_url: str) -> None:
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+
+        def member(name: str, total: str = "2", group: str = "ring") -> dict[str, Any]:
+            obj = pod(name)
+            obj["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = group
+            obj["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = total
+            return obj
+
+        assert (await create(host, member("ring-0")))[0] == 0
+        await eventually(lambda: "ring-0" in gated(host), what="the first pod of the group held")
+        code, _, err = await create(host, member("ring-x", total="3"))
+        assert code != 0 and "disagrees with the pods of group ring" in err, err
+        code, _, err = await create(host, member("ring-y", total="two"))
+        assert code != 0 and "must be a whole number >= 1" in err, err
+        assert (await create(host, member("ring-1")))[0] == 0
+        await eventually(lambda: running(host, "ring-") == {"ring-0", "ring-1"}, what="the whole group admitted")
+        # a group that cannot fit waits whole: no pod of it starts
+        for name in ("big-0", "big-1"):
+            assert (await create(host, member(name, group="big")))[0] == 0
+        await eventually(lambda: gated(host, "big-") == {"big-0", "big-1"}, what="the second group waits whole")
+        # Turnstile's gate added by hand to a pod it does not queue would hold it forever: refused
+        code, _, err = await create(host, pod("sneaky", queue=None, gpus=0, schedulingGates=[{"name": GATE}]))
+        assert code != 0 and "is Turnstile's gate" in err, err
+
+
+async def test_a_deployment_scales_through_the_queue_and_unlabelled_gpu_pods_are_held(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "vllm", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "vllm"}},
+                "template": {"metadata": {"labels": {"app": "vllm"}}, "spec": pod("x")["spec"]},
+            },
+        }
+        code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(deployment))
+        assert code == 0, err
+        await eventually(
+            lambda: len(running(host, "vllm-")) == 2 and len(gated(host, "vllm-")) == 1,
+            what="two replicas admitted within the 2-GPU quota, the third waiting gated",
+        )
+        assert (await kubectl(host.kubeconfig, "scale", "deployment", "vllm", "-n", "ml", "--replicas=1"))[0] == 0
+        await eventually(
+            lambda: len(running(host, "vllm-")) == 1 and not gated(host, "vllm-"),
+            what="scale-in removes the waiting replica first, then a running one",
+        )
+        # the freed quota goes to whoever waits: an unlabelled GPU pod does not, it is held with the fix
+        code, _, err = await create(host, pod("rogue", queue=None))
+        assert code == 0, err
+        assert (
+            "without label kueue.x-k8s.io/queue-name" in err
+            and "add label kueue.x-k8s.io/queue-name with one of: team-a" in err
+        )
+        await eventually(lambda: "rogue" in gated(host), what="the unlabelled GPU pod held")
+        # ... and a CPU-only pod without a queue runs as before
+        code, _, err = await create(host, pod("debug", queue=None, gpus=0))
+        assert code == 0, err
+        await eventually(lambda: "debug" in running(host), what="a CPU-only pod unaffected")
+        assert (await kubectl(host.kubeconfig, "scale", "deployment", "vllm", "-n", "ml", "--replicas=2"))[0] == 0
+        await eventually(lambda: len(running(host, "vllm-")) == 2, what="scale-out admitted into the free quota")
+        assert "rogue" in gated(host)
