@@ -37,6 +37,11 @@ TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 FAST_ADMISSION = "kueue.x-k8s.io/pod-group-fast-admission"  # queue the group at its first pod
 SERVING = "kueue.x-k8s.io/pod-group-serving"  # pods are replaced, never finish the group
 PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"  # the serving kind whose template queued the pod
+# On the pods of a serving workload (set by the webhook from the Deployment/StatefulSet): which
+# service they serve, and the replicas it keeps against batch work of equal priority (see ``protected``)
+SERVICE_LABEL = "turnstile.dev/service"
+MIN_REPLICAS_LABEL = "turnstile.dev/min-replicas"
+MIN_REPLICAS_ANNOTATION = "turnstile.dev/min-replicas"  # on the Deployment/StatefulSet, where users write it
 ROLE_HASH_LENGTH = 8
 DONE_PHASES = ("Succeeded", "Failed")
 
@@ -246,3 +251,24 @@ def ungate_patch(
             for k, v in notes.items()
         )
     return ops
+
+
+def service_of(labels: Mapping[str, str]) -> tuple[str, int] | None:
+    """The service a workload's pods serve and its minimum replicas (default 1), or None for batch work."""
+    service = labels.get(SERVICE_LABEL)
+    if not service:
+        return None
+    try:
+        minimum = int(labels.get(MIN_REPLICAS_LABEL, "1"))
+    except ValueError:
+        minimum = 1
+    return service, max(0, minimum)
+
+
+def min_replicas_problem(value: Any) -> str | None:
+    """What is wrong with a ``turnstile.dev/min-replicas`` annotation, or None."""
+    try:
+        ok = int(str(value)) >= 0
+    except ValueError:
+        ok = False
+    return None if ok else f"must be a whole number >= 0, not {value!r}"

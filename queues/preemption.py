@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from queues import pods
 from queues.flavors import Assignment
 from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
 
@@ -51,13 +52,15 @@ def _candidates(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, frs: Collect
     pre = cq.spec.preemption
     if pre.within_cluster_queue != "Never":
         same_prio = pre.within_cluster_queue == "LowerOrNewerEqualPriority"
+        equal: list[Workload] = []
         for cand in cq.workloads.values():
             if cand.priority > wl.priority:
                 continue
             if cand.priority == wl.priority and not (same_prio and wl.queue_ts < cand.queue_ts):
                 continue
             if _uses(cand, frs):
-                out.append(cand)
+                (equal if cand.priority == wl.priority else out).append(cand)
+        out.extend(_spare_replicas(cq, wl, equal))
     if cq.parent is not None and pre.reclaim_within_cohort != "Never":
         only_lower = pre.reclaim_within_cohort == "LowerPriority"
         for other in snapshot.queues_in_tree(cq):
@@ -68,6 +71,35 @@ def _candidates(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, frs: Collect
                     continue
                 if _uses(cand, frs):
                     out.append(cand)
+    return out
+
+
+def _spare_replicas(cq: ClusterQueue, wl: Workload, equal: list[Workload]) -> list[Workload]:
+    """Of the equal-priority candidates in the preemptor's own ClusterQueue, those it may take.
+
+    Turnstile's serving rule (Kueue has none; KAI makes inference non-preemptible): batch work does
+    not preempt a service's replicas of its own priority below the service's minimum
+    (``turnstile.dev/min-replicas``, default 1), so a service is never scaled to nothing by a
+    training job that merely arrived later. Of a service's admitted replicas, only those above the
+    minimum are candidates, newest first. Higher-priority work, another replica of a service, and
+    reclaim by the cohort are not limited: priority and quota still decide."""
+    if pods.service_of(wl.labels) is not None:
+        return equal
+    admitted: dict[str, int] = {}
+    for other in cq.workloads.values():
+        service = pods.service_of(other.labels)
+        if service is not None:
+            admitted[service[0]] = admitted.get(service[0], 0) + 1
+    out: list[Workload] = []
+    taken: dict[str, int] = {}
+    for cand in sorted(equal, key=lambda w: (-(w.admitted_at or 0.0), -w.seq)):
+        service = pods.service_of(cand.labels)
+        if service is not None:
+            name, minimum = service
+            if admitted[name] - taken.get(name, 0) <= minimum:
+                continue
+            taken[name] = taken.get(name, 0) + 1
+        out.append(cand)
     return out
 
 

@@ -13,7 +13,10 @@ naming the field and the fix.
 **Deployment and StatefulSet** (``mutate_parent`` on CREATE and UPDATE), as Kueue's webhooks: the
 queue label is copied into the pod template, with ``kueue.x-k8s.io/pod-suspending-parent``; a
 StatefulSet's pods form one group (``statefulset-<name>``, total count = replicas, fast admission,
-serving), so it is admitted all or nothing and never finishes by its pods. ``validate_parent``: a
+serving), so it is admitted all or nothing and never finishes by its pods. The pods are labelled
+with the service they serve (``turnstile.dev/service``) and its ``turnstile.dev/min-replicas``
+(from the parent's annotation): batch work of equal priority does not preempt a service below it
+(``queues.preemption``). ``validate_parent``: a
 queued StatefulSet scales only to and from 0 (Kueue's rule: a group's size is fixed while it
 runs); a Deployment's queue cannot change while it has ready replicas.
 """
@@ -136,12 +139,13 @@ def validate_pod(
     return review.validate(operation, pod, old, namespace, config, POD, policy=policy)
 
 
-def group_name(statefulset: str) -> str:
-    """The pod group of a StatefulSet's pods (a label value: at most 63 characters)."""
-    name = f"statefulset-{statefulset}"
-    if len(name) <= 63:
-        return name
-    return f"{name[:54]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+def label_name(kind: str, name: str) -> str:
+    """``<kind>-<name>`` as a label value (at most 63 characters: a longer one is cut and hashed):
+    a StatefulSet's pod group, the service a Deployment's or StatefulSet's pods serve."""
+    value = f"{kind.lower()}-{name}"
+    if len(value) <= 63:
+        return value
+    return f"{value[:54]}-{hashlib.sha256(value.encode()).hexdigest()[:8]}"
 
 
 def _replicas(obj: Obj) -> int:
@@ -168,9 +172,14 @@ def mutate_parent(kind: str, obj: Obj, namespace: str, config: Config, policy: P
     )
     if priority:
         labels[jobs.PRIORITY_LABEL] = priority
+    name = str((obj.get("metadata") or {}).get("name"))
+    labels[pods.SERVICE_LABEL] = label_name(kind, name)
+    minimum = ((obj.get("metadata") or {}).get("annotations") or {}).get(pods.MIN_REPLICAS_ANNOTATION)
+    if minimum is not None and pods.min_replicas_problem(minimum) is None:
+        labels[pods.MIN_REPLICAS_LABEL] = str(int(str(minimum)))
     notes = {pods.PARENT_ANNOTATION: PARENTS[kind]}
     if kind == "StatefulSet":
-        labels[pods.GROUP_LABEL] = group_name(str((obj.get("metadata") or {}).get("name")))
+        labels[pods.GROUP_LABEL] = label_name(kind, name)
         notes.update({pods.TOTAL_ANNOTATION: str(_replicas(obj)), pods.FAST_ADMISSION: "true", pods.SERVING: "true"})
     meta = template.get("metadata")
     if not isinstance(meta, dict):
@@ -199,6 +208,9 @@ def validate_parent(
     queue = ((obj.get("metadata") or {}).get("labels") or {}).get(jobs.QUEUE_LABEL)
     old_queue = ((old or {}).get("metadata") or {}).get("labels", {}).get(jobs.QUEUE_LABEL) if old else None
     problems: list[str] = []
+    minimum = ((obj.get("metadata") or {}).get("annotations") or {}).get(pods.MIN_REPLICAS_ANNOTATION)
+    if minimum is not None and (problem := pods.min_replicas_problem(minimum)):
+        problems.append(f"metadata.annotations[{pods.MIN_REPLICAS_ANNOTATION}]: {problem}")
     running = old is not None and (
         kind == "StatefulSet" or int((old.get("status") or {}).get("readyReplicas") or 0) > 0
     )

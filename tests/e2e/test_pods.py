@@ -196,3 +196,56 @@ async def test_a_deployment_scales_through_the_queue_and_unlabelled_gpu_pods_are
         assert (await kubectl(host.kubeconfig, "scale", "deployment", "vllm", "-n", "ml", "--replicas=2"))[0] == 0
         await eventually(lambda: len(running(host, "vllm-")) == 2, what="scale-out admitted into the free quota")
         assert "rogue" in gated(host)
+
+
+async def test_priority_classes_preempt_pods_and_a_statefulset_is_admitted_whole(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        pc = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "inference"},
+            "value": 100,
+        }
+        assert (await create(host, pc))[0] == 0
+        for name in ("batch-1", "batch-2"):
+            assert (await create(host, pod(name)))[0] == 0
+        await eventually(lambda: running(host, "batch-") == {"batch-1", "batch-2"}, what="batch pods fill the quota")
+        # Kubernetes' priorityClassName is the pod's priority (no WorkloadPriorityClass named): it preempts
+        code, _, err = await create(host, pod("serve", priorityClassName="inference"))
+        assert code == 0, err
+        await eventually(lambda: "serve" in running(host), what="the higher-priority pod admitted", timeout=20)
+        assert len(running(host, "batch-")) == 1  # one batch pod was deleted to make room (pods cannot suspend)
+        # a StatefulSet is one pod group: its pods are created one by one (OrderedReady) and admitted whole
+        sts = {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {
+                "name": "db",
+                "namespace": "ml",
+                "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+                "annotations": {"turnstile.dev/min-replicas": "2"},
+            },
+            "spec": {
+                "replicas": 2,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}}, "spec": pod("x")["spec"]},
+            },
+        }
+        code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(sts))
+        assert code == 0, err
+        await eventually(lambda: gated(host, "db-") == {"db-0"}, what="the first pod of the StatefulSet waits")
+        first = live(host, "db-")["db-0"]["metadata"]
+        assert first["labels"]["kueue.x-k8s.io/pod-group-name"] == "statefulset-db"
+        assert first["labels"]["turnstile.dev/service"] == "statefulset-db"
+        assert first["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"
+        # resizing a queued StatefulSet other than to or from 0 is refused (its group is admitted whole)
+        code, _, err = await kubectl(host.kubeconfig, "scale", "statefulset", "db", "-n", "ml", "--replicas=3")
+        assert code != 0 and "scales only to and from 0" in err, err
+        for name in sorted(running(host)):
+            assert (await kubectl(host.kubeconfig, "delete", "pod", name, "-n", "ml", "--wait=false"))[0] == 0
+        await eventually(
+            lambda: running(host, "db-") == {"db-0", "db-1"}, what="the StatefulSet admitted whole", timeout=20
+        )

@@ -96,6 +96,7 @@ class WL:
         self._count = 1
         self._selector: dict[str, str] = {}
         self._tolerations: list[dict[str, str]] = []
+        self._labels: dict[str, str] = {}
 
     def priority(self, value: int) -> WL:
         self._priority = value
@@ -107,6 +108,10 @@ class WL:
 
     def count(self, n: int) -> WL:
         self._count = n
+        return self
+
+    def labels(self, **labels: str) -> WL:
+        self._labels = labels
         return self
 
     def node_selector(self, **labels: str) -> WL:
@@ -129,7 +134,11 @@ class WL:
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": self.name, "namespace": self.ns, "labels": {jobs.QUEUE_LABEL: self.queue}},
+            "metadata": {
+                "name": self.name,
+                "namespace": self.ns,
+                "labels": {jobs.QUEUE_LABEL: self.queue, **self._labels},
+            },
             "spec": {"parallelism": self._count, "completions": self._count, "template": {"spec": spec}},
         }
 

@@ -231,6 +231,37 @@ def test_equal_priority_preemption_policy(policy: str, preempts: bool) -> None:
     assert (newer.admission is None) is preempts
 
 
+@pytest.mark.parametrize(("minimum", "evicted"), [("1", 0), ("0", 2)], ids=["keeps-one-replica", "min-zero"])
+def test_batch_work_of_equal_priority_does_not_take_a_service_below_its_minimum(minimum: str, evicted: int) -> None:
+    """Turnstile's serving rule: the older batch job may preempt newer equal-priority work, but of a
+    service's replicas only those above its turnstile.dev/min-replicas (default 1)."""
+    s = make_scheduler(
+        flavor("f"),
+        CQ("a").preemption(withinClusterQueue="LowerOrNewerEqualPriority").group(("f", {"gpu": 4})),
+        queues={"q": "a"},
+    )
+    make_workload("blocker").priority(10).request(gpu=2).submit(s, now=0)
+    s.schedule()
+    train = make_workload("train").request(gpu=4).submit(s, now=0)
+    service = {"turnstile.dev/service": "deployment-vllm", "turnstile.dev/min-replicas": minimum}
+    for name in ("vllm-1", "vllm-2"):
+        make_workload(name).labels(**service).request(gpu=1).submit(s, now=1)
+    s.schedule()
+    assert admitted(s) == {"ns/blocker": "a", "ns/vllm-1": "a", "ns/vllm-2": "a"}
+    s.now = 2
+    s.finish("ns/blocker")
+    decisions = s.schedule()
+    assert len(evictions(decisions)) == evicted
+    assert (train.admission is not None) is (evicted == 2)
+    # higher-priority batch work is not limited by the rule
+    urgent = make_workload("urgent").priority(5).request(gpu=4).submit(s, now=3)
+    s.now = 3
+    decisions = s.schedule()
+    assert urgent.admission is not None and {e[0] for e in evictions(decisions)} >= (
+        {"ns/vllm-1", "ns/vllm-2"} if evicted == 0 else {"ns/train"}
+    )
+
+
 def test_reclaim_within_cohort_takes_back_lent_quota() -> None:
     s = make_scheduler(
         flavor("f"),
