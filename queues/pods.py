@@ -43,6 +43,7 @@ SERVICE_LABEL = "turnstile.dev/service"
 MIN_REPLICAS_LABEL = "turnstile.dev/min-replicas"
 MIN_REPLICAS_ANNOTATION = "turnstile.dev/min-replicas"  # on the Deployment/StatefulSet, where users write it
 ROLE_HASH_LENGTH = 8
+ROLE_ANNOTATION = "kueue.x-k8s.io/role-hash"  # the pod's role, recorded by the webhook at creation
 DONE_PHASES = ("Succeeded", "Failed")
 
 
@@ -93,26 +94,24 @@ def total_count(pod: Mapping[str, Any]) -> int:
 
 
 def role_hash(pod: Mapping[str, Any]) -> str:
-    """The pod's role in its group: a hash of what makes pods interchangeable for the scheduler
-    (containers' resources, node selector, affinity, tolerations, priority), as Kueue's role hash."""
+    """The pod's role in its group: a hash of what makes pods interchangeable for the scheduler (the
+    pod's effective requests, node selector, affinity, tolerations, priority), as Kueue's role hash.
+    The webhook records it on the pod at creation (``ROLE_ANNOTATION``), so the flavor's selector
+    added when the pod is started does not change its role."""
+    recorded = annotations_of(pod).get(ROLE_ANNOTATION)
+    if isinstance(recorded, str) and recorded:
+        return recorded
     spec = pod.get("spec") or {}
+    problems: list[FieldError] = []
     shape = {
-        "containers": [_shape(c) for c in spec.get("containers") or []],
-        "initContainers": [_shape(c) for c in spec.get("initContainers") or []],
+        "requests": jobs.pod_requests(spec, "spec", problems) if isinstance(spec, Mapping) else {},
         "nodeSelector": spec.get("nodeSelector") or {},
         "affinity": spec.get("affinity") or {},
         "tolerations": spec.get("tolerations") or [],
         "priorityClassName": spec.get("priorityClassName") or "",
-        "overhead": spec.get("overhead") or {},
     }
     digest = hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()
     return digest[:ROLE_HASH_LENGTH]
-
-
-def _shape(container: Any) -> Any:
-    if not isinstance(container, Mapping):
-        return None
-    return {"resources": container.get("resources") or {}, "restartPolicy": container.get("restartPolicy")}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,17 +11,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import api, errors, jobs
+from queues import api, errors, jobs, pods
 from queues.errors import FieldError
 
 
 @dataclass(frozen=True, slots=True)
+class Part:
+    """One object of a workload made of several (a pod group's pods): created at its own time."""
+
+    index: int
+    at: float
+    runtime: float
+    object: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class JobEntry:
+    """One workload of the timeline: a job, a Pod, or a pod group (``parts``: its pods, each an entry
+    of the file; the group is submitted when its last pod is, and runs as long as its longest)."""
+
     index: int
     at: float
     runtime: float
     job: jobs.JobInfo
     object: Mapping[str, Any]
+    parts: tuple[Part, ...] = ()
+
+    @property
+    def objects(self) -> tuple[Part, ...]:
+        """What a cluster is given, each at its time: the parts, or the object itself."""
+        return self.parts or (Part(self.index, self.at, self.runtime, self.object),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +63,8 @@ class Scenario:
     edits: list[Edit]
     nodes: list[Mapping[str, Any]] = field(default_factory=list)
     autoscaler: Mapping[str, Any] | None = None
+    # Kubernetes PriorityClasses among the manifests: name -> (value, globalDefault)
+    pod_priorities: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
 
 _TOP_FIELDS = {"name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits"}
@@ -85,12 +106,16 @@ def parse(doc: Any) -> Scenario:
         problems.append(FieldError("name", "required: the scenario's name, used in reports"))
     description = doc.get("description") or ""
     manifests: list[api.KueueObject] = []
+    pod_priorities: dict[str, tuple[int, bool]] = {}
     raw_manifests = doc.get("manifests")
     seen: dict[tuple[str, str], str] = {}
     if not isinstance(raw_manifests, list):
         problems.append(FieldError("manifests", "required: a list of Kueue objects"))
     else:
         for i, raw in enumerate(raw_manifests):
+            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) == PRIORITY_CLASS:
+                _priority_class(raw, f"manifests[{i}]", pod_priorities, problems)
+                continue
             obj = _manifest(raw, f"manifests[{i}]", problems)
             if obj is None:
                 continue
@@ -116,6 +141,7 @@ def parse(doc: Any) -> Scenario:
     priority_classes = {o.name for o in manifests if isinstance(o, api.WorkloadPriorityClass)}
     edits = _edits(doc.get("edits"), problems, priority_classes)
     job_entries: list[JobEntry] = []
+    groups: dict[str, list[tuple[int, Part, jobs.JobInfo]]] = {}  # namespace/group -> its pods, in file order
     raw_jobs = doc.get("jobs")
     keys: dict[str, int] = {}
     if not isinstance(raw_jobs, list):
@@ -135,13 +161,22 @@ def parse(doc: Any) -> Scenario:
                     problems.append(FieldError(f"{path}.{key}", "unknown field; a job entry has at, runtime, object"))
             at = _time(raw.get("at"), f"{path}.at", problems)
             runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)
+            obj = raw.get("object")
+            is_pod = isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == ("v1", "Pod")
             try:
-                info = jobs.read_job(raw.get("object"))
+                info = jobs.read_job(obj, jobs.POD if is_pod else None)
             except errors.Invalid as exc:
                 problems.extend(e.under(f"{path}.object") for e in exc.errors)
                 continue
             # as a user would kubectl apply it: what the API server refuses is refused here too
-            problems.extend(e.under(f"{path}.object") for e in jobs.api_problems(raw["object"]))
+            if is_pod and isinstance(obj, Mapping):
+                problems.extend(e.under(f"{path}.object") for e in jobs.pod_problems(obj.get("spec") or {}))
+                if pods.group_name(obj) is not None:
+                    key = f"{info.namespace}/{pods.group_name(obj)}"
+                    groups.setdefault(key, []).append((i, Part(i, at, runtime, obj), info))
+                    continue
+            else:
+                problems.extend(e.under(f"{path}.object") for e in jobs.api_problems(raw["object"]))
             if info.key in keys:
                 problems.append(
                     FieldError(
@@ -157,6 +192,16 @@ def parse(doc: Any) -> Scenario:
                     )
                 )
             job_entries.append(JobEntry(i, at, runtime, info, raw["object"]))
+    for key, members in groups.items():
+        entry = _group(key, members, problems)
+        if entry is None:
+            continue
+        if key in keys:
+            problems.append(FieldError(f"jobs[{entry.index}].object.metadata.labels[{pods.GROUP_LABEL}]",
+                                       f"pod group {key} has the name of jobs[{keys[key]}]"))  # fmt: skip
+        keys[key] = entry.index
+        job_entries.append(entry)
+    job_entries.sort(key=lambda e: e.index)
     for edit in edits:
         if edit.action == "cancel" and edit.name not in keys:
             problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
@@ -170,7 +215,58 @@ def parse(doc: Any) -> Scenario:
         autoscaler = None
     if problems:
         raise errors.Invalid(problems)
-    return Scenario(str(name), str(description), manifests, namespaces, job_entries, edits, nodes, autoscaler)
+    return Scenario(
+        str(name), str(description), manifests, namespaces, job_entries, edits, nodes, autoscaler, pod_priorities
+    )
+
+
+PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
+
+
+def _priority_class(
+    raw: Mapping[str, Any], path: str, into: dict[str, tuple[int, bool]], problems: list[FieldError]
+) -> None:
+    """A Kubernetes PriorityClass (a pod's ``priorityClassName``): its value and globalDefault."""
+    name = (raw.get("metadata") or {}).get("name") if isinstance(raw.get("metadata"), Mapping) else None
+    value = raw.get("value")
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError(f"{path}.metadata.name", "required: the PriorityClass's name"))
+    elif isinstance(value, bool) or not isinstance(value, int) or not -(2**31) <= value <= 1_000_000_000:
+        problems.append(FieldError(f"{path}.value", f"must be a whole number up to 1000000000, not {value!r}"))
+    elif name in into:
+        problems.append(FieldError(f"{path}.metadata.name", f"duplicate PriorityClass {name!r}"))
+    else:
+        into[name] = (value, raw.get("globalDefault") is True)
+
+
+def _group(key: str, members: list[tuple[int, Part, jobs.JobInfo]], problems: list[FieldError]) -> JobEntry | None:
+    """A pod group's pods as one entry, or None (with the problems) when they cannot be one."""
+    namespace, _, name = key.partition("/")
+    first = members[0][0]
+    group = pods.Group(namespace, name, tuple(part.object for _, part, _ in members))
+    found = pods.group_problems(group)
+    if not found:
+        total = pods.total_count(group.pods[0])
+        if len(members) != total:
+            where = ", ".join(f"jobs[{i}]" for i, _, _ in members)
+            found.append(
+                FieldError(
+                    f"metadata.annotations[{pods.TOTAL_ANNOTATION}]",
+                    f"group {name} counts {total} pods but the timeline creates {len(members)} ({where})",
+                )
+            )
+    if found:
+        problems.extend(e.under(f"jobs[{first}].object") for e in found)
+        return None
+    parts = tuple(part for _, part, _ in members)
+    return JobEntry(
+        index=first,
+        at=max(p.at for p in parts),
+        runtime=max(p.runtime for p in parts),
+        job=pods.group_info(group),
+        object=parts[0].object,
+        parts=parts,
+    )
 
 
 def _edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> list[Edit]:

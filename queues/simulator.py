@@ -9,6 +9,9 @@ workload whose admission-check backoff ends at t queues again first). Evicted wo
 release their quota at once and restart from zero when admitted again. Everything is ordered
 by time and file order, so the same file always gives the same result.
 
+Plain Pods (``queues.pods``): an evicted pod is deleted, so its workload ends there (Cancelled);
+a pod group is one workload, submitted when its last pod is.
+
 Two-phase admission (``queues.provisioning``): a reservation on a ClusterQueue with
 ProvisioningRequest checks asks ``AutoscalerModel`` (the simulated cluster-autoscaler's
 decisions, with the scenario's ``autoscaler:`` timing) and starts the job only once the
@@ -290,6 +293,7 @@ class Simulation:
         self.scenario = scenario
         self.config = Config.of(scenario.manifests)
         self.sched = scheduler.Scheduler(self.config, namespaces=scenario.namespaces)
+        self.sched.set_pod_priorities(scenario.pod_priorities)
         self.record = Recorder(scenario)
         self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
         self.order = 0
@@ -411,6 +415,11 @@ class Simulation:
                 self.scaler.stop(key)
                 self.reservations.pop(key, None)
                 self.record.evicted(key, d.reason, d.detail, d.by)
+                if self.record.by_key[key].entry.job.kind == "Pod":
+                    # a pod cannot be suspended: it is deleted, and with it its workload (none owns it
+                    # here to make another), as Kueue's pod integration does
+                    self.sched.cancel(key)
+                    self.record.cancelled(key)
 
     def _start(self, key: str, admission: Admission) -> None:
         """Every check passed (or none applied): the job's pods run from now."""

@@ -23,7 +23,17 @@ from aiohttp import web
 from openapi_schema_validator import OAS30Validator
 
 from admission.sim import aggregation, cel, defaults, openapi, patches, rbac, resources, tables, validation, webhooks
-from admission.sim.objects import ApiError, Event, Obj, ObjectStore, Resource, Watcher, clone
+from admission.sim.objects import (
+    ApiError,
+    Event,
+    Obj,
+    ObjectStore,
+    Resource,
+    Watcher,
+    clone,
+    field_matcher,
+    parse_label_selector,
+)
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit
 BOOKMARK_SECONDS = 1.0
@@ -530,8 +540,25 @@ class ApiServer:
         await response.prepare(request)
 
         as_table = tables.wants_table(request.headers.get("Accept", ""))
+        # As the real server's watch cache filters a selected watch: an object that stops matching
+        # is sent as DELETED, one that starts matching as ADDED, others not at all.
+        labels, fields = request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")
+        label_match = parse_label_selector(labels) if labels else None
+        field_match = field_matcher(fields, res.kind) if fields else None
 
-        async def send(kind: str, obj: Any) -> None:
+        def matches(obj: Obj) -> bool:
+            meta = obj.get("metadata") or {}
+            return (label_match is None or label_match.matches(meta.get("labels") or {})) and (
+                field_match is None or field_match(obj)
+            )
+
+        async def send(kind: str, obj: Any, prev: Obj | None = None) -> None:
+            if kind in ("ADDED", "MODIFIED", "DELETED") and (label_match is not None or field_match is not None):
+                now, before = matches(obj), kind == "MODIFIED" and prev is not None and matches(prev)
+                if kind == "MODIFIED" and now != before:
+                    kind = "ADDED" if now else "DELETED"
+                elif not now:
+                    return
             if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
                 obj = self._table(request, res, [obj], obj.get("metadata") or {})
             await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
@@ -557,7 +584,7 @@ class ApiServer:
                     await send("ERROR", ApiError(400, "BadRequest", f"invalid resourceVersion {rv_param!r}").status())
                     return await self._end(response)
             for old in backlog:
-                await send(old.type, old.obj)
+                await send(old.type, old.obj, old.prev)
                 last = old.rv
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
@@ -582,7 +609,7 @@ class ApiServer:
                 if event.rv > last:
                     if self.faults.watch_delay:
                         await asyncio.sleep(max(0.0, event.at + self.faults.watch_delay - loop.time()))
-                    await send(event.type, event.obj)
+                    await send(event.type, event.obj, event.prev)
                     last = event.rv
         except (ConnectionError, asyncio.CancelledError):
             pass  # the client went away (ConnectionResetError, aiohttp's "Connection lost"), or we stop

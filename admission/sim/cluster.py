@@ -88,7 +88,8 @@ class Cluster:
         self.termination_seconds = termination_seconds
         self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
         self.tasks: list[asyncio.Task[None]] = []
-        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.timers: dict[str, asyncio.TimerHandle] = {}  # pod -> when it ends: its runtime, or its termination
+        self.stopping: set[str] = set()  # pods whose termination period runs
         self.unschedulable: set[tuple[str, str]] = set()  # pods the scheduler could not place yet
         store.index_label(JOB_UID_LABEL)
 
@@ -237,12 +238,19 @@ class Cluster:
         self._stop_later(ns, name)
 
     def _stop_later(self, ns: str, name: str) -> None:
-        """The kubelet stops a deleted pod's containers within its termination period, then lets it go."""
+        """The kubelet stops a deleted pod's containers within its termination period, then lets it go
+        (its runtime no longer counts: it will not succeed)."""
+        key = f"{ns}/{name}"
+        timer = self.timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self.stopping.add(key)
         delay = max(0.0, self.termination_seconds) * self.time_scale
-        self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._terminated, ns, name)
+        self.timers[key] = asyncio.get_running_loop().call_later(delay, self._terminated, ns, name)
 
     def _terminated(self, namespace: str, name: str) -> None:
         self.timers.pop(f"{namespace}/{name}", None)
+        self.stopping.discard(f"{namespace}/{name}")
         try:
             pod = self.store.get(PODS, namespace, name)
             pod["metadata"]["finalizers"] = [f for f in pod["metadata"].get("finalizers", []) if f != KUBELET_FINALIZER]
@@ -266,6 +274,7 @@ class Cluster:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         if kind == "DELETED":
             self.unschedulable.discard((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+            self.stopping.discard(key)
             timer = self.timers.pop(key, None)
             if timer is not None:
                 timer.cancel()
@@ -275,7 +284,7 @@ class Cluster:
             self.schedule_pending()
             return
         if pod["metadata"].get("deletionTimestamp"):
-            if KUBELET_FINALIZER in (pod["metadata"].get("finalizers") or []) and key not in self.timers:
+            if KUBELET_FINALIZER in (pod["metadata"].get("finalizers") or []) and key not in self.stopping:
                 self._stop_later(pod["metadata"]["namespace"], pod["metadata"]["name"])  # deleted by a client
             return
         phase = (pod.get("status") or {}).get("phase")

@@ -33,6 +33,7 @@ from aiohttp import web
 from admission.controller import process
 from admission.controller.controller import Controller, Options
 from admission.jobs import BY_KIND, INTEGRATIONS
+from admission.jobs.pods import POD
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
 from admission.policy import DEFAULT_POLICY, Policy
@@ -46,7 +47,7 @@ from admission.webhook import certs, registration
 from admission.webhook.server import WebhookServer
 from queues import scheduler
 from queues.model import Admission, Config, Snapshot, Workload
-from queues.scenario import Edit, JobEntry, Scenario
+from queues.scenario import Edit, JobEntry, Part, Scenario
 from queues.simulator import Recorder, Result, apply_edit
 
 log = logging.getLogger(__name__)
@@ -166,13 +167,25 @@ async def _populate(kube: Kube, scenario: Scenario) -> None:
     nodes = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
     for node in scenario.nodes:
         await kube.create(nodes, None, autoscaler.node_object(str(node["name"]), node))
+    for name, (value, default) in sorted(scenario.pod_priorities.items()):
+        priority_class: dict[str, Any] = {"metadata": {"name": name}, "value": value, "globalDefault": default}
+        await kube.create(PRIORITY_CLASSES, None, priority_class)
 
 
-def _job_object(entry: JobEntry) -> dict[str, Any]:
-    obj: dict[str, Any] = {k: v for k, v in entry.object.items() if k != "status"}
+PRIORITY_CLASSES = kube_client.ResourceRef("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
+
+
+def _ref(entry: JobEntry) -> kube_client.ResourceRef:
+    if (entry.job.api_version, entry.job.kind) == ("v1", "Pod"):
+        return POD.ref
+    return BY_KIND[(entry.job.api_version, entry.job.kind)].ref
+
+
+def _job_object(entry: JobEntry, part: Part) -> dict[str, Any]:
+    obj: dict[str, Any] = {k: v for k, v in part.object.items() if k != "status"}
     meta = dict(obj.get("metadata") or {})
     meta["namespace"] = entry.job.namespace
-    meta["annotations"] = {**(meta.get("annotations") or {}), sim_cluster.RUNTIME_ANNOTATION: str(entry.runtime)}
+    meta["annotations"] = {**(meta.get("annotations") or {}), sim_cluster.RUNTIME_ANNOTATION: str(part.runtime)}
     obj["metadata"] = meta
     return obj
 
@@ -198,7 +211,10 @@ class Driver:
         return round(max(0.0, (at - self.wall0).total_seconds() / self.scale), 1)
 
     async def play(self, on_progress: Callable[[float], None] | None = None) -> Result:
-        actions: list[tuple[float, int, int, JobEntry | Edit]] = [(e.at, 3, e.index, e) for e in self.scenario.jobs]
+        # every object a job entry stands for (a pod group's pods), each at its own time
+        actions: list[tuple[float, int, int, tuple[JobEntry, Part] | Edit]] = [
+            (part.at, 3, part.index, (e, part)) for e in self.scenario.jobs for part in e.objects
+        ]
         actions += [(e.at, 2, e.index, e) for e in self.scenario.edits]
         actions.sort(key=lambda a: a[:3])
         self.t0 = time.monotonic()
@@ -210,18 +226,20 @@ class Driver:
                 await asyncio.sleep(delay)
             if on_progress is not None:
                 on_progress(at)
-            if isinstance(action, JobEntry):
-                ref = BY_KIND[(action.job.api_version, action.job.kind)].ref
+            if isinstance(action, tuple):
+                entry, part = action
                 try:
-                    await self.stack.kube.create(ref, action.job.namespace, _job_object(action))
+                    await self.stack.kube.create(_ref(entry), entry.job.namespace, _job_object(entry, part))
                 except KubeError as exc:
                     if exc.status >= 500 or exc.status == 429:
                         raise  # the cluster failed, not the job
-                    self.refused[action.job.key] = exc.message  # reported, as a user would see it
+                    self.refused[entry.job.key] = exc.message  # reported, as a user would see it
                     continue
+                if (part.at, part.index) == max((p.at, p.index) for p in entry.objects):
+                    observed.append((entry.at, phase, entry.index, entry))  # its workload is complete
             else:
                 await self._edit(action)
-            observed.append((at, phase, index, action))
+                observed.append((at, phase, index, action))
         rows = await self._wait_until_done()
         async with database.transaction(self.stack.controller.sessions) as session:
             history = await store.events(session)
@@ -230,12 +248,12 @@ class Driver:
     async def _edit(self, edit: Edit) -> None:
         sessions = self.stack.controller.sessions
         if edit.action == "cancel":
-            namespace, name = edit.name.split("/", 1)
+            namespace = edit.name.split("/", 1)[0]
             entry = next((e for e in self.scenario.jobs if e.job.key == edit.name), None)
-            if entry is not None:
-                ref = BY_KIND[(entry.job.api_version, entry.job.kind)].ref
+            for part in entry.objects if entry is not None else ():
+                assert entry is not None
                 with contextlib.suppress(KubeError):
-                    await self.stack.kube.delete(ref, namespace, name)
+                    await self.stack.kube.delete(_ref(entry), namespace, str(part.object["metadata"]["name"]))
             return
         async with database.transaction(sessions) as session:
             if edit.action == "apply":
@@ -294,9 +312,11 @@ class Driver:
         rows: dict[str, tuple[str, str | None, str | None]],
     ) -> Result:
         timeline: list[tuple[float, int, int, Any]] = list(observed)
+        pods = {e.job.key for e in self.scenario.jobs if e.job.kind == "Pod"}
         for e in history:
-            if e.type == "Finished" and e.reason != "JobFinished":
+            if e.type == "Finished" and e.reason != "JobFinished" and e.workload not in pods:
                 continue  # a deleted job: its cancellation is already on the timeline
+            # (an evicted pod is deleted by the controller: that deletion ends its workload)
             phase = 1 if e.type == "Finished" else 4
             timeline.append((self.scenario_time(e.at), phase, e.id, e))
         result = replay(self.scenario, self.record, timeline, rows, cycles=self.stack.controller.steps.count)
@@ -356,6 +376,9 @@ def replay(
                 )
             elif ev.type == "Evicted":
                 record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
+            elif ev.reason not in (None, "JobFinished"):
+                if record.by_key[ev.workload].state in ("Admitted", "Pending"):
+                    record.cancelled(ev.workload)  # a pod deleted: by its eviction, or by the user
             elif record.by_key[ev.workload].state in ("Admitted", "Pending"):
                 # A job can complete just as it is evicted (before the suspension reaches it): it
                 # finished, whichever of the two was committed first at that instant.

@@ -75,6 +75,7 @@ class Event:
     resource: Resource
     obj: Obj
     at: float = field(default_factory=time.monotonic)  # when it happened (watch lag is measured from here)
+    prev: Obj | None = None  # a MODIFIED object as it was before (a selected watch needs both)
 
 
 def clone(obj: _J) -> _J:
@@ -242,8 +243,8 @@ class ObjectStore:
 
     # ----- writes --------------------------------------------------------------------------
 
-    def _emit(self, kind: str, res: Resource, obj: Obj) -> None:
-        event = Event(self.rv, kind, res, obj)  # shared: a stored object is never changed in place
+    def _emit(self, kind: str, res: Resource, obj: Obj, prev: Obj | None = None) -> None:
+        event = Event(self.rv, kind, res, obj, prev=prev)  # shared: a stored object is never changed in place
         self.history.append(event)
         ns = obj.get("metadata", {}).get("namespace")
         for w in self.watchers:
@@ -423,7 +424,7 @@ class ObjectStore:
             self._emit("DELETED", res, new)
             return clone(new)
         self._put(key, new)
-        self._emit("MODIFIED", res, new)
+        self._emit("MODIFIED", res, new, prev=old)
         return clone(new)
 
     def delete(self, res: Resource, namespace: str, name: str) -> Obj:
@@ -433,11 +434,11 @@ class ObjectStore:
             raise not_found(res, name)
         if old["metadata"].get("finalizers"):
             if not old["metadata"].get("deletionTimestamp"):
-                old = clone(old)  # the stored object may be an earlier event's: change a copy
+                stored, old = old, clone(old)  # the stored object may be an earlier event's: change a copy
                 old["metadata"]["deletionTimestamp"] = _now()
                 self._bump(old)
                 self._put(key, old)
-                self._emit("MODIFIED", res, old)
+                self._emit("MODIFIED", res, old, prev=stored)
             return clone(old)
         self._drop(key)
         old = clone(old)

@@ -80,6 +80,10 @@ def mutate_pod(pod: Obj, namespace: str, config: Config, policy: Policy) -> Answ
         answer.warnings.append(held)
     add[pods.MANAGED_LABEL] = "true"
     answer.patch.extend(review.add_map_entries(pod, "/metadata/labels", add))
+    if pods.group_name(pod) is not None:  # its role, before starting it adds the flavor's selector
+        answer.patch.extend(
+            review.add_map_entries(pod, "/metadata/annotations", {pods.ROLE_ANNOTATION: pods.role_hash(pod)})
+        )
     if not pods.gated(pod):
         spec = pod.get("spec") or {}
         if spec.get("schedulingGates"):

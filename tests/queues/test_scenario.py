@@ -116,3 +116,61 @@ def problems(doc: Any) -> list[str]:
 def test_problems_name_their_path(doc: Any, expected: str) -> None:
     found = problems(doc)
     assert any(p.startswith(expected) for p in found), found
+
+
+def _pod(name: str, group: str | None = None, total: str | None = None, **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "labels": {"kueue.x-k8s.io/queue-name": "q"}}
+    if group:
+        meta["labels"]["kueue.x-k8s.io/pod-group-name"] = group
+    if total:
+        meta["annotations"] = {"kueue.x-k8s.io/pod-group-total-count": total}
+    container = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **spec}}
+
+
+def test_pods_and_pod_groups_are_workloads_of_the_timeline() -> None:
+    doc = {
+        "name": "pods",
+        "manifests": [
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "hi"}, "value": 7}
+        ],
+        "jobs": [
+            {"at": 0, "runtime": 5, "object": _pod("solo", priorityClassName="hi")},
+            {"at": 1, "runtime": 9, "object": _pod("g-0", "g", "2")},
+            {"at": 3, "runtime": 4, "object": _pod("g-1", "g", "2")},
+        ],
+    }
+    parsed = scenario.parse(doc)
+    solo, group = parsed.jobs
+    assert (
+        solo.job.key == "ns/solo"
+        and solo.job.priority_class_name == "hi"
+        and parsed.pod_priorities == {"hi": (7, False)}
+    )
+    # the group: submitted with its last pod, as long as its longest, one pod set per role
+    assert group.job.key == "ns/g" and (group.at, group.runtime) == (3, 9) and len(group.parts) == 2
+    (ps,) = group.job.pod_sets
+    assert ps.count == 2 and len(ps.name) == 8
+
+
+@pytest.mark.parametrize(
+    ("jobs", "expected"),
+    [
+        ([_pod("g-0", "g", "3"), _pod("g-1", "g", "3")], "group g counts 3 pods but the timeline creates 2"),
+        ([_pod("g-0", "g", "2"), _pod("g-1", "g", "3")], "disagree on the group's size"),
+        ([_pod("g-0", "g", "x"), _pod("g-1", "g", "x")], "must be a whole number >= 1"),
+        ([_pod("g-0", "g")], "required with label kueue.x-k8s.io/pod-group-name"),
+    ],
+    ids=["too-few", "disagree", "not-a-number", "no-count"],
+)
+def test_bad_pod_groups_are_refused_with_their_path(jobs: list[dict[str, Any]], expected: str) -> None:
+    found = problems({"name": "x", "manifests": [], "jobs": [{"at": 0, "runtime": 1, "object": j} for j in jobs]})
+    assert any(p.startswith("jobs[0].object") and expected in p for p in found), found
+
+
+def test_a_bad_priority_class_is_refused() -> None:
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "hi"}, "value": "high"}
+    assert any(
+        "manifests[0].value: must be a whole number" in p
+        for p in problems({"name": "x", "manifests": [pc], "jobs": []})
+    )

@@ -171,3 +171,35 @@ async def test_a_statefulset_creates_its_pods_in_order(host: SimHost) -> None:
     await until(
         lambda: sorted(p["metadata"]["name"] for p in live_pods(host, "cache-")) == ["cache-0", "cache-1", "cache-2"]
     )
+
+
+async def test_a_selected_watch_sees_objects_enter_and_leave_its_selection(host: SimHost) -> None:
+    """As the real server's watch cache: a label selector filters a watch, and an object whose labels
+    stop (start) matching is sent as DELETED (ADDED) to that watch."""
+    from admission.kube import client as kube_client
+    from admission.kube.client import Kube
+    from admission.kube.informer import Informer
+
+    seen: list[tuple[str, str]] = []
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    ref = kube_client.ResourceRef("v1", "Pod", "pods")
+    informer = Informer(
+        kube, ref, lambda kind, obj: seen.append((kind, obj["metadata"]["name"])), label_selector="pick=yes"
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        await until(informer.synced.is_set)
+        for name, labels in (("in", {"pick": "yes"}), ("out", {"pick": "no"})):
+            body = pod(name)
+            body["metadata"]["labels"] = labels
+            assert (await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(body)))[0] == 0
+        await until(lambda: ("ADDED", "in") in seen)
+        assert (await kubectl(host.kubeconfig, "label", "pod", "out", "pick=yes", "--overwrite"))[0] == 0
+        await until(lambda: ("ADDED", "out") in seen)
+        assert (await kubectl(host.kubeconfig, "label", "pod", "in", "pick-"))[0] == 0
+        await until(lambda: ("DELETED", "in") in seen)
+        assert not any(name == "out" for kind, name in seen[: seen.index(("ADDED", "out"))])
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await kube.close()
