@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from admission.sim import resources
+from admission.sim import resources, serving
 from admission.sim.apiserver import ApiServer, Faults
 from admission.sim.autoscaler import Autoscaler
 from admission.sim.cluster import Cluster
@@ -102,6 +102,7 @@ class SimHost:
             time_scale=time_scale,
         )
         replicas = Replicas(server.store, server)
+        serving.install(replicas)  # LeaderWorkerSet and KServe, when their CRDs are served
         await cluster.start()
         await scaler.start()
         await replicas.start()

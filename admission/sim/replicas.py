@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from admission.sim import resources
@@ -81,21 +82,21 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def _alive(pod: Obj) -> bool:
+def alive(pod: Obj) -> bool:
     return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in (
         "Succeeded",
         "Failed",
     )
 
 
-def _ready(pod: Obj) -> bool:
+def ready(pod: Obj) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (pod.get("status") or {}).get("conditions") or []
     )
 
 
-def _owner(obj: Obj, controller: bool = True) -> dict[str, Any]:
+def owner_reference(obj: Obj, controller: bool = True) -> dict[str, Any]:
     return {
         "apiVersion": obj["apiVersion"],
         "kind": obj["kind"],
@@ -124,13 +125,27 @@ class Replicas:
     def __init__(self, store: ObjectStore, api: ApiServer) -> None:
         self.store = store
         self.api = api
-        self.watchers = [Watcher(r, None) for r in (DEPLOYMENTS, REPLICASETS, STATEFULSETS, PODS)]
+        # kind -> its reconciler (``register`` adds the serving operators' kinds, ``admission.sim.serving``)
+        self.handlers: dict[Resource, Callable[[Obj], Awaitable[None]]] = {
+            DEPLOYMENTS: self._deployment,
+            REPLICASETS: self._replicaset,
+            STATEFULSETS: self._statefulset,
+        }
+        self.watchers: list[Watcher] = []
         self.dirty: dict[tuple[Resource, str, str], None] = {}
         self.wake = asyncio.Event()
         self.children: dict[str, set[tuple[str, str]]] = {}  # owner uid -> (namespace, name) of what it owns
         self.tasks: list[asyncio.Task[None]] = []
 
+    def register(self, res: Resource, handler: Callable[[Obj], Awaitable[None]]) -> None:
+        """Reconcile objects of ``res`` (and hear of their pods' changes) with ``handler``."""
+        self.handlers[res] = handler
+
+    def kind_of(self, kind: str, api_version: str) -> Resource | None:
+        return next((r for r in self.handlers if r.kind == kind and r.api_version == api_version), None)
+
     async def start(self) -> None:
+        self.watchers = [Watcher(r, None) for r in (*self.handlers, PODS)]
         for w in self.watchers:
             self.store.watchers.append(w)
             self.tasks.append(asyncio.create_task(self._consume(w)))
@@ -161,16 +176,14 @@ class Replicas:
             elif event.resource is not PODS:
                 self._mark(event.resource, *key)
             for ref in meta.get("ownerReferences") or []:  # an owner hears of its children's changes
-                kind = {"ReplicaSet": REPLICASETS, "StatefulSet": STATEFULSETS, "Deployment": DEPLOYMENTS}.get(
-                    str(ref.get("kind"))
-                )
+                kind = self.kind_of(str(ref.get("kind")), str(ref.get("apiVersion")))
                 if kind is not None and ref.get("controller"):
                     self._mark(kind, meta["namespace"], str(ref.get("name")))
 
     def _collect(self, owner: Obj) -> None:
         """The garbage collector's part: what a deleted owner controlled is deleted too (background)."""
         for namespace, name in sorted(self.children.pop(owner["metadata"]["uid"], ())):
-            for res in (REPLICASETS, PODS):
+            for res in (*self.handlers, PODS):
                 with contextlib.suppress(ApiError):
                     child = self.store.get(res, namespace, name)
                     if _controller_uid(child) == owner["metadata"]["uid"]:
@@ -193,17 +206,15 @@ class Replicas:
                 except ApiError:
                     continue
                 try:
-                    if res is DEPLOYMENTS:
-                        await self._deployment(obj)
-                    elif res is REPLICASETS:
-                        await self._replicaset(obj)
-                    else:
-                        await self._statefulset(obj)
+                    await self.handlers[res](obj)
                 except ApiError as exc:  # refused (a webhook, quota of names): as the real one, try again later
                     log.debug("%s %s/%s: %s", res.kind, namespace, name, exc)
                     asyncio.get_running_loop().call_later(0.5, self._mark, res, namespace, name)
                 except Exception:  # a bug must not stop every controller of the cluster
                     log.exception("%s %s/%s failed", res.kind, namespace, name)
+
+    def owned(self, res: Resource, owner: Obj) -> list[Obj]:
+        return self._owned(res, owner)
 
     def _owned(self, res: Resource, owner: Obj) -> list[Obj]:
         out = []
@@ -244,7 +255,7 @@ class Replicas:
                 "metadata": {
                     "name": current,
                     "labels": dict(template["metadata"]["labels"]),
-                    "ownerReferences": [_owner(deploy)],
+                    "ownerReferences": [owner_reference(deploy)],
                 },
                 "spec": {"replicas": want, "selector": selector, "template": template},
             }
@@ -271,7 +282,7 @@ class Replicas:
 
     async def _replicaset(self, rs: Obj) -> None:
         ns, name = rs["metadata"]["namespace"], rs["metadata"]["name"]
-        pods = [p for p in self._owned(PODS, rs) if _alive(p)]
+        pods = [p for p in self._owned(PODS, rs) if alive(p)]
         want = _replicas(rs)
         template = (rs.get("spec") or {}).get("template") or {}
         for _ in range(want - len(pods)):
@@ -280,7 +291,7 @@ class Replicas:
                     "generateName": f"{name}-",
                     "labels": dict((template.get("metadata") or {}).get("labels") or {}),
                     "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                    "ownerReferences": [_owner(rs)],
+                    "ownerReferences": [owner_reference(rs)],
                 },
                 "spec": clone(template.get("spec") or {}),
             }
@@ -293,14 +304,14 @@ class Replicas:
                 with contextlib.suppress(ApiError):
                     self.store.delete(PODS, ns, pod["metadata"]["name"])
                 pods.remove(pod)
-        ready = sum(1 for p in pods if _ready(p))
+        n_ready = sum(1 for p in pods if ready(p))
         self._set_status(
             REPLICASETS,
             rs,
             {
                 "replicas": len(pods),
-                "readyReplicas": ready,
-                "availableReplicas": ready,
+                "readyReplicas": n_ready,
+                "availableReplicas": n_ready,
                 "fullyLabeledReplicas": len(pods),
             },
         )
@@ -319,7 +330,7 @@ class Replicas:
             pod_name = f"{name}-{i}"
             pod = by_name.get(pod_name)
             if pod is not None:
-                if ordered and not (_alive(pod) and _ready(pod)):
+                if ordered and not (alive(pod) and ready(pod)):
                     break  # OrderedReady: the next ordinal waits for this one
                 continue
             labels = {
@@ -333,7 +344,7 @@ class Replicas:
                     "name": pod_name,
                     "labels": labels,
                     "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                    "ownerReferences": [_owner(sts)],
+                    "ownerReferences": [owner_reference(sts)],
                 },
                 "spec": {**clone(template.get("spec") or {}), "hostname": pod_name},
             }
@@ -348,17 +359,17 @@ class Replicas:
                     self.store.delete(PODS, ns, pod_name)
                 if ordered:
                     break  # OrderedReady scales in one pod at a time, highest first
-        alive = [p for p in by_name.values() if _alive(p) and _ordinal(p["metadata"]["name"]) < want]
-        ready = sum(1 for p in alive if _ready(p))
+        living = [p for p in by_name.values() if alive(p) and _ordinal(p["metadata"]["name"]) < want]
+        n_ready = sum(1 for p in living if ready(p))
         self._set_status(
             STATEFULSETS,
             sts,
             {
-                "replicas": len(alive),
-                "readyReplicas": ready,
-                "availableReplicas": ready,
-                "currentReplicas": len(alive),
-                "updatedReplicas": len(alive),
+                "replicas": len(living),
+                "readyReplicas": n_ready,
+                "availableReplicas": n_ready,
+                "currentReplicas": len(living),
+                "updatedReplicas": len(living),
                 "currentRevision": revision,
                 "updateRevision": revision,
             },
@@ -377,4 +388,4 @@ def _deletion_rank(pod: Obj) -> tuple[int, int, int, str]:
     phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(str(status.get("phase")), 0)
     created = str(pod["metadata"].get("creationTimestamp") or "")
     newest_first = "".join(chr(0x10FFFF - ord(c)) for c in created)
-    return (1 if pod["spec"].get("nodeName") else 0, phase_rank, 1 if _ready(pod) else 0, newest_first)
+    return (1 if pod["spec"].get("nodeName") else 0, phase_rank, 1 if ready(pod) else 0, newest_first)

@@ -82,6 +82,9 @@ OPERATORS = (
     Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest"),
+    # serving operators (``admission.sim.serving``)
+    Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", short_names=("lws",)),
+    Resource("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService", short_names=("isvc",)),
 )
 
 CUSTOM = OPERATORS

@@ -10,15 +10,18 @@ already created, Turnstile's gate added by hand to a pod it does not hold, and t
 anyone but Turnstile (which marks the pods it starts with ``turnstile.dev/admission``): refused,
 naming the field and the fix.
 
-**Deployment and StatefulSet** (``mutate_parent`` on CREATE and UPDATE), as Kueue's webhooks: the
-queue label is copied into the pod template, with ``kueue.x-k8s.io/pod-suspending-parent``; a
-StatefulSet's pods form one group (``statefulset-<name>``, total count = replicas, fast admission,
-serving), so it is admitted all or nothing and never finishes by its pods. The pods are labelled
-with the service they serve (``turnstile.dev/service``) and its ``turnstile.dev/min-replicas``
-(from the parent's annotation): batch work of equal priority does not preempt a service below it
-(``queues.preemption``). ``validate_parent``: a
-queued StatefulSet scales only to and from 0 (Kueue's rule: a group's size is fixed while it
-runs); a Deployment's queue cannot change while it has ready replicas.
+**Deployment, StatefulSet and LeaderWorkerSet** (``mutate_parent`` on CREATE and UPDATE), as
+Kueue's webhooks: the queue label is copied into the pod templates, with
+``kueue.x-k8s.io/pod-suspending-parent``; a StatefulSet's pods form one group
+(``statefulset-<name>``, total count = replicas, fast admission, serving), so it is admitted all or
+nothing and never finishes by its pods; a LeaderWorkerSet's pods are grouped per replica (a leader
+and its workers, ``leaderworkerset-<name>-<index>``, total count its ``size``): one workload per
+group. The pods are labelled with the service they serve (``turnstile.dev/service``) and its
+``turnstile.dev/min-replicas`` (from the parent's annotation): batch work of equal priority does not
+preempt a service below it (``queues.preemption``). A KServe InferenceService needs nothing of its
+own: its predictor Deployment carries its labels. ``validate_parent``: a queued StatefulSet scales
+only to and from 0 (Kueue's rule: a group's size is fixed while it runs); the queue of a running
+serving object cannot change.
 """
 
 from __future__ import annotations
@@ -35,7 +38,14 @@ from admission.webhook.review import Answer, Obj
 from queues import errors, jobs, pods
 from queues.model import Config
 
-PARENTS = {"Deployment": "deployment", "StatefulSet": "statefulset"}
+PARENTS = {"Deployment": "deployment", "StatefulSet": "statefulset", "LeaderWorkerSet": "leaderworkerset"}
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+# labels and annotation the LeaderWorkerSet controller puts on its pods (one group of pods per index)
+LWS_NAME, LWS_GROUP_INDEX, LWS_SIZE = (
+    "leaderworkerset.sigs.k8s.io/name",
+    "leaderworkerset.sigs.k8s.io/group-index",
+    "leaderworkerset.sigs.k8s.io/size",
+)
 # namespace, group -> the total counts its existing pods carry (the controller's pod memory)
 GroupTotals = Callable[[str, str], set[int]]
 
@@ -46,7 +56,7 @@ def kind_of(request_kind: Any, obj: Obj) -> str | None:
         group, kind = str(request_kind.get("group") or ""), str(request_kind["kind"])
     else:
         group, kind = str(obj.get("apiVersion") or "").rpartition("/")[0], str(obj.get("kind"))
-    if (group, kind) == ("", "Pod") or (group == "apps" and kind in PARENTS):
+    if (group, kind) in (("", "Pod"), (LWS_GROUP, "LeaderWorkerSet")) or (group == "apps" and kind in PARENTS):
         return kind
     return None
 
@@ -79,11 +89,17 @@ def mutate_pod(pod: Obj, namespace: str, config: Config, policy: Policy) -> Answ
             return answer
         answer.warnings.append(held)
     add[pods.MANAGED_LABEL] = "true"
+    notes: dict[str, str] = {}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if LWS_NAME in labels and LWS_GROUP_INDEX in labels and pods.group_name(pod) is None:
+        # a LeaderWorkerSet's group of pods (a leader and its workers) is one workload, as in Kueue
+        add[pods.GROUP_LABEL] = label_name("LeaderWorkerSet", f"{labels[LWS_NAME]}-{labels[LWS_GROUP_INDEX]}")
+        size = ((pod.get("metadata") or {}).get("annotations") or {}).get(LWS_SIZE, "1")
+        notes.update({pods.TOTAL_ANNOTATION: str(size), pods.SERVING: "true"})
     answer.patch.extend(review.add_map_entries(pod, "/metadata/labels", add))
-    if pods.group_name(pod) is not None:  # its role, before starting it adds the flavor's selector
-        answer.patch.extend(
-            review.add_map_entries(pod, "/metadata/annotations", {pods.ROLE_ANNOTATION: pods.role_hash(pod)})
-        )
+    if pods.GROUP_LABEL in add or pods.group_name(pod) is not None:  # its role, before starting adds a selector
+        notes[pods.ROLE_ANNOTATION] = pods.role_hash(pod)
+    answer.patch.extend(review.add_map_entries(pod, "/metadata/annotations", notes))
     if not pods.gated(pod):
         spec = pod.get("spec") or {}
         if spec.get("schedulingGates"):
@@ -160,9 +176,10 @@ def _replicas(obj: Obj) -> int:
 def mutate_parent(kind: str, obj: Obj, namespace: str, config: Config, policy: Policy) -> Answer:
     answer = Answer()
     queue, add = review.queue_labels(obj, namespace, config)
-    template = (obj.get("spec") or {}).get("template")
-    if not isinstance(template, dict):
-        return answer  # the API server refuses it
+    templates = _templates(kind, obj)
+    if not templates:
+        return answer  # the API server (or the operator's schema) refuses it
+    template = templates[0][1]
     if queue is None:
         pod = {"metadata": {"namespace": namespace, "name": "pod"}, "spec": template.get("spec") or {}}
         held = policy.hold_object(config, namespace, pod, jobs.POD, f"each pod of {_name(obj, namespace, kind)}")
@@ -185,24 +202,39 @@ def mutate_parent(kind: str, obj: Obj, namespace: str, config: Config, policy: P
     if kind == "StatefulSet":
         labels[pods.GROUP_LABEL] = label_name(kind, name)
         notes.update({pods.TOTAL_ANNOTATION: str(_replicas(obj)), pods.FAST_ADMISSION: "true", pods.SERVING: "true"})
-    meta = template.get("metadata")
-    if not isinstance(meta, dict):
-        answer.patch.append(
-            {"op": "add", "path": "/spec/template/metadata", "value": {"labels": labels, "annotations": notes}}
+    for pointer, tmpl in templates:
+        meta = tmpl.get("metadata")
+        if not isinstance(meta, dict):
+            answer.patch.append(
+                {"op": "add", "path": f"{pointer}/metadata", "value": {"labels": labels, "annotations": notes}}
+            )
+            continue
+        have_labels, have_notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        answer.patch.extend(
+            review.add_map_entries(
+                obj, f"{pointer}/metadata/labels", {k: v for k, v in labels.items() if have_labels.get(k) != v}
+            )
         )
-        return answer
-    current_labels, current_notes = meta.get("labels") or {}, meta.get("annotations") or {}
-    answer.patch.extend(
-        review.add_map_entries(
-            obj, "/spec/template/metadata/labels", {k: v for k, v in labels.items() if current_labels.get(k) != v}
+        answer.patch.extend(
+            review.add_map_entries(
+                obj, f"{pointer}/metadata/annotations", {k: v for k, v in notes.items() if have_notes.get(k) != v}
+            )
         )
-    )
-    answer.patch.extend(
-        review.add_map_entries(
-            obj, "/spec/template/metadata/annotations", {k: v for k, v in notes.items() if current_notes.get(k) != v}
-        )
-    )
     return answer
+
+
+def _templates(kind: str, obj: Obj) -> list[tuple[str, dict[str, Any]]]:
+    """(JSON pointer, pod template) of each pod template of a serving object."""
+    spec = obj.get("spec") or {}
+    if kind != "LeaderWorkerSet":
+        template = spec.get("template")
+        return [("/spec/template", template)] if isinstance(template, dict) else []
+    lwt = spec.get("leaderWorkerTemplate") or {}
+    return [
+        (f"/spec/leaderWorkerTemplate/{key}", lwt[key])
+        for key in ("leaderTemplate", "workerTemplate")
+        if isinstance(lwt.get(key), dict)
+    ]
 
 
 def validate_parent(
@@ -237,7 +269,7 @@ def validate_parent(
     # the queue and priority labels as for any job; the pod template as a pod would be read
     pod = {
         "metadata": {**(obj.get("metadata") or {}), "namespace": namespace},
-        "spec": ((obj.get("spec") or {}).get("template") or {}).get("spec") or {},
+        "spec": (next(iter(_templates(kind, obj)), ("", {}))[1]).get("spec") or {},
     }
     answer = review.validate(operation, pod, None, namespace, config, POD, policy=policy)
     if not answer.allowed:

@@ -137,6 +137,8 @@ POD_RULES = [
      "scope": "Namespaced"},
     {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
      "resources": ["deployments", "statefulsets"], "scope": "Namespaced"},
+    {"apiGroups": ["leaderworkerset.x-k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+     "resources": ["leaderworkersets"], "scope": "Namespaced"},
 ]  # fmt: skip
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from admission.sim.host import SimHost
 from admission.sim.replicas import PODS
 from admission.webhook import registration
 from tests.admission.controller.world import eventually
-from tests.admission.runner import KUBECTL, kubectl
+from tests.admission.runner import KUBECTL, kubectl, turnstile
 from tests.e2e.test_install import free_port, installed, replica
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
@@ -128,6 +129,14 @@ async def test_plain_pods_wait_gated_for_quota_and_run_on_their_flavor(tmp_path:
             json.dumps([{"op": "remove", "path": "/spec/schedulingGates/0"}]),
         )  # fmt: skip
         assert code != 0 and "removing it by hand would run the pod outside quota" in err
+        # the pods' GPU time is on the ledger, billed to their namespace and flavor
+        ran = turnstile(
+            "usage", "--by", "namespace", "-o", "json", env={**os.environ, "TURNSTILE_DATABASE_URL": migrated_url}
+        )
+        assert ran.returncode == 0, ran.stderr
+        gpu = [r for r in json.loads(ran.stdout)["rows"] if r["resource"] == "nvidia.com/gpu"]
+        assert [(r["group"], r["clusterQueue"], r["flavor"]) for r in gpu] == [("ml", "team-a", "a100")]
+        assert gpu[0]["hours"] > 0
 
 
 async def test_a_pod_group_is_admitted_whole_and_bad_groups_are_refused(tmp_path: Path, migrated_url: str) -> None:
@@ -249,3 +258,62 @@ async def test_priority_classes_preempt_pods_and_a_statefulset_is_admitted_whole
         await eventually(
             lambda: running(host, "db-") == {"db-0", "db-1"}, what="the StatefulSet admitted whole", timeout=20
         )
+
+
+async def test_leader_worker_sets_and_kserve_predictors_go_through_the_queue(tmp_path: Path, migrated_url: str) -> None:
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        gpu_pod = pod("x")["spec"]
+        lws = {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "llama", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+            "spec": {
+                "replicas": 2,
+                "leaderWorkerTemplate": {
+                    "size": 2,
+                    "leaderTemplate": {"metadata": {"labels": {"role": "leader"}}, "spec": gpu_pod},
+                    "workerTemplate": {"metadata": {"labels": {"role": "worker"}}, "spec": gpu_pod},
+                },
+            },
+        }
+        code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(lws))
+        assert code == 0, err
+        # one group (a leader and its worker) per replica, each admitted whole: the 2-GPU quota holds one
+        await eventually(
+            lambda: len(running(host, "llama-")) == 2 and len(gated(host, "llama-")) == 2,
+            what="one LeaderWorkerSet group running, the other waiting whole",
+        )
+        groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in live(host, "llama-").values()}
+        assert groups == {"leaderworkerset-llama-0", "leaderworkerset-llama-1"}
+        first = {
+            p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"]
+            for n, p in live(host, "llama-").items()
+            if n in running(host)
+        }
+        assert len(first) == 1  # both running pods are of the same group
+        # KServe's InferenceService (its real shape; a vLLM-style predictor asking for one GPU)
+        isvc = {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "metadata": {"name": "chat", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+            "spec": {
+                "predictor": {
+                    "minReplicas": 1,
+                    "model": {
+                        "modelFormat": {"name": "huggingface"},
+                        "args": ["--model_id=meta-llama/Llama-3.1-8B-Instruct", "--backend=vllm"],
+                        "resources": {"requests": {"cpu": "4"}, "limits": {"nvidia.com/gpu": "1"}},
+                    },
+                }
+            },
+        }
+        code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(isvc))
+        assert code == 0, err
+        await eventually(lambda: gated(host, "chat-predictor-"), what="the predictor's pod held: no quota left")
+        assert (await kubectl(host.kubeconfig, "delete", "leaderworkerset", "llama", "-n", "ml", "--wait=false"))[
+            0
+        ] == 0
+        await eventually(lambda: len(running(host, "chat-predictor-")) == 1, what="the predictor admitted", timeout=20)
+        started = next(iter(live(host, "chat-predictor-").values()))
+        assert started["spec"]["nodeSelector"] == {"gpu": "a100"}
+        assert started["metadata"]["labels"]["turnstile.dev/service"] == "deployment-chat-predictor"

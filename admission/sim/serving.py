@@ -1,0 +1,156 @@
+"""The serving operators of the simulated cluster: LeaderWorkerSet and KServe (raw deployment mode).
+
+Both are CRDs here as on a real cluster (``resources.OPERATORS``), and both make what the real
+operators make, through the API server (so Turnstile's webhooks see it):
+
+- **LeaderWorkerSet** (``leaderworkerset.x-k8s.io/v1``): per group *i* of ``spec.replicas``, a
+  leader pod ``<name>-<i>`` (``leaderWorkerTemplate.leaderTemplate``, else the worker template)
+  and ``size - 1`` workers ``<name>-<i>-<j>``, labelled as the real controller labels them
+  (``leaderworkerset.sigs.k8s.io/name``, ``group-index``, ``worker-index``, ``group-key``) and
+  annotated with the group's ``size``. A deleted pod is made again; groups beyond ``replicas`` are
+  deleted. The real controller makes a leader StatefulSet and one worker StatefulSet per group;
+  the pods, names and labels are the same (a difference written down in docs/simulated-cluster.md).
+- **KServe InferenceService** (``serving.kserve.io/v1beta1``, raw deployment mode): a Deployment
+  ``<name>-predictor`` whose pod template is the predictor's (``spec.predictor.containers``, or
+  ``spec.predictor.model`` as the ``kserve-container``), with ``minReplicas`` replicas (default
+  1), the InferenceService's labels and annotations, and ``serving.kserve.io/inferenceservice``;
+  its status gets ``Ready`` when the Deployment's replicas are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from admission.sim import resources
+from admission.sim.objects import ApiError, Obj, Resource, clone
+from admission.sim.replicas import DEPLOYMENTS, PODS, Replicas, alive, owner_reference, ready
+
+LWS = next(r for r in resources.OPERATORS if r.kind == "LeaderWorkerSet")
+ISVC = next(r for r in resources.OPERATORS if r.kind == "InferenceService")
+LWS_PREFIX = "leaderworkerset.sigs.k8s.io/"
+NAME, GROUP_INDEX, WORKER_INDEX, GROUP_KEY, SIZE = (
+    f"{LWS_PREFIX}name",
+    f"{LWS_PREFIX}group-index",
+    f"{LWS_PREFIX}worker-index",
+    f"{LWS_PREFIX}group-key",
+    f"{LWS_PREFIX}size",
+)
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
+LWS_USER = {"username": "system:serviceaccount:lws-system:lws-controller-manager", "groups": ["system:serviceaccounts"]}
+KSERVE_USER = {
+    "username": "system:serviceaccount:kserve:kserve-controller-manager",
+    "groups": ["system:serviceaccounts"],
+}
+
+
+def install(replicas: Replicas) -> None:
+    """Run both operators in ``replicas``' reconcile loop."""
+    replicas.register(LWS, lambda obj: _leader_worker_set(replicas, obj))
+    replicas.register(ISVC, lambda obj: _inference_service(replicas, obj))
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+
+async def _leader_worker_set(rc: Replicas, lws: Obj) -> None:
+    ns, name = lws["metadata"]["namespace"], lws["metadata"]["name"]
+    spec = lws.get("spec") or {}
+    lwt = spec.get("leaderWorkerTemplate") or {}
+    size = max(1, _int(lwt.get("size"), 1))
+    groups = _int(spec.get("replicas"), 1)
+    worker = lwt.get("workerTemplate") or {}
+    leader = lwt.get("leaderTemplate") or worker
+    pods = {p["metadata"]["name"]: p for p in rc.owned(PODS, lws) if alive(p)}
+    for i in range(groups):
+        key = hashlib.sha1(f"{ns}/{name}-{i}".encode()).hexdigest()
+        for j in range(size):
+            pod_name = f"{name}-{i}" if j == 0 else f"{name}-{i}-{j}"
+            if pod_name in pods:
+                continue
+            template = leader if j == 0 else worker
+            meta = template.get("metadata") or {}
+            labels = {
+                **(meta.get("labels") or {}),
+                NAME: name,
+                GROUP_INDEX: str(i),
+                WORKER_INDEX: str(j),
+                GROUP_KEY: key,
+            }
+            body = {
+                "metadata": {
+                    "name": pod_name,
+                    "labels": labels,
+                    "annotations": {**(meta.get("annotations") or {}), SIZE: str(size)},
+                    "ownerReferences": [owner_reference(lws)],
+                },
+                "spec": clone(template.get("spec") or {}),
+            }
+            created, _ = await rc.api.create(PODS, ns, body, user=LWS_USER)
+            rc.children.setdefault(lws["metadata"]["uid"], set()).add((ns, created["metadata"]["name"]))
+    for pod_name, pod in pods.items():
+        index = (pod["metadata"].get("labels") or {}).get(GROUP_INDEX, "0")
+        if int(index) >= groups:
+            try:
+                rc.store.delete(PODS, ns, pod_name)
+            except ApiError:
+                continue
+    members = [p for p in rc.owned(PODS, lws) if alive(p)]
+    ready_groups = sum(
+        1
+        for i in range(groups)
+        if sum(1 for p in members if p["metadata"]["labels"].get(GROUP_INDEX) == str(i) and ready(p)) == size
+    )
+    status = {"replicas": groups, "readyReplicas": ready_groups, "updatedReplicas": groups}
+    _set_status(rc, LWS, lws, status, ready_groups == groups, "AllGroupsReady")
+
+
+async def _inference_service(rc: Replicas, isvc: Obj) -> None:
+    ns, name = isvc["metadata"]["namespace"], isvc["metadata"]["name"]
+    predictor = (isvc.get("spec") or {}).get("predictor") or {}
+    meta = isvc["metadata"]
+    labels = {**(meta.get("labels") or {}), ISVC_LABEL: name, "component": "predictor"}
+    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith("kubectl.kubernetes.io/")}
+    pod_spec = {k: clone(v) for k, v in predictor.items() if k not in _PREDICTOR_ONLY}
+    model = predictor.get("model")
+    if isinstance(model, dict):
+        container = {
+            "name": "kserve-container",
+            "image": str(model.get("runtime") or "kserve/huggingfaceserver:latest"),
+            "args": [f"--model_name={name}", *(model.get("args") or [])],
+            "resources": clone(model.get("resources") or {}),
+        }
+        pod_spec["containers"] = [container, *(pod_spec.get("containers") or [])]
+    want = _int(predictor.get("minReplicas"), 1)
+    body = {
+        "metadata": {"name": f"{name}-predictor", "labels": labels, "annotations": notes,
+                     "ownerReferences": [owner_reference(isvc)]},
+        "spec": {
+            "replicas": want,
+            "selector": {"matchLabels": {ISVC_LABEL: name}},
+            "template": {"metadata": {"labels": labels, "annotations": notes}, "spec": pod_spec},
+        },
+    }  # fmt: skip
+    try:
+        deployment = rc.store.get(DEPLOYMENTS, ns, f"{name}-predictor")
+    except ApiError:
+        deployment, _ = await rc.api.create(DEPLOYMENTS, ns, body, user=KSERVE_USER)
+        rc.children.setdefault(isvc["metadata"]["uid"], set()).add((ns, deployment["metadata"]["name"]))
+    status = deployment.get("status") or {}
+    ok = int(status.get("readyReplicas") or 0) >= max(1, want)
+    _set_status(rc, ISVC, isvc, {"components": {"predictor": {"latestReadyRevision": f"{name}-predictor"}}}, ok, "")
+
+
+# predictor fields that configure the component, not its pods
+_PREDICTOR_ONLY = {"model", "minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "canaryTrafficPercent"}
+
+
+def _set_status(rc: Replicas, res: Resource, obj: Obj, fields: dict[str, Any], is_ready: bool, reason: str) -> None:
+    conditions = [{"type": "Ready" if res is ISVC else "Available", "status": "True" if is_ready else "False"}]
+    if reason:
+        conditions[0]["reason"] = reason
+    status = {**(obj.get("status") or {}), **fields, "conditions": conditions}
+    if status != obj.get("status"):
+        obj["status"] = status
+        rc.store.replace(res, obj["metadata"]["namespace"], obj["metadata"]["name"], obj, subresource="status")
