@@ -18,6 +18,7 @@ import pytest
 
 from admission.jobs import INTEGRATIONS
 from admission.kube.client import Kube
+from admission.sim import resources
 from admission.sim.host import SimHost
 from admission.sim.replicas import PODS
 from admission.webhook import registration
@@ -28,6 +29,7 @@ from tests.e2e.test_install import free_port, installed, replica
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
 
 GATE = "kueue.x-k8s.io/admission"
+EVENTS = next(r for r in resources.BUILT_IN if r.plural == "events" and not r.group)
 CONFIG = """
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
@@ -54,15 +56,24 @@ spec: {clusterQueue: team-a}
 
 
 @contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube]]:
+async def configured(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube, int]]:
+    """The cluster with Turnstile's webhooks registered for a replica at the port it yields."""
     port = free_port()
     async with installed(tmp_path, url, config=CONFIG) as (host, kube, _engine):
         for config in registration.configurations(
             {"url": f"https://127.0.0.1:{port}"}, None, integrations=INTEGRATIONS
         ):
             await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s", body=config)
-        async with replica(host, url, tmp_path / "certs", port, cert_secret=None):
-            yield host, kube
+        yield host, kube, port
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube]]:
+    async with (
+        configured(tmp_path, url) as (host, kube, port),
+        replica(host, url, tmp_path / "certs", port, cert_secret=None),
+    ):
+        yield host, kube
 
 
 def pod(
@@ -198,6 +209,15 @@ async def test_a_deployment_scales_through_the_queue_and_unlabelled_gpu_pods_are
             and "add label kueue.x-k8s.io/queue-name with one of: team-a" in err
         )
         await eventually(lambda: "rogue" in gated(host), what="the unlabelled GPU pod held")
+        await eventually(
+            lambda: any(
+                e.get("reason") == "QueueNameMissing"
+                and e["involvedObject"]["name"] == "rogue"
+                and "team-a" in e["message"]
+                for e in host.server.store.list(EVENTS, "ml")[0]
+            ),
+            what="a QueueNameMissing Event on the held pod, naming the LocalQueue to use",
+        )
         # ... and a CPU-only pod without a queue runs as before
         code, _, err = await create(host, pod("debug", queue=None, gpus=0))
         assert code == 0, err
@@ -317,3 +337,31 @@ async def test_leader_worker_sets_and_kserve_predictors_go_through_the_queue(tmp
         started = next(iter(live(host, "chat-predictor-").values()))
         assert started["spec"]["nodeSelector"] == {"gpu": "a100"}
         assert started["metadata"]["labels"]["turnstile.dev/service"] == "deployment-chat-predictor"
+
+
+async def test_running_pods_survive_a_controller_restart_and_the_queue_goes_on(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    """Level-triggered from PostgreSQL and the pods: a new replica finds the running pod and group
+    admitted (it neither deletes nor re-gates them) and admits the pod that waited meanwhile."""
+    async with configured(tmp_path, migrated_url) as (host, _kube, port):
+        async with replica(host, migrated_url, tmp_path / "certs", port, cert_secret=None):
+            assert (await create(host, pod("solo")))[0] == 0
+            for name in ("pair-0", "pair-1"):
+                member = pod(name, gpus=0)
+                member["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = "pair"
+                member["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = "2"
+                assert (await create(host, member))[0] == 0
+            await eventually(lambda: running(host) == {"solo", "pair-0", "pair-1"}, what="admitted before the restart")
+            assert (await create(host, pod("second", runtime="1")))[0] == 0
+            await eventually(lambda: "second" in running(host), what="second admitted")
+            assert (await create(host, pod("third")))[0] == 0
+            await eventually(lambda: "third" in gated(host), what="third waits for quota")
+            before = {n: p["metadata"]["resourceVersion"] for n, p in live(host).items() if n in ("solo", "pair-0")}
+        # the controller is down: second finishes meanwhile; its quota is released by the next replica
+        await eventually(lambda: "second" not in running(host), what="second finished while no controller ran")
+        async with replica(host, migrated_url, tmp_path / "certs", port, cert_secret=None):
+            await eventually(lambda: "third" in running(host), what="third admitted by the new replica", timeout=20)
+            assert {"solo", "pair-0", "pair-1"} <= running(host)
+            # the running pods were not touched at all (no patch, no deletion)
+            assert {n: live(host)[n]["metadata"]["resourceVersion"] for n in before} == before
