@@ -271,3 +271,22 @@ def min_replicas_problem(value: Any) -> str | None:
     except ValueError:
         ok = False
     return None if ok else f"must be a whole number >= 0, not {value!r}"
+
+
+def label_name(kind: str, name: str) -> str:
+    """``<kind>-<name>`` as a label value (at most 63 characters: a longer one is cut and hashed):
+    a StatefulSet's or LeaderWorkerSet group's pod group, the service a serving object's pods serve."""
+    value = f"{kind.lower()}-{name}"
+    if len(value) <= 63:
+        return value
+    return f"{value[:54]}-{hashlib.sha256(value.encode()).hexdigest()[:8]}"
+
+
+def service_labels(kind: str, name: str, annotations: Mapping[str, Any]) -> dict[str, str]:
+    """What the webhook puts on a serving object's pods for the serving rule: the service they serve
+    and, when the object's annotation sets it (and is valid), its minimum replicas."""
+    out = {SERVICE_LABEL: label_name(kind, name)}
+    minimum = annotations.get(MIN_REPLICAS_ANNOTATION)
+    if minimum is not None and min_replicas_problem(minimum) is None:
+        out[MIN_REPLICAS_LABEL] = str(int(str(minimum)))
+    return out

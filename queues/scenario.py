@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,20 @@ class JobEntry:
     job: jobs.JobInfo
     object: Mapping[str, Any]
     parts: tuple[Part, ...] = ()
+    # a Deployment: how many replicas it asks for (its pods are workloads ``<name>-<k>``, made as
+    # its ReplicaSet makes them: at creation, on scale-out, and to replace an evicted one); ``job``
+    # is one replica's pod, named like the Deployment
+    replicas: int | None = None
+
+    @property
+    def serves(self) -> bool:
+        """A serving replica: it runs until it is stopped (scaled in, evicted), never by itself."""
+        return self.runtime >= MAX_SECONDS
+
+    def replica(self, k: int, at: float) -> JobEntry:
+        """The entry of its ``k``-th replica (made at ``at``): a Pod workload ``<name>-<k>``."""
+        job = dataclasses.replace(self.job, name=f"{self.job.name}-{k}")
+        return JobEntry(self.index, at, self.runtime, job, self.object)
 
     @property
     def objects(self) -> tuple[Part, ...]:
@@ -47,10 +62,11 @@ class JobEntry:
 class Edit:
     index: int
     at: float
-    action: str  # apply | delete | cancel
+    action: str  # apply | delete | cancel | scale
     obj: api.KueueObject | None = None
     kind: str = ""
-    name: str = ""  # "ns/name" for LocalQueue and cancel
+    name: str = ""  # "ns/name" for LocalQueue, cancel and scale
+    replicas: int = 0  # scale: the Deployment's replicas from then on
 
 
 @dataclass(slots=True)
@@ -160,8 +176,16 @@ def parse(doc: Any) -> Scenario:
                 if key not in ("at", "runtime", "object"):
                     problems.append(FieldError(f"{path}.{key}", "unknown field; a job entry has at, runtime, object"))
             at = _time(raw.get("at"), f"{path}.at", problems)
-            runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)
             obj = raw.get("object")
+            if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == DEPLOYMENT:
+                entry = _deployment(i, at, raw, problems)
+                if entry is not None:
+                    if entry.job.key in keys:
+                        problems.append(FieldError(f"{path}.object.metadata.name", f"duplicate {entry.job.key}"))
+                    keys[entry.job.key] = i
+                    job_entries.append(entry)
+                continue
+            runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)
             is_pod = isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == ("v1", "Pod")
             try:
                 info = jobs.read_job(obj, jobs.POD if is_pod else None)
@@ -202,7 +226,10 @@ def parse(doc: Any) -> Scenario:
         keys[key] = entry.index
         job_entries.append(entry)
     job_entries.sort(key=lambda e: e.index)
+    deployments = {e.job.key for e in job_entries if e.replicas is not None}
     for edit in edits:
+        if edit.action == "scale" and edit.name not in deployments:
+            problems.append(FieldError(f"edits[{edit.index}].scale", f"no Deployment {edit.name!r} in jobs"))
         if edit.action == "cancel" and edit.name not in keys:
             problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
     nodes = doc.get("nodes") or []
@@ -221,6 +248,46 @@ def parse(doc: Any) -> Scenario:
 
 
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
+DEPLOYMENT = ("apps/v1", "Deployment")
+
+
+def _deployment(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldError]) -> JobEntry | None:
+    """A Deployment entry: its replicas are Pod workloads labelled as the webhook labels them."""
+    path = f"jobs[{i}]"
+    obj: Mapping[str, Any] = raw["object"]
+    if "runtime" in raw:
+        problems.append(
+            FieldError(f"{path}.runtime", "a Deployment's replicas run until it is scaled in: remove runtime")
+        )
+    raw_meta, raw_spec = obj.get("metadata"), obj.get("spec")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    name = meta.get("name")
+    replicas = spec.get("replicas", 1)
+    template = spec.get("template")
+    before = len(problems)
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError(f"{path}.object.metadata.name", "required: the Deployment's name"))
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        problems.append(FieldError(f"{path}.object.spec.replicas", f"must be a whole number >= 0, not {replicas!r}"))
+    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+        problems.append(FieldError(f"{path}.object.spec.template.spec", "required: the pods' template"))
+    if len(problems) > before:
+        return None
+    assert isinstance(template, Mapping) and isinstance(name, str) and isinstance(replicas, int)
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    own = meta.get("labels") or {}
+    labels.update({k: own[k] for k in (jobs.QUEUE_LABEL, jobs.PRIORITY_LABEL) if k in own})
+    labels.update(pods.service_labels("Deployment", name, meta.get("annotations") or {}))
+    pod = {"metadata": {"name": name, "namespace": meta.get("namespace") or "default", "labels": labels},
+           "spec": template["spec"]}  # fmt: skip
+    try:
+        info = jobs.read_job(pod, jobs.POD)
+    except errors.Invalid as exc:
+        problems.extend(e.under(f"{path}.object.spec.template") for e in exc.errors)
+        return None
+    problems.extend(e.under(f"{path}.object.spec.template") for e in jobs.pod_problems(template["spec"]))
+    return JobEntry(i, at, MAX_SECONDS, info, obj, replicas=replicas)
 
 
 def _priority_class(
@@ -282,14 +349,17 @@ def _edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> 
             problems.append(FieldError(path, "must be a mapping with at and one of apply, delete, cancel"))
             continue
         at = _time(item.get("at"), f"{path}.at", problems)
-        actions = [a for a in ("apply", "delete", "cancel") if a in item]
-        unknown = [k for k in item if k not in ("at", "apply", "delete", "cancel")]
+        actions = [a for a in ("apply", "delete", "cancel", "scale") if a in item]
+        unknown = [k for k in item if k not in ("at", "apply", "delete", "cancel", "scale", "replicas")]
         for key in unknown:
             problems.append(
-                FieldError(f"{path}.{key}", "unknown field; an edit has at and one of apply, delete, cancel")
+                FieldError(f"{path}.{key}", "unknown field; an edit has at and one of apply, delete, cancel, scale")
             )
         if len(actions) != 1:
-            problems.append(FieldError(path, "needs exactly one of apply, delete, cancel"))
+            problems.append(FieldError(path, "needs exactly one of apply, delete, cancel, scale"))
+            continue
+        if ("replicas" in item) != (actions[0] == "scale"):
+            problems.append(FieldError(f"{path}.replicas", "scale (and only scale) takes replicas"))
             continue
         action = actions[0]
         if action == "apply":
@@ -313,6 +383,14 @@ def _edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> 
             if target["kind"] == "LocalQueue":
                 name = f"{target.get('namespace') or 'default'}/{name}"
             out.append(Edit(i, at, "delete", kind=str(target["kind"]), name=name))
+        elif action == "scale":
+            key, replicas = item["scale"], item["replicas"]
+            if not isinstance(key, str) or "/" not in key:
+                problems.append(FieldError(f"{path}.scale", "must name a Deployment as namespace/name"))
+            elif isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+                problems.append(FieldError(f"{path}.replicas", f"must be a whole number >= 0, not {replicas!r}"))
+            else:
+                out.append(Edit(i, at, "scale", name=key, replicas=replicas))
         else:
             key = item["cancel"]
             if not isinstance(key, str) or "/" not in key:

@@ -10,7 +10,8 @@ release their quota at once and restart from zero when admitted again. Everythin
 by time and file order, so the same file always gives the same result.
 
 Plain Pods (``queues.pods``): an evicted pod is deleted, so its workload ends there (Cancelled);
-a pod group is one workload, submitted when its last pod is.
+a pod group is one workload, submitted when its last pod is; a Deployment's replicas are pod
+workloads ``<name>-<k>``, made and deleted as its ReplicaSet would (``Replicas``).
 
 Two-phase admission (``queues.provisioning``): a reservation on a ClusterQueue with
 ProvisioningRequest checks asks ``AutoscalerModel`` (the simulated cluster-autoscaler's
@@ -169,13 +170,19 @@ class Recorder:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.tracks = [Track(entry) for entry in scenario.jobs]
+        self.tracks = [Track(entry) for entry in scenario.jobs if entry.replicas is None]
         self.by_key: dict[str, Track] = {t.entry.job.key: t for t in self.tracks}
         self.events: list[dict[str, Any]] = []
         self.meters: dict[str, QueueMeter] = {}
         self.preempted: dict[str, int] = {}
         self.series: list[tuple[float, int, int]] = []
         self.now = 0.0
+
+    def add(self, entry: JobEntry) -> None:
+        """A workload the timeline did not list: a Deployment's replica, made as it ran."""
+        track = Track(entry)
+        self.tracks.append(track)
+        self.by_key[entry.job.key] = track
 
     def _meter(self, cq: str) -> QueueMeter:
         meter = self.meters.get(cq)
@@ -307,6 +314,7 @@ class Simulation:
         self.reservations: dict[str, int] = {}  # key -> number of its current quota reservation
         # (key, check) -> its current request ("namespace/name") and the pods it asks capacity for
         self.asked: dict[tuple[str, str], tuple[str, list[placement.PodNeeds]]] = {}
+        self.replicas = Replicas(self)
 
     @property
     def tracks(self) -> list[Track]:
@@ -368,8 +376,11 @@ class Simulation:
                 on_step(self)
         return self.record.result(cycles=self.sched.cycles, explain=self.sched.explain)
 
-    def _submit(self, entry: JobEntry) -> None:
-        wl = self.sched.workload_for(entry.job, seq=entry.index, now=self.now)
+    def _submit(self, entry: JobEntry, seq: int | None = None) -> None:
+        if entry.replicas is not None:
+            self.replicas.create(entry)
+            return
+        wl = self.sched.workload_for(entry.job, seq=entry.index if seq is None else seq, now=self.now)
         self.record.submitted(wl)
         self.sched.submit(wl)
 
@@ -383,6 +394,12 @@ class Simulation:
         self.record.finished(key)
 
     def _edit(self, edit: Edit) -> None:
+        if edit.action == "scale":
+            self.replicas.scale(edit.name, edit.replicas)
+            return
+        if edit.action == "cancel" and edit.name in self.replicas.entries:
+            self.replicas.scale(edit.name, 0)  # the Deployment deleted: its replicas go with it
+            return
         if edit.action == "cancel":
             track = self.record.by_key[edit.name]
             if track.state not in ("Pending", "Admitted") or track.workload is None:
@@ -416,10 +433,17 @@ class Simulation:
                 self.reservations.pop(key, None)
                 self.record.evicted(key, d.reason, d.detail, d.by)
                 if self.record.by_key[key].entry.job.kind == "Pod":
-                    # a pod cannot be suspended: it is deleted, and with it its workload (none owns it
-                    # here to make another), as Kueue's pod integration does
-                    self.sched.cancel(key)
-                    self.record.cancelled(key)
+                    # a pod cannot be suspended: it is deleted, and with it its workload, as Kueue's pod
+                    # integration does; a Deployment's ReplicaSet makes another, which queues afresh
+                    self.cancel(key)
+                    self.replicas.replaced(key)
+
+    def cancel(self, key: str) -> None:
+        """The workload's job (or pod) is gone: its quota is released, it is Cancelled."""
+        self.sched.cancel(key)
+        self.scaler.stop(key)
+        self.reservations.pop(key, None)
+        self.record.cancelled(key)
 
     def _start(self, key: str, admission: Admission) -> None:
         """Every check passed (or none applied): the job's pods run from now."""
@@ -430,8 +454,9 @@ class Simulation:
             key,
             [provisioning.pod_needs(wl, admission, flavors, ps.name) for ps in wl.pod_sets for _ in range(ps.count)],
         )
-        self.order += 1
-        heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, key))
+        if not track.entry.serves:
+            self.order += 1
+            heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, key))
 
     def _request(self, wl: Workload, admission: Admission) -> None:
         """A quota reservation with admission checks: one ProvisioningRequest per check, answered by
@@ -508,3 +533,55 @@ def apply_edit(config: Config, edit: Edit) -> None:
         config.terminating.add(edit.name)
     else:
         config.table(edit.kind).pop(edit.name, None)
+
+
+class Replicas:
+    """A Deployment's ReplicaSet in engine core: its replicas ``<name>-<k>`` made in order (at
+    creation, on scale-out, after an eviction deleted one); on scale-in, as the real ReplicaSet
+    ranks them, waiting replicas go first, newest first, then running ones, newest first."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.entries: dict[str, JobEntry] = {}  # Deployment key -> its entry
+        self.made: dict[str, int] = {}  # Deployment key -> replicas made so far
+        self.live: dict[str, list[str]] = {}  # Deployment key -> its replicas' keys, oldest first
+        self.parent: dict[str, str] = {}  # replica key -> Deployment key
+        self.seq = 1_000_000  # after every entry of the file (a replica's place among equals)
+
+    def create(self, entry: JobEntry) -> None:
+        key = entry.job.key
+        self.entries[key] = entry
+        self.live.setdefault(key, [])
+        self.scale(key, entry.replicas or 0)
+
+    def scale(self, key: str, replicas: int) -> None:
+        entry = self.entries.get(key)
+        if entry is None:
+            return
+        live = self.live[key]
+        while len(live) < replicas:
+            self._make(entry)
+        if len(live) > replicas:
+            by_rank = sorted(live, key=lambda k: (self.sim.record.by_key[k].state == "Admitted", -live.index(k)))
+            for replica in by_rank[: len(live) - replicas]:
+                live.remove(replica)
+                self.sim.cancel(replica)
+
+    def replaced(self, replica: str) -> None:
+        """An evicted replica was deleted: its ReplicaSet makes another."""
+        key = self.parent.get(replica)
+        if key is None or replica not in self.live.get(key, []):
+            return
+        self.live[key].remove(replica)
+        self._make(self.entries[key])
+
+    def _make(self, entry: JobEntry) -> None:
+        key = entry.job.key
+        k = self.made.get(key, 0)
+        self.made[key] = k + 1
+        replica = entry.replica(k, self.sim.now)
+        self.parent[replica.job.key] = key
+        self.live[key].append(replica.job.key)
+        self.sim.record.add(replica)
+        self.seq += 1
+        self.sim._submit(replica, seq=self.seq)

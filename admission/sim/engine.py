@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import secrets
@@ -40,6 +41,7 @@ from admission.policy import DEFAULT_POLICY, Policy
 from admission.sim import autoscaler
 from admission.sim import cluster as sim_cluster
 from admission.sim.host import SimHost
+from admission.sim.replica_names import ReplicaNames
 from admission.store import config as config_store
 from admission.store import database, deletion, embedded, notify
 from admission.store import workloads as store
@@ -175,7 +177,12 @@ async def _populate(kube: Kube, scenario: Scenario) -> None:
 PRIORITY_CLASSES = kube_client.ResourceRef("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 
 
+DEPLOYMENTS = kube_client.ResourceRef("apps/v1", "Deployment", "deployments")
+
+
 def _ref(entry: JobEntry) -> kube_client.ResourceRef:
+    if entry.replicas is not None:
+        return DEPLOYMENTS
     if (entry.job.api_version, entry.job.kind) == ("v1", "Pod"):
         return POD.ref
     return BY_KIND[(entry.job.api_version, entry.job.kind)].ref
@@ -185,7 +192,8 @@ def _job_object(entry: JobEntry, part: Part) -> dict[str, Any]:
     obj: dict[str, Any] = {k: v for k, v in part.object.items() if k != "status"}
     meta = dict(obj.get("metadata") or {})
     meta["namespace"] = entry.job.namespace
-    meta["annotations"] = {**(meta.get("annotations") or {}), sim_cluster.RUNTIME_ANNOTATION: str(part.runtime)}
+    if entry.replicas is None:  # (a Deployment's replicas run until they are stopped)
+        meta["annotations"] = {**(meta.get("annotations") or {}), sim_cluster.RUNTIME_ANNOTATION: str(part.runtime)}
     obj["metadata"] = meta
     return obj
 
@@ -200,6 +208,7 @@ class Driver:
         self.record = Recorder(scenario)
         self.refused: dict[str, str] = {}  # jobs the API server refused: key -> its message
         self.pending_deletes: list[asyncio.Task[None]] = []
+        self.names = ReplicaNames.of(stack.host.server.store, scenario.jobs)  # Deployments' replicas
         self.t0 = 0.0
         self.wall0 = dt.datetime.now(dt.UTC)
 
@@ -219,6 +228,7 @@ class Driver:
         actions.sort(key=lambda a: a[:3])
         self.t0 = time.monotonic()
         self.wall0 = dt.datetime.now(dt.UTC)
+        self.names.start()
         observed: list[tuple[float, int, int, Any]] = []  # (t, phase, order, what)
         for at, phase, index, action in actions:
             delay = self.t0 + at * self.scale - time.monotonic()
@@ -235,7 +245,8 @@ class Driver:
                         raise  # the cluster failed, not the job
                     self.refused[entry.job.key] = exc.message  # reported, as a user would see it
                     continue
-                if (part.at, part.index) == max((p.at, p.index) for p in entry.objects):
+                complete = (part.at, part.index) == max((p.at, p.index) for p in entry.objects)
+                if complete and entry.replicas is None:  # (a Deployment's replicas: ``self.names``)
                     observed.append((entry.at, phase, entry.index, entry))  # its workload is complete
             else:
                 await self._edit(action)
@@ -243,10 +254,19 @@ class Driver:
         rows = await self._wait_until_done()
         async with database.transaction(self.stack.controller.sessions) as session:
             history = await store.events(session)
-        return self._replay(observed, history, rows)
+        await self.names.stop()
+        for made in self.names.made:  # each replica made, at its time, in order
+            self.record.add(made.replica)
+            t = round(max(0.0, (made.at - self.t0) / self.scale), 1)
+            observed.append((t, 3, 1_000_000 + len(observed), made.replica))
+        return self._replay(observed, history, {self.names.name(k): v for k, v in rows.items()})
 
     async def _edit(self, edit: Edit) -> None:
         sessions = self.stack.controller.sessions
+        if edit.action == "scale":
+            namespace, name = edit.name.split("/", 1)
+            await self.stack.kube.patch(DEPLOYMENTS, namespace, name, {"spec": {"replicas": edit.replicas}})
+            return
         if edit.action == "cancel":
             namespace = edit.name.split("/", 1)[0]
             entry = next((e for e in self.scenario.jobs if e.job.key == edit.name), None)
@@ -294,12 +314,19 @@ class Driver:
                 rows = await store.workload_states(session)
                 newest = await store.last_event_id(session)
                 backing_off = await store.next_requeue(session) is not None
-            open_jobs = [k for k, (state, _, _) in rows.items() if state != "Finished" and k not in cancelled]
-            missing = [e.job.key for e in self.scenario.jobs if e.job.key not in rows and e.job.key not in cancelled]
+            # a Deployment's replicas serve until stopped: the run ends once nothing else is open
+            serving = set(self.names.by_pod)
+            open_jobs = [k for k, (state, _, _) in rows.items() if state != "Finished" and k not in cancelled | serving]
+            missing = [
+                e.job.key
+                for e in self.scenario.jobs
+                if e.job.key not in rows and e.job.key not in cancelled and e.replicas is None
+            ]
             if newest != last_event or backing_off:  # a workload waiting out a backoff will be decided on
                 last_event, quiet_since = newest, time.monotonic()
             running = [k for k in open_jobs if rows[k][0] == "Admitted"]
-            if not open_jobs and not missing and all(t.done() for t in self.pending_deletes):
+            replicas = [k for k in serving if k in rows and rows[k][0] != "Finished"]
+            if not open_jobs and not missing and not replicas and all(t.done() for t in self.pending_deletes):
                 return rows
             if not running and time.monotonic() - quiet_since > QUIET_SECONDS + 50 * self.scale:
                 return rows
@@ -312,12 +339,14 @@ class Driver:
         rows: dict[str, tuple[str, str | None, str | None]],
     ) -> Result:
         timeline: list[tuple[float, int, int, Any]] = list(observed)
-        pods = {e.job.key for e in self.scenario.jobs if e.job.kind == "Pod"}
+        pods = {e.job.key for e in self.scenario.jobs if e.job.kind == "Pod"} | set(self.names.by_pod)
         for e in history:
             if e.type == "Finished" and e.reason != "JobFinished" and e.workload not in pods:
                 continue  # a deleted job: its cancellation is already on the timeline
             # (an evicted pod is deleted by the controller: that deletion ends its workload)
             phase = 1 if e.type == "Finished" else 4
+            if e.workload in self.names.by_pod or e.by in self.names.by_pod:  # a replica's pod: its scenario name
+                e = dataclasses.replace(e, workload=self.names.name(e.workload), by=e.by and self.names.name(e.by))
             timeline.append((self.scenario_time(e.at), phase, e.id, e))
         result = replay(self.scenario, self.record, timeline, rows, cycles=self.stack.controller.steps.count)
         result.refused = dict(self.refused)
@@ -358,7 +387,7 @@ def replay(
             if what.action == "cancel":
                 if track is not None and track.state in ("Pending", "Admitted") and track.submitted is not None:
                     record.cancelled(what.name)
-            else:
+            elif what.action != "scale":  # (a scale's replicas made and deleted are on the timeline)
                 apply_edit(config, what)
                 record.nominal(Snapshot(config).queues)
         elif what.workload in workloads:

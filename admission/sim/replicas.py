@@ -135,6 +135,7 @@ class Replicas:
         self.dirty: dict[tuple[Resource, str, str], None] = {}
         self.wake = asyncio.Event()
         self.children: dict[str, set[tuple[str, str]]] = {}  # owner uid -> (namespace, name) of what it owns
+        self.made: dict[str, int] = {}  # pod uid -> the order the ReplicaSet controller made it
         self.tasks: list[asyncio.Task[None]] = []
 
     def register(self, res: Resource, handler: Callable[[Obj], Awaitable[None]]) -> None:
@@ -171,6 +172,8 @@ class Replicas:
                     children.discard(key)
                 else:
                     children.add(key)
+            if event.resource is PODS and event.type == "DELETED":
+                self.made.pop(str(meta.get("uid")), None)
             if event.resource is not PODS and event.type == "DELETED":
                 self._collect(event.obj)
             elif event.resource is not PODS:
@@ -296,10 +299,11 @@ class Replicas:
                 "spec": clone(template.get("spec") or {}),
             }
             created, _ = await self.api.create(PODS, ns, body, user=USERS["ReplicaSet"])
+            self.made[created["metadata"]["uid"]] = len(self.made) + 1
             pods.append(created)
             self.children.setdefault(rs["metadata"]["uid"], set()).add((ns, created["metadata"]["name"]))
         if len(pods) > want:
-            ranked = sorted(pods, key=_deletion_rank)
+            ranked = sorted(pods, key=lambda p: _deletion_rank(p, self.made.get(p["metadata"]["uid"], 0)))
             for pod in ranked[: len(pods) - want]:
                 with contextlib.suppress(ApiError):
                     self.store.delete(PODS, ns, pod["metadata"]["name"])
@@ -381,11 +385,11 @@ def _ordinal(pod_name: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-def _deletion_rank(pod: Obj) -> tuple[int, int, int, str]:
+def _deletion_rank(pod: Obj, made: int) -> tuple[int, int, int, int]:
     """The real ReplicaSet's order for scale-in (``ActivePodsWithRanks``, simplified): unscheduled
-    before scheduled, pending before running, not ready before ready, then the newest first."""
+    before scheduled, pending before running, not ready before ready, then the newest first. The
+    real one compares creation timestamps (seconds), leaving pods made in the same second in no
+    particular order; here ``made`` (the order this controller made them) decides, newest first."""
     status = pod.get("status") or {}
     phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(str(status.get("phase")), 0)
-    created = str(pod["metadata"].get("creationTimestamp") or "")
-    newest_first = "".join(chr(0x10FFFF - ord(c)) for c in created)
-    return (1 if pod["spec"].get("nodeName") else 0, phase_rank, 1 if ready(pod) else 0, newest_first)
+    return (1 if pod["spec"].get("nodeName") else 0, phase_rank, 1 if ready(pod) else 0, -made)

@@ -26,7 +26,6 @@ serving object cannot change.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -159,13 +158,7 @@ def validate_pod(
     return review.validate(operation, pod, old, namespace, config, POD, policy=policy)
 
 
-def label_name(kind: str, name: str) -> str:
-    """``<kind>-<name>`` as a label value (at most 63 characters: a longer one is cut and hashed):
-    a StatefulSet's pod group, the service a Deployment's or StatefulSet's pods serve."""
-    value = f"{kind.lower()}-{name}"
-    if len(value) <= 63:
-        return value
-    return f"{value[:54]}-{hashlib.sha256(value.encode()).hexdigest()[:8]}"
+label_name = pods.label_name
 
 
 def _replicas(obj: Obj) -> int:
@@ -194,10 +187,7 @@ def mutate_parent(kind: str, obj: Obj, namespace: str, config: Config, policy: P
     if priority:
         labels[jobs.PRIORITY_LABEL] = priority
     name = str((obj.get("metadata") or {}).get("name"))
-    labels[pods.SERVICE_LABEL] = label_name(kind, name)
-    minimum = ((obj.get("metadata") or {}).get("annotations") or {}).get(pods.MIN_REPLICAS_ANNOTATION)
-    if minimum is not None and pods.min_replicas_problem(minimum) is None:
-        labels[pods.MIN_REPLICAS_LABEL] = str(int(str(minimum)))
+    labels.update(pods.service_labels(kind, name, (obj.get("metadata") or {}).get("annotations") or {}))
     notes = {pods.PARENT_ANNOTATION: PARENTS[kind]}
     if kind == "StatefulSet":
         labels[pods.GROUP_LABEL] = label_name(kind, name)

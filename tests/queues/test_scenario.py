@@ -174,3 +174,57 @@ def test_a_bad_priority_class_is_refused() -> None:
         "manifests[0].value: must be a whole number" in p
         for p in problems({"name": "x", "manifests": [pc], "jobs": []})
     )
+
+
+DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "vllm", "namespace": "ns", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+    "spec": {
+        "replicas": 2,
+        "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+    },
+}
+
+
+def test_a_deployment_and_its_scale_edits() -> None:
+    parsed = scenario.parse(
+        {
+            "name": "d",
+            "manifests": [],
+            "jobs": [{"at": 0, "object": DEPLOYMENT}],
+            "edits": [{"at": 5, "scale": "ns/vllm", "replicas": 4}],
+        }
+    )
+    (entry,) = parsed.jobs
+    assert entry.replicas == 2 and entry.serves and entry.replica(3, 5.0).job.key == "ns/vllm-3"
+    assert entry.job.labels["turnstile.dev/service"] == "deployment-vllm"  # as the webhook labels its pods
+    (edit,) = parsed.edits
+    assert (edit.action, edit.name, edit.replicas) == ("scale", "ns/vllm", 4)
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (
+            {"jobs": [{"at": 0, "runtime": 5, "object": DEPLOYMENT}]},
+            "jobs[0].runtime: a Deployment's replicas run until",
+        ),
+        (
+            {"jobs": [{"at": 0, "object": DEPLOYMENT}], "edits": [{"at": 1, "scale": "ns/other", "replicas": 1}]},
+            "no Deployment 'ns/other'",
+        ),
+        (
+            {"jobs": [{"at": 0, "object": DEPLOYMENT}], "edits": [{"at": 1, "scale": "ns/vllm", "replicas": -1}]},
+            "edits[0].replicas: must be a whole number",
+        ),
+        (
+            {"jobs": [{"at": 0, "object": DEPLOYMENT}], "edits": [{"at": 1, "scale": "ns/vllm"}]},
+            "edits[0].replicas: scale (and only scale)",
+        ),
+    ],
+    ids=["runtime", "unknown", "negative", "no-replicas"],
+)
+def test_bad_deployments_and_scale_edits_are_refused(doc: dict[str, Any], expected: str) -> None:
+    found = problems({"name": "x", "manifests": [], **doc})
+    assert any(expected in p for p in found), found
