@@ -1,4 +1,4 @@
-"""``python -m bench [core|sim|store|controller|webhook|cluster|objects|chaos|all]``: figures on this machine."""
+"""``python -m bench [core|sim|store|controller|webhook|cluster|objects|pods|chaos|all]``: figures on this machine."""
 
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ def main() -> None:
         from bench import queue_objects
 
         queue_objects.main()
+    if which in ("pods", "all"):
+        from bench import pods
+
+        pods.main()
     if which in ("chaos", "all"):
         from bench import chaos
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,7 @@ async def _call(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
     return time.perf_counter() - start
 
 
-async def _run(rate: float, seconds: float, port: int, ca: bytes) -> None:
+async def _run(rate: float, seconds: float, port: int, ca: bytes, _review: Callable[[int], bytes] = _review) -> None:
     tls = ssl.create_default_context(cadata=ca.decode())
     connector = aiohttp.TCPConnector(ssl=tls, limit=64)
     base = f"https://127.0.0.1:{port}"
@@ -136,8 +137,10 @@ async def _run(rate: float, seconds: float, port: int, ca: bytes) -> None:
         print(f"maximum sustainable: {done / (time.perf_counter() - start):.0f} reviews/s (8 concurrent callers)")
 
 
-def main(rate: float = 200.0, seconds: float = 60.0) -> None:
-    print("== webhook (its own process, TLS) ==")
+def main(rate: float = 200.0, seconds: float = 60.0, review: Callable[[int], bytes] = _review) -> None:
+    """``review``: the AdmissionReview body of request ``i`` (a GPU Job's by default)."""
+    if review is _review:
+        print("== webhook (its own process, TLS) ==")
     folder = Path(tempfile.mkdtemp(prefix="turnstile-webhook-bench-"))
     bundle = certs.issue(folder, ["127.0.0.1"])
     port = free_port()
@@ -151,7 +154,7 @@ def main(rate: float = 200.0, seconds: float = 60.0) -> None:
                 time.sleep(0.1)
         cpu0 = cpu_seconds(server.pid)
         wall0 = time.perf_counter()
-        asyncio.run(_run(rate, seconds, port, bundle.ca_crt))
+        asyncio.run(_run(rate, seconds, port, bundle.ca_crt, review))
         wall = time.perf_counter() - wall0
         print(f"webhook process CPU over the run: {(cpu_seconds(server.pid) - cpu0) / wall * 100:.0f}% of a core")
     finally:

@@ -177,7 +177,7 @@ def validate(
         held = queue is None and policy.hold_object(config, namespace, obj, integration.kind, "") is not None
         answer.warnings.extend(_warnings(obj, None if held else queue, [] if held else existing))
         if queue is not None:
-            answer.warnings.extend(_never_fits(obj, namespace, queue, config))
+            answer.warnings.extend(_never_fits(obj, namespace, queue, config, integration.kind))
     return answer
 
 
@@ -190,14 +190,14 @@ def _empty_snapshot(config: Config) -> Snapshot:
     return _EMPTY[0][1]
 
 
-def _never_fits(obj: Obj, namespace: str, queue: str, config: Config) -> list[str]:
+def _never_fits(obj: Obj, namespace: str, queue: str, config: Config, kind: jobs.Kind | None = None) -> list[str]:
     """A warning when the job would not fit its ClusterQueue even with nothing else admitted:
     the core's own flavor assignment against empty quotas (nominal plus what it may borrow)."""
     lq = config.local_queues.get(f"{namespace}/{queue}")
     if lq is None:
         return []
     try:
-        info = jobs.read_job({**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}})
+        info = jobs.read_job({**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}, kind)
     except errors.Invalid:
         return []
     snapshot = _empty_snapshot(config)

@@ -96,9 +96,10 @@ class WebhookServer:
             pod_kind = pods.kind_of(req.get("kind"), obj)
             policy = self.policy
             try:
-                if pod_kind == "Pod" and mutating and operation == "CREATE":
-                    answer = pods.mutate_pod(obj, namespace, config, policy)
-                elif pod_kind == "Pod" and not mutating:
+                if pod_kind == "Pod" and mutating:
+                    if operation == "CREATE":  # a pod is held at its creation only
+                        answer = pods.mutate_pod(obj, namespace, config, policy)
+                elif pod_kind == "Pod":
                     answer = pods.validate_pod(operation, obj, old, namespace, config, policy, self.group_totals)
                 elif pod_kind is not None and mutating:
                     answer = pods.mutate_parent(pod_kind, obj, namespace, config, policy)
