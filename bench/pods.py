@@ -170,10 +170,11 @@ def pod_review(i: int) -> bytes:
 
 
 def main(deployments: int = 100, replicas: int = 100, rate: float = 200.0, seconds: float = 60.0) -> None:
-    print("== plain pods: 10,000 gated pods from 100 Deployments (controller in its own process) ==")
-    asyncio.run(gated_pods(deployments, replicas))
+    # the webhook first, on a quiet machine (the other run's teardown would show in its tail)
     print("== webhook on pods (its own process, TLS) ==")
     webhook.main(rate, seconds, review=pod_review)
+    print("== plain pods: 10,000 gated pods from 100 Deployments (controller in its own process) ==")
+    asyncio.run(gated_pods(deployments, replicas))
 
 
 if __name__ == "__main__":

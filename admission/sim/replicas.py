@@ -8,8 +8,9 @@ queued Deployment, and the ReplicaSet waits, as the real one does, for nothing b
   Deployment's replicas; ReplicaSets of older templates are scaled to 0 at once (the real controller
   rolls gradually under ``maxSurge``/``maxUnavailable``: a difference written down in
   docs/simulated-cluster.md). Status counts its ReplicaSets' pods.
-- ReplicaSet: pods named ``<replicaset>-<5 random>`` until ``replicas`` are alive (not finished, not
-  being deleted); a deleted or finished pod is replaced; on scale-in the pods deleted first are, as
+- ReplicaSet: pods named ``<replicaset>-<5 random>`` until ``replicas`` are alive (not finished,
+  not being deleted), made in slow-start batches (1, 2, 4, ... at once) as the real controller
+  makes them; a deleted or finished pod is replaced; on scale-in the pods deleted first are, as
   the real controller ranks them, unscheduled before scheduled, pending before running, then the
   newest.
 - StatefulSet: pods ``<name>-<ordinal>``; with ``podManagementPolicy: OrderedReady`` (the default)
@@ -288,7 +289,8 @@ class Replicas:
         pods = [p for p in self._owned(PODS, rs) if alive(p)]
         want = _replicas(rs)
         template = (rs.get("spec") or {}).get("template") or {}
-        for _ in range(want - len(pods)):
+
+        async def make() -> Obj:
             body = {
                 "metadata": {
                     "generateName": f"{name}-",
@@ -300,8 +302,16 @@ class Replicas:
             }
             created, _ = await self.api.create(PODS, ns, body, user=USERS["ReplicaSet"])
             self.made[created["metadata"]["uid"]] = len(self.made) + 1
-            pods.append(created)
             self.children.setdefault(rs["metadata"]["uid"], set()).add((ns, created["metadata"]["name"]))
+            return created
+
+        # As the real controller's ``slowStartBatch``: 1, 2, 4, ... creations at once, doubling while
+        # they succeed (a webhook refusing the first pod costs one call, not a hundred).
+        batch, missing = 1, want - len(pods)
+        while missing > 0:
+            pods.extend(await asyncio.gather(*(make() for _ in range(min(batch, missing)))))
+            missing -= min(batch, missing)
+            batch *= 2
         if len(pods) > want:
             ranked = sorted(pods, key=lambda p: _deletion_rank(p, self.made.get(p["metadata"]["uid"], 0)))
             for pod in ranked[: len(pods) - want]:
