@@ -42,6 +42,7 @@ from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
 from admission.controller.metrics import Metrics
 from admission.controller.podgroups import PodGroups
+from admission.controller.priorities import PriorityClasses
 from admission.controller.queuestatus import StatusWriter
 from admission.controller.readiness import DatabaseHealth, Readiness
 from admission.controller.report import Reporter
@@ -62,7 +63,6 @@ from queues.model import Config, Workload
 log = logging.getLogger(__name__)
 
 PODS = kube_client.ResourceRef("v1", "Pod", "pods")
-PRIORITY_CLASSES = kube_client.ResourceRef("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 MANAGED_PODS = f"{pods.MANAGED_LABEL}=true"  # the pods the webhook gated (it labels each)
 
 LISTEN_ERRORS: tuple[type[BaseException], ...] = (*database.ERRORS, notify.ListenerLost)
@@ -120,8 +120,8 @@ class Controller:
         self.informers.append(
             Informer(kube, PODS, lambda kind, obj: self.pod_groups.observe(kind, obj), label_selector=MANAGED_PODS)
         )
-        self.priority_classes: dict[str, tuple[int, bool]] = {}
-        self.informers.append(Informer(kube, PRIORITY_CLASSES, self._on_priority_class))
+        self.priorities = PriorityClasses(kube, lambda: self.term.scheduler if self.term is not None else None)
+        self.informers.append(self.priorities.informer)
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
         self.enactor = Enactor(
             kube, jobs=self.jobs, current_term=lambda: self.term, workers=options.workers, on_waiting=self._on_waiting
@@ -213,15 +213,6 @@ class Controller:
         if changed:
             self.changes.namespaces = True
             self.changes.wake.set()
-
-    def _on_priority_class(self, kind: str, obj: Obj) -> None:
-        name = str((obj.get("metadata") or {}).get("name"))
-        if kind == "DELETED":
-            self.priority_classes.pop(name, None)
-        else:
-            self.priority_classes[name] = (int(obj.get("value") or 0), bool(obj.get("globalDefault")))
-        if self.term is not None:
-            self.term.scheduler.set_pod_priorities(self.priority_classes)
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
@@ -358,7 +349,7 @@ class Controller:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False
         term = Term.start(fence, snapshot, dict(self.namespaces))
-        term.scheduler.set_pod_priorities(self.priority_classes)
+        self.priorities.apply(term.scheduler)
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term
         self.terms_begun += 1

@@ -1,7 +1,8 @@
-"""What runs serving workloads in the simulated cluster: the Deployment, ReplicaSet and StatefulSet controllers.
+"""What keeps replicas running in the simulated cluster: the Deployment and ReplicaSet controllers, and
+the reconcile loop the other serving controllers (``admission.sim.serving``) run in.
 
-As in kube-controller-manager, their pods are created *through the API server* (``ApiServer.create``),
-so admission webhooks see them exactly as on a real cluster: Turnstile's webhook gates the pods of a
+As in kube-controller-manager, pods are created *through the API server* (``ApiServer.create``), so
+admission webhooks see them exactly as on a real cluster: Turnstile's webhook gates the pods of a
 queued Deployment, and the ReplicaSet waits, as the real one does, for nothing but its pods to exist.
 
 - Deployment: one ReplicaSet per pod template, named ``<deployment>-<pod-template-hash>``, with the
@@ -13,10 +14,6 @@ queued Deployment, and the ReplicaSet waits, as the real one does, for nothing b
   makes them; a deleted or finished pod is replaced; on scale-in the pods deleted first are, as
   the real controller ranks them, unscheduled before scheduled, pending before running, then the
   newest.
-- StatefulSet: pods ``<name>-<ordinal>``; with ``podManagementPolicy: OrderedReady`` (the default)
-  pod *i* is created only once pods 0..i-1 are Running and Ready, ``Parallel`` creates all at once;
-  scale-in deletes the highest ordinals; a deleted pod is re-created under its name.
-
 Work is serialised: events mark an owner dirty and one task reconciles dirty owners in turn, so two
 events never create the same pod twice.
 """
@@ -50,8 +47,6 @@ DEPLOYMENTS, REPLICASETS, STATEFULSETS, PODS = (
     _res("pods"),
 )
 TEMPLATE_HASH = "pod-template-hash"
-POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
-POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 # who the controllers are, as the webhooks see them (kube-controller-manager's service accounts)
 USERS = {
     "ReplicaSet": {
@@ -115,7 +110,7 @@ def _controller_uid(obj: Obj) -> str | None:
     return None
 
 
-def _replicas(obj: Obj) -> int:
+def replicas_of(obj: Obj) -> int:
     value = (obj.get("spec") or {}).get("replicas", 1)
     return value if isinstance(value, int) and value >= 0 else 1
 
@@ -130,7 +125,6 @@ class Replicas:
         self.handlers: dict[Resource, Callable[[Obj], Awaitable[None]]] = {
             DEPLOYMENTS: self._deployment,
             REPLICASETS: self._replicaset,
-            STATEFULSETS: self._statefulset,
         }
         self.watchers: list[Watcher] = []
         self.dirty: dict[tuple[Resource, str, str], None] = {}
@@ -227,7 +221,7 @@ class Replicas:
                 out.append(self.store.get(res, namespace, name))
         return out
 
-    def _set_status(self, res: Resource, obj: Obj, status: dict[str, Any]) -> None:
+    def set_status(self, res: Resource, obj: Obj, status: dict[str, Any]) -> None:
         status["observedGeneration"] = obj["metadata"].get("generation", 1)
         if {k: v for k, v in (obj.get("status") or {}).items() if k in status} != status:
             obj["status"] = {**(obj.get("status") or {}), **status}
@@ -242,16 +236,16 @@ class Replicas:
         template.setdefault("metadata", {}).setdefault("labels", {})[TEMPLATE_HASH] = digest
         selector = clone((deploy.get("spec") or {}).get("selector") or {})
         selector.setdefault("matchLabels", {})[TEMPLATE_HASH] = digest
-        want = _replicas(deploy)
+        want = replicas_of(deploy)
         current = f"{name}-{digest}"
         found = False
         for rs in self._owned(REPLICASETS, deploy):
             if rs["metadata"]["name"] == current:
                 found = True
-                if _replicas(rs) != want:
+                if replicas_of(rs) != want:
                     rs["spec"]["replicas"] = want
                     self.store.replace(REPLICASETS, ns, rs["metadata"]["name"], rs)
-            elif _replicas(rs):
+            elif replicas_of(rs):
                 rs["spec"]["replicas"] = 0
                 self.store.replace(REPLICASETS, ns, rs["metadata"]["name"], rs)
         if not found:
@@ -270,7 +264,7 @@ class Replicas:
             return sum(int((rs.get("status") or {}).get(key) or 0) for rs in sets)
 
         updated = next((rs for rs in sets if rs["metadata"]["name"] == current), None)
-        self._set_status(
+        self.set_status(
             DEPLOYMENTS,
             deploy,
             {
@@ -287,7 +281,7 @@ class Replicas:
     async def _replicaset(self, rs: Obj) -> None:
         ns, name = rs["metadata"]["namespace"], rs["metadata"]["name"]
         pods = [p for p in self._owned(PODS, rs) if alive(p)]
-        want = _replicas(rs)
+        want = replicas_of(rs)
         template = (rs.get("spec") or {}).get("template") or {}
 
         async def make() -> Obj:
@@ -319,7 +313,7 @@ class Replicas:
                     self.store.delete(PODS, ns, pod["metadata"]["name"])
                 pods.remove(pod)
         n_ready = sum(1 for p in pods if ready(p))
-        self._set_status(
+        self.set_status(
             REPLICASETS,
             rs,
             {
@@ -329,70 +323,6 @@ class Replicas:
                 "fullyLabeledReplicas": len(pods),
             },
         )
-
-    # ----- StatefulSet ---------------------------------------------------------------------------
-
-    async def _statefulset(self, sts: Obj) -> None:
-        ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
-        spec = sts.get("spec") or {}
-        template = spec.get("template") or {}
-        want = _replicas(sts)
-        ordered = spec.get("podManagementPolicy", "OrderedReady") != "Parallel"
-        revision = f"{name}-{template_hash(template)}"
-        by_name = {p["metadata"]["name"]: p for p in self._owned(PODS, sts)}
-        for i in range(want):
-            pod_name = f"{name}-{i}"
-            pod = by_name.get(pod_name)
-            if pod is not None:
-                if ordered and not (alive(pod) and ready(pod)):
-                    break  # OrderedReady: the next ordinal waits for this one
-                continue
-            labels = {
-                **((template.get("metadata") or {}).get("labels") or {}),
-                POD_NAME_LABEL: pod_name,
-                POD_INDEX_LABEL: str(i),
-                "controller-revision-hash": revision,
-            }
-            body = {
-                "metadata": {
-                    "name": pod_name,
-                    "labels": labels,
-                    "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                    "ownerReferences": [owner_reference(sts)],
-                },
-                "spec": {**clone(template.get("spec") or {}), "hostname": pod_name},
-            }
-            created, _ = await self.api.create(PODS, ns, body, user=USERS["StatefulSet"])
-            by_name[pod_name] = created
-            self.children.setdefault(sts["metadata"]["uid"], set()).add((ns, pod_name))
-            if ordered:
-                break
-        for pod_name, pod in sorted(by_name.items(), key=lambda kv: -_ordinal(kv[0])):
-            if _ordinal(pod_name) >= want and not pod["metadata"].get("deletionTimestamp"):
-                with contextlib.suppress(ApiError):
-                    self.store.delete(PODS, ns, pod_name)
-                if ordered:
-                    break  # OrderedReady scales in one pod at a time, highest first
-        living = [p for p in by_name.values() if alive(p) and _ordinal(p["metadata"]["name"]) < want]
-        n_ready = sum(1 for p in living if ready(p))
-        self._set_status(
-            STATEFULSETS,
-            sts,
-            {
-                "replicas": len(living),
-                "readyReplicas": n_ready,
-                "availableReplicas": n_ready,
-                "currentReplicas": len(living),
-                "updatedReplicas": len(living),
-                "currentRevision": revision,
-                "updateRevision": revision,
-            },
-        )
-
-
-def _ordinal(pod_name: str) -> int:
-    tail = pod_name.rpartition("-")[2]
-    return int(tail) if tail.isdigit() else -1
 
 
 def _deletion_rank(pod: Obj, made: int) -> tuple[int, int, int, int]:

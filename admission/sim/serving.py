@@ -1,7 +1,14 @@
-"""The serving operators of the simulated cluster: LeaderWorkerSet and KServe (raw deployment mode).
+"""The serving controllers of the simulated cluster: StatefulSet, LeaderWorkerSet and KServe (raw
+deployment mode), run in the ReplicaSet controller's reconcile loop (``admission.sim.replicas``).
 
-Both are CRDs here as on a real cluster (``resources.OPERATORS``), and both make what the real
-operators make, through the API server (so Turnstile's webhooks see it):
+They make what the real controllers make, through the API server (so Turnstile's webhooks see it):
+
+- **StatefulSet**: pods ``<name>-<ordinal>``; with ``podManagementPolicy: OrderedReady`` (the
+  default) pod *i* is created only once pods 0..i-1 are Running and Ready, ``Parallel`` creates all
+  at once; scale-in deletes the highest ordinals (one at a time when ordered); a deleted pod is
+  re-created under its name.
+
+The other two are CRDs here as on a real cluster (``resources.OPERATORS``):
 
 - **LeaderWorkerSet** (``leaderworkerset.x-k8s.io/v1``): per group *i* of ``spec.replicas``, a
   leader pod ``<name>-<i>`` (``leaderWorkerTemplate.leaderTemplate``, else the worker template)
@@ -19,12 +26,24 @@ operators make, through the API server (so Turnstile's webhooks see it):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import Any
 
 from admission.sim import resources
 from admission.sim.objects import ApiError, Obj, Resource, clone
-from admission.sim.replicas import DEPLOYMENTS, PODS, Replicas, alive, owner_reference, ready
+from admission.sim.replicas import (
+    DEPLOYMENTS,
+    PODS,
+    STATEFULSETS,
+    USERS,
+    Replicas,
+    alive,
+    owner_reference,
+    ready,
+    replicas_of,
+    template_hash,
+)
 
 LWS = next(r for r in resources.OPERATORS if r.kind == "LeaderWorkerSet")
 ISVC = next(r for r in resources.OPERATORS if r.kind == "InferenceService")
@@ -37,6 +56,9 @@ NAME, GROUP_INDEX, WORKER_INDEX, GROUP_KEY, SIZE = (
     f"{LWS_PREFIX}size",
 )
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+STS_USER = USERS["StatefulSet"]
 LWS_USER = {"username": "system:serviceaccount:lws-system:lws-controller-manager", "groups": ["system:serviceaccounts"]}
 KSERVE_USER = {
     "username": "system:serviceaccount:kserve:kserve-controller-manager",
@@ -45,9 +67,73 @@ KSERVE_USER = {
 
 
 def install(replicas: Replicas) -> None:
-    """Run both operators in ``replicas``' reconcile loop."""
+    """Run the StatefulSet controller and both operators in ``replicas``' reconcile loop."""
+    replicas.register(STATEFULSETS, lambda obj: _statefulset(replicas, obj))
     replicas.register(LWS, lambda obj: _leader_worker_set(replicas, obj))
     replicas.register(ISVC, lambda obj: _inference_service(replicas, obj))
+
+
+async def _statefulset(rc: Replicas, sts: Obj) -> None:
+    ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+    spec = sts.get("spec") or {}
+    template = spec.get("template") or {}
+    want = replicas_of(sts)
+    ordered = spec.get("podManagementPolicy", "OrderedReady") != "Parallel"
+    revision = f"{name}-{template_hash(template)}"
+    by_name = {p["metadata"]["name"]: p for p in rc.owned(PODS, sts)}
+    for i in range(want):
+        pod_name = f"{name}-{i}"
+        pod = by_name.get(pod_name)
+        if pod is not None:
+            if ordered and not (alive(pod) and ready(pod)):
+                break  # OrderedReady: the next ordinal waits for this one
+            continue
+        labels = {
+            **((template.get("metadata") or {}).get("labels") or {}),
+            POD_NAME_LABEL: pod_name,
+            POD_INDEX_LABEL: str(i),
+            "controller-revision-hash": revision,
+        }
+        body = {
+            "metadata": {
+                "name": pod_name,
+                "labels": labels,
+                "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                "ownerReferences": [owner_reference(sts)],
+            },
+            "spec": {**clone(template.get("spec") or {}), "hostname": pod_name},
+        }
+        created, _ = await rc.api.create(PODS, ns, body, user=STS_USER)
+        by_name[pod_name] = created
+        rc.children.setdefault(sts["metadata"]["uid"], set()).add((ns, pod_name))
+        if ordered:
+            break
+    for pod_name, pod in sorted(by_name.items(), key=lambda kv: -_ordinal(kv[0])):
+        if _ordinal(pod_name) >= want and not pod["metadata"].get("deletionTimestamp"):
+            with contextlib.suppress(ApiError):
+                rc.store.delete(PODS, ns, pod_name)
+            if ordered:
+                break  # OrderedReady scales in one pod at a time, highest first
+    living = [p for p in by_name.values() if alive(p) and _ordinal(p["metadata"]["name"]) < want]
+    n_ready = sum(1 for p in living if ready(p))
+    rc.set_status(
+        STATEFULSETS,
+        sts,
+        {
+            "replicas": len(living),
+            "readyReplicas": n_ready,
+            "availableReplicas": n_ready,
+            "currentReplicas": len(living),
+            "updatedReplicas": len(living),
+            "currentRevision": revision,
+            "updateRevision": revision,
+        },
+    )
+
+
+def _ordinal(pod_name: str) -> int:
+    tail = pod_name.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else -1
 
 
 def _int(value: Any, default: int) -> int:
