@@ -119,7 +119,8 @@ class JobInfo:
 
 
 def supported_kinds() -> list[str]:
-    return [f"{k.api_version} {k.kind}" for k in KINDS.values()]
+    """The kinds a scenario's job entry may be: the integrated jobs, a Pod, a Deployment."""
+    return [*(f"{k.api_version} {k.kind}" for k in KINDS.values()), "v1 Pod", "apps/v1 Deployment"]
 
 
 def kind_of(obj: Mapping[str, Any]) -> Kind | None:

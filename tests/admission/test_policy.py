@@ -1,0 +1,70 @@
+"""The install's queueing policy with a managedJobsNamespaceSelector: which namespaces are managed,
+and the webhooks' scope that goes with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from admission.policy import Policy, parse_selector
+from admission.webhook import registration
+from queues import api
+from queues.model import Config
+
+CONFIG = Config.of(
+    [
+        api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}}),
+        api.parse(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "cq"},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu", "nvidia.com/gpu"],
+                            "flavors": [{"name": "a100", "resources": [{"name": "cpu", "nominalQuota": "8"},
+                                                                       {"name": "nvidia.com/gpu", "nominalQuota": "8"}]}],
+                        }
+                    ],
+                },
+            }
+        ),
+        api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                   "metadata": {"name": "q", "namespace": "ml"}, "spec": {"clusterQueue": "cq"}}),
+    ]
+)  # fmt: skip
+LABELS = {"ml": {"gpu-team": "yes"}, "web": {}, "kube-system": {"gpu-team": "yes"}}
+
+
+def test_by_default_the_namespaces_with_a_local_queue_are_managed() -> None:
+    policy = Policy(namespace_labels=LABELS.get)
+    assert policy.managed_namespace(CONFIG, "ml") and not policy.managed_namespace(CONFIG, "web")
+    scope = registration.Scope.of(CONFIG, policy)
+    assert scope.defaulted == ("ml",) and scope.selector == ""
+    managed = registration.namespace_selector("managed", scope, "turnstile-system")
+    assert managed["matchExpressions"][0]["values"] == [registration.NO_NAMESPACE]
+
+
+def test_a_namespace_selector_chooses_the_managed_namespaces_and_the_webhooks_follow_it() -> None:
+    policy = Policy(namespace_selector=parse_selector("{matchLabels: {gpu-team: 'yes'}}"), namespace_labels=LABELS.get)
+    assert policy.managed_namespace(CONFIG, "ml")
+    assert not policy.managed_namespace(CONFIG, "web")
+    assert not policy.managed_namespace(CONFIG, "kube-system")  # never, whatever its labels
+    assert not policy.managed_namespace(CONFIG, "turnstile-system")
+    scope = registration.Scope.of(CONFIG, policy)
+    assert scope.defaulted == ()  # ml's unlabelled work goes through the managed hooks, not the listed ones
+    assert scope.advised == ("ml",)
+    selector = registration.namespace_selector("managed", scope, "turnstile-system")
+    assert selector["matchLabels"] == {"gpu-team": "yes"}
+    assert {"key": registration.NAME_LABEL, "operator": "NotIn", "values": ["kube-system", "turnstile-system"]} in (
+        selector["matchExpressions"]
+    )
+    off = Policy(manage_without_queue=False, namespace_labels=LABELS.get)
+    assert not off.managed_namespace(CONFIG, "ml")
+
+
+@pytest.mark.parametrize("text", ["[a, b]", "{matchLabels: [x]}", "{selector: {}}", "{: :"])
+def test_a_bad_selector_setting_is_refused_with_what_a_selector_is(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_selector(text)
