@@ -162,8 +162,8 @@ class Enactor:
             else:
                 await self.kube.request("PATCH", path, body=patch, content_type=kube_client.JSON_PATCH)
         except KubeError as exc:
-            if exc.status in (404, 409):
-                return  # gone, or replaced: its events say what to do next
+            if exc.status == 404 or (exc.status == 409 and method == "DELETE"):
+                return  # gone, or replaced by another of its name: its events say what to do next
             if exc.temporary:
                 raise Retry(str(exc), after=exc.retry_after) from exc
             raise Retry(f"{exc} (looking again)") from exc

@@ -73,8 +73,7 @@ class PodGroups:
         if name is None:
             if kind == "DELETED":
                 if self.jobs.views.pop(uid, None) is not None:
-                    self.jobs.uid_of.pop(f"{namespace}/{meta.get('name')}", None)
-                    self.changed(uid)
+                    self._forget(f"{namespace}/{meta.get('name')}", uid)
                 return
             view = pod_integration.single(pod)
             self.jobs.views[uid] = view
@@ -88,6 +87,12 @@ class PodGroups:
         self.groups.setdefault(key, _Group()).members[uid] = pod
         self._regroup(key)
 
+    def _forget(self, key: str, uid: str) -> None:
+        """A workload's view is gone: its key no longer names it (unless another took the key)."""
+        if self.jobs.uid_of.get(key) == uid:
+            del self.jobs.uid_of[key]
+        self.changed(uid)
+
     def _regroup(self, key: str, drop: str | None = None) -> None:
         group = self.groups.get(key)
         if group is None:
@@ -99,8 +104,7 @@ class PodGroups:
         if not members:
             del self.groups[key]
             if group.uid is not None and self.jobs.views.pop(group.uid, None) is not None:
-                self.jobs.uid_of.pop(key, None)
-                self.changed(group.uid)
+                self._forget(key, group.uid)
             return
         whole = pods.Group(namespace, name, tuple(members))
         problems: list[str] = []
