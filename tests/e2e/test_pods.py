@@ -365,3 +365,39 @@ async def test_running_pods_survive_a_controller_restart_and_the_queue_goes_on(
             assert {"solo", "pair-0", "pair-1"} <= running(host)
             # the running pods were not touched at all (no patch, no deletion)
             assert {n: live(host)[n]["metadata"]["resourceVersion"] for n in before} == before
+
+
+async def test_a_preempted_group_is_deleted_whole_and_its_owner_queues_it_again(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    """A LeaderWorkerSet group preempted by a higher-priority pod: every pod of the group is deleted
+    (never half), and the LeaderWorkerSet makes the group again, which waits gated as a new workload."""
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        pc = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "urgent"},
+            "value": 500,
+        }
+        assert (await create(host, pc))[0] == 0
+        lws = {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "llm", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": pod("x")["spec"]}}},
+        }
+        assert (await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(lws)))[0] == 0
+        await eventually(lambda: running(host, "llm-") == {"llm-0", "llm-0-1"}, what="the group running")
+        first = {n: p["metadata"]["uid"] for n, p in live(host, "llm-").items()}
+        code, _, err = await create(host, pod("urgent", priorityClassName="urgent"))
+        assert code == 0, err
+        await eventually(lambda: "urgent" in running(host), what="the urgent pod admitted", timeout=20)
+        # the whole group went, and came back as new pods waiting for quota
+        await eventually(
+            lambda: (
+                gated(host, "llm-") == {"llm-0", "llm-0-1"}
+                and not set(first.values()) & {p["metadata"]["uid"] for p in live(host, "llm-").values()}
+            ),
+            what="the group re-created by its LeaderWorkerSet, waiting whole",
+        )
+        assert not running(host, "llm-")
