@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from admission.jobs import INTEGRATIONS
 from admission.kube import client as kube_client
 from admission.kube.client import Kube
 from admission.sim.host import SimHost
@@ -29,12 +28,10 @@ from admission.sim.objects import Watcher
 from admission.sim.replicas import PODS
 from admission.store import config as config_store
 from admission.store import database, embedded
-from admission.webhook import registration
 from bench import webhook
-from bench.procs import ControllerProcess, cpu_seconds, free_port, postgres_cpu
+from bench.procs import ControllerProcess, cpu_seconds, postgres_cpu, route_webhook
 from queues import api, pods
 
-SERVICE = {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}
 DEPLOYMENTS = kube_client.ResourceRef("apps/v1", "Deployment", "deployments")
 
 
@@ -80,12 +77,7 @@ async def gated_pods(deployments: int, replicas: int) -> None:
     await engine.dispose()
     host = await SimHost.start(tmp / "kubeconfig", time_scale=1.0)
     kube = Kube(await kube_client.connect(host.kubeconfig))
-    port = free_port()
-    host.route_service(str(SERVICE["namespace"]), str(SERVICE["name"]), 443, f"https://127.0.0.1:{port}")
-    for ns in ("turnstile-system", "serve"):
-        await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
-    for obj in registration.configurations({"service": SERVICE}, None, integrations=INTEGRATIONS):
-        await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
+    port = await route_webhook(host, kube, ("serve",))
     controller = ControllerProcess.start(host.kubeconfig, url, tmp, webhook_port=port)
     watcher = Watcher(PODS, "serve")
     created: dict[str, float] = {}

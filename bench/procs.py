@@ -18,6 +18,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -164,3 +165,23 @@ class ControllerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+SERVICE = {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}
+
+
+async def route_webhook(host: Any, kube: Any, namespaces: tuple[str, ...]) -> int:
+    """Register Turnstile's webhook configurations in the simulated cluster ``host`` as the install's
+    manifests do (calling the Service), route the Service to a free local port, create ``namespaces``
+    (and Turnstile's); returns the port the controller's webhook must listen on."""
+    from admission.jobs import INTEGRATIONS
+    from admission.kube import client as kube_client
+    from admission.webhook import registration
+
+    port = free_port()
+    host.route_service(str(SERVICE["namespace"]), str(SERVICE["name"]), 443, f"https://127.0.0.1:{port}")
+    for ns in ("turnstile-system", *namespaces):
+        await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
+    for obj in registration.configurations({"service": SERVICE}, None, integrations=INTEGRATIONS):
+        await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
+    return port

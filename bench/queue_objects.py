@@ -28,17 +28,15 @@ from typing import Any
 import sqlalchemy as sa
 import yaml
 
-from admission.jobs import INTEGRATIONS
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef
 from admission.sim.host import SimHost
 from admission.store import database, embedded
 from admission.webhook import registration
-from bench.procs import ControllerProcess, cpu_seconds, free_port
+from bench.procs import SERVICE, ControllerProcess, cpu_seconds, route_webhook
 
 CQS = ResourceRef("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
 JOBS = ResourceRef("batch/v1", "Job", "jobs")
-SERVICE = {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}
 
 
 def _config(queues: int) -> str:
@@ -194,12 +192,7 @@ async def _run(queues: int, jobs: int, workloads: int) -> None:
     await database.upgrade(url)
     host = await SimHost.start(tmp / "kubeconfig", time_scale=1.0, kueue=True, default_runtime=2.0)
     kube = Kube(await kube_client.connect(host.kubeconfig))
-    port = free_port()
-    host.route_service(str(SERVICE["namespace"]), str(SERVICE["name"]), 443, f"https://127.0.0.1:{port}")
-    for ns in ("turnstile-system", "bench"):
-        await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
-    for obj in registration.configurations({"service": SERVICE}, None, integrations=INTEGRATIONS):
-        await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
+    port = await route_webhook(host, kube, ("bench",))
     for obj in registration.api_services(SERVICE):
         await kube.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=obj)
     controller = ControllerProcess.start(host.kubeconfig, url, tmp, webhook_port=port)

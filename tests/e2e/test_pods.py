@@ -92,6 +92,10 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **extra}}
 
 
+def priority_class(name: str, value: int) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+
+
 async def create(host: SimHost, obj: dict[str, Any]) -> tuple[int, str, str]:
     return await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(obj))
 
@@ -231,13 +235,7 @@ async def test_priority_classes_preempt_pods_and_a_statefulset_is_admitted_whole
     tmp_path: Path, migrated_url: str
 ) -> None:
     async with cluster(tmp_path, migrated_url) as (host, _kube):
-        pc = {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": "inference"},
-            "value": 100,
-        }
-        assert (await create(host, pc))[0] == 0
+        assert (await create(host, priority_class("inference", 100)))[0] == 0
         for name in ("batch-1", "batch-2"):
             assert (await create(host, pod(name)))[0] == 0
         await eventually(lambda: running(host, "batch-") == {"batch-1", "batch-2"}, what="batch pods fill the quota")
@@ -373,13 +371,7 @@ async def test_a_preempted_group_is_deleted_whole_and_its_owner_queues_it_again(
     """A LeaderWorkerSet group preempted by a higher-priority pod: every pod of the group is deleted
     (never half), and the LeaderWorkerSet makes the group again, which waits gated as a new workload."""
     async with cluster(tmp_path, migrated_url) as (host, _kube):
-        pc = {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": "urgent"},
-            "value": 500,
-        }
-        assert (await create(host, pc))[0] == 0
+        assert (await create(host, priority_class("urgent", 500)))[0] == 0
         lws = {
             "apiVersion": "leaderworkerset.x-k8s.io/v1",
             "kind": "LeaderWorkerSet",
