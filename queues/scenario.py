@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import api, errors, jobs, pods
+from queues import api, errors, jobs, pods, serving
 from queues.errors import FieldError
 
 
@@ -41,6 +41,14 @@ class JobEntry:
     # its ReplicaSet makes them: at creation, on scale-out, and to replace an evicted one); ``job``
     # is one replica's pod, named like the Deployment
     replicas: int | None = None
+    regroups: bool = False  # a serving group: an eviction deletes it and its owner makes it again
+    creates: bool = True  # False: another entry's object makes it (a LeaderWorkerSet's later groups)
+    position: int = 0  # among the workloads of one object (a LeaderWorkerSet's groups), in order
+
+    @property
+    def seq(self) -> int:
+        """Its place among equals in a queue: file order, then its position in its object."""
+        return self.index * 1000 + self.position
 
     @property
     def serves(self) -> bool:
@@ -177,9 +185,8 @@ def parse(doc: Any) -> Scenario:
                     problems.append(FieldError(f"{path}.{key}", "unknown field; a job entry has at, runtime, object"))
             at = _time(raw.get("at"), f"{path}.at", problems)
             obj = raw.get("object")
-            if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == DEPLOYMENT:
-                entry = _deployment(i, at, raw, problems)
-                if entry is not None:
+            if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) in serving.KINDS:
+                for entry in _serving(i, at, raw, problems):
                     if entry.job.key in keys:
                         problems.append(FieldError(f"{path}.object.metadata.name", f"duplicate {entry.job.key}"))
                     keys[entry.job.key] = i
@@ -217,16 +224,17 @@ def parse(doc: Any) -> Scenario:
                 )
             job_entries.append(JobEntry(i, at, runtime, info, raw["object"]))
     for key, members in groups.items():
-        entry = _group(key, members, problems)
-        if entry is None:
+        group = _group(key, members, problems)
+        if group is None:
             continue
+        entry = group
         if key in keys:
             problems.append(FieldError(f"jobs[{entry.index}].object.metadata.labels[{pods.GROUP_LABEL}]",
                                        f"pod group {key} has the name of jobs[{keys[key]}]"))  # fmt: skip
         keys[key] = entry.index
         job_entries.append(entry)
     job_entries.sort(key=lambda e: e.index)
-    deployments = {e.job.key for e in job_entries if e.replicas is not None}
+    deployments = {e.job.key for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == DEPLOYMENT}
     for edit in edits:
         if edit.action == "scale" and edit.name not in deployments:
             problems.append(FieldError(f"edits[{edit.index}].scale", f"no Deployment {edit.name!r} in jobs"))
@@ -251,43 +259,38 @@ PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 DEPLOYMENT = ("apps/v1", "Deployment")
 
 
-def _deployment(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldError]) -> JobEntry | None:
-    """A Deployment entry: its replicas are Pod workloads labelled as the webhook labels them."""
+def _serving(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldError]) -> list[JobEntry]:
+    """The workloads of a serving object (``queues.serving``): they run until stopped, so no runtime."""
     path = f"jobs[{i}]"
-    obj: Mapping[str, Any] = raw["object"]
     if "runtime" in raw:
-        problems.append(
-            FieldError(f"{path}.runtime", "a Deployment's replicas run until it is scaled in: remove runtime")
-        )
-    raw_meta, raw_spec = obj.get("metadata"), obj.get("spec")
-    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
-    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
-    name = meta.get("name")
-    replicas = spec.get("replicas", 1)
-    template = spec.get("template")
+        problems.append(FieldError(f"{path}.runtime", "serving workloads run until they are stopped: remove runtime"))
+    obj: Mapping[str, Any] = raw["object"]
     before = len(problems)
-    if not isinstance(name, str) or not name:
-        problems.append(FieldError(f"{path}.object.metadata.name", "required: the Deployment's name"))
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-        problems.append(FieldError(f"{path}.object.spec.replicas", f"must be a whole number >= 0, not {replicas!r}"))
-    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
-        problems.append(FieldError(f"{path}.object.spec.template.spec", "required: the pods' template"))
+    found = serving.read(f"{path}.object", obj, problems)
+    for where, template in _templates(obj):
+        problems.extend(e.under(f"{path}.object.{where}") for e in jobs.pod_problems(template))
     if len(problems) > before:
-        return None
-    assert isinstance(template, Mapping) and isinstance(name, str) and isinstance(replicas, int)
-    labels = dict((template.get("metadata") or {}).get("labels") or {})
-    own = meta.get("labels") or {}
-    labels.update({k: own[k] for k in (jobs.QUEUE_LABEL, jobs.PRIORITY_LABEL) if k in own})
-    labels.update(pods.service_labels("Deployment", name, meta.get("annotations") or {}))
-    pod = {"metadata": {"name": name, "namespace": meta.get("namespace") or "default", "labels": labels},
-           "spec": template["spec"]}  # fmt: skip
-    try:
-        info = jobs.read_job(pod, jobs.POD)
-    except errors.Invalid as exc:
-        problems.extend(e.under(f"{path}.object.spec.template") for e in exc.errors)
-        return None
-    problems.extend(e.under(f"{path}.object.spec.template") for e in jobs.pod_problems(template["spec"]))
-    return JobEntry(i, at, MAX_SECONDS, info, obj, replicas=replicas)
+        return []
+    return [
+        JobEntry(i, at, MAX_SECONDS, info, obj, replicas=replicas, regroups=regroups, creates=n == 0, position=n)
+        for n, (info, replicas, regroups) in enumerate(found)
+    ]
+
+
+def _templates(obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(path, pod spec) of a serving object's pod templates, for the API server's resource rules."""
+    if (obj.get("apiVersion"), obj.get("kind")) == serving.INFERENCE_SERVICE:
+        return [("spec.predictor", serving.predictor(obj)["spec"]["template"]["spec"])]
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    lwt = spec.get("leaderWorkerTemplate") if isinstance(spec.get("leaderWorkerTemplate"), Mapping) else {}
+    assert isinstance(lwt, Mapping)
+    found = [("spec.template.spec", (spec.get("template") or {}).get("spec"))]
+    found += [
+        (f"spec.leaderWorkerTemplate.{k}.spec", (lwt.get(k) or {}).get("spec"))
+        for k in ("leaderTemplate", "workerTemplate")
+    ]
+    return [(p, t) for p, t in found if isinstance(t, Mapping)]
 
 
 def _priority_class(

@@ -380,7 +380,7 @@ class Simulation:
         if entry.replicas is not None:
             self.replicas.create(entry)
             return
-        wl = self.sched.workload_for(entry.job, seq=entry.index if seq is None else seq, now=self.now)
+        wl = self.sched.workload_for(entry.job, seq=entry.seq if seq is None else seq, now=self.now)
         self.record.submitted(wl)
         self.sched.submit(wl)
 
@@ -432,7 +432,8 @@ class Simulation:
                 self.scaler.stop(key)
                 self.reservations.pop(key, None)
                 self.record.evicted(key, d.reason, d.detail, d.by)
-                if self.record.by_key[key].entry.job.kind == "Pod":
+                entry = self.record.by_key[key].entry
+                if entry.job.kind == "Pod" and not entry.regroups:  # (a serving group is made again: it waits)
                     # a pod cannot be suspended: it is deleted, and with it its workload, as Kueue's pod
                     # integration does; a Deployment's ReplicaSet makes another, which queues afresh
                     self.cancel(key)
@@ -546,7 +547,7 @@ class Replicas:
         self.made: dict[str, int] = {}  # Deployment key -> replicas made so far
         self.live: dict[str, list[str]] = {}  # Deployment key -> its replicas' keys, oldest first
         self.parent: dict[str, str] = {}  # replica key -> Deployment key
-        self.seq = 1_000_000  # after every entry of the file (a replica's place among equals)
+        self.seq = 10**12  # after every entry of the file (a replica's place among equals)
 
     def create(self, entry: JobEntry) -> None:
         key = entry.job.key

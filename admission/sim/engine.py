@@ -47,7 +47,7 @@ from admission.store import database, deletion, embedded, notify
 from admission.store import workloads as store
 from admission.webhook import certs, registration
 from admission.webhook.server import WebhookServer
-from queues import scheduler
+from queues import scheduler, serving
 from queues.model import Admission, Config, Snapshot, Workload
 from queues.scenario import Edit, JobEntry, Part, Scenario
 from queues.simulator import Recorder, Result, apply_edit
@@ -178,11 +178,17 @@ PRIORITY_CLASSES = kube_client.ResourceRef("scheduling.k8s.io/v1", "PriorityClas
 
 
 DEPLOYMENTS = kube_client.ResourceRef("apps/v1", "Deployment", "deployments")
+SERVING = {
+    (api_version, kind): kube_client.ResourceRef(api_version, kind, f"{kind.lower()}s")
+    for api_version, kind in serving.KINDS
+}  # (their plurals are their lowercased kinds plus "s")
 
 
 def _ref(entry: JobEntry) -> kube_client.ResourceRef:
-    if entry.replicas is not None:
-        return DEPLOYMENTS
+    """Where the object a timeline entry creates lives in the API."""
+    made = SERVING.get((str(entry.object.get("apiVersion")), str(entry.object.get("kind"))))
+    if made is not None:
+        return made
     if (entry.job.api_version, entry.job.kind) == ("v1", "Pod"):
         return POD.ref
     return BY_KIND[(entry.job.api_version, entry.job.kind)].ref
@@ -192,7 +198,7 @@ def _job_object(entry: JobEntry, part: Part) -> dict[str, Any]:
     obj: dict[str, Any] = {k: v for k, v in part.object.items() if k != "status"}
     meta = dict(obj.get("metadata") or {})
     meta["namespace"] = entry.job.namespace
-    if entry.replicas is None:  # (a Deployment's replicas run until they are stopped)
+    if not entry.serves:  # (serving workloads run until they are stopped)
         meta["annotations"] = {**(meta.get("annotations") or {}), sim_cluster.RUNTIME_ANNOTATION: str(part.runtime)}
     obj["metadata"] = meta
     return obj
@@ -236,7 +242,9 @@ class Driver:
                 await asyncio.sleep(delay)
             if on_progress is not None:
                 on_progress(at)
-            if isinstance(action, tuple):
+            if isinstance(action, tuple) and not action[0].creates:  # another entry's object makes it
+                observed.append((action[0].at, phase, action[0].index, action[0]))
+            elif isinstance(action, tuple):
                 entry, part = action
                 try:
                     await self.stack.kube.create(_ref(entry), entry.job.namespace, _job_object(entry, part))
@@ -315,7 +323,7 @@ class Driver:
                 newest = await store.last_event_id(session)
                 backing_off = await store.next_requeue(session) is not None
             # a Deployment's replicas serve until stopped: the run ends once nothing else is open
-            serving = set(self.names.by_pod)
+            serving = set(self.names.by_pod) | {e.job.key for e in self.scenario.jobs if e.regroups}
             open_jobs = [k for k, (state, _, _) in rows.items() if state != "Finished" and k not in cancelled | serving]
             missing = [
                 e.job.key
@@ -339,7 +347,8 @@ class Driver:
         rows: dict[str, tuple[str, str | None, str | None]],
     ) -> Result:
         timeline: list[tuple[float, int, int, Any]] = list(observed)
-        pods = {e.job.key for e in self.scenario.jobs if e.job.kind == "Pod"} | set(self.names.by_pod)
+        pods = {e.job.key for e in self.scenario.jobs if e.job.kind == "Pod" and not e.regroups}
+        pods |= set(self.names.by_pod)
         for e in history:
             if e.type == "Finished" and e.reason != "JobFinished" and e.workload not in pods:
                 continue  # a deleted job: its cancellation is already on the timeline
@@ -379,7 +388,7 @@ def replay(
             record.sample()
         record.now = last_t = t
         if isinstance(what, JobEntry):
-            wl = workloads[what.job.key] = sched.workload_for(what.job, seq=what.index, now=t)
+            wl = workloads[what.job.key] = sched.workload_for(what.job, seq=what.seq, now=t)
             sched.submit(wl)
             record.submitted(wl)
         elif isinstance(what, Edit):

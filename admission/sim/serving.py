@@ -44,6 +44,7 @@ from admission.sim.replicas import (
     replicas_of,
     template_hash,
 )
+from queues import serving as queues_serving
 
 LWS = next(r for r in resources.OPERATORS if r.kind == "LeaderWorkerSet")
 ISVC = next(r for r in resources.OPERATORS if r.kind == "InferenceService")
@@ -55,7 +56,7 @@ NAME, GROUP_INDEX, WORKER_INDEX, GROUP_KEY, SIZE = (
     f"{LWS_PREFIX}group-key",
     f"{LWS_PREFIX}size",
 )
-ISVC_LABEL = "serving.kserve.io/inferenceservice"
+ISVC_LABEL = queues_serving.ISVC_LABEL
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 STS_USER = USERS["StatefulSet"]
@@ -194,42 +195,17 @@ async def _leader_worker_set(rc: Replicas, lws: Obj) -> None:
 
 async def _inference_service(rc: Replicas, isvc: Obj) -> None:
     ns, name = isvc["metadata"]["namespace"], isvc["metadata"]["name"]
-    predictor = (isvc.get("spec") or {}).get("predictor") or {}
-    meta = isvc["metadata"]
-    labels = {**(meta.get("labels") or {}), ISVC_LABEL: name, "component": "predictor"}
-    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith("kubectl.kubernetes.io/")}
-    pod_spec = {k: clone(v) for k, v in predictor.items() if k not in _PREDICTOR_ONLY}
-    model = predictor.get("model")
-    if isinstance(model, dict):
-        container = {
-            "name": "kserve-container",
-            "image": str(model.get("runtime") or "kserve/huggingfaceserver:latest"),
-            "args": [f"--model_name={name}", *(model.get("args") or [])],
-            "resources": clone(model.get("resources") or {}),
-        }
-        pod_spec["containers"] = [container, *(pod_spec.get("containers") or [])]
-    want = _int(predictor.get("minReplicas"), 1)
-    body = {
-        "metadata": {"name": f"{name}-predictor", "labels": labels, "annotations": notes,
-                     "ownerReferences": [owner_reference(isvc)]},
-        "spec": {
-            "replicas": want,
-            "selector": {"matchLabels": {ISVC_LABEL: name}},
-            "template": {"metadata": {"labels": labels, "annotations": notes}, "spec": pod_spec},
-        },
-    }  # fmt: skip
+    predictor = queues_serving.predictor(isvc)  # what the scenario reader reads too
+    predictor["metadata"]["ownerReferences"] = [owner_reference(isvc)]
+    want = replicas_of(predictor)
     try:
         deployment = rc.store.get(DEPLOYMENTS, ns, f"{name}-predictor")
     except ApiError:
-        deployment, _ = await rc.api.create(DEPLOYMENTS, ns, body, user=KSERVE_USER)
+        deployment, _ = await rc.api.create(DEPLOYMENTS, ns, predictor, user=KSERVE_USER)
         rc.children.setdefault(isvc["metadata"]["uid"], set()).add((ns, deployment["metadata"]["name"]))
     status = deployment.get("status") or {}
     ok = int(status.get("readyReplicas") or 0) >= max(1, want)
     _set_status(rc, ISVC, isvc, {"components": {"predictor": {"latestReadyRevision": f"{name}-predictor"}}}, ok, "")
-
-
-# predictor fields that configure the component, not its pods
-_PREDICTOR_ONLY = {"model", "minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "canaryTrafficPercent"}
 
 
 def _set_status(rc: Replicas, res: Resource, obj: Obj, fields: dict[str, Any], is_ready: bool, reason: str) -> None:

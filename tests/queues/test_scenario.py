@@ -208,7 +208,7 @@ def test_a_deployment_and_its_scale_edits() -> None:
     [
         (
             {"jobs": [{"at": 0, "runtime": 5, "object": DEPLOYMENT}]},
-            "jobs[0].runtime: a Deployment's replicas run until",
+            "jobs[0].runtime: serving workloads run until they are stopped",
         ),
         (
             {"jobs": [{"at": 0, "object": DEPLOYMENT}], "edits": [{"at": 1, "scale": "ns/other", "replicas": 1}]},
@@ -228,3 +228,34 @@ def test_a_deployment_and_its_scale_edits() -> None:
 def test_bad_deployments_and_scale_edits_are_refused(doc: dict[str, Any], expected: str) -> None:
     found = problems({"name": "x", "manifests": [], **doc})
     assert any(expected in p for p in found), found
+
+
+def test_statefulsets_leader_worker_sets_and_inference_services_are_their_workloads() -> None:
+    gpu = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    queue = {"kueue.x-k8s.io/queue-name": "q"}
+    objects = [
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ns", "labels": queue},
+         "spec": {"replicas": 3, "template": {"spec": gpu}}},
+        {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+         "metadata": {"name": "llm", "namespace": "ns", "labels": queue},
+         "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": {"spec": gpu}}}},
+        {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+         "metadata": {"name": "chat", "namespace": "ns", "labels": queue},
+         "spec": {"predictor": {"minReplicas": 2, "model": {"modelFormat": {"name": "huggingface"},
+                                                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}}}},
+    ]  # fmt: skip
+    parsed = scenario.parse({"name": "s", "manifests": [], "jobs": [{"at": 0, "object": o} for o in objects]})
+    by_key = {e.job.key: e for e in parsed.jobs}
+    assert set(by_key) == {
+        "ns/statefulset-db",
+        "ns/leaderworkerset-llm-0",
+        "ns/leaderworkerset-llm-1",
+        "ns/chat-predictor",
+    }
+    sts = by_key["ns/statefulset-db"]
+    assert sts.regroups and sts.serves and [ps.count for ps in sts.job.pod_sets] == [3]
+    first, second = by_key["ns/leaderworkerset-llm-0"], by_key["ns/leaderworkerset-llm-1"]
+    assert sum(ps.count for ps in first.job.pod_sets) == 4 and first.creates and not second.creates
+    assert first.seq < second.seq
+    isvc = by_key["ns/chat-predictor"]
+    assert isvc.replicas == 2 and isvc.job.labels["turnstile.dev/service"] == "deployment-chat-predictor"
