@@ -40,6 +40,17 @@ def parse_selector(text: str) -> LabelSelector | None:
         raise ValueError(f"not a label selector: {exc}") from None
 
 
+# the last configuration's managed resources: every unlabelled pod in a managed namespace asks, and
+# the webhook answers pods at hundreds a second while the configuration changes rarely
+_RESOURCES: list[tuple[Config, str, set[str]]] = []
+
+
+def _managed_resources(config: Config, mode: str) -> set[str]:
+    if not _RESOURCES or _RESOURCES[0][0] is not config or _RESOURCES[0][1] != mode:
+        _RESOURCES[:] = [(config, mode, managed.managed_resources(config, mode))]
+    return _RESOURCES[0][2]
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     missing_queue: str = HOLD
@@ -81,7 +92,7 @@ class Policy:
         it lives in a managed namespace and asks for a managed resource."""
         if info is None or not self.managed_namespace(config, namespace):
             return None
-        asked = managed.asks(info, managed.managed_resources(config, self.managed_resources))
+        asked = managed.asks(info, _managed_resources(config, self.managed_resources))
         return managed.hold_message(config, namespace, what, asked) if asked else None
 
     def hold_object(

@@ -66,6 +66,12 @@ def predictor(isvc: Mapping[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def replicas(obj: Mapping[str, Any]) -> int:
+    """An object's ``spec.replicas`` as its controller reads it (1 when absent or not a count)."""
+    value = (obj.get("spec") or {}).get("replicas", 1)
+    return value if isinstance(value, int) and value >= 0 else 1
+
+
 def _whole(value: Any, path: str, problems: list[FieldError], *, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         problems.append(FieldError(path, f"must be a whole number >= {minimum}, not {value!r}"))

@@ -73,14 +73,22 @@ class JobCache:
                 log.debug("job %s: version %s of our write never came; taking %s", uid, expectation.version, version)
         self.expected.pop(uid, None)
         if kind == "DELETED":
-            view = self.views.pop(uid, None)
-            if view is not None and self.uid_of.get(view.key) == uid:
-                del self.uid_of[view.key]
-            return True
-        view = integration.view(obj, self.shapes)
+            self.drop(uid)
+        else:
+            self.put(uid, integration.view(obj, self.shapes))
+        return True
+
+    def put(self, uid: str, view: JobView) -> None:
+        """The job (or pod workload, ``admission.controller.podgroups``) as it now is."""
         self.views[uid] = view
         self.uid_of[view.key] = uid
-        return True
+
+    def drop(self, uid: str) -> JobView | None:
+        """The job is gone; its key is forgotten unless another job has taken it meanwhile."""
+        view = self.views.pop(uid, None)
+        if view is not None and self.uid_of.get(view.key) == uid:
+            del self.uid_of[view.key]
+        return view
 
     def writing(self, uid: str) -> None:
         """A write to the job begins: note the versions the watch delivers meanwhile."""

@@ -72,12 +72,10 @@ class PodGroups:
             self._regroup(was, drop=uid)
         if name is None:
             if kind == "DELETED":
-                if self.jobs.views.pop(uid, None) is not None:
-                    self._forget(f"{namespace}/{meta.get('name')}", uid)
+                if self.jobs.drop(uid) is not None:
+                    self.changed(uid)
                 return
-            view = pod_integration.single(pod)
-            self.jobs.views[uid] = view
-            self.jobs.uid_of[view.key] = uid
+            self.jobs.put(uid, pod_integration.single(pod))
             self.changed(uid)
             return
         if kind == "DELETED":
@@ -86,12 +84,6 @@ class PodGroups:
         self.group_of[uid] = key
         self.groups.setdefault(key, _Group()).members[uid] = pod
         self._regroup(key)
-
-    def _forget(self, key: str, uid: str) -> None:
-        """A workload's view is gone: its key no longer names it (unless another took the key)."""
-        if self.jobs.uid_of.get(key) == uid:
-            del self.jobs.uid_of[key]
-        self.changed(uid)
 
     def _regroup(self, key: str, drop: str | None = None) -> None:
         group = self.groups.get(key)
@@ -103,8 +95,8 @@ class PodGroups:
         members = sorted(group.members.values(), key=_created)
         if not members:
             del self.groups[key]
-            if group.uid is not None and self.jobs.views.pop(group.uid, None) is not None:
-                self._forget(key, group.uid)
+            if group.uid is not None and self.jobs.drop(group.uid) is not None:
+                self.changed(group.uid)
             return
         whole = pods.Group(namespace, name, tuple(members))
         problems: list[str] = []
@@ -123,6 +115,5 @@ class PodGroups:
         )  # fmt: skip
         if problems and group.info is not None:
             log.warning("pod group %s: %s", key, "; ".join(problems))
-        self.jobs.views[group.uid] = view
-        self.jobs.uid_of[key] = group.uid
+        self.jobs.put(group.uid, view)
         self.changed(group.uid)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from admission.sim import resources
 from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
+from queues import serving
 
 if TYPE_CHECKING:
     from admission.sim.apiserver import ApiServer
@@ -110,9 +111,7 @@ def _controller_uid(obj: Obj) -> str | None:
     return None
 
 
-def replicas_of(obj: Obj) -> int:
-    value = (obj.get("spec") or {}).get("replicas", 1)
-    return value if isinstance(value, int) and value >= 0 else 1
+replicas_of = serving.replicas  # (as the webhook and the scenario reader read it)
 
 
 class Replicas:

@@ -34,7 +34,7 @@ from admission.jobs.pods import POD
 from admission.policy import Policy
 from admission.webhook import review
 from admission.webhook.review import Answer, Obj
-from queues import errors, jobs, pods
+from queues import errors, jobs, pods, serving
 from queues.model import Config
 
 PARENTS = {"Deployment": "deployment", "StatefulSet": "statefulset", "LeaderWorkerSet": "leaderworkerset"}
@@ -161,11 +161,6 @@ def validate_pod(
 label_name = pods.label_name
 
 
-def _replicas(obj: Obj) -> int:
-    value = (obj.get("spec") or {}).get("replicas", 1)
-    return value if isinstance(value, int) and value >= 0 else 1
-
-
 def mutate_parent(kind: str, obj: Obj, namespace: str, config: Config, policy: Policy) -> Answer:
     answer = Answer()
     queue, add = review.queue_labels(obj, namespace, config)
@@ -191,7 +186,9 @@ def mutate_parent(kind: str, obj: Obj, namespace: str, config: Config, policy: P
     notes = {pods.PARENT_ANNOTATION: PARENTS[kind]}
     if kind == "StatefulSet":
         labels[pods.GROUP_LABEL] = label_name(kind, name)
-        notes.update({pods.TOTAL_ANNOTATION: str(_replicas(obj)), pods.FAST_ADMISSION: "true", pods.SERVING: "true"})
+        notes.update(
+            {pods.TOTAL_ANNOTATION: str(serving.replicas(obj)), pods.FAST_ADMISSION: "true", pods.SERVING: "true"}
+        )
     for pointer, tmpl in templates:
         meta = tmpl.get("metadata")
         if not isinstance(meta, dict):
@@ -246,7 +243,7 @@ def validate_parent(
             f"run; scale it to 0 first"
         )
     if operation == "UPDATE" and old is not None and kind == "StatefulSet" and queue is not None:
-        before, after = _replicas(old), _replicas(obj)
+        before, after = serving.replicas(old), serving.replicas(obj)
         if before != after and before and after:
             problems.append(
                 f"spec.replicas: a queued StatefulSet is one pod group, admitted whole: it scales only to and from 0 "

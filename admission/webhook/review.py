@@ -25,7 +25,7 @@ from typing import Any
 from admission.jobs import BY_KIND
 from admission.jobs.base import Integration
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
-from queues import errors, flavors, jobs
+from queues import errors, flavors, jobs, managed
 from queues.model import Config, Snapshot, Workload
 
 Obj = dict[str, Any]
@@ -42,11 +42,6 @@ class Answer:
 def _queue_of(obj: Mapping[str, Any]) -> str | None:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return labels.get(jobs.QUEUE_LABEL) or None
-
-
-def _namespace_queues(config: Config, namespace: str) -> list[str]:
-    prefix = f"{namespace}/"
-    return sorted(key[len(prefix) :] for key in config.local_queues if key.startswith(prefix))
 
 
 def integration_of(request_kind: Any, obj: Obj) -> Integration | None:
@@ -137,7 +132,7 @@ def validate(
     name = f"{integration.ref.kind} {namespace}/{(obj.get('metadata') or {}).get('name')}"
     problems: list[str] = []
     queue = _queue_of(obj)
-    existing = _namespace_queues(config, namespace)
+    existing = managed.namespace_queues(config, namespace)
     if queue is not None and queue not in existing:
         where = f"LocalQueues in {namespace}: {', '.join(existing)}" if existing else f"{namespace} has no LocalQueue"
         missing = f"metadata.labels[{jobs.QUEUE_LABEL}]: LocalQueue {queue!r} does not exist in namespace {namespace}"
