@@ -1,79 +1,39 @@
 """Reading job objects into pod sets: what a job asks of the queue.
 
 Pure functions over the job as a user would ``kubectl apply`` it (a dict), shared by the
-simulator, the controller and the webhook. Supported kinds and their pod sets:
-
-- ``batch/v1`` Job: one pod set ``main`` of min(parallelism, completions) pods;
-- ``kubeflow.org/v1`` PyTorchJob and TFJob, ``kubeflow.org/v2beta1`` MPIJob: one pod set per
-  replica type, named by the lowercased type, in Kueue's order (master before worker, ...);
-- ``jobset.x-k8s.io/v1alpha2`` JobSet: one pod set per replicated job, of replicas x pods.
+simulator, the controller and the webhook. Which kinds exist and where each keeps its pod
+templates is ``queues.layouts``; here a template becomes a ``PodSet`` with requests.
 
 A pod's request is Kubernetes' effective request: the sum of its containers (plus
 restartable "sidecar" init containers), or the largest init container if larger, plus the
 pod overhead; a container's limits stand in for requests it does not set.
+
+Partial admission (Kueue's, KEP-420): a batch Job annotated ``kueue.x-k8s.io/job-min-parallelism``
+may be admitted with fewer pods than its parallelism, down to that minimum; its pod set carries
+``min_count``.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import errors, quantity, selectors
+from queues import errors, layouts, quantity, selectors
 from queues.errors import FieldError
+from queues.layouts import KINDS, POD, Kind
+
+__all__ = ["KINDS", "POD", "Kind"]  # re-exported: callers name kinds through ``jobs``
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"  # partial admission of a batch Job
+COMPLETIONS_EQUAL_PARALLELISM = "kueue.x-k8s.io/job-completions-equal-parallelism"
 DEFAULT_QUEUE = "default"
 
 Requests = dict[str, int]  # resource name -> milli-units
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """An integrated job kind: where its pod sets are and which field suspends it."""
-
-    api_version: str
-    kind: str
-    suspend_path: tuple[str, ...]
-    replica_field: str | None = None  # Kubeflow: the map of replica specs
-    replica_order: tuple[str, ...] = ()
-
-
-KINDS: dict[tuple[str, str], Kind] = {
-    (k.api_version, k.kind): k
-    for k in (
-        Kind("batch/v1", "Job", ("spec", "suspend")),
-        Kind(
-            "kubeflow.org/v1",
-            "PyTorchJob",
-            ("spec", "runPolicy", "suspend"),
-            "pytorchReplicaSpecs",
-            ("Master", "Worker"),
-        ),
-        Kind(
-            "kubeflow.org/v1",
-            "TFJob",
-            ("spec", "runPolicy", "suspend"),
-            "tfReplicaSpecs",
-            ("Chief", "Master", "PS", "Worker", "Evaluator"),
-        ),
-        Kind(
-            "kubeflow.org/v2beta1",
-            "MPIJob",
-            ("spec", "runPolicy", "suspend"),
-            "mpiReplicaSpecs",
-            ("Launcher", "Worker"),
-        ),
-        Kind("jobset.x-k8s.io/v1alpha2", "JobSet", ("spec", "suspend")),
-    )
-}
-
-# A plain Pod read as a job of one pod set ``main`` (``queues.pods``): not in ``KINDS``, since a pod
-# is held by a scheduling gate, not a suspend field, and the pods of integrated jobs are not queued.
-POD = Kind("v1", "Pod", ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +45,7 @@ class PodSet:
     requests: Mapping[str, int]
     constraints: selectors.NodeConstraints = field(default_factory=selectors.NodeConstraints)
     tolerations: tuple[selectors.Toleration, ...] = ()
+    min_count: int | None = None  # partial admission: the fewest pods it may be admitted with
 
     def total(self) -> Requests:
         return {r: v * self.count for r, v in self.requests.items() if v}
@@ -121,6 +82,18 @@ class JobInfo:
 def supported_kinds() -> list[str]:
     """The kinds a scenario's job entry may be: the integrated jobs, a Pod, a Deployment."""
     return [*(f"{k.api_version} {k.kind}" for k in KINDS.values()), "v1 Pod", "apps/v1 Deployment"]
+
+
+def with_counts(pod_sets: tuple[PodSet, ...], counts: Mapping[str, int]) -> tuple[PodSet, ...]:
+    """The pod sets with some counts replaced (a partial admission's)."""
+    if not counts:
+        return pod_sets
+    return tuple(
+        PodSet(ps.name, counts[ps.name], ps.requests, ps.constraints, ps.tolerations, ps.min_count)
+        if ps.name in counts
+        else ps
+        for ps in pod_sets
+    )
 
 
 def kind_of(obj: Mapping[str, Any]) -> Kind | None:
@@ -165,7 +138,7 @@ def read_job(obj: Any, kind: Kind | None = None) -> JobInfo:
     if not isinstance(spec, Mapping):
         problems.append(FieldError("spec", "required: the job's spec"))
     else:
-        found = _pod_templates(kind, spec, problems) if kind is not POD else iter([("main", 1, obj, "")])
+        found = layouts.templates(kind, spec, problems) if kind is not POD else iter([("main", 1, obj, "")])
         for ps_name, count, template, path in found:
             spec_path = f"{path}.spec" if path else "spec"
             ps = _pod_set(ps_name, count, template["spec"], spec_path, problems)
@@ -173,9 +146,20 @@ def read_job(obj: Any, kind: Kind | None = None) -> JobInfo:
                 pod_priority = template["spec"]["priorityClassName"] or None
             if ps is not None:
                 pod_sets.append(ps)
-                template_paths[ps_name] = sys.intern(json_pointer(path))
+                if path is not None:
+                    template_paths[ps_name] = sys.intern(json_pointer(path))
         if not pod_sets and not problems:
             problems.append(FieldError("spec", "the job defines no pods"))
+        if len(pod_sets) > layouts.MAX_POD_SETS:
+            problems.append(
+                FieldError(
+                    "spec",
+                    f"the job has {len(pod_sets)} pod sets ({', '.join(p.name for p in pod_sets)}); a workload holds "
+                    f"at most {layouts.MAX_POD_SETS} (as Kueue's): merge groups of identical pods",
+                )
+            )
+        if kind.layout == "job" and pod_sets and MIN_PARALLELISM in annotations:
+            pod_sets[0] = _partial(pod_sets[0], annotations[MIN_PARALLELISM], problems)
     if problems:
         raise errors.Invalid(problems)
     return JobInfo(
@@ -189,6 +173,24 @@ def read_job(obj: Any, kind: Kind | None = None) -> JobInfo:
         template_paths=template_paths,
         priority_class_name=pod_priority,
     )
+
+
+def _partial(ps: PodSet, raw: str, problems: list[FieldError]) -> PodSet:
+    """The Job's pod set with its ``min_count`` from the annotation: a whole number from 1 to the
+    Job's pods count (a running Job admitted partially has parallelism = what it was admitted with,
+    so equal is fine here; a new Job must ask for fewer, which the webhook checks)."""
+    where = f"metadata.annotations[{MIN_PARALLELISM}]"
+    try:
+        value = int(raw)
+    except ValueError:
+        problems.append(FieldError(where, f"must be a whole number of pods, not {raw!r}"))
+        return ps
+    if not 1 <= value <= ps.count:
+        problems.append(
+            FieldError(where, f"must be between 1 and the Job's parallelism {ps.count} (it is {value}); lower it")
+        )
+        return ps
+    return PodSet(ps.name, ps.count, ps.requests, ps.constraints, ps.tolerations, value)
 
 
 def pointer_token(key: str) -> str:
@@ -217,33 +219,6 @@ def _string_map(value: Any, path: str, problems: list[FieldError]) -> dict[str, 
     return out
 
 
-def _int_field(spec: Mapping[str, Any], key: str, path: str, default: int, problems: list[FieldError]) -> int:
-    value = spec.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        problems.append(FieldError(f"{path}.{key}", f"must be a whole number >= 0, not {value!r}"))
-        return 0
-    return value
-
-
-def batch_pods_count(job_spec: Mapping[str, Any], path: str, problems: list[FieldError]) -> int:
-    """Pods a batch Job runs at once: parallelism (default 1), capped by completions."""
-    count = _int_field(job_spec, "parallelism", path, 1, problems)
-    if job_spec.get("completions") is not None:
-        count = min(count, _int_field(job_spec, "completions", path, 1, problems))
-    return count
-
-
-def _template(holder: Any, path: str, problems: list[FieldError]) -> Mapping[str, Any] | None:
-    """The pod template (metadata and spec) under ``holder.template``."""
-    template = holder.get("template") if isinstance(holder, Mapping) else None
-    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
-        problems.append(FieldError(f"{path}.template.spec", "required: the pod template's spec"))
-        return None
-    return template
-
-
 def pod_templates(obj: Mapping[str, Any], kind: Kind | None = None) -> list[tuple[str, int, Mapping[str, Any]]]:
     """(pod set name, pod count, pod template) of every pod set of a job, for whatever runs its pods."""
     kind = kind or kind_of(obj)
@@ -251,64 +226,10 @@ def pod_templates(obj: Mapping[str, Any], kind: Kind | None = None) -> list[tupl
     if kind is None or not isinstance(spec, Mapping):
         return []
     problems: list[FieldError] = []
-    found = [(name, count, template) for name, count, template, _ in _pod_templates(kind, spec, problems)]
+    found = [(name, count, template) for name, count, template, _ in layouts.templates(kind, spec, problems)]
     if problems:
         raise errors.Invalid(problems)
     return found
-
-
-def _pod_templates(
-    kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]
-) -> Iterator[tuple[str, int, Mapping[str, Any], str]]:
-    if kind.kind == "Job":
-        template = _template(spec, "spec", problems)
-        if template is not None:
-            yield "main", batch_pods_count(spec, "spec", problems), template, "spec.template"
-        return
-    if kind.kind == "JobSet":
-        jobs = spec.get("replicatedJobs")
-        if not isinstance(jobs, list) or not jobs:
-            problems.append(FieldError("spec.replicatedJobs", "required: a list of replicated jobs"))
-            return
-        for i, rj in enumerate(jobs):
-            path = f"spec.replicatedJobs[{i}]"
-            if not isinstance(rj, Mapping) or not isinstance(rj.get("name"), str):
-                problems.append(FieldError(f"{path}.name", "required: the replicated job's name"))
-                continue
-            replicas = _int_field(rj, "replicas", path, 1, problems)
-            job_spec = (rj.get("template") or {}).get("spec") if isinstance(rj.get("template"), Mapping) else None
-            if not isinstance(job_spec, Mapping):
-                problems.append(FieldError(f"{path}.template.spec", "required: the Job template's spec"))
-                continue
-            template = _template(job_spec, f"{path}.template.spec", problems)
-            if template is not None:
-                count = replicas * batch_pods_count(job_spec, f"{path}.template.spec", problems)
-                yield str(rj["name"]), count, template, f"{path}.template.spec.template"
-        return
-    assert kind.replica_field is not None
-    replica_specs = spec.get(kind.replica_field)
-    if not isinstance(replica_specs, Mapping) or not replica_specs:
-        problems.append(FieldError(f"spec.{kind.replica_field}", "required: the replica specs"))
-        return
-    for rtype in replica_specs:
-        if rtype not in kind.replica_order:
-            problems.append(
-                FieldError(
-                    f"spec.{kind.replica_field}.{rtype}",
-                    f"unknown replica type; {kind.kind} has {', '.join(kind.replica_order)}",
-                )
-            )
-    for rtype in kind.replica_order:
-        if rtype not in replica_specs:
-            continue
-        path = f"spec.{kind.replica_field}.{rtype}"
-        rspec = replica_specs[rtype]
-        if not isinstance(rspec, Mapping):
-            problems.append(FieldError(path, "must be a replica spec"))
-            continue
-        template = _template(rspec, path, problems)
-        if template is not None:
-            yield rtype.lower(), _int_field(rspec, "replicas", path, 1, problems), template, f"{path}.template"
 
 
 def _container_requests(container: Any, path: str, problems: list[FieldError]) -> Requests:
@@ -387,7 +308,9 @@ def api_problems(obj: Mapping[str, Any], kind: Kind | None = None) -> list[Field
         return []
     problems: list[FieldError] = []
     out: list[FieldError] = []
-    for _, _, template, path in _pod_templates(kind, spec, problems):
+    for _, _, template, path in layouts.templates(kind, spec, problems):
+        if path is None:
+            continue  # made by the kind's operator from its own defaults
         pod = template.get("spec") or {}
         for section in ("containers", "initContainers"):
             for i, c in enumerate(pod.get(section) or []):

@@ -160,7 +160,8 @@ class Admission:
 def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
     """Everything about pod sets that decides where they fit, as one hashable value."""
     return tuple(
-        (ps.name, ps.count, tuple(sorted(ps.requests.items())), ps.constraints, ps.tolerations) for ps in pod_sets
+        (ps.name, ps.count, tuple(sorted(ps.requests.items())), ps.constraints, ps.tolerations, ps.min_count)
+        for ps in pod_sets
     )
 
 

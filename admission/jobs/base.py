@@ -138,6 +138,8 @@ class Integration:
     ref: ResourceRef
     finished_conditions: tuple[str, ...]
     count_active: Callable[[Obj], int]
+    # for a kind whose end is a status field rather than a condition (RayJob): when it is over
+    is_finished: Callable[[Obj], bool] | None = None
 
     @property
     def kind(self) -> jobs.Kind:
@@ -148,9 +150,8 @@ class Integration:
     @property
     def framework(self) -> str:
         """Kueue's name for the integration (``integrations.frameworks``): ``batch/job``,
-        ``kubeflow.org/pytorchjob``, ``jobset.x-k8s.io/jobset``."""
-        group = self.ref.api_version.rpartition("/")[0]
-        return f"{group}/{self.ref.kind.lower()}"
+        ``kubeflow.org/pytorchjob``, ``jobset.x-k8s.io/jobset``, ``ray.io/rayjob``."""
+        return self.kind.framework
 
     @property
     def built_in(self) -> bool:
@@ -167,6 +168,8 @@ class Integration:
         return bool(_walk(obj, self.kind.suspend_path))
 
     def finished(self, obj: Obj) -> bool:
+        if self.is_finished is not None:
+            return self.is_finished(obj)
         return condition_true(obj, self.finished_conditions)
 
     def is_active(self, obj: Obj) -> bool:

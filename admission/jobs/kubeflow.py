@@ -1,4 +1,5 @@
-"""Kubeflow training jobs: PyTorchJob and TFJob (``kubeflow.org/v1``), MPIJob (``kubeflow.org/v2beta1``).
+"""Kubeflow training jobs: PyTorchJob, TFJob, JAXJob, XGBoostJob and PaddleJob (``kubeflow.org/v1``, the
+training-operator's), MPIJob (``kubeflow.org/v2beta1``, the mpi-operator's).
 
 All suspend through ``spec.runPolicy.suspend``, finish with a Succeeded or Failed condition,
 and report active pods per replica type in ``status.replicaStatuses``.
@@ -20,4 +21,7 @@ _DONE = ("Succeeded", "Failed")
 PYTORCH = Integration(ResourceRef("kubeflow.org/v1", "PyTorchJob", "pytorchjobs"), _DONE, _active)
 TF = Integration(ResourceRef("kubeflow.org/v1", "TFJob", "tfjobs"), _DONE, _active)
 MPI = Integration(ResourceRef("kubeflow.org/v2beta1", "MPIJob", "mpijobs"), _DONE, _active)
-ALL = (PYTORCH, TF, MPI)
+JAX = Integration(ResourceRef("kubeflow.org/v1", "JAXJob", "jaxjobs"), _DONE, _active)
+XGBOOST = Integration(ResourceRef("kubeflow.org/v1", "XGBoostJob", "xgboostjobs"), _DONE, _active)
+PADDLE = Integration(ResourceRef("kubeflow.org/v1", "PaddleJob", "paddlejobs"), _DONE, _active)
+ALL = (PYTORCH, TF, MPI, JAX, XGBOOST, PADDLE)

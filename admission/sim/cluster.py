@@ -1,9 +1,15 @@
 """What runs in the simulated cluster: job operators, a scheduler and a kubelet.
 
-- Operators (batch Job, PyTorchJob/TFJob, MPIJob, JobSet): an unsuspended job gets its pods,
-  one per replica, named ``<job>-<podset>-<i>``; suspending it deletes them and sets the
-  Suspended condition; when every pod has succeeded the job completes, with the conditions its
-  real controller sets (Job: Complete; Kubeflow: Succeeded; JobSet: Completed).
+- Operators (batch Job, the Kubeflow kinds, JobSet, RayJob, RayCluster): an unsuspended job gets
+  its pods, one per replica, named ``<job>-<podset>-<i>``; suspending it deletes them and sets the
+  Suspended condition; when every pod has succeeded the job completes, with the status its real
+  controller sets (Job: Complete; Kubeflow: Succeeded; JobSet: Completed; RayJob:
+  ``jobDeploymentStatus: Complete``). A RayCluster's pods run until it is deleted or suspended;
+  its ``status.state`` is ``ready`` while they run and ``suspended`` once a suspended one's pods
+  are gone, as KubeRay's. Differences from KubeRay: a RayJob's pods (head, workers, submitter)
+  are made by the RayJob itself, without the RayCluster and submitter Job KubeRay makes between
+  them, and they all succeed after the job's runtime (KubeRay's submitter succeeds and the
+  cluster is then deleted: the same quota released at the same moment).
 - Scheduler: a pending pod is bound to the first Node whose labels match its nodeSelector,
   whose NoSchedule/NoExecute taints it tolerates and whose allocatable capacity still holds
   its requests; otherwise it stays Pending with PodScheduled=False, reason Unschedulable.
@@ -40,6 +46,7 @@ PODS = next(r for r in resources.ALL if r.plural == "pods")
 NODES = next(r for r in resources.ALL if r.plural == "nodes")
 JOB_RESOURCES = tuple(r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS)
 DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed"}  # Kubeflow kinds: Succeeded
+FOREVER = "forever"  # a RUNTIME_ANNOTATION value: the pod runs until it is deleted (a RayCluster's)
 
 
 def _now() -> str:
@@ -139,14 +146,14 @@ class Cluster:
             return
         status = job.setdefault("status", {})
         done = DONE_CONDITION.get(kind.kind, "Succeeded")
-        if any(c.get("type") == done and c.get("status") == "True" for c in status.get("conditions", [])):
+        if _done(kind, status, done):
             return
         uid = job["metadata"]["uid"]
         pods = self._pods_of(uid, namespace)
         if bool(_walk(job, kind.suspend_path)):
             for pod in pods:
                 self._terminate(pod)
-            _count_pods(kind, status, self._pods_of(uid, namespace))
+            _count_pods(kind, status, self._pods_of(uid, namespace), suspended=True)
             # As the Job controller (KEP-2232): suspending clears startTime, so the job counts as never
             # started and its scheduling directives may change before it is resumed.
             status.pop("startTime", None)
@@ -164,6 +171,8 @@ class Cluster:
             except errors.Invalid:
                 return
             runtime = (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+            if kind.kind == "RayCluster":
+                runtime = FOREVER
             for ps_name, count, template in templates:
                 for i in range(count):
                     pods.append(self._create_pod(job, ps_name, i, template, runtime))
@@ -172,7 +181,9 @@ class Cluster:
                 set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         _count_pods(kind, status, pods)
-        if pods and succeeded == len(pods):
+        if pods and succeeded == len(pods) and kind.layout == "ray":
+            status.update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", endTime=_now())
+        elif pods and succeeded == len(pods):
             status["completionTime"] = _now()
             if kind.kind == "Job":
                 set_condition(
@@ -356,7 +367,7 @@ class Cluster:
         set_condition(status, "Ready", "True", "")
         self.store.replace(PODS, ns, name, bound, subresource="status")
         runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION, self.default_runtime)
-        if runtime is not None:
+        if runtime is not None and runtime != FOREVER:
             try:
                 seconds = max(0.0, float(runtime))
             except ValueError:
@@ -376,7 +387,32 @@ class Cluster:
         self.store.replace(PODS, namespace, name, pod, subresource="status")
 
 
-def _count_pods(kind: jobs.Kind, status: Obj, pods: list[Obj]) -> None:
+def _done(kind: jobs.Kind, status: Obj, condition: str) -> bool:
+    if kind.kind == "RayJob":
+        return status.get("jobDeploymentStatus") in ("Complete", "Failed")
+    return any(c.get("type") == condition and c.get("status") == "True" for c in status.get("conditions", []))
+
+
+def _ray_status(kind: jobs.Kind, status: Obj, counts: dict[str, dict[str, int]], suspended: bool) -> None:
+    """KubeRay's status: a RayCluster's state and worker counts; a RayJob's deployment status."""
+    live = sum(c["active"] for c in counts.values())
+    workers = sum(c["active"] for ps, c in counts.items() if ps not in ("head", "submitter"))
+    if kind.kind == "RayCluster":
+        status.update(readyWorkerReplicas=workers, availableWorkerReplicas=workers, desiredWorkerReplicas=workers)
+        if suspended and not live:
+            status["state"] = "suspended"
+        elif not suspended and live:
+            status["state"] = "ready"
+        return
+    if suspended:
+        status["jobDeploymentStatus"] = "Suspending" if live else "Suspended"
+    elif live:
+        status["jobDeploymentStatus"] = "Running"
+        status.setdefault("jobStatus", "RUNNING")
+        status["rayClusterStatus"] = {"state": "ready", "readyWorkerReplicas": workers}
+
+
+def _count_pods(kind: jobs.Kind, status: Obj, pods: list[Obj], suspended: bool = False) -> None:
     """Active and succeeded pods in the status shape of the kind's real controller."""
     counts: dict[str, dict[str, int]] = {}
     terminating = 0
@@ -394,6 +430,8 @@ def _count_pods(kind: jobs.Kind, status: Obj, pods: list[Obj]) -> None:
         status["terminating"] = terminating
         status["active"] = sum(c["active"] for c in counts.values())
         status["succeeded"] = sum(c["succeeded"] for c in counts.values())
+    elif kind.layout == "ray":
+        _ray_status(kind, status, counts, suspended)
     elif kind.kind == "JobSet":
         status["replicatedJobsStatus"] = [
             {"name": ps, "active": c["active"], "succeeded": c["succeeded"], "ready": 0, "failed": 0, "suspended": 0}

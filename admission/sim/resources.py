@@ -80,6 +80,11 @@ OPERATORS = (
     Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
     Resource("kubeflow.org", "v1", "tfjobs", "TFJob"),
     Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
+    Resource("kubeflow.org", "v1", "jaxjobs", "JAXJob"),
+    Resource("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob"),
+    Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob"),
+    Resource("ray.io", "v1", "rayjobs", "RayJob"),
+    Resource("ray.io", "v1", "rayclusters", "RayCluster"),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest"),
     # serving operators (``admission.sim.serving``)

@@ -52,6 +52,7 @@ def pod_sets_json(pod_sets: Iterable[jobs.PodSet]) -> dict[str, Any]:
                     [[r.key, r.operator, list(r.values)] for r in term] for term in ps.constraints.affinity_terms
                 ],
                 "tolerations": [t.to_dict() for t in ps.tolerations],
+                **({"minCount": ps.min_count} if ps.min_count is not None else {}),
             }
             for ps in pod_sets
         ]
@@ -74,6 +75,7 @@ def pod_sets_from_json(body: dict[str, Any]) -> tuple[jobs.PodSet, ...]:
                 requests={r: int(v) for r, v in ps["requests"].items()},
                 constraints=constraints,
                 tolerations=tuple(selectors.Toleration.from_dict(t) for t in ps.get("tolerations", [])),
+                min_count=int(ps["minCount"]) if ps.get("minCount") is not None else None,
             )
         )
     return tuple(out)

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from admission.controller.controller import Controller
-from admission.jobs import BY_KIND
+from admission.jobs import BY_KIND, INTEGRATIONS
 from admission.jobs.base import pointer_get
 from admission.kube import client as kube_client
 from admission.kube.client import ResourceRef
@@ -49,6 +49,9 @@ KINDS = [
     kubeflow("kubeflow.org/v1", "PyTorchJob", "pytorchReplicaSpecs", ["Master", "Worker"]),
     kubeflow("kubeflow.org/v1", "TFJob", "tfReplicaSpecs", ["Chief", "Worker"]),
     kubeflow("kubeflow.org/v2beta1", "MPIJob", "mpiReplicaSpecs", ["Launcher", "Worker"]),
+    kubeflow("kubeflow.org/v1", "JAXJob", "jaxReplicaSpecs", ["Worker"]),
+    kubeflow("kubeflow.org/v1", "XGBoostJob", "xgbReplicaSpecs", ["Master", "Worker"]),
+    kubeflow("kubeflow.org/v1", "PaddleJob", "paddleReplicaSpecs", ["Master", "Worker"]),
     {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
@@ -59,6 +62,21 @@ KINDS = [
                 {"name": "leader", "replicas": 1, "template": {"spec": {"template": {"spec": GPU_POD}}}},
                 {"name": "workers", "replicas": 2, "template": {"spec": {"template": {"spec": GPU_POD}}}},
             ],
+        },
+    },
+    {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "rayjob", **META},
+        "spec": {
+            "suspend": True,
+            "entrypoint": "python train.py",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {
+                "headGroupSpec": {"template": {"spec": GPU_POD}},
+                "workerGroupSpecs": [{"groupName": "GPU-Workers", "replicas": 2, "template": {"spec": GPU_POD}}],
+            },
+            "submitterPodTemplate": {"spec": GPU_POD},
         },
     },
 ]
@@ -108,11 +126,12 @@ async def test_a_cluster_without_the_operators_crds_schedules_and_takes_a_crd_in
         await w.create(job("plain", gpus=1))
         await eventually(lambda: _unsuspended(w, JOBS, "plain"), what="a batch Job admitted")
         absent = sorted(i.ref.kind for i in controller.informers if i.absent)
-        assert absent == ["JobSet", "MPIJob", "PyTorchJob", "TFJob"]
+        custom = [i.ref.kind for i in INTEGRATIONS if not i.built_in]
+        assert absent == sorted(i.ref.kind for i in INTEGRATIONS if not i.built_in)
         said = [r.getMessage() for r in caplog.records if "not served by this cluster" in r.getMessage()]
-        assert len(said) == 5, said  # the four job kinds and the ProvisioningRequest, once each
+        assert len(said) == len(absent) + 1, said  # the custom job kinds and the ProvisioningRequest, once each
         assert all(r.levelname == "INFO" for r in caplog.records if r.name.endswith("informer"))
-        assert "not served by this cluster (install their CRDs): PyTorchJob, TFJob, MPIJob, JobSet" in "\n".join(
+        assert f"not served by this cluster (install their CRDs): {', '.join(custom)}" in "\n".join(
             controller.readiness.report()
         )
 
@@ -164,3 +183,60 @@ async def test_a_queued_job_that_cannot_be_read_gets_a_warning_event(tmp_path: P
         assert "'abc' is not a quantity" in message
         await asyncio.sleep(0.5)
         assert len(await warned()) == 1, "said once"
+
+
+RAYCLUSTER = {
+    "apiVersion": "ray.io/v1",
+    "kind": "RayCluster",
+    "metadata": {"name": "raycluster", "namespace": "ml", "labels": {jobs.QUEUE_LABEL: "team-a"}},
+    "spec": {
+        "suspend": True,
+        "headGroupSpec": {"template": {"spec": GPU_POD}},
+        "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "numOfHosts": 2, "template": {"spec": GPU_POD}}],
+    },
+}
+
+
+def _long_running(obj: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(obj))
+    out["metadata"]["annotations"] = {}  # runs until stopped
+    return out
+
+
+@pytest.mark.parametrize("obj", [*KINDS, RAYCLUSTER], ids=lambda o: o["kind"])
+async def test_job_kind_is_preempted_requeued_and_billed(
+    obj: dict[str, Any], tmp_path: Path, migrated_url: str
+) -> None:
+    """A running job of each kind gives way to a higher-priority Job that needs all the quota: it is
+    suspended (its pods stop), waits, is admitted again when the quota is free, and its GPU time
+    is on the ledger; the preemptor starts only once the victim's pods are gone."""
+    integration = BY_KIND[(obj["apiVersion"], obj["kind"])]
+    name = obj["metadata"]["name"]
+    victim = _long_running(obj)
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        w.start_controller("replica-1")
+        await w.kube.create(integration.ref, "ml", victim)
+        await eventually(lambda: _unsuspended(w, integration.ref, name), what=f"the {obj['kind']} admitted")
+        await w.create(job("urgent", gpus=8, priority="high"))
+
+        async def suspended_and_stopped() -> bool:
+            current = await w.kube.get(integration.ref, "ml", name)
+            pods = await w.kube.request("GET", "/api/v1/namespaces/ml/pods")
+            own = [p for p in pods["items"] if p["metadata"]["labels"].get("job-name") == name]
+            return integration.is_suspended(current) and not own
+
+        await eventually(suspended_and_stopped, timeout=15, what=f"the {obj['kind']} preempted and its pods gone")
+        await eventually(lambda: _unsuspended(w, JOBS, "urgent"), what="the preemptor started")
+        await w.kube.delete(JOBS, "ml", "urgent")
+        await eventually(lambda: _unsuspended(w, integration.ref, name), timeout=15, what="the victim admitted again")
+        async with database.transaction(w.sessions) as s:
+            row = (await s.execute(select(tables.Workload).where(tables.Workload.name == name))).scalar_one()
+            intervals = (
+                (await s.execute(select(tables.UsageInterval).where(tables.UsageInterval.workload_id == row.id)))
+                .scalars()
+                .all()
+            )
+        assert row.kind == obj["kind"]
+        assert len(intervals) == 2, "two admissions on the ledger: before the preemption and after"
+        assert all(i.resource == "nvidia.com/gpu" for i in intervals)

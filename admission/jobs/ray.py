@@ -1,0 +1,39 @@
+"""KubeRay's RayJob and RayCluster (``ray.io/v1``): ``spec.suspend``; pod sets in ``queues.layouts``.
+
+How each says it is over and whether its pods still run, from KubeRay's status (as Kueue reads it):
+
+- RayJob: finished when ``status.jobDeploymentStatus`` is ``Complete`` or ``Failed``; its pods run
+  while that status is anything but a not-yet-started or ``Suspended`` one (``Suspending`` is
+  KubeRay deleting the cluster: its pods still hold their nodes).
+- RayCluster: never finished (it serves until deleted, as in Kueue); its pods run unless its
+  ``status.state`` is ``suspended`` (KubeRay sets it once every pod of a suspended cluster is gone)
+  or not yet set.
+"""
+
+from __future__ import annotations
+
+from admission.jobs.base import Integration
+from admission.kube.client import Obj, ResourceRef
+
+_IDLE = ("", "New", "Suspended", "Complete", "Failed")
+
+
+def _job_status(obj: Obj) -> str:
+    return str((obj.get("status") or {}).get("jobDeploymentStatus") or "")
+
+
+def _job_active(obj: Obj) -> int:
+    return int(_job_status(obj) not in _IDLE)
+
+
+def _job_finished(obj: Obj) -> bool:
+    return _job_status(obj) in ("Complete", "Failed")
+
+
+def _cluster_active(obj: Obj) -> int:
+    return int(str((obj.get("status") or {}).get("state") or "") not in ("", "suspended"))
+
+
+RAYJOB = Integration(ResourceRef("ray.io/v1", "RayJob", "rayjobs"), (), _job_active, _job_finished)
+RAYCLUSTER = Integration(ResourceRef("ray.io/v1", "RayCluster", "rayclusters"), (), _cluster_active)
+ALL = (RAYJOB, RAYCLUSTER)

@@ -1,0 +1,135 @@
+"""Pod sets of the Ray, newer Kubeflow and partially admitted kinds (``queues.layouts``), as Kueue reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queues import errors, jobs
+
+GPU = "nvidia.com/gpu"
+
+
+def pod(requests: dict[str, str]) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]}}
+
+
+def obj(api_version: str, kind: str, spec: dict[str, Any], **annotations: str) -> dict[str, Any]:
+    meta = {"name": "j", "namespace": "ns", "annotations": annotations}
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": spec}
+
+
+def ray_cluster(**extra: Any) -> dict[str, Any]:
+    return {
+        "headGroupSpec": {"template": pod({"cpu": "2"})},
+        "workerGroupSpecs": [
+            {"groupName": "GPU-Group", "replicas": 2, "numOfHosts": 2, "template": pod({GPU: "4"})},
+            {"groupName": "cpu", "template": pod({"cpu": "8"})},
+        ],
+        **extra,
+    }
+
+
+def pod_sets(job: dict[str, Any]) -> list[tuple[str, int, dict[str, int]]]:
+    return [(ps.name, ps.count, dict(ps.requests)) for ps in jobs.read_job(job).pod_sets]
+
+
+def test_ray_cluster_head_and_worker_groups_replicas_times_hosts() -> None:
+    assert pod_sets(obj("ray.io/v1", "RayCluster", ray_cluster())) == [
+        ("head", 1, {"cpu": 2000}),
+        ("gpu-group", 4, {GPU: 4000}),
+        ("cpu", 1, {"cpu": 8000}),
+    ]
+
+
+def test_ray_job_adds_kuberays_default_submitter_unless_http_mode() -> None:
+    spec = {"shutdownAfterJobFinishes": True, "rayClusterSpec": ray_cluster()}
+    job = obj("ray.io/v1", "RayJob", spec)
+    found = pod_sets(job)
+    assert found[-1] == ("submitter", 1, {"cpu": 500, "memory": 200 * 2**20 * 1000})
+    info = jobs.read_job(job)
+    assert "submitter" not in info.template_paths, "KubeRay's default submitter has no template to write to"
+    assert info.template_paths["gpu-group"] == "/spec/rayClusterSpec/workerGroupSpecs/0/template"
+    own = obj("ray.io/v1", "RayJob", {**spec, "submitterPodTemplate": pod({"cpu": "1"})})
+    assert pod_sets(own)[-1] == ("submitter", 1, {"cpu": 1000})
+    assert jobs.read_job(own).template_paths["submitter"] == "/spec/submitterPodTemplate"
+    http = obj("ray.io/v1", "RayJob", {**spec, "submissionMode": "HTTPMode"})
+    assert [name for name, _, _ in pod_sets(http)] == ["head", "gpu-group", "cpu"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "types"),
+    [("JAXJob", "jaxReplicaSpecs", ["Worker"]), ("XGBoostJob", "xgbReplicaSpecs", ["Worker", "Master"]),
+     ("PaddleJob", "paddleReplicaSpecs", ["Worker", "Master"])],
+)  # fmt: skip
+def test_newer_kubeflow_kinds(kind: str, field: str, types: list[str]) -> None:
+    spec = {field: {t: {"replicas": 2, "template": pod({GPU: "1"})} for t in types}}
+    found = pod_sets(obj("kubeflow.org/v1", kind, spec))
+    assert [name for name, _, _ in found] == sorted(t.lower() for t in types)  # master before worker
+    assert all(count == 2 for _, count, _ in found)
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        (
+            obj("ray.io/v1", "RayJob", {"rayClusterSpec": ray_cluster()}),
+            "spec.shutdownAfterJobFinishes: must be true for a queued RayJob",
+        ),
+        (
+            obj("ray.io/v1", "RayCluster", ray_cluster(enableInTreeAutoscaling=True)),
+            "spec.enableInTreeAutoscaling: a queued Ray cluster cannot autoscale",
+        ),
+        (
+            obj("ray.io/v1", "RayJob", {"shutdownAfterJobFinishes": True, "clusterSelector": {"a": "b"},
+                                        "rayClusterSpec": ray_cluster()}),
+            "spec.clusterSelector: a queued RayJob cannot run on an existing RayCluster",
+        ),
+        (
+            obj("ray.io/v1", "RayCluster", {"headGroupSpec": {"template": pod({})},
+                                            "workerGroupSpecs": [{"groupName": "Head", "template": pod({})}]}),
+            "spec.workerGroupSpecs[0].groupName: 'Head' names another pod set",
+        ),
+        (
+            obj("ray.io/v1", "RayCluster", {"headGroupSpec": {"template": pod({})}, "workerGroupSpecs": [
+                {"groupName": f"g{i}", "template": pod({"cpu": "1"})} for i in range(1000)]}),
+            "spec: the job has 1001 pod sets",
+        ),
+        (
+            obj("batch/v1", "Job", {"parallelism": 4, "template": pod({})}, **{jobs.MIN_PARALLELISM: "five"}),
+            f"metadata.annotations[{jobs.MIN_PARALLELISM}]: must be a whole number of pods, not 'five'",
+        ),
+        (
+            obj("batch/v1", "Job", {"parallelism": 4, "template": pod({})}, **{jobs.MIN_PARALLELISM: "5"}),
+            f"metadata.annotations[{jobs.MIN_PARALLELISM}]: must be between 1 and the Job's parallelism 4",
+        ),
+        (
+            obj("batch/v1", "Job", {"parallelism": 4, "template": pod({})}, **{jobs.MIN_PARALLELISM: "0"}),
+            f"metadata.annotations[{jobs.MIN_PARALLELISM}]: must be between 1",
+        ),
+    ],
+    ids=["ray-shutdown", "ray-autoscaling", "ray-selector", "ray-group-name", "too-many-pod-sets", "min-nan",
+         "min-above", "min-zero"],
+)  # fmt: skip
+def test_bad_jobs_name_the_field_and_the_fix(job: dict[str, Any], expected: str) -> None:
+    with pytest.raises(errors.Invalid) as info:
+        jobs.read_job(job)
+    assert any(str(e).startswith(expected) for e in info.value.errors), info.value.errors
+
+
+def test_a_ray_worker_group_of_a_thousand_replicas_is_one_pod_set() -> None:
+    """1,000 workers are one pod set of 1,000 pods: whether they fit is the quota's business
+    (ExceedsMaxQuota), not a malformed job."""
+    cluster = ray_cluster()
+    cluster["workerGroupSpecs"][0]["replicas"] = 1000
+    assert pod_sets(obj("ray.io/v1", "RayCluster", cluster))[1][:2] == ("gpu-group", 2000)
+
+
+def test_min_parallelism_marks_the_main_pod_set() -> None:
+    job = obj("batch/v1", "Job", {"parallelism": 8, "completions": 8, "template": pod({GPU: "1"})},
+              **{jobs.MIN_PARALLELISM: "3"})  # fmt: skip
+    (ps,) = jobs.read_job(job).pod_sets
+    assert (ps.count, ps.min_count) == (8, 3)
+    (plain,) = jobs.read_job(obj("batch/v1", "Job", {"parallelism": 8, "template": pod({})})).pod_sets
+    assert plain.min_count is None
