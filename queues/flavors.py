@@ -20,11 +20,11 @@ sets the workload has and whichever of them failed first on current usage.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from queues import quantity, selectors
+from queues import jobs, quantity, selectors
 from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
 
 
@@ -52,6 +52,7 @@ class Assignment:
     needs_preemption: set[FlavorResource] = field(default_factory=set)
     reason: str = WAITING_FOR_QUOTA
     messages: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # pod set -> pods, where fewer than asked (partial)
 
     @property
     def message(self) -> str:
@@ -107,11 +108,18 @@ def _should_try_next(mode: Mode, cq: ClusterQueue, borrows: bool) -> bool:
     return not (mode == Mode.FIT and not borrows)
 
 
-def assign(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, oracle: PreemptionOracle | None) -> Assignment:
-    """Choose flavors for every pod set of ``wl`` in ``cq`` against the snapshot's usage."""
-    result = _assign(snapshot, cq, wl, oracle, potential=False)
+def assign(
+    snapshot: Snapshot,
+    cq: ClusterQueue,
+    wl: Workload,
+    oracle: PreemptionOracle | None,
+    counts: Mapping[str, int] | None = None,
+) -> Assignment:
+    """Choose flavors for every pod set of ``wl`` in ``cq`` against the snapshot's usage; with
+    ``counts``, for that many pods of those pod sets (a partial admission, ``queues.partial``)."""
+    result = _assign(snapshot, cq, wl, oracle, potential=False, counts=counts)
     if result.mode != Mode.FIT and result.reason == WAITING_FOR_QUOTA:
-        ever = _assign(snapshot, cq, wl, None, potential=True)
+        ever = _assign(snapshot, cq, wl, None, potential=True, counts=counts)
         if ever.mode == Mode.NO_FIT:
             ever.reason = EXCEEDS_MAX_QUOTA
             return ever
@@ -119,11 +127,17 @@ def assign(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, oracle: Preemptio
 
 
 def _assign(
-    snapshot: Snapshot, cq: ClusterQueue, wl: Workload, oracle: PreemptionOracle | None, *, potential: bool
+    snapshot: Snapshot,
+    cq: ClusterQueue,
+    wl: Workload,
+    oracle: PreemptionOracle | None,
+    *,
+    potential: bool,
+    counts: Mapping[str, int] | None = None,
 ) -> Assignment:
-    result = Assignment(mode=Mode.FIT)
+    result = Assignment(mode=Mode.FIT, counts=dict(counts or {}))
     covers_pods = "pods" in cq.group_of
-    for ps in wl.pod_sets:
+    for ps in jobs.with_counts(wl.pod_sets, counts or {}):
         requests = ps.total()
         if covers_pods:
             requests["pods"] = ps.count * quantity.MILLI

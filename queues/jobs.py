@@ -193,6 +193,22 @@ def _partial(ps: PodSet, raw: str, problems: list[FieldError]) -> PodSet:
     return PodSet(ps.name, ps.count, ps.requests, ps.constraints, ps.tolerations, value)
 
 
+def creation_problems(info: JobInfo) -> list[FieldError]:
+    """What Kueue's webhook refuses when such a job is created, beyond reading it: a minimum
+    parallelism must be below the Job's parallelism (otherwise it could never run partially)."""
+    out = []
+    for ps in info.pod_sets:
+        if ps.min_count is not None and ps.min_count >= ps.count:
+            out.append(
+                FieldError(
+                    f"metadata.annotations[{MIN_PARALLELISM}]",
+                    f"must be less than the Job's parallelism {ps.count} (it is {ps.min_count}); a Job that may "
+                    "start with fewer pods names the fewest it can run with",
+                )
+            )
+    return out
+
+
 def pointer_token(key: str) -> str:
     """One RFC 6901 reference token: ``~`` and ``/`` escaped (``turnstile.dev~1admission``)."""
     return key.replace("~", "~0").replace("/", "~1")

@@ -155,6 +155,7 @@ class Admission:
     flavors: dict[str, dict[str, str]]  # pod set -> resource -> flavor
     usage: Usage
     borrowing: bool
+    counts: dict[str, int] = field(default_factory=dict)  # pod set -> pods, where partially admitted
 
 
 def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
@@ -216,6 +217,11 @@ class Workload:
     retries: int = 0
     requeue_at: float | None = None
     active: bool = True
+
+    @property
+    def running_pod_sets(self) -> tuple[jobs.PodSet, ...]:
+        """The pod sets as admitted: fewer pods where the admission was partial."""
+        return jobs.with_counts(self.pod_sets, self.admission.counts) if self.admission else self.pod_sets
 
     @property
     def started(self) -> bool:

@@ -192,7 +192,13 @@ def parse(doc: Any) -> Scenario:
                     keys[entry.job.key] = i
                     job_entries.append(entry)
                 continue
-            runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)
+            if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == RAY_CLUSTER:
+                runtime: float = MAX_SECONDS  # it serves until it is deleted (a ``cancel`` edit), as in Kueue
+                if "runtime" in raw:
+                    problems.append(FieldError(f"{path}.runtime", "a RayCluster runs until it is deleted: remove "
+                                               "runtime (a cancel edit deletes it)"))  # fmt: skip
+            else:
+                runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)
             is_pod = isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == ("v1", "Pod")
             try:
                 info = jobs.read_job(obj, jobs.POD if is_pod else None)
@@ -208,6 +214,7 @@ def parse(doc: Any) -> Scenario:
                     continue
             else:
                 problems.extend(e.under(f"{path}.object") for e in jobs.api_problems(raw["object"]))
+                problems.extend(e.under(f"{path}.object") for e in jobs.creation_problems(info))
             if info.key in keys:
                 problems.append(
                     FieldError(
@@ -257,6 +264,7 @@ def parse(doc: Any) -> Scenario:
 
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 DEPLOYMENT = ("apps/v1", "Deployment")
+RAY_CLUSTER = ("ray.io/v1", "RayCluster")
 
 
 def _serving(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldError]) -> list[JobEntry]:

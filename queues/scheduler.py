@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from queues import flavors, jobs, preemption, provisioning
+from queues import flavors, jobs, partial, preemption, provisioning
 from queues.flavors import Assignment, Mode
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
@@ -253,7 +253,7 @@ class Scheduler:
         for wl, cq, assignment in entries:
             tree = cq.tree_key
             if tree in touched:
-                assignment = flavors.assign(self.snapshot, cq, wl, self._oracle)
+                assignment = self._assign(wl, cq)
             if assignment.mode == Mode.FIT:
                 decisions.append(self._admit(wl, cq, assignment))
                 touched.add(tree)
@@ -267,7 +267,7 @@ class Scheduler:
                     decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
                 # The victims released their quota at once; the preemptor takes it in the same
                 # step, so nothing requeued by the release (or the victims themselves) takes it first.
-                assignment = flavors.assign(self.snapshot, cq, wl, None)
+                assignment = flavors.assign(self.snapshot, cq, wl, None, assignment.counts)
                 if assignment.mode == Mode.FIT:
                     decisions.append(self._admit(wl, cq, assignment))
                 touched.add(tree)
@@ -295,10 +295,29 @@ class Scheduler:
         known = self._known_failure(wl, cq)
         if known is not None:
             return known
-        assignment = flavors.assign(self.snapshot, cq, wl, self._oracle)
+        assignment = self._assign(wl, cq)
         if assignment.mode != Mode.FIT:
             self._nofit_cache[self._class_key(wl, cq)] = (self._generation.get(cq.tree_key, 0), assignment.freeze())
         return assignment
+
+    def _assign(self, wl: Workload, cq: ClusterQueue) -> Assignment:
+        """The flavor assignment of ``wl`` as it is; when it neither fits nor finds workloads to
+        preempt, the largest partial admission that does (Kueue's order, ``queues.partial``)."""
+        full = flavors.assign(self.snapshot, cq, wl, self._oracle)
+        if full.mode == Mode.FIT or not partial.reducible(wl.pod_sets):
+            return full
+        if full.mode == Mode.PREEMPT and preemption.for_assignment(self.snapshot, cq, wl, full):
+            return full
+
+        def fits(counts: dict[str, int]) -> Assignment | None:
+            tried = flavors.assign(self.snapshot, cq, wl, self._oracle, counts)
+            if tried.mode == Mode.FIT or (
+                tried.mode == Mode.PREEMPT and preemption.for_assignment(self.snapshot, cq, wl, tried)
+            ):
+                return tried
+            return None
+
+        return partial.search(wl.pod_sets, fits) or full
 
     def _inadmissible(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
         self._say(wl, assignment.reason, assignment.message)
@@ -312,10 +331,12 @@ class Scheduler:
 
     def _admit(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> Admit:
         self.pending.remove(wl)
-        admission = Admission(cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing)
+        admission = Admission(
+            cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing, dict(assignment.counts)
+        )
         wl.admission = admission
         wl.admitted_at = self.now
-        wl.checks = provisioning.checks_to_pass(self.config, cq.spec, wl.pod_sets, admission)
+        wl.checks = provisioning.checks_to_pass(self.config, cq.spec, wl.running_pod_sets, admission)
         if wl.checks:
             self._say(
                 wl,
@@ -518,7 +539,7 @@ class Scheduler:
         cq = self.snapshot.queues.get(wl.cluster_queue) if wl is not None and wl.cluster_queue else None
         if wl is None or wl.admission is not None or cq is None:
             return None, []
-        assignment = flavors.assign(self.snapshot, cq, wl, self._oracle)
+        assignment = self._assign(wl, cq)
         if assignment.mode == Mode.PREEMPT:
             return assignment, preemption.for_assignment(self.snapshot, cq, wl, assignment)
         return assignment, []

@@ -235,6 +235,7 @@ class Recorder:
             clusterQueue=admission.cluster_queue,
             flavors={ps: dict(sorted(f.items())) for ps, f in admission.flavors.items()},
             borrowing=admission.borrowing,
+            **({"counts": dict(sorted(admission.counts.items()))} if admission.counts else {}),
         )
         return track
 
@@ -453,7 +454,11 @@ class Simulation:
         flavors = self.sched.snapshot.flavors
         self.scaler.start(
             key,
-            [provisioning.pod_needs(wl, admission, flavors, ps.name) for ps in wl.pod_sets for _ in range(ps.count)],
+            [
+                provisioning.pod_needs(wl, admission, flavors, ps.name)
+                for ps in wl.running_pod_sets
+                for _ in range(ps.count)
+            ],
         )
         if not track.entry.serves:
             self.order += 1
@@ -468,7 +473,7 @@ class Simulation:
             pods = [
                 provisioning.pod_needs(wl, admission, self.sched.snapshot.flavors, ps)
                 for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources)
-                for _ in range(next(p.count for p in wl.pod_sets if p.name == ps))
+                for _ in range(next(p.count for p in wl.running_pod_sets if p.name == ps))
             ]
             self.asked[(wl.key, check)] = (f"{wl.namespace}/{name}", pods)
             answer = self.scaler.ask(pods, spec.provisioning_class_name, self.now)

@@ -27,7 +27,7 @@ from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodSetInfo, pointer_get
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
-from queues import provisioning
+from queues import layouts, provisioning
 from queues.model import Workload
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class Checks:
         }
         labels = {JOB_UID_LABEL: view.uid}
         infos = {i.name: i for i in self.run_infos(term, wl)}
-        counts = {ps.name: ps.count for ps in wl.pod_sets}
+        counts = {ps.name: ps.count for ps in wl.running_pod_sets}
         pod_sets = []
         for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources):
             template = copy.deepcopy(_template(view, job, ps))
@@ -215,7 +215,10 @@ class Checks:
 def _template(view: JobView, job: Obj, pod_set: str) -> Obj:
     """The pod template of a pod set: in the job, or for a pod workload one of the pods of that set."""
     if view.pods is None:
-        return dict(pointer_get(job, view.info.template_paths[pod_set]) or {}) if view.info is not None else {}
+        path = view.info.template_paths.get(pod_set) if view.info is not None else None
+        if path is None:  # made by the kind's operator from its defaults (a RayJob's submitter)
+            return copy.deepcopy(dict(layouts.DEFAULT_SUBMITTER)) if view.info is not None else {}
+        return dict(pointer_get(job, path) or {})
     pod = next((p.obj for p in view.pods if p.pod_set == pod_set), job)
     meta = pod.get("metadata") or {}
     return {"metadata": {k: meta[k] for k in ("labels", "annotations") if k in meta}, "spec": pod.get("spec") or {}}

@@ -102,7 +102,7 @@ class Enactor:
         if view.pods is not None:
             await self._enact_pods(term, key, view, held, token)
             return
-        own = _own_infos(wl)
+        own, own_counts = _own_infos(wl), _counts(wl, None)
         if token is None or (view.admission is not None and view.admission != token):
             # Pending (or running under an admission that is no more): suspend first, then restore.
             term.blocked.pop(key, None)
@@ -112,8 +112,8 @@ class Enactor:
                 # Suspend only: a running Job's template cannot change. The admission mark stays
                 # until the restore, so a job without it always carries its own directives.
                 await self._patch(view, view.integration.patch(view, suspend=True, infos=(), admission=view.admission))
-            elif view.admission is not None or not view.carries(own):
-                await self._restore(view, own)
+            elif view.admission is not None or not view.carries(own, own_counts):
+                await self._restore(view, own, own_counts)
             return
         self.stopped(term, key)  # admitted again: whatever it held before is its own admission now
         if not view.suspended:
@@ -121,10 +121,11 @@ class Enactor:
         assert held is not None and held.admission is not None
         if self._victims_running(term, key, held):
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
-        infos = self.run_infos(term, held, held.admission)
+        infos, counts = self.run_infos(term, held, held.admission), _counts(held, held.admission)
         if view.started and not view.carries(infos):
             await self._clear_start_time(view)
-        await self._patch(view, view.integration.patch(view, suspend=False, infos=infos, admission=token))
+        patch = view.integration.patch(view, suspend=False, infos=infos, admission=token, counts=counts)
+        await self._patch(view, patch)
 
     async def _enact_pods(self, term: Term, key: str, view: JobView, held: Workload | None, token: str | None) -> None:
         """The same for a pod workload, which cannot be suspended: a pending one's running pods
@@ -192,10 +193,10 @@ class Enactor:
             self.said_waiting.pop(key, None)
         self.on_waiting(key, list(victims) or None)
 
-    async def _restore(self, view: JobView, own: list[PodSetInfo]) -> None:
+    async def _restore(self, view: JobView, own: list[PodSetInfo], counts: dict[str, int]) -> None:
         if view.started:
             await self._clear_start_time(view)
-        await self._patch(view, view.integration.patch(view, suspend=None, infos=own, admission=None))
+        await self._patch(view, view.integration.patch(view, suspend=None, infos=own, admission=None, counts=counts))
 
     async def _clear_start_time(self, view: JobView) -> None:
         """As Kueue does: a suspended Job whose controller has not yet cleared status.startTime
@@ -256,6 +257,13 @@ class Enactor:
 
 
 PODS = POD.ref
+
+
+def _counts(wl: Workload, admission: Admission | None) -> dict[str, int]:
+    """The pods each partially admittable pod set runs: as admitted, or (no admission) its own count
+    to restore. A pod set that is never admitted partially keeps whatever its job says."""
+    granted = admission.counts if admission is not None else {}
+    return {ps.name: granted.get(ps.name, ps.count) for ps in wl.pod_sets if ps.min_count is not None}
 
 
 def _own_infos(wl: Workload) -> list[PodSetInfo]:

@@ -75,9 +75,19 @@ class JobView:
         self.object_name = self.object_name or self.name
         self.object_uid = self.object_uid or self.uid
 
-    def carries(self, infos: Sequence[PodSetInfo]) -> bool:
-        """Whether every pod template already holds exactly these scheduling directives."""
+    def carries(self, infos: Sequence[PodSetInfo], counts: Mapping[str, int] | None = None) -> bool:
+        """Whether every pod template already holds exactly these scheduling directives (and the
+        job runs ``counts`` pods, where given)."""
+        if (
+            counts
+            and self.info is not None
+            and self.integration.count_pointer is not None
+            and any(counts.get(ps.name, ps.count) != ps.count for ps in self.info.pod_sets)
+        ):
+            return False
         for info in infos:
+            if self.info is not None and info.name not in self.info.template_paths:
+                continue  # no template in the job to carry them (see ``patch``)
             selector, tolerations = self.directives.get(info.name, (None, None))
             if (selector or {}) != dict(info.node_selector) or (tolerations or []) != [
                 dict(t) for t in info.tolerations
@@ -140,6 +150,8 @@ class Integration:
     count_active: Callable[[Obj], int]
     # for a kind whose end is a status field rather than a condition (RayJob): when it is over
     is_finished: Callable[[Obj], bool] | None = None
+    # partial admission: the field that sets how many pods the job runs (a batch Job's parallelism)
+    count_pointer: str | None = None
 
     @property
     def kind(self) -> jobs.Kind:
@@ -220,7 +232,13 @@ class Integration:
         )
 
     def patch(
-        self, view: JobView, *, suspend: bool | None, infos: Sequence[PodSetInfo], admission: str | None
+        self,
+        view: JobView,
+        *,
+        suspend: bool | None,
+        infos: Sequence[PodSetInfo],
+        admission: str | None,
+        counts: Mapping[str, int] | None = None,
     ) -> list[Obj]:
         """The JSON patch that sets the suspend field, the pod sets' directives and the admission mark.
 
@@ -229,12 +247,19 @@ class Integration:
         running Job's template cannot change; the admission mark kept) and
         ``restore_podsets_info`` (``suspend=None``, the job's own directives and no mark, once
         it is suspended). So a job without the mark always carries its own directives.
+
+        ``counts``: the pods each pod set runs (a partial admission's, or the job's own to restore),
+        where they differ from what the job says now (``count_ops``). A pod set without a template
+        in the job (a RayJob's default submitter, made by KubeRay) takes no directives.
         """
         assert view.info is not None, "only a well-formed job is admitted"
         ops: list[Obj] = []
         if suspend is not None:
             ops.append({"op": "add", "path": self.suspend_pointer, "value": suspend})
+        ops.extend(self.count_ops(view, counts or {}))
         for info in infos:
+            if info.name not in view.info.template_paths:
+                continue
             base = view.info.template_paths[info.name] + "/spec"
             selector, tolerations = view.directives.get(info.name, (None, None))
             for key, value, present in (
@@ -256,6 +281,21 @@ class Integration:
                 ops.append({"op": "add", "path": "/metadata/annotations", "value": {ADMISSION_ANNOTATION: admission}})
         elif view.admission is not None:
             ops.append({"op": "remove", "path": path})
+        return ops
+
+    def count_ops(self, view: JobView, counts: Mapping[str, int]) -> list[Obj]:
+        """Operations that make the job run ``counts`` pods (Kueue's partial admission of a batch
+        Job: its parallelism, and its completions too when the Job asks them kept equal)."""
+        assert view.info is not None
+        if self.count_pointer is None or not counts:
+            return []
+        ops: list[Obj] = []
+        for ps in view.info.pod_sets:
+            wanted = counts.get(ps.name)
+            if wanted is not None and wanted != ps.count:
+                ops.append({"op": "add", "path": self.count_pointer, "value": wanted})
+                if view.info.annotations.get(jobs.COMPLETIONS_EQUAL_PARALLELISM) == "true":
+                    ops.append({"op": "add", "path": "/spec/completions", "value": wanted})
         return ops
 
 

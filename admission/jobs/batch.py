@@ -1,5 +1,7 @@
 """batch/v1 Job: ``spec.suspend``; finished when Complete or Failed; its pods hold capacity while
-``status.active`` or ``status.terminating`` (pods deleted but still shutting down) count them."""
+``status.active`` or ``status.terminating`` (pods deleted but still shutting down) count them.
+Admitted partially (``kueue.x-k8s.io/job-min-parallelism``), it runs with ``spec.parallelism`` set
+to the pods admitted, restored when it is suspended again."""
 
 from __future__ import annotations
 
@@ -12,4 +14,6 @@ def _active(obj: Obj) -> int:
     return int(status.get("active") or 0) + int(status.get("terminating") or 0)
 
 
-JOB = Integration(ResourceRef("batch/v1", "Job", "jobs"), ("Complete", "Failed"), _active)
+JOB = Integration(
+    ResourceRef("batch/v1", "Job", "jobs"), ("Complete", "Failed"), _active, count_pointer="/spec/parallelism"
+)

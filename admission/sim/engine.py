@@ -47,7 +47,7 @@ from admission.store import database, deletion, embedded, notify
 from admission.store import workloads as store
 from admission.webhook import certs, registration
 from admission.webhook.server import WebhookServer
-from queues import scheduler, serving
+from queues import jobs, scheduler, serving
 from queues.model import Admission, Config, Snapshot, Workload
 from queues.scenario import Edit, JobEntry, Part, Scenario
 from queues.simulator import Recorder, Result, apply_edit
@@ -410,7 +410,9 @@ def replay(
                 flavors = ev.flavors or {}
                 record.admitted(
                     ev.workload,
-                    admission_of(workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing)),
+                    admission_of(
+                        workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing), ev.counts or {}
+                    ),
                 )
             elif ev.type == "Evicted":
                 record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
@@ -432,15 +434,22 @@ def replay(
     return record.result(cycles=cycles, explain=explain)
 
 
-def admission_of(wl: Workload, flavors: dict[str, dict[str, str]], cluster_queue: str, borrowing: bool) -> Admission:
-    """The quota an admission holds, from the flavor each pod set's resources were assigned."""
+def admission_of(
+    wl: Workload,
+    flavors: dict[str, dict[str, str]],
+    cluster_queue: str,
+    borrowing: bool,
+    counts: dict[str, int] | None = None,
+) -> Admission:
+    """The quota an admission holds, from the flavor each pod set's resources were assigned (and
+    the pods it was admitted with, where partially)."""
     usage: dict[tuple[str, str], int] = {}
-    for ps in wl.pod_sets:
+    for ps in jobs.with_counts(wl.pod_sets, counts or {}):
         for res, total in ps.total().items():
             flavor = flavors.get(ps.name, {}).get(res)
             if flavor is not None:
                 usage[(flavor, res)] = usage.get((flavor, res), 0) + total
-    return Admission(cluster_queue, flavors, usage, borrowing)
+    return Admission(cluster_queue, flavors, usage, borrowing, dict(counts or {}))
 
 
 async def simulate(

@@ -212,6 +212,8 @@ class Workload(Base):
     retries: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
     requeue_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     active: Mapped[bool] = mapped_column(nullable=False, server_default=text("true"))
+    # waitForPodsReady: when every pod of the admitted job was first Ready (None: not yet, this admission)
+    pods_ready_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     __table_args__ = (
         CheckConstraint(f"state IN {WORKLOAD_STATES!r}", name="state"),
         CheckConstraint("(state = 'Admitted') = (admitted_at IS NOT NULL)", name="admitted_has_time"),
@@ -258,6 +260,7 @@ class WorkloadEvent(Base):
     cluster_queue: Mapped[str | None] = mapped_column(String(NAME))
     flavors: Mapped[dict[str, Any] | None] = mapped_column()
     borrowing: Mapped[bool | None] = mapped_column()
+    counts: Mapped[dict[str, Any] | None] = mapped_column()  # pod set -> pods, of a partial admission
     reason: Mapped[str | None] = mapped_column(String(63))
     detail: Mapped[str | None] = mapped_column(String(63))
     by_workload: Mapped[str | None] = mapped_column(String(NAME + 64))

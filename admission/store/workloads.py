@@ -208,7 +208,11 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
             wl.checks = tuple(r.checks or ())
             flavors = r.assigned_flavors or {}
             wl.admission = Admission(
-                r.cluster_queue, flavors.get("flavors", {}), usage.get(r.id, {}), bool(flavors.get("borrowing", False))
+                r.cluster_queue,
+                flavors.get("flavors", {}),
+                usage.get(r.id, {}),
+                bool(flavors.get("borrowing", False)),
+                {str(k): int(v) for k, v in (flavors.get("counts") or {}).items()},
             )
             wl.admitted_at = _epoch(r.admitted_at)
         out.workloads.append(wl)
@@ -420,7 +424,11 @@ async def commit_cycle(
             {
                 "id": a.workload_id,
                 "cluster_queue": cq.name,
-                "assigned_flavors": {"flavors": a.admission.flavors, "borrowing": a.admission.borrowing},
+                "assigned_flavors": {
+                    "flavors": a.admission.flavors,
+                    "borrowing": a.admission.borrowing,
+                    **({"counts": a.admission.counts} if a.admission.counts else {}),
+                },
                 "checks": list(a.checks),
             }
         )
@@ -476,6 +484,7 @@ async def commit_cycle(
                     "cluster_queue": u["cluster_queue"],
                     "flavors": u["assigned_flavors"]["flavors"],
                     "borrowing": u["assigned_flavors"]["borrowing"],
+                    "counts": u["assigned_flavors"].get("counts"),
                 }
                 for u in updates
                 if not u["checks"]  # with checks, the job is admitted when they pass (``set_checks``)
@@ -485,14 +494,17 @@ async def commit_cycle(
     return result
 
 
-_EVENT_COLUMNS = ("workload_id", "type", "cluster_queue", "flavors", "borrowing", "reason", "detail", "by_workload")
+_EVENT_COLUMNS = (
+    "workload_id", "type", "cluster_queue", "flavors", "borrowing", "counts", "reason", "detail", "by_workload"
+)  # fmt: skip
 _INSERT_EVENTS = text(
     """
-    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, reason, detail, by_workload, at)
+    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, counts, reason, detail,
+                                 by_workload, at)
     SELECT u.*, :now FROM unnest(CAST(:workload_id AS bigint[]), CAST(:type AS text[]),
                                  CAST(:cluster_queue AS text[]), CAST(:flavors AS text[])::jsonb[],
-                                 CAST(:borrowing AS boolean[]), CAST(:reason AS text[]), CAST(:detail AS text[]),
-                                 CAST(:by_workload AS text[])) AS u
+                                 CAST(:borrowing AS boolean[]), CAST(:counts AS text[])::jsonb[],
+                                 CAST(:reason AS text[]), CAST(:detail AS text[]), CAST(:by_workload AS text[])) AS u
     """
 )
 
@@ -501,7 +513,8 @@ async def _events(session: AsyncSession, rows: list[dict[str, Any]], now: dt.dat
     if not rows:
         return
     columns = {name: [row.get(name) for row in rows] for name in _EVENT_COLUMNS}
-    columns["flavors"] = [None if f is None else json.dumps(f) for f in columns["flavors"]]
+    for name in ("flavors", "counts"):
+        columns[name] = [None if f is None else json.dumps(f) for f in columns[name]]
     await session.execute(_INSERT_EVENTS, {**columns, "now": now})
 
 
@@ -585,9 +598,9 @@ _SET_CHECKS = text(
 )
 _STARTED_EVENTS = text(
     """
-    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, at)
+    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, counts, at)
     SELECT w.id, 'Admitted', w.cluster_queue, w.assigned_flavors -> 'flavors',
-           (w.assigned_flavors ->> 'borrowing')::boolean, :now
+           (w.assigned_flavors ->> 'borrowing')::boolean, w.assigned_flavors -> 'counts', :now
     FROM workloads AS w
     WHERE w.id = ANY(CAST(:id AS bigint[])) AND w.state = 'Admitted'
     """
@@ -659,6 +672,7 @@ class EventRow:
     cluster_queue: str | None
     flavors: dict[str, dict[str, str]] | None
     borrowing: bool | None
+    counts: dict[str, int] | None  # a partial admission's pods per pod set
     reason: str | None
     detail: str | None
     by: str | None
@@ -677,6 +691,7 @@ async def events(session: AsyncSession, *, after: int = 0, workload_id: int | No
             e.cluster_queue,
             e.flavors,
             e.borrowing,
+            e.counts,
             e.reason,
             e.detail,
             e.by_workload,
@@ -696,6 +711,7 @@ async def events(session: AsyncSession, *, after: int = 0, workload_id: int | No
             r.cluster_queue,
             r.flavors,
             r.borrowing,
+            r.counts,
             r.reason,
             r.detail,
             r.by_workload,

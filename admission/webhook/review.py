@@ -155,6 +155,7 @@ def validate(
             f"metadata.labels[{jobs.QUEUE_LABEL}]: cannot move a running job from queue {_queue_of(old)!r} "
             f"to {queue!r}; suspend or recreate it"
         )
+    problems.extend(_partial_admission(operation, obj, old, integration))
     queued = queue is not None or f"{namespace}/{jobs.DEFAULT_QUEUE}" in config.local_queues
     if queued:
         # A job Turnstile must queue but cannot read would wait suspended forever, unexplained.
@@ -174,6 +175,26 @@ def validate(
         if queue is not None:
             answer.warnings.extend(_never_fits(obj, namespace, queue, config, integration.kind))
     return answer
+
+
+def _partial_admission(operation: str, obj: Obj, old: Obj | None, integration: Integration) -> list[str]:
+    """Kueue's rules for ``job-min-parallelism``: a new Job asks for fewer pods than its parallelism
+    (the range itself is ``read_job``'s), and a running Job's minimum does not change."""
+    if integration.count_pointer is None:
+        return []
+    notes = (obj.get("metadata") or {}).get("annotations") or {}
+    where = f"metadata.annotations[{jobs.MIN_PARALLELISM}]"
+    if operation == "UPDATE" and old is not None and not integration.is_suspended(old):
+        before = ((old.get("metadata") or {}).get("annotations") or {}).get(jobs.MIN_PARALLELISM)
+        if before != notes.get(jobs.MIN_PARALLELISM):
+            return [f"{where}: cannot change while the Job runs; suspend it first"]
+    if operation != "CREATE" or jobs.MIN_PARALLELISM not in notes:
+        return []
+    try:
+        info = jobs.read_job(obj, integration.kind)
+    except errors.Invalid:
+        return []  # said by read_job, with the field
+    return [str(p) for p in jobs.creation_problems(info)]
 
 
 _EMPTY: list[tuple[Config, Snapshot]] = []  # the last configuration's quotas with nothing admitted

@@ -97,6 +97,12 @@ class WL:
         self._selector: dict[str, str] = {}
         self._tolerations: list[dict[str, str]] = []
         self._labels: dict[str, str] = {}
+        self._annotations: dict[str, str] = {}
+
+    def min_count(self, n: int) -> WL:
+        """Partial admission: ``kueue.x-k8s.io/job-min-parallelism``."""
+        self._annotations[jobs.MIN_PARALLELISM] = str(n)
+        return self
 
     def priority(self, value: int) -> WL:
         self._priority = value
@@ -138,6 +144,7 @@ class WL:
                 "name": self.name,
                 "namespace": self.ns,
                 "labels": {jobs.QUEUE_LABEL: self.queue, **self._labels},
+                "annotations": dict(self._annotations),
             },
             "spec": {"parallelism": self._count, "completions": self._count, "template": {"spec": spec}},
         }

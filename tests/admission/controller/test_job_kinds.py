@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from admission.controller.controller import Controller
 from admission.jobs import BY_KIND, INTEGRATIONS
-from admission.jobs.base import pointer_get
+from admission.jobs.base import PodSetInfo, pointer_get
 from admission.kube import client as kube_client
 from admission.kube.client import ResourceRef
 from admission.kube.informer import Informer
@@ -240,3 +240,25 @@ async def test_job_kind_is_preempted_requeued_and_billed(
         assert row.kind == obj["kind"]
         assert len(intervals) == 2, "two admissions on the ledger: before the preemption and after"
         assert all(i.resource == "nvidia.com/gpu" for i in intervals)
+
+
+def test_a_rayjob_with_kuberays_default_submitter_takes_directives_on_its_other_templates() -> None:
+    """The default submitter pod has no template in the RayJob: nothing is written for it, and the
+    job counts as carrying its directives when its own templates do."""
+    obj = json.loads(json.dumps(KINDS[-1]))
+    del obj["spec"]["submitterPodTemplate"]
+    obj["metadata"]["uid"] = "u1"
+    integration = BY_KIND[("ray.io/v1", "RayJob")]
+    view = integration.view(obj)
+    assert view.info is not None and [ps.name for ps in view.info.pod_sets] == ["head", "gpu-workers", "submitter"]
+    infos = [PodSetInfo(ps.name, {"gpu": "a100"}, []) for ps in view.info.pod_sets]
+    ops = integration.patch(view, suspend=False, infos=infos, admission="a1")
+    paths = [op["path"] for op in ops]
+    assert "/spec/rayClusterSpec/headGroupSpec/template/spec/nodeSelector" in paths
+    assert "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec/nodeSelector" in paths
+    assert not any("submitter" in p for p in paths)
+    applied = json.loads(json.dumps(obj))
+    for op in ops:
+        if op["path"].endswith("/nodeSelector"):
+            pointer_get(applied, op["path"].rsplit("/", 1)[0])["nodeSelector"] = op["value"]
+    assert integration.view(applied).carries(infos)

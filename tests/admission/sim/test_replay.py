@@ -63,6 +63,7 @@ def event(i: int, kind: str, **fields: Any) -> EventRow:
         "cluster_queue": "team",
         "flavors": None,
         "borrowing": None,
+        "counts": None,
         "reason": None,
         "detail": None,
         "by": None,
