@@ -4,8 +4,9 @@ One object, built from the settings (``Policy.from_settings``) and shared by the
 holds objects at creation) and the controller (which tells a held object why, by an Event), so both
 decide alike: ``missing_local_queue`` (a job naming a LocalQueue that does not exist: hold or
 refuse), ``manage_jobs_without_queue_name`` with ``managed_jobs_namespace_selector`` and
-``managed_resources`` (``queues.managed``). Namespace labels come from the controller's namespace
-informer, which every replica runs.
+``managed_resources`` (``queues.managed``), and ``wait_for_pods_ready`` (``queues.podsready``: when a
+started workload whose pods are not Ready gives its quota back). Namespace labels come from the
+controller's namespace informer, which every replica runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from queues import errors, jobs, managed
+from queues import errors, jobs, managed, podsready
 from queues.model import Config
 from queues.selectors import LabelSelector
 
@@ -40,6 +41,21 @@ def parse_selector(text: str) -> LabelSelector | None:
         raise ValueError(f"not a label selector: {exc}") from None
 
 
+def parse_pods_ready(text: str) -> podsready.WaitForPodsReady:
+    """Kueue's ``waitForPodsReady`` block written as YAML or JSON; empty: the defaults (enabled).
+    ``ValueError`` names each field that is wrong."""
+    if not text.strip():
+        return podsready.WaitForPodsReady()
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML or JSON: {exc}") from None
+    try:
+        return podsready.parse(raw)
+    except errors.Invalid as exc:
+        raise ValueError("; ".join(str(e) for e in exc.errors)) from None
+
+
 # the last configuration's managed resources: every unlabelled pod in a managed namespace asks, and
 # the webhook answers pods at hundreds a second while the configuration changes rarely
 _RESOURCES: list[tuple[Config, str, set[str]]] = []
@@ -59,6 +75,7 @@ class Policy:
     managed_resources: str = managed.EXTENDED
     own_namespace: str = "turnstile-system"
     namespace_labels: Callable[[str], Mapping[str, str] | None] = field(default=lambda _ns: None)
+    pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
 
     @classmethod
     def from_settings(
@@ -74,6 +91,7 @@ class Policy:
             managed_resources=settings.managed_resources,
             own_namespace=own_namespace,
             namespace_labels=namespace_labels,
+            pods_ready=parse_pods_ready(settings.wait_for_pods_ready),
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

@@ -62,6 +62,11 @@ class Settings(BaseSettings):
         description="what puts an unlabelled job on hold: extended resources a ClusterQueue covers (GPUs, MIG "
         "slices), or all covered resources (Kueue: every job)",
     )
+    wait_for_pods_ready: str = Field(
+        default="",
+        description="Kueue's waitForPodsReady block as YAML or JSON ({timeout: 10m, requeuingStrategy: "
+        "{backoffLimitCount: 5}}, or {enable: false}); empty: Kueue's defaults, on (timeout 30m)",
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",
@@ -87,6 +92,14 @@ class Settings(BaseSettings):
         from admission.policy import parse_selector
 
         parse_selector(value)  # ValueError says what is wrong
+        return value
+
+    @field_validator("wait_for_pods_ready")
+    @classmethod
+    def _pods_ready(cls, value: str) -> str:
+        from admission.policy import parse_pods_ready
+
+        parse_pods_ready(value)  # ValueError names the field and what is wrong
         return value
 
     @field_validator("integrations")

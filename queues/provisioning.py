@@ -321,8 +321,14 @@ class AutoscalerModel:
         self.unplaced.pop(key, None)
         self._place_waiting()
 
+    def ready(self, key: str) -> bool:
+        """Every pod of a started workload is on a node."""
+        return key in self.placed and not self.unplaced.get(key)
+
     def _place_waiting(self) -> None:
         for key, pods in self.unplaced.items():
+            if not pods:
+                continue
             still = []
             for pod in pods:
                 node = placement.first_fit(pod, self.nodes, self.free) if self.nodes else None

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import api, errors, jobs, pods, serving
+from queues import api, errors, jobs, pods, podsready, serving
 from queues.errors import FieldError
 
 
@@ -89,9 +89,13 @@ class Scenario:
     autoscaler: Mapping[str, Any] | None = None
     # Kubernetes PriorityClasses among the manifests: name -> (value, globalDefault)
     pod_priorities: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    # Kueue's waitForPodsReady configuration (``queues.podsready``): on by default, as in Kueue
+    pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
 
 
-_TOP_FIELDS = {"name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits"}
+_TOP_FIELDS = {
+    "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady"
+}  # fmt: skip
 
 
 MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
@@ -255,10 +259,24 @@ def parse(doc: Any) -> Scenario:
     if autoscaler is not None and not isinstance(autoscaler, Mapping):
         problems.append(FieldError("autoscaler", "must be a mapping"))
         autoscaler = None
+    pods_ready = podsready.WaitForPodsReady()
+    try:
+        pods_ready = podsready.parse(doc.get("waitForPodsReady"))
+    except errors.Invalid as exc:
+        problems.extend(exc.errors)
     if problems:
         raise errors.Invalid(problems)
     return Scenario(
-        str(name), str(description), manifests, namespaces, job_entries, edits, nodes, autoscaler, pod_priorities
+        str(name),
+        str(description),
+        manifests,
+        namespaces,
+        job_entries,
+        edits,
+        nodes,
+        autoscaler,
+        pod_priorities,
+        pods_ready,
     )
 
 

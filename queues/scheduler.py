@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from queues import flavors, jobs, partial, preemption, provisioning
+from queues import flavors, jobs, partial, podsready, preemption, provisioning
 from queues.flavors import Assignment, Mode
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
@@ -344,6 +344,7 @@ class Scheduler:
                 f"quota reserved in ClusterQueue {cq.name}; waiting for admission check(s) {', '.join(wl.checks)}",
             )
         else:
+            wl.started_at = self.now
             self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
         self.snapshot.add_workload(wl)
         return Admit(wl, assignment, admission)
@@ -360,6 +361,7 @@ class Scheduler:
         self.checked[key] = not wl.checks
         if wl.checks:
             return False
+        wl.started_at = self.now
         self._say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
         return True
 
@@ -396,6 +398,30 @@ class Scheduler:
             self._enqueue(wl, message)
             return None
         return self._evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
+
+    def pods_ready_timeout(
+        self, key: str, policy: podsready.WaitForPodsReady, *, recovery: bool = False, scale: float = 1.0
+    ) -> Evict | None:
+        """waitForPodsReady (``queues.podsready``): ``key`` started, but its pods were not all Ready
+        in time. Release its quota and requeue it after a backoff (``scale`` time units per second),
+        or deactivate it once it has been requeued ``backoffLimitCount`` times."""
+        wl = self.workloads.get(key)
+        if wl is None or not wl.started:
+            return None
+        wl.retries += 1
+        message = f"Exceeded the PodsReady {'recovery timeout' if recovery else 'timeout'} {key}"
+        self.checked[key] = False  # its retries, backoff and activity are stored with the eviction
+        if policy.backoff_limit_count is not None and wl.retries > policy.backoff_limit_count:
+            wl.active = False
+            wl.requeue_at = None
+            limit = f"requeued {policy.backoff_limit_count} times, the limit (backoffLimitCount)"
+            return self._evict(wl, podsready.REASON, podsready.LIMIT_EXCEEDED, None, message=f"{message}; {limit}")
+        wl.requeue_at = self.now + policy.backoff(wl.retries) * scale
+        wl.requeue_reason = podsready.REASON
+        evict = self._evict(wl, podsready.REASON, "RecoveryTimeout" if recovery else "Timeout", None, message=message)
+        if policy.requeue_by_creation:
+            wl.queue_ts = wl.created  # requeuingStrategy.timestamp: Creation
+        return evict
 
     def next_requeue(self) -> float | None:
         """When the next workload waiting out a backoff queues again; None if none does."""
@@ -439,7 +465,7 @@ class Scheduler:
         cq = self.snapshot.queues.get(wl.admission.cluster_queue)
         self.snapshot.remove_workload(wl)
         wl.admission = None
-        wl.admitted_at = None
+        wl.admitted_at = wl.started_at = wl.ready_at = None
         wl.checks = ()  # checks belong to a reservation
         if cq is not None:
             self._bump(cq)
@@ -462,10 +488,10 @@ class Scheduler:
             return
         if wl.requeue_at is not None and wl.requeue_at > self.now:
             self.parked[wl.key] = wl
-            if why or wl.reason != provisioning.WAITING_FOR_CAPACITY:
+            if why or wl.reason != wl.requeue_reason:
                 self._say(
                     wl,
-                    provisioning.WAITING_FOR_CAPACITY,
+                    wl.requeue_reason,
                     f"{why + '; ' if why else ''}queues again after a {wl.requeue_at - self.now:.0f}s backoff"
                     f" (retry {wl.retries})",
                 )

@@ -316,6 +316,11 @@ class Simulation:
         # (key, check) -> its current request ("namespace/name") and the pods it asks capacity for
         self.asked: dict[tuple[str, str], tuple[str, list[placement.PodNeeds]]] = {}
         self.replicas = Replicas(self)
+        # waitForPodsReady: started workloads whose pods are not all on nodes yet (key -> epoch; their
+        # runtime starts when they are), and when each is evicted unless they are by then
+        self.unready: dict[str, int] = {}
+        self.deadlines: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
+        self.progress_at = 0.0  # the last instant something but waitForPodsReady's loop happened
 
     @property
     def tracks(self) -> list[Track]:
@@ -338,12 +343,17 @@ class Simulation:
                 candidates.append(self.provisions[0][0])
             if self.bookings:
                 candidates.append(self.bookings[0][0])
-            if (wake := self.sched.next_requeue()) is not None:
-                candidates.append(wake)
             if ai < len(arrivals):
                 candidates.append(arrivals[ai].at)
             if ei < len(edits):
                 candidates.append(edits[ei].at)
+            if (scale_up := self.scaler.next_scale_up()) is not None:
+                candidates.append(scale_up)
+            if candidates:
+                self.progress_at = max(self.progress_at, min(candidates))
+            looping = [t for t in (self.deadlines[0][0] if self.deadlines else None, self.sched.next_requeue()) if t]
+            if looping and (candidates or min(looping) <= self.progress_at + self.scenario.pods_ready.horizon):
+                candidates.extend(looping)  # (else: only waitForPodsReady's endless loop is left)
             if not candidates:
                 break
             self.now = self.sched.now = self.record.now = min(candidates)
@@ -362,6 +372,11 @@ class Simulation:
                 if self.reservations.get(key) == reservation and wl is not None and not wl.started:
                     self.scaler.unbook(key, self.asked[(key, check)][0])
                     self._check_lost(wl, check, "BookingExpired", "no pod consumed the capacity in time")
+            while self.deadlines and self.deadlines[0][0] <= self.now:
+                _, _, epoch, key = heapq.heappop(self.deadlines)
+                if self.unready.get(key) == epoch and not self.scaler.ready(key):
+                    evict = self.sched.pods_ready_timeout(key, self.scenario.pods_ready)
+                    self._enact([evict] if evict is not None else [])
             # 2. edits
             while ei < len(edits) and edits[ei].at <= self.now:
                 self._edit(edits[ei])
@@ -372,6 +387,7 @@ class Simulation:
                 ai += 1
             # 4. cycles
             self._enact(self.sched.schedule())
+            self._ready_now()
             self.record.sample()
             if on_step is not None:
                 on_step(self)
@@ -448,7 +464,8 @@ class Simulation:
         self.record.cancelled(key)
 
     def _start(self, key: str, admission: Admission) -> None:
-        """Every check passed (or none applied): the job's pods run from now."""
+        """Every check passed (or none applied): the job's pods are made now and run once all are on
+        nodes (``_ready_now``); waitForPodsReady evicts it if they are not by its deadline."""
         track = self.record.admitted(key, admission)
         wl = self.sched.workloads[key]
         flavors = self.sched.snapshot.flavors
@@ -460,9 +477,26 @@ class Simulation:
                 for _ in range(ps.count)
             ],
         )
-        if not track.entry.serves:
+        self.unready[key] = track.epoch
+        deadline = self.scenario.pods_ready.deadline(self.now, False, None)
+        if deadline is not None:
             self.order += 1
-            heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, track.epoch, key))
+            heapq.heappush(self.deadlines, (deadline, self.order, track.epoch, key))
+        self._ready_now()
+
+    def _ready_now(self) -> None:
+        """Started workloads whose pods are all on nodes now: their runtime starts (the simulated
+        cluster's kubelet runs a pod from when it is bound)."""
+        for key, epoch in list(self.unready.items()):
+            track = self.record.by_key[key]
+            if track.epoch != epoch or track.state != "Admitted":
+                del self.unready[key]
+            elif self.scaler.ready(key):
+                del self.unready[key]
+                self.progress_at = self.now
+                if not track.entry.serves:
+                    self.order += 1
+                    heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, epoch, key))
 
     def _request(self, wl: Workload, admission: Admission) -> None:
         """A quota reservation with admission checks: one ProvisioningRequest per check, answered by

@@ -42,6 +42,7 @@ from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
 from admission.controller.metrics import Metrics
 from admission.controller.podgroups import PodGroups
+from admission.controller.podsready import PodsReadyWatch, scaled
 from admission.controller.priorities import PriorityClasses
 from admission.controller.queuestatus import StatusWriter
 from admission.controller.readiness import DatabaseHealth, Readiness
@@ -166,6 +167,7 @@ class Controller:
             checks=self.checks,
             enactor=self.enactor,
             policy=self.policy,
+            pods_ready=PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale)),
         )
         self.leadership = Leadership(
             sessions,

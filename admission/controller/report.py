@@ -16,6 +16,7 @@ from admission.controller.metrics import Metrics
 from admission.controller.term import Term
 from admission.jobs.base import JobView
 from admission.store import workloads as store
+from queues import podsready
 from queues.model import Workload
 from queues.scheduler import Evict
 
@@ -63,8 +64,10 @@ class Reporter:
                 self.events.post(
                     view(key), "Preempted", f"preempted by {e.by} ({e.detail}); it waits to be admitted again"
                 )
-            else:
-                self.events.post(view(key), "Evicted", f"evicted: {e.reason} ({e.detail})", type="Warning")
+            else:  # (waitForPodsReady's has its own reason, as Kueue's; the message says what happens next)
+                reason = e.reason if e.reason == podsready.REASON else "Evicted"
+                detail = f": {e.workload.message}" if e.workload.message else ""
+                self.events.post(view(key), reason, f"evicted: {e.reason} ({e.detail}){detail}", type="Warning")
         for row_id in result.admitted:
             wl = admitted[row_id]
             assert wl.admission is not None

@@ -36,6 +36,7 @@ from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.jobcache import JobCache
 from admission.controller.metrics import Metrics
+from admission.controller.podsready import PodsReadyWatch
 from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, now_ms, timestamp
 from admission.jobs.base import JobView
@@ -96,6 +97,7 @@ class Steps:
         checks: Checks,
         enactor: Enactor,
         policy: Policy = DEFAULT_POLICY,
+        pods_ready: PodsReadyWatch | None = None,
     ) -> None:
         self.changes = changes
         self.policy = policy
@@ -108,6 +110,7 @@ class Steps:
         self.events = events
         self.checks = checks
         self.enactor = enactor
+        self.pods_ready = pods_ready or PodsReadyWatch(policy.pods_ready)
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
         self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued, or are held
@@ -136,6 +139,7 @@ class Steps:
         decisions.extend(term.owed)
         term.owed = []
         decisions.extend(self._check_verdicts(term))
+        decisions.extend(self._pods_ready(term, dirty, now))
         started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
         if decided or sched.pending.where:
@@ -145,7 +149,7 @@ class Steps:
         decisions.extend(decided)
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
         waiting, self.changes.preempting = self.changes.preempting, {}
-        if decisions or sched.said or sched.checked or waiting:
+        if decisions or sched.said or sched.checked or waiting or self.pods_ready.newly_ready:
             touched |= await self._commit(term, decisions, at, waiting)
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
@@ -155,10 +159,27 @@ class Steps:
             row = term.by_key.get(key)
             if row is not None and (row.uid in self.checks.requests or _has_checks(term.held(key))):
                 self.checks.request(row.uid)
-        self._wake_for_requeue(sched.next_requeue())
+        wakes = [t for t in (sched.next_requeue(), self.pods_ready.next_deadline()) if t is not None]
+        self._wake_for_requeue(min(wakes, default=None))
+
+    def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
+        """waitForPodsReady (``admission.controller.podsready``): look at the started workloads whose
+        jobs changed; evict those whose pods were not all Ready in time."""
+        sched = term.scheduler
+        for uid in dirty:
+            row = term.rows.get(uid)
+            if row is not None:
+                self.pods_ready.observe(sched.workloads.get(row.key), self.jobs.views.get(uid), now)
+        out: list[Decision] = []
+        for key, recovering in self.pods_ready.due(now):
+            evict = sched.pods_ready_timeout(key, self.pods_ready.policy, recovery=recovering)
+            if evict is not None:
+                out.append(evict)
+        return out
 
     def _wake_for_requeue(self, at: float | None) -> None:
-        """A step when the next workload waiting out an admission check's backoff may queue again."""
+        """A step when the next workload waiting out a backoff may queue again, or the next started
+        workload's pods are due to be Ready."""
         if self.requeue_timer is not None:
             self.requeue_timer.cancel()
             self.requeue_timer = None
@@ -395,6 +416,10 @@ class Steps:
             )
             await store.set_reasons(session, reasons)
             await store.set_checks(session, check_states, at)
+            ready, self.pods_ready.newly_ready = self.pods_ready.newly_ready, {}
+            await store.set_pods_ready(
+                session, [(row.id, timestamp(t)) for key, t in ready.items() if (row := term.by_key.get(key))]
+            )
             preempting = self._preempting(term, waiting or {})
             await store.set_admitted_reasons(session, [(row_id, r, m) for row_id, _, r, m in preempting])
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]

@@ -53,6 +53,7 @@ class JobView:
     has_annotations: bool
     info: jobs.JobInfo | None  # None: the job is malformed, see ``problems``
     started: bool = False  # status.startTime is set (a batch Job's template is then immutable)
+    ready: bool = False  # every pod is Ready or done (waitForPodsReady), as its kind's status says
     problems: tuple[str, ...] = ()
     version: str = ""  # metadata.resourceVersion (compared for equality only)
     queue_label: str | None = None  # kueue.x-k8s.io/queue-name, read even when the job is malformed
@@ -152,6 +153,9 @@ class Integration:
     is_finished: Callable[[Obj], bool] | None = None
     # partial admission: the field that sets how many pods the job runs (a batch Job's parallelism)
     count_pointer: str | None = None
+    # waitForPodsReady: whether every pod of the running job is Ready (or done), from its status as
+    # Kueue reads it; None: never said (the job counts as Ready)
+    pods_ready: Callable[[Obj, jobs.JobInfo], bool] | None = None
 
     @property
     def kind(self) -> jobs.Kind:
@@ -224,6 +228,7 @@ class Integration:
             has_annotations=bool(annotations),
             info=info,
             started=bool((obj.get("status") or {}).get("startTime")),
+            ready=info is not None and (self.pods_ready is None or self.pods_ready(obj, info)),
             problems=problems,
             version=str(meta.get("resourceVersion") or ""),
             queue_label=_queue_label(meta),

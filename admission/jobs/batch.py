@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from admission.jobs.base import Integration
 from admission.kube.client import Obj, ResourceRef
+from queues.jobs import JobInfo
 
 
 def _active(obj: Obj) -> int:
@@ -14,6 +15,16 @@ def _active(obj: Obj) -> int:
     return int(status.get("active") or 0) + int(status.get("terminating") or 0)
 
 
+def _ready(obj: Obj, info: JobInfo) -> bool:
+    """Kueue's: Ready plus succeeded pods reach the pods it runs at once."""
+    status = obj.get("status") or {}
+    return int(status.get("ready") or 0) + int(status.get("succeeded") or 0) >= info.pod_sets[0].count
+
+
 JOB = Integration(
-    ResourceRef("batch/v1", "Job", "jobs"), ("Complete", "Failed"), _active, count_pointer="/spec/parallelism"
+    ResourceRef("batch/v1", "Job", "jobs"),
+    ("Complete", "Failed"),
+    _active,
+    count_pointer="/spec/parallelism",
+    pods_ready=_ready,
 )

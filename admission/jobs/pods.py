@@ -9,14 +9,15 @@ ledger) treats it as any job. What its fields mean here:
 - ``active``: some ungated pod has not finished (a pod being deleted still holds its node);
 - ``finished``: a single pod has Succeeded or Failed; a group when every one of its ``total`` pods
   has (a serving group never finishes by its pods: its owner replaces them);
-- ``admission``: the ``turnstile.dev/admission`` mark of its running pods.
+- ``admission``: the ``turnstile.dev/admission`` mark of its running pods;
+- ``ready`` (waitForPodsReady): all its pods exist and each is Ready or done.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from admission.jobs.base import ADMISSION_ANNOTATION, Integration, JobView, PodRef
+from admission.jobs.base import ADMISSION_ANNOTATION, Integration, JobView, PodRef, condition_true
 from admission.kube.client import Obj, ResourceRef
 from queues import errors, jobs, pods
 
@@ -57,6 +58,10 @@ def view(
     else:
         finished = bool(refs) and pods.done(refs[0].obj)
     first = members[0].get("metadata") or {}
+    present = [r for r in refs if r.live or pods.done(r.obj)]
+    ready = len(present) >= (total if grouped else 1) and all(
+        pods.done(r.obj) or (r.running and condition_true(r.obj, ("Ready",))) for r in present
+    )
     marks = [str((r.obj.get("metadata") or {}).get("annotations", {}).get(ADMISSION_ANNOTATION)) for r in running]
     labels = first.get("labels") or {}
     return JobView(
@@ -66,6 +71,7 @@ def view(
         name=name,
         suspended=not running,
         finished=finished,
+        ready=ready,
         active=active,
         admission=next((m for m in marks if m != "None"), None),
         has_annotations=True,

@@ -8,12 +8,15 @@ How each says it is over and whether its pods still run, from KubeRay's status (
 - RayCluster: never finished (it serves until deleted, as in Kueue); its pods run unless its
   ``status.state`` is ``suspended`` (KubeRay sets it once every pod of a suspended cluster is gone)
   or not yet set.
+
+Their pods are Ready when the cluster's state is ``ready`` (a RayJob's ``rayClusterStatus``), as Kueue reads it.
 """
 
 from __future__ import annotations
 
 from admission.jobs.base import Integration
 from admission.kube.client import Obj, ResourceRef
+from queues.jobs import JobInfo
 
 _IDLE = ("", "New", "Suspended", "Complete", "Failed")
 
@@ -34,6 +37,18 @@ def _cluster_active(obj: Obj) -> int:
     return int(str((obj.get("status") or {}).get("state") or "") not in ("", "suspended"))
 
 
-RAYJOB = Integration(ResourceRef("ray.io/v1", "RayJob", "rayjobs"), (), _job_active, _job_finished)
-RAYCLUSTER = Integration(ResourceRef("ray.io/v1", "RayCluster", "rayclusters"), (), _cluster_active)
+def _job_ready(obj: Obj, info: JobInfo) -> bool:
+    return str(((obj.get("status") or {}).get("rayClusterStatus") or {}).get("state") or "") == "ready"
+
+
+def _cluster_ready(obj: Obj, info: JobInfo) -> bool:
+    return str((obj.get("status") or {}).get("state") or "") == "ready"
+
+
+RAYJOB = Integration(
+    ResourceRef("ray.io/v1", "RayJob", "rayjobs"), (), _job_active, _job_finished, pods_ready=_job_ready
+)
+RAYCLUSTER = Integration(
+    ResourceRef("ray.io/v1", "RayCluster", "rayclusters"), (), _cluster_active, pods_ready=_cluster_ready
+)
 ALL = (RAYJOB, RAYCLUSTER)

@@ -153,7 +153,7 @@ class Cluster:
         if bool(_walk(job, kind.suspend_path)):
             for pod in pods:
                 self._terminate(pod)
-            _count_pods(kind, status, self._pods_of(uid, namespace), suspended=True)
+            _count_pods(kind, job, self._pods_of(uid, namespace), suspended=True)
             # As the Job controller (KEP-2232): suspending clears startTime, so the job counts as never
             # started and its scheduling directives may change before it is resumed.
             status.pop("startTime", None)
@@ -162,7 +162,7 @@ class Cluster:
             return
         pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")] if pods else pods
         if not pods and any(self._pods_of(uid, namespace)):
-            _count_pods(kind, status, self._pods_of(uid, namespace))  # resumed while the old pods terminate
+            _count_pods(kind, job, self._pods_of(uid, namespace))  # resumed while the old pods terminate
             self.store.replace(res, namespace, name, job, subresource="status")
             return
         if not pods:
@@ -180,7 +180,7 @@ class Cluster:
             if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
                 set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-        _count_pods(kind, status, pods)
+        _count_pods(kind, job, pods)
         if pods and succeeded == len(pods) and kind.layout == "ray":
             status.update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", endTime=_now())
         elif pods and succeeded == len(pods):
@@ -366,6 +366,9 @@ class Cluster:
         set_condition(status, "ContainersReady", "True", "")
         set_condition(status, "Ready", "True", "")
         self.store.replace(PODS, ns, name, bound, subresource="status")
+        owner = self._job_of(bound)
+        if owner is not None:  # its Ready pods count in the job's status (what PodsReady reads)
+            self.reconcile_job(owner[0], ns, owner[1]["metadata"]["name"])
         runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION, self.default_runtime)
         if runtime is not None and runtime != FOREVER:
             try:
@@ -393,53 +396,80 @@ def _done(kind: jobs.Kind, status: Obj, condition: str) -> bool:
     return any(c.get("type") == condition and c.get("status") == "True" for c in status.get("conditions", []))
 
 
-def _ray_status(kind: jobs.Kind, status: Obj, counts: dict[str, dict[str, int]], suspended: bool) -> None:
+def _ray_status(
+    kind: jobs.Kind, status: Obj, counts: dict[str, dict[str, int]], all_ready: bool, suspended: bool
+) -> None:
     """KubeRay's status: a RayCluster's state and worker counts; a RayJob's deployment status."""
     live = sum(c["active"] for c in counts.values())
-    workers = sum(c["active"] for ps, c in counts.items() if ps not in ("head", "submitter"))
+    workers = sum(c["running"] for ps, c in counts.items() if ps not in ("head", "submitter"))
     if kind.kind == "RayCluster":
         status.update(readyWorkerReplicas=workers, availableWorkerReplicas=workers, desiredWorkerReplicas=workers)
         if suspended and not live:
             status["state"] = "suspended"
-        elif not suspended and live:
+        elif not suspended and all_ready:
             status["state"] = "ready"
         return
     if suspended:
         status["jobDeploymentStatus"] = "Suspending" if live else "Suspended"
     elif live:
-        status["jobDeploymentStatus"] = "Running"
-        status.setdefault("jobStatus", "RUNNING")
-        status["rayClusterStatus"] = {"state": "ready", "readyWorkerReplicas": workers}
+        status["jobDeploymentStatus"] = "Running" if all_ready else "Initializing"
+        status.setdefault("jobStatus", "RUNNING" if all_ready else "PENDING")
+        status["rayClusterStatus"] = {"state": "ready" if all_ready else "", "readyWorkerReplicas": workers}
 
 
-def _count_pods(kind: jobs.Kind, status: Obj, pods: list[Obj], suspended: bool = False) -> None:
-    """Active and succeeded pods in the status shape of the kind's real controller."""
+def _expected(job: Obj) -> dict[str, int]:
+    try:
+        return {name: count for name, count, _ in jobs.pod_templates(job)}
+    except errors.Invalid:
+        return {}
+
+
+def _count_pods(kind: jobs.Kind, job: Obj, pods: list[Obj], suspended: bool = False) -> None:
+    """Active, Ready and succeeded pods in the status shape of the kind's real controller (a bound
+    pod is Running and Ready here): what Kueue reads as PodsReady too."""
+    status = job.setdefault("status", {})
     counts: dict[str, dict[str, int]] = {}
     terminating = 0
     for pod in pods:
         ps = pod["metadata"]["labels"].get(POD_SET_LABEL, "main")
         phase = (pod.get("status") or {}).get("phase")
-        entry = counts.setdefault(ps, {"active": 0, "succeeded": 0})
-        if phase in ("Pending", "Running") and pod["metadata"].get("deletionTimestamp") and kind.kind == "Job":
+        entry = counts.setdefault(ps, {"active": 0, "running": 0, "succeeded": 0})
+        deleting = bool(pod["metadata"].get("deletionTimestamp"))
+        if phase in ("Pending", "Running") and deleting and kind.kind == "Job":
             terminating += 1
         elif phase in ("Pending", "Running"):
             entry["active"] += 1
+            entry["running"] += int(phase == "Running" and not deleting)
         elif phase == "Succeeded":
             entry["succeeded"] += 1
+    expected = _expected(job)
+    all_ready = bool(expected) and all(
+        counts.get(ps, {}).get("running", 0) + counts.get(ps, {}).get("succeeded", 0) >= n for ps, n in expected.items()
+    )
     if kind.kind == "Job":
         status["terminating"] = terminating
         status["active"] = sum(c["active"] for c in counts.values())
+        status["ready"] = sum(c["running"] for c in counts.values())
         status["succeeded"] = sum(c["succeeded"] for c in counts.values())
     elif kind.layout == "ray":
-        _ray_status(kind, status, counts, suspended)
+        _ray_status(kind, status, counts, all_ready and not suspended, suspended)
     elif kind.kind == "JobSet":
-        status["replicatedJobsStatus"] = [
-            {"name": ps, "active": c["active"], "succeeded": c["succeeded"], "ready": 0, "failed": 0, "suspended": 0}
-            for ps, c in sorted(counts.items())
-        ]
+        replicas = {str(rj.get("name")): int(rj.get("replicas") or 1) for rj in job["spec"].get("replicatedJobs") or []}
+        status["replicatedJobsStatus"] = []
+        for ps, c in sorted(counts.items()):
+            per_job = max(1, expected.get(ps, 1) // max(1, replicas.get(ps, 1)))
+            status["replicatedJobsStatus"].append(
+                {"name": ps, "active": c["active"], "succeeded": c["succeeded"] // per_job,
+                 "ready": c["running"] // per_job, "failed": 0, "suspended": 0}
+            )  # fmt: skip
     else:
         by_lower = {r.lower(): r for r in kind.replica_order}
-        status["replicaStatuses"] = {by_lower.get(ps, ps): dict(c) for ps, c in sorted(counts.items())}
+        status["replicaStatuses"] = {
+            by_lower.get(ps, ps): {"active": c["active"], "succeeded": c["succeeded"]}
+            for ps, c in sorted(counts.items())
+        }
+        running = all_ready and not suspended and any(c["running"] for c in counts.values())
+        set_condition(status, "Running", "True" if running else "False", "JobRunning" if running else "JobNotRunning")
 
 
 def free_capacity(nodes: list[Obj], pods: list[Obj]) -> nodes_model.Free:

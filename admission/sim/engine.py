@@ -113,7 +113,7 @@ async def running(
         sessions=sessions,
         database_url=url,
         options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
-        policy=policy,
+        policy=dataclasses.replace(policy, pods_ready=scenario.pods_ready),  # the scenario's waitForPodsReady
     )
     webhook = WebhookServer(
         lambda: controller.config, policy=controller.policy, group_totals=controller.pod_groups.totals
@@ -317,11 +317,17 @@ class Driver:
         decision for a while (the rest can't fit)."""
         last_event, quiet_since = 0, time.monotonic()
         cancelled = {e.name for e in self.scenario.edits if e.action == "cancel"}
+        last_action = max([e.at for e in self.scenario.jobs] + [e.at for e in self.scenario.edits], default=0.0)
         while True:
             async with database.transaction(self.stack.controller.sessions) as session:
                 rows = await store.workload_states(session)
                 newest = await store.last_event_id(session)
                 backing_off = await store.next_requeue(session) is not None
+                progressed, ready_running = await store.last_progress(session)
+            # only waitForPodsReady's endless evict-and-requeue loop left: ended as engine core ends it
+            progress = max(last_action, self.scenario_time(progressed) if progressed else 0.0)
+            if not ready_running and self.now() > progress + self.scenario.pods_ready.horizon:
+                return rows
             # a Deployment's replicas serve until stopped: the run ends once nothing else is open
             serving = set(self.names.by_pod) | {e.job.key for e in self.scenario.jobs if e.regroups}
             open_jobs = [k for k, (state, _, _) in rows.items() if state != "Finished" and k not in cancelled | serving]

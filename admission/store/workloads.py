@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
 from admission.store import lease, tables
-from queues import jobs, selectors
+from queues import jobs, podsready, selectors
 from queues.model import Admission, Config, Snapshot, Workload
 
 UPSERT_CHUNK = 10_000
@@ -168,11 +168,25 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
                 w.retries,
                 w.requeue_at,
                 w.active,
+                w.reason,
+                w.pods_ready_at,
             )
             .where(w.state != "Finished")
             .order_by(w.id)
         )
     ).all()
+    # when each admitted workload's job started (its last Admitted event), for waitForPodsReady
+    e = tables.WorkloadEvent
+    started = dict(
+        (
+            await session.execute(
+                select(e.workload_id, func.max(e.at))
+                .join(w, w.id == e.workload_id)
+                .where(w.state == "Admitted", e.type == "Admitted")
+                .group_by(e.workload_id)
+            )
+        ).all()
+    )
     usage: dict[int, dict[tuple[str, str], int]] = {}
     a = tables.Admission
     for wid, flavor, resource, qty in await session.execute(select(a.workload_id, a.flavor, a.resource, a.quantity)):
@@ -204,6 +218,8 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
             requeue_at=_epoch(r.requeue_at) if r.requeue_at is not None else None,
             active=r.active,
         )
+        if r.reason == podsready.REASON:
+            wl.requeue_reason = podsready.REASON
         if r.state == "Admitted" and r.cluster_queue is not None:
             wl.checks = tuple(r.checks or ())
             flavors = r.assigned_flavors or {}
@@ -215,6 +231,9 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
                 {str(k): int(v) for k, v in (flavors.get("counts") or {}).items()},
             )
             wl.admitted_at = _epoch(r.admitted_at)
+            if not wl.checks and r.id in started:
+                wl.started_at = _epoch(started[r.id])
+            wl.ready_at = _epoch(r.pods_ready_at) if r.pods_ready_at is not None else None
         out.workloads.append(wl)
         out.ids[wl.key] = r.id
         out.uids[wl.key] = r.job_uid
@@ -357,7 +376,9 @@ async def commit_cycle(
         evicted = await session.execute(
             update(w)
             .where(tables.among(w.id, ids), w.state == "Admitted")
-            .values(state="Pending", queue_ts=now, admitted_at=None, assigned_flavors=None, checks=[])
+            .values(
+                state="Pending", queue_ts=now, admitted_at=None, assigned_flavors=None, checks=[], pods_ready_at=None
+            )
             .returning(w.id, w.cluster_queue)
         )
         queues = {int(i): cq for i, cq in evicted.all()}
@@ -629,6 +650,23 @@ async def set_checks(session: AsyncSession, states: Sequence[CheckState], now: d
         await session.execute(_STARTED_EVENTS, {"id": started, "now": now})
 
 
+async def set_pods_ready(session: AsyncSession, ready: Sequence[tuple[int, dt.datetime]]) -> None:
+    """waitForPodsReady: when every pod of these admitted workloads was first Ready (kept across
+    restarts: a workload that was Ready and loses a pod has the recovery timeout, not the first one)."""
+    if not ready:
+        return
+    await session.execute(_SET_PODS_READY, {"id": [wid for wid, _ in ready], "at": [at for _, at in ready]})
+
+
+_SET_PODS_READY = text(
+    """
+    UPDATE workloads AS w SET pods_ready_at = u.at
+    FROM unnest(CAST(:id AS bigint[]), CAST(:at AS timestamptz[])) AS u(id, at)
+    WHERE w.id = u.id AND w.state = 'Admitted'
+    """
+)
+
+
 async def set_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, str, str | None]]) -> None:
     """Why each pending workload waits (id, reason, message, the ClusterQueue it waits in), for
     ``turnstile get/describe workload``."""
@@ -725,6 +763,18 @@ async def workload_states(session: AsyncSession) -> dict[str, tuple[str, str | N
     w = tables.Workload
     rows = await session.execute(select(w.namespace, w.name, w.state, w.reason, w.message).order_by(w.id))
     return {f"{r.namespace}/{r.name}": (r.state, r.reason, r.message) for r in rows}
+
+
+async def last_progress(session: AsyncSession) -> tuple[dt.datetime | None, bool]:
+    """For a simulation's end: the latest moment a job finished or had all its pods Ready, and
+    whether some admitted workload's pods are all Ready now (it will finish by itself)."""
+    w = tables.Workload
+    latest = (await session.execute(select(func.max(w.finished_at), func.max(w.pods_ready_at)))).one()
+    running = (
+        await session.execute(select(w.id).where(w.state == "Admitted", w.pods_ready_at.is_not(None)).limit(1))
+    ).first()
+    moments = [t for t in latest if t is not None]
+    return (max(moments) if moments else None), running is not None
 
 
 async def next_requeue(session: AsyncSession) -> dt.datetime | None:

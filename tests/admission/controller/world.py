@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from admission.controller.controller import Controller, Options
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef
+from admission.policy import DEFAULT_POLICY
 from admission.sim import resources
 from admission.sim.apiserver import Faults
 from admission.sim.host import SimHost
@@ -125,6 +126,7 @@ class World:
         """A controller in this process; ``database_url``: its own connection to the database (e.g.
         through a fault-injecting proxy), named turnstile-controller in pg_stat_activity."""
         sessions = self.sessions
+        policy = options.pop("policy", DEFAULT_POLICY)
         if database_url is not None:
             engine = database.make_engine(
                 database_url,
@@ -139,6 +141,7 @@ class World:
             sessions=sessions,
             database_url=database_url or self.url,
             options=Options(identity=identity, lease_ttl=options.pop("lease_ttl", 2.0), **options),
+            policy=policy,
         )
         self.controllers.append((controller, asyncio.create_task(controller.run())))
         return controller

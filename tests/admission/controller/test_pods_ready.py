@@ -1,0 +1,92 @@
+"""waitForPodsReady through the controller: a job admitted by quota whose pods no node can take is
+evicted (PodsReadyTimeout, with an Event), requeued after its backoff, and deactivated past the limit;
+a job whose pods become Ready keeps running, and that it was Ready survives a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from admission.kube.client import ResourceRef
+from admission.policy import Policy
+from admission.sim import autoscaler as sim_autoscaler
+from admission.store import database, tables
+from queues import podsready
+from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
+
+NODES = ResourceRef("v1", "Node", "nodes", namespaced=False)
+NODE = {"labels": {"gpu": "a100"}, "capacity": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4"}}
+FAST = Policy(
+    pods_ready=podsready.WaitForPodsReady(timeout=1.5, recovery_timeout=1.5, backoff_base_seconds=0.5,
+                                          backoff_limit_count=1)
+)  # fmt: skip
+
+
+async def _row(w: World, name: str) -> Any:
+    async with database.transaction(w.sessions) as s:
+        return (await s.execute(select(tables.Workload).where(tables.Workload.name == name))).scalar_one_or_none()
+
+
+async def _events(w: World, name: str, reason: str) -> list[str]:
+    events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
+    return [e["message"] for e in events["items"] if e["involvedObject"]["name"] == name and e["reason"] == reason]
+
+
+async def test_a_job_no_node_can_take_is_evicted_requeued_then_deactivated(tmp_path: Path, migrated_url: str) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.kube.create(NODES, None, sim_autoscaler.node_object("gpu-1", NODE))
+        await w.apply(CONFIG)
+        w.start_controller("replica-1", policy=FAST)
+        await w.create(job("too-wide", gpus=6))  # 6 GPUs fit the quota (8), not the 4-GPU node
+
+        async def evicted_once() -> list[str]:
+            return await _events(w, "too-wide", "PodsReadyTimeout")
+
+        (first, *_) = await eventually(evicted_once, what="a PodsReadyTimeout eviction")
+        assert "Exceeded the PodsReady timeout ml/too-wide" in first
+        assert "queues again after a 0s backoff (retry 1)" in first or "backoff (retry 1)" in first
+
+        async def deactivated() -> Any:
+            r = await _row(w, "too-wide")
+            return r if r is not None and not r.active else None
+
+        r = await eventually(deactivated, timeout=15, what="deactivated after its second timeout")
+        assert (r.state, r.reason, r.retries) == ("Pending", "Inactive", 2)
+        assert "requeued 1 times, the limit (backoffLimitCount)" in r.message
+        current = await w.kube.get(JOBS, "ml", "too-wide")
+        assert current["spec"]["suspend"] is True, "its job is suspended and its pods gone"
+        async with database.transaction(w.sessions) as s:
+            history = (
+                await s.execute(
+                    select(tables.WorkloadEvent.type, tables.WorkloadEvent.reason, tables.WorkloadEvent.detail)
+                    .where(tables.WorkloadEvent.workload_id == r.id)
+                    .order_by(tables.WorkloadEvent.id)
+                )
+            ).all()
+        assert [tuple(h) for h in history] == [
+            ("Admitted", None, None),
+            ("Evicted", "PodsReadyTimeout", "Timeout"),
+            ("Admitted", None, None),
+            ("Evicted", "PodsReadyTimeout", "RequeuingLimitExceeded"),
+        ]
+
+
+async def test_a_ready_job_runs_on_and_its_readiness_is_stored(tmp_path: Path, migrated_url: str) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.kube.create(NODES, None, sim_autoscaler.node_object("gpu-1", NODE))
+        await w.apply(CONFIG)
+        w.start_controller("replica-1", policy=FAST)
+        await w.create(job("fits", gpus=4))
+
+        async def ready() -> Any:
+            r = await _row(w, "fits")
+            return r if r is not None and r.pods_ready_at is not None else None
+
+        r = await eventually(ready, what="its pods Ready, recorded")
+        assert r.state == "Admitted"
+        await asyncio.sleep(2.5)  # past the timeout: nothing happens to a Ready job
+        assert (await _row(w, "fits")).state == "Admitted"
+        assert not await _events(w, "fits", "PodsReadyTimeout")
