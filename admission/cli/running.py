@@ -95,8 +95,8 @@ log_format_option = click.option(
     default=None,
     metavar="FRAMEWORKS",
     help="Comma-separated Kueue framework names to queue (batch/job, kubeflow.org/pytorchjob, "
-    "kubeflow.org/tfjob, kubeflow.org/mpijob, jobset.x-k8s.io/jobset). Default: TURNSTILE_INTEGRATIONS, "
-    "else all; kinds whose CRD is not installed are skipped until it is.",
+    "kubeflow.org/jaxjob, jobset.x-k8s.io/jobset, ray.io/rayjob, ...; see docs/job-kinds.md). Default: "
+    "TURNSTILE_INTEGRATIONS, else all; kinds whose CRD is not installed are skipped until it is.",
 )
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 @log_format_option

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from admission.sim import resources, serving
+from admission.sim import cronjobs, resources, serving
 from admission.sim.apiserver import ApiServer, Faults
 from admission.sim.autoscaler import Autoscaler
 from admission.sim.cluster import Cluster
@@ -103,6 +103,7 @@ class SimHost:
         )
         replicas = Replicas(server.store, server)
         serving.install(replicas)  # LeaderWorkerSet and KServe, when their CRDs are served
+        cronjobs.CronJobs(replicas)
         await cluster.start()
         await scaler.start()
         await replicas.start()

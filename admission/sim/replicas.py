@@ -190,6 +190,8 @@ class Replicas:
         self.dirty[(res, namespace, name)] = None
         self.wake.set()
 
+    mark = _mark  # (a controller's timer asks for a reconcile: a CronJob's next scheduled time)
+
     async def _work(self) -> None:
         while True:
             await self.wake.wait()

@@ -48,6 +48,7 @@ BUILT_IN = (
     Resource("events.k8s.io", "v1", "events", "Event", has_status=False),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", has_status=False),
     Resource("batch", "v1", "jobs", "Job"),
+    Resource("batch", "v1", "cronjobs", "CronJob", short_names=("cj",)),
     Resource("apps", "v1", "deployments", "Deployment", short_names=("deploy",)),
     Resource("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",)),
     Resource("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",)),

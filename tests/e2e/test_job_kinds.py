@@ -1,0 +1,148 @@
+"""The newer job kinds as a user meets them: kubectl against the simulated cluster, the webhook over
+TLS, a controller replica, PostgreSQL. A RayJob and a partially admitted Job are suspended at creation
+and started onto their flavor; bad ones are refused naming the field; a CronJob's Jobs are queued by
+the labels of its jobTemplate, whether its controller or ``kubectl create job --from`` makes them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admission.sim.cronjobs import CRONJOBS, JOBS
+from admission.sim.host import SimHost
+from tests.admission.controller.world import eventually
+from tests.admission.runner import KUBECTL, kubectl, turnstile
+from tests.e2e.test_pods import cluster, create
+
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+
+QUEUE = {"kueue.x-k8s.io/queue-name": "team-a"}
+GPU_POD = {
+    "restartPolicy": "Never",
+    "containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}
+    ],
+}
+
+
+def rayjob(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": "ml", "labels": QUEUE, "annotations": {"turnstile.dev/sim-runtime": "1"}},
+        "spec": {
+            "entrypoint": "python tune.py",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {
+                "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray", "resources": {"requests": {"cpu": "2"}}}]}}},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "template": {"spec": GPU_POD}}],
+            },
+            # (KubeRay's default submitter asks for memory, which this ClusterQueue does not cover)
+            "submitterPodTemplate": {"spec": {"restartPolicy": "Never", "containers": [{"name": "submit", "image": "ray", "resources": {"requests": {"cpu": "500m"}}}]}},
+            **spec,
+        },
+    }  # fmt: skip
+
+
+def batch_job(name: str, parallelism: int, minimum: str | None = None) -> dict[str, Any]:
+    notes = {"kueue.x-k8s.io/job-min-parallelism": minimum} if minimum is not None else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "labels": QUEUE, "annotations": notes},
+        "spec": {"parallelism": parallelism, "completions": parallelism, "template": {"spec": GPU_POD}},
+    }
+
+
+def _get(host: SimHost, res: Any, name: str) -> dict[str, Any]:
+    return host.server.store.get(res, "ml", name)
+
+
+async def test_a_rayjob_and_a_partial_job_through_kubectl(tmp_path: Path, migrated_url: str) -> None:
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        rayjobs = next(r for r in host.server.served if r.plural == "rayjobs")
+        code, _, err = await create(host, rayjob("tune"))
+        assert code == 0, err
+        started = await eventually(
+            lambda: (j := _get(host, rayjobs, "tune"))["spec"].get("suspend") is False and j, what="the RayJob started"
+        )
+        worker = started["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+        assert worker["nodeSelector"] == {"gpu": "a100"}
+        await eventually(
+            lambda: _get(host, rayjobs, "tune").get("status", {}).get("jobDeploymentStatus") == "Complete",
+            timeout=20,
+            what="the RayJob complete",
+        )
+        # the queue holds 2 GPUs: a 4-pod sweep that may run with 1 starts with what is free
+        code, _, err = await create(host, batch_job("sweep", 4, "1"))
+        assert code == 0, err
+        sweep = await eventually(
+            lambda: (j := _get(host, JOBS, "sweep"))["spec"].get("suspend") is False and j, what="the sweep started"
+        )
+        assert sweep["spec"]["parallelism"] == 2
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url}
+        ran = turnstile("usage", "--by", "namespace", "-o", "json", env=env)
+        assert ran.returncode == 0, ran.stderr
+        assert any(r["resource"] == "nvidia.com/gpu" and r["hours"] > 0 for r in json.loads(ran.stdout)["rows"])
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (batch_job("bad", 4, "4"), "must be less than the Job's parallelism 4"),
+        (batch_job("bad", 4, "lots"), "must be a whole number of pods, not 'lots'"),
+        (rayjob("bad", shutdownAfterJobFinishes=False), "spec.shutdownAfterJobFinishes: must be true"),
+    ],
+    ids=["min-not-below", "min-nan", "ray-shutdown"],
+)
+async def test_bad_jobs_are_refused_by_kubectl_naming_the_field(
+    obj: dict[str, Any], expected: str, tmp_path: Path, migrated_url: str
+) -> None:
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        code, _, err = await create(host, obj)
+        assert code != 0 and expected in err, err
+
+
+async def test_a_cronjobs_jobs_are_queued_by_its_template_labels(tmp_path: Path, migrated_url: str) -> None:
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "ml"},
+        "spec": {
+            "schedule": "* * * * *",
+            "jobTemplate": {"metadata": {"labels": QUEUE}, "spec": {"template": {"spec": GPU_POD}}},
+        },
+    }
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        code, _, err = await create(host, cron)
+        assert code == 0, err
+        # the user's way to run it now: the same Job the CronJob controller makes, queued alike
+        code, _, err = await kubectl(host.kubeconfig, "create", "job", "now", "--from=cronjob/nightly", "-n", "ml")
+        assert code == 0, err
+        manual = await eventually(
+            lambda: (j := _get(host, JOBS, "now"))["spec"].get("suspend") is False and j, what="the manual run admitted"
+        )
+        assert manual["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert manual["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "a100"}
+        # its last run was two minutes ago: the controller runs it for the current minute
+        ago = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        current = host.server.store.get(CRONJOBS, "ml", "nightly")
+        current["status"] = {"lastScheduleTime": ago}
+        host.server.store.replace(CRONJOBS, "ml", "nightly", current, subresource="status")
+
+        def scheduled() -> dict[str, Any] | None:
+            made = [
+                j
+                for j in host.server.store.list(JOBS, "ml")[0]
+                if j["metadata"]["name"].startswith("nightly-") and j["spec"].get("suspend") is False
+            ]
+            return made[0] if made else None
+
+        job = await eventually(scheduled, timeout=15, what="the scheduled Job created, queued and admitted")
+        assert job["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
+        assert "turnstile.dev/admission" in job["metadata"]["annotations"], "started by Turnstile, not created running"
