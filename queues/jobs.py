@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import errors, layouts, quantity, selectors
+from queues import errors, layouts, quantity, selectors, trainjobs
 from queues.errors import FieldError
 from queues.layouts import KINDS, POD, Kind
 
@@ -100,12 +100,13 @@ def kind_of(obj: Mapping[str, Any]) -> Kind | None:
     return KINDS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
 
 
-def read_job(obj: Any, kind: Kind | None = None) -> JobInfo:
+def read_job(obj: Any, kind: Kind | None = None, runtimes: trainjobs.Runtimes | None = None) -> JobInfo:
     """A job object's identity and pod sets, or ``errors.Invalid`` listing every problem.
 
     ``kind`` is the kind the caller read the object as (an informer knows the resource it
     listed; a webhook has the review's kind): a real API server's list items carry no
-    ``apiVersion``/``kind``, so only a file a user wrote is read by its own TypeMeta."""
+    ``apiVersion``/``kind``, so only a file a user wrote is read by its own TypeMeta. ``runtimes``
+    finds the training runtime a TrainJob names (``queues.trainjobs``)."""
     if not isinstance(obj, Mapping):
         raise errors.Invalid([FieldError("", "must be a Kubernetes object (a mapping)")])
     kind = kind or kind_of(obj)
@@ -138,7 +139,7 @@ def read_job(obj: Any, kind: Kind | None = None) -> JobInfo:
     if not isinstance(spec, Mapping):
         problems.append(FieldError("spec", "required: the job's spec"))
     else:
-        found = layouts.templates(kind, spec, problems) if kind is not POD else iter([("main", 1, obj, "")])
+        found = layouts.templates(kind, obj, problems, runtimes) if kind is not POD else iter([("main", 1, obj, "")])
         for ps_name, count, template, path in found:
             spec_path = f"{path}.spec" if path else "spec"
             ps = _pod_set(ps_name, count, template["spec"], spec_path, problems)
@@ -235,14 +236,20 @@ def _string_map(value: Any, path: str, problems: list[FieldError]) -> dict[str, 
     return out
 
 
-def pod_templates(obj: Mapping[str, Any], kind: Kind | None = None) -> list[tuple[str, int, Mapping[str, Any]]]:
-    """(pod set name, pod count, pod template) of every pod set of a job, for whatever runs its pods."""
+def pod_templates(
+    obj: Mapping[str, Any], kind: Kind | None = None, runtimes: trainjobs.Runtimes | None = None
+) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """(pod set name, pod count, pod template) of every pod set of a job, for whatever runs its pods
+    (a TrainJob's with Turnstile's runtime patch applied, as the Trainer makes them)."""
     kind = kind or kind_of(obj)
     spec = obj.get("spec")
     if kind is None or not isinstance(spec, Mapping):
         return []
     problems: list[FieldError] = []
-    found = [(name, count, template) for name, count, template, _ in layouts.templates(kind, spec, problems)]
+    found = [
+        (name, count, template)
+        for name, count, template, _ in layouts.templates(kind, obj, problems, runtimes, patched=True)
+    ]
     if problems:
         raise errors.Invalid(problems)
     return found
@@ -324,7 +331,7 @@ def api_problems(obj: Mapping[str, Any], kind: Kind | None = None) -> list[Field
         return []
     problems: list[FieldError] = []
     out: list[FieldError] = []
-    for _, _, template, path in layouts.templates(kind, spec, problems):
+    for _, _, template, path in layouts.templates(kind, obj, problems):
         if path is None:
             continue  # made by the kind's operator from its own defaults
         pod = template.get("spec") or {}

@@ -12,7 +12,9 @@ sets with requests):
 - ``ray`` (RayCluster, RayJob): ``head`` (one pod), one pod set per worker group (named by its
   lowercased ``groupName``, replicas x numOfHosts pods) and, for a RayJob submitted as a
   Kubernetes Job (KubeRay's default ``K8sJobMode``), ``submitter``: its
-  ``submitterPodTemplate``, or KubeRay's default submitter pod when it sets none.
+  ``submitterPodTemplate``, or KubeRay's default submitter pod when it sets none;
+- ``trainjob`` (Kubeflow Trainer's TrainJob): the JobSet its runtime builds (``queues.trainjobs``),
+  read as a JobSet; the templates are the runtime's, so none is the TrainJob's to write to.
 
 A reader reports each problem at its field path (``spec.workerGroupSpecs[1].groupName``) and
 goes on, so a user sees every mistake at once. A template's path is None when the kind's
@@ -25,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from queues import trainjobs
 from queues.errors import FieldError
 
 MAX_POD_SETS = 8  # Kueue's Workload holds at most 8 pod sets (spec.podSets maxItems)
@@ -64,6 +67,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("jobset.x-k8s.io/v1alpha2", "JobSet", ("spec", "suspend"), layout="jobset"),
         Kind("ray.io/v1", "RayJob", ("spec", "suspend"), layout="ray"),
         Kind("ray.io/v1", "RayCluster", ("spec", "suspend"), layout="ray"),
+        Kind("trainer.kubeflow.org/v1alpha1", "TrainJob", ("spec", "suspend"), layout="trainjob"),
     )
 }
 
@@ -116,10 +120,32 @@ def template(holder: Any, path: str, problems: list[FieldError], key: str = "tem
     return found
 
 
-def templates(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:
-    """Every pod set of a job of ``kind`` whose spec is ``spec``, in Kueue's order."""
-    reader = _READERS[kind.layout]
-    yield from reader(kind, spec, problems)
+def templates(
+    kind: Kind,
+    obj: Mapping[str, Any],
+    problems: list[FieldError],
+    runtimes: trainjobs.Runtimes | None = None,
+    *,
+    patched: bool = False,
+) -> Iterator[Found]:
+    """Every pod set of job ``obj`` of ``kind``, in Kueue's order. A TrainJob is read through its
+    runtime (``runtimes`` finds it), with Turnstile's runtime patch applied when ``patched`` (the
+    pods its operator makes) or not (the job's own pod sets)."""
+    spec = obj.get("spec") or {}
+    if kind.layout != "trainjob":
+        yield from _READERS[kind.layout](kind, spec, problems)
+        return
+    resolved = trainjobs.resolve(obj, runtimes, problems)
+    if not resolved:
+        return
+    if patched:
+        resolved = trainjobs.apply_patches(resolved, obj)
+    ref = trainjobs.runtime_ref(obj)
+    inner: list[FieldError] = []
+    for name, count, found, _ in _jobset(kind, resolved, inner):
+        yield name, count, found, None
+    where = f"spec.runtimeRef ({ref[0]} {ref[2]}): spec.template" if ref else "spec.runtimeRef"
+    problems.extend(e.under(where) for e in inner)
 
 
 def _job(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:

@@ -12,8 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import api, errors, jobs, pods, podsready, serving
+from queues import api, errors, jobs, pods, podsready, serving, trainjobs
 from queues.errors import FieldError
+from queues.scenario_edits import MAX_SECONDS, Edit
+from queues.scenario_edits import edits as _edits
+from queues.scenario_edits import manifest as _manifest
+from queues.scenario_edits import seconds as _time
+
+__all__ = ["MAX_SECONDS", "Edit", "JobEntry", "Part", "Scenario", "parse"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +72,6 @@ class JobEntry:
         return self.parts or (Part(self.index, self.at, self.runtime, self.object),)
 
 
-@dataclass(frozen=True, slots=True)
-class Edit:
-    index: int
-    at: float
-    action: str  # apply | delete | cancel | scale
-    obj: api.KueueObject | None = None
-    kind: str = ""
-    name: str = ""  # "ns/name" for LocalQueue, cancel and scale
-    replicas: int = 0  # scale: the Deployment's replicas from then on
-
-
 @dataclass(slots=True)
 class Scenario:
     name: str
@@ -91,6 +86,8 @@ class Scenario:
     pod_priorities: dict[str, tuple[int, bool]] = field(default_factory=dict)
     # Kueue's waitForPodsReady configuration (``queues.podsready``): on by default, as in Kueue
     pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
+    # Kubeflow Trainer runtimes among the manifests (a TrainJob's pods): (kind, namespace, name) -> object
+    runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
 
 
 _TOP_FIELDS = {
@@ -98,27 +95,7 @@ _TOP_FIELDS = {
 }  # fmt: skip
 
 
-MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
 MAX_JOBS = 250_000  # a scenario bigger than Kueue's large-scale benchmark (50,000) five times over
-
-
-def _time(value: Any, path: str, problems: list[FieldError], *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        problems.append(FieldError(path, f"must be a number of seconds, not {value!r}"))
-        return 0.0
-    if value < 0 or (positive and value == 0) or value > MAX_SECONDS:
-        bound = "> 0" if positive else ">= 0"
-        problems.append(FieldError(path, f"must be {bound} and at most {MAX_SECONDS:,} seconds, not {value!r}"))
-        return 0.0
-    return float(value)
-
-
-def _manifest(raw: Any, path: str, problems: list[FieldError]) -> api.KueueObject | None:
-    try:
-        return api.parse(raw)
-    except errors.Invalid as exc:
-        problems.extend(e.under(path) for e in exc.errors)
-        return None
 
 
 def parse(doc: Any) -> Scenario:
@@ -135,6 +112,7 @@ def parse(doc: Any) -> Scenario:
     description = doc.get("description") or ""
     manifests: list[api.KueueObject] = []
     pod_priorities: dict[str, tuple[int, bool]] = {}
+    runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = {}
     raw_manifests = doc.get("manifests")
     seen: dict[tuple[str, str], str] = {}
     if not isinstance(raw_manifests, list):
@@ -143,6 +121,9 @@ def parse(doc: Any) -> Scenario:
         for i, raw in enumerate(raw_manifests):
             if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) == PRIORITY_CLASS:
                 _priority_class(raw, f"manifests[{i}]", pod_priorities, problems)
+                continue
+            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) in TRAINING_RUNTIMES:
+                _runtime(raw, f"manifests[{i}]", runtimes, problems)
                 continue
             obj = _manifest(raw, f"manifests[{i}]", problems)
             if obj is None:
@@ -205,7 +186,7 @@ def parse(doc: Any) -> Scenario:
                 runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)
             is_pod = isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == ("v1", "Pod")
             try:
-                info = jobs.read_job(obj, jobs.POD if is_pod else None)
+                info = jobs.read_job(obj, jobs.POD if is_pod else None, lambda k, ns, n: runtimes.get((k, ns, n)))
             except errors.Invalid as exc:
                 problems.extend(e.under(f"{path}.object") for e in exc.errors)
                 continue
@@ -277,10 +258,12 @@ def parse(doc: Any) -> Scenario:
         autoscaler,
         pod_priorities,
         pods_ready,
+        runtimes,
     )
 
 
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
+TRAINING_RUNTIMES = {(trainjobs.API_VERSION, trainjobs.CLUSTER_RUNTIME), (trainjobs.API_VERSION, trainjobs.RUNTIME)}
 DEPLOYMENT = ("apps/v1", "Deployment")
 RAY_CLUSTER = ("ray.io/v1", "RayCluster")
 
@@ -335,6 +318,26 @@ def _priority_class(
         into[name] = (value, raw.get("globalDefault") is True)
 
 
+def _runtime(
+    raw: Mapping[str, Any],
+    path: str,
+    into: dict[tuple[str, str | None, str], Mapping[str, Any]],
+    problems: list[FieldError],
+) -> None:
+    """A Kubeflow Trainer (Cluster)TrainingRuntime, for the TrainJobs that name it."""
+    meta: Mapping[str, Any] = raw["metadata"] if isinstance(raw.get("metadata"), Mapping) else {}
+    name, kind = meta.get("name"), str(raw.get("kind"))
+    namespace = (meta.get("namespace") or "default") if kind == trainjobs.RUNTIME else None
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError(f"{path}.metadata.name", f"required: the {kind}'s name"))
+    elif (kind, namespace, name) in into:
+        problems.append(FieldError(f"{path}.metadata.name", f"duplicate {kind} {name!r}"))
+    elif not isinstance(((raw.get("spec") or {}).get("template") or {}).get("spec"), Mapping):
+        problems.append(FieldError(f"{path}.spec.template.spec", "required: the JobSet template of the runtime"))
+    else:
+        into[(kind, namespace, name)] = raw
+
+
 def _group(key: str, members: list[tuple[int, Part, jobs.JobInfo]], problems: list[FieldError]) -> JobEntry | None:
     """A pod group's pods as one entry, or None (with the problems) when they cannot be one."""
     namespace, _, name = key.partition("/")
@@ -363,67 +366,3 @@ def _group(key: str, members: list[tuple[int, Part, jobs.JobInfo]], problems: li
         object=parts[0].object,
         parts=parts,
     )
-
-
-def _edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> list[Edit]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        problems.append(FieldError("edits", "must be a list of edits"))
-        return []
-    out: list[Edit] = []
-    for i, item in enumerate(raw):
-        path = f"edits[{i}]"
-        if not isinstance(item, Mapping):
-            problems.append(FieldError(path, "must be a mapping with at and one of apply, delete, cancel"))
-            continue
-        at = _time(item.get("at"), f"{path}.at", problems)
-        actions = [a for a in ("apply", "delete", "cancel", "scale") if a in item]
-        unknown = [k for k in item if k not in ("at", "apply", "delete", "cancel", "scale", "replicas")]
-        for key in unknown:
-            problems.append(
-                FieldError(f"{path}.{key}", "unknown field; an edit has at and one of apply, delete, cancel, scale")
-            )
-        if len(actions) != 1:
-            problems.append(FieldError(path, "needs exactly one of apply, delete, cancel, scale"))
-            continue
-        if ("replicas" in item) != (actions[0] == "scale"):
-            problems.append(FieldError(f"{path}.replicas", "scale (and only scale) takes replicas"))
-            continue
-        action = actions[0]
-        if action == "apply":
-            obj = _manifest(item["apply"], f"{path}.apply", problems)
-            if obj is not None:
-                if isinstance(obj, api.WorkloadPriorityClass):
-                    priority_classes.add(obj.name)
-                out.append(Edit(i, at, "apply", obj=obj, kind=obj.kind, name=obj.key))
-        elif action == "delete":
-            target = item["delete"]
-            if (
-                not isinstance(target, Mapping)
-                or target.get("kind") not in api.KINDS
-                or not isinstance(target.get("name"), str)
-            ):
-                problems.append(
-                    FieldError(f"{path}.delete", f"must be {{kind, name}} with kind one of {', '.join(api.KINDS)}")
-                )
-                continue
-            name = target["name"]
-            if target["kind"] == "LocalQueue":
-                name = f"{target.get('namespace') or 'default'}/{name}"
-            out.append(Edit(i, at, "delete", kind=str(target["kind"]), name=name))
-        elif action == "scale":
-            key, replicas = item["scale"], item["replicas"]
-            if not isinstance(key, str) or "/" not in key:
-                problems.append(FieldError(f"{path}.scale", "must name a Deployment as namespace/name"))
-            elif isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-                problems.append(FieldError(f"{path}.replicas", f"must be a whole number >= 0, not {replicas!r}"))
-            else:
-                out.append(Edit(i, at, "scale", name=key, replicas=replicas))
-        else:
-            key = item["cancel"]
-            if not isinstance(key, str) or "/" not in key:
-                problems.append(FieldError(f"{path}.cancel", "must name a job as namespace/name"))
-                continue
-            out.append(Edit(i, at, "cancel", name=key))
-    return out

@@ -27,7 +27,7 @@ from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodSetInfo, pointer_get
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
-from queues import layouts, provisioning
+from queues import jobs, layouts, provisioning, trainjobs
 from queues.model import Workload
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,10 @@ class Checks:
         run_infos: Callable[[Term, Workload], list[PodSetInfo]],
         changed: Callable[[str], None],
         workers: int = 4,
+        runtimes: trainjobs.Runtimes | None = None,
     ) -> None:
         self.kube = kube
+        self.runtimes = runtimes  # a TrainJob's training runtime, where its pod templates are
         self.views = views  # job uid -> view
         self.current_term = current_term
         self.run_infos = run_infos  # the pod sets' directives as the job will run (the enactor's)
@@ -146,7 +148,7 @@ class Checks:
         counts = {ps.name: ps.count for ps in wl.running_pod_sets}
         pod_sets = []
         for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources):
-            template = copy.deepcopy(_template(view, job, ps))
+            template = copy.deepcopy(_template(view, job, ps, self.runtimes))
             pod = template.setdefault("spec", {})
             info = infos.get(ps)
             if info is not None:
@@ -212,10 +214,14 @@ class Checks:
             raise Retry(f"deleting {ref.kind} {namespace}/{name}: {exc}", after=exc.retry_after) from exc
 
 
-def _template(view: JobView, job: Obj, pod_set: str) -> Obj:
-    """The pod template of a pod set: in the job, or for a pod workload one of the pods of that set."""
+def _template(view: JobView, job: Obj, pod_set: str, runtimes: trainjobs.Runtimes | None = None) -> Obj:
+    """The pod template of a pod set: in the job (a TrainJob's: in its runtime), or for a pod
+    workload one of the pods of that set."""
     if view.pods is None:
         path = view.info.template_paths.get(pod_set) if view.info is not None else None
+        if path is None and view.integration.external is not None:
+            found = jobs.pod_templates(job, view.integration.kind, runtimes)
+            return dict(next((t for name, _, t in found if name == pod_set), {}))
         if path is None:  # made by the kind's operator from its defaults (a RayJob's submitter)
             return copy.deepcopy(dict(layouts.DEFAULT_SUBMITTER)) if view.info is not None else {}
         return dict(pointer_get(job, path) or {})

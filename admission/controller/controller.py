@@ -47,6 +47,7 @@ from admission.controller.priorities import PriorityClasses
 from admission.controller.queuestatus import StatusWriter
 from admission.controller.readiness import DatabaseHealth, Readiness
 from admission.controller.report import Reporter
+from admission.controller.runtimes import TrainingRuntimes
 from admission.controller.step import Changes, StepFailed, StepOptions, Steps
 from admission.controller.term import Term
 from admission.jobs import INTEGRATIONS
@@ -123,6 +124,10 @@ class Controller:
         )
         self.priorities = PriorityClasses(kube, lambda: self.term.scheduler if self.term is not None else None)
         self.informers.append(self.priorities.informer)
+        # Kubeflow Trainer's runtimes, where a TrainJob's pod sets come from
+        self.runtimes = TrainingRuntimes(kube, self._reread)
+        self.jobs.runtimes = self.runtimes.lookup
+        self.informers.extend(self.runtimes.informers)
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
         self.enactor = Enactor(
             kube, jobs=self.jobs, current_term=lambda: self.term, workers=options.workers, on_waiting=self._on_waiting
@@ -133,6 +138,7 @@ class Controller:
             current_term=lambda: self.term,
             run_infos=lambda term, wl: self.enactor.run_infos(term, wl, wl.admission) if wl.admission else [],
             changed=self._on_check,
+            runtimes=self.runtimes.lookup,
         )
         self.config: Config | None = None  # the latest queue configuration, on every replica (webhook)
         # called whenever the configuration or this replica's leadership changes (the webhooks' scope)
@@ -184,8 +190,17 @@ class Controller:
     # ----- what the cluster says -----------------------------------------------------------------
 
     def _on_job(self, integration: Integration, informer: Informer, kind: str, obj: Obj) -> None:
+        self.runtimes.job(integration, kind, obj)
         if self.jobs.observe(integration, kind, obj, listed_since=informer.listing_since):
             self.changes.job(str((obj.get("metadata") or {}).get("uid")))
+
+    def _reread(self, trainjob: Obj) -> None:
+        """A TrainJob's runtime came or changed: its pod sets are read again."""
+        uid = str((trainjob.get("metadata") or {}).get("uid"))
+        view = self.jobs.views.get(uid)
+        if view is not None:
+            self.jobs.put(uid, view.integration.view(trainjob, self.jobs.shapes, self.runtimes.lookup))
+            self.changes.job(uid)
 
     def _on_waiting(self, key: str, victims: list[str] | None) -> None:
         self.changes.preempting[key] = victims

@@ -102,7 +102,7 @@ class Enactor:
         if view.pods is not None:
             await self._enact_pods(term, key, view, held, token)
             return
-        own, own_counts = _own_infos(wl), _counts(wl, None)
+        own, own_counts = _own_infos(wl, view), _counts(wl, None)
         if token is None or (view.admission is not None and view.admission != token):
             # Pending (or running under an admission that is no more): suspend first, then restore.
             term.blocked.pop(key, None)
@@ -122,6 +122,10 @@ class Enactor:
         if self._victims_running(term, key, held):
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
         infos, counts = self.run_infos(term, held, held.admission), _counts(held, held.admission)
+        if view.integration.external is not None and not view.carries(infos):
+            # (written while it is suspended, as Trainer requires; its answer brings us back here)
+            await self._patch(view, view.integration.patch(view, suspend=None, infos=infos, admission=token))
+            return
         if view.started and not view.carries(infos):
             await self._clear_start_time(view)
         patch = view.integration.patch(view, suspend=False, infos=infos, admission=token, counts=counts)
@@ -266,7 +270,11 @@ def _counts(wl: Workload, admission: Admission | None) -> dict[str, int]:
     return {ps.name: granted.get(ps.name, ps.count) for ps in wl.pod_sets if ps.min_count is not None}
 
 
-def _own_infos(wl: Workload) -> list[PodSetInfo]:
+def _own_infos(wl: Workload, view: JobView | None = None) -> list[PodSetInfo]:
+    """Each pod set's own directives, which a restore puts back; none for a kind whose templates
+    are elsewhere (``Integration.external``): there a restore writes nothing of its own."""
+    if view is not None and view.integration.external is not None:
+        return [PodSetInfo(ps.name, {}, []) for ps in wl.pod_sets]
     return [
         PodSetInfo(ps.name, dict(ps.constraints.node_selector), [t.to_dict() for t in ps.tolerations])
         for ps in wl.pod_sets

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from admission.jobs.base import Integration, JobView
 from admission.kube.client import Obj
+from queues import trainjobs
 from queues.model import SharedShapes
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class JobCache:
     expected: dict[str, _Expectation] = field(default_factory=dict)  # job uid -> our last write
     in_flight: dict[str, set[str]] = field(default_factory=dict)  # job uid -> versions seen during a write
     skipped: int = 0  # events older than one of our writes, not taken
+    runtimes: trainjobs.Runtimes | None = None  # a TrainJob's training runtime (``admission.controller.runtimes``)
 
     def view(self, key: str) -> JobView | None:
         uid = self.uid_of.get(key)
@@ -75,7 +77,7 @@ class JobCache:
         if kind == "DELETED":
             self.drop(uid)
         else:
-            self.put(uid, integration.view(obj, self.shapes))
+            self.put(uid, integration.view(obj, self.shapes, self.runtimes))
         return True
 
     def put(self, uid: str, view: JobView) -> None:
@@ -106,5 +108,5 @@ class JobCache:
             return  # the job is gone (or was replaced by another of the same name)
         if version in seen or current.version == version:
             return  # the watch already brought this version (and maybe newer ones): the view is current
-        self.views[view.uid] = view.integration.view(answer, self.shapes)
+        self.views[view.uid] = view.integration.view(answer, self.shapes, self.runtimes)
         self.expected[view.uid] = _Expectation(version, time.monotonic())

@@ -119,7 +119,10 @@ async def endpoints(
     webhook serves its certificate and the controller is ready."""
     context = await serving.start()
     server = WebhookServer(
-        lambda: controller.config, policy=controller.policy, group_totals=controller.pod_groups.totals
+        lambda: controller.config,
+        policy=controller.policy,
+        group_totals=controller.pod_groups.totals,
+        runtimes=controller.runtimes.lookup,
     )
     # The aggregated API (kubectl get workloads, Kueue's visibility API) shares the webhook's port:
     # the API server presents its front-proxy certificate there, webhook calls present none.

@@ -6,10 +6,10 @@ kind is a module here plus one line below (and its pod sets in ``queues.jobs.KIN
 
 from __future__ import annotations
 
-from admission.jobs import batch, jobset, kubeflow, ray
+from admission.jobs import batch, jobset, kubeflow, ray, trainjob
 from admission.jobs.base import Integration
 
-INTEGRATIONS: tuple[Integration, ...] = (batch.JOB, *kubeflow.ALL, jobset.JOBSET, *ray.ALL)
+INTEGRATIONS: tuple[Integration, ...] = (batch.JOB, *kubeflow.ALL, jobset.JOBSET, *ray.ALL, *trainjob.ALL)
 BY_KIND: dict[tuple[str, str], Integration] = {(i.ref.api_version, i.ref.kind): i for i in INTEGRATIONS}
 BY_FRAMEWORK: dict[str, Integration] = {i.framework: i for i in INTEGRATIONS}
 

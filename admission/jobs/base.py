@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.kube.client import Obj, ResourceRef
-from queues import errors, jobs, pods
+from queues import errors, jobs, pods, trainjobs
 from queues.model import SharedShapes
 
 ADMISSION_ANNOTATION = "turnstile.dev/admission"  # on a running job: which admission started it
@@ -63,6 +63,7 @@ class JobView:
     # pod set -> (whether its template's metadata has annotations, the POD_ANNOTATIONS among them);
     # only pod sets whose template has metadata at all
     template_meta: dict[str, tuple[bool, dict[str, str]]] = field(default_factory=dict)
+    external: Obj | None = None  # an ExternalTemplates kind's part its writer needs (``Integration.external``)
     # a workload of plain Pods (``admission.controller.podgroups``): its pods, which the enactor
     # ungates or deletes one by one; None for a job, which is suspended and resumed as a whole
     pods: tuple[PodRef, ...] | None = None
@@ -87,7 +88,11 @@ class JobView:
         ):
             return False
         for info in infos:
-            if self.info is not None and info.name not in self.info.template_paths:
+            if (
+                self.integration.external is None
+                and self.info is not None
+                and info.name not in self.info.template_paths
+            ):
                 continue  # no template in the job to carry them (see ``patch``)
             selector, tolerations = self.directives.get(info.name, (None, None))
             if (selector or {}) != dict(info.node_selector) or (tolerations or []) != [
@@ -143,6 +148,19 @@ def condition_true(obj: Obj, kinds: Sequence[str]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class ExternalTemplates:
+    """For a kind whose pod templates are not in the job (a TrainJob's are in its training runtime):
+    where its scheduling directives are written instead (``admission.jobs.trainjob``). ``read``: per
+    pod set, the (nodeSelector, tolerations, pod annotations) written; ``keep``: the part of the job
+    the writer needs later (kept in ``JobView.external``); ``ops``: the JSON patch operations that
+    make the job carry exactly these infos (empty infos: none)."""
+
+    read: Callable[[Obj], dict[str, tuple[dict[str, str] | None, list[Obj] | None, dict[str, str]]]]
+    keep: Callable[[Obj], Obj]
+    ops: Callable[[JobView, Sequence[PodSetInfo]], list[Obj]]
+
+
+@dataclass(frozen=True, slots=True)
 class Integration:
     """One job kind. A new kind is a module that builds one of these."""
 
@@ -156,6 +174,9 @@ class Integration:
     # waitForPodsReady: whether every pod of the running job is Ready (or done), from its status as
     # Kueue reads it; None: never said (the job counts as Ready)
     pods_ready: Callable[[Obj, jobs.JobInfo], bool] | None = None
+    # its pod templates are not in the job (see ``ExternalTemplates``): its directives are written
+    # in a patch of their own, before it is unsuspended, and a restore writes none
+    external: ExternalTemplates | None = None
 
     @property
     def kind(self) -> jobs.Kind:
@@ -191,8 +212,9 @@ class Integration:
     def is_active(self, obj: Obj) -> bool:
         return self.count_active(obj) > 0
 
-    def view(self, obj: Obj, shapes: SharedShapes | None = None) -> JobView:
-        """What the controller keeps of ``obj``; pod sets equal to earlier jobs' are shared via ``shapes``."""
+    def view(self, obj: Obj, shapes: SharedShapes | None = None, runtimes: trainjobs.Runtimes | None = None) -> JobView:
+        """What the controller keeps of ``obj``; pod sets equal to earlier jobs' are shared via ``shapes``;
+        ``runtimes`` finds a TrainJob's training runtime."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         info: jobs.JobInfo | None = None
@@ -200,12 +222,17 @@ class Integration:
         directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = {}
         template_meta: dict[str, tuple[bool, dict[str, str]]] = {}
         try:
-            info = jobs.read_job(obj, self.kind)
+            info = jobs.read_job(obj, self.kind, runtimes)
         except errors.Invalid as exc:
             problems = tuple(str(p) for p in exc.errors)
         else:
             if shapes is not None:
                 info = dataclasses.replace(info, pod_sets=shapes.share(info.pod_sets)[0])
+            if self.external is not None:
+                for ps, (selector, tolerations, written) in self.external.read(obj).items():
+                    if selector is not None or tolerations is not None:
+                        directives[ps] = (selector, tolerations)
+                    template_meta[ps] = (bool(written), {k: v for k, v in written.items() if k in POD_ANNOTATIONS})
             for ps, pointer in info.template_paths.items():
                 spec = pointer_get(obj, pointer + "/spec") or {}
                 selector, tolerations = spec.get("nodeSelector"), spec.get("tolerations")
@@ -234,6 +261,7 @@ class Integration:
             queue_label=_queue_label(meta),
             directives=directives,
             template_meta=template_meta,
+            external=self.external.keep(obj) if self.external is not None else None,
         )
 
     def patch(
@@ -262,6 +290,9 @@ class Integration:
         if suspend is not None:
             ops.append({"op": "add", "path": self.suspend_pointer, "value": suspend})
         ops.extend(self.count_ops(view, counts or {}))
+        if self.external is not None:
+            ops.extend(self.external.ops(view, infos))
+            infos = ()
         for info in infos:
             if info.name not in view.info.template_paths:
                 continue

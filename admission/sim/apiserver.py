@@ -510,6 +510,8 @@ class ApiServer:
 
             def check_custom(old: Obj, new: Obj) -> None:
                 warnings.extend(self._validate_custom(res, new, mode, old))
+                if (res.group, res.kind) == ("trainer.kubeflow.org", "TrainJob"):
+                    validation.trainjob_update(res, old, new)
 
             return check_custom
 

@@ -28,54 +28,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 from typing import Any
 
-from admission.sim import defaults, resources
+from admission.sim import defaults, resources, statuses
 from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
+from admission.sim.statuses import now_text, set_condition
 from queues import errors, jobs
 from queues import nodes as nodes_model
 
+__all__ = ["NODES", "PODS", "Cluster", "free_capacity", "set_condition"]
+
 RUNTIME_ANNOTATION = "turnstile.dev/sim-runtime"
 JOB_UID_LABEL = "turnstile.dev/job-uid"
-POD_SET_LABEL = "turnstile.dev/pod-set"
+POD_SET_LABEL = statuses.POD_SET_LABEL
 KUBELET_FINALIZER = "turnstile.dev/sim-kubelet"  # held while a deleted pod terminates
 UNLIMITED_NODE = "sim-unlimited"
 
 PODS = next(r for r in resources.ALL if r.plural == "pods")
 NODES = next(r for r in resources.ALL if r.plural == "nodes")
 JOB_RESOURCES = tuple(r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS)
-DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed"}  # Kubeflow kinds: Succeeded
+DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed", "TrainJob": "Complete"}  # Kubeflow's: Succeeded
 FOREVER = "forever"  # a RUNTIME_ANNOTATION value: the pod runs until it is deleted (a RayCluster's)
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _walk(obj: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         obj = obj.get(key) if isinstance(obj, dict) else None
     return obj
-
-
-def set_condition(status: Obj, kind: str, value: str, reason: str, message: str = "") -> None:
-    """Set a condition; unchanged if it already says the same (so reconciling twice writes nothing)."""
-    for c in status.get("conditions", []):
-        if c.get("type") == kind and c.get("status") == value and c.get("reason") == reason:
-            return
-    conditions = [c for c in status.get("conditions", []) if c.get("type") != kind]
-    conditions.append(
-        {
-            "type": kind,
-            "status": value,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": _now(),
-            "lastProbeTime": _now(),
-        }
-    )
-    status["conditions"] = conditions
 
 
 class Cluster:
@@ -134,6 +113,16 @@ class Cluster:
 
     # ----- operators -------------------------------------------------------------------------
 
+    def runtime(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        """A Kubeflow Trainer runtime, as the Trainer controller finds a TrainJob's (``queues.trainjobs``)."""
+        res = next((r for r in resources.ALL if r.kind == kind and r.group == "trainer.kubeflow.org"), None)
+        if res is None:
+            return None
+        try:
+            return self.store.get(res, namespace or "", name)
+        except ApiError:
+            return None
+
     def _pods_of(self, uid: str, namespace: str) -> list[Obj]:
         """The job's pods, in name order (from the store's index of the job-uid label)."""
         found = [p for p in self.store.labelled(PODS, JOB_UID_LABEL, uid) if p["metadata"]["namespace"] == namespace]
@@ -146,14 +135,14 @@ class Cluster:
             return
         status = job.setdefault("status", {})
         done = DONE_CONDITION.get(kind.kind, "Succeeded")
-        if _done(kind, status, done):
+        if statuses.done(kind, status, done):
             return
         uid = job["metadata"]["uid"]
         pods = self._pods_of(uid, namespace)
         if bool(_walk(job, kind.suspend_path)):
             for pod in pods:
                 self._terminate(pod)
-            _count_pods(kind, job, self._pods_of(uid, namespace), suspended=True)
+            statuses.count_pods(kind, job, self._pods_of(uid, namespace), suspended=True, runtimes=self.runtime)
             # As the Job controller (KEP-2232): suspending clears startTime, so the job counts as never
             # started and its scheduling directives may change before it is resumed.
             status.pop("startTime", None)
@@ -162,12 +151,14 @@ class Cluster:
             return
         pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")] if pods else pods
         if not pods and any(self._pods_of(uid, namespace)):
-            _count_pods(kind, job, self._pods_of(uid, namespace))  # resumed while the old pods terminate
+            statuses.count_pods(
+                kind, job, self._pods_of(uid, namespace), runtimes=self.runtime
+            )  # resumed; old pods stop
             self.store.replace(res, namespace, name, job, subresource="status")
             return
         if not pods:
             try:
-                templates = jobs.pod_templates(job)
+                templates = jobs.pod_templates(job, kind, self.runtime)
             except errors.Invalid:
                 return
             runtime = (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
@@ -176,15 +167,15 @@ class Cluster:
             for ps_name, count, template in templates:
                 for i in range(count):
                     pods.append(self._create_pod(job, ps_name, i, template, runtime))
-            status.setdefault("startTime", _now())
+            status.setdefault("startTime", now_text())
             if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
                 set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-        _count_pods(kind, job, pods)
+        statuses.count_pods(kind, job, pods, runtimes=self.runtime)
         if pods and succeeded == len(pods) and kind.layout == "ray":
-            status.update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", endTime=_now())
+            status.update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", endTime=now_text())
         elif pods and succeeded == len(pods):
-            status["completionTime"] = _now()
+            status["completionTime"] = now_text()
             if kind.kind == "Job":
                 set_condition(
                     status,
@@ -360,7 +351,7 @@ class Cluster:
             finalizers.append(KUBELET_FINALIZER)
         bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"], "finalizers": finalizers}})
         status = bound.setdefault("status", {})
-        status.update(phase="Running", startTime=_now())
+        status.update(phase="Running", startTime=now_text())
         set_condition(status, "PodScheduled", "True", "Scheduled")
         set_condition(status, "Initialized", "True", "")
         set_condition(status, "ContainersReady", "True", "")
@@ -388,88 +379,6 @@ class Cluster:
         set_condition(pod["status"], "Ready", "False", "PodCompleted")
         set_condition(pod["status"], "ContainersReady", "False", "PodCompleted")
         self.store.replace(PODS, namespace, name, pod, subresource="status")
-
-
-def _done(kind: jobs.Kind, status: Obj, condition: str) -> bool:
-    if kind.kind == "RayJob":
-        return status.get("jobDeploymentStatus") in ("Complete", "Failed")
-    return any(c.get("type") == condition and c.get("status") == "True" for c in status.get("conditions", []))
-
-
-def _ray_status(
-    kind: jobs.Kind, status: Obj, counts: dict[str, dict[str, int]], all_ready: bool, suspended: bool
-) -> None:
-    """KubeRay's status: a RayCluster's state and worker counts; a RayJob's deployment status."""
-    live = sum(c["active"] for c in counts.values())
-    workers = sum(c["running"] for ps, c in counts.items() if ps not in ("head", "submitter"))
-    if kind.kind == "RayCluster":
-        status.update(readyWorkerReplicas=workers, availableWorkerReplicas=workers, desiredWorkerReplicas=workers)
-        if suspended and not live:
-            status["state"] = "suspended"
-        elif not suspended and all_ready:
-            status["state"] = "ready"
-        return
-    if suspended:
-        status["jobDeploymentStatus"] = "Suspending" if live else "Suspended"
-    elif live:
-        status["jobDeploymentStatus"] = "Running" if all_ready else "Initializing"
-        status.setdefault("jobStatus", "RUNNING" if all_ready else "PENDING")
-        status["rayClusterStatus"] = {"state": "ready" if all_ready else "", "readyWorkerReplicas": workers}
-
-
-def _expected(job: Obj) -> dict[str, int]:
-    try:
-        return {name: count for name, count, _ in jobs.pod_templates(job)}
-    except errors.Invalid:
-        return {}
-
-
-def _count_pods(kind: jobs.Kind, job: Obj, pods: list[Obj], suspended: bool = False) -> None:
-    """Active, Ready and succeeded pods in the status shape of the kind's real controller (a bound
-    pod is Running and Ready here): what Kueue reads as PodsReady too."""
-    status = job.setdefault("status", {})
-    counts: dict[str, dict[str, int]] = {}
-    terminating = 0
-    for pod in pods:
-        ps = pod["metadata"]["labels"].get(POD_SET_LABEL, "main")
-        phase = (pod.get("status") or {}).get("phase")
-        entry = counts.setdefault(ps, {"active": 0, "running": 0, "succeeded": 0})
-        deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        if phase in ("Pending", "Running") and deleting and kind.kind == "Job":
-            terminating += 1
-        elif phase in ("Pending", "Running"):
-            entry["active"] += 1
-            entry["running"] += int(phase == "Running" and not deleting)
-        elif phase == "Succeeded":
-            entry["succeeded"] += 1
-    expected = _expected(job)
-    all_ready = bool(expected) and all(
-        counts.get(ps, {}).get("running", 0) + counts.get(ps, {}).get("succeeded", 0) >= n for ps, n in expected.items()
-    )
-    if kind.kind == "Job":
-        status["terminating"] = terminating
-        status["active"] = sum(c["active"] for c in counts.values())
-        status["ready"] = sum(c["running"] for c in counts.values())
-        status["succeeded"] = sum(c["succeeded"] for c in counts.values())
-    elif kind.layout == "ray":
-        _ray_status(kind, status, counts, all_ready and not suspended, suspended)
-    elif kind.kind == "JobSet":
-        replicas = {str(rj.get("name")): int(rj.get("replicas") or 1) for rj in job["spec"].get("replicatedJobs") or []}
-        status["replicatedJobsStatus"] = []
-        for ps, c in sorted(counts.items()):
-            per_job = max(1, expected.get(ps, 1) // max(1, replicas.get(ps, 1)))
-            status["replicatedJobsStatus"].append(
-                {"name": ps, "active": c["active"], "succeeded": c["succeeded"] // per_job,
-                 "ready": c["running"] // per_job, "failed": 0, "suspended": 0}
-            )  # fmt: skip
-    else:
-        by_lower = {r.lower(): r for r in kind.replica_order}
-        status["replicaStatuses"] = {
-            by_lower.get(ps, ps): {"active": c["active"], "succeeded": c["succeeded"]}
-            for ps, c in sorted(counts.items())
-        }
-        running = all_ready and not suspended and any(c["running"] for c in counts.values())
-        set_condition(status, "Running", "True" if running else "False", "JobRunning" if running else "JobNotRunning")
 
 
 def free_capacity(nodes: list[Obj], pods: list[Obj]) -> nodes_model.Free:

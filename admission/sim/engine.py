@@ -47,7 +47,7 @@ from admission.store import database, deletion, embedded, notify
 from admission.store import workloads as store
 from admission.webhook import certs, registration
 from admission.webhook.server import WebhookServer
-from queues import jobs, scheduler, serving
+from queues import jobs, scheduler, serving, trainjobs
 from queues.model import Admission, Config, Snapshot, Workload
 from queues.scenario import Edit, JobEntry, Part, Scenario
 from queues.simulator import Recorder, Result, apply_edit
@@ -116,7 +116,10 @@ async def running(
         policy=dataclasses.replace(policy, pods_ready=scenario.pods_ready),  # the scenario's waitForPodsReady
     )
     webhook = WebhookServer(
-        lambda: controller.config, policy=controller.policy, group_totals=controller.pod_groups.totals
+        lambda: controller.config,
+        policy=controller.policy,
+        group_totals=controller.pod_groups.totals,
+        runtimes=controller.runtimes.lookup,
     )
     runner = web.AppRunner(webhook.app, handle_signals=False)
     task: asyncio.Task[None] | None = None
@@ -172,6 +175,9 @@ async def _populate(kube: Kube, scenario: Scenario) -> None:
     for name, (value, default) in sorted(scenario.pod_priorities.items()):
         priority_class: dict[str, Any] = {"metadata": {"name": name}, "value": value, "globalDefault": default}
         await kube.create(PRIORITY_CLASSES, None, priority_class)
+    for (kind, namespace, _), runtime in sorted(scenario.runtimes.items(), key=lambda kv: str(kv[0])):
+        ref = kube_client.ResourceRef(trainjobs.API_VERSION, kind, f"{kind.lower()}s", namespaced=namespace is not None)
+        await kube.create(ref, namespace, dict(runtime))
 
 
 PRIORITY_CLASSES = kube_client.ResourceRef("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)

@@ -86,6 +86,9 @@ OPERATORS = (
     Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob"),
     Resource("ray.io", "v1", "rayjobs", "RayJob"),
     Resource("ray.io", "v1", "rayclusters", "RayCluster"),
+    Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
+    Resource("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False),
+    Resource("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime"),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest"),
     # serving operators (``admission.sim.serving``)

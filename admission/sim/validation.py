@@ -239,6 +239,15 @@ def job_update(res: Resource, old: Obj, new: Obj) -> None:
 POD_MUTABLE = ("activeDeadlineSeconds", "terminationGracePeriodSeconds")
 
 
+def trainjob_update(res: Resource, old: Obj, new: Obj) -> None:
+    """Kubeflow Trainer's webhook on a TrainJob: its runtime patches change only while it is
+    suspended (the stricter reading: the TrainJob as updated is suspended)."""
+    before, after = (old.get("spec") or {}).get("runtimePatches"), (new.get("spec") or {}).get("runtimePatches")
+    if before != after and not (new.get("spec") or {}).get("suspend"):
+        name = (new.get("metadata") or {}).get("name", "")
+        raise invalid(res, name, [("spec.runtimePatches", "may be changed only while the TrainJob is suspended")])
+
+
 def pod_update(res: Resource, old: Obj, new: Obj) -> None:
     """The real server's rules for updating a Pod: images may change, tolerations only be added,
     scheduling gates only be removed; while the pod was gated its nodeSelector may gain entries

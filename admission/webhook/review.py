@@ -25,7 +25,7 @@ from typing import Any
 from admission.jobs import BY_KIND
 from admission.jobs.base import Integration
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
-from queues import errors, flavors, jobs, managed
+from queues import errors, flavors, jobs, managed, trainjobs
 from queues.model import Config, Snapshot, Workload
 
 Obj = dict[str, Any]
@@ -122,6 +122,7 @@ def validate(
     *,
     missing_queue: str = HOLD,
     policy: Policy | None = None,
+    runtimes: trainjobs.Runtimes | None = None,
 ) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
@@ -161,7 +162,7 @@ def validate(
         # A job Turnstile must queue but cannot read would wait suspended forever, unexplained.
         try:
             jobs.read_job(
-                {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}, integration.kind
+                {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}, integration.kind, runtimes
             )
         except errors.Invalid as exc:
             problems.extend(str(e) for e in exc.errors)
@@ -173,7 +174,7 @@ def validate(
         held = queue is None and policy.hold_object(config, namespace, obj, integration.kind, "") is not None
         answer.warnings.extend(_warnings(obj, None if held else queue, [] if held else existing))
         if queue is not None:
-            answer.warnings.extend(_never_fits(obj, namespace, queue, config, integration.kind))
+            answer.warnings.extend(_never_fits(obj, namespace, queue, config, integration.kind, runtimes))
     return answer
 
 
@@ -206,14 +207,23 @@ def _empty_snapshot(config: Config) -> Snapshot:
     return _EMPTY[0][1]
 
 
-def _never_fits(obj: Obj, namespace: str, queue: str, config: Config, kind: jobs.Kind | None = None) -> list[str]:
+def _never_fits(
+    obj: Obj,
+    namespace: str,
+    queue: str,
+    config: Config,
+    kind: jobs.Kind | None = None,
+    runtimes: trainjobs.Runtimes | None = None,
+) -> list[str]:
     """A warning when the job would not fit its ClusterQueue even with nothing else admitted:
     the core's own flavor assignment against empty quotas (nominal plus what it may borrow)."""
     lq = config.local_queues.get(f"{namespace}/{queue}")
     if lq is None:
         return []
     try:
-        info = jobs.read_job({**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}, kind)
+        info = jobs.read_job(
+            {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}, kind, runtimes
+        )
     except errors.Invalid:
         return []
     snapshot = _empty_snapshot(config)

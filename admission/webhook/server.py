@@ -20,6 +20,7 @@ from aiohttp import web
 
 from admission.policy import HOLD, Policy
 from admission.webhook import pods, queue_objects, review
+from queues import trainjobs
 from queues.model import Config
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,10 @@ class WebhookServer:
         missing_queue: str = HOLD,
         policy: Policy | None = None,
         group_totals: pods.GroupTotals = lambda _ns, _group: set(),
+        runtimes: trainjobs.Runtimes | None = None,
     ) -> None:
         self.config_source = config_source
+        self.runtimes = runtimes  # a TrainJob's training runtime (the controller's informers keep them)
         # what is queued or held (a job naming a LocalQueue that does not exist: hold, Kueue's, or refuse)
         self.policy = policy or Policy(missing_queue=missing_queue)
         self.group_totals = group_totals  # the total counts of a pod group's existing pods
@@ -108,7 +111,9 @@ class WebhookServer:
                 elif mutating and operation == "CREATE":
                     answer = review.mutate(obj, namespace, config, integration, policy)
                 elif not mutating:
-                    answer = review.validate(operation, obj, old, namespace, config, integration, policy=policy)
+                    answer = review.validate(
+                        operation, obj, old, namespace, config, integration, policy=policy, runtimes=self.runtimes
+                    )
             except Exception:  # a bug must not turn into a 500 that blocks every job in the cluster
                 log.exception("review of %s %s failed; allowing it unchanged", operation, namespace)
                 answer = review.Answer(warnings=["turnstile could not review this object (an internal error)"])

@@ -146,3 +146,40 @@ async def test_a_cronjobs_jobs_are_queued_by_its_template_labels(tmp_path: Path,
         job = await eventually(scheduled, timeout=15, what="the scheduled Job created, queued and admitted")
         assert job["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
         assert "turnstile.dev/admission" in job["metadata"]["annotations"], "started by Turnstile, not created running"
+
+
+async def test_a_trainjob_through_kubectl_and_one_naming_a_runtime_that_does_not_exist(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    runtime = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch-distributed"},
+        "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": GPU_POD}}}}]}}},
+    }  # fmt: skip
+
+    def trainjob(name: str, runtime_name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": "ml", "labels": QUEUE},
+            "spec": {"runtimeRef": {"name": runtime_name}, "trainer": {"numNodes": 2}},
+        }
+
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        code, _, err = await create(host, trainjob("typo", "torch-distibuted"))
+        assert code != 0, "a TrainJob that could never be read is refused, not left waiting"
+        assert "spec.runtimeRef.name: ClusterTrainingRuntime 'torch-distibuted' does not exist" in err, err
+        code, _, err = await create(host, runtime)
+        assert code == 0, err
+        trainjobs = next(r for r in host.server.served if r.plural == "trainjobs")
+
+        async def created() -> bool:  # (the replica's informer hears of the runtime a moment after it is made)
+            return (await create(host, trainjob("llm", "torch-distributed")))[0] == 0
+
+        await eventually(created, what="the TrainJob accepted once the webhook's replica knows its runtime")
+        started = await eventually(
+            lambda: (j := _get(host, trainjobs, "llm"))["spec"].get("suspend") is False and j,
+            what="the TrainJob started",
+        )
+        assert started["spec"]["runtimePatches"][0]["manager"] == "kueue.x-k8s.io/manager"

@@ -127,7 +127,7 @@ async def test_a_cluster_without_the_operators_crds_schedules_and_takes_a_crd_in
         await eventually(lambda: _unsuspended(w, JOBS, "plain"), what="a batch Job admitted")
         absent = sorted(i.ref.kind for i in controller.informers if i.absent)
         custom = [i.ref.kind for i in INTEGRATIONS if not i.built_in]
-        assert absent == sorted(i.ref.kind for i in INTEGRATIONS if not i.built_in)
+        assert absent == sorted([*custom, "ClusterTrainingRuntime", "TrainingRuntime"])  # (a TrainJob's runtimes)
         said = [r.getMessage() for r in caplog.records if "not served by this cluster" in r.getMessage()]
         assert len(said) == len(absent) + 1, said  # the custom job kinds and the ProvisioningRequest, once each
         assert all(r.levelname == "INFO" for r in caplog.records if r.name.endswith("informer"))
@@ -262,3 +262,91 @@ def test_a_rayjob_with_kuberays_default_submitter_takes_directives_on_its_other_
         if op["path"].endswith("/nodeSelector"):
             pointer_get(applied, op["path"].rsplit("/", 1)[0])["nodeSelector"] = op["value"]
     assert integration.view(applied).carries(infos)
+
+
+CLUSTER_RUNTIMES = ResourceRef("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes",
+                               namespaced=False)  # fmt: skip
+TORCH = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "torch-distributed"},
+    "spec": {
+        "mlPolicy": {"numNodes": 1},
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                                            "containers": [{"name": "node", "image": "torch"}]}}},
+                        },
+                    }
+                ]
+            }
+        },
+    },
+}  # fmt: skip
+TRAINJOB = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "TrainJob",
+    "metadata": {"name": "llm", "namespace": "ml", "labels": {jobs.QUEUE_LABEL: "team-a"}},
+    "spec": {
+        "suspend": True,
+        "runtimeRef": {"name": "torch-distributed"},
+        "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "2"}}},
+    },
+}
+
+
+async def test_a_trainjob_runs_its_runtimes_pods_on_its_flavor_and_gives_way(tmp_path: Path, migrated_url: str) -> None:
+    """Read through its ClusterTrainingRuntime (which may come after it): admitted with the flavor's
+    node labels and tolerations in Turnstile's runtime patch (so its pods carry them), preempted
+    (suspended, the patch emptied), admitted again, on the ledger."""
+    trainjob = BY_KIND[("trainer.kubeflow.org/v1alpha1", "TrainJob")]
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        w.start_controller("replica-1")
+        await w.kube.create(trainjob.ref, "ml", TRAINJOB)
+        await asyncio.sleep(0.5)
+        assert trainjob.is_suspended(await w.kube.get(trainjob.ref, "ml", "llm")), "no runtime yet: not admitted"
+        await w.kube.create(CLUSTER_RUNTIMES, None, TORCH)
+        await eventually(
+            lambda: _unsuspended(w, trainjob.ref, "llm"), what="the TrainJob admitted once its runtime came"
+        )
+        running = await w.kube.get(trainjob.ref, "ml", "llm")
+        (patch,) = running["spec"]["runtimePatches"]
+        node = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        assert patch["manager"] == "kueue.x-k8s.io/manager" and node["name"] == "node"
+        assert node["template"]["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "a100"}
+
+        async def pods() -> list[dict[str, Any]]:
+            listed = await w.kube.request("GET", "/api/v1/namespaces/ml/pods")
+            return [p for p in listed["items"] if p["metadata"]["labels"].get("job-name") == "llm"]
+
+        made = await eventually(lambda: _two(pods()), what="the runtime's two node pods")
+        assert all(p["spec"]["nodeSelector"] == {"gpu": "a100"} for p in made)
+        await w.create(job("urgent", gpus=8, priority="high"))
+
+        async def given_way() -> bool:
+            current = await w.kube.get(trainjob.ref, "ml", "llm")
+            entry = current["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+            return trainjob.is_suspended(current) and not entry["replicatedJobs"] and not await pods()
+
+        await eventually(given_way, timeout=15, what="the TrainJob suspended, its patch emptied, its pods gone")
+        await w.kube.delete(JOBS, "ml", "urgent")
+        await eventually(lambda: _unsuspended(w, trainjob.ref, "llm"), timeout=15, what="the TrainJob admitted again")
+        async with database.transaction(w.sessions) as s:
+            row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "llm"))).scalar_one()
+            billed = (
+                (await s.execute(select(tables.UsageInterval).where(tables.UsageInterval.workload_id == row.id)))
+                .scalars()
+                .all()
+            )
+        assert row.kind == "TrainJob" and [(i.resource, i.quantity) for i in billed] == [("nvidia.com/gpu", 4000)] * 2
+
+
+async def _two(found: Any) -> list[dict[str, Any]] | None:
+    pods: list[dict[str, Any]] = await found
+    return pods if len(pods) == 2 else None

@@ -503,3 +503,24 @@ async def test_objects_a_real_server_refuses_are_refused(
 def _resources(j: dict[str, Any]) -> dict[str, Any]:
     resources: dict[str, Any] = j["spec"]["template"]["spec"]["containers"][0]["resources"]
     return resources
+
+
+async def test_a_trainjobs_runtime_patches_change_only_while_it_is_suspended(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    """As Kubeflow Trainer's webhook: Turnstile writes its runtime patch before unsuspending."""
+    _, api = cluster
+    custom = client.CustomObjectsApi(api)
+    group, version, plural = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+    body = {"apiVersion": f"{group}/{version}", "kind": "TrainJob", "metadata": {"name": "t"},
+            "spec": {"suspend": True, "runtimeRef": {"name": "torch"}}}  # fmt: skip
+    await custom.create_namespaced_custom_object(group, version, "default", plural, body)
+    patch = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}
+    both = [{"op": "add", "path": "/spec/suspend", "value": False},
+            {"op": "add", "path": "/spec/runtimePatches", "value": [patch]}]  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        await custom.patch_namespaced_custom_object(group, version, "default", plural, "t", both)
+    assert refused.value.status == 422 and "may be changed only while the TrainJob is suspended" in refused.value.body
+    await custom.patch_namespaced_custom_object(group, version, "default", plural, "t", both[1:])
+    started = await custom.patch_namespaced_custom_object(group, version, "default", plural, "t", both[:1])
+    assert started["spec"]["suspend"] is False and started["spec"]["runtimePatches"] == [patch]

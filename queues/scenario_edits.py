@@ -1,0 +1,111 @@
+"""The admin actions of a scenario's timeline (``edits:``), and the readers the scenario file shares.
+
+An edit applies or deletes a Kueue object, cancels a job (the user deletes it) or scales a Deployment,
+at a time in scenario seconds; ``edits`` reads the list, reporting every problem at its path
+(``edits[2].apply.spec``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from queues import api, errors
+from queues.errors import FieldError
+
+MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    index: int
+    at: float
+    action: str  # apply | delete | cancel | scale
+    obj: api.KueueObject | None = None
+    kind: str = ""
+    name: str = ""  # "ns/name" for LocalQueue, cancel and scale
+    replicas: int = 0  # scale: the Deployment's replicas from then on
+
+
+def seconds(value: Any, path: str, problems: list[FieldError], *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        problems.append(FieldError(path, f"must be a number of seconds, not {value!r}"))
+        return 0.0
+    if value < 0 or (positive and value == 0) or value > MAX_SECONDS:
+        bound = "> 0" if positive else ">= 0"
+        problems.append(FieldError(path, f"must be {bound} and at most {MAX_SECONDS:,} seconds, not {value!r}"))
+        return 0.0
+    return float(value)
+
+
+def manifest(raw: Any, path: str, problems: list[FieldError]) -> api.KueueObject | None:
+    try:
+        return api.parse(raw)
+    except errors.Invalid as exc:
+        problems.extend(e.under(path) for e in exc.errors)
+        return None
+
+
+def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> list[Edit]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append(FieldError("edits", "must be a list of edits"))
+        return []
+    out: list[Edit] = []
+    for i, item in enumerate(raw):
+        path = f"edits[{i}]"
+        if not isinstance(item, Mapping):
+            problems.append(FieldError(path, "must be a mapping with at and one of apply, delete, cancel"))
+            continue
+        at = seconds(item.get("at"), f"{path}.at", problems)
+        actions = [a for a in ("apply", "delete", "cancel", "scale") if a in item]
+        unknown = [k for k in item if k not in ("at", "apply", "delete", "cancel", "scale", "replicas")]
+        for key in unknown:
+            problems.append(
+                FieldError(f"{path}.{key}", "unknown field; an edit has at and one of apply, delete, cancel, scale")
+            )
+        if len(actions) != 1:
+            problems.append(FieldError(path, "needs exactly one of apply, delete, cancel, scale"))
+            continue
+        if ("replicas" in item) != (actions[0] == "scale"):
+            problems.append(FieldError(f"{path}.replicas", "scale (and only scale) takes replicas"))
+            continue
+        action = actions[0]
+        if action == "apply":
+            obj = manifest(item["apply"], f"{path}.apply", problems)
+            if obj is not None:
+                if isinstance(obj, api.WorkloadPriorityClass):
+                    priority_classes.add(obj.name)
+                out.append(Edit(i, at, "apply", obj=obj, kind=obj.kind, name=obj.key))
+        elif action == "delete":
+            target = item["delete"]
+            if (
+                not isinstance(target, Mapping)
+                or target.get("kind") not in api.KINDS
+                or not isinstance(target.get("name"), str)
+            ):
+                problems.append(
+                    FieldError(f"{path}.delete", f"must be {{kind, name}} with kind one of {', '.join(api.KINDS)}")
+                )
+                continue
+            name = target["name"]
+            if target["kind"] == "LocalQueue":
+                name = f"{target.get('namespace') or 'default'}/{name}"
+            out.append(Edit(i, at, "delete", kind=str(target["kind"]), name=name))
+        elif action == "scale":
+            key, replicas = item["scale"], item["replicas"]
+            if not isinstance(key, str) or "/" not in key:
+                problems.append(FieldError(f"{path}.scale", "must name a Deployment as namespace/name"))
+            elif isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+                problems.append(FieldError(f"{path}.replicas", f"must be a whole number >= 0, not {replicas!r}"))
+            else:
+                out.append(Edit(i, at, "scale", name=key, replicas=replicas))
+        else:
+            key = item["cancel"]
+            if not isinstance(key, str) or "/" not in key:
+                problems.append(FieldError(f"{path}.cancel", "must name a job as namespace/name"))
+                continue
+            out.append(Edit(i, at, "cancel", name=key))
+    return out
