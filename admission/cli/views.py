@@ -121,7 +121,7 @@ _WORKLOAD_ROWS = text(
            -- workloads' pods still stopping
            CASE WHEN state = 'Admitted' AND (checks <> '[]'::jsonb OR reason = 'Preempting') THEN 'QuotaReserved'
                 ELSE state END AS state,
-           priority, reason, message, pod_sets,
+           priority, reason, message, pod_sets, assigned_flavors,
            CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
              row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'
                                 ORDER BY priority DESC, queue_ts, id) END AS cq_position,
@@ -266,6 +266,19 @@ async def _describe_workload(
         console.print(table)
 
 
+def _pods_line(r: dict[str, Any]) -> str:
+    """Each pod set's pods: as admitted (fewer where partially, Kueue's job-min-parallelism) and asked."""
+    counts = ((r.get("assigned_flavors") or {}) if r["state"] != "Pending" else {}).get("counts") or {}
+    parts = []
+    for ps in store.pod_sets_from_json(r["pod_sets"]):
+        admitted = counts.get(ps.name)
+        text = f"{ps.name}: {ps.count}" if admitted is None else f"{ps.name}: {admitted} of {ps.count} (partial)"
+        if ps.min_count is not None:
+            text += f", at least {ps.min_count}"
+        parts.append(text)
+    return "; ".join(parts)
+
+
 async def _usage(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, str], int]:
     a = tables.Admission
     rows = await session.execute(
@@ -298,6 +311,7 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
             )
         if r["reason"] and r["state"] in ("Pending", "QuotaReserved"):
             console.print(f"Waiting:       {r['reason']}: {r['message']}")
+        console.print(f"Pods:          {_pods_line(r)}")
         await _describe_workload(session, console, r, everyone)
         return out.getvalue().rstrip()
     key = name

@@ -136,18 +136,23 @@ def _pod_sets(body: dict[str, Any]) -> list[dict[str, Any]]:
             spec["nodeSelector"] = dict(ps["nodeSelector"])
         if ps.get("tolerations"):
             spec["tolerations"] = list(ps["tolerations"])
-        out.append({"name": ps["name"], "count": int(ps["count"]), "template": {"spec": spec}})
+        entry: dict[str, Any] = {"name": ps["name"], "count": int(ps["count"]), "template": {"spec": spec}}
+        if ps.get("minCount") is not None:
+            entry["minCount"] = int(ps["minCount"])  # partial admission
+        out.append(entry)
     return out
 
 
 def _admission(row: Any, pod_sets: list[dict[str, Any]]) -> dict[str, Any]:
-    flavors = (_json(row["assigned_flavors"]) or {}).get("flavors", {})
+    assigned_flavors = _json(row["assigned_flavors"]) or {}
+    flavors, counts = assigned_flavors.get("flavors", {}), assigned_flavors.get("counts") or {}
     assignments = []
     for ps in pod_sets:
         requests = ps["template"]["spec"]["containers"][0]["resources"]["requests"]
-        usage = {r: quantity.format_milli(quantity.parse_milli(q) * ps["count"]) for r, q in requests.items()}
+        count = int(counts.get(ps["name"], ps["count"]))  # fewer where admitted partially
+        usage = {r: quantity.format_milli(quantity.parse_milli(q) * count) for r, q in requests.items()}
         assigned = dict(flavors.get(ps["name"], {}))
-        assignments.append({"name": ps["name"], "flavors": assigned, "resourceUsage": usage, "count": ps["count"]})
+        assignments.append({"name": ps["name"], "flavors": assigned, "resourceUsage": usage, "count": count})
     return {"clusterQueue": row["cluster_queue"], "podSetAssignments": assignments}
 
 

@@ -57,3 +57,17 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:
         "error: TURNSTILE_DATABASE_URL: 'mysql://root@localhost/db' is not a PostgreSQL URL; "
         "write postgresql://user@host:5432/dbname (optionally ?sslmode=require&connect_timeout=10)"
     )
+
+
+def test_wait_for_pods_ready_is_kueues_block_and_a_bad_one_names_the_field(tmp_path: Path) -> None:
+    from admission.policy import Policy
+
+    ready = Settings(wait_for_pods_ready="{timeout: 10m, requeuingStrategy: {backoffLimitCount: 3}}")
+    policy = Policy.from_settings(ready, lambda _ns: None).pods_ready
+    assert (policy.timeout, policy.backoff_limit_count, policy.enable) == (600, 3, True)
+    assert not Policy.from_settings(Settings(wait_for_pods_ready="{enable: false}"), lambda _ns: None).pods_ready.enable
+    env = {**os.environ, "TURNSTILE_HOME": str(tmp_path), "TURNSTILE_WAIT_FOR_PODS_READY": "{timeout: 0}"}
+    done = turnstile("get", "cq", env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "TURNSTILE_WAIT_FOR_PODS_READY" in done.stderr
+    assert "waitForPodsReady.timeout: must be longer than 0" in done.stderr

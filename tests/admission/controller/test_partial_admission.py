@@ -3,6 +3,9 @@ fit, and gets its parallelism back when it is evicted (the webhook's refusals: t
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ from sqlalchemy import select
 from admission.store import database, tables
 from queues import jobs
 from tests.admission.controller.world import CONFIG, JOBS, eventually, job, world
+from tests.admission.runner import turnstile
 
 
 def elastic(name: str, parallelism: int, minimum: str) -> dict[str, Any]:
@@ -45,6 +49,13 @@ async def test_a_job_starts_with_the_pods_that_fit_and_gets_its_parallelism_back
         assert row.assigned_flavors is not None and row.assigned_flavors["counts"] == {"main": 3}
         assert held.quantity == 3000
         assert row.pod_sets["podSets"][0]["count"] == 6, "the workload keeps the job's own count"
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url}
+        described = await asyncio.to_thread(turnstile, "describe", "workload", "ml/elastic", env=env)
+        assert described.returncode == 0, described.stderr
+        assert "Pods:          main: 3 of 6 (partial), at least 2" in described.stdout
+        got = await asyncio.to_thread(turnstile, "get", "workload", "ml/elastic", "-o", "json", env=env)
+        (assignment,) = json.loads(got.stdout)["status"]["admission"]["podSetAssignments"]
+        assert (assignment["count"], assignment["resourceUsage"]) == (3, {"nvidia.com/gpu": "3"})
 
         await w.create(job("urgent", gpus=8, priority="high"))
 
