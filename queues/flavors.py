@@ -4,12 +4,18 @@ For every pod set and every resource group it needs, the flavors of the group ar
 the ClusterQueue's order (Kueue's ``FlavorAssigner``):
 
 1. a flavor is skipped when its taints are not tolerated (by the pod set's tolerations plus
-   the flavor's own) or its node labels conflict with the pod set's node selector/affinity;
-2. each requested resource is checked against quota: ``FIT`` (fits in what is available now,
-   maybe borrowing), ``PREEMPT`` (would fit once lower-ranked work is preempted), ``NO_FIT``;
-3. ``flavorFungibility`` decides whether to stop at a flavor that fits only by borrowing or
-   preempting, or to look for a better one; otherwise the best mode seen wins, the earliest
-   flavor breaking ties.
+   the flavor's own) or its node labels conflict with the pod set's node selector/affinity,
+   looking only at the label keys that flavor itself sets (Kueue >= v0.19);
+2. each requested resource (a zero request too, when the ClusterQueue covers it) is checked
+   against quota, as a *mode* and a *borrowing level*: ``FIT`` (fits in what is available now),
+   ``RECLAIM`` (fits once other ClusterQueues' borrowed work is preempted), ``PREEMPT`` (fits once
+   work is preempted by priority), ``NO_FIT``; the level is how far up the cohort tree it
+   borrows (0: not at all; Kueue's ``FindHeightOfLowestSubtreeThatFits``);
+3. a flavor's mode is its worst resource's; ``flavorFungibility`` says whether to stop at it
+   (``whenCanBorrow``/``whenCanPreempt``: ``TryNextFlavor`` looks further when it borrows or
+   preempts) and, among the flavors seen, which is best: by mode, then level (the default and
+   ``BorrowingOverPreemption``), or by level, then mode (``PreemptionOverBorrowing``); the
+   earliest flavor wins a tie.
 
 The result says what to tell the user when it does not fit, per the scenario reasons. Whether a
 workload can *ever* fit does not depend on what runs now: when it does not fit now, the same
@@ -29,11 +35,16 @@ from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
 
 
 class Mode(IntEnum):
-    """How well a workload fits a flavor; ordered, so ``max`` picks the best."""
+    """How well a workload fits a flavor; ordered, so ``max`` picks the best (Kueue's preemptionMode)."""
 
     NO_FIT = 0
-    PREEMPT = 1
-    FIT = 2
+    PREEMPT = 1  # by priority, possibly in its own ClusterQueue
+    RECLAIM = 2  # only other ClusterQueues' borrowed work
+    FIT = 3
+
+    @property
+    def preempts(self) -> bool:
+        return self in (Mode.PREEMPT, Mode.RECLAIM)
 
 
 NO_MATCHING_FLAVOR = "NoMatchingFlavor"
@@ -49,6 +60,7 @@ class Assignment:
     flavors: dict[str, dict[str, str]] = field(default_factory=dict)
     usage: Usage = field(default_factory=dict)
     borrowing: bool = False
+    borrow_level: int = 0  # how far up the cohort tree it borrows (0: not at all); orders a cycle
     needs_preemption: set[FlavorResource] = field(default_factory=set)
     reason: str = WAITING_FOR_QUOTA
     messages: list[str] = field(default_factory=list)
@@ -65,7 +77,7 @@ class Assignment:
 
 
 # (cq, workload, fr, total request) -> True if preempting others could make room.
-PreemptionOracle = Callable[[ClusterQueue, Workload, FlavorResource, int], bool]
+PreemptionOracle = Callable[[ClusterQueue, Workload, FlavorResource, int], Mode]
 
 
 def _fmt(resource: str, milli: int) -> str:
@@ -74,38 +86,60 @@ def _fmt(resource: str, milli: int) -> str:
 
 def _fits_quota(
     cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int, oracle: PreemptionOracle | None, potential: bool
-) -> tuple[Mode, bool, str, bool]:
-    """Mode for one flavor-resource, whether it borrows, why not, and whether it can never fit.
-    With ``potential``, as if nothing were in use."""
+) -> tuple[Mode, int, str, bool]:
+    """Mode and borrowing level for one flavor-resource, why not, and whether it can never fit
+    (Kueue's ``fitsResourceQuota``). With ``potential``, as if nothing were in use."""
     flavor, resource = fr
     available = cq.potential_available(fr) if potential else cq.available(fr)
+    level, may_reclaim_below = cq.borrow_height(fr, value, empty=potential)
     if value <= available:
-        return Mode.FIT, cq.borrowing(fr, value), "", False
+        return Mode.FIT, level, "", False
     most = cq.potential_available(fr)
     if value > most:
         msg = (
             f"insufficient quota for {resource} in flavor {flavor}: the workload needs {_fmt(resource, value)}, "
             f"the most this ClusterQueue can ever use is {_fmt(resource, most)}"
         )
-        return Mode.NO_FIT, False, msg, True
+        return Mode.NO_FIT, 0, msg, True
     msg = (
         f"insufficient unused quota for {resource} in flavor {flavor}, "
         f"{_fmt(resource, value - max(0, available))} more needed"
     )
     pre = cq.spec.preemption
     may_preempt_borrowing = pre.borrow_within_cohort is not None and pre.borrow_within_cohort.policy != "Never"
-    if oracle is not None and (value <= cq.nominal(fr) or may_preempt_borrowing) and oracle(cq, wl, fr, value):
-        return Mode.PREEMPT, value > cq.nominal(fr), msg, False
-    return Mode.NO_FIT, False, msg, False
+    may_preempt = (
+        value <= cq.nominal(fr) or may_reclaim_below or pre.within_cluster_queue != "Never" or may_preempt_borrowing
+    )
+    if oracle is not None and may_preempt:
+        mode = oracle(cq, wl, fr, value)
+        if mode.preempts:
+            return mode, cq.borrow_height(fr, value, empty=True)[0], msg, False
+    return Mode.NO_FIT, 0, msg, False
 
 
-def _should_try_next(mode: Mode, cq: ClusterQueue, borrows: bool) -> bool:
+def _preferred(a: tuple[Mode, int], b: tuple[Mode, int] | None, preference: str | None) -> bool:
+    """Whether (mode, level) ``a`` is a better flavor than ``b`` (Kueue's ``isPreferred``): by mode,
+    then by borrowing level; with ``PreemptionOverBorrowing``, by level first."""
+    if a[0] == Mode.NO_FIT:
+        return False
+    if b is None or b[0] == Mode.NO_FIT:
+        return True
+    if preference == "PreemptionOverBorrowing" and a[1] != b[1]:
+        return a[1] < b[1]
+    if a[0] != b[0]:
+        return a[0] > b[0]
+    return a[1] < b[1]
+
+
+def _should_try_next(mode: Mode, level: int, cq: ClusterQueue) -> bool:
+    """Kueue's ``shouldTryNextFlavor``: look further unless this flavor fits without borrowing, or
+    the fungibility policy says to stop at what it needs (borrowing, preempting)."""
     fung = cq.spec.flavor_fungibility
-    if mode == Mode.PREEMPT and fung.stop_when_preempting:
-        return False
-    if mode == Mode.FIT and borrows and fung.stop_when_borrowing:
-        return False
-    return not (mode == Mode.FIT and not borrows)
+    if mode == Mode.NO_FIT:
+        return True
+    if mode.preempts and not fung.stop_when_preempting:
+        return True
+    return level > 0 and not fung.stop_when_borrowing
 
 
 def assign(
@@ -139,6 +173,9 @@ def _assign(
     covers_pods = "pods" in cq.group_of
     for ps in jobs.with_counts(wl.pod_sets, counts or {}):
         requests = ps.total()
+        for res, value in ps.requests.items():  # a zero request still gets a flavor where the queue covers it
+            if not value and res in cq.group_of:
+                requests.setdefault(res, 0)
         if covers_pods:
             requests["pods"] = ps.count * quantity.MILLI
         uncovered = sorted(r for r in requests if r not in cq.group_of)
@@ -154,9 +191,10 @@ def _assign(
             group_requests = {r: v for r, v in requests.items() if r in group.resources}
             if not group_requests:
                 continue
-            best: tuple[Mode, str, bool, set[FlavorResource]] | None = None
+            best: tuple[tuple[Mode, int], str, set[FlavorResource]] | None = None
             compatible = 0
             exceeded = 0
+            preference = cq.spec.flavor_fungibility.preference
             for flavor_name in group.flavors:
                 flavor = snapshot.flavors.get(flavor_name)
                 if flavor is None:
@@ -165,43 +203,47 @@ def _assign(
                 if taint is not None:
                     result.messages.append(f"pod set {ps.name}: untolerated taint {taint} in flavor {flavor_name}")
                     continue
-                if not ps.constraints.matches_flavor(flavor.node_labels, group.label_keys):
+                if not ps.constraints.matches_flavor(flavor.node_labels, frozenset(flavor.node_labels)):
                     result.messages.append(f"pod set {ps.name}: flavor {flavor_name} doesn't match node affinity")
                     continue
                 compatible += 1
-                mode, borrows, preempt_frs = Mode.FIT, False, set()
+                mode, level, preempt_frs = Mode.FIT, 0, set()
                 for res, value in group_requests.items():
+                    if not value:
+                        continue  # (nothing to fit; the flavor is the one its other resources get)
                     fr = (flavor_name, res)
-                    m, b, msg, never = _fits_quota(cq, wl, fr, value + result.usage.get(fr, 0), oracle, potential)
+                    m, lv, msg, never = _fits_quota(cq, wl, fr, value + result.usage.get(fr, 0), oracle, potential)
                     if msg:
                         result.messages.append(msg)
-                    if m == Mode.PREEMPT:
+                    if m.preempts:
                         preempt_frs.add(fr)
-                    mode = min(mode, m)
-                    borrows = borrows or b
+                    if _preferred((mode, level), (m, lv), preference):  # this flavor is as good as its worst
+                        mode, level = m, lv
                     if mode == Mode.NO_FIT:
                         exceeded += int(never)
                         break
-                if best is None or mode > best[0]:
-                    best = (mode, flavor_name, borrows, preempt_frs)
-                if not _should_try_next(mode, cq, borrows):
-                    best = (mode, flavor_name, borrows, preempt_frs)
+                if not _should_try_next(mode, level, cq):
+                    best = ((mode, level), flavor_name, preempt_frs)
                     break
-            if best is None or best[0] == Mode.NO_FIT:
+                if _preferred((mode, level), best[0] if best else None, preference):
+                    best = ((mode, level), flavor_name, preempt_frs)
+            if best is None or best[0][0] == Mode.NO_FIT:
                 result.mode = Mode.NO_FIT
                 if compatible == 0:
                     result.reason = NO_MATCHING_FLAVOR
                 elif exceeded == compatible:
                     result.reason = EXCEEDS_MAX_QUOTA
                 return result
-            mode, flavor_name, borrows, preempt_frs = best
+            (mode, level), flavor_name, preempt_frs = best
             result.mode = min(result.mode, mode)
-            result.borrowing = result.borrowing or borrows
+            result.borrow_level = max(result.borrow_level, level)
+            result.borrowing = result.borrow_level > 0
             result.needs_preemption |= preempt_frs
             for res, value in group_requests.items():
                 chosen[res] = flavor_name
                 fr = (flavor_name, res)
-                result.usage[fr] = result.usage.get(fr, 0) + value
+                if value:
+                    result.usage[fr] = result.usage.get(fr, 0) + value
         result.flavors[ps.name] = chosen
     if result.mode == Mode.FIT:
         result.messages.clear()

@@ -394,7 +394,7 @@ def pod_requests(pod_spec: Mapping[str, Any], path: str, problems: list[FieldErr
                 total[str(res)] = total.get(str(res), 0) + quantity.parse_milli(raw)
             except quantity.QuantityError as exc:
                 problems.append(FieldError(f"{path}.overhead.{res}", str(exc)))
-    return {r: v for r, v in total.items() if v}
+    return total  # (a zero request stays: the queue still assigns it a flavor, as Kueue's)
 
 
 def _pod_set(

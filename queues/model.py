@@ -76,6 +76,25 @@ class Node:
         """Whether usage (plus ``extra``) exceeds this node's own quota."""
         return self.usage.get(fr, 0) + extra > self.subtree_quota.get(fr, 0)
 
+    def borrow_height(self, fr: FlavorResource, value: int, *, empty: bool = False) -> tuple[int, bool]:
+        """Kueue's ``FindHeightOfLowestSubtreeThatFits``: how far up the cohort tree ``value`` more of
+        ``fr`` must borrow (0: within this node's own quota; else the height of the lowest cohort
+        subtree that holds it, or of the whole tree), and whether that subtree is smaller than the
+        whole tree (then reclaiming within it is possible). ``empty``: as if nothing here were used
+        (after preempting, the least it could borrow)."""
+        usage = 0 if empty else self.usage.get(fr, 0)
+        if usage + value <= self.subtree_quota.get(fr, 0) or self.parent is None:
+            return 0, self.parent is not None
+        remaining = value - max(0, self.guaranteed(fr) - usage)
+        node: CohortNode | None = self.parent
+        while node is not None:
+            if not node.borrowing(fr, remaining):
+                return node.height(), node.parent is not None
+            remaining -= max(0, node.guaranteed(fr) - node.usage.get(fr, 0))
+            node = node.parent
+        root = self.root()
+        return (root.height() if isinstance(root, CohortNode) else 0), False
+
     def add_usage(self, usage: Mapping[FlavorResource, int], sign: int) -> None:
         """Charge (sign=1) or release (sign=-1) usage here and, as lent, up the tree."""
         node: Node | None = self
@@ -106,6 +125,13 @@ class CohortNode(Node):
         super().__init__(name, quotas)
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueue] = []
+
+    def height(self) -> int:
+        """The distance to the furthest leaf (a ClusterQueue child counts 1)."""
+        tallest = min(len(self.child_queues) + len(self.child_cohorts), 1)
+        for child in self.child_cohorts:
+            tallest = max(tallest, child.height() + 1)
+        return tallest
 
     def subtree_queues(self) -> Iterator[ClusterQueue]:
         yield from self.child_queues

@@ -24,7 +24,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from queues import pods
-from queues.flavors import Assignment
+from queues.flavors import Assignment, Mode
 from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
@@ -201,14 +201,23 @@ def targets(
     return _minimal(snapshot, cq, usage, frs, same_queue, True, None)
 
 
+def mode_of(found: list[Target], cq: ClusterQueue) -> Mode:
+    """What preempting ``found`` for a workload of ``cq`` is (Kueue's preemption possibility):
+    ``RECLAIM`` when every target is another ClusterQueue's, ``PREEMPT`` otherwise, ``NO_FIT`` if none."""
+    if not found:
+        return Mode.NO_FIT
+    own = any(t.workload.admission is not None and t.workload.admission.cluster_queue == cq.name for t in found)
+    return Mode.PREEMPT if own else Mode.RECLAIM
+
+
 def for_assignment(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment) -> list[Target]:
     return targets(snapshot, cq, wl, assignment.usage, assignment.needs_preemption)
 
 
 def oracle(snapshot: Snapshot) -> object:
-    """Whether preemption could make room for one flavor-resource (used while choosing flavors)."""
+    """Whether preemption could make room for one flavor-resource, and how (used while choosing flavors)."""
 
-    def could_preempt(cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int) -> bool:
-        return bool(targets(snapshot, cq, wl, {fr: value}, (fr,)))
+    def could_preempt(cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int) -> Mode:
+        return mode_of(targets(snapshot, cq, wl, {fr: value}, (fr,)), cq)
 
     return could_preempt

@@ -247,7 +247,7 @@ class Scheduler:
         # 2. nominate
         entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
         # 3. order
-        entries.sort(key=lambda e: (e[2].borrowing, -e[0].priority, e[0].queue_ts, e[0].seq))
+        entries.sort(key=lambda e: (e[2].borrow_level, -e[0].priority, e[0].queue_ts, e[0].seq))
         # 4. admit, preempt, or set aside
         touched: set[str] = set()
         for wl, cq, assignment in entries:
@@ -258,11 +258,9 @@ class Scheduler:
                 decisions.append(self._admit(wl, cq, assignment))
                 touched.add(tree)
                 changed = True
-            elif assignment.mode == Mode.PREEMPT and tree in touched:
+            elif assignment.mode.preempts and tree in touched:
                 continue  # another entry changed this tree this cycle; retry next cycle
-            elif assignment.mode == Mode.PREEMPT and (
-                victims := preemption.for_assignment(self.snapshot, cq, wl, assignment)
-            ):
+            elif assignment.mode.preempts and (victims := preemption.for_assignment(self.snapshot, cq, wl, assignment)):
                 for t in victims:
                     decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
                 # The victims released their quota at once; the preemptor takes it in the same
@@ -276,8 +274,8 @@ class Scheduler:
                 changed = self._inadmissible(wl, cq, assignment) or changed
         return changed, decisions
 
-    def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> bool:
-        return bool(preemption.targets(self.snapshot, cq, wl, {fr: value}, (fr,)))
+    def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> Mode:
+        return preemption.mode_of(preemption.targets(self.snapshot, cq, wl, {fr: value}, (fr,)), cq)
 
     def _class_key(self, wl: Workload, cq: ClusterQueue) -> tuple[object, ...]:
         ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
@@ -306,13 +304,13 @@ class Scheduler:
         full = flavors.assign(self.snapshot, cq, wl, self._oracle)
         if full.mode == Mode.FIT or not partial.reducible(wl.pod_sets):
             return full
-        if full.mode == Mode.PREEMPT and preemption.for_assignment(self.snapshot, cq, wl, full):
+        if full.mode.preempts and preemption.for_assignment(self.snapshot, cq, wl, full):
             return full
 
         def fits(counts: dict[str, int]) -> Assignment | None:
             tried = flavors.assign(self.snapshot, cq, wl, self._oracle, counts)
             if tried.mode == Mode.FIT or (
-                tried.mode == Mode.PREEMPT and preemption.for_assignment(self.snapshot, cq, wl, tried)
+                tried.mode.preempts and preemption.for_assignment(self.snapshot, cq, wl, tried)
             ):
                 return tried
             return None
@@ -566,7 +564,7 @@ class Scheduler:
         if wl is None or wl.admission is not None or cq is None:
             return None, []
         assignment = self._assign(wl, cq)
-        if assignment.mode == Mode.PREEMPT:
+        if assignment.mode.preempts:
             return assignment, preemption.for_assignment(self.snapshot, cq, wl, assignment)
         return assignment, []
 

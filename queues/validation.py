@@ -288,8 +288,6 @@ def _resource_groups(groups: list[api.ResourceGroup], *, has_parent: bool, paren
 _NOT_YET = {
     "fairSharing": "Turnstile does not do fair sharing yet: queues admit by priority and FIFO, with borrowing and "
     "preemption as configured",
-    "preference": "Turnstile tries a ClusterQueue's flavors in order (whenCanBorrow/whenCanPreempt), "
-    "not by this preference yet",
     "topologyName": "Turnstile does not place workloads by topology yet: admission is by quota alone",
 }
 
@@ -300,8 +298,6 @@ def unused_fields(obj: api.KueueObject) -> list[FieldError]:
     spec = getattr(obj, "spec", None)
     if getattr(spec, "fair_sharing", None) is not None:
         out.append(FieldError("spec.fairSharing", f"accepted but not used: {_NOT_YET['fairSharing']}"))
-    if isinstance(obj, api.ClusterQueue) and obj.spec.flavor_fungibility.preference is not None:
-        out.append(FieldError("spec.flavorFungibility.preference", f"accepted but not used: {_NOT_YET['preference']}"))
     if isinstance(obj, api.ResourceFlavor) and obj.spec.topology_name:
         out.append(FieldError("spec.topologyName", f"accepted but not used: {_NOT_YET['topologyName']}"))
     return out

@@ -1,0 +1,122 @@
+"""Kueue's flavor assignment where Turnstile used to differ (issue 18): one table test per rule,
+each the smallest case that shows it, with what Kueue's FlavorAssigner decides.
+
+- a flavor's node selector is matched on that flavor's own label keys (Kueue >= v0.19);
+- a zero request of a covered resource still gets a flavor (and one the queue does not cover is
+  no reason to refuse);
+- a cycle's entries are ordered by how far up the cohort tree they borrow, then priority;
+- flavors are compared by mode (fit > reclaim > preempt), then borrowing level, unless
+  ``flavorFungibility.preference: PreemptionOverBorrowing`` puts the level first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queues import api
+from queues.flavors import Mode
+from queues.scheduler import Evict
+from tests.queues.builders import CQ, GPU, flavor, make_workload
+from tests.queues.builders import scheduler as make_scheduler
+
+
+def cohort(name: str, gpus: int, parent: str | None = None) -> Any:
+    spec: dict[str, Any] = {
+        "resourceGroups": [
+            {
+                "coveredResources": [GPU],
+                "flavors": [{"name": "f", "resources": [{"name": GPU, "nominalQuota": str(gpus)}]}],
+            }
+        ]
+    }
+    if parent:
+        spec["parentName"] = parent
+    return api.parse(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
+    )
+
+
+def test_a_flavors_node_selector_is_matched_on_its_own_label_keys() -> None:
+    s = make_scheduler(
+        flavor("zone-a", {"topology.kubernetes.io/zone": "a"}),
+        flavor("h100", {"gpu": "h100"}),
+        CQ("q").group(("zone-a", {"gpu": 8}), ("h100", {"gpu": 8})),
+        queues={"q": "q"},
+    )
+    wl = make_workload("wants-h100").request(gpu=1).node_selector(gpu="h100").submit(s)
+    s.schedule()
+    # zone-a sets no "gpu" label: Kueue ignores that key for it (the union of the group's keys did not)
+    assert wl.admission is not None and wl.admission.flavors["main"][GPU] == "zone-a"
+
+
+def test_a_zero_request_of_a_covered_resource_gets_a_flavor() -> None:
+    s = make_scheduler(flavor("f"), CQ("q").group(("f", {"cpu": 8, "gpu": 8})), queues={"q": "q"})
+    wl = make_workload("cpu-only").request(cpu=1, gpu=0).submit(s)
+    other = make_workload("odd").request(cpu=1, **{"example.com/widget": 0}).submit(s)
+    s.schedule()
+    assert wl.admission is not None and wl.admission.flavors == {"main": {"cpu": "f", GPU: "f"}}
+    assert (GPU, "f") not in {(r, f) for f, r in wl.admission.usage}, "no quota held for nothing"
+    assert other.admission is not None, "an uncovered resource requested at 0 is no reason to refuse"
+
+
+def test_entries_that_borrow_less_far_go_first_whatever_their_priority() -> None:
+    s = make_scheduler(
+        flavor("f"),
+        cohort("root", 4),
+        cohort("team", 4, parent="root"),
+        CQ("a").cohort("team").group(("f", {"gpu": 0})),
+        CQ("b").cohort("team").group(("f", {"gpu": 0})),
+        queues={"a": "a", "b": "b"},
+    )
+    far = make_workload("far", queue="a").request(gpu=8).priority(100).submit(s)  # needs the root's 4 too: level 2
+    near = make_workload("near", queue="b").request(gpu=4).submit(s)  # fits in team's 4: level 1
+    s.schedule()
+    assert near.admission is not None and far.admission is None
+
+
+def test_fit_by_borrowing_beats_preempting_by_default_and_the_preference_can_turn_it() -> None:
+    for preference, expected in ((None, "borrow-here"), ("BorrowingOverPreemption", "borrow-here"),
+                                 ("PreemptionOverBorrowing", "preempt-here")):  # fmt: skip
+        s = make_scheduler(
+            flavor("borrow-here"),
+            flavor("preempt-here"),
+            _queue(preference),
+            CQ("lender").cohort("c").group(("borrow-here", {"gpu": 4}), ("preempt-here", {"gpu": 0})),
+            queues={"q": "q"},
+        )
+        low = make_workload("low").request(gpu=4).submit(s)  # on preempt-here (the only fit without borrowing)
+        s.schedule()
+        assert low.admission is not None and low.admission.flavors["main"][GPU] == "preempt-here"
+        high = make_workload("high").request(gpu=4).priority(10).submit(s)
+        decisions = s.schedule()
+        assert high.admission is not None and high.admission.flavors["main"][GPU] == expected, preference
+        evicted = [d.workload.key for d in decisions if isinstance(d, Evict)]
+        # preempted, low comes back at once on the flavor it can borrow
+        assert evicted == (["ns/low"] if expected == "preempt-here" else []), preference
+
+
+def _queue(preference: str | None) -> CQ:
+    cq = CQ("q").cohort("c").group(("preempt-here", {"gpu": 4}), ("borrow-here", {"gpu": 0}))
+    cq.preemption(withinClusterQueue="LowerPriority")
+    kw = {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"}
+    return cq.fungibility(**kw, **({"preference": preference} if preference else {}))
+
+
+def test_reclaiming_from_another_queue_beats_preempting_by_priority() -> None:
+    """Flavor x: only by evicting the queue's own lower-priority work; flavor y: only by reclaiming what
+    another queue borrowed. Kueue ranks reclaim above priority preemption; the first flavor no longer
+    wins the tie."""
+    q = CQ("q").cohort("c").group(("x", {"gpu": 4}), ("y", {"gpu": 4}))
+    q.preemption(withinClusterQueue="LowerPriority", reclaimWithinCohort="Any")
+    q.fungibility(whenCanPreempt="TryNextFlavor")
+    other = CQ("other").cohort("c").group(("x", {"gpu": 0}), ("y", {"gpu": 0}))
+    s = make_scheduler(flavor("x"), flavor("y"), q, other, queues={"q": "q", "other": "other"})
+    own = make_workload("own", queue="q").request(gpu=4).submit(s)  # takes x
+    borrowed = make_workload("borrowed", queue="other").request(gpu=4).submit(s)  # borrows y from q
+    s.schedule()
+    assert own.admission is not None and own.admission.flavors["main"][GPU] == "x"
+    assert borrowed.admission is not None and borrowed.admission.flavors["main"][GPU] == "y"
+    plan, _ = s.preemption_plan(make_workload("new", queue="q").request(gpu=4).priority(10).submit(s).key)
+    assert plan is not None and plan.mode == Mode.RECLAIM and plan.flavors["main"][GPU] == "y"
+    s.schedule()
+    assert borrowed.admission is None and own.admission is not None
