@@ -38,9 +38,10 @@ class Mode(IntEnum):
     """How well a workload fits a flavor; ordered, so ``max`` picks the best (Kueue's preemptionMode)."""
 
     NO_FIT = 0
-    PREEMPT = 1  # by priority, possibly in its own ClusterQueue
-    RECLAIM = 2  # only other ClusterQueues' borrowed work
-    FIT = 3
+    NO_CANDIDATES = 1  # would fit by preempting, but nothing may be preempted (its head holds the quota)
+    PREEMPT = 2  # by priority, possibly in its own ClusterQueue
+    RECLAIM = 3  # only other ClusterQueues' borrowed work
+    FIT = 4
 
     @property
     def preempts(self) -> bool:
@@ -112,8 +113,8 @@ def _fits_quota(
     )
     if oracle is not None and may_preempt:
         mode = oracle(cq, wl, fr, value)
-        if mode.preempts:
-            return mode, cq.borrow_height(fr, value, empty=True)[0], msg, False
+        level = cq.borrow_height(fr, value, empty=True)[0]
+        return (mode if mode.preempts else Mode.NO_CANDIDATES), level, msg, False
     return Mode.NO_FIT, 0, msg, False
 
 
@@ -124,6 +125,8 @@ def _preferred(a: tuple[Mode, int], b: tuple[Mode, int] | None, preference: str 
         return False
     if b is None or b[0] == Mode.NO_FIT:
         return True
+    if (a[0] == Mode.NO_CANDIDATES) != (b[0] == Mode.NO_CANDIDATES):  # (not admissible in this attempt)
+        return b[0] == Mode.NO_CANDIDATES
     if preference == "PreemptionOverBorrowing" and a[1] != b[1]:
         return a[1] < b[1]
     if a[0] != b[0]:
@@ -135,7 +138,7 @@ def _should_try_next(mode: Mode, level: int, cq: ClusterQueue) -> bool:
     """Kueue's ``shouldTryNextFlavor``: look further unless this flavor fits without borrowing, or
     the fungibility policy says to stop at what it needs (borrowing, preempting)."""
     fung = cq.spec.flavor_fungibility
-    if mode == Mode.NO_FIT:
+    if mode in (Mode.NO_FIT, Mode.NO_CANDIDATES):
         return True
     if mode.preempts and not fung.stop_when_preempting:
         return True

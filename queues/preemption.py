@@ -201,6 +201,28 @@ def targets(
     return _minimal(snapshot, cq, usage, frs, same_queue, True, None)
 
 
+def can_always_reclaim(cq: ClusterQueue) -> bool:
+    """Kueue's ``CanAlwaysReclaim``: the queue is sure to get back what others borrowed from it."""
+    return cq.spec.preemption.reclaim_within_cohort == "Any"
+
+
+def to_reserve(cq: ClusterQueue, assignment: Assignment) -> Usage:
+    """What a head that needs preemption but found nothing to preempt holds for the rest of a cycle
+    (Kueue's ``quotaResourcesToReserve``): while borrowing, all it asks (up to its borrowing limit);
+    otherwise what is left of its nominal quota."""
+    out: Usage = {}
+    for fr, usage in assignment.usage.items():
+        quota = cq.quotas.get(fr)
+        used = cq.usage.get(fr, 0)
+        nominal = quota.nominal if quota is not None else 0
+        if assignment.borrowing:
+            limit = quota.borrowing_limit if quota is not None else None
+            out[fr] = usage if limit is None else max(0, min(usage, nominal + limit - used))
+        else:
+            out[fr] = max(0, min(usage, nominal - used))
+    return {fr: v for fr, v in out.items() if v}
+
+
 def mode_of(found: list[Target], cq: ClusterQueue) -> Mode:
     """What preempting ``found`` for a workload of ``cq`` is (Kueue's preemption possibility):
     ``RECLAIM`` when every target is another ClusterQueue's, ``PREEMPT`` otherwise, ``NO_FIT`` if none."""

@@ -250,10 +250,20 @@ class Scheduler:
         entries.sort(key=lambda e: (e[2].borrow_level, -e[0].priority, e[0].queue_ts, e[0].seq))
         # 4. admit, preempt, or set aside
         touched: set[str] = set()
+        reserved: list[tuple[ClusterQueue, dict[tuple[str, str], int]]] = []  # undone when the cycle ends
         for wl, cq, assignment in entries:
             tree = cq.tree_key
             if tree in touched:
                 assignment = self._assign(wl, cq)
+                if assignment.mode != Mode.FIT and any(r[0].tree_key == tree for r in reserved):
+                    continue  # a blocked head holds this capacity for the cycle (Kueue: skipped, tried again)
+            if assignment.mode == Mode.NO_CANDIDATES and not preemption.can_always_reclaim(cq):
+                # Kueue: a head that needs preemption but may preempt nothing keeps what it would use
+                # for the rest of the cycle, so borrowers from other queues cannot take it.
+                hold = preemption.to_reserve(cq, assignment)
+                cq.add_usage(hold, 1)
+                reserved.append((cq, hold))
+                touched.add(tree)
             if assignment.mode == Mode.FIT:
                 decisions.append(self._admit(wl, cq, assignment))
                 touched.add(tree)
@@ -272,6 +282,8 @@ class Scheduler:
                 changed = True
             else:
                 changed = self._inadmissible(wl, cq, assignment) or changed
+        for cq, hold in reserved:
+            cq.add_usage(hold, -1)
         return changed, decisions
 
     def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> Mode:

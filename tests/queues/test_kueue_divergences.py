@@ -6,7 +6,8 @@ each the smallest case that shows it, with what Kueue's FlavorAssigner decides.
   no reason to refuse);
 - a cycle's entries are ordered by how far up the cohort tree they borrow, then priority;
 - flavors are compared by mode (fit > reclaim > preempt), then borrowing level, unless
-  ``flavorFungibility.preference: PreemptionOverBorrowing`` puts the level first.
+  ``flavorFungibility.preference: PreemptionOverBorrowing`` puts the level first;
+- a head that needs preemption but may preempt nothing holds its capacity for the cycle.
 """
 
 from __future__ import annotations
@@ -120,3 +121,25 @@ def test_reclaiming_from_another_queue_beats_preempting_by_priority() -> None:
     assert plan is not None and plan.mode == Mode.RECLAIM and plan.flavors["main"][GPU] == "y"
     s.schedule()
     assert borrowed.admission is None and own.admission is not None
+
+
+def test_a_blocked_head_holds_its_capacity_against_borrowers() -> None:
+    """Queue a (reclaimWithinCohort Never) lent 6 of its 8 GPUs; its head needs 4 and may not reclaim:
+    it finds nothing to preempt. Kueue reserves what it would use for the rest of the cycle, so b's
+    borrower cannot take a's last 2 free GPUs in that cycle. StrictFIFO keeps the head at the front,
+    so the capacity stays held; BestEffortFIFO sets it aside and the borrower gets in a cycle later."""
+    for strict, borrower_admitted in ((True, False), (False, True)):
+        a = CQ("a").cohort("c").group(("f", {"gpu": 8})).preemption(reclaimWithinCohort="Never")
+        if strict:
+            a.strict()
+        b = CQ("b").cohort("c").group(("f", {"gpu": 0}))
+        s = make_scheduler(flavor("f"), a, b, queues={"a": "a", "b": "b"})
+        lent = make_workload("lent", queue="b").request(gpu=6).submit(s)
+        s.schedule()
+        assert lent.admission is not None
+        head = make_workload("head", queue="a").request(gpu=4).submit(s)
+        borrower = make_workload("borrower", queue="b").request(gpu=2).submit(s)
+        s.schedule()
+        assert head.admission is None and head.reason == "WaitingForQuota"
+        assert (borrower.admission is not None) == borrower_admitted, strict
+        assert s.snapshot.queues["a"].usage.get(("f", GPU), 0) == 0, "the hold ends with the cycle"
