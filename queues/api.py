@@ -201,6 +201,9 @@ class ClusterQueueSpec(_Model):
     admission_checks_strategy: AdmissionChecksStrategy | None = Field(default=None, alias="admissionChecksStrategy")
     stop_policy: StopPolicy = Field(default="None", alias="stopPolicy")
     fair_sharing: FairSharing | None = Field(default=None, alias="fairSharing")
+    # admission fair sharing (issue 19) and Kueue's concurrent admission: accepted, warned as unused
+    admission_scope: dict[str, Any] | None = Field(default=None, alias="admissionScope")
+    concurrent_admission_policy: dict[str, Any] | None = Field(default=None, alias="concurrentAdmissionPolicy")
 
     @property
     def cohort_ref(self) -> str | None:

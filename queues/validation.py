@@ -289,6 +289,12 @@ _NOT_YET = {
     "fairSharing": "Turnstile does not do fair sharing yet: queues admit by priority and FIFO, with borrowing and "
     "preemption as configured",
     "topologyName": "Turnstile does not place workloads by topology yet: admission is by quota alone",
+    "admissionScope": "Turnstile does not do admission fair sharing yet: a ClusterQueue's LocalQueues share it "
+    "in priority and FIFO order",
+    "concurrentAdmissionPolicy": "Turnstile admits one workload per job at a time (no concurrent admission variants)",
+    "podSetUpdates": "Turnstile writes Kueue's own pod annotations for a ProvisioningRequest, not these updates",
+    "podSetMergePolicy": "Turnstile makes one PodTemplate per pod set, never merged",
+    "retryDelayMinutes": "deprecated in Kueue too; retries follow the ProvisioningRequestConfig's retryStrategy",
 }
 
 
@@ -300,4 +306,16 @@ def unused_fields(obj: api.KueueObject) -> list[FieldError]:
         out.append(FieldError("spec.fairSharing", f"accepted but not used: {_NOT_YET['fairSharing']}"))
     if isinstance(obj, api.ResourceFlavor) and obj.spec.topology_name:
         out.append(FieldError("spec.topologyName", f"accepted but not used: {_NOT_YET['topologyName']}"))
+    unused = {
+        "admissionScope": isinstance(obj, api.ClusterQueue) and obj.spec.admission_scope is not None,
+        "concurrentAdmissionPolicy": isinstance(obj, api.ClusterQueue)
+        and obj.spec.concurrent_admission_policy is not None,
+        "podSetUpdates": isinstance(obj, api.ProvisioningRequestConfig) and obj.spec.pod_set_updates is not None,
+        "podSetMergePolicy": isinstance(obj, api.ProvisioningRequestConfig)
+        and obj.spec.pod_set_merge_policy is not None,
+        "retryDelayMinutes": isinstance(obj, api.AdmissionCheck) and obj.spec.retry_delay_minutes is not None,
+    }
+    out.extend(
+        FieldError(f"spec.{name}", f"accepted but not used: {_NOT_YET[name]}") for name, set_ in unused.items() if set_
+    )
     return out

@@ -233,6 +233,8 @@ spec:
   cohortName: all
   fairSharing: {weight: "2"}
   flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: TryNextFlavor, preference: PreemptionOverBorrowing}
+  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}
+  concurrentAdmissionPolicy: {}
   resourceGroups:
   - coveredResources: [nvidia.com/gpu]
     flavors: [{name: h100, resources: [{name: nvidia.com/gpu, nominalQuota: "8"}]}]
@@ -243,8 +245,8 @@ def test_fields_turnstile_does_not_act_on_yet_are_applied_with_a_warning_naming_
     applied = cli("apply", "-f", "-", stdin=UNUSED)
     assert applied.returncode == 0, applied.stderr
     warnings = [line for line in applied.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 2, applied.stderr
-    for field in ("spec.topologyName", "spec.fairSharing"):
+    assert len(warnings) == 4, applied.stderr
+    for field in ("spec.topologyName", "spec.fairSharing", "spec.admissionScope", "spec.concurrentAdmissionPolicy"):
         assert any(field in w and "accepted but not used" in w for w in warnings), (field, warnings)
     assert not any("preference" in w for w in warnings), "flavorFungibility.preference is acted on"
     assert "clusterqueue/fair created" in applied.stdout

@@ -143,3 +143,17 @@ def test_a_blocked_head_holds_its_capacity_against_borrowers() -> None:
         assert head.admission is None and head.reason == "WaitingForQuota"
         assert (borrower.admission is not None) == borrower_admitted, strict
         assert s.snapshot.queues["a"].usage.get(("f", GPU), 0) == 0, "the hold ends with the cycle"
+
+
+def test_fields_accepted_but_not_acted_on_are_named_never_ignored() -> None:
+    from queues import validation
+
+    prc = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ProvisioningRequestConfig",
+                     "metadata": {"name": "p"}, "spec": {"provisioningClassName": "check-capacity.autoscaling.x-k8s.io",
+                                                         "podSetUpdates": {"nodeSelector": []},
+                                                         "podSetMergePolicy": "IdenticalPodTemplates"}})  # fmt: skip
+    check = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "AdmissionCheck", "metadata": {"name": "c"},
+                       "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request", "retryDelayMinutes": 15}})  # fmt: skip
+    assert [e.path for e in validation.unused_fields(prc)] == ["spec.podSetUpdates", "spec.podSetMergePolicy"]
+    assert [e.path for e in validation.unused_fields(check)] == ["spec.retryDelayMinutes"]
+    assert all("accepted but not used" in e.message for e in validation.unused_fields(prc))
