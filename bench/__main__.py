@@ -1,10 +1,10 @@
-"""``python -m bench [core|sim|store|controller|webhook|cluster|objects|pods|chaos|all]``: figures on this machine."""
+"""``python -m bench [core|deep|sim|store|controller|webhook|cluster|objects|pods|chaos|all]``: figures here."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import idle_cycle, kueue_perf, machine
+from bench import deep_queue, idle_cycle, kueue_perf, machine
 
 
 def main() -> None:
@@ -13,6 +13,8 @@ def main() -> None:
     if which in ("core", "all"):
         kueue_perf.main()
         idle_cycle.main()
+    if which in ("deep", "core", "all"):
+        deep_queue.main()
     if which in ("sim", "all"):
         from bench import sim_api
 

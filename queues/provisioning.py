@@ -309,7 +309,8 @@ class AutoscalerModel:
         self.unbook(key)  # its pods hold the capacity now
         self.placed[key] = []
         # With no nodes at all the simulated scheduler binds pods to an unlimited stand-in node.
-        self.unplaced[key] = list(pods) if self.nodes else []
+        if self.nodes and pods:
+            self.unplaced[key] = list(pods)
         self._place_waiting()
 
     def stop(self, key: str) -> None:
@@ -323,12 +324,12 @@ class AutoscalerModel:
 
     def ready(self, key: str) -> bool:
         """Every pod of a started workload is on a node."""
-        return key in self.placed and not self.unplaced.get(key)
+        return key in self.placed and key not in self.unplaced
 
     def _place_waiting(self) -> None:
-        for key, pods in self.unplaced.items():
-            if not pods:
-                continue
+        """Place what waits for room, first come first placed (only workloads with waiting pods are
+        kept in ``unplaced``: this runs at every start and stop)."""
+        for key, pods in list(self.unplaced.items()):
             still = []
             for pod in pods:
                 node = placement.first_fit(pod, self.nodes, self.free) if self.nodes else None
@@ -336,4 +337,7 @@ class AutoscalerModel:
                     still.append(pod)
                 else:
                     self.placed[key].append((node, pod))
-            pods[:] = still
+            if still:
+                pods[:] = still
+            else:
+                del self.unplaced[key]

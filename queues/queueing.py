@@ -6,11 +6,19 @@ aside (BestEffortFIFO) or blocks its queue (StrictFIFO) until something in its q
 frees capacity or the configuration changes: each tree has a *generation* that such events
 bump, and bumping it puts the set-aside workloads back. Nothing is re-scanned otherwise, so
 a quiet cycle costs nothing however long the queues are.
+
+Set-aside workloads are kept by *class* (the scheduler's: same ClusterQueue, pod sets and
+priority, so the same flavor assignment), each class in queue order. Putting them back puts back
+only each class's first: if it still cannot be admitted, neither can the rest, which stay aside
+untouched; when it leaves the line (admitted, gone), the next of its class takes its place. So
+a release costs the number of classes, not the number of waiting workloads, and the order in
+which workloads are tried is the same (each class is in order, and the heap merges them).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from queues.model import Workload
@@ -23,6 +31,10 @@ class QueueState:
     heap: list[Entry] = field(default_factory=list)
     inadmissible: dict[str, Workload] = field(default_factory=dict)
     blocked_at: int | None = None  # StrictFIFO: the tree generation at which the head failed
+    # set-aside workloads by class, each a heap in queue order (entries of workloads that left are
+    # dropped lazily); a class's first may be back in line (in ``heap``, not ``inadmissible``)
+    classes: dict[Hashable, list[Entry]] = field(default_factory=dict)
+    class_of: dict[str, Hashable] = field(default_factory=dict)  # workload key -> its class, while in one
 
 
 class PendingQueues:
@@ -41,6 +53,7 @@ class PendingQueues:
 
     def push(self, cq: str, wl: Workload) -> None:
         state = self._state(cq)
+        self._leave_class(state, wl)
         state.inadmissible.pop(wl.key, None)
         self.where[wl.key] = cq
         heapq.heappush(state.heap, (wl.order_key(), wl))
@@ -53,6 +66,7 @@ class PendingQueues:
         cq = self.where.pop(wl.key, None)
         if cq is not None:
             state = self.queues[cq]
+            self._leave_class(state, wl)
             state.inadmissible.pop(wl.key, None)
             if state.heap and state.heap[0][1] is wl:
                 state.blocked_at = None
@@ -74,11 +88,41 @@ class PendingQueues:
             heapq.heappop(heap)
         return None
 
-    def set_aside(self, cq: str, wl: Workload) -> None:
-        """BestEffortFIFO: ``wl`` waits aside so the next workload gets its turn."""
+    def set_aside(self, cq: str, wl: Workload, cls: Hashable = None) -> None:
+        """BestEffortFIFO: ``wl`` waits aside so the next workload gets its turn. ``cls``: its class
+        (None: a class of its own)."""
         # Only mark it: ``head`` drops its heap entry lazily. (Popping here would be wrong when an
         # eviction earlier in the same cycle pushed a victim above it: the victim would be lost.)
-        self.queues[cq].inadmissible[wl.key] = wl
+        state = self.queues[cq]
+        state.inadmissible[wl.key] = wl
+        key = cls if cls is not None else ("own", wl.key)
+        if state.class_of.get(wl.key) != key:
+            self._leave_class(state, wl)
+            state.class_of[wl.key] = key
+            heapq.heappush(state.classes.setdefault(key, []), (wl.order_key(), wl))
+
+    def _front(self, state: QueueState, key: Hashable) -> Workload | None:
+        """The first of class ``key`` (dropping entries of workloads that left it)."""
+        members = state.classes.get(key)
+        while members:
+            order, wl = members[0]
+            if state.class_of.get(wl.key) == key and wl.order_key() == order:
+                return wl
+            heapq.heappop(members)
+        state.classes.pop(key, None)
+        return None
+
+    def _leave_class(self, state: QueueState, wl: Workload) -> None:
+        """``wl`` is no longer aside (pushed again, admitted, gone): if it was its class's first and
+        in line, the next of its class takes its place in line."""
+        key = state.class_of.get(wl.key)
+        if key is None:
+            return
+        was_first_in_line = self._front(state, key) is wl and wl.key not in state.inadmissible
+        del state.class_of[wl.key]
+        nxt = self._front(state, key)
+        if was_first_in_line and nxt is not None and state.inadmissible.pop(nxt.key, None) is not None:
+            heapq.heappush(state.heap, (nxt.order_key(), nxt))
 
     def block(self, cq: str, generation: int) -> None:
         """StrictFIFO: the head failed; the queue waits for its tree's generation to move."""
@@ -86,16 +130,18 @@ class PendingQueues:
         self.active.discard(cq)
 
     def requeue(self, cq: str) -> None:
-        """Capacity or configuration changed: every set-aside workload gets another look."""
+        """Capacity or configuration changed: every set-aside class gets another look (its first)."""
         state = self.queues.get(cq)
         if state is None:
             return
         state.blocked_at = None
-        if state.inadmissible:
-            for wl in state.inadmissible.values():
-                state.heap.append((wl.order_key(), wl))
-            state.inadmissible.clear()
-            heapq.heapify(state.heap)
+        if not state.inadmissible:  # (every class's first is in line already)
+            self.active.add(cq)
+            return
+        for key in list(state.classes):
+            first = self._front(state, key)
+            if first is not None and state.inadmissible.pop(first.key, None) is not None:
+                heapq.heappush(state.heap, (first.order_key(), first))
         self.active.add(cq)
 
     def waiting(self, cq: str) -> list[Workload]:

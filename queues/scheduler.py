@@ -230,8 +230,11 @@ class Scheduler:
         decisions: list[Decision] = []
         # 1. heads
         heads: list[tuple[Workload, ClusterQueue]] = []
+        touched: set[str] = set()
+        reserved: list[tuple[ClusterQueue, dict[tuple[str, str], int]]] = []  # undone when the cycle ends
         for name in sorted(self.pending.active):
             cq = self.snapshot.queues.get(name)
+            first = True
             while True:
                 wl = self.pending.head(name)
                 if cq is None or wl is None:
@@ -240,30 +243,25 @@ class Scheduler:
                 # A head identical to one that could not fit since the last release fails the same
                 # way: set it aside now instead of spending a whole cycle on it (BestEffortFIFO).
                 known = None if cq.strict_fifo else self._known_failure(wl, cq)
-                if known is None or known.mode != Mode.NO_FIT:
+                if known is None or known.mode not in (Mode.NO_FIT, Mode.NO_CANDIDATES):
                     heads.append((wl, cq))
                     break
+                if first:  # the queue's head this cycle: it holds what it would use, as in step 4
+                    self._hold(cq, known, reserved, touched)
+                first = False
                 changed = self._inadmissible(wl, cq, known) or changed
         # 2. nominate
         entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
         # 3. order
         entries.sort(key=lambda e: (e[2].borrow_level, -e[0].priority, e[0].queue_ts, e[0].seq))
         # 4. admit, preempt, or set aside
-        touched: set[str] = set()
-        reserved: list[tuple[ClusterQueue, dict[tuple[str, str], int]]] = []  # undone when the cycle ends
         for wl, cq, assignment in entries:
             tree = cq.tree_key
             if tree in touched:
                 assignment = self._assign(wl, cq)
                 if assignment.mode != Mode.FIT and any(r[0].tree_key == tree for r in reserved):
                     continue  # a blocked head holds this capacity for the cycle (Kueue: skipped, tried again)
-            if assignment.mode == Mode.NO_CANDIDATES and not preemption.can_always_reclaim(cq):
-                # Kueue: a head that needs preemption but may preempt nothing keeps what it would use
-                # for the rest of the cycle, so borrowers from other queues cannot take it.
-                hold = preemption.to_reserve(cq, assignment)
-                cq.add_usage(hold, 1)
-                reserved.append((cq, hold))
-                touched.add(tree)
+            self._hold(cq, assignment, reserved, touched)
             if assignment.mode == Mode.FIT:
                 decisions.append(self._admit(wl, cq, assignment))
                 touched.add(tree)
@@ -285,6 +283,24 @@ class Scheduler:
         for cq, hold in reserved:
             cq.add_usage(hold, -1)
         return changed, decisions
+
+    def _hold(
+        self,
+        cq: ClusterQueue,
+        assignment: Assignment,
+        reserved: list[tuple[ClusterQueue, dict[tuple[str, str], int]]],
+        touched: set[str],
+    ) -> None:
+        """Kueue's ``reserveCapacityForUnreclaimablePreempt``: a head that needs preemption but may
+        preempt nothing keeps what it would use for the rest of the cycle, so borrowers from other
+        queues cannot take it (unless its queue can always reclaim)."""
+        if assignment.mode != Mode.NO_CANDIDATES or preemption.can_always_reclaim(cq):
+            return
+        hold = preemption.to_reserve(cq, assignment)
+        if hold:
+            cq.add_usage(hold, 1)
+            reserved.append((cq, hold))
+            touched.add(cq.tree_key)
 
     def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> Mode:
         return preemption.mode_of(preemption.targets(self.snapshot, cq, wl, {fr: value}, (fr,)), cq)
@@ -334,7 +350,7 @@ class Scheduler:
         if cq.strict_fifo:
             self.pending.block(cq.name, self._generation.get(cq.tree_key, 0))
             return False
-        self.pending.set_aside(cq.name, wl)
+        self.pending.set_aside(cq.name, wl, self._class_key(wl, cq))
         return True
 
     # ----- applying decisions ------------------------------------------------------------

@@ -177,6 +177,7 @@ class Recorder:
         self.preempted: dict[str, int] = {}
         self.series: list[tuple[float, int, int]] = []
         self.now = 0.0
+        self.pending = 0  # submitted workloads pending now (``sample``)
 
     def add(self, entry: JobEntry) -> None:
         """A workload the timeline did not list: a Deployment's replica, made as it ran."""
@@ -212,15 +213,23 @@ class Recorder:
                 totals[res] = totals.get(res, 0) + quota.nominal
             meter.nominal = totals
 
+    def _state(self, track: Track, state: str) -> None:
+        """Move ``track`` to ``state``, keeping the count of submitted workloads that are pending."""
+        before = track.state == "Pending" and track.submitted is not None
+        track.state = state
+        self.pending += int(state == "Pending" and track.submitted is not None) - int(before)
+
     def submitted(self, wl: Workload) -> None:
         track = self.by_key[wl.key]
         track.workload = wl
+        was = track.state == "Pending" and track.submitted is not None
         track.submitted = self.now
+        self.pending += int(track.state == "Pending") - int(was)
         self._emit("Submitted", wl.key)
 
     def admitted(self, key: str, admission: Admission) -> Track:
         track = self.by_key[key]
-        track.state = "Admitted"
+        self._state(track, "Admitted")
         track.admitted = self.now
         if track.first_admitted is None:
             track.first_admitted = self.now
@@ -247,7 +256,7 @@ class Recorder:
                 cq = track.admission.cluster_queue
                 self.preempted[cq] = self.preempted.get(cq, 0) + 1
         track.admission = None
-        track.state = "Pending"
+        self._state(track, "Pending")
         track.evictions += 1
         track.epoch += 1
         fields: dict[str, Any] = {"reason": reason, "detail": detail}
@@ -260,7 +269,7 @@ class Recorder:
         if track.admission is not None:
             self._charge(track.admission, -1)
             track.admission = None
-        track.state = state
+        self._state(track, state)
         track.epoch += 1
         if state == "Finished":
             track.finished = self.now
@@ -273,7 +282,7 @@ class Recorder:
         self._end(key, "Cancelled")
 
     def sample(self) -> None:
-        pending = sum(1 for t in self.tracks if t.state == "Pending" and t.submitted is not None)
+        pending = self.pending  # (kept as tracks change state: a scan per instant is quadratic)
         gpus = sum(v // 1000 for m in self.meters.values() for res, v in m.usage.items() if "gpu" in res)
         self.series.append((self.now, pending, gpus))
 
