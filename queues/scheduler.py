@@ -23,12 +23,15 @@ one admission per queue: every workload that fits is admitted, in Kueue's order.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-from queues import flavors, jobs, partial, podsready, preemption, provisioning
+from queues import flavors, jobs, partial, preemption, provisioning
+from queues.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
 from queues.flavors import Assignment, Mode
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
+from queues.retries import Retries
+
+__all__ = ["ADMISSION_CHECK", "CLUSTER_QUEUE_STOPPED", "PREEMPTED", "Admit", "Decision", "Evict", "Scheduler"]
 
 LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
 CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
@@ -37,37 +40,10 @@ NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
 
 WAITING_FOR_TURN = "waiting for its turn in the queue"
 
-PREEMPTED = "Preempted"
-CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
-ADMISSION_CHECK = provisioning.ADMISSION_CHECK
-
-
-@dataclass(frozen=True, slots=True)
-class Admit:
-    workload: Workload
-    assignment: Assignment
-    admission: Admission  # as decided; the workload may be evicted again later in the same call
-
-
-@dataclass(frozen=True, slots=True)
-class Evict:
-    workload: Workload
-    reason: str  # Preempted | ClusterQueueStopped | AdmissionCheck
-    detail: str  # InClusterQueue | InCohortReclamation | InCohortReclaimWhileBorrowing | Retry | Rejected | ...
-    by: str | None = None
-    released: Admission | None = None  # the admission the eviction ended
-
-    @property
-    def cluster_queue(self) -> str:
-        return self.released.cluster_queue if self.released else ""
-
-
-Decision = Admit | Evict
-
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler:
+class Scheduler(Retries):
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(self, config: Config, *, namespaces: Mapping[str, Mapping[str, str]] | None = None) -> None:
@@ -374,91 +350,6 @@ class Scheduler:
             self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
         self.snapshot.add_workload(wl)
         return Admit(wl, assignment, admission)
-
-    # ----- admission checks (two-phase admission) ------------------------------------------------
-
-    def check_passed(self, key: str, check: str) -> bool:
-        """``check`` is Ready for ``key``'s quota reservation; True when that was the last one
-        (the job may start now)."""
-        wl = self.workloads.get(key)
-        if wl is None or wl.admission is None or check not in wl.checks:
-            return False
-        wl.checks = tuple(c for c in wl.checks if c != check)
-        self.checked[key] = not wl.checks
-        if wl.checks:
-            return False
-        wl.started_at = self.now
-        self._say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
-        return True
-
-    def check_waiting(self, key: str, message: str) -> None:
-        """What a pending admission check says while ``key`` waits for it (reason WaitingForCapacity)."""
-        wl = self.workloads.get(key)
-        if wl is not None and wl.admission is not None and wl.checks:
-            self._say(wl, provisioning.WAITING_FOR_CAPACITY, message)
-            if key in self.said:
-                self.checked.setdefault(key, False)
-
-    def check_retry(self, key: str, message: str, until: float) -> Evict | None:
-        """An admission check asks for a retry: release the quota and queue the workload again at
-        ``until`` (its backoff)."""
-        wl = self.workloads.get(key)
-        if wl is None or wl.admission is None:
-            return None
-        wl.retries += 1
-        wl.requeue_at = until
-        self.checked[key] = False
-        return self._evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
-
-    def check_rejected(self, key: str, message: str) -> Evict | None:
-        """An admission check rejected the workload: release its quota and deactivate it."""
-        wl = self.workloads.get(key)
-        if wl is None or (wl.admission is None and not wl.active):
-            return None
-        wl.active = False
-        wl.checks = ()
-        wl.requeue_at = None
-        self.checked[key] = False
-        if wl.admission is None:
-            self.pending.remove(wl)
-            self._enqueue(wl, message)
-            return None
-        return self._evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
-
-    def pods_ready_timeout(
-        self, key: str, policy: podsready.WaitForPodsReady, *, recovery: bool = False, scale: float = 1.0
-    ) -> Evict | None:
-        """waitForPodsReady (``queues.podsready``): ``key`` started, but its pods were not all Ready
-        in time. Release its quota and requeue it after a backoff (``scale`` time units per second),
-        or deactivate it once it has been requeued ``backoffLimitCount`` times."""
-        wl = self.workloads.get(key)
-        if wl is None or not wl.started:
-            return None
-        wl.retries += 1
-        message = f"Exceeded the PodsReady {'recovery timeout' if recovery else 'timeout'} {key}"
-        self.checked[key] = False  # its retries, backoff and activity are stored with the eviction
-        if policy.backoff_limit_count is not None and wl.retries > policy.backoff_limit_count:
-            wl.active = False
-            wl.requeue_at = None
-            limit = f"requeued {policy.backoff_limit_count} times, the limit (backoffLimitCount)"
-            return self._evict(wl, podsready.REASON, podsready.LIMIT_EXCEEDED, None, message=f"{message}; {limit}")
-        wl.requeue_at = self.now + policy.backoff(wl.retries) * scale
-        wl.requeue_reason = podsready.REASON
-        evict = self._evict(wl, podsready.REASON, "RecoveryTimeout" if recovery else "Timeout", None, message=message)
-        if policy.requeue_by_creation:
-            wl.queue_ts = wl.created  # requeuingStrategy.timestamp: Creation
-        return evict
-
-    def next_requeue(self) -> float | None:
-        """When the next workload waiting out a backoff queues again; None if none does."""
-        return min((w.requeue_at for w in self.parked.values() if w.active and w.requeue_at is not None), default=None)
-
-    def _wake_parked(self) -> None:
-        due = [w for w in self.parked.values() if w.active and w.requeue_at is not None and w.requeue_at <= self.now]
-        for wl in sorted(due, key=lambda w: w.seq):
-            del self.parked[wl.key]
-            wl.requeue_at = None
-            self._enqueue(wl)
 
     def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
         released = wl.admission

@@ -1,0 +1,40 @@
+"""The scheduler's decisions: admit a workload where its flavors fit, or evict one (and why).
+
+``Admit`` and ``Evict`` are what the core hands its callers (the controller commits them, engine
+core enacts them); the eviction reasons are scenario.md's ``Evicted.reason`` values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from queues import provisioning
+from queues.flavors import Assignment
+from queues.model import Admission, Workload
+
+PREEMPTED = "Preempted"
+CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
+ADMISSION_CHECK = provisioning.ADMISSION_CHECK
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    workload: Workload
+    assignment: Assignment
+    admission: Admission  # as decided; the workload may be evicted again later in the same call
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    workload: Workload
+    reason: str  # Preempted | ClusterQueueStopped | AdmissionCheck
+    detail: str  # InClusterQueue | InCohortReclamation | InCohortReclaimWhileBorrowing | Retry | Rejected | ...
+    by: str | None = None
+    released: Admission | None = None  # the admission the eviction ended
+
+    @property
+    def cluster_queue(self) -> str:
+        return self.released.cluster_queue if self.released else ""
+
+
+Decision = Admit | Evict

@@ -1,0 +1,118 @@
+"""Workloads that give their quota back to try again later, and the backoff they wait out.
+
+Two mechanisms end a reservation without a preemption: admission checks (two-phase admission,
+``queues.provisioning``: a check passes, waits, asks for a retry, or rejects) and waitForPodsReady
+(``queues.podsready``: a started workload whose pods were not Ready in time). Both release the
+quota and either park the workload until its backoff ends or deactivate it. ``Scheduler``
+inherits these; they use its eviction, reasons and queues.
+"""
+
+from __future__ import annotations
+
+from queues import podsready, provisioning
+from queues.decisions import ADMISSION_CHECK, Evict
+from queues.model import Workload
+from queues.queueing import PendingQueues
+
+
+class Retries:
+    """Admission checks' verdicts and waitForPodsReady's timeouts (a ``Scheduler`` base)."""
+
+    workloads: dict[str, Workload]
+    parked: dict[str, Workload]  # waiting out a backoff, or deactivated
+    checked: dict[str, bool]
+    said: set[str]
+    pending: PendingQueues
+    now: float
+
+    def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
+        raise NotImplementedError
+
+    def _say(self, wl: Workload, reason: str, message: str) -> None:
+        raise NotImplementedError
+
+    def _enqueue(self, wl: Workload, why: str = "") -> None:
+        raise NotImplementedError
+
+    def check_passed(self, key: str, check: str) -> bool:
+        """``check`` is Ready for ``key``'s quota reservation; True when that was the last one
+        (the job may start now)."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.admission is None or check not in wl.checks:
+            return False
+        wl.checks = tuple(c for c in wl.checks if c != check)
+        self.checked[key] = not wl.checks
+        if wl.checks:
+            return False
+        wl.started_at = self.now
+        self._say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
+        return True
+
+    def check_waiting(self, key: str, message: str) -> None:
+        """What a pending admission check says while ``key`` waits for it (reason WaitingForCapacity)."""
+        wl = self.workloads.get(key)
+        if wl is not None and wl.admission is not None and wl.checks:
+            self._say(wl, provisioning.WAITING_FOR_CAPACITY, message)
+            if key in self.said:
+                self.checked.setdefault(key, False)
+
+    def check_retry(self, key: str, message: str, until: float) -> Evict | None:
+        """An admission check asks for a retry: release the quota and queue the workload again at
+        ``until`` (its backoff)."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.admission is None:
+            return None
+        wl.retries += 1
+        wl.requeue_at = until
+        self.checked[key] = False
+        return self._evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
+
+    def check_rejected(self, key: str, message: str) -> Evict | None:
+        """An admission check rejected the workload: release its quota and deactivate it."""
+        wl = self.workloads.get(key)
+        if wl is None or (wl.admission is None and not wl.active):
+            return None
+        wl.active = False
+        wl.checks = ()
+        wl.requeue_at = None
+        self.checked[key] = False
+        if wl.admission is None:
+            self.pending.remove(wl)
+            self._enqueue(wl, message)
+            return None
+        return self._evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
+
+    def pods_ready_timeout(
+        self, key: str, policy: podsready.WaitForPodsReady, *, recovery: bool = False, scale: float = 1.0
+    ) -> Evict | None:
+        """waitForPodsReady (``queues.podsready``): ``key`` started, but its pods were not all Ready
+        in time. Release its quota and requeue it after a backoff (``scale`` time units per second),
+        or deactivate it once it has been requeued ``backoffLimitCount`` times."""
+        wl = self.workloads.get(key)
+        if wl is None or not wl.started:
+            return None
+        wl.retries += 1
+        message = f"Exceeded the PodsReady {'recovery timeout' if recovery else 'timeout'} {key}"
+        self.checked[key] = False  # its retries, backoff and activity are stored with the eviction
+        if policy.backoff_limit_count is not None and wl.retries > policy.backoff_limit_count:
+            wl.active = False
+            wl.requeue_at = None
+            limit = f"requeued {policy.backoff_limit_count} times, the limit (backoffLimitCount)"
+            return self._evict(wl, podsready.REASON, podsready.LIMIT_EXCEEDED, None, message=f"{message}; {limit}")
+        wl.requeue_at = self.now + policy.backoff(wl.retries) * scale
+        wl.requeue_reason = podsready.REASON
+        evict = self._evict(wl, podsready.REASON, "RecoveryTimeout" if recovery else "Timeout", None, message=message)
+        if policy.requeue_by_creation:
+            wl.queue_ts = wl.created  # requeuingStrategy.timestamp: Creation
+        return evict
+
+    def next_requeue(self) -> float | None:
+        """When the next workload waiting out a backoff queues again; None if none does."""
+        return min((w.requeue_at for w in self.parked.values() if w.active and w.requeue_at is not None), default=None)
+
+    def _wake_parked(self) -> None:
+        due = [w for w in self.parked.values() if w.active and w.requeue_at is not None and w.requeue_at <= self.now]
+        for wl in sorted(due, key=lambda w: w.seq):
+            del self.parked[wl.key]
+            wl.requeue_at = None
+            self._enqueue(wl)
