@@ -62,14 +62,18 @@ SERVER_OWNED_METADATA = frozenset(
 
 
 class Metadata(BaseModel):
-    """The part of ObjectMeta Turnstile reads; other client-owned fields (ownerReferences,
-    finalizers) are kept as they are, server-owned ones dropped (``SERVER_OWNED_METADATA``)."""
+    """ObjectMeta: what Turnstile reads, the other client-owned fields (ownerReferences, finalizers,
+    generateName) kept as they are, server-owned ones dropped (``SERVER_OWNED_METADATA``), and any
+    other field refused as the API server refuses it (``metadata.lables`` is a typo, not a label)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     name: str = ""
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    generate_name: str | None = Field(default=None, alias="generateName")
+    owner_references: list[dict[str, Any]] | None = Field(default=None, alias="ownerReferences")
+    finalizers: list[str] | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -157,3 +157,22 @@ def test_fields_accepted_but_not_acted_on_are_named_never_ignored() -> None:
     assert [e.path for e in validation.unused_fields(prc)] == ["spec.podSetUpdates", "spec.podSetMergePolicy"]
     assert [e.path for e in validation.unused_fields(check)] == ["spec.retryDelayMinutes"]
     assert all("accepted but not used" in e.message for e in validation.unused_fields(prc))
+
+
+def test_a_misspelled_metadata_field_is_refused_naming_it() -> None:
+    import pytest
+
+    from queues import errors
+
+    with pytest.raises(errors.Invalid) as refused:
+        api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                   "metadata": {"name": "q", "namespace": "ns", "lables": {"team": "a"}},
+                   "spec": {"clusterQueue": "cq"}})  # fmt: skip
+    assert [str(e) for e in refused.value.errors] == [
+        "metadata.lables: unknown field; check the spelling against Kueue's API"
+    ]
+    kept = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                      "metadata": {"name": "f", "finalizers": ["kueue.x-k8s.io/resource-in-use"], "uid": "u1"}})  # fmt: skip
+    assert kept.metadata.finalizers == ["kueue.x-k8s.io/resource-in-use"], (
+        "client-owned fields kept, server-owned dropped"
+    )
