@@ -103,8 +103,10 @@ def role_hash(pod: Mapping[str, Any]) -> str:
         return recorded
     spec = pod.get("spec") or {}
     problems: list[FieldError] = []
+    requests = jobs.pod_requests(spec, "spec", problems) if isinstance(spec, Mapping) else {}
     shape = {
-        "requests": jobs.pod_requests(spec, "spec", problems) if isinstance(spec, Mapping) else {},
+        # (zero requests left out: the hash recorded on pods by earlier versions stays the same)
+        "requests": {r: v for r, v in requests.items() if v},
         "nodeSelector": spec.get("nodeSelector") or {},
         "affinity": spec.get("affinity") or {},
         "tolerations": spec.get("tolerations") or [],

@@ -176,3 +176,13 @@ def test_a_misspelled_metadata_field_is_refused_naming_it() -> None:
     assert kept.metadata.finalizers == ["kueue.x-k8s.io/resource-in-use"], (
         "client-owned fields kept, server-owned dropped"
     )
+
+
+def test_a_zero_request_does_not_change_a_pods_role_hash() -> None:
+    """Pod groups recorded by earlier versions keep their roles: the hash leaves zero requests out."""
+    from queues import pods
+
+    def pod(requests: dict[str, str]) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]}}
+
+    assert pods.role_hash(pod({"cpu": "1", GPU: "0"})) == pods.role_hash(pod({"cpu": "1"}))
