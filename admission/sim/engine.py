@@ -332,7 +332,8 @@ class Driver:
                 progressed, ready_running = await store.last_progress(session)
             # only waitForPodsReady's endless evict-and-requeue loop left: ended as engine core ends it
             progress = max(last_action, self.scenario_time(progressed) if progressed else 0.0)
-            if not ready_running and self.now() > progress + self.scenario.pods_ready.horizon:
+            looping = self.scenario.pods_ready.enable and not ready_running  # (disabled: nothing loops)
+            if looping and self.now() > progress + self.scenario.pods_ready.horizon:
                 return rows
             # a Deployment's replicas serve until stopped: the run ends once nothing else is open
             serving = set(self.names.by_pod) | {e.job.key for e in self.scenario.jobs if e.regroups}
