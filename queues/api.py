@@ -9,6 +9,7 @@ its field path: first the shape (pydantic), then Kueue's webhook rules (``valida
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -397,13 +398,47 @@ def parse(doc: Any) -> KueueObject:
     try:
         obj = model.model_validate(dict(doc))
     except ValidationError as exc:
-        raise errors.Invalid(_pydantic_errors(exc)) from None
+        found = _pydantic_errors(exc)
+        raise errors.Invalid(found + [e for e in _beyond(model, doc, exc) if e not in found]) from None
     from queues import validation  # local import: validation needs the models above
 
     found = validation.validate(obj)  # type: ignore[arg-type]
     if found:
         raise errors.Invalid(found)
     return obj  # type: ignore[return-value]
+
+
+def _beyond(model: type[BaseModel], doc: Mapping[str, Any], exc: ValidationError) -> list[errors.FieldError]:
+    """The rest of an object's problems, so a user sees every one in a single run: the fields the
+    schema refused are taken out (a few rounds at most) and, once what is left reads, the rules
+    that need a whole object are checked too. Nothing when a refused field cannot simply be left
+    out (a required one, a list item): then the schema's problems are all that can be said."""
+    from queues import validation  # local import: validation needs the models above
+
+    pruned: Any = copy.deepcopy(dict(doc))
+    for _ in range(5):
+        for err in exc.errors():
+            if not _drop(pruned, err["loc"]):
+                return []
+        try:
+            return validation.validate(model.model_validate(pruned))  # type: ignore[arg-type]
+        except ValidationError as again:
+            exc = again
+    return []
+
+
+def _drop(doc: Any, loc: tuple[int | str, ...]) -> bool:
+    """Delete the mapping key at ``loc`` in ``doc``; False if there is none to delete."""
+    node = doc
+    for part in loc[:-1]:
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if not in_list and not (isinstance(node, Mapping) and part in node):
+            return False
+        node = node[part]
+    if not loc or not isinstance(node, dict) or loc[-1] not in node:
+        return False
+    del node[loc[-1]]
+    return True
 
 
 def _typename(value: Any) -> str:

@@ -186,3 +186,23 @@ def test_a_zero_request_does_not_change_a_pods_role_hash() -> None:
         return {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]}}
 
     assert pods.role_hash(pod({"cpu": "1", GPU: "0"})) == pods.role_hash(pod({"cpu": "1"}))
+
+
+def test_every_problem_of_an_object_is_said_in_one_run() -> None:
+    """A field the schema refuses no longer hides the rules that need the whole object: the bad
+    strategy and the negative quota are both reported, not one after the other is fixed."""
+    import pytest
+
+    from queues import errors
+
+    bad = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq", "lables": {}},
+           "spec": {"queueingStrategy": "Wrong", "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+               {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "-1"}]}]}]}}  # fmt: skip
+    with pytest.raises(errors.Invalid) as refused:
+        api.parse(bad)
+    paths = [e.path for e in refused.value.errors]
+    assert paths == [
+        "metadata.lables",
+        "spec.queueingStrategy",
+        "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota",
+    ], refused.value.errors
