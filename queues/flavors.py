@@ -77,8 +77,9 @@ class Assignment:
         return self
 
 
-# (cq, workload, fr, total request) -> True if preempting others could make room.
-PreemptionOracle = Callable[[ClusterQueue, Workload, FlavorResource, int], Mode]
+# (cq, workload, fr, total request) -> whether preempting others could make room (RECLAIM, PREEMPT;
+# else NO_CANDIDATES), and how far up the cohort tree the workload would then borrow.
+PreemptionOracle = Callable[[ClusterQueue, Workload, FlavorResource, int], tuple[Mode, int]]
 
 
 def _fmt(resource: str, milli: int) -> str:
@@ -112,8 +113,7 @@ def _fits_quota(
         value <= cq.nominal(fr) or may_reclaim_below or pre.within_cluster_queue != "Never" or may_preempt_borrowing
     )
     if oracle is not None and may_preempt:
-        mode = oracle(cq, wl, fr, value)
-        level = cq.borrow_height(fr, value, empty=True)[0]
+        mode, level = oracle(cq, wl, fr, value)
         return (mode if mode.preempts else Mode.NO_CANDIDATES), level, msg, False
     return Mode.NO_FIT, 0, msg, False
 

@@ -47,13 +47,17 @@ class Node:
             return 0
         return max(0, self.subtree_quota.get(fr, 0) - quota.lending_limit)
 
+    def local_available(self, fr: FlavorResource) -> int:
+        """Guaranteed quota not in use: available here, invisible to the parent (Kueue's ``LocalAvailable``)."""
+        return max(0, self.guaranteed(fr) - self.usage.get(fr, 0))
+
     def available(self, fr: FlavorResource) -> int:
         """How much of ``fr`` a new workload here could use now (Kueue's ``available``)."""
         usage = self.usage.get(fr, 0)
         if self.parent is None:
             return self.subtree_quota.get(fr, 0) - usage
         guaranteed = self.guaranteed(fr)
-        local = max(0, guaranteed - usage)
+        local = self.local_available(fr)
         from_parent = self.parent.available(fr)
         quota = self.quotas.get(fr)
         if quota is not None and quota.borrowing_limit is not None:
@@ -85,12 +89,12 @@ class Node:
         usage = 0 if empty else self.usage.get(fr, 0)
         if usage + value <= self.subtree_quota.get(fr, 0) or self.parent is None:
             return 0, self.parent is not None
-        remaining = value - max(0, self.guaranteed(fr) - usage)
+        remaining = value - (self.guaranteed(fr) if empty else self.local_available(fr))
         node: CohortNode | None = self.parent
         while node is not None:
             if not node.borrowing(fr, remaining):
                 return node.height(), node.parent is not None
-            remaining -= max(0, node.guaranteed(fr) - node.usage.get(fr, 0))
+            remaining -= node.local_available(fr)
             node = node.parent
         root = self.root()
         return (root.height() if isinstance(root, CohortNode) else 0), False

@@ -1,35 +1,58 @@
 """Preemption: which admitted workloads to evict so that a pending one fits.
 
-Follows Kueue's classic preemption (``pkg/scheduler/preemption``):
+Follows Kueue's classic preemption (``pkg/scheduler/preemption``, its hierarchical candidate
+generator included):
 
-1. Candidates: workloads in the preemptor's ClusterQueue allowed by ``withinClusterQueue``
-   (lower priority; or equal priority and newer with ``LowerOrNewerEqualPriority``), and
-   workloads of other ClusterQueues in the cohort tree that borrow one of the needed
-   flavor-resources, allowed by ``reclaimWithinCohort`` (``Any``, or lower priority).
-   Only workloads using a flavor-resource that needs preemption are candidates.
-2. Candidates are ordered: other ClusterQueues first, then lower priority, then the most
-   recently admitted, then the latest submitted (the deterministic tie-break).
-3. Strategy: reclaim from other queues without borrowing while the preemptor's queue is
-   under its nominal quota; ``borrowWithinCohort`` allows preempting lower-priority work
-   elsewhere while borrowing; the last resort is own-queue candidates with borrowing.
-4. Minimal set: remove candidates in order until the preemptor fits, then add back, in
-   reverse order, every one it still fits without.
+1. Candidates, each with a *variant* that says when it may be taken and what the eviction is
+   called:
+
+   - in the preemptor's own ClusterQueue, allowed by ``withinClusterQueue`` (lower priority; or
+     equal priority and newer with ``LowerOrNewerEqualPriority``): ``InClusterQueue``;
+   - in other ClusterQueues of the cohort tree, allowed by ``reclaimWithinCohort`` (``Any``, or
+     lower priority), found by walking from the preemptor's cohort up to the root: at each cohort,
+     the ClusterQueues and sub-cohorts past their nominal quota (never the subtree already
+     visited). Once the request fits the nominal quota of the preemptor's queue or of a cohort
+     below, the preemptor has the *hierarchical advantage* over everything found further up: that
+     quota is its own subtree's, so those candidates are taken whatever the borrowing
+     (``InCohortReclamation``). The others are *priority candidates*: with ``borrowWithinCohort``,
+     lower-priority ones under its threshold may be taken while the preemptor borrows
+     (``InCohortReclaimWhileBorrowing``); the rest only if it then borrows nothing.
+2. Order: hierarchical candidates, then priority candidates, then its own queue's; within each,
+   lower priority first, then the most recently admitted, then the latest submitted.
+3. One or two runs, with and without borrowing allowed (as Kueue chooses them): remove candidates
+   in order, skipping any whose ClusterQueue (or cohort on the way to where it was found) is by
+   then back within its nominal quota, until the preemptor fits; then add back, newest-removed
+   first, every one it still fits without.
 
 The snapshot is changed only temporarily: whatever is removed is added back before return.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from enum import Enum
 
 from queues import pods
 from queues.flavors import Assignment, Mode
-from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
+from queues.model import ClusterQueue, CohortNode, FlavorResource, Node, Snapshot, Usage, Workload
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+
+class Variant(Enum):
+    """When a candidate may be preempted (Kueue's ``preemptionVariant``); the value is the reason."""
+
+    WITHIN_CLUSTER_QUEUE = IN_CLUSTER_QUEUE
+    HIERARCHICAL_RECLAIM = IN_COHORT_RECLAMATION
+    RECLAIM_WITHOUT_BORROWING = "ReclaimWithoutBorrowing"
+    RECLAIM_WHILE_BORROWING = IN_COHORT_RECLAIM_WHILE_BORROWING
+
+    @property
+    def reason(self) -> str:
+        return IN_COHORT_RECLAMATION if self is Variant.RECLAIM_WITHOUT_BORROWING else self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,40 +61,116 @@ class Target:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    workload: Workload
+    variant: Variant
+    found_under: CohortNode | None = None  # the cohort whose subtree it was found in (own queue: None)
+
+
 def _uses(wl: Workload, frs: Collection[FlavorResource]) -> bool:
     assert wl.admission is not None
     return any(fr in wl.admission.usage for fr in frs)
 
 
-def _cq_borrowing(cq: ClusterQueue, frs: Collection[FlavorResource]) -> bool:
-    return any(cq.borrowing(fr) for fr in frs)
+def _over_nominal(node: Node, frs: Collection[FlavorResource]) -> bool:
+    """Whether ``node`` uses more than its nominal (subtree) quota of any of ``frs``."""
+    return any(node.borrowing(fr) for fr in frs)
 
 
-def _candidates(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResource]) -> list[Workload]:
-    out: list[Workload] = []
+def _borrow_threshold(cq: ClusterQueue) -> tuple[bool, int | None]:
+    """Whether ``borrowWithinCohort`` lets ``cq`` preempt while borrowing, and its priority threshold."""
+    bwc = cq.spec.preemption.borrow_within_cohort
+    if bwc is None or bwc.policy == "Never":
+        return False, None
+    return True, bwc.max_priority_threshold
+
+
+def _priority_allows(cq: ClusterQueue, wl: Workload, cand: Workload, same_queue: bool) -> bool:
     pre = cq.spec.preemption
-    if pre.within_cluster_queue != "Never":
-        same_prio = pre.within_cluster_queue == "LowerOrNewerEqualPriority"
-        equal: list[Workload] = []
-        for cand in cq.workloads.values():
-            if cand.priority > wl.priority:
-                continue
-            if cand.priority == wl.priority and not (same_prio and wl.queue_ts < cand.queue_ts):
-                continue
-            if _uses(cand, frs):
-                (equal if cand.priority == wl.priority else out).append(cand)
-        out.extend(_spare_replicas(cq, wl, equal))
-    if cq.parent is not None and pre.reclaim_within_cohort != "Never":
-        only_lower = pre.reclaim_within_cohort == "LowerPriority"
-        for other in snapshot.queues_in_tree(cq):
-            if other is cq or not _cq_borrowing(other, frs):
-                continue
-            for cand in other.workloads.values():
-                if only_lower and cand.priority >= wl.priority:
-                    continue
-                if _uses(cand, frs):
-                    out.append(cand)
-    return out
+    policy = pre.within_cluster_queue if same_queue else pre.reclaim_within_cohort
+    if policy == "LowerPriority":
+        return cand.priority < wl.priority
+    if policy == "LowerOrNewerEqualPriority":
+        return cand.priority < wl.priority or (cand.priority == wl.priority and wl.queue_ts < cand.queue_ts)
+    return policy == "Any"
+
+
+def _variant(
+    cq: ClusterQueue, wl: Workload, cand: Workload, frs: Collection[FlavorResource], advantage: bool
+) -> Variant | None:
+    """How ``cand`` may be preempted for ``wl`` (None: not at all; Kueue's ``classifyPreemptionVariant``)."""
+    assert cand.admission is not None
+    same_queue = cand.admission.cluster_queue == cq.name
+    if not _uses(cand, frs) or not _priority_allows(cq, wl, cand, same_queue):
+        return None
+    if same_queue:
+        return Variant.WITHIN_CLUSTER_QUEUE
+    if advantage:
+        return Variant.HIERARCHICAL_RECLAIM
+    allowed, threshold = _borrow_threshold(cq)
+    if not allowed or cand.priority >= wl.priority or (threshold is not None and cand.priority > threshold):
+        return Variant.RECLAIM_WITHOUT_BORROWING
+    return Variant.RECLAIM_WHILE_BORROWING
+
+
+def _own_candidates(cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResource]) -> list[_Candidate]:
+    if cq.spec.preemption.within_cluster_queue == "Never":
+        return []
+    allowed = [c for c in cq.workloads.values() if _variant(cq, wl, c, frs, False) is not None]
+    lower = [c for c in allowed if c.priority < wl.priority]
+    equal = [c for c in allowed if c.priority == wl.priority]
+    return [_Candidate(c, Variant.WITHIN_CLUSTER_QUEUE) for c in (*lower, *_spare_replicas(cq, wl, equal))]
+
+
+def _fit_in_quota(node: Node, requests: Usage) -> tuple[bool, Usage]:
+    """Whether ``requests`` fit ``node``'s nominal (subtree) quota as used now, and what of them is
+    left for its parent to hold (Kueue's ``QuantitiesFitInQuota``)."""
+    fits = all(node.usage.get(fr, 0) + v <= node.subtree_quota.get(fr, 0) for fr, v in requests.items())
+    return fits, {fr: max(0, v - node.local_available(fr)) for fr, v in requests.items()}
+
+
+def _cohort_candidates(
+    cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResource], requests: Usage
+) -> tuple[list[_Candidate], list[_Candidate]]:
+    """Other ClusterQueues' candidates: (those ``wl`` has the hierarchical advantage over, the rest)."""
+    hierarchical: list[_Candidate] = []
+    by_priority: list[_Candidate] = []
+    if cq.parent is None or cq.spec.preemption.reclaim_within_cohort == "Never":
+        return hierarchical, by_priority
+    advantage, remaining = _fit_in_quota(cq, requests)
+    visited: CohortNode | None = None
+    node: CohortNode | None = cq.parent
+    while node is not None:
+        out = hierarchical if advantage else by_priority
+        _collect(cq, wl, frs, node, node, visited, advantage, out)
+        fits, remaining = _fit_in_quota(node, remaining)
+        advantage = advantage or fits
+        visited, node = node, node.parent
+    return hierarchical, by_priority
+
+
+def _collect(
+    cq: ClusterQueue,
+    wl: Workload,
+    frs: Collection[FlavorResource],
+    cohort: CohortNode,
+    subtree: CohortNode,
+    visited: CohortNode | None,
+    advantage: bool,
+    out: list[_Candidate],
+) -> None:
+    """Candidates in ``cohort``'s subtree, leaving out ``visited`` and whatever is within its quota."""
+    for child in cohort.child_cohorts:
+        if child is not visited and _over_nominal(child, frs):
+            _collect(cq, wl, frs, child, subtree, visited, advantage, out)
+    for other in cohort.child_queues:
+        if other is cq or not _over_nominal(other, frs):
+            continue
+        for cand in other.workloads.values():
+            variant = _variant(cq, wl, cand, frs, advantage)
+            if variant is not None:
+                out.append(_Candidate(cand, variant, subtree))
 
 
 def _spare_replicas(cq: ClusterQueue, wl: Workload, equal: list[Workload]) -> list[Workload]:
@@ -103,8 +202,9 @@ def _spare_replicas(cq: ClusterQueue, wl: Workload, equal: list[Workload]) -> li
     return out
 
 
-def _ordering(cq_name: str) -> object:
-    def key(w: Workload) -> tuple[bool, int, float, int]:
+def _ordering(cq_name: str) -> Callable[[_Candidate], tuple[bool, int, float, int]]:
+    def key(c: _Candidate) -> tuple[bool, int, float, int]:
+        w = c.workload
         assert w.admission is not None and w.admitted_at is not None
         return (w.admission.cluster_queue == cq_name, w.priority, -w.admitted_at, -w.seq)
 
@@ -120,32 +220,39 @@ def _fits(cq: ClusterQueue, request: Usage, allow_borrowing: bool) -> bool:
     return True
 
 
+def _still_valid(
+    snapshot: Snapshot, cq: ClusterQueue, cand: _Candidate, frs: Collection[FlavorResource], allow_borrowing: bool
+) -> bool:
+    """Whether ``cand`` may still be taken, after the removals so far (Kueue's ``candidateIsValid``):
+    its ClusterQueue, and every cohort up to where it was found, must still be over nominal quota."""
+    if cand.variant is Variant.WITHIN_CLUSTER_QUEUE:
+        return True
+    if allow_borrowing and cand.variant is Variant.RECLAIM_WITHOUT_BORROWING:
+        return False
+    assert cand.workload.admission is not None
+    node: Node | None = snapshot.queues[cand.workload.admission.cluster_queue]
+    while node is not None and node is not cand.found_under:
+        if not _over_nominal(node, frs):
+            return False
+        node = node.parent
+    return True
+
+
 def _minimal(
     snapshot: Snapshot,
     cq: ClusterQueue,
     request: Usage,
     frs: Collection[FlavorResource],
-    candidates: list[Workload],
+    candidates: list[_Candidate],
     allow_borrowing: bool,
-    threshold: int | None,
 ) -> list[Target]:
     targets: list[Target] = []
     fits = False
     for cand in candidates:
-        assert cand.admission is not None
-        cand_cq = snapshot.queues[cand.admission.cluster_queue]
-        reason = IN_CLUSTER_QUEUE
-        if cand_cq is not cq:
-            if not _cq_borrowing(cand_cq, frs):
-                continue  # earlier removals already brought that queue back under its quota
-            reason = IN_COHORT_RECLAMATION
-            if threshold is not None:
-                if cand.priority > threshold:
-                    allow_borrowing = False
-                else:
-                    reason = IN_COHORT_RECLAIM_WHILE_BORROWING
-        snapshot.remove_workload(cand)
-        targets.append(Target(cand, reason))
+        if not _still_valid(snapshot, cq, cand, frs, allow_borrowing):
+            continue
+        snapshot.remove_workload(cand.workload)
+        targets.append(Target(cand.workload, cand.variant.reason))
         if _fits(cq, request, allow_borrowing):
             fits = True
             break
@@ -175,30 +282,25 @@ def targets(
     snapshot: Snapshot, cq: ClusterQueue, wl: Workload, usage: Usage, frs: Collection[FlavorResource]
 ) -> list[Target]:
     """The workloads to evict so that ``wl`` (needing ``usage``) fits in ``cq``; [] if impossible."""
-    candidates = _candidates(snapshot, cq, wl, frs)
+    key = _ordering(cq.name)
+    own = sorted(_own_candidates(cq, wl, frs), key=key)
+    hierarchical, by_priority = (sorted(found, key=key) for found in _cohort_candidates(cq, wl, frs, usage))
+    candidates = [*hierarchical, *by_priority, *own]
     if not candidates:
         return []
-    candidates.sort(key=_ordering(cq.name))  # type: ignore[arg-type]
-    same_queue = [c for c in candidates if c.admission is not None and c.admission.cluster_queue == cq.name]
-    if len(same_queue) == len(candidates):
-        return _minimal(snapshot, cq, usage, frs, candidates, True, None)
-    bwc = cq.spec.preemption.borrow_within_cohort
-    if bwc is not None and bwc.policy != "Never":
-        threshold = wl.priority - 1
-        if bwc.max_priority_threshold is not None:
-            threshold = min(threshold, bwc.max_priority_threshold)
-        if not _under_nominal(cq, frs):
-            candidates = [
-                c
-                for c in candidates
-                if c.priority <= threshold or (c.admission is not None and c.admission.cluster_queue == cq.name)
-            ]
-        return _minimal(snapshot, cq, usage, frs, candidates, True, threshold)
-    if _under_nominal(cq, frs):
-        found = _minimal(snapshot, cq, usage, frs, candidates, False, None)
+    # Which runs, in which order (Kueue's): with borrowing allowed there are fewer candidates.
+    forbidden = not _borrow_threshold(cq)[0]
+    if not (hierarchical or by_priority) or (forbidden and not _under_nominal(cq, frs)):
+        runs: tuple[bool, ...] = (True,)
+    elif forbidden and not hierarchical:
+        runs = (False, True)
+    else:
+        runs = (True, False)
+    for allow_borrowing in runs:
+        found = _minimal(snapshot, cq, usage, frs, candidates, allow_borrowing)
         if found:
             return found
-    return _minimal(snapshot, cq, usage, frs, same_queue, True, None)
+    return []
 
 
 def can_always_reclaim(cq: ClusterQueue) -> bool:
@@ -236,10 +338,15 @@ def for_assignment(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignmen
     return targets(snapshot, cq, wl, assignment.usage, assignment.needs_preemption)
 
 
-def oracle(snapshot: Snapshot) -> object:
-    """Whether preemption could make room for one flavor-resource, and how (used while choosing flavors)."""
-
-    def could_preempt(cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int) -> Mode:
-        return mode_of(targets(snapshot, cq, wl, {fr: value}, (fr,)), cq)
-
-    return could_preempt
+def simulate(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int) -> tuple[Mode, int]:
+    """Whether preemption could make room for ``value`` of one flavor-resource, how, and how far up
+    the cohort tree the workload would then borrow (Kueue's ``SimulatePreemption``)."""
+    found = targets(snapshot, cq, wl, {fr: value}, (fr,))
+    if not found:
+        return Mode.NO_CANDIDATES, 0
+    for t in found:
+        snapshot.remove_workload(t.workload)
+    level = cq.borrow_height(fr, value)[0]
+    for t in found:
+        snapshot.add_workload(t.workload)
+    return mode_of(found, cq), level

@@ -278,8 +278,8 @@ class Scheduler(Retries):
             reserved.append((cq, hold))
             touched.add(cq.tree_key)
 
-    def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> Mode:
-        return preemption.mode_of(preemption.targets(self.snapshot, cq, wl, {fr: value}, (fr,)), cq)
+    def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> tuple[Mode, int]:
+        return preemption.simulate(self.snapshot, cq, wl, fr, value)
 
     def _class_key(self, wl: Workload, cq: ClusterQueue) -> tuple[object, ...]:
         ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
