@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from queues import pods
 from queues.flavors import Assignment, Mode
@@ -61,8 +62,7 @@ class Target:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Candidate:
+class _Candidate(NamedTuple):  # (a tuple: tens of thousands are made per simulated hour)
     workload: Workload
     variant: Variant
     found_under: CohortNode | None = None  # the cohort whose subtree it was found in (own queue: None)

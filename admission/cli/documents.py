@@ -9,9 +9,10 @@ in a ``RecursionError``), and how many nodes a document has once its aliases are
 counted on the composed graph before any Python object is built (a few hundred bytes of YAML
 aliases can stand for gigabytes).
 
-Where PyYAML has libyaml (its wheels do), events come from libyaml's parser, in C, and nodes are
-composed here in Python (so the limits above hold as they are composed): three times faster than
-the pure-Python scanner and parser on a 6.7 MB scenario, the same documents and errors.
+Where PyYAML has libyaml (its wheels do), values are built straight from libyaml's events
+(``yaml_builder``, with the same limits and errors); input it leaves aside (explicit tags,
+recursive aliases) and PyYAML without libyaml go through the node-based loader here, whose limits
+hold as nodes are composed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from yaml.events import MappingStartEvent, SequenceStartEvent
 
+from admission.cli import yaml_builder
+from admission.cli.yaml_builder import TooLarge
 from queues import errors
 
 
@@ -62,10 +66,6 @@ OBJECTS = Limits(max_bytes=32 * 1024 * 1024, max_nodes=200_000, max_items=100_00
 SCENARIO = Limits(max_bytes=256 * 1024 * 1024, max_nodes=40_000_000, max_items=300_000)
 
 
-class TooLarge(yaml.YAMLError):
-    """Input beyond ``Limits``: refused before it is built."""
-
-
 if TYPE_CHECKING:
     _Base = yaml.SafeLoader  # (as typed: the same interface)
 else:
@@ -99,7 +99,7 @@ class _Loader(_Base):
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self.depth += 1
         try:
-            if self.depth > self.limits.max_depth:
+            if self.depth > self.limits.max_depth and self.check_event(MappingStartEvent, SequenceStartEvent):
                 mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise TooLarge(f"collections nested more than {self.limits.max_depth} deep (line {mark.line + 1})")
             if isinstance(index, int) and index >= self.limits.max_items:
@@ -151,6 +151,12 @@ def _no_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) 
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue  # `<<: *anchor` merges; explicit keys may override merged ones
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
+            ) from None
         if key in seen:
             mark = key_node.start_mark
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark)
@@ -204,9 +210,25 @@ def load_documents(path: str, limits: Limits = OBJECTS) -> list[Document]:
         if problems:
             raise Unreadable(problems)
         return out
-    text = _read_text(path, limits)
+    bodies = parse(_read_text(path, limits), path, limits)
+    docs = [Document(path, i, b) for i, b in enumerate(bodies) if b is not None]
+    for doc in list(docs):
+        if isinstance(doc.body, dict) and doc.body.get("kind") == "List" and isinstance(doc.body.get("items"), list):
+            docs.remove(doc)
+            docs.extend(Document(path, doc.index, item) for item in doc.body["items"])
+    return docs
+
+
+def parse(text: str, path: str, limits: Limits, *, fast: bool = True) -> list[Any]:
+    """The documents of YAML ``text`` read from ``path``; ``fast=False`` forces the node-based loader
+    (the reference the fast path is tested against)."""
     try:
-        bodies = list(yaml.load_all(text, Loader=_loader(limits)))
+        try:
+            if not fast:
+                raise yaml_builder.Fallback("asked")
+            return list(yaml_builder.load_all(text, limits))
+        except yaml_builder.Fallback:  # an explicit tag, a recursive alias: PyYAML's own nodes
+            return list(yaml.load_all(text, Loader=_loader(limits)))
     except TooLarge as exc:
         raise Unreadable([f"{path}: refused: {exc}"]) from None
     except RecursionError:
@@ -220,12 +242,6 @@ def load_documents(path: str, limits: Limits = OBJECTS) -> list[Document]:
                 [f"{path}: refused: collections nested more than {limits.max_depth} deep{where}"]
             ) from None
         raise Unreadable([f"{path}: not valid YAML{where}: {problem}"]) from None
-    docs = [Document(path, i, b) for i, b in enumerate(bodies) if b is not None]
-    for doc in list(docs):
-        if isinstance(doc.body, dict) and doc.body.get("kind") == "List" and isinstance(doc.body.get("items"), list):
-            docs.remove(doc)
-            docs.extend(Document(path, doc.index, item) for item in doc.body["items"])
-    return docs
 
 
 def load_single(path: str) -> Any:

@@ -7,6 +7,7 @@ user's mistake.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from typing import Any
@@ -73,6 +74,10 @@ def simulate(
         return
     if time_scale <= 0:
         fail([f"--time-scale {time_scale}: must be > 0 (wall seconds per scenario second)"], 2)
+    # The scenario lives for the whole run: frozen, the cyclic collector stops walking its objects
+    # at every collection (a fifth of the run on Kueue's 15,000-job baseline).
+    del doc
+    gc.freeze()
     if engine == "cluster":
         result = _run_cluster(parsed, time_scale=time_scale, database_url=database_url)
     else:
