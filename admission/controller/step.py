@@ -360,8 +360,10 @@ class Steps:
         sched = term.scheduler
         first: dict[str, Decision] = {}
         last_evict: dict[str, Evict] = {}
-        for d in decisions:
+        last_at: dict[str, int] = {}  # where each workload's last decision is: admissions keep that order
+        for i, d in enumerate(decisions):
             first.setdefault(d.workload.key, d)
+            last_at[d.workload.key] = i
             if isinstance(d, Evict):
                 last_evict[d.workload.key] = d
         evictions: list[store.Evict] = []
@@ -379,6 +381,10 @@ class Steps:
             if wl.admission is not None and (not was_admitted or key in last_evict):
                 admissions.append(store.Admit(row.id, wl.admission, wl.checks))
                 admitted_now[row.id] = wl
+        # Admissions in the order they were decided (a preempted workload re-admitted elsewhere in
+        # the same step comes after its preemptor), so the event log tells the story in order.
+        keys_of = {row_id: wl.key for row_id, wl in admitted_now.items()}
+        admissions.sort(key=lambda a: last_at[keys_of[a.workload_id]])
         said = [
             (key, row.id, wl)
             for key in sched.said
