@@ -55,6 +55,10 @@ class Scheduler(Retries):
         self.now = 0.0
         self._generation: dict[str, int] = {}
         self._nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]] = {}
+        # StrictFIFO queues whose blocked head holds its quota (needs preemption, may preempt
+        # nothing): Kueue retries a StrictFIFO head every cycle, so it holds in every cycle its
+        # cohort tree has, against borrowers from other queues.
+        self._holders: set[str] = set()
         self._unresolved: dict[str, Workload] = {}
         self.parked: dict[str, Workload] = {}  # waiting out an admission check's backoff, or deactivated
         self.cycles = 0
@@ -134,6 +138,7 @@ class Scheduler(Retries):
         self.snapshot = Snapshot(config)
         self._nofit_cache.clear()
         self._generation.clear()
+        self._holders.clear()
         for wl in self.workloads.values():
             if wl.admission is not None:
                 self.snapshot.add_workload(wl)
@@ -208,6 +213,7 @@ class Scheduler(Retries):
         heads: list[tuple[Workload, ClusterQueue]] = []
         touched: set[str] = set()
         reserved: list[tuple[ClusterQueue, dict[tuple[str, str], int]]] = []  # undone when the cycle ends
+        self._wake_holders()
         for name in sorted(self.pending.active):
             cq = self.snapshot.queues.get(name)
             first = True
@@ -235,8 +241,16 @@ class Scheduler(Retries):
             tree = cq.tree_key
             if tree in touched:
                 assignment = self._assign(wl, cq)
-                if assignment.mode != Mode.FIT and any(r[0].tree_key == tree for r in reserved):
-                    continue  # a blocked head holds this capacity for the cycle (Kueue: skipped, tried again)
+                holders = sorted({r[0].name for r in reserved if r[0].tree_key == tree and r[0] is not cq})
+                if assignment.mode != Mode.FIT and holders:
+                    # a blocked head holds this capacity for the cycle (Kueue: skipped, tried again)
+                    self._say(
+                        wl,
+                        flavors.WAITING_FOR_QUOTA,
+                        f"the quota it needs is held by the head of ClusterQueue {', '.join(holders)}, "
+                        "which waits for it",
+                    )
+                    continue
             self._hold(cq, assignment, reserved, touched)
             if assignment.mode == Mode.FIT:
                 decisions.append(self._admit(wl, cq, assignment))
@@ -259,6 +273,17 @@ class Scheduler(Retries):
         for cq, hold in reserved:
             cq.add_usage(hold, -1)
         return changed, decisions
+
+    def _wake_holders(self) -> None:
+        """Put StrictFIFO queues whose blocked head holds its quota back in the cycle whenever
+        another queue of their cohort tree has a head to try, so the hold applies to it."""
+        if not self._holders:
+            return
+        trees = {q.tree_key for name in self.pending.active if (q := self.snapshot.queues.get(name)) is not None}
+        for name in self._holders:
+            q = self.snapshot.queues.get(name)
+            if q is not None and q.tree_key in trees:
+                self.pending.active.add(name)
 
     def _hold(
         self,
@@ -325,6 +350,10 @@ class Scheduler(Retries):
         self._say(wl, assignment.reason, assignment.message)
         if cq.strict_fifo:
             self.pending.block(cq.name, self._generation.get(cq.tree_key, 0))
+            if assignment.mode == Mode.NO_CANDIDATES and not preemption.can_always_reclaim(cq):
+                self._holders.add(cq.name)
+            else:
+                self._holders.discard(cq.name)
             return False
         self.pending.set_aside(cq.name, wl, self._class_key(wl, cq))
         return True
@@ -333,6 +362,7 @@ class Scheduler(Retries):
 
     def _admit(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> Admit:
         self.pending.remove(wl)
+        self._holders.discard(cq.name)
         admission = Admission(
             cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing, dict(assignment.counts)
         )

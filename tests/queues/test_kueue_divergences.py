@@ -145,6 +145,27 @@ def test_a_blocked_head_holds_its_capacity_against_borrowers() -> None:
         assert s.snapshot.queues["a"].usage.get(("f", GPU), 0) == 0, "the hold ends with the cycle"
 
 
+def test_a_strict_fifo_head_holds_against_borrowers_that_come_later() -> None:
+    """Kueue requeues a StrictFIFO head at once, so it is in every cycle and holds its quota in each:
+    a borrower from another queue that arrives after the head was blocked waits too, and is told why."""
+    a = CQ("a").cohort("c").group(("f", {"gpu": 8})).preemption(reclaimWithinCohort="Never").strict()
+    b = CQ("b").cohort("c").group(("f", {"gpu": 0}))
+    s = make_scheduler(flavor("f"), a, b, queues={"a": "a", "b": "b"})
+    lent = make_workload("lent", queue="b").request(gpu=6).submit(s)
+    s.schedule()
+    head = make_workload("head", queue="a").request(gpu=4).submit(s, now=60)
+    s.schedule()
+    assert head.admission is None
+    borrower = make_workload("borrower", queue="b").request(gpu=2).submit(s, now=120)
+    s.schedule()
+    assert borrower.admission is None
+    assert borrower.reason == "WaitingForQuota" and "held by the head of ClusterQueue a" in borrower.message
+    s.now = 600
+    s.finish(lent.key)
+    s.schedule()
+    assert head.admission is not None and borrower.admission is not None
+
+
 def test_fields_accepted_but_not_acted_on_are_named_never_ignored() -> None:
     from queues import validation
 
