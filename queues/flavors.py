@@ -87,7 +87,13 @@ def _fmt(resource: str, milli: int) -> str:
 
 
 def _fits_quota(
-    cq: ClusterQueue, wl: Workload, fr: FlavorResource, value: int, oracle: PreemptionOracle | None, potential: bool
+    cq: ClusterQueue,
+    wl: Workload,
+    fr: FlavorResource,
+    value: int,
+    oracle: PreemptionOracle | None,
+    potential: bool,
+    fair: bool = False,
 ) -> tuple[Mode, int, str, bool]:
     """Mode and borrowing level for one flavor-resource, why not, and whether it can never fit
     (Kueue's ``fitsResourceQuota``). With ``potential``, as if nothing were in use."""
@@ -108,7 +114,9 @@ def _fits_quota(
         f"{_fmt(resource, value - max(0, available))} more needed"
     )
     pre = cq.spec.preemption
-    may_preempt_borrowing = pre.borrow_within_cohort is not None and pre.borrow_within_cohort.policy != "Never"
+    may_preempt_borrowing = (pre.borrow_within_cohort is not None and pre.borrow_within_cohort.policy != "Never") or (
+        fair and pre.reclaim_within_cohort != "Never"  # (Kueue's canPreemptWhileBorrowing)
+    )
     may_preempt = (
         value <= cq.nominal(fr) or may_reclaim_below or pre.within_cluster_queue != "Never" or may_preempt_borrowing
     )
@@ -173,6 +181,7 @@ def _assign(
     counts: Mapping[str, int] | None = None,
 ) -> Assignment:
     result = Assignment(mode=Mode.FIT, counts=dict(counts or {}))
+    fair = snapshot.fair_sharing is not None
     covers_pods = "pods" in cq.group_of
     for ps in jobs.with_counts(wl.pod_sets, counts or {}):
         requests = ps.total()
@@ -215,7 +224,8 @@ def _assign(
                     if not value:
                         continue  # (nothing to fit; the flavor is the one its other resources get)
                     fr = (flavor_name, res)
-                    m, lv, msg, never = _fits_quota(cq, wl, fr, value + result.usage.get(fr, 0), oracle, potential)
+                    total = value + result.usage.get(fr, 0)
+                    m, lv, msg, never = _fits_quota(cq, wl, fr, total, oracle, potential, fair)
                     if msg:
                         result.messages.append(msg)
                     if m.preempts:

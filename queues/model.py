@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from queues import api, jobs, provisioning, selectors
 from queues.quotas import CohortNode, FlavorResource, Node, Quota, Usage
+
+if TYPE_CHECKING:
+    from queues.fairsharing import FairSharing
 
 __all__ = ["CohortNode", "FlavorResource", "Node", "Quota", "Usage"]  # (the quota tree, re-exported)
 
@@ -152,6 +156,7 @@ class ClusterQueue(Node):
                     quotas[(fq.name, rq.name)] = Quota(rq.nominal_quota, rq.borrowing_limit, rq.lending_limit)
         super().__init__(obj.name, quotas)
         self.spec = spec
+        self.weight = weight_of(spec.fair_sharing)
         self.cohort_name = spec.cohort_ref
         self.groups = tuple(groups)
         self.group_of: dict[str, ResourceGroup] = {r: g for g in groups for r in g.resources}
@@ -189,12 +194,14 @@ class ClusterQueue(Node):
 class Snapshot:
     """Every ClusterQueue and Cohort with current usage; the scheduler decides against it."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, fair_sharing: FairSharing | None = None) -> None:
+        self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration; None: off
         self.flavors: dict[str, Flavor] = {name: Flavor.from_api(rf) for name, rf in config.flavors.items()}
         self.queues: dict[str, ClusterQueue] = {}
         self.cohorts: dict[str, CohortNode] = {}
         for name, obj in config.cohorts.items():
             self.cohorts[name] = CohortNode(name, _cohort_quotas(obj))
+            self.cohorts[name].weight = weight_of(obj.spec.fair_sharing)
         for name, cq_obj in sorted(config.cluster_queues.items()):
             cq = ClusterQueue(cq_obj, self.flavors)
             if name in config.terminating:
@@ -256,6 +263,13 @@ class Snapshot:
         if isinstance(root, CohortNode):
             return root.subtree_queues()
         return (cq,)
+
+
+def weight_of(fair_sharing: api.FairSharing | None) -> float:
+    """A ``spec.fairSharing.weight`` as a number (default 1)."""
+    if fair_sharing is None or fair_sharing.weight is None:
+        return 1.0
+    return fair_sharing.weight / 1000.0
 
 
 def _cohort_quotas(obj: api.Cohort) -> dict[FlavorResource, Quota]:

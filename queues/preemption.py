@@ -41,6 +41,7 @@ from queues.model import ClusterQueue, CohortNode, FlavorResource, Node, Snapsho
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
 
 class Variant(Enum):
@@ -68,12 +69,12 @@ class _Candidate(NamedTuple):  # (a tuple: tens of thousands are made per simula
     found_under: CohortNode | None = None  # the cohort whose subtree it was found in (own queue: None)
 
 
-def _uses(wl: Workload, frs: Collection[FlavorResource]) -> bool:
+def uses(wl: Workload, frs: Collection[FlavorResource]) -> bool:
     assert wl.admission is not None
     return any(fr in wl.admission.usage for fr in frs)
 
 
-def _over_nominal(node: Node, frs: Collection[FlavorResource]) -> bool:
+def over_nominal(node: Node, frs: Collection[FlavorResource]) -> bool:
     """Whether ``node`` uses more than its nominal (subtree) quota of any of ``frs``."""
     return any(node.borrowing(fr) for fr in frs)
 
@@ -86,7 +87,7 @@ def _borrow_threshold(cq: ClusterQueue) -> tuple[bool, int | None]:
     return True, bwc.max_priority_threshold
 
 
-def _priority_allows(cq: ClusterQueue, wl: Workload, cand: Workload, same_queue: bool) -> bool:
+def priority_allows(cq: ClusterQueue, wl: Workload, cand: Workload, same_queue: bool) -> bool:
     pre = cq.spec.preemption
     policy = pre.within_cluster_queue if same_queue else pre.reclaim_within_cohort
     if policy == "LowerPriority":
@@ -102,7 +103,7 @@ def _variant(
     """How ``cand`` may be preempted for ``wl`` (None: not at all; Kueue's ``classifyPreemptionVariant``)."""
     assert cand.admission is not None
     same_queue = cand.admission.cluster_queue == cq.name
-    if not _uses(cand, frs) or not _priority_allows(cq, wl, cand, same_queue):
+    if not uses(cand, frs) or not priority_allows(cq, wl, cand, same_queue):
         return None
     if same_queue:
         return Variant.WITHIN_CLUSTER_QUEUE
@@ -120,7 +121,7 @@ def _own_candidates(cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResour
     allowed = [c for c in cq.workloads.values() if _variant(cq, wl, c, frs, False) is not None]
     lower = [c for c in allowed if c.priority < wl.priority]
     equal = [c for c in allowed if c.priority == wl.priority]
-    return [_Candidate(c, Variant.WITHIN_CLUSTER_QUEUE) for c in (*lower, *_spare_replicas(cq, wl, equal))]
+    return [_Candidate(c, Variant.WITHIN_CLUSTER_QUEUE) for c in (*lower, *spare_replicas(cq, wl, equal))]
 
 
 def _fit_in_quota(node: Node, requests: Usage) -> tuple[bool, Usage]:
@@ -162,10 +163,10 @@ def _collect(
 ) -> None:
     """Candidates in ``cohort``'s subtree, leaving out ``visited`` and whatever is within its quota."""
     for child in cohort.child_cohorts:
-        if child is not visited and _over_nominal(child, frs):
+        if child is not visited and over_nominal(child, frs):
             _collect(cq, wl, frs, child, subtree, visited, advantage, out)
     for other in cohort.child_queues:
-        if other is cq or not _over_nominal(other, frs):
+        if other is cq or not over_nominal(other, frs):
             continue
         for cand in other.workloads.values():
             variant = _variant(cq, wl, cand, frs, advantage)
@@ -173,7 +174,7 @@ def _collect(
                 out.append(_Candidate(cand, variant, subtree))
 
 
-def _spare_replicas(cq: ClusterQueue, wl: Workload, equal: list[Workload]) -> list[Workload]:
+def spare_replicas(cq: ClusterQueue, wl: Workload, equal: list[Workload]) -> list[Workload]:
     """Of the equal-priority candidates in the preemptor's own ClusterQueue, those it may take.
 
     Turnstile's serving rule (Kueue has none; KAI makes inference non-preemptible): batch work does
@@ -202,16 +203,19 @@ def _spare_replicas(cq: ClusterQueue, wl: Workload, equal: list[Workload]) -> li
     return out
 
 
-def _ordering(cq_name: str) -> Callable[[_Candidate], tuple[bool, int, float, int]]:
-    def key(c: _Candidate) -> tuple[bool, int, float, int]:
-        w = c.workload
+def order_key(cq_name: str) -> Callable[[Workload], tuple[bool, int, float, int]]:
+    """Kueue's ``CandidatesOrdering``: other ClusterQueues' first, then lower priority, then the most
+    recently admitted, then the latest submitted."""
+
+    def key(w: Workload) -> tuple[bool, int, float, int]:
         assert w.admission is not None and w.admitted_at is not None
         return (w.admission.cluster_queue == cq_name, w.priority, -w.admitted_at, -w.seq)
 
     return key
 
 
-def _fits(cq: ClusterQueue, request: Usage, allow_borrowing: bool) -> bool:
+def fits(cq: ClusterQueue, request: Usage, allow_borrowing: bool) -> bool:
+    """Whether ``request`` fits ``cq`` as the snapshot is now (Kueue's ``workloadFits``)."""
     for fr, v in request.items():
         if not allow_borrowing and cq.borrowing(fr, v):
             return False
@@ -232,7 +236,7 @@ def _still_valid(
     assert cand.workload.admission is not None
     node: Node | None = snapshot.queues[cand.workload.admission.cluster_queue]
     while node is not None and node is not cand.found_under:
-        if not _over_nominal(node, frs):
+        if not over_nominal(node, frs):
             return False
         node = node.parent
     return True
@@ -247,24 +251,28 @@ def _minimal(
     allow_borrowing: bool,
 ) -> list[Target]:
     targets: list[Target] = []
-    fits = False
     for cand in candidates:
         if not _still_valid(snapshot, cq, cand, frs, allow_borrowing):
             continue
         snapshot.remove_workload(cand.workload)
         targets.append(Target(cand.workload, cand.variant.reason))
-        if _fits(cq, request, allow_borrowing):
-            fits = True
-            break
-    if not fits:
-        for t in targets:
-            snapshot.add_workload(t.workload)
-        return []
-    # Add back, newest-removed first, every candidate the preemptor still fits without.
-    kept = [targets[-1]]
-    for t in reversed(targets[:-1]):
+        if fits(cq, request, allow_borrowing):
+            return fill_back(snapshot, cq, request, targets, allow_borrowing)
+    for t in targets:
         snapshot.add_workload(t.workload)
-        if _fits(cq, request, allow_borrowing):
+    return []
+
+
+def fill_back(
+    snapshot: Snapshot, cq: ClusterQueue, request: Usage, removed: list[Target], allow_borrowing: bool
+) -> list[Target]:
+    """Of ``removed`` (all out of the snapshot, the preemptor fitting without them), those it still
+    needs: added back, newest-removed first, is every one it fits without (Kueue's
+    ``fillBackWorkloads``). The snapshot is left as it was before any removal."""
+    kept = [removed[-1]]
+    for t in reversed(removed[:-1]):
+        snapshot.add_workload(t.workload)
+        if fits(cq, request, allow_borrowing):
             continue
         snapshot.remove_workload(t.workload)
         kept.append(t)
@@ -282,7 +290,15 @@ def targets(
     snapshot: Snapshot, cq: ClusterQueue, wl: Workload, usage: Usage, frs: Collection[FlavorResource]
 ) -> list[Target]:
     """The workloads to evict so that ``wl`` (needing ``usage``) fits in ``cq``; [] if impossible."""
-    key = _ordering(cq.name)
+    if snapshot.fair_sharing is not None:
+        from queues import fair_preemption  # (it builds on the helpers here)
+
+        return fair_preemption.targets(snapshot, cq, wl, usage, frs, snapshot.fair_sharing.preemption_strategies)
+    by_order = order_key(cq.name)
+
+    def key(c: _Candidate) -> tuple[bool, int, float, int]:
+        return by_order(c.workload)
+
     own = sorted(_own_candidates(cq, wl, frs), key=key)
     hierarchical, by_priority = (sorted(found, key=key) for found in _cohort_candidates(cq, wl, frs, usage))
     candidates = [*hierarchical, *by_priority, *own]

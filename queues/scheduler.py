@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from queues import flavors, jobs, partial, preemption, provisioning
+from queues import fairsharing, flavors, jobs, partial, preemption, provisioning
 from queues.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
+from queues.fairsharing import FairSharing
 from queues.flavors import Assignment, Mode
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
@@ -46,10 +47,17 @@ MAX_CYCLES_PER_CALL = 1_000_000
 class Scheduler(Retries):
     """Decides admissions and preemptions; see the module docstring."""
 
-    def __init__(self, config: Config, *, namespaces: Mapping[str, Mapping[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        fair_sharing: FairSharing | None = None,
+    ) -> None:
         self.config = config
         self.namespaces: dict[str, Mapping[str, str]] = dict(namespaces or {})
-        self.snapshot = Snapshot(config)
+        self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration (``queues.fairsharing``)
+        self.snapshot = Snapshot(config, fair_sharing)
         self.pending = PendingQueues()
         self.workloads: dict[str, Workload] = {}
         self.now = 0.0
@@ -135,7 +143,7 @@ class Scheduler(Retries):
         for name in sorted(config.terminating - self._queues_in_use()):
             config.cluster_queues.pop(name, None)
             config.terminating.discard(name)
-        self.snapshot = Snapshot(config)
+        self.snapshot = Snapshot(config, self.fair_sharing)
         self._nofit_cache.clear()
         self._generation.clear()
         self._holders.clear()
@@ -234,10 +242,15 @@ class Scheduler(Retries):
                 changed = self._inadmissible(wl, cq, known) or changed
         # 2. nominate
         entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
-        # 3. order
+        # 3. order: by borrowing level, priority, FIFO; with fair sharing, by tournament of shares
         entries.sort(key=lambda e: (e[2].borrow_level, -e[0].priority, e[0].queue_ts, e[0].seq))
+        ordered: Iterable[tuple[Workload, ClusterQueue, Assignment]] = entries
+        if self.fair_sharing is not None:
+            ordered = fairsharing.fair_order(
+                entries, lambda e: e[1], lambda e: e[2].usage, lambda e: (-e[0].priority, e[0].queue_ts, e[0].seq)
+            )
         # 4. admit, preempt, or set aside
-        for wl, cq, assignment in entries:
+        for wl, cq, assignment in ordered:
             tree = cq.tree_key
             if tree in touched:
                 assignment = self._assign(wl, cq)
