@@ -4,8 +4,9 @@ One object, built from the settings (``Policy.from_settings``) and shared by the
 holds objects at creation) and the controller (which tells a held object why, by an Event), so both
 decide alike: ``missing_local_queue`` (a job naming a LocalQueue that does not exist: hold or
 refuse), ``manage_jobs_without_queue_name`` with ``managed_jobs_namespace_selector`` and
-``managed_resources`` (``queues.managed``), and ``wait_for_pods_ready`` (``queues.podsready``: when a
-started workload whose pods are not Ready gives its quota back). Namespace labels come from the
+``managed_resources`` (``queues.managed``), ``wait_for_pods_ready`` (``queues.podsready``: when a
+started workload whose pods are not Ready gives its quota back) and ``fair_sharing``
+(``queues.fairsharing``, read by the controller's scheduler). Namespace labels come from the
 controller's namespace informer, which every replica runs.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from queues import errors, jobs, managed, podsready
+from queues import errors, fairsharing, jobs, managed, podsready
 from queues.model import Config
 from queues.selectors import LabelSelector
 
@@ -41,19 +42,33 @@ def parse_selector(text: str) -> LabelSelector | None:
         raise ValueError(f"not a label selector: {exc}") from None
 
 
-def parse_pods_ready(text: str) -> podsready.WaitForPodsReady:
-    """Kueue's ``waitForPodsReady`` block written as YAML or JSON; empty: the defaults (enabled).
-    ``ValueError`` names each field that is wrong."""
-    if not text.strip():
-        return podsready.WaitForPodsReady()
+def _block(text: str, parse: Callable[[Any], Any]) -> Any:
+    """A configuration block of Kueue's written as YAML or JSON, read by ``parse``; ``ValueError``
+    names each field that is wrong."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ValueError(f"not YAML or JSON: {exc}") from None
     try:
-        return podsready.parse(raw)
+        return parse(raw)
     except errors.Invalid as exc:
         raise ValueError("; ".join(str(e) for e in exc.errors)) from None
+
+
+def parse_pods_ready(text: str) -> podsready.WaitForPodsReady:
+    """Kueue's ``waitForPodsReady`` block; empty: the defaults (enabled)."""
+    if not text.strip():
+        return podsready.WaitForPodsReady()
+    result: podsready.WaitForPodsReady = _block(text, podsready.parse)
+    return result
+
+
+def parse_fair_sharing(text: str) -> fairsharing.FairSharing | None:
+    """Kueue's ``fairSharing`` block (``{}``: on, with the default strategies); empty: off."""
+    if not text.strip():
+        return None
+    result: fairsharing.FairSharing | None = _block(text, lambda raw: fairsharing.parse(raw or {}))
+    return result
 
 
 # the last configuration's managed resources: every unlabelled pod in a managed namespace asks, and
@@ -76,6 +91,7 @@ class Policy:
     own_namespace: str = "turnstile-system"
     namespace_labels: Callable[[str], Mapping[str, str] | None] = field(default=lambda _ns: None)
     pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
+    fair_sharing: fairsharing.FairSharing | None = None  # Kueue's fairSharing configuration; None: off
 
     @classmethod
     def from_settings(
@@ -92,6 +108,7 @@ class Policy:
             own_namespace=own_namespace,
             namespace_labels=namespace_labels,
             pods_ready=parse_pods_ready(settings.wait_for_pods_ready),
+            fair_sharing=parse_fair_sharing(settings.fair_sharing),
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

@@ -67,6 +67,11 @@ class Settings(BaseSettings):
         description="Kueue's waitForPodsReady block as YAML or JSON ({timeout: 10m, requeuingStrategy: "
         "{backoffLimitCount: 5}}, or {enable: false}); empty: Kueue's defaults, on (timeout 30m)",
     )
+    fair_sharing: str = Field(
+        default="",
+        description="Kueue's fairSharing block as YAML or JSON ({} for the defaults, or {preemptionStrategies: "
+        "[LessThanOrEqualToFinalShare, LessThanInitialShare]}); empty: off, as in Kueue",
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",
@@ -100,6 +105,14 @@ class Settings(BaseSettings):
         from admission.policy import parse_pods_ready
 
         parse_pods_ready(value)  # ValueError names the field and what is wrong
+        return value
+
+    @field_validator("fair_sharing")
+    @classmethod
+    def _fair_sharing(cls, value: str) -> str:
+        from admission.policy import parse_fair_sharing
+
+        parse_fair_sharing(value)  # ValueError names the field and what is wrong
         return value
 
     @field_validator("integrations")

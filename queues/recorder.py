@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import scheduler
-from queues.model import Admission, ClusterQueue, Workload
+from queues import fairsharing, scheduler
+from queues.model import Admission, ClusterQueue, Config, Snapshot, Workload
 from queues.scenario import JobEntry, Scenario
 
 
@@ -58,6 +58,51 @@ class QueueMeter:
 
 
 @dataclass(slots=True)
+class ShareMeter:
+    """Fair sharing: each ClusterQueue's weighted share (``queues.fairsharing``) at every instant of
+    the run, its time-weighted mean and its maximum. Only trees whose usage changed are looked at
+    again. An infinite share (a zero weight that borrows) is reported as null."""
+
+    tree: Snapshot | None = None
+    dirty: set[str] = field(default_factory=set)  # tree keys whose usage changed since the last sample
+    now: dict[str, float] = field(default_factory=dict)  # ClusterQueue -> its share since ``since``
+    since: float = 0.0
+    integral: dict[str, float] = field(default_factory=dict)
+    peak: dict[str, float] = field(default_factory=dict)
+    series: list[tuple[float, dict[str, float]]] = field(default_factory=list)  # (t, changed shares)
+
+    def sample(self, t: float) -> None:
+        dt = t - self.since
+        if dt > 0:
+            for name, value in self.now.items():
+                self.integral[name] = self.integral.get(name, 0.0) + value * dt
+        self.since = max(self.since, t)
+        if self.tree is None or not self.dirty:
+            return
+        changed: dict[str, float] = {}
+        for name, cq in self.tree.queues.items():
+            if cq.tree_key in self.dirty:
+                value = fairsharing.share(cq).value
+                if self.now.get(name) != value:
+                    changed[name] = self.now[name] = value
+                    self.peak[name] = max(self.peak.get(name, 0.0), value)
+        self.dirty.clear()
+        if changed:
+            self.series.append((t, changed))
+
+    def summary(self, name: str, makespan: float) -> dict[str, float | None]:
+        def shown(v: float) -> float | None:
+            return None if v == float("inf") else round(v, 3)
+
+        mean = self.integral.get(name, 0.0) / makespan if makespan > 0 else 0.0
+        return {
+            "weightedShare": shown(self.now.get(name, 0.0)),
+            "weightedShareMean": shown(mean),
+            "weightedShareMax": shown(self.peak.get(name, 0.0)),
+        }
+
+
+@dataclass(slots=True)
 class Result:
     scenario: str
     events: list[dict[str, Any]]
@@ -70,6 +115,7 @@ class Result:
     explain: Callable[[Workload], tuple[str, str]]
     # jobs the API server refused at creation (engine cluster): workload key -> its message
     refused: dict[str, str] = field(default_factory=dict)
+    shares: ShareMeter | None = None  # fair sharing: each ClusterQueue's weighted share over time
 
     def to_json(self, engine: str = "core") -> dict[str, Any]:
         out = {
@@ -108,6 +154,8 @@ class Result:
                 "wait": _wait_stats(waits),
                 "utilization": util,
             }
+            if self.shares is not None:
+                per_cq[name].update(self.shares.summary(name, self.makespan))
         return {"makespan": num(self.makespan), "clusterQueues": per_cq}
 
 
@@ -161,6 +209,8 @@ class Recorder:
         self.series: list[tuple[float, int, int]] = []
         self.now = 0.0
         self.pending = 0  # submitted workloads pending now (``sample``)
+        self.tree: Snapshot | None = None  # the quota tree with what is admitted now (``configure``)
+        self.shares = ShareMeter() if scenario.fair_sharing is not None else None
 
     def add(self, entry: JobEntry) -> None:
         """A workload the timeline did not list: a Deployment's replica, made as it ran."""
@@ -182,9 +232,26 @@ class Recorder:
         meter.advance(self.now)
         for (_flavor, res), v in admission.usage.items():
             meter.usage[res] = meter.usage.get(res, 0) + sign * v
+        cq = self.tree.queues.get(admission.cluster_queue) if self.tree is not None else None
+        if cq is not None:
+            cq.add_usage(admission.usage, sign)
+            if self.shares is not None:
+                self.shares.dirty.add(cq.tree_key)
 
-    def nominal(self, queues: Mapping[str, ClusterQueue]) -> None:
-        """The ClusterQueues' nominal quotas from now on (for utilization)."""
+    def configure(self, config: Config) -> None:
+        """The configuration from now on: the ClusterQueues' nominal quotas (for utilization) and,
+        with fair sharing, the quota tree whose shares are followed (usage as admitted now)."""
+        tree = Snapshot(config)
+        for track in self.tracks:
+            if track.admission is not None and track.admission.cluster_queue in tree.queues:
+                tree.queues[track.admission.cluster_queue].add_usage(track.admission.usage, 1)
+        if self.shares is not None:
+            self.shares.tree = tree
+            self.shares.dirty.update(q.tree_key for q in tree.queues.values())
+        self.tree = tree
+        self._nominal(tree.queues)
+
+    def _nominal(self, queues: Mapping[str, ClusterQueue]) -> None:
         for meter in self.meters.values():
             meter.advance(self.now)
             meter.nominal = {}
@@ -268,11 +335,15 @@ class Recorder:
         pending = self.pending  # (kept as tracks change state: a scan per instant is quadratic)
         gpus = sum(v // 1000 for m in self.meters.values() for res, v in m.usage.items() if "gpu" in res)
         self.series.append((self.now, pending, gpus))
+        if self.shares is not None:
+            self.shares.sample(self.now)
 
     def result(self, *, cycles: int, explain: Callable[[Workload], tuple[str, str]]) -> Result:
         makespan = max((float(e["t"]) for e in self.events), default=0.0)
         for meter in self.meters.values():
             meter.advance(makespan)
+        if self.shares is not None:
+            self.shares.sample(makespan)
         return Result(
             scenario=self.scenario.name,
             events=self.events,
@@ -283,4 +354,5 @@ class Recorder:
             series=self.series,
             cycles=cycles,
             explain=explain,
+            shares=self.shares,
         )

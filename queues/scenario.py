@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import api, errors, jobs, pods, podsready, serving, trainjobs
+from queues import api, errors, fairsharing, jobs, pods, podsready, serving, trainjobs
 from queues.errors import FieldError
 from queues.scenario_edits import MAX_SECONDS, Edit
 from queues.scenario_edits import edits as _edits
@@ -88,10 +88,13 @@ class Scenario:
     pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
     # Kubeflow Trainer runtimes among the manifests (a TrainJob's pods): (kind, namespace, name) -> object
     runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
+    # Kueue's fairSharing configuration (``queues.fairsharing``): off unless the block is given
+    fair_sharing: fairsharing.FairSharing | None = None
 
 
 _TOP_FIELDS = {
-    "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady"
+    "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady",
+    "fairSharing",
 }  # fmt: skip
 
 
@@ -245,6 +248,11 @@ def parse(doc: Any) -> Scenario:
         pods_ready = podsready.parse(doc.get("waitForPodsReady"))
     except errors.Invalid as exc:
         problems.extend(exc.errors)
+    fair = None
+    try:
+        fair = fairsharing.parse(doc.get("fairSharing"))
+    except errors.Invalid as exc:
+        problems.extend(exc.errors)
     if problems:
         raise errors.Invalid(problems)
     return Scenario(
@@ -259,6 +267,7 @@ def parse(doc: Any) -> Scenario:
         pod_priorities,
         pods_ready,
         runtimes,
+        fair,
     )
 
 

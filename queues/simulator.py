@@ -40,13 +40,15 @@ class Simulation:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.config = Config.of(scenario.manifests)
-        self.sched = scheduler.Scheduler(self.config, namespaces=scenario.namespaces)
+        self.sched = scheduler.Scheduler(
+            self.config, namespaces=scenario.namespaces, fair_sharing=scenario.fair_sharing
+        )
         self.sched.set_pod_priorities(scenario.pod_priorities)
         self.record = Recorder(scenario)
         self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
         self.order = 0
         self.now = 0.0
-        self.record.nominal(self.sched.snapshot.queues)
+        self.record.configure(self.config)
         self.scaler = provisioning.AutoscalerModel.of(scenario.autoscaler or {}, scenario.nodes)
         # requests a scale-up will provision: (t, order, key, reservation, check)
         self.provisions: list[tuple[float, int, str, int, str]] = []
@@ -174,7 +176,7 @@ class Simulation:
             if started and wl is not None and wl.admission is not None:
                 self._start(key, wl.admission)
         self.sched.checked.clear()
-        self.record.nominal(self.sched.snapshot.queues)
+        self.record.configure(self.config)
 
     def _enact(self, decisions: list[scheduler.Decision]) -> None:
         for d in decisions:

@@ -286,8 +286,8 @@ def _resource_groups(groups: list[api.ResourceGroup], *, has_parent: bool, paren
 # Fields Kueue defines that Turnstile accepts (a Kueue file must apply unchanged) but does not act
 # on yet: each is said as a warning wherever an object is applied, never silently ignored.
 _NOT_YET = {
-    "fairSharing": "Turnstile does not do fair sharing yet: queues admit by priority and FIFO, with borrowing and "
-    "preemption as configured",
+    "fairSharing": "a LocalQueue's weight is for admission fair sharing, which Turnstile does not do yet: the "
+    "LocalQueues of a ClusterQueue share it in priority and FIFO order",
     "topologyName": "Turnstile does not place workloads by topology yet: admission is by quota alone",
     "admissionScope": "Turnstile does not do admission fair sharing yet: a ClusterQueue's LocalQueues share it "
     "in priority and FIFO order",
@@ -301,8 +301,7 @@ _NOT_YET = {
 def unused_fields(obj: api.KueueObject) -> list[FieldError]:
     """Fields set on ``obj`` that Turnstile accepts but does not act on yet (warnings, not errors)."""
     out: list[FieldError] = []
-    spec = getattr(obj, "spec", None)
-    if getattr(spec, "fair_sharing", None) is not None:
+    if isinstance(obj, api.LocalQueue) and obj.spec.fair_sharing is not None:
         out.append(FieldError("spec.fairSharing", f"accepted but not used: {_NOT_YET['fairSharing']}"))
     if isinstance(obj, api.ResourceFlavor) and obj.spec.topology_name:
         out.append(FieldError("spec.topologyName", f"accepted but not used: {_NOT_YET['topologyName']}"))

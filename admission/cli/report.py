@@ -57,6 +57,15 @@ def render(result: Result, console: Console, *, engine: str = "core") -> None:
             util.add_row(name, res, f"{value:.1%}")
     console.print(queues)
     console.print(util)
+    if result.shares is not None:
+        shares = Table(title="Fair sharing (weighted share: borrowed / lendable per mille, / weight)")
+        shares.title_justify = "left"
+        shares.add_column("ClusterQueue", overflow="fold")
+        for col in ("mean", "max", "final"):
+            shares.add_column(col, justify="right")
+        for name, cq in summary["clusterQueues"].items():
+            shares.add_row(name, *(_fmt(cq[k]) for k in ("weightedShareMean", "weightedShareMax", "weightedShare")))
+        console.print(shares)
     preemptions = [e for e in data["events"] if e["type"] == "Evicted"]
     if preemptions:
         table = Table(title="Evictions", title_justify="left")
@@ -92,14 +101,41 @@ def plot(result: Result, path: str) -> None:
     import matplotlib.pyplot as plt
 
     times = [s[0] for s in result.series]
-    fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(9, 5))
+    rows = 3 if result.shares is not None else 2
+    fig, axes = plt.subplots(rows, 1, sharex=True, figsize=(9, 2.5 * rows))
+    ax1, ax2 = axes[0], axes[1]
     ax1.step(times, [s[1] for s in result.series], where="post")
     ax1.set_ylabel("pending workloads")
     ax1.yaxis.get_major_locator().set_params(integer=True)
     ax2.step(times, [s[2] for s in result.series], where="post", color="tab:green")
     ax2.set_ylabel("GPUs in use")
-    ax2.set_xlabel("scenario seconds")
+    if result.shares is not None:  # each ClusterQueue's weighted share over time (fair sharing)
+        ax3 = axes[2]
+        for name, (ts, values) in sorted(_share_lines(result).items()):
+            ax3.step(ts, values, where="post", label=name)
+        ax3.set_ylabel("weighted share")
+        if len(result.shares.now) <= 12:
+            ax3.legend(fontsize="small", loc="upper right")
+    axes[-1].set_xlabel("scenario seconds")
     fig.suptitle(result.scenario)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _share_lines(result: Result) -> dict[str, tuple[list[float], list[float]]]:
+    """Each ClusterQueue's weighted share as a step line (infinite shares drawn at the top)."""
+    assert result.shares is not None
+    finite = [v for _, changed in result.shares.series for v in changed.values() if v != float("inf")]
+    top = max(finite, default=1.0) * 1.1 or 1.0
+    lines: dict[str, tuple[list[float], list[float]]] = {}
+    for t, changed in result.shares.series:
+        for name, value in changed.items():
+            ts, values = lines.setdefault(name, ([0.0], [0.0]))
+            ts.append(t)
+            values.append(top if value == float("inf") else value)
+    end = result.makespan
+    for ts, values in lines.values():
+        ts.append(end)
+        values.append(values[-1])
+    return lines

@@ -15,7 +15,7 @@ from admission.store import config as config_store
 from admission.store import tables
 from admission.store import workload_objects as workload_objects_store
 from admission.store import workloads as store
-from queues import api, quantity
+from queues import api, fairsharing, quantity
 from queues.flavors import Mode
 from queues.model import Snapshot
 from queues.scheduler import Scheduler
@@ -279,6 +279,26 @@ def _pods_line(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+async def _fair_share(session: AsyncSession, cluster_queue: str) -> str:
+    """The ClusterQueue's weight and Dominant Resource Share in its cohort now (``queues.fairsharing``),
+    as the controller's fair sharing compares them."""
+    snap = await store.load_snapshot(session)
+    tree = Snapshot(snap.config)
+    for wl in snap.workloads:
+        if wl.admission is not None:
+            tree.add_workload(wl)
+    cq = tree.queues[cluster_queue]
+    s = fairsharing.share(cq)
+    weight = f"weight {cq.weight:g}"
+    if not s.borrowing:
+        return f"{weight}, share 0 (borrows nothing)"
+    value = "infinite (weight 0 and borrowing)" if s.value == float("inf") else f"{s.value:.4g}"
+    return (
+        f"{weight}, weighted share {value}: borrows {s.ratio / 10:.4g}% of what its cohort can lend of "
+        f"{s.resource} (Kueue's DominantResourceShare; compared when fair sharing is on)"
+    )
+
+
 async def _usage(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, str], int]:
     a = tables.Admission
     rows = await session.execute(
@@ -327,6 +347,8 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
         console.print(
             f"Preemption: withinClusterQueue={pre.within_cluster_queue} reclaimWithinCohort={pre.reclaim_within_cohort}"
         )
+        if obj.spec.cohort_ref:
+            console.print(f"Fair share: {await _fair_share(session, obj.name)}")
         usage = await _usage(session, obj.name)
         table = Table(title="Quota", title_justify="left")
         for col in ("flavor", "resource", "nominal", "borrowingLimit", "lendingLimit", "in use"):

@@ -365,7 +365,7 @@ class Controller:
         except database.ERRORS as exc:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False
-        term = Term.start(fence, snapshot, dict(self.namespaces))
+        term = Term.start(fence, snapshot, dict(self.namespaces), self.policy.fair_sharing)
         self.priorities.apply(term.scheduler)
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term

@@ -16,6 +16,7 @@ workload starts or stops holding quota, so a scrape costs one multiplication per
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections import Counter as Tally
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from queues import quantity
+from queues.fairsharing import Share, share
 from queues.model import Admission, Workload
 
 if TYPE_CHECKING:
@@ -181,6 +183,12 @@ def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) 
             now = "terminating"
         for st in ("pending", "active", "terminating"):
             status.sample("kueue_cluster_queue_status", f'{q_label},status="{st}"', 1.0 if st == now else 0.0)
+    shares = Exposition()
+    if sched.fair_sharing is not None:  # Kueue's: ceil(weighted share); MaxInt64 for a zero weight that borrows
+        for name, cq in sorted(sched.snapshot.queues.items()):
+            shares.sample("kueue_cluster_queue_weighted_share", f'cluster_queue="{_escape(name)}"', _rounded(share(cq)))
+        for name, cohort_node in sorted(sched.snapshot.cohorts.items()):
+            shares.sample("kueue_cohort_weighted_share", f'cohort="{_escape(name)}"', _rounded(share(cohort_node)))
     for family, kind, help_text, part in (
         ("kueue_pending_workloads", "gauge", "Workloads waiting, by ClusterQueue and status", pending),
         ("kueue_admitted_active_workloads", "gauge", "Admitted workloads holding quota", active),
@@ -191,6 +199,21 @@ def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) 
     ):
         out.family(family, kind, help_text)
         out.lines.extend(part.lines)
+    if shares.lines:
+        for family, help_text in (
+            (
+                "kueue_cluster_queue_weighted_share",
+                "Borrowed over lendable (per mille) of the dominant resource, / weight",
+            ),
+            ("kueue_cohort_weighted_share", "A Cohort's weighted share in its parent"),
+        ):
+            out.family(family, "gauge", help_text)
+            out.lines.extend(line for line in shares.lines if line.startswith(family + "{"))
+
+
+def _rounded(s: Share) -> float:
+    """Kueue's ``roundedWeightedShare``: the weighted share rounded up; MaxInt64 when infinite."""
+    return float(2**63 - 1) if math.isinf(s.value) else float(math.ceil(s.value))
 
 
 class Metrics:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from admission.store import lease
 from admission.store import workloads as store
 from queues import model
+from queues.fairsharing import FairSharing
 from queues.model import Workload
 from queues.scheduler import Decision, Scheduler
 
@@ -68,8 +69,14 @@ class Term:
     _flavors: tuple[model.Config | None, dict[str, model.Flavor]] = (None, {})
 
     @classmethod
-    def start(cls, fence: lease.Fence, snapshot: store.StoreSnapshot, namespaces: dict[str, dict[str, str]]) -> Term:
-        scheduler = Scheduler(snapshot.config, namespaces=namespaces)
+    def start(
+        cls,
+        fence: lease.Fence,
+        snapshot: store.StoreSnapshot,
+        namespaces: dict[str, dict[str, str]],
+        fair_sharing: FairSharing | None = None,
+    ) -> Term:
+        scheduler = Scheduler(snapshot.config, namespaces=namespaces, fair_sharing=fair_sharing)
         scheduler.now = now_ms()
         term = cls(fence, scheduler)
         for wl in snapshot.workloads:

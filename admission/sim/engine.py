@@ -48,7 +48,7 @@ from admission.store import workloads as store
 from admission.webhook import certs, registration
 from admission.webhook.server import WebhookServer
 from queues import jobs, scheduler, serving, trainjobs
-from queues.model import Admission, Config, Snapshot, Workload
+from queues.model import Admission, Config, Workload
 from queues.scenario import Edit, JobEntry, Part, Scenario
 from queues.simulator import Recorder, Result, apply_edit
 
@@ -113,7 +113,8 @@ async def running(
         sessions=sessions,
         database_url=url,
         options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
-        policy=dataclasses.replace(policy, pods_ready=scenario.pods_ready),  # the scenario's waitForPodsReady
+        # the scenario's waitForPodsReady and fairSharing
+        policy=dataclasses.replace(policy, pods_ready=scenario.pods_ready, fair_sharing=scenario.fair_sharing),
     )
     webhook = WebhookServer(
         lambda: controller.config,
@@ -393,7 +394,7 @@ def replay(
     timeline = sorted(timeline, key=lambda a: a[:3])
     config = Config.of(scenario.manifests)
     sched = scheduler.Scheduler(config, namespaces=scenario.namespaces)
-    record.nominal(Snapshot(config).queues)
+    record.configure(config)
     workloads: dict[str, Workload] = {}
     last_t: float | None = None
     for t, _, _, what in timeline:
@@ -411,7 +412,7 @@ def replay(
                     record.cancelled(what.name)
             elif what.action != "scale":  # (a scale's replicas made and deleted are on the timeline)
                 apply_edit(config, what)
-                record.nominal(Snapshot(config).queues)
+                record.configure(config)
         elif what.workload in workloads:
             ev: store.EventRow = what
             if record.by_key[ev.workload].state == "Finished":

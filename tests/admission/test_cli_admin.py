@@ -238,6 +238,11 @@ spec:
   resourceGroups:
   - coveredResources: [nvidia.com/gpu]
     flavors: [{name: h100, resources: [{name: nvidia.com/gpu, nominalQuota: "8"}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: team, namespace: default}
+spec: {clusterQueue: fair, fairSharing: {weight: "3"}}
 """
 
 
@@ -249,4 +254,6 @@ def test_fields_turnstile_does_not_act_on_yet_are_applied_with_a_warning_naming_
     for field in ("spec.topologyName", "spec.fairSharing", "spec.admissionScope", "spec.concurrentAdmissionPolicy"):
         assert any(field in w and "accepted but not used" in w for w in warnings), (field, warnings)
     assert not any("preference" in w for w in warnings), "flavorFungibility.preference is acted on"
+    fair = [w for w in warnings if "spec.fairSharing" in w]
+    assert len(fair) == 1 and "localqueue" in fair[0].lower(), "a ClusterQueue's weight is acted on (fair sharing)"
     assert "clusterqueue/fair created" in applied.stdout

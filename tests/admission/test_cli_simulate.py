@@ -65,3 +65,19 @@ def test_a_timeline_too_large_is_refused_early(tmp_path: Path) -> None:
     out = turnstile("simulate", str(path), "-o", "json")
     assert out.returncode == 2 and "refused: a list of more than 300,000 items" in out.stderr, out.stderr
     assert out.stdout == ""
+
+
+def test_fair_sharing_reports_each_queues_weighted_share_and_plots_it(tmp_path: Path) -> None:
+    out = turnstile("simulate", "examples/fair-sharing.yaml", "--output", "json", "--plot", str(tmp_path / "s.png"))
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)["summary"]["clusterQueues"]
+    for name in ("team-a", "team-b", "team-c"):
+        assert {"weightedShare", "weightedShareMean", "weightedShareMax"} <= set(summary[name]), summary[name]
+    # team-a flooded the cohort first: it borrowed the most
+    assert summary["team-a"]["weightedShareMax"] > summary["team-b"]["weightedShareMax"] > 0
+    assert summary["team-a"]["weightedShare"] == 0  # everything finished
+    assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = turnstile("simulate", "examples/fair-sharing.yaml")
+    assert "Fair sharing" in table.stdout and "InCohortFairSharing" in table.stdout
+    plain = json.loads(turnstile("simulate", "examples/gpu-teams.yaml", "--output", "json").stdout)
+    assert not any("weightedShare" in cq for cq in plain["summary"]["clusterQueues"].values()), "only when on"
