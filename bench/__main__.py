@@ -1,4 +1,4 @@
-"""``python -m bench [core|deep|sim|store|controller|webhook|cluster|objects|pods|chaos|all]``: figures here."""
+"""``python -m bench [core|deep|fair|sim|store|controller|webhook|cluster|objects|pods|chaos|all]``: figures."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ def main() -> None:
         idle_cycle.main()
     if which in ("deep", "core", "all"):
         deep_queue.main()
+    if which in ("fair", "all"):
+        from bench import fair_sharing
+
+        fair_sharing.main()
     if which in ("sim", "all"):
         from bench import sim_api
 

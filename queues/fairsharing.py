@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from queues import errors
 from queues.errors import FieldError
@@ -128,15 +128,25 @@ def share(node: Node) -> Share:
             frs.append(fr)
     if not borrowed:
         return Share(node.weight)
-    lendable: dict[str, int] = {}
-    for fr in node.root().subtree_quota:
-        lendable[fr[1]] = lendable.get(fr[1], 0) + node.parent.potential_available(fr)
+    lendable = _lendable(node.parent)
     ratio, dominant = 0.0, ""
     for resource in sorted(borrowed):
         total = lendable.get(resource, 0)
         if total > 0 and (r := borrowed[resource] * 1000.0 / total) > ratio:
             ratio, dominant = r, resource
     return Share(node.weight, ratio, dominant, True, frozenset(frs))
+
+
+def _lendable(parent: CohortNode) -> dict[str, int]:
+    """What ``parent`` could lend a child with nothing in use, per resource (Kueue's
+    ``calculateLendable``). It depends on quotas only, so the node keeps it (a new configuration
+    makes new nodes)."""
+    if parent.lendable is None:
+        lendable: dict[str, int] = {}
+        for fr in parent.root().subtree_quota:
+            lendable[fr[1]] = lendable.get(fr[1], 0) + parent.potential_available(fr)
+        parent.lendable = lendable
+    return parent.lendable
 
 
 def share_with(node: Node, leaf: Node, usage: Usage) -> Share:
@@ -158,66 +168,96 @@ def fair_order(
     rank_of: Any,  # entry -> its tie-break (higher priority first, then earlier), lowest wins
 ) -> Iterator[E]:
     """Entries one at a time, each chosen by tournament from those left (Kueue's fair-sharing
-    iterator): trees in name order; within a tree the shares are computed afresh for each pick, so
-    decisions taken on earlier entries count."""
+    iterator): trees in name order; within a tree, what the caller did with each pick (admitted,
+    preempted) counts for the next."""
     by_tree: dict[str, list[E]] = {}
     for e in entries:
         by_tree.setdefault(queue_of(e).tree_key, []).append(e)
     for tree in sorted(by_tree):
         left = by_tree[tree]
-        while left:
-            pick = left[0] if queue_of(left[0]).parent is None else _tournament(left, queue_of, usage_of, rank_of)
-            left.remove(pick)
+        if queue_of(left[0]).parent is None:  # a ClusterQueue without a cohort: nothing to compare
+            yield from left
+            continue
+        tournament: _Tournament[E] = _Tournament(left, queue_of, usage_of, rank_of)
+        while tournament.alive:
+            pick = tournament.pick()
+            before = tournament.usage()
             yield pick
+            tournament.refresh(before)
 
 
-def _tournament(entries: list[E], queue_of: Any, usage_of: Any, rank_of: Any) -> E:
-    at: dict[tuple[int, int], Share] = {}  # (id of a cohort, index of an entry) -> share of its child there
-    by_queue: dict[int, int] = {}
-    for i, e in enumerate(entries):
-        cq = queue_of(e)
-        by_queue[id(cq)] = i
-        usage = usage_of(e)
+class _Tournament(Generic[E]):
+    """The shares of each entry's nodes with its head admitted, kept between picks: after a pick only
+    the entries under a node whose usage changed (an admission, a preemption) are computed again,
+    so a cohort of many ClusterQueues costs what changed, not all of them, per pick."""
+
+    def __init__(self, entries: list[E], queue_of: Any, usage_of: Any, rank_of: Any) -> None:
+        self.entries, self.usage_of, self.rank_of = entries, usage_of, rank_of
+        self.queues = [queue_of(e) for e in entries]
+        self.paths: list[list[Node]] = []
+        for cq in self.queues:
+            path: list[Node] = [cq]
+            while path[-1].parent is not None:
+                path.append(path[-1].parent)
+            self.paths.append(path)
+        root = self.paths[0][-1]
+        assert isinstance(root, CohortNode)
+        self.root = root
+        self.tree_queues = list(root.subtree_queues())
+        self.alive = set(range(len(entries)))
+        self.by_queue = {id(q): i for i, q in enumerate(self.queues)}
+        self.at: dict[tuple[int, int], Share] = {}  # (id of a cohort, entry) -> its child's share there
+        for i in self.alive:
+            self._compute(i)
+
+    def _compute(self, i: int) -> None:
+        cq, usage = self.queues[i], self.usage_of(self.entries[i])
         cq.add_usage(usage, 1)
         try:
             s = share(cq)
-            node = cq.parent
-            while node is not None:
-                at[(id(node), i)] = s
+            for node in self.paths[i][1:]:
+                self.at[(id(node), i)] = s
                 s = share(node)
-                node = node.parent
         finally:
             cq.add_usage(usage, -1)
-    root = queue_of(entries[0]).root()
-    assert isinstance(root, CohortNode)
-    best = _round(root, entries, at, by_queue, usage_of, rank_of)
-    assert best is not None
-    return entries[best]
 
+    def usage(self) -> list[dict[FlavorResource, int]]:
+        return [dict(q.usage) for q in self.tree_queues]
 
-def _round(
-    cohort: CohortNode,
-    entries: list[E],
-    at: dict[tuple[int, int], Share],
-    by_queue: dict[int, int],
-    usage_of: Any,
-    rank_of: Any,
-) -> int | None:
-    """The index of the entry ``cohort`` sends up (None: none of its subtree has one)."""
-    found = [
-        i
-        for child in cohort.child_cohorts
-        if (i := _round(child, entries, at, by_queue, usage_of, rank_of)) is not None
-    ]
-    found += [by_queue[id(q)] for q in cohort.child_queues if id(q) in by_queue]
-    if not found:
-        return None
-    best = found[0]
-    for i in found[1:]:
-        a, b = (at[(id(cohort), i)], usage_of(entries[i])), (at[(id(cohort), best)], usage_of(entries[best]))
-        if before(*a, *b) or (not before(*b, *a) and rank_of(entries[i]) < rank_of(entries[best])):
-            best = i
-    return best
+    def refresh(self, before: list[dict[FlavorResource, int]]) -> None:
+        changed: set[int] = set()
+        for q, was in zip(self.tree_queues, before, strict=True):
+            if q.usage != was:
+                node: Node | None = q
+                while node is not None:
+                    changed.add(id(node))
+                    node = node.parent
+        if changed:
+            for i in self.alive:
+                if any(id(n) in changed for n in self.paths[i][:-1]):
+                    self._compute(i)
+
+    def pick(self) -> E:
+        best = self._round(self.root)
+        assert best is not None
+        self.alive.discard(best)
+        return self.entries[best]
+
+    def _round(self, cohort: CohortNode) -> int | None:
+        """The entry ``cohort`` sends up (None: none of its subtree has one left)."""
+        found = [i for child in cohort.child_cohorts if (i := self._round(child)) is not None]
+        found += [i for q in cohort.child_queues if (i := self.by_queue.get(id(q))) is not None and i in self.alive]
+        if not found:
+            return None
+        best = found[0]
+        for i in found[1:]:
+            a = (self.at[(id(cohort), i)], self.usage_of(self.entries[i]))
+            b = (self.at[(id(cohort), best)], self.usage_of(self.entries[best]))
+            if before(*a, *b) or (
+                not before(*b, *a) and self.rank_of(self.entries[i]) < self.rank_of(self.entries[best])
+            ):
+                best = i
+        return best
 
 
 def before(a: Share, a_usage: Usage, b: Share, b_usage: Usage) -> bool:

@@ -129,6 +129,7 @@ class CohortNode(Node):
         super().__init__(name, quotas)
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueue] = []
+        self.lendable: dict[str, int] | None = None  # fair sharing's, per resource (``queues.fairsharing``)
 
     def height(self) -> int:
         """The distance to the furthest leaf (a ClusterQueue child counts 1)."""

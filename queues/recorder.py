@@ -199,7 +199,8 @@ class Recorder:
     controller committed. Either way the same code turns them into ``Result``.
     """
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, *, follow_shares: bool = False) -> None:
+        """``follow_shares``: meter weighted shares even without fair sharing (to compare, ``bench``)."""
         self.scenario = scenario
         self.tracks = [Track(entry) for entry in scenario.jobs if entry.replicas is None]
         self.by_key: dict[str, Track] = {t.entry.job.key: t for t in self.tracks}
@@ -210,7 +211,7 @@ class Recorder:
         self.now = 0.0
         self.pending = 0  # submitted workloads pending now (``sample``)
         self.tree: Snapshot | None = None  # the quota tree with what is admitted now (``configure``)
-        self.shares = ShareMeter() if scenario.fair_sharing is not None else None
+        self.shares = ShareMeter() if scenario.fair_sharing is not None or follow_shares else None
 
     def add(self, entry: JobEntry) -> None:
         """A workload the timeline did not list: a Deployment's replica, made as it ran."""

@@ -37,14 +37,14 @@ __all__ = ["Recorder", "Replicas", "Result", "Simulation", "Track", "apply_edit"
 class Simulation:
     """One run of a scenario through the scheduling core."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, *, follow_shares: bool = False) -> None:
         self.scenario = scenario
         self.config = Config.of(scenario.manifests)
         self.sched = scheduler.Scheduler(
             self.config, namespaces=scenario.namespaces, fair_sharing=scenario.fair_sharing
         )
         self.sched.set_pod_priorities(scenario.pod_priorities)
-        self.record = Recorder(scenario)
+        self.record = Recorder(scenario, follow_shares=follow_shares)
         self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
         self.order = 0
         self.now = 0.0
