@@ -1,9 +1,11 @@
 """Kueue's baseline and large-scale configs with fair sharing on, beside quota only.
 
-Figures: makespan against the fluid bound, the wall time to simulate, and the fairness achieved:
+Figures: makespan against the fluid bound, the wall time to simulate, and the fairness achieved
+(also on the baseline with one queue per cohort loaded three times over, since the symmetric
+baseline never borrows):
 each ClusterQueue's weighted share (``queues.fairsharing``) is followed over the whole run in both
-modes; printed are the spread of the queues' time-mean shares (max / min over the queues of each
-cohort, worst cohort) and the highest share any queue reached.
+modes; printed are the spread of the time-mean shares of the queues that borrow (max / min within
+a cohort, worst cohort), the highest share any queue reached, and the average wait per class.
 """
 
 from __future__ import annotations
@@ -14,9 +16,28 @@ from typing import Any
 from bench import kueue_perf
 from queues import scenario, simulator
 
+SKEW = {"-cq-0": 3, "-cq-1": 2}  # a cohort's first two queues: three and two times their load
 
-def run(name: str, cohorts: int, queues: int, sets: tuple[kueue_perf.WorkloadSet, ...], fair: bool) -> dict[str, Any]:
+
+def skew(doc: dict[str, Any]) -> None:
+    """Give the first two ClusterQueues of every cohort ``SKEW`` times their load (copies of their
+    jobs, at the same times), so that two queues borrow at once and fair sharing has a choice."""
+    extra = []
+    for job in doc["jobs"]:
+        factor = next((f for end, f in SKEW.items() if job["object"]["metadata"]["namespace"].endswith(end)), 1)
+        for k in range(1, factor):
+            copy = {**job, "object": {**job["object"], "metadata": dict(job["object"]["metadata"])}}
+            copy["object"]["metadata"]["name"] += f"-x{k}"
+            extra.append(copy)
+    doc["jobs"] = sorted(doc["jobs"] + extra, key=lambda j: float(j["at"]))
+
+
+def run(
+    name: str, cohorts: int, queues: int, sets: tuple[kueue_perf.WorkloadSet, ...], fair: bool, skewed: bool = False
+) -> dict[str, Any]:
     doc = kueue_perf.generate(name, cohorts, queues, sets)
+    if skewed:
+        skew(doc)
     if fair:
         doc["fairSharing"] = {}
     parsed = scenario.parse(doc)
@@ -25,25 +46,35 @@ def run(name: str, cohorts: int, queues: int, sets: tuple[kueue_perf.WorkloadSet
     wall = time.perf_counter() - t0
     figures = kueue_perf.figures(result, queues, sets)
     per_cq = result.summary()["clusterQueues"]
+    if skewed:  # (more work than the symmetric config the bound is computed for)
+        figures["bound"] *= (queues + sum(f - 1 for f in SKEW.values())) / queues
     spreads = []
     for c in range(cohorts):
         means = [per_cq[f"cohort-{c}-cq-{q}"]["weightedShareMean"] or 0.0 for q in range(queues)]
-        spreads.append(max(means) / min(means) if min(means) > 0 else float("inf") if max(means) > 0 else 1.0)
+        borrowers = [m for m in means if m > 0]
+        spreads.append(max(borrowers) / min(borrowers) if borrowers else 1.0)
     peak = max((cq["weightedShareMax"] or 0.0) for cq in per_cq.values())
     return {**figures, "wall": wall, "spread": max(spreads), "peak": peak}
 
 
 def main() -> None:
-    configs = (("baseline", 5, 6, kueue_perf.BASELINE), ("large_scale", 10, 100, kueue_perf.LARGE_SCALE))
-    for name, cohorts, queues, sets in configs:
-        print(f"\n[{name} with fair sharing] {cohorts} cohorts x {queues} CQs")
+    configs = (
+        ("baseline", 5, 6, kueue_perf.BASELINE, False),
+        ("baseline", 5, 6, kueue_perf.BASELINE, True),
+        ("large_scale", 10, 100, kueue_perf.LARGE_SCALE, False),
+    )
+    for name, cohorts, queues, sets, skewed in configs:
+        how = ", skewed: each cohort's first two queues with 3x and 2x the load" if skewed else ""
+        print(f"\n[{name} with fair sharing] {cohorts} cohorts x {queues} CQs{how}")
         for fair in (False, True):
-            r = run(name, cohorts, queues, sets, fair)
+            r = run(name, cohorts, queues, sets, fair, skewed)
             mode = "fair sharing" if fair else "quota only  "
             print(
                 f"  {mode}: makespan {r['makespan']:7.1f} s = {r['makespan'] / r['bound']:.2f}x the bound; "
-                f"wall {r['wall']:5.1f} s; time-mean share spread {r['spread']:.2f}x (max/min, worst cohort); "
-                f"peak share {r['peak']:.0f}"
+                f"wall {r['wall']:5.1f} s; time-mean share spread {r['spread']:.2f}x (max/min of the queues that "
+                f"borrow, worst cohort); "
+                f"peak share {r['peak']:.0f}; avg wait "
+                + ", ".join(f"{c} {w:.1f} s" for c, w in sorted(r["avg_wait"].items()))
             )
 
 
