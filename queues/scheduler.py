@@ -10,41 +10,42 @@ One cycle, as Kueue's ``schedule()``:
 
 1. take the head of every ClusterQueue that has one worth trying;
 2. nominate: assign flavors to each head against the snapshot;
-3. order the entries: 1. not borrowing first, 2. higher priority, 3. earlier queue-order
-   timestamp, 4. submission order;
+3. order the entries: 1. how far up the cohort tree they borrow, 2. higher priority, 3. earlier
+   queue-order timestamp, 4. submission order; with fair sharing on, by Kueue's tournament of
+   Dominant Resource Shares instead (``queues.fairsharing``);
 4. walk them: admit what fits (re-checking when an earlier entry changed the same quota
    tree), issue preemptions for what fits only by preempting (once per quota tree and
    cycle), and set aside what cannot fit, with its reason.
 
 ``schedule`` runs cycles until one changes nothing. Unlike Kueue, nothing limits a cycle to
 one admission per queue: every workload that fits is admitted, in Kueue's order.
+
+Its bases hold the rest: ``Intake`` (a job's workload, priority and queue), ``Explanations`` (why
+a workload waits, what admitting it would take) and ``Retries`` (admission checks' verdicts,
+waitForPodsReady).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from queues import fairsharing, flavors, jobs, partial, preemption, provisioning
+from queues import fairsharing, flavors, partial, preemption, provisioning
 from queues.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
+from queues.explanations import Explanations
 from queues.fairsharing import FairSharing
 from queues.flavors import Assignment, Mode
+from queues.intake import Intake
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
 from queues.retries import Retries
 
 __all__ = ["ADMISSION_CHECK", "CLUSTER_QUEUE_STOPPED", "PREEMPTED", "Admit", "Decision", "Evict", "Scheduler"]
 
-LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
-CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
-INACTIVE = "Inactive"
-NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
-
-WAITING_FOR_TURN = "waiting for its turn in the queue"
 
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler(Retries):
+class Scheduler(Intake, Explanations, Retries):
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(
@@ -79,42 +80,6 @@ class Scheduler(Retries):
         self.pod_priorities: dict[str, tuple[int, bool]] = {}
 
     # ----- inputs -------------------------------------------------------------------------
-
-    def workload_for(self, job: jobs.JobInfo, *, seq: int, now: float) -> Workload:
-        """A new pending workload for ``job``, with its LocalQueue and priority resolved."""
-        queue = job.queue_name
-        if queue is None and f"{job.namespace}/{jobs.DEFAULT_QUEUE}" in self.config.local_queues:
-            queue = jobs.DEFAULT_QUEUE
-        priority = self.priority_of(job)
-        pod_sets, shape = self.shapes.share(job.pod_sets)
-        return Workload(
-            key=job.key,
-            seq=seq,
-            namespace=job.namespace,
-            local_queue=queue,
-            priority=priority,
-            pod_sets=pod_sets,
-            shape=shape,
-            created=now,
-            queue_ts=now,
-            labels=job.labels,  # shared: a JobInfo's maps are never changed
-        )
-
-    def priority_of(self, job: jobs.JobInfo) -> int:
-        """As Kueue: the WorkloadPriorityClass the job's label names; else the Kubernetes
-        PriorityClass its pod template names (``priorityClassName``); else the PriorityClass marked
-        ``globalDefault``; else 0."""
-        wpc = job.priority_class
-        if wpc is not None and wpc in self.config.priority_classes:
-            return self.config.priority_classes[wpc].value
-        if job.priority_class_name is not None:
-            return self.pod_priorities.get(job.priority_class_name, (0, False))[0]
-        return next((value for value, default in self.pod_priorities.values() if default), 0)
-
-    def set_pod_priorities(self, classes: Mapping[str, tuple[int, bool]]) -> None:
-        """Kubernetes PriorityClasses as the cluster has them: (value, globalDefault) by name. They
-        set the priority of workloads created from now on (as in Kueue, a workload keeps its own)."""
-        self.pod_priorities = dict(classes)
 
     def submit(self, wl: Workload) -> None:
         self.workloads[wl.key] = wl
@@ -438,117 +403,3 @@ class Scheduler(Retries):
             self.pending.requeue(other.name)
 
     # ----- where a workload waits ----------------------------------------------------------
-
-    def _enqueue(self, wl: Workload, why: str = "") -> None:
-        # Parked (deactivated, or waiting out a backoff): what was said when it was parked stays.
-        if not wl.active:
-            self.parked[wl.key] = wl
-            if why or wl.reason != INACTIVE:
-                self._say(wl, INACTIVE, f"deactivated: {why or 'an admission check rejected it'}")
-            return
-        if wl.requeue_at is not None and wl.requeue_at > self.now:
-            self.parked[wl.key] = wl
-            if why or wl.reason != wl.requeue_reason:
-                self._say(
-                    wl,
-                    wl.requeue_reason,
-                    f"{why + '; ' if why else ''}queues again after a {wl.requeue_at - self.now:.0f}s backoff"
-                    f" (retry {wl.retries})",
-                )
-            return
-        cq, reason, message = self._resolve(wl)
-        wl.cluster_queue = cq.name if cq is not None else wl.cluster_queue
-        if reason is not None:
-            self._say(wl, reason, message)
-            self._unresolved[wl.key] = wl
-            return
-        assert cq is not None
-        self._unresolved.pop(wl.key, None)
-        if wl.reason != flavors.WAITING_FOR_QUOTA:
-            self._say(wl, flavors.WAITING_FOR_QUOTA, WAITING_FOR_TURN)
-        self.pending.push(cq.name, wl)
-
-    def _resolve(self, wl: Workload) -> tuple[ClusterQueue | None, str | None, str]:
-        """The ClusterQueue ``wl`` waits in, or the reason it cannot wait anywhere yet."""
-        if wl.local_queue is None:
-            return (
-                None,
-                LOCAL_QUEUE_NOT_FOUND,
-                (
-                    f"the job has no {jobs.QUEUE_LABEL} label and namespace {wl.namespace} has no LocalQueue "
-                    f"named {jobs.DEFAULT_QUEUE}; add the label or create that LocalQueue"
-                ),
-            )
-        lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
-        if lq is None:
-            existing = sorted(k.split("/", 1)[1] for k in self.config.local_queues if k.startswith(f"{wl.namespace}/"))
-            hint = (
-                f"LocalQueues in {wl.namespace}: {', '.join(existing)}"
-                if existing
-                else (f"namespace {wl.namespace} has no LocalQueues")
-            )
-            return None, LOCAL_QUEUE_NOT_FOUND, f"LocalQueue {wl.namespace}/{wl.local_queue} does not exist ({hint})"
-        cq_name = lq.spec.cluster_queue
-        cq = self.snapshot.queues.get(cq_name)
-        if cq is None:
-            wl.cluster_queue = cq_name
-            return (
-                None,
-                CLUSTER_QUEUE_NOT_FOUND,
-                (f"LocalQueue {wl.namespace}/{wl.local_queue} points to ClusterQueue {cq_name}, which does not exist"),
-            )
-        if lq.spec.stop_policy != "None":
-            return (
-                cq,
-                INACTIVE,
-                (
-                    f"LocalQueue {wl.namespace}/{wl.local_queue} is stopped (stopPolicy {lq.spec.stop_policy}); "
-                    f"`turnstile resume localqueue {wl.namespace}/{wl.local_queue}`"
-                ),
-            )
-        if cq.inactive_reason is not None:
-            return cq, INACTIVE, f"ClusterQueue {cq.name} is inactive ({cq.inactive_reason}): {cq.inactive_message}"
-        if not cq.admits_namespace(self.namespaces.get(wl.namespace, {})):
-            return (
-                cq,
-                NAMESPACE_NOT_ALLOWED,
-                (f"namespace {wl.namespace} does not match the namespaceSelector of ClusterQueue {cq.name}"),
-            )
-        return cq, None, ""
-
-    # ----- visibility ----------------------------------------------------------------------
-
-    def preemption_plan(self, key: str) -> tuple[Assignment | None, list[preemption.Target]]:
-        """What admitting pending ``key`` now would take, by the cycle's own search: its flavor
-        assignment and, when that needs preemption, the workloads it would evict (for ``describe``)."""
-        wl = self.workloads.get(key)
-        cq = self.snapshot.queues.get(wl.cluster_queue) if wl is not None and wl.cluster_queue else None
-        if wl is None or wl.admission is not None or cq is None:
-            return None, []
-        assignment = self._assign(wl, cq)
-        if assignment.mode.preempts:
-            return assignment, preemption.for_assignment(self.snapshot, cq, wl, assignment)
-        return assignment, []
-
-    def explain(self, wl: Workload) -> tuple[str, str]:
-        """Why ``wl`` waits, in words a user can act on, with what stands ahead of it."""
-        if wl.admission is not None:
-            return wl.reason, wl.message
-        cq_name = self.pending.where.get(wl.key)
-        if cq_name is None:
-            return wl.reason, wl.message
-        ahead = [w for w in self.pending.waiting(cq_name) if w.order_key() < wl.order_key()]
-        cq = self.snapshot.queues.get(cq_name)
-        if ahead and cq is not None and cq.strict_fifo:
-            head = ahead[0]
-            return flavors.WAITING_FOR_QUOTA, (
-                f"StrictFIFO ClusterQueue {cq_name}: waiting behind {head.key}, which cannot be admitted yet"
-                f" ({head.reason}: {head.message}); {len(ahead)} workload(s) ahead"
-            )
-        if wl.message and wl.message != WAITING_FOR_TURN:
-            suffix = f" ({len(ahead)} workload{'s' if len(ahead) != 1 else ''} ahead)" if ahead else ""
-            return wl.reason, wl.message + suffix
-        return (
-            flavors.WAITING_FOR_QUOTA,
-            f"{WAITING_FOR_TURN}; {len(ahead)} workload(s) ahead in ClusterQueue {cq_name}",
-        )
