@@ -21,8 +21,8 @@ One cycle, as Kueue's ``schedule()``:
 one admission per queue: every workload that fits is admitted, in Kueue's order.
 
 Its bases hold the rest: ``Intake`` (a job's workload, priority and queue), ``Explanations`` (why
-a workload waits, what admitting it would take) and ``Retries`` (admission checks' verdicts,
-waitForPodsReady).
+a workload waits, what admitting it would take), ``Retries`` (admission checks' verdicts,
+waitForPodsReady) and ``Reservations`` (a blocked head's hold on quota, a victim's settling).
 """
 
 from __future__ import annotations
@@ -37,15 +37,25 @@ from queues.flavors import Assignment, Mode
 from queues.intake import Intake
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
+from queues.reservations import SETTLE_SECONDS, Reservations, Reserved
 from queues.retries import Retries
 
-__all__ = ["ADMISSION_CHECK", "CLUSTER_QUEUE_STOPPED", "PREEMPTED", "Admit", "Decision", "Evict", "Scheduler"]
+__all__ = [
+    "ADMISSION_CHECK",
+    "CLUSTER_QUEUE_STOPPED",
+    "PREEMPTED",
+    "SETTLE_SECONDS",
+    "Admit",
+    "Decision",
+    "Evict",
+    "Scheduler",
+]
 
 
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler(Intake, Explanations, Retries):
+class Scheduler(Intake, Explanations, Retries, Reservations):
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(
@@ -64,14 +74,13 @@ class Scheduler(Intake, Explanations, Retries):
         self.now = 0.0
         self._generation: dict[str, int] = {}
         self._nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]] = {}
-        # StrictFIFO queues whose blocked head holds its quota (needs preemption, may preempt
-        # nothing): Kueue retries a StrictFIFO head every cycle, so it holds in every cycle its
-        # cohort tree has, against borrowers from other queues.
-        self._holders: set[str] = set()
+        self._holders: set[str] = set()  # (``Reservations``)
         self._unresolved: dict[str, Workload] = {}
         self.parked: dict[str, Workload] = {}  # waiting out an admission check's backoff, or deactivated
         self.cycles = 0
         self.cap_hits = 0
+        self.settle_seconds = SETTLE_SECONDS
+        self._preempted_at: dict[str, float] = {}  # (``Reservations``)
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
         # keys whose admission-check state changed -> whether the job may start now; the caller drains it
         self.checked: dict[str, bool] = {}
@@ -163,6 +172,7 @@ class Scheduler(Intake, Explanations, Retries):
         """
         out: list[Decision] = []
         self._wake_parked()
+        self._wake_settled()
         # Every cycle admits, evicts or sets aside at least one workload; the bound only guards
         # against a bug turning into a hang (``cap_hits`` counts it, tests assert it stays 0).
         limit = min(MAX_CYCLES_PER_CALL, 8 * len(self.workloads) + 64)
@@ -185,7 +195,7 @@ class Scheduler(Intake, Explanations, Retries):
         # 1. heads
         heads: list[tuple[Workload, ClusterQueue]] = []
         touched: set[str] = set()
-        reserved: list[tuple[ClusterQueue, dict[tuple[str, str], int]]] = []  # undone when the cycle ends
+        reserved: Reserved = []  # undone when the cycle ends
         self._wake_holders()
         for name in sorted(self.pending.active):
             cq = self.snapshot.queues.get(name)
@@ -199,6 +209,10 @@ class Scheduler(Intake, Explanations, Retries):
                 # way: set it aside now instead of spending a whole cycle on it (BestEffortFIFO).
                 known = None if cq.strict_fifo else self._known_failure(wl, cq)
                 if known is None or known.mode not in (Mode.NO_FIT, Mode.NO_CANDIDATES):
+                    if not first:
+                        # Kueue would try this head a cycle later, when the one set aside holds
+                        # nothing any more (it went to the inadmissible list): drop its hold.
+                        self._unhold(cq, reserved)
                     heads.append((wl, cq))
                     break
                 if first:  # the queue's head this cycle: it holds what it would use, as in step 4
@@ -206,7 +220,7 @@ class Scheduler(Intake, Explanations, Retries):
                 first = False
                 changed = self._inadmissible(wl, cq, known) or changed
         # 2. nominate
-        entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
+        entries = [(wl, cq, self._nominate(wl, cq, remember=cq.tree_key not in touched)) for wl, cq in heads]
         # 3. order: by borrowing level, priority, FIFO; with fair sharing, by tournament of shares
         entries.sort(key=lambda e: (e[2].borrow_level, -e[0].priority, e[0].queue_ts, e[0].seq))
         ordered: Iterable[tuple[Workload, ClusterQueue, Assignment]] = entries
@@ -236,9 +250,13 @@ class Scheduler(Intake, Explanations, Retries):
                 changed = True
             elif assignment.mode.preempts and tree in touched:
                 continue  # another entry changed this tree this cycle; retry next cycle
+            elif assignment.mode.preempts and wl.key in self._preempted_at:
+                self._say(wl, assignment.reason, "preempted a moment ago: it preempts others once its pods stopped")
+                changed = self._settle(wl, cq) or changed
             elif assignment.mode.preempts and (victims := preemption.for_assignment(self.snapshot, cq, wl, assignment)):
                 for t in victims:
                     decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
+                    self._preempted_at[t.workload.key] = self.now
                 # The victims released their quota at once; the preemptor takes it in the same
                 # step, so nothing requeued by the release (or the victims themselves) takes it first.
                 assignment = flavors.assign(self.snapshot, cq, wl, None, assignment.counts)
@@ -251,35 +269,6 @@ class Scheduler(Intake, Explanations, Retries):
         for cq, hold in reserved:
             cq.add_usage(hold, -1)
         return changed, decisions
-
-    def _wake_holders(self) -> None:
-        """Put StrictFIFO queues whose blocked head holds its quota back in the cycle whenever
-        another queue of their cohort tree has a head to try, so the hold applies to it."""
-        if not self._holders:
-            return
-        trees = {q.tree_key for name in self.pending.active if (q := self.snapshot.queues.get(name)) is not None}
-        for name in self._holders:
-            q = self.snapshot.queues.get(name)
-            if q is not None and q.tree_key in trees:
-                self.pending.active.add(name)
-
-    def _hold(
-        self,
-        cq: ClusterQueue,
-        assignment: Assignment,
-        reserved: list[tuple[ClusterQueue, dict[tuple[str, str], int]]],
-        touched: set[str],
-    ) -> None:
-        """Kueue's ``reserveCapacityForUnreclaimablePreempt``: a head that needs preemption but may
-        preempt nothing keeps what it would use for the rest of the cycle, so borrowers from other
-        queues cannot take it (unless its queue can always reclaim)."""
-        if assignment.mode != Mode.NO_CANDIDATES or preemption.can_always_reclaim(cq):
-            return
-        hold = preemption.to_reserve(cq, assignment)
-        if hold:
-            cq.add_usage(hold, 1)
-            reserved.append((cq, hold))
-            touched.add(cq.tree_key)
 
     def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> tuple[Mode, int]:
         return preemption.simulate(self.snapshot, cq, wl, fr, value)
@@ -295,13 +284,16 @@ class Scheduler(Intake, Explanations, Retries):
             return cached[1]
         return None
 
-    def _nominate(self, wl: Workload, cq: ClusterQueue) -> Assignment:
-        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload."""
+    def _nominate(self, wl: Workload, cq: ClusterQueue, *, remember: bool) -> Assignment:
+        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload.
+
+        A failure is remembered only when ``remember``: not while a blocked head of the tree holds
+        quota for this cycle, since the hold is gone by the next one."""
         known = self._known_failure(wl, cq)
         if known is not None:
             return known
         assignment = self._assign(wl, cq)
-        if assignment.mode != Mode.FIT:
+        if remember and assignment.mode != Mode.FIT:
             self._nofit_cache[self._class_key(wl, cq)] = (self._generation.get(cq.tree_key, 0), assignment.freeze())
         return assignment
 

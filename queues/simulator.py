@@ -91,6 +91,8 @@ class Simulation:
                 candidates.append(edits[ei].at)
             if (scale_up := self.scaler.next_scale_up()) is not None:
                 candidates.append(scale_up)
+            if (settled := self.sched.next_settled()) is not None:
+                candidates.append(settled)
             if candidates:
                 self.progress_at = max(self.progress_at, min(candidates))
             looping = [t for t in (self.deadlines[0][0] if self.deadlines else None, self.sched.next_requeue()) if t]

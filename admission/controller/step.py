@@ -46,7 +46,7 @@ from admission.store import database, lease
 from admission.store import workloads as store
 from queues import jobs, provisioning
 from queues.model import Workload
-from queues.scheduler import Admit, Decision, Evict, Scheduler
+from queues.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Changes:
 class StepOptions:
     step_decisions: int  # decisions committed per step (a backlog is committed and enacted in slices)
     ledger_labels: tuple[str, ...]
-    backoff_scale: float  # wall seconds per second of an admission check's backoff
+    backoff_scale: float  # wall seconds per second of a backoff (admission checks, a victim settling)
 
 
 class Steps:
@@ -129,6 +129,7 @@ class Steps:
         self.count += 1
         sched = term.scheduler
         now = sched.now = now_ms()
+        sched.settle_seconds = SETTLE_SECONDS * self.options.backoff_scale
         at = timestamp(now)
         dirty, self.changes.jobs = self.changes.jobs, {}
         try:
@@ -159,7 +160,8 @@ class Steps:
             row = term.by_key.get(key)
             if row is not None and (row.uid in self.checks.requests or _has_checks(term.held(key))):
                 self.checks.request(row.uid)
-        wakes = [t for t in (sched.next_requeue(), self.pods_ready.next_deadline()) if t is not None]
+        due = (sched.next_requeue(), sched.next_settled(), self.pods_ready.next_deadline())
+        wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
 
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:

@@ -22,7 +22,13 @@ def test_invalid_is_refused_with_every_problem_and_unused_fields_warned() -> Non
     answer = queue_objects.validate("CREATE", bad, None)
     assert not answer.allowed and "spec.resourceGroups[0].flavors[0].resources" in answer.message
     fair = queue_objects.validate("CREATE", cq(cohortName="c", fairSharing={"weight": "2"}), None)
-    assert fair.allowed and any("spec.fairSharing" in w and "not used" in w for w in fair.warnings), fair.warnings
+    assert fair.allowed and fair.warnings == []  # a ClusterQueue's weight is fair sharing's (docs/fair-sharing.md)
+    scoped = queue_objects.validate(
+        "CREATE", cq(admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"}), None
+    )
+    assert scoped.allowed and any("spec.admissionScope" in w and "not used" in w for w in scoped.warnings), (
+        scoped.warnings
+    )
 
 
 def test_the_editor_is_stamped_on_content_changes_only() -> None:
