@@ -5,8 +5,9 @@ holds objects at creation) and the controller (which tells a held object why, by
 decide alike: ``missing_local_queue`` (a job naming a LocalQueue that does not exist: hold or
 refuse), ``manage_jobs_without_queue_name`` with ``managed_jobs_namespace_selector`` and
 ``managed_resources`` (``queues.managed``), ``wait_for_pods_ready`` (``queues.podsready``: when a
-started workload whose pods are not Ready gives its quota back) and ``fair_sharing``
-(``queues.fairsharing``, read by the controller's scheduler). Namespace labels come from the
+started workload whose pods are not Ready gives its quota back), ``fair_sharing``
+(``queues.fairsharing``) and ``admission_fair_sharing`` (``queues.usage_history``), both read by the
+controller's scheduler. Namespace labels come from the
 controller's namespace informer, which every replica runs.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from queues import errors, fairsharing, jobs, managed, podsready
+from queues import errors, fairsharing, jobs, managed, podsready, usage_history
 from queues.model import Config
 from queues.selectors import LabelSelector
 
@@ -71,6 +72,14 @@ def parse_fair_sharing(text: str) -> fairsharing.FairSharing | None:
     return result
 
 
+def parse_admission_fair_sharing(text: str) -> usage_history.AdmissionFairSharing | None:
+    """Kueue's ``admissionFairSharing`` block (``{usageHalfLifeTime: 168h, ...}``); empty: off."""
+    if not text.strip():
+        return None
+    result: usage_history.AdmissionFairSharing | None = _block(text, usage_history.parse)
+    return result
+
+
 # the last configuration's managed resources: every unlabelled pod in a managed namespace asks, and
 # the webhook answers pods at hundreds a second while the configuration changes rarely
 _RESOURCES: list[tuple[Config, str, set[str]]] = []
@@ -92,6 +101,8 @@ class Policy:
     namespace_labels: Callable[[str], Mapping[str, str] | None] = field(default=lambda _ns: None)
     pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
     fair_sharing: fairsharing.FairSharing | None = None  # Kueue's fairSharing configuration; None: off
+    # Kueue's admissionFairSharing configuration (``queues.usage_history``); None: off
+    admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
 
     @classmethod
     def from_settings(
@@ -109,6 +120,7 @@ class Policy:
             namespace_labels=namespace_labels,
             pods_ready=parse_pods_ready(settings.wait_for_pods_ready),
             fair_sharing=parse_fair_sharing(settings.fair_sharing),
+            admission_fair_sharing=parse_admission_fair_sharing(settings.admission_fair_sharing),
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
         description="Kueue's fairSharing block as YAML or JSON ({} for the defaults, or {preemptionStrategies: "
         "[LessThanOrEqualToFinalShare, LessThanInitialShare]}); empty: off, as in Kueue",
     )
+    admission_fair_sharing: str = Field(
+        default="",
+        description="Kueue's admissionFairSharing block as YAML or JSON ({usageHalfLifeTime: 168h, "
+        "usageSamplingInterval: 5m, resourceWeights: {nvidia.com/gpu: 1}}); empty: off, as in Kueue",
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",
@@ -113,6 +118,14 @@ class Settings(BaseSettings):
         from admission.policy import parse_fair_sharing
 
         parse_fair_sharing(value)  # ValueError names the field and what is wrong
+        return value
+
+    @field_validator("admission_fair_sharing")
+    @classmethod
+    def _admission_fair_sharing(cls, value: str) -> str:
+        from admission.policy import parse_admission_fair_sharing
+
+        parse_admission_fair_sharing(value)  # ValueError names the field and what is wrong
         return value
 
     @field_validator("integrations")

@@ -7,6 +7,11 @@ frees capacity or the configuration changes: each tree has a *generation* that s
 bump, and bumping it puts the set-aside workloads back. Nothing is re-scanned otherwise, so
 a quiet cycle costs nothing however long the queues are.
 
+With admission fair sharing (``queues.usage_history``), a ClusterQueue keeps one heap per
+LocalQueue (a *lane*), and its head is the first of the lane whose LocalQueue has used least
+lately (then the usual order): the lanes are few, so choosing among them is cheap however long
+each is.
+
 Set-aside workloads are kept by *class* (the scheduler's: same ClusterQueue, pod sets and
 priority, so the same flavor assignment), each class in queue order. Putting them back puts back
 only each class's first: if it still cannot be admitted, neither can the rest, which stay aside
@@ -18,17 +23,18 @@ which workloads are tried is the same (each class is in order, and the heap merg
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from queues.model import Workload
 
 Entry = tuple[tuple[int, float, int], Workload]
+NO_LANE = ""  # the one heap of a ClusterQueue without admission fair sharing
 
 
 @dataclass(slots=True)
 class QueueState:
-    heap: list[Entry] = field(default_factory=list)
+    lanes: dict[str, list[Entry]] = field(default_factory=dict)  # heaps by LocalQueue key (or NO_LANE)
     inadmissible: dict[str, Workload] = field(default_factory=dict)
     blocked_at: int | None = None  # StrictFIFO: the tree generation at which the head failed
     # set-aside workloads by class, each a heap in queue order (entries of workloads that left are
@@ -44,6 +50,23 @@ class PendingQueues:
         self.queues: dict[str, QueueState] = {}
         self.where: dict[str, str] = {}  # workload key -> cluster queue it waits in
         self.active: set[str] = set()
+        # admission fair sharing: the ClusterQueues that use it, and a LocalQueue's usage by key
+        self.fair_queues: set[str] = set()
+        self.lane_usage: Callable[[str], float] = lambda lane: 0.0
+
+    def _lane(self, cq: str, wl: Workload) -> str:
+        return f"{wl.namespace}/{wl.local_queue}" if cq in self.fair_queues else NO_LANE
+
+    def _push_entry(self, state: QueueState, cq: str, wl: Workload) -> list[Entry]:
+        lane = state.lanes.setdefault(self._lane(cq, wl), [])
+        heapq.heappush(lane, (wl.order_key(), wl))
+        return lane
+
+    def order_key(self, cq: str, wl: Workload) -> tuple[float, tuple[int, float, int]]:
+        """Where ``wl`` stands in ``cq``: its LocalQueue's usage (admission fair sharing), then
+        priority, queue-order time and submission order."""
+        lane = self._lane(cq, wl)
+        return (self.lane_usage(lane) if lane else 0.0, wl.order_key())
 
     def _state(self, cq: str) -> QueueState:
         state = self.queues.get(cq)
@@ -53,12 +76,12 @@ class PendingQueues:
 
     def push(self, cq: str, wl: Workload) -> None:
         state = self._state(cq)
-        self._leave_class(state, wl)
+        self._leave_class(cq, state, wl)
         state.inadmissible.pop(wl.key, None)
         self.where[wl.key] = cq
-        heapq.heappush(state.heap, (wl.order_key(), wl))
+        lane = self._push_entry(state, cq, wl)
         self.active.add(cq)
-        if state.blocked_at is not None and state.heap[0][1] is wl:
+        if state.blocked_at is not None and lane[0][1] is wl:
             state.blocked_at = None  # a new head deserves a try
 
     def remove(self, wl: Workload) -> None:
@@ -66,9 +89,10 @@ class PendingQueues:
         cq = self.where.pop(wl.key, None)
         if cq is not None:
             state = self.queues[cq]
-            self._leave_class(state, wl)
+            self._leave_class(cq, state, wl)
             state.inadmissible.pop(wl.key, None)
-            if state.heap and state.heap[0][1] is wl:
+            lane = state.lanes.get(self._lane(cq, wl))
+            if lane and lane[0][1] is wl:
                 state.blocked_at = None
                 self.active.add(cq)
 
@@ -80,13 +104,25 @@ class PendingQueues:
         state = self.queues.get(cq)
         if state is None:
             return None
-        heap = state.heap
-        while heap:
-            entry = heap[0]
-            if self._valid(cq, entry) and entry[1].key not in state.inadmissible:
-                return entry[1]
-            heapq.heappop(heap)
-        return None
+        best: tuple[float, tuple[int, float, int]] | None = None
+        head: Workload | None = None
+        for name, heap in list(state.lanes.items()):
+            while heap:
+                entry = heap[0]
+                if (
+                    self._valid(cq, entry)
+                    and entry[1].key not in state.inadmissible
+                    and self._lane(cq, entry[1]) == name
+                ):
+                    break
+                heapq.heappop(heap)
+            if not heap:
+                del state.lanes[name]
+                continue
+            key = (self.lane_usage(name) if name else 0.0, heap[0][0])
+            if best is None or key < best:
+                best, head = key, heap[0][1]
+        return head
 
     def set_aside(self, cq: str, wl: Workload, cls: Hashable = None) -> None:
         """BestEffortFIFO: ``wl`` waits aside so the next workload gets its turn. ``cls``: its class
@@ -97,7 +133,7 @@ class PendingQueues:
         state.inadmissible[wl.key] = wl
         key = cls if cls is not None else ("own", wl.key)
         if state.class_of.get(wl.key) != key:
-            self._leave_class(state, wl)
+            self._leave_class(cq, state, wl)
             state.class_of[wl.key] = key
             heapq.heappush(state.classes.setdefault(key, []), (wl.order_key(), wl))
 
@@ -112,7 +148,7 @@ class PendingQueues:
         state.classes.pop(key, None)
         return None
 
-    def _leave_class(self, state: QueueState, wl: Workload) -> None:
+    def _leave_class(self, cq: str, state: QueueState, wl: Workload) -> None:
         """``wl`` is no longer aside (pushed again, admitted, gone): if it was its class's first and
         in line, the next of its class takes its place in line."""
         key = state.class_of.get(wl.key)
@@ -122,7 +158,7 @@ class PendingQueues:
         del state.class_of[wl.key]
         nxt = self._front(state, key)
         if was_first_in_line and nxt is not None and state.inadmissible.pop(nxt.key, None) is not None:
-            heapq.heappush(state.heap, (nxt.order_key(), nxt))
+            self._push_entry(state, cq, nxt)
 
     def block(self, cq: str, generation: int) -> None:
         """StrictFIFO: the head failed; the queue waits for its tree's generation to move."""
@@ -141,7 +177,7 @@ class PendingQueues:
         for key in list(state.classes):
             first = self._front(state, key)
             if first is not None and state.inadmissible.pop(first.key, None) is not None:
-                heapq.heappush(state.heap, (first.order_key(), first))
+                self._push_entry(state, cq, first)
         self.active.add(cq)
 
     def waiting(self, cq: str) -> list[Workload]:
@@ -150,9 +186,10 @@ class PendingQueues:
         if state is None:
             return []
         seen: dict[str, Workload] = {}
-        for _, wl in state.heap:
-            if self.where.get(wl.key) == cq and wl.admission is None:
-                seen[wl.key] = wl
+        for lane in state.lanes.values():
+            for _, wl in lane:
+                if self.where.get(wl.key) == cq and wl.admission is None:
+                    seen[wl.key] = wl
         for wl in state.inadmissible.values():
             seen[wl.key] = wl
-        return sorted(seen.values(), key=Workload.order_key)
+        return sorted(seen.values(), key=lambda w: self.order_key(cq, w))

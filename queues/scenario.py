@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import api, errors, fairsharing, jobs, pods, podsready, serving, trainjobs
+from queues import api, errors, fairsharing, jobs, pods, podsready, serving, trainjobs, usage_history
 from queues.errors import FieldError
 from queues.scenario_edits import MAX_SECONDS, Edit
 from queues.scenario_edits import edits as _edits
@@ -90,11 +90,13 @@ class Scenario:
     runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
     # Kueue's fairSharing configuration (``queues.fairsharing``): off unless the block is given
     fair_sharing: fairsharing.FairSharing | None = None
+    # Kueue's admissionFairSharing configuration (``queues.usage_history``): off unless given
+    admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
 
 
 _TOP_FIELDS = {
     "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady",
-    "fairSharing",
+    "fairSharing", "admissionFairSharing",
 }  # fmt: skip
 
 
@@ -253,6 +255,11 @@ def parse(doc: Any) -> Scenario:
         fair = fairsharing.parse(doc.get("fairSharing"))
     except errors.Invalid as exc:
         problems.extend(exc.errors)
+    admission_fair = None
+    try:
+        admission_fair = usage_history.parse(doc.get("admissionFairSharing"))
+    except errors.Invalid as exc:
+        problems.extend(exc.errors)
     if problems:
         raise errors.Invalid(problems)
     return Scenario(
@@ -268,6 +275,7 @@ def parse(doc: Any) -> Scenario:
         pods_ready,
         runtimes,
         fair,
+        admission_fair,
     )
 
 

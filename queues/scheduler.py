@@ -22,7 +22,8 @@ one admission per queue: every workload that fits is admitted, in Kueue's order.
 
 Its bases hold the rest: ``Intake`` (a job's workload, priority and queue), ``Explanations`` (why
 a workload waits, what admitting it would take), ``Retries`` (admission checks' verdicts,
-waitForPodsReady) and ``Reservations`` (a blocked head's hold on quota, a victim's settling).
+waitForPodsReady), ``Reservations`` (a blocked head's hold on quota, a victim's settling) and
+``FairAdmission`` (admission fair sharing's order within a ClusterQueue).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot
 from queues.queueing import PendingQueues
 from queues.reservations import SETTLE_SECONDS, Reservations, Reserved
 from queues.retries import Retries
+from queues.usage_history import AdmissionFairSharing, FairAdmission, UsageHistory
 
 __all__ = [
     "ADMISSION_CHECK",
@@ -55,7 +57,7 @@ __all__ = [
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler(Intake, Explanations, Retries, Reservations):
+class Scheduler(Intake, Explanations, Retries, Reservations, FairAdmission):
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(
@@ -64,12 +66,17 @@ class Scheduler(Intake, Explanations, Retries, Reservations):
         *,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         fair_sharing: FairSharing | None = None,
+        admission_fair_sharing: AdmissionFairSharing | None = None,
     ) -> None:
         self.config = config
         self.namespaces: dict[str, Mapping[str, str]] = dict(namespaces or {})
         self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration (``queues.fairsharing``)
         self.snapshot = Snapshot(config, fair_sharing)
         self.pending = PendingQueues()
+        # admission fair sharing (``queues.usage_history``): each LocalQueue's decayed usage
+        self.usage = UsageHistory(admission_fair_sharing) if admission_fair_sharing is not None else None
+        self.pending.lane_usage = self._lane_usage
+        self._mark_fair_queues()
         self.workloads: dict[str, Workload] = {}
         self.now = 0.0
         self._generation: dict[str, int] = {}
@@ -118,6 +125,7 @@ class Scheduler(Intake, Explanations, Retries, Reservations):
             config.cluster_queues.pop(name, None)
             config.terminating.discard(name)
         self.snapshot = Snapshot(config, self.fair_sharing)
+        self._mark_fair_queues()
         self._nofit_cache.clear()
         self._generation.clear()
         self._holders.clear()
@@ -149,6 +157,8 @@ class Scheduler(Intake, Explanations, Retries, Reservations):
                 self._enqueue(wl)
         for name in self.snapshot.queues:
             self.pending.requeue(name)
+        if self.usage is not None:
+            self.usage.hold(self._admitted_by_local_queue(), self.now)
         return decisions
 
     def _queues_in_use(self) -> set[str]:
@@ -275,7 +285,8 @@ class Scheduler(Intake, Explanations, Retries, Reservations):
 
     def _class_key(self, wl: Workload, cq: ClusterQueue) -> tuple[object, ...]:
         ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
-        return (cq.name, wl.shape, wl.priority, ts)
+        lane = wl.local_queue if cq.name in self.pending.fair_queues else None  # (each LocalQueue in its order)
+        return (cq.name, wl.shape, wl.priority, ts, wl.namespace if lane else None, lane)
 
     def _known_failure(self, wl: Workload, cq: ClusterQueue) -> Assignment | None:
         """The failed assignment of an identical workload since the tree last freed capacity."""
@@ -338,6 +349,8 @@ class Scheduler(Intake, Explanations, Retries, Reservations):
         )
         wl.admission = admission
         wl.admitted_at = self.now
+        if self.usage is not None and wl.local_queue is not None:
+            self.usage.admit(f"{wl.namespace}/{wl.local_queue}", admission.usage, self.now)
         wl.checks = provisioning.checks_to_pass(self.config, cq.spec, wl.running_pod_sets, admission)
         if wl.checks:
             self._say(
@@ -380,6 +393,8 @@ class Scheduler(Intake, Explanations, Retries, Reservations):
     def _release(self, wl: Workload) -> None:
         assert wl.admission is not None
         cq = self.snapshot.queues.get(wl.admission.cluster_queue)
+        if self.usage is not None and wl.local_queue is not None:
+            self.usage.release(f"{wl.namespace}/{wl.local_queue}", wl.admission.usage, self.now)
         self.snapshot.remove_workload(wl)
         wl.admission = None
         wl.admitted_at = wl.started_at = wl.ready_at = None

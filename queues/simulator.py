@@ -41,7 +41,10 @@ class Simulation:
         self.scenario = scenario
         self.config = Config.of(scenario.manifests)
         self.sched = scheduler.Scheduler(
-            self.config, namespaces=scenario.namespaces, fair_sharing=scenario.fair_sharing
+            self.config,
+            namespaces=scenario.namespaces,
+            fair_sharing=scenario.fair_sharing,
+            admission_fair_sharing=scenario.admission_fair_sharing,
         )
         self.sched.set_pod_priorities(scenario.pod_priorities)
         self.record = Recorder(scenario, follow_shares=follow_shares)

@@ -10,6 +10,7 @@ covered resources in order, and the fields that belong to one API version only.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from queues import api
 from queues.errors import FieldError, join_path
@@ -97,6 +98,7 @@ def validate(obj: api.KueueObject) -> list[FieldError]:
         out.append(FieldError("metadata.namespace", f"{obj.kind} is cluster-scoped; remove the namespace"))
     if isinstance(obj, api.ClusterQueue):
         out += _cluster_queue(obj)
+        out += _admission_scope(obj.spec.admission_scope)
     elif isinstance(obj, api.Cohort):
         out += _cohort(obj)
     elif isinstance(obj, api.ResourceFlavor):
@@ -283,14 +285,24 @@ def _resource_groups(groups: list[api.ResourceGroup], *, has_parent: bool, paren
     return out
 
 
+ADMISSION_MODES = ("UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing")  # (``queues.usage_history``)
+
+
+def _admission_scope(scope: dict[str, Any] | None, path: str = "spec.admissionScope") -> list[FieldError]:
+    """Kueue's ``admissionScope``: ``admissionMode`` is required and one of two."""
+    if scope is None:
+        return []
+    out = [FieldError(f"{path}.{k}", "unknown field (known: admissionMode)") for k in scope if k != "admissionMode"]
+    mode = scope.get("admissionMode")
+    if mode not in ADMISSION_MODES:
+        out.append(FieldError(f"{path}.admissionMode", f"must be {' or '.join(ADMISSION_MODES)}, not {mode!r}"))
+    return out
+
+
 # Fields Kueue defines that Turnstile accepts (a Kueue file must apply unchanged) but does not act
 # on yet: each is said as a warning wherever an object is applied, never silently ignored.
 _NOT_YET = {
-    "fairSharing": "a LocalQueue's weight is for admission fair sharing, which Turnstile does not do yet: the "
-    "LocalQueues of a ClusterQueue share it in priority and FIFO order",
     "topologyName": "Turnstile does not place workloads by topology yet: admission is by quota alone",
-    "admissionScope": "Turnstile does not do admission fair sharing yet: a ClusterQueue's LocalQueues share it "
-    "in priority and FIFO order",
     "concurrentAdmissionPolicy": "Turnstile admits one workload per job at a time (no concurrent admission variants)",
     "podSetUpdates": "Turnstile writes Kueue's own pod annotations for a ProvisioningRequest, not these updates",
     "podSetMergePolicy": "Turnstile makes one PodTemplate per pod set, never merged",
@@ -298,15 +310,29 @@ _NOT_YET = {
 }
 
 
-def unused_fields(obj: api.KueueObject) -> list[FieldError]:
-    """Fields set on ``obj`` that Turnstile accepts but does not act on yet (warnings, not errors)."""
+_AFS_OFF = (
+    "admission fair sharing is off (Kueue's admissionFairSharing: the controller's "
+    "TURNSTILE_ADMISSION_FAIR_SHARING, a scenario's admissionFairSharing block), so {what}"
+)
+
+
+def unused_fields(obj: api.KueueObject, *, admission_fair_sharing: bool = False) -> list[FieldError]:
+    """Fields set on ``obj`` that Turnstile accepts but does not act on (yet, or as configured):
+    warnings, not errors. ``admission_fair_sharing``: whether it is on where ``obj`` is applied."""
     out: list[FieldError] = []
-    if isinstance(obj, api.LocalQueue) and obj.spec.fair_sharing is not None:
-        out.append(FieldError("spec.fairSharing", f"accepted but not used: {_NOT_YET['fairSharing']}"))
+    if not admission_fair_sharing:
+        if isinstance(obj, api.LocalQueue) and obj.spec.fair_sharing is not None:
+            what = "a LocalQueue's weight is not used: LocalQueues share their ClusterQueue in priority and FIFO order"
+            out.append(FieldError("spec.fairSharing", f"accepted but not used: {_AFS_OFF.format(what=what)}"))
+        if (
+            isinstance(obj, api.ClusterQueue)
+            and (obj.spec.admission_scope or {}).get("admissionMode") == (ADMISSION_MODES[0])
+        ):
+            what = "its LocalQueues share it in priority and FIFO order"
+            out.append(FieldError("spec.admissionScope", f"accepted but not used: {_AFS_OFF.format(what=what)}"))
     if isinstance(obj, api.ResourceFlavor) and obj.spec.topology_name:
         out.append(FieldError("spec.topologyName", f"accepted but not used: {_NOT_YET['topologyName']}"))
     unused = {
-        "admissionScope": isinstance(obj, api.ClusterQueue) and obj.spec.admission_scope is not None,
         "concurrentAdmissionPolicy": isinstance(obj, api.ClusterQueue)
         and obj.spec.concurrent_admission_policy is not None,
         "podSetUpdates": isinstance(obj, api.ProvisioningRequestConfig) and obj.spec.pod_set_updates is not None,

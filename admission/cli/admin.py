@@ -92,6 +92,7 @@ def parse_documents(path: str) -> list[api.KueueObject]:
     objects: list[api.KueueObject] = []
     problems: list[str] = []
     seen: dict[tuple[str, str], str] = {}
+    afs = bool(_settings().admission_fair_sharing.strip())  # (the controller's, from the same environment)
     for doc in docs:
         body = doc.body if isinstance(doc.body, dict) else {}
         label = f"{body.get('kind', '?')}/{(body.get('metadata') or {}).get('name', '?')}" if body else "?"
@@ -100,7 +101,7 @@ def parse_documents(path: str) -> list[api.KueueObject]:
         except errors.Invalid as exc:
             problems += [f"{doc.where} ({label}): {e}" for e in exc.errors]
             continue
-        for unused in validation.unused_fields(obj):
+        for unused in validation.unused_fields(obj, admission_fair_sharing=afs):
             click.echo(f"warning: {doc.where} ({label}): {unused}", err=True)
         ident = (obj.kind, obj.key)
         if ident in seen:

@@ -57,7 +57,7 @@ from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import config as config_store
-from admission.store import database, lease, notify
+from admission.store import database, fair_usage, lease, notify
 from admission.store import workloads as store
 from queues import pods
 from queues.model import Config, Workload
@@ -362,10 +362,18 @@ class Controller:
         try:
             async with database.transaction(self.sessions) as session:
                 snapshot = await store.load_snapshot(session)
+                history = await fair_usage.load(session) if self.policy.admission_fair_sharing else {}
         except database.ERRORS as exc:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False
-        term = Term.start(fence, snapshot, dict(self.namespaces), self.policy.fair_sharing)
+        term = Term.start(
+            fence,
+            snapshot,
+            dict(self.namespaces),
+            self.policy.fair_sharing,
+            admission_fair_sharing=self.policy.admission_fair_sharing,
+            history=history,
+        )
         self.priorities.apply(term.scheduler)
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term

@@ -42,7 +42,7 @@ from admission.controller.term import Row, Term, now_ms, timestamp
 from admission.jobs.base import JobView
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import config as config_store
-from admission.store import database, lease
+from admission.store import database, fair_usage, lease
 from admission.store import workloads as store
 from queues import jobs, provisioning
 from queues.model import Workload
@@ -160,9 +160,20 @@ class Steps:
             row = term.by_key.get(key)
             if row is not None and (row.uid in self.checks.requests or _has_checks(term.held(key))):
                 self.checks.request(row.uid)
+        await self._save_usage(term)
         due = (sched.next_requeue(), sched.next_settled(), self.pods_ready.next_deadline())
         wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
+
+    async def _save_usage(self, term: Term) -> None:
+        """Admission fair sharing: store the LocalQueue histories that moved (``fair_usage``)."""
+        usage = term.scheduler.usage
+        if usage is None or not usage.changed:
+            return
+        rows = {k: (dict(e.consumed), e.updated) for k in sorted(usage.changed) if (e := usage.queues.get(k))}
+        async with database.transaction(self.sessions) as session:
+            await fair_usage.save(session, rows, fence=term.fence)
+        usage.changed.clear()
 
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
         """waitForPodsReady (``admission.controller.podsready``): look at the started workloads whose

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from admission.store import lease
@@ -27,6 +28,7 @@ from queues import model
 from queues.fairsharing import FairSharing
 from queues.model import Workload
 from queues.scheduler import Decision, Scheduler
+from queues.usage_history import AdmissionFairSharing
 
 
 def now_ms() -> float:
@@ -75,9 +77,20 @@ class Term:
         snapshot: store.StoreSnapshot,
         namespaces: dict[str, dict[str, str]],
         fair_sharing: FairSharing | None = None,
+        *,
+        admission_fair_sharing: AdmissionFairSharing | None = None,
+        history: Mapping[str, tuple[Mapping[str, float], float]] | None = None,
     ) -> Term:
-        scheduler = Scheduler(snapshot.config, namespaces=namespaces, fair_sharing=fair_sharing)
+        scheduler = Scheduler(
+            snapshot.config,
+            namespaces=namespaces,
+            fair_sharing=fair_sharing,
+            admission_fair_sharing=admission_fair_sharing,
+        )
         scheduler.now = now_ms()
+        if scheduler.usage is not None:  # admission fair sharing's history, as stored
+            for key, (consumed, at) in (history or {}).items():
+                scheduler.usage.restore(key, consumed, at)
         term = cls(fence, scheduler)
         for wl in snapshot.workloads:
             term.remember(Row(snapshot.ids[wl.key], snapshot.uids[wl.key], wl.key))

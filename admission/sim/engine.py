@@ -113,8 +113,13 @@ async def running(
         sessions=sessions,
         database_url=url,
         options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
-        # the scenario's waitForPodsReady and fairSharing
-        policy=dataclasses.replace(policy, pods_ready=scenario.pods_ready, fair_sharing=scenario.fair_sharing),
+        # the scenario's waitForPodsReady, fairSharing and admissionFairSharing
+        policy=dataclasses.replace(
+            policy,
+            pods_ready=scenario.pods_ready,
+            fair_sharing=scenario.fair_sharing,
+            admission_fair_sharing=scenario.admission_fair_sharing,
+        ),
     )
     webhook = WebhookServer(
         lambda: controller.config,

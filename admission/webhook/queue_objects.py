@@ -83,7 +83,7 @@ def _topology(obj: Obj) -> list[str]:
     return ["Turnstile does not place workloads by Topology yet: this object is stored by the API server only"]
 
 
-def validate(operation: str, obj: Obj, old: Obj | None) -> Answer:
+def validate(operation: str, obj: Obj, old: Obj | None, *, admission_fair_sharing: bool = False) -> Answer:
     answer = Answer()
     if operation not in ("CREATE", "UPDATE"):
         return answer  # deletion is guarded by the finalizer kueue.x-k8s.io/resource-in-use
@@ -107,7 +107,8 @@ def validate(operation: str, obj: Obj, old: Obj | None) -> Answer:
             answer.warnings.extend(_topology(body))
         else:
             parsed = api.parse(body)
-            answer.warnings.extend(f"{subject}: {e}" for e in validation.unused_fields(parsed))
+            unused = validation.unused_fields(parsed, admission_fair_sharing=admission_fair_sharing)
+            answer.warnings.extend(f"{subject}: {e}" for e in unused)
     except errors.Invalid as exc:
         answer.allowed = False
         answer.message = f"{subject} is invalid: " + "; ".join(str(e) for e in exc.errors)

@@ -87,7 +87,8 @@ class WebhookServer:
                 if mutating:
                     answer = queue_objects.mutate(operation, obj, old, req.get("userInfo"))
                 else:
-                    answer = queue_objects.validate(operation, obj, old)
+                    afs = self.policy.admission_fair_sharing is not None
+                    answer = queue_objects.validate(operation, obj, old, admission_fair_sharing=afs)
             except Exception:  # a bug: refuse (an unvalidated queue object could stop the scheduler's reading)
                 log.exception("review of a queue object failed")
                 answer = review.Answer(allowed=False, message="turnstile could not review this queue object (a bug)")

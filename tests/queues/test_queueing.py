@@ -43,7 +43,8 @@ def test_a_release_puts_back_one_workload_per_class_not_every_one() -> None:
     q.push("cq", other)
     q.set_aside("cq", other, cls="small")
     q.requeue("cq")
-    fresh = [w.key for _, w in q.queues["cq"].heap if w.key not in q.queues["cq"].inadmissible]
+    state = q.queues["cq"]
+    fresh = [w.key for lane in state.lanes.values() for _, w in lane if w.key not in state.inadmissible]
     assert sorted(set(fresh)) == ["ns/other", "ns/w0"]
     assert [w.key for w in q.waiting("cq")][:2] == ["ns/other", "ns/w0"], "positions are unchanged"
     assert len(q.waiting("cq")) == 1001
