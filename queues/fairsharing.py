@@ -24,12 +24,13 @@ compared with anything.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from queues import errors
 from queues.errors import FieldError
+from queues.podsready import duration
 from queues.quotas import CohortNode, FlavorResource, Node, Usage
 
 LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
@@ -45,6 +46,8 @@ class FairSharing:
 
     enable: bool = True
     preemption_strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    # Turnstile's usage-aware option (Kueue has none): order by decayed usage, this half-life (s); 0: off
+    usage_half_life: float = 0.0
 
 
 def parse(raw: Any, path: str = "fairSharing") -> FairSharing | None:
@@ -55,10 +58,13 @@ def parse(raw: Any, path: str = "fairSharing") -> FairSharing | None:
     if not isinstance(raw, Mapping):
         raise errors.Invalid([FieldError(path, "must be a mapping: {enable: true, preemptionStrategies: [...]}")])
     problems = [
-        FieldError(f"{path}.{k}", "unknown field (known: enable, preemptionStrategies)")
+        FieldError(f"{path}.{k}", "unknown field (known: enable, preemptionStrategies, usageHalfLifeTime)")
         for k in raw
-        if k not in ("enable", "preemptionStrategies")
+        if k not in ("enable", "preemptionStrategies", "usageHalfLifeTime")
     ]
+    half_life = 0.0
+    if "usageHalfLifeTime" in raw:
+        half_life = duration(raw["usageHalfLifeTime"], f"{path}.usageHalfLifeTime", problems)
     enable = raw.get("enable", True)
     if not isinstance(enable, bool):
         problems.append(FieldError(f"{path}.enable", "must be true or false"))
@@ -74,7 +80,7 @@ def parse(raw: Any, path: str = "fairSharing") -> FairSharing | None:
         )
     if problems:
         raise errors.Invalid(problems)
-    return FairSharing(True, tuple(strategies)) if enable else None
+    return FairSharing(True, tuple(strategies), half_life) if enable else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +121,15 @@ def compare(a: Share, b: Share) -> int:
     return (x > y) - (x < y)
 
 
-def share(node: Node) -> Share:
-    """``node``'s Dominant Resource Share as its usage is now."""
+def share(node: Node, usage: Mapping[FlavorResource, int] | None = None) -> Share:
+    """``node``'s Dominant Resource Share as its usage is now (or were it ``usage``)."""
     if node.parent is None:
         return Share(node.weight)
+    used = node.usage if usage is None else usage
     borrowed: dict[str, int] = {}
     frs: list[FlavorResource] = []
     for fr, quota in node.subtree_quota.items():
-        over = node.usage.get(fr, 0) - quota
+        over = used.get(fr, 0) - quota
         if over > 0:
             borrowed[fr[1]] = borrowed.get(fr[1], 0) + over
             frs.append(fr)
@@ -166,10 +173,12 @@ def fair_order(
     queue_of: Any,  # entry -> its ClusterQueue
     usage_of: Any,  # entry -> the usage it would add
     rank_of: Any,  # entry -> its tie-break (higher priority first, then earlier), lowest wins
+    history: Callable[[Node], Mapping[FlavorResource, int]] | None = None,
 ) -> Iterator[E]:
     """Entries one at a time, each chosen by tournament from those left (Kueue's fair-sharing
     iterator): trees in name order; within a tree, what the caller did with each pick (admitted,
-    preempted) counts for the next."""
+    preempted) counts for the next. ``history`` (usage-aware, Turnstile's): a ClusterQueue's decayed
+    usage; each queue then counts as using the more of it and of what it uses now."""
     by_tree: dict[str, list[E]] = {}
     for e in entries:
         by_tree.setdefault(queue_of(e).tree_key, []).append(e)
@@ -178,7 +187,7 @@ def fair_order(
         if queue_of(left[0]).parent is None:  # a ClusterQueue without a cohort: nothing to compare
             yield from left
             continue
-        tournament: _Tournament[E] = _Tournament(left, queue_of, usage_of, rank_of)
+        tournament: _Tournament[E] = _Tournament(left, queue_of, usage_of, rank_of, history)
         while tournament.alive:
             pick = tournament.pick()
             before = tournament.usage()
@@ -191,8 +200,15 @@ class _Tournament(Generic[E]):
     the entries under a node whose usage changed (an admission, a preemption) are computed again,
     so a cohort of many ClusterQueues costs what changed, not all of them, per pick."""
 
-    def __init__(self, entries: list[E], queue_of: Any, usage_of: Any, rank_of: Any) -> None:
-        self.entries, self.usage_of, self.rank_of = entries, usage_of, rank_of
+    def __init__(
+        self,
+        entries: list[E],
+        queue_of: Any,
+        usage_of: Any,
+        rank_of: Any,
+        history: Callable[[Node], Mapping[FlavorResource, int]] | None = None,
+    ) -> None:
+        self.entries, self.usage_of, self.rank_of, self.history = entries, usage_of, rank_of, history
         self.queues = [queue_of(e) for e in entries]
         self.paths: list[list[Node]] = []
         for cq in self.queues:
@@ -207,11 +223,35 @@ class _Tournament(Generic[E]):
         self.alive = set(range(len(entries)))
         self.by_queue = {id(q): i for i, q in enumerate(self.queues)}
         self.at: dict[tuple[int, int], Share] = {}  # (id of a cohort, entry) -> its child's share there
+        self.effective: dict[int, dict[FlavorResource, int]] = {}  # usage-aware: id(node) -> what it counts as
+        self._effective(self.root)
         for i in self.alive:
             self._compute(i)
 
+    def _effective(self, node: Node) -> dict[FlavorResource, int]:
+        """Usage-aware: what ``node`` counts as using, the more of its decayed usage and its usage
+        now, per flavor-resource (a cohort: its children's, summed)."""
+        if self.history is None:
+            return {}
+        if isinstance(node, CohortNode):
+            out: dict[FlavorResource, int] = {}
+            for child in (*node.child_cohorts, *node.child_queues):
+                for fr, v in self._effective(child).items():
+                    out[fr] = out.get(fr, 0) + v
+        else:
+            past = self.history(node)
+            out = {fr: max(node.usage.get(fr, 0), past.get(fr, 0)) for fr in {*node.usage, *past}}
+        self.effective[id(node)] = out
+        return out
+
     def _compute(self, i: int) -> None:
         cq, usage = self.queues[i], self.usage_of(self.entries[i])
+        if self.history is not None:
+            s = share(cq, _plus(self.effective[id(cq)], usage))
+            for node in self.paths[i][1:]:
+                self.at[(id(node), i)] = s
+                s = share(node, _plus(self.effective[id(node)], usage))
+            return
         cq.add_usage(usage, 1)
         try:
             s = share(cq)
@@ -233,6 +273,7 @@ class _Tournament(Generic[E]):
                     changed.add(id(node))
                     node = node.parent
         if changed:
+            self._effective(self.root)
             for i in self.alive:
                 if any(id(n) in changed for n in self.paths[i][:-1]):
                     self._compute(i)
@@ -258,6 +299,13 @@ class _Tournament(Generic[E]):
             ):
                 best = i
         return best
+
+
+def _plus(a: Mapping[FlavorResource, int], b: Mapping[FlavorResource, int]) -> dict[FlavorResource, int]:
+    out = dict(a)
+    for fr, v in b.items():
+        out[fr] = out.get(fr, 0) + v
+    return out
 
 
 def before(a: Share, a_usage: Usage, b: Share, b_usage: Usage) -> bool:

@@ -23,7 +23,7 @@ one admission per queue: every workload that fits is admitted, in Kueue's order.
 Its bases hold the rest: ``Intake`` (a job's workload, priority and queue), ``Explanations`` (why
 a workload waits, what admitting it would take), ``Retries`` (admission checks' verdicts,
 waitForPodsReady), ``Reservations`` (a blocked head's hold on quota, a victim's settling) and
-``FairAdmission`` (admission fair sharing's order within a ClusterQueue).
+``UsageOrdering`` (orders by usage history: admission fair sharing, usage-aware fair sharing).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot
 from queues.queueing import PendingQueues
 from queues.reservations import SETTLE_SECONDS, Reservations, Reserved
 from queues.retries import Retries
-from queues.usage_history import AdmissionFairSharing, FairAdmission, UsageHistory
+from queues.usage_history import AdmissionFairSharing, UsageHistory, UsageOrdering
 
 __all__ = [
     "ADMISSION_CHECK",
@@ -57,7 +57,7 @@ __all__ = [
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler(Intake, Explanations, Retries, Reservations, FairAdmission):
+class Scheduler(Intake, Explanations, Retries, Reservations, UsageOrdering):
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(
@@ -75,6 +75,11 @@ class Scheduler(Intake, Explanations, Retries, Reservations, FairAdmission):
         self.pending = PendingQueues()
         # admission fair sharing (``queues.usage_history``): each LocalQueue's decayed usage
         self.usage = UsageHistory(admission_fair_sharing) if admission_fair_sharing is not None else None
+        # usage-aware fair sharing (Turnstile's ``fairSharing.usageHalfLifeTime``): each ClusterQueue's
+        half_life = fair_sharing.usage_half_life if fair_sharing is not None else 0.0
+        self.queue_usage = (
+            UsageHistory(AdmissionFairSharing(half_life, sampling_interval=0.0), by_flavor=True) if half_life else None
+        )
         self.pending.lane_usage = self._lane_usage
         self._mark_fair_queues()
         self.workloads: dict[str, Workload] = {}
@@ -157,8 +162,7 @@ class Scheduler(Intake, Explanations, Retries, Reservations, FairAdmission):
                 self._enqueue(wl)
         for name in self.snapshot.queues:
             self.pending.requeue(name)
-        if self.usage is not None:
-            self.usage.hold(self._admitted_by_local_queue(), self.now)
+        self._hold_usage()
         return decisions
 
     def _queues_in_use(self) -> set[str]:
@@ -236,7 +240,11 @@ class Scheduler(Intake, Explanations, Retries, Reservations, FairAdmission):
         ordered: Iterable[tuple[Workload, ClusterQueue, Assignment]] = entries
         if self.fair_sharing is not None:
             ordered = fairsharing.fair_order(
-                entries, lambda e: e[1], lambda e: e[2].usage, lambda e: (-e[0].priority, e[0].queue_ts, e[0].seq)
+                entries,
+                lambda e: e[1],
+                lambda e: e[2].usage,
+                lambda e: (-e[0].priority, e[0].queue_ts, e[0].seq),
+                self._queue_history if self.queue_usage is not None else None,
             )
         # 4. admit, preempt, or set aside
         for wl, cq, assignment in ordered:
@@ -349,8 +357,7 @@ class Scheduler(Intake, Explanations, Retries, Reservations, FairAdmission):
         )
         wl.admission = admission
         wl.admitted_at = self.now
-        if self.usage is not None and wl.local_queue is not None:
-            self.usage.admit(f"{wl.namespace}/{wl.local_queue}", admission.usage, self.now)
+        self._record_usage(wl, cq.name, admission.usage, 1)
         wl.checks = provisioning.checks_to_pass(self.config, cq.spec, wl.running_pod_sets, admission)
         if wl.checks:
             self._say(
@@ -393,8 +400,7 @@ class Scheduler(Intake, Explanations, Retries, Reservations, FairAdmission):
     def _release(self, wl: Workload) -> None:
         assert wl.admission is not None
         cq = self.snapshot.queues.get(wl.admission.cluster_queue)
-        if self.usage is not None and wl.local_queue is not None:
-            self.usage.release(f"{wl.namespace}/{wl.local_queue}", wl.admission.usage, self.now)
+        self._record_usage(wl, wl.admission.cluster_queue, wl.admission.usage, -1)
         self.snapshot.remove_workload(wl)
         wl.admission = None
         wl.admitted_at = wl.started_at = wl.ready_at = None

@@ -110,8 +110,9 @@ class LocalQueueUsage:
 class UsageHistory:
     """Every LocalQueue's decayed usage (keys ``namespace/name``), advanced as admissions change."""
 
-    def __init__(self, config: AdmissionFairSharing) -> None:
+    def __init__(self, config: AdmissionFairSharing, *, by_flavor: bool = False) -> None:
         self.config = config
+        self.by_flavor = by_flavor  # keys "flavor/resource" (usage-aware fair sharing), else resource names
         self.queues: dict[str, LocalQueueUsage] = {}
         self.changed: set[str] = set()  # LocalQueues whose history moved; the controller stores and drains it
 
@@ -127,14 +128,17 @@ class UsageHistory:
         have run since, as far as anyone knows."""
         for key in set(self.queues) | set(admitted):
             now_held: Usage = {}
-            for (_, resource), milli in admitted.get(key, {}).items():
-                now_held[resource] = now_held.get(resource, 0.0) + milli / quantity.MILLI
+            for fr, milli in admitted.get(key, {}).items():
+                now_held[self._key(fr)] = now_held.get(self._key(fr), 0.0) + milli / quantity.MILLI
             entry = self.queues.get(key)
             if entry is None:
                 if now_held:
                     self.queues[key] = LocalQueueUsage(updated=now, admitted=now_held)
             elif not _same(entry.admitted, now_held):
                 entry.admitted = now_held
+
+    def _key(self, fr: tuple[str, str]) -> str:
+        return f"{fr[0]}/{fr[1]}" if self.by_flavor else fr[1]
 
     def _advance(self, key: str, now: float) -> LocalQueueUsage:
         entry = self.queues.get(key)
@@ -149,16 +153,18 @@ class UsageHistory:
         """A workload of ``key`` was admitted with ``requests`` ((flavor, resource) -> milli-units)."""
         entry = self._advance(key, now)
         penalty = self.config.alpha(self.config.sampling_interval)
-        for (_, resource), milli in requests.items():
-            amount = milli / quantity.MILLI
+        for fr, milli in requests.items():
+            amount, resource = milli / quantity.MILLI, self._key(fr)
             entry.admitted[resource] = entry.admitted.get(resource, 0.0) + amount
-            entry.consumed[resource] = entry.consumed.get(resource, 0.0) + amount * penalty
+            if penalty:
+                entry.consumed[resource] = entry.consumed.get(resource, 0.0) + amount * penalty
         self.changed.add(key)
 
     def release(self, key: str, requests: Mapping[tuple[str, str], int], now: float) -> None:
         """A workload of ``key`` gave its quota back (finished, evicted)."""
         entry = self._advance(key, now)
-        for (_, resource), milli in requests.items():
+        for fr, milli in requests.items():
+            resource = self._key(fr)
             left = entry.admitted.get(resource, 0.0) - milli / quantity.MILLI
             if left > 1e-9:
                 entry.admitted[resource] = left
@@ -193,14 +199,16 @@ def _same(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
     return a.keys() == b.keys() and all(abs(a[k] - b[k]) < 1e-9 for k in a)
 
 
-class FairAdmission:
-    """Admission fair sharing in the scheduler (a ``Scheduler`` base): which ClusterQueues order
-    by LocalQueue usage, and that usage."""
+class UsageOrdering:
+    """Orders by usage history in the scheduler (a ``Scheduler`` base): admission fair sharing's
+    LocalQueue usage (``usage``), and usage-aware fair sharing's ClusterQueue usage
+    (``queue_usage``, ``fairSharing.usageHalfLifeTime``; docs/fair-sharing.md)."""
 
     config: Config
     pending: PendingQueues
     workloads: dict[str, Workload]
     usage: UsageHistory | None
+    queue_usage: UsageHistory | None
     now: float
 
     def _mark_fair_queues(self) -> None:
@@ -211,17 +219,44 @@ class FairAdmission:
         )
 
     def _lane_usage(self, lane: str) -> float:
-        """A LocalQueue's usage as admission fair sharing orders by (``queues.usage_history``)."""
+        """A LocalQueue's usage as admission fair sharing orders by."""
         if self.usage is None:
             return 0.0
         lq = self.config.local_queues.get(lane)
         return self.usage.weighted(lane, weight_of(lq.spec.fair_sharing) if lq else 1.0, self.now)
 
-    def _admitted_by_local_queue(self) -> dict[str, dict[tuple[str, str], int]]:
-        out: dict[str, dict[tuple[str, str], int]] = {}
-        for wl in self.workloads.values():
-            if wl.admission is not None and wl.local_queue is not None:
-                held = out.setdefault(f"{wl.namespace}/{wl.local_queue}", {})
-                for fr, v in wl.admission.usage.items():
-                    held[fr] = held.get(fr, 0) + v
+    def _queue_history(self, cq: Any) -> dict[tuple[str, str], int]:
+        """Usage-aware fair sharing: a ClusterQueue's decayed usage, (flavor, resource) -> milli-units."""
+        if self.queue_usage is None:
+            return {}
+        out: dict[tuple[str, str], int] = {}
+        for key, amount in self.queue_usage.consumed(cq.name, self.now).items():
+            flavor, resource = key.split("/", 1)
+            out[(flavor, resource)] = round(amount * quantity.MILLI)
         return out
+
+    def _record_usage(self, wl: Workload, cluster_queue: str, usage: Mapping[tuple[str, str], int], sign: int) -> None:
+        """``wl`` took (1) or gave back (-1) ``usage`` in ``cluster_queue``: the histories move."""
+        if self.usage is not None and wl.local_queue is not None:
+            lq = f"{wl.namespace}/{wl.local_queue}"
+            (self.usage.admit if sign > 0 else self.usage.release)(lq, usage, self.now)
+        if self.queue_usage is not None:
+            (self.queue_usage.admit if sign > 0 else self.queue_usage.release)(cluster_queue, usage, self.now)
+
+    def _hold_usage(self) -> None:
+        """After a restore or a new configuration: what each LocalQueue and ClusterQueue holds now."""
+        by_lq: dict[str, dict[tuple[str, str], int]] = {}
+        by_cq: dict[str, dict[tuple[str, str], int]] = {}
+        for wl in self.workloads.values():
+            if wl.admission is None:
+                continue
+            held = [by_cq.setdefault(wl.admission.cluster_queue, {})]
+            if wl.local_queue is not None:
+                held.append(by_lq.setdefault(f"{wl.namespace}/{wl.local_queue}", {}))
+            for into in held:
+                for fr, v in wl.admission.usage.items():
+                    into[fr] = into.get(fr, 0) + v
+        if self.usage is not None:
+            self.usage.hold(by_lq, self.now)
+        if self.queue_usage is not None:
+            self.queue_usage.hold(by_cq, self.now)

@@ -82,7 +82,8 @@ class Options:
     # committed and enacted in slices, so the first jobs start at once and the work overlaps
     step_decisions: int = 1000
     ledger_labels: tuple[str, ...] = store.LEDGER_LABELS  # job labels recorded on the usage ledger
-    # wall seconds per second of an admission check's backoff (engine cluster runs scenario time scaled)
+    # wall seconds per second of the policy's durations: backoffs, a victim's settling, fair sharing's
+    # half-lives (engine cluster runs scenario time scaled)
     backoff_scale: float = 1.0
 
 
@@ -362,18 +363,21 @@ class Controller:
         try:
             async with database.transaction(self.sessions) as session:
                 snapshot = await store.load_snapshot(session)
-                history = await fair_usage.load(session) if self.policy.admission_fair_sharing else {}
+                fair = self.policy.fair_sharing
+                keeps = self.policy.admission_fair_sharing or (fair is not None and fair.usage_half_life)
+                history = await fair_usage.load(session) if keeps else {}
         except database.ERRORS as exc:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False
-        term = Term.start(
-            fence,
-            snapshot,
-            dict(self.namespaces),
-            self.policy.fair_sharing,
-            admission_fair_sharing=self.policy.admission_fair_sharing,
-            history=history,
-        )
+        scale = self.options.backoff_scale  # fair sharing's half-lives in wall seconds, as backoffs
+        fair, afs = self.policy.fair_sharing, self.policy.admission_fair_sharing
+        if fair is not None and scale != 1.0:
+            fair = dataclasses.replace(fair, usage_half_life=fair.usage_half_life * scale)
+        if afs is not None and scale != 1.0:
+            afs = dataclasses.replace(
+                afs, half_life=afs.half_life * scale, sampling_interval=afs.sampling_interval * scale
+            )
+        term = Term.start(fence, snapshot, dict(self.namespaces), fair, admission_fair_sharing=afs, history=history)
         self.priorities.apply(term.scheduler)
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term

@@ -166,14 +166,15 @@ class Steps:
         self._wake_for_requeue(min(wakes, default=None))
 
     async def _save_usage(self, term: Term) -> None:
-        """Admission fair sharing: store the LocalQueue histories that moved (``fair_usage``)."""
-        usage = term.scheduler.usage
-        if usage is None or not usage.changed:
+        """Fair sharing: store the queue histories that moved (``fair_usage``)."""
+        histories = [h for h in (term.scheduler.usage, term.scheduler.queue_usage) if h is not None and h.changed]
+        if not histories:
             return
-        rows = {k: (dict(e.consumed), e.updated) for k in sorted(usage.changed) if (e := usage.queues.get(k))}
+        rows = {k: (dict(e.consumed), e.updated) for h in histories for k in h.changed if (e := h.queues.get(k))}
         async with database.transaction(self.sessions) as session:
             await fair_usage.save(session, rows, fence=term.fence)
-        usage.changed.clear()
+        for h in histories:
+            h.changed.clear()
 
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
         """waitForPodsReady (``admission.controller.podsready``): look at the started workloads whose

@@ -88,9 +88,10 @@ class Term:
             admission_fair_sharing=admission_fair_sharing,
         )
         scheduler.now = now_ms()
-        if scheduler.usage is not None:  # admission fair sharing's history, as stored
-            for key, (consumed, at) in (history or {}).items():
-                scheduler.usage.restore(key, consumed, at)
+        for key, (consumed, at) in (history or {}).items():  # fair sharing's histories, as stored
+            kept = scheduler.usage if "/" in key else scheduler.queue_usage  # LocalQueue / ClusterQueue
+            if kept is not None:
+                kept.restore(key, consumed, at)
         term = cls(fence, scheduler)
         for wl in snapshot.workloads:
             term.remember(Row(snapshot.ids[wl.key], snapshot.uids[wl.key], wl.key))

@@ -4,8 +4,8 @@ Configuration mirrors Kueue's objects: each row keeps the object's manifest (``m
 as applied, for ``turnstile get -o yaml``) beside the normalised columns the scheduler and
 the constraints need; quotas are one row per (queue, flavor, resource). Workloads carry
 their pod sets and queue order; admissions charge quota per (workload, flavor, resource);
-the usage ledger records every admitted interval for chargeback; each LocalQueue's decayed
-usage is admission fair sharing's history; the audit log every admin edit; the leader lease
+the usage ledger records every admitted interval for chargeback; each queue's decayed usage
+is fair sharing's history; the audit log every admin edit; the leader lease
 the single scheduler's identity and fencing token; settings the install-wide choices (where
 the configuration is declared).
 
@@ -326,12 +326,14 @@ class UsageInterval(Base):
     )
 
 
-class LocalQueueUsage(Base):
-    """Admission fair sharing (``queues.usage_history``): a LocalQueue's decayed usage (resource ->
-    amount in whole units) as of ``updated_at``, so a restart or a fail-over keeps the history."""
+class UsageHistory(Base):
+    """A queue's decayed usage (``queues.usage_history``) as of ``updated_at``: a LocalQueue's
+    (``namespace/name``; admission fair sharing, per resource) or a ClusterQueue's (its name;
+    usage-aware fair sharing, per ``flavor/resource``), in whole units, so a restart or a fail-over
+    keeps the history."""
 
-    __tablename__ = "local_queue_usage"
-    local_queue: Mapped[str] = mapped_column(String(63 + 1 + NAME), primary_key=True)  # namespace/name
+    __tablename__ = "usage_history"
+    queue: Mapped[str] = mapped_column(String(63 + 1 + NAME), primary_key=True)
     consumed: Mapped[dict[str, Any]] = mapped_column(nullable=False, server_default=text("'{}'::jsonb"))
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 

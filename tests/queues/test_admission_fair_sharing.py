@@ -126,3 +126,49 @@ def test_admission_scope_and_local_queue_weights_warn_when_admission_fair_sharin
     assert off == [("ClusterQueue", "spec.admissionScope"), ("LocalQueue", "spec.fairSharing")]
     on = [e for o in parsed.manifests for e in validation.unused_fields(o, admission_fair_sharing=True)]
     assert on == []
+
+
+def _pool(fair_sharing: dict[str, Any]) -> dict[str, Any]:
+    """A cohort's own 8 GPUs shared by ClusterQueues a and b (no quota of their own). a runs 8 GPUs
+    for 600 s; a's next job waits from 100, b's first from 200."""
+    manifests: list[dict[str, Any]] = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "pool"},
+         "spec": {"resourceGroups": [{"coveredResources": [GPU],
+                                      "flavors": [{"name": "f", "resources": [{"name": GPU, "nominalQuota": "8"}]}]}]}},
+    ]  # fmt: skip
+    for team in ("a", "b"):
+        manifests.append(
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": team},
+             "spec": {"cohortName": "pool", "namespaceSelector": {},
+                      "resourceGroups": [{"coveredResources": [GPU],
+                                          "flavors": [{"name": "f", "resources": [{"name": GPU, "nominalQuota": "0"}]}]}]}}
+        )  # fmt: skip
+        manifests.append(
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "q", "namespace": team},
+             "spec": {"clusterQueue": team}}
+        )  # fmt: skip
+
+    def job(name: str, team: str, at: int, runtime: int) -> dict[str, Any]:
+        container = {"name": "c", "resources": {"limits": {GPU: "8"}}}
+        return {"at": at, "runtime": runtime, "object": {
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": team, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+            "spec": {"template": {"spec": {"containers": [container]}}}}}  # fmt: skip
+
+    jobs = [job("long", "a", 0, 600), job("next", "a", 100, 100), job("first", "b", 200, 100)]
+    return {"name": "pool", "manifests": manifests, "jobs": jobs, "fairSharing": fair_sharing}
+
+
+def test_usage_aware_fair_sharing_orders_by_decayed_usage_kueues_by_usage_now() -> None:
+    def at_600(doc: dict[str, Any]) -> list[str]:
+        result = simulator.Simulation(scenario.parse(doc)).run().to_json()
+        return [e["workload"] for e in result["events"] if e["type"] == "Admitted" and e["t"] == 600]
+
+    # Kueue's DRS: at 600 neither queue borrows; with its head each would borrow all 8: a tie, FIFO
+    assert at_600(_pool({})) == ["a/next"]
+    # usage-aware: a has used 8 GPUs for 600 s (half of it left after a 10-minute half-life)
+    assert at_600(_pool({"usageHalfLifeTime": "10m"})) == ["b/first"]
+    with pytest.raises(errors.Invalid) as bad:
+        scenario.parse(_pool({"usageHalfLifeTime": "a while"}))
+    assert [e.path for e in bad.value.errors] == ["fairSharing.usageHalfLifeTime"]

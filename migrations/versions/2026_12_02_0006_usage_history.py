@@ -1,9 +1,10 @@
-"""Admission fair sharing: each LocalQueue's decayed usage.
+"""Fair sharing's history: each queue's decayed usage.
 
 Why: Kueue orders a ClusterQueue's workloads by how much their LocalQueue used lately (admission
 fair sharing) and keeps that history in memory and in the LocalQueue's status; Turnstile keeps it
-here, so a restart or a fail-over to another replica loses none of it. One row per LocalQueue
-(`namespace/name`): the decayed usage per resource (JSON, whole units) as of `updated_at`.
+here, and the ClusterQueues' history that its usage-aware fair sharing orders by, so a restart or
+a fail-over to another replica loses none of it. One row per queue (a LocalQueue's
+`namespace/name`, a ClusterQueue's name): the decayed usage (JSON, whole units) as of `updated_at`.
 
 Locking risk: none. A new table, written only by the controller's leader.
 
@@ -26,8 +27,8 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.create_table(
-        "local_queue_usage",
-        sa.Column("local_queue", sa.String(length=317), nullable=False),
+        "usage_history",
+        sa.Column("queue", sa.String(length=317), nullable=False),
         sa.Column(
             "consumed",
             postgresql.JSONB(astext_type=sa.Text()),
@@ -35,9 +36,9 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("local_queue", name=op.f("pk_local_queue_usage")),
+        sa.PrimaryKeyConstraint("queue", name=op.f("pk_usage_history")),
     )
 
 
 def downgrade() -> None:
-    op.drop_table("local_queue_usage")
+    op.drop_table("usage_history")
