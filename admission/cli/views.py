@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from io import StringIO
 from typing import Any
@@ -12,7 +13,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
-from admission.store import tables
+from admission.store import fair_usage, tables
 from admission.store import workload_objects as workload_objects_store
 from admission.store import workloads as store
 from queues import api, fairsharing, quantity
@@ -279,6 +280,17 @@ def _pods_line(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+async def _history(session: AsyncSession, queue: str) -> str:
+    """A queue's decayed usage as the controller last stored it (``admission.store.fair_usage``)."""
+    stored = (await fair_usage.load(session)).get(queue)
+    if stored is None:
+        return ""
+    consumed, at = stored
+    amounts = ", ".join(f"{r} {v:.4g}" for r, v in sorted(consumed.items())) or "nothing"
+    when = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{amounts} (decayed usage, whole units, as of {when})"
+
+
 async def _fair_share(session: AsyncSession, cluster_queue: str) -> str:
     """The ClusterQueue's weight and Dominant Resource Share in its cohort now (``queues.fairsharing``),
     as the controller's fair sharing compares them."""
@@ -366,8 +378,12 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
                         fmt(usage.get((f.name, res.name), 0)),
                     )
         console.print(table)
+        if history := await _history(session, obj.name):
+            console.print(f"Usage history (usage-aware fair sharing): {history}")
     else:
         console.print(yaml.safe_dump(api.to_manifest(obj, version=obj.version), sort_keys=False).rstrip())
+        if isinstance(obj, api.LocalQueue) and (history := await _history(session, obj.key)):
+            console.print(f"Usage history (admission fair sharing): {history}")
     entries = await config_store.history(session, kind=kind, name=obj.key)
     if entries:
         console.print("Recent edits:")

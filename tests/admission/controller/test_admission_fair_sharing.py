@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from admission.cli import views
 from admission.policy import DEFAULT_POLICY, parse_admission_fair_sharing
 from admission.store import database, fair_usage
 from queues import usage_history
@@ -71,6 +72,9 @@ async def test_the_least_used_local_queue_goes_first_and_its_history_survives_a_
         async with database.transaction(w.sessions) as s:
             stored = await fair_usage.load(s)
         assert stored["ml/team-a"][0][GPU] > 0 and stored["ml/team-b"][0][GPU] > 0, stored
+        async with w.sessions() as session:  # what `turnstile describe localqueue ml/team-a` prints
+            shown = await views.describe(session, "LocalQueue", "ml/team-a")
+        assert f"Usage history (admission fair sharing): {GPU} " in shown, shown
 
         replica = w.start_controller("replica-2", policy=policy)
         await eventually(lambda: replica.term is not None, what="replica-2 to lead")
