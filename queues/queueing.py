@@ -62,12 +62,6 @@ class PendingQueues:
         heapq.heappush(lane, (wl.order_key(), wl))
         return lane
 
-    def order_key(self, cq: str, wl: Workload) -> tuple[float, tuple[int, float, int]]:
-        """Where ``wl`` stands in ``cq``: its LocalQueue's usage (admission fair sharing), then
-        priority, queue-order time and submission order."""
-        lane = self._lane(cq, wl)
-        return (self.lane_usage(lane) if lane else 0.0, wl.order_key())
-
     def _state(self, cq: str) -> QueueState:
         state = self.queues.get(cq)
         if state is None:
@@ -192,4 +186,12 @@ class PendingQueues:
                     seen[wl.key] = wl
         for wl in state.inadmissible.values():
             seen[wl.key] = wl
-        return sorted(seen.values(), key=lambda w: self.order_key(cq, w))
+        usage: dict[str, float] = {}  # per lane, once (a LocalQueue's usage is the same for all its workloads)
+
+        def key(w: Workload) -> tuple[float, tuple[int, float, int]]:
+            lane = self._lane(cq, w)
+            if lane and lane not in usage:
+                usage[lane] = self.lane_usage(lane)
+            return (usage.get(lane, 0.0), w.order_key())
+
+        return sorted(seen.values(), key=key)
