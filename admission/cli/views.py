@@ -12,6 +12,7 @@ import yaml
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from admission.policy import parse_fair_sharing
 from admission.store import config as config_store
 from admission.store import fair_usage, tables
 from admission.store import workload_objects as workload_objects_store
@@ -243,7 +244,7 @@ async def _describe_workload(
         if r["state"] == "Pending":
             # the scheduling core's own search, on the stored state
             snap = await store.load_snapshot(session)
-            sched = Scheduler(snap.config)
+            sched = Scheduler(snap.config, fair_sharing=await _controller_fair_sharing(session))
             sched.restore(snap.workloads)
             assignment, victims = sched.preemption_plan(f"{r['namespace']}/{r['name']}")
             if assignment is None:
@@ -278,6 +279,14 @@ def _pods_line(r: dict[str, Any]) -> str:
             text += f", at least {ps.min_count}"
         parts.append(text)
     return "; ".join(parts)
+
+
+async def _controller_fair_sharing(session: AsyncSession) -> fairsharing.FairSharing | None:
+    """The fair sharing the controller runs with, as its leader recorded it: a plan is made as it would."""
+    try:
+        return parse_fair_sharing(await fair_usage.get_setting(session))
+    except ValueError:
+        return None
 
 
 async def _history(session: AsyncSession, queue: str) -> str:

@@ -366,6 +366,7 @@ class Controller:
                 fair = self.policy.fair_sharing
                 keeps = self.policy.admission_fair_sharing or (fair is not None and fair.usage_half_life)
                 history = await fair_usage.load(session) if keeps else {}
+                await fair_usage.put_setting(session, self.policy.fair_sharing, fence=fence)  # (for describe)
         except database.ERRORS as exc:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False

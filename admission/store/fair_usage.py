@@ -6,19 +6,25 @@ and says which moved (``UsageHistory.changed``); the controller's step writes th
 fenced transaction, and a new term reads them all back before it restores the admitted workloads.
 Kueue keeps the LocalQueues' history in memory and in their status; here a restart or a fail-over
 loses none of it.
+
+The leader also records its fair-sharing setting (``SETTING``, a ``settings`` row), so that
+``turnstile describe workload`` plans preemption as the controller would.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import lease, tables
+from queues.fairsharing import FairSharing
 
+SETTING = "fair_sharing"  # the controller's fairSharing block as JSON; "" when off
 History = dict[str, tuple[dict[str, float], float]]  # queue key -> (consumed, as of epoch seconds)
 
 
@@ -45,3 +51,27 @@ async def save(
             set_={"consumed": stmt.excluded.consumed, "updated_at": stmt.excluded.updated_at},
         )
     )
+
+
+async def put_setting(session: AsyncSession, fair: FairSharing | None, *, fence: lease.Fence) -> None:
+    """Record the leader's fair-sharing setting (Kueue's block, as JSON; "" when off)."""
+    await lease.check(session, fence)
+    value = (
+        ""
+        if fair is None
+        else json.dumps(
+            {"preemptionStrategies": list(fair.preemption_strategies), "usageHalfLifeTime": fair.usage_half_life}
+            if fair.usage_half_life
+            else {"preemptionStrategies": list(fair.preemption_strategies)}
+        )
+    )
+    stmt = insert(tables.Setting).values(key=SETTING, value=value)
+    await session.execute(
+        stmt.on_conflict_do_update(index_elements=[tables.Setting.key], set_={"value": value, "updated_at": func.now()})
+    )
+
+
+async def get_setting(session: AsyncSession) -> str:
+    """The fair-sharing setting the leader last recorded ("" when off or never recorded)."""
+    row = await session.get(tables.Setting, SETTING, populate_existing=True)
+    return row.value if row is not None else ""

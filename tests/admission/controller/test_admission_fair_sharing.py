@@ -4,6 +4,7 @@ that did; the history is in PostgreSQL and a new term (restart, fail-over) takes
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from admission.cli import views
 from admission.policy import DEFAULT_POLICY, parse_admission_fair_sharing
 from admission.store import database, fair_usage
 from queues import usage_history
-from tests.admission.controller.world import GPU, eventually, job, world
+from tests.admission.controller.world import GPU, JOBS, eventually, job, world
 
 CONFIG = """
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -61,10 +62,13 @@ async def test_the_least_used_local_queue_goes_first_and_its_history_survives_a_
         async def running(name: str) -> bool:
             return (await w.get(name))["spec"]["suspend"] is False
 
-        await w.create(job("a0", gpus=4, runtime=2.0))
+        await w.create(job("a0", gpus=4))  # runs until deleted
         await eventually(lambda: running("a0"), what="a0 to run")
         await w.create(job("a1", gpus=4))  # older than b1, from the LocalQueue that used 4 GPUs
         await w.create(job("b1", gpus=4, queue="team-b"))
+        await asyncio.sleep(0.5)
+        assert not await running("a1") and not await running("b1")  # both wait for a0's GPUs
+        await w.kube.delete(JOBS, "ml", "a0")
         await eventually(lambda: running("b1"), timeout=20.0, what="b1 (team-b used nothing) to go first")
         assert not await running("a1")
 

@@ -12,6 +12,7 @@ import pytest
 from admission.cli import views
 from admission.controller.metrics import Metrics
 from admission.policy import DEFAULT_POLICY, parse_fair_sharing
+from admission.store import fair_usage
 from queues import fairsharing
 from tests.admission.controller.test_metrics import scrape, value
 from tests.admission.controller.world import eventually, job, world
@@ -72,6 +73,9 @@ async def test_shares_show_in_metrics_and_the_queue_borrowing_least_gets_its_quo
             return all(j["spec"]["suspend"] is False for j in jobs)
 
         await eventually(lambda: running(("a0", "a1", "a2", "a3")), what="team-a to borrow all 8 GPUs")
+        async with w.sessions() as session:  # what `turnstile describe workload` plans with
+            recorded = await fair_usage.get_setting(session)
+        assert parse_fair_sharing(recorded) == fairsharing.FairSharing(), recorded
         metrics = Metrics(controller)
         samples = scrape(metrics)
         # team-a borrows 4 of the 8 its cohort could lend it: 500 per mille; team-b borrows nothing
