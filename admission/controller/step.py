@@ -165,15 +165,20 @@ class Steps:
         wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
 
-    async def _save_usage(self, term: Term) -> None:
-        """Fair sharing: store the queue histories that moved (``fair_usage``)."""
+    async def _save_usage(self, term: Term, session: AsyncSession | None = None) -> None:
+        """Fair sharing: store the queue histories that moved (``fair_usage``), in ``session`` (the
+        step's commit, so an admission and its LocalQueue's history land together) or in its own
+        transaction (what finished jobs gave back)."""
         histories = [h for h in (term.scheduler.usage, term.scheduler.queue_usage) if h is not None and h.changed]
         if not histories:
             return
         rows = {k: (dict(e.consumed), e.updated) for h in histories for k in h.changed if (e := h.queues.get(k))}
-        async with database.transaction(self.sessions) as session:
+        if session is not None:
             await fair_usage.save(session, rows, fence=term.fence)
-        for h in histories:
+        else:
+            async with database.transaction(self.sessions) as own:
+                await fair_usage.save(own, rows, fence=term.fence)
+        for h in histories:  # (a failed commit ends the term: the next one reads what was stored)
             h.changed.clear()
 
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
@@ -442,6 +447,7 @@ class Steps:
             )
             preempting = self._preempting(term, waiting or {})
             await store.set_admitted_reasons(session, [(row_id, r, m) for row_id, _, r, m in preempting])
+            await self._save_usage(term, session)
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
         began = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
         self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), began)
