@@ -75,7 +75,7 @@ class Scheduler(Intake, Explanations, Retries, Reservations, UsageOrdering):
         self.pending = PendingQueues()
         # admission fair sharing (``queues.usage_history``): each LocalQueue's decayed usage
         self.usage = UsageHistory(admission_fair_sharing) if admission_fair_sharing is not None else None
-        # usage-aware fair sharing (Turnstile's ``fairSharing.usageHalfLifeTime``): each ClusterQueue's
+        # usage-aware fair sharing (Turnstile's ``fairSharing.usageHalfLifeTime``): each ClusterQueue's decayed usage
         half_life = fair_sharing.usage_half_life if fair_sharing is not None else 0.0
         self.queue_usage = (
             UsageHistory(AdmissionFairSharing(half_life, sampling_interval=0.0), by_flavor=True) if half_life else None
