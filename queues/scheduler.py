@@ -234,7 +234,7 @@ class Scheduler(Intake, Explanations, Retries, Reservations, UsageOrdering):
                 first = False
                 changed = self._inadmissible(wl, cq, known) or changed
         # 2. nominate
-        entries = [(wl, cq, self._nominate(wl, cq, remember=cq.tree_key not in touched)) for wl, cq in heads]
+        entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
         # 3. order: by borrowing level, priority, FIFO; with fair sharing, by tournament of shares
         entries.sort(key=lambda e: (e[2].borrow_level, -e[0].priority, e[0].queue_ts, e[0].seq))
         ordered: Iterable[tuple[Workload, ClusterQueue, Assignment]] = entries
@@ -251,6 +251,8 @@ class Scheduler(Intake, Explanations, Retries, Reservations, UsageOrdering):
             tree = cq.tree_key
             if tree in touched:
                 assignment = self._assign(wl, cq)
+                if assignment.mode == Mode.FIT:  # (a failure found for it in step 2 no longer holds)
+                    self._nofit_cache.pop(self._class_key(wl, cq), None)
                 holders = sorted({r[0].name for r in reserved if r[0].tree_key == tree and r[0] is not cq})
                 if assignment.mode != Mode.FIT and holders:
                     # a blocked head holds this capacity for the cycle (Kueue: skipped, tried again)
@@ -260,6 +262,8 @@ class Scheduler(Intake, Explanations, Retries, Reservations, UsageOrdering):
                         f"the quota it needs is held by the head of ClusterQueue {', '.join(holders)}, "
                         "which waits for it",
                     )
+                    # its failure was found under the hold, which is gone next cycle: not remembered
+                    self._nofit_cache.pop(self._class_key(wl, cq), None)
                     continue
             self._hold(cq, assignment, reserved, touched)
             if assignment.mode == Mode.FIT:
@@ -303,16 +307,13 @@ class Scheduler(Intake, Explanations, Retries, Reservations, UsageOrdering):
             return cached[1]
         return None
 
-    def _nominate(self, wl: Workload, cq: ClusterQueue, *, remember: bool) -> Assignment:
-        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload.
-
-        A failure is remembered only when ``remember``: not while a blocked head of the tree holds
-        quota for this cycle, since the hold is gone by the next one."""
+    def _nominate(self, wl: Workload, cq: ClusterQueue) -> Assignment:
+        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload."""
         known = self._known_failure(wl, cq)
         if known is not None:
             return known
         assignment = self._assign(wl, cq)
-        if remember and assignment.mode != Mode.FIT:
+        if assignment.mode != Mode.FIT:
             self._nofit_cache[self._class_key(wl, cq)] = (self._generation.get(cq.tree_key, 0), assignment.freeze())
         return assignment
 
