@@ -20,7 +20,8 @@ One cycle, as Kueue's ``schedule()``:
 ``schedule`` runs cycles until one changes nothing. Unlike Kueue, nothing limits a cycle to
 one admission per queue: every workload that fits is admitted, in Kueue's order.
 
-Its bases hold the rest: ``Intake`` (a job's workload, priority and queue), ``Explanations`` (why
+Its bases hold the rest: ``Intake`` (a job's workload, priority and queue), ``Nomination`` (a
+head's flavor assignment, failures of identical workloads remembered), ``Explanations`` (why
 a workload waits, what admitting it would take), ``Retries`` (admission checks' verdicts,
 waitForPodsReady), ``Reservations`` (a blocked head's hold on quota, a victim's settling) and
 ``UsageOrdering`` (orders by usage history: admission fair sharing, usage-aware fair sharing).
@@ -30,13 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from queues import fairsharing, flavors, partial, preemption, provisioning
+from queues import fairsharing, flavors, preemption, provisioning
 from queues.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
 from queues.explanations import Explanations
 from queues.fairsharing import FairSharing
 from queues.flavors import Assignment, Mode
 from queues.intake import Intake
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
+from queues.nomination import Nomination
 from queues.queueing import PendingQueues
 from queues.reservations import SETTLE_SECONDS, Reservations, Reserved
 from queues.retries import Retries
@@ -57,7 +59,7 @@ __all__ = [
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler(Intake, Explanations, Retries, Reservations, UsageOrdering):
+class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOrdering):
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(
@@ -291,50 +293,6 @@ class Scheduler(Intake, Explanations, Retries, Reservations, UsageOrdering):
         for cq, hold in reserved:
             cq.add_usage(hold, -1)
         return changed, decisions
-
-    def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> tuple[Mode, int]:
-        return preemption.simulate(self.snapshot, cq, wl, fr, value)
-
-    def _class_key(self, wl: Workload, cq: ClusterQueue) -> tuple[object, ...]:
-        ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
-        lane = wl.local_queue if cq.name in self.pending.fair_queues else None  # (each LocalQueue in its order)
-        return (cq.name, wl.shape, wl.priority, ts, wl.namespace if lane else None, lane)
-
-    def _known_failure(self, wl: Workload, cq: ClusterQueue) -> Assignment | None:
-        """The failed assignment of an identical workload since the tree last freed capacity."""
-        cached = self._nofit_cache.get(self._class_key(wl, cq))
-        if cached is not None and cached[0] == self._generation.get(cq.tree_key, 0):
-            return cached[1]
-        return None
-
-    def _nominate(self, wl: Workload, cq: ClusterQueue) -> Assignment:
-        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload."""
-        known = self._known_failure(wl, cq)
-        if known is not None:
-            return known
-        assignment = self._assign(wl, cq)
-        if assignment.mode != Mode.FIT:
-            self._nofit_cache[self._class_key(wl, cq)] = (self._generation.get(cq.tree_key, 0), assignment.freeze())
-        return assignment
-
-    def _assign(self, wl: Workload, cq: ClusterQueue) -> Assignment:
-        """The flavor assignment of ``wl`` as it is; when it neither fits nor finds workloads to
-        preempt, the largest partial admission that does (Kueue's order, ``queues.partial``)."""
-        full = flavors.assign(self.snapshot, cq, wl, self._oracle)
-        if full.mode == Mode.FIT or not partial.reducible(wl.pod_sets):
-            return full
-        if full.mode.preempts and preemption.for_assignment(self.snapshot, cq, wl, full):
-            return full
-
-        def fits(counts: dict[str, int]) -> Assignment | None:
-            tried = flavors.assign(self.snapshot, cq, wl, self._oracle, counts)
-            if tried.mode == Mode.FIT or (
-                tried.mode.preempts and preemption.for_assignment(self.snapshot, cq, wl, tried)
-            ):
-                return tried
-            return None
-
-        return partial.search(wl.pod_sets, fits) or full
 
     def _inadmissible(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
         self._say(wl, assignment.reason, assignment.message)

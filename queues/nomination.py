@@ -1,0 +1,71 @@
+"""Nomination: a head's flavor assignment, with the failures of identical workloads remembered.
+
+A head is assigned flavors against the snapshot (``queues.flavors``), with Kueue's preemption
+oracle deciding the modes, and, when it neither fits nor finds workloads to preempt, the largest
+partial admission that does (``queues.partial``). A failure is remembered by *class* (same
+ClusterQueue, pod sets, priority and, with admission fair sharing, LocalQueue: the same
+assignment) until its cohort tree frees capacity (its generation moves), so a long queue of
+identical workloads costs one assignment, not one each. The message of a remembered failure is
+the one computed then: its "N more needed" may be stale after later admissions in the tree
+(which only make it fail more).
+"""
+
+from __future__ import annotations
+
+from queues import flavors, partial, preemption
+from queues.flavors import Assignment, Mode
+from queues.model import ClusterQueue, Snapshot, Workload
+from queues.queueing import PendingQueues
+
+
+class Nomination:
+    """Flavor assignment of a head, remembered failures (a ``Scheduler`` base)."""
+
+    snapshot: Snapshot
+    pending: PendingQueues
+    _generation: dict[str, int]
+    _nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]]
+
+    def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> tuple[Mode, int]:
+        return preemption.simulate(self.snapshot, cq, wl, fr, value)
+
+    def _class_key(self, wl: Workload, cq: ClusterQueue) -> tuple[object, ...]:
+        ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
+        lane = wl.local_queue if cq.name in self.pending.fair_queues else None  # (each LocalQueue in its order)
+        return (cq.name, wl.shape, wl.priority, ts, wl.namespace if lane else None, lane)
+
+    def _known_failure(self, wl: Workload, cq: ClusterQueue) -> Assignment | None:
+        """The failed assignment of an identical workload since the tree last freed capacity."""
+        cached = self._nofit_cache.get(self._class_key(wl, cq))
+        if cached is not None and cached[0] == self._generation.get(cq.tree_key, 0):
+            return cached[1]
+        return None
+
+    def _nominate(self, wl: Workload, cq: ClusterQueue) -> Assignment:
+        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload."""
+        known = self._known_failure(wl, cq)
+        if known is not None:
+            return known
+        assignment = self._assign(wl, cq)
+        if assignment.mode != Mode.FIT:
+            self._nofit_cache[self._class_key(wl, cq)] = (self._generation.get(cq.tree_key, 0), assignment.freeze())
+        return assignment
+
+    def _assign(self, wl: Workload, cq: ClusterQueue) -> Assignment:
+        """The flavor assignment of ``wl`` as it is; when it neither fits nor finds workloads to
+        preempt, the largest partial admission that does (Kueue's order, ``queues.partial``)."""
+        full = flavors.assign(self.snapshot, cq, wl, self._oracle)
+        if full.mode == Mode.FIT or not partial.reducible(wl.pod_sets):
+            return full
+        if full.mode.preempts and preemption.for_assignment(self.snapshot, cq, wl, full):
+            return full
+
+        def fits(counts: dict[str, int]) -> Assignment | None:
+            tried = flavors.assign(self.snapshot, cq, wl, self._oracle, counts)
+            if tried.mode == Mode.FIT or (
+                tried.mode.preempts and preemption.for_assignment(self.snapshot, cq, wl, tried)
+            ):
+                return tried
+            return None
+
+        return partial.search(wl.pod_sets, fits) or full
