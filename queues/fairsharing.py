@@ -83,6 +83,14 @@ def parse(raw: Any, path: str = "fairSharing") -> FairSharing | None:
     return FairSharing(True, tuple(strategies), half_life) if enable else None
 
 
+def block(fair: FairSharing) -> dict[str, Any]:
+    """``fair`` as the block ``parse`` reads (times in seconds)."""
+    out: dict[str, Any] = {"preemptionStrategies": list(fair.preemption_strategies)}
+    if fair.usage_half_life:
+        out["usageHalfLifeTime"] = fair.usage_half_life
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Share:
     """A node's Dominant Resource Share (Kueue's ``DRS``)."""

@@ -100,7 +100,8 @@ class PendingQueues:
             return None
         best: tuple[float, tuple[int, float, int]] | None = None
         head: Workload | None = None
-        for name, heap in list(state.lanes.items()):
+        emptied: list[str] = []
+        for name, heap in state.lanes.items():
             while heap:
                 entry = heap[0]
                 if (
@@ -111,11 +112,13 @@ class PendingQueues:
                     break
                 heapq.heappop(heap)
             if not heap:
-                del state.lanes[name]
+                emptied.append(name)
                 continue
             key = (self.lane_usage(name) if name else 0.0, heap[0][0])
             if best is None or key < best:
                 best, head = key, heap[0][1]
+        for name in emptied:
+            del state.lanes[name]
         return head
 
     def set_aside(self, cq: str, wl: Workload, cls: Hashable = None) -> None:

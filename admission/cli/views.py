@@ -291,7 +291,7 @@ async def _controller_fair_sharing(session: AsyncSession) -> fairsharing.FairSha
 
 async def _history(session: AsyncSession, queue: str) -> str:
     """A queue's decayed usage as the controller last stored it (``admission.store.fair_usage``)."""
-    stored = (await fair_usage.load(session)).get(queue)
+    stored = await fair_usage.get(session, queue)
     if stored is None:
         return ""
     consumed, at = stored

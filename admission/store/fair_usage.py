@@ -22,15 +22,26 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import lease, tables
+from queues import fairsharing
 from queues.fairsharing import FairSharing
 
 SETTING = "fair_sharing"  # the controller's fairSharing block as JSON; "" when off
 History = dict[str, tuple[dict[str, float], float]]  # queue key -> (consumed, as of epoch seconds)
 
 
+def _entry(row: tables.UsageHistory) -> tuple[dict[str, float], float]:
+    return {str(k): float(v) for k, v in row.consumed.items()}, row.updated_at.timestamp()
+
+
 async def load(session: AsyncSession) -> History:
-    rows = (await session.execute(select(tables.UsageHistory))).scalars()
-    return {r.queue: ({str(k): float(v) for k, v in r.consumed.items()}, r.updated_at.timestamp()) for r in rows}
+    """Every queue's stored history (a new term takes them all back)."""
+    return {r.queue: _entry(r) for r in (await session.execute(select(tables.UsageHistory))).scalars()}
+
+
+async def get(session: AsyncSession, queue: str) -> tuple[dict[str, float], float] | None:
+    """One queue's stored history (consumed, as of epoch seconds); None if it has none."""
+    row = await session.get(tables.UsageHistory, queue, populate_existing=True)
+    return None if row is None else _entry(row)
 
 
 async def save(
@@ -56,15 +67,7 @@ async def save(
 async def put_setting(session: AsyncSession, fair: FairSharing | None, *, fence: lease.Fence) -> None:
     """Record the leader's fair-sharing setting (Kueue's block, as JSON; "" when off)."""
     await lease.check(session, fence)
-    value = (
-        ""
-        if fair is None
-        else json.dumps(
-            {"preemptionStrategies": list(fair.preemption_strategies), "usageHalfLifeTime": fair.usage_half_life}
-            if fair.usage_half_life
-            else {"preemptionStrategies": list(fair.preemption_strategies)}
-        )
-    )
+    value = "" if fair is None else json.dumps(fairsharing.block(fair))
     stmt = insert(tables.Setting).values(key=SETTING, value=value)
     await session.execute(
         stmt.on_conflict_do_update(index_elements=[tables.Setting.key], set_={"value": value, "updated_at": func.now()})
