@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contract pytest bench lock manifests clean
+.PHONY: demo test lint typecheck contract pytest hunt bench lock manifests clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ pytest: $(STAMP)
 	$(BIN)/pytest -q
 
 test: lint typecheck contract pytest
+
+# The property tests on fresh random examples (make test runs a fixed set): finds new failures.
+HUNT_EXAMPLES ?= 2000
+hunt: $(STAMP)
+	TURNSTILE_HUNT_EXAMPLES=$(HUNT_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/queues/test_properties.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

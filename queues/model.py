@@ -121,6 +121,8 @@ class Workload:
     # when all its pods were first Ready, in this admission
     started_at: float | None = None
     ready_at: float | None = None
+    # the workload whose preemption evicted it, until it is admitted again (``preemption.in_chain``)
+    evicted_by: Workload | None = None
 
     @property
     def running_pod_sets(self) -> tuple[jobs.PodSet, ...]:

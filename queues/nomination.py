@@ -3,7 +3,8 @@
 A head is assigned flavors against the snapshot (``queues.flavors``), with Kueue's preemption
 oracle deciding the modes, and, when it neither fits nor finds workloads to preempt, the largest
 partial admission that does (``queues.partial``). A failure is remembered by *class* (same
-ClusterQueue, pod sets, priority and, with admission fair sharing, LocalQueue: the same
+ClusterQueue, pod sets, priority and, with admission fair sharing, LocalQueue; a workload
+evicted by preemption is a class of its own while it may not preempt its chain: the same
 assignment) until its cohort tree frees capacity (its generation moves), so a long queue of
 identical workloads costs one assignment, not one each. The message of a remembered failure is
 the one computed then: its "N more needed" may be stale after later admissions in the tree
@@ -32,7 +33,8 @@ class Nomination:
     def _class_key(self, wl: Workload, cq: ClusterQueue) -> tuple[object, ...]:
         ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
         lane = wl.local_queue if cq.name in self.pending.fair_queues else None  # (each LocalQueue in its order)
-        return (cq.name, wl.shape, wl.priority, ts, wl.namespace if lane else None, lane)
+        chain = wl.key if wl.evicted_by is not None else None  # (may not preempt its own chain)
+        return (cq.name, wl.shape, wl.priority, ts, wl.namespace if lane else None, lane, chain)
 
     def _known_failure(self, wl: Workload, cq: ClusterQueue) -> Assignment | None:
         """The failed assignment of an identical workload since the tree last freed capacity."""

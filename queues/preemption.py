@@ -87,7 +87,25 @@ def _borrow_threshold(cq: ClusterQueue) -> tuple[bool, int | None]:
     return True, bwc.max_priority_threshold
 
 
+def in_chain(wl: Workload, cand: Workload) -> bool:
+    """Whether ``cand`` evicted ``wl``, or evicted the workload that evicted it, and so on, with
+    nobody on the way admitted again since: preempting it would close a preemption loop.
+
+    Kueue's rules allow loops (a reclaims b's borrowed quota; c outranks a and borrows; b reclaims
+    from c; a reclaims again...) that turn for ever, one link each time a victim's pods stop.
+    Turnstile's rule, one it adds to Kueue's: a workload never preempts its own chain; it waits
+    until that work finishes or something else frees room."""
+    link, steps = wl.evicted_by, 0
+    while link is not None and steps < 64:  # (acyclic by construction; the bound is a guard)
+        if link is cand:
+            return True
+        link, steps = link.evicted_by, steps + 1
+    return False
+
+
 def priority_allows(cq: ClusterQueue, wl: Workload, cand: Workload, same_queue: bool) -> bool:
+    if wl.evicted_by is not None and in_chain(wl, cand):
+        return False
     pre = cq.spec.preemption
     policy = pre.within_cluster_queue if same_queue else pre.reclaim_within_cohort
     if policy == "LowerPriority":

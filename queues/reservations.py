@@ -14,7 +14,9 @@ quota b borrows; c outranks a in a's queue and borrows; d reclaims from c; b out
 borrows; a reclaims again...). In Kueue each link waits for the victim's pods to stop, so such a
 chain turns every few seconds for ever; in one Turnstile instant it would spin without end. A
 settling victim waits aside as a head that cannot be admitted does, and its queue is looked at
-again when it has settled (``next_settled`` tells the caller when).
+again when it has settled (``next_settled`` tells the caller when). Settling slows a loop
+down to one link a second; what ends it is ``preemption.in_chain``: a workload never preempts
+the workloads whose admissions evicted it, down the chain, until it is admitted again.
 """
 
 from __future__ import annotations

@@ -281,6 +281,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
                 for t in victims:
                     decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
                     self._preempted_at[t.workload.key] = self.now
+                    t.workload.evicted_by = wl
                 # The victims released their quota at once; the preemptor takes it in the same
                 # step, so nothing requeued by the release (or the victims themselves) takes it first.
                 assignment = flavors.assign(self.snapshot, cq, wl, None, assignment.counts)
@@ -295,7 +296,10 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         return changed, decisions
 
     def _inadmissible(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
-        self._say(wl, assignment.reason, assignment.message)
+        message = assignment.message
+        if assignment.mode == Mode.NO_CANDIDATES and wl.evicted_by is not None:
+            message += f"; it preempts nobody on the chain that evicted it (from {wl.evicted_by.key})"
+        self._say(wl, assignment.reason, message)
         if cq.strict_fifo:
             self.pending.block(cq.name, self._generation.get(cq.tree_key, 0))
             if assignment.mode == Mode.NO_CANDIDATES and not preemption.can_always_reclaim(cq):
@@ -316,6 +320,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         )
         wl.admission = admission
         wl.admitted_at = self.now
+        wl.evicted_by = None
         self._record_usage(wl, cq.name, admission.usage, 1)
         wl.checks = provisioning.checks_to_pass(self.config, cq.spec, wl.running_pod_sets, admission)
         if wl.checks:

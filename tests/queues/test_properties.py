@@ -1,5 +1,12 @@
-"""Invariants of the scheduling core on random scenarios (hypothesis)."""
+"""Invariants of the scheduling core on random scenarios (hypothesis).
 
+``make test`` runs the same examples every time (derandomized), so a red CI run always reproduces
+on a developer's machine; ``make hunt`` draws fresh random examples, many more of them, to find
+new failures (``TURNSTILE_HUNT_EXAMPLES`` per test). A failure found by a hunt becomes an
+``@example`` or a table test here.
+"""
+
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -195,8 +202,10 @@ def check_work_conserving(sim: simulator.Simulation) -> None:
 
 
 # No "explain" phase: it traces every line of a failing run, which took a CI run past its time limit.
+HUNT = int(os.environ.get("TURNSTILE_HUNT_EXAMPLES", "0"))
 SETTINGS = settings(
-    max_examples=150,
+    max_examples=HUNT or 150,
+    derandomize=not HUNT,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
@@ -220,7 +229,7 @@ def test_best_effort_fifo_is_work_conserving(doc: dict[str, Any]) -> None:
     assert sim.sched.cap_hits == 0
 
 
-@settings(SETTINGS, max_examples=40)
+@settings(SETTINGS, max_examples=HUNT or 40)
 @given(scenarios())
 def test_same_input_same_output(doc: dict[str, Any]) -> None:
     one = simulator.Simulation(scenario.parse(doc)).run().to_json()

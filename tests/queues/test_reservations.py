@@ -1,5 +1,6 @@
-"""A victim's settling (``queues.reservations``): a preemption chain that comes back to where it
-began ends, instead of spinning within one instant. (Holds are tested with Kueue's divergences.)"""
+"""A victim's settling (``queues.reservations``) and the chain rule (``preemption.in_chain``): a
+preemption chain that comes back to where it began ends, instead of spinning within one instant
+or one link a second for ever. (Holds are tested with Kueue's divergences.)"""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from queues import scenario, simulator
 GPU = "nvidia.com/gpu"
 
 
-def _cq(name: str, nominal: int, **quota: str) -> dict[str, Any]:
+def _cq(name: str, nominal: int, threshold: int = 0, **quota: str) -> dict[str, Any]:
     flavors = [{"name": "f", "resources": [{"name": GPU, "nominalQuota": str(nominal), **quota}]}]
     preemption = {
         "withinClusterQueue": "LowerPriority",
         "reclaimWithinCohort": "Any",
-        "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 0},
+        "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": threshold},
     }
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -30,12 +31,12 @@ def _cq(name: str, nominal: int, **quota: str) -> dict[str, Any]:
     }
 
 
-def _job(name: str, ns: str, priority: int, gpus: int, at: int) -> dict[str, Any]:
+def _job(name: str, ns: str, priority: int, gpus: int, at: int, runtime: int = 100) -> dict[str, Any]:
     labels = {"kueue.x-k8s.io/queue-name": "q", "kueue.x-k8s.io/priority-class": f"p{priority}"}
     container = {"name": "c", "resources": {"limits": {GPU: str(gpus)}}}
     return {
         "at": at,
-        "runtime": 100,
+        "runtime": runtime,
         "object": {
             "apiVersion": "batch/v1",
             "kind": "Job",
@@ -45,17 +46,13 @@ def _job(name: str, ns: str, priority: int, gpus: int, at: int) -> dict[str, Any
     }
 
 
-def _chain() -> dict[str, Any]:
-    """12 GPUs in a cohort: queue a has 8, queue b 4 (and may borrow 7). b's ``big`` (8, priority 3)
-    borrows 4 from a. Then ``small`` (a, 8, priority 0) reclaims them; ``wide`` (a, 9, priority 2)
-    outranks small and borrows 1 from b; ``mid`` (b, 4, priority 2) reclaims that; ``big`` outranks
-    mid and borrows from a again; small reclaims... each step allowed by Kueue's rules."""
+def _scenario(queues: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> dict[str, Any]:
     manifests: list[dict[str, Any]] = [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}},
-        _cq("a", 8),
-        _cq("b", 4, borrowingLimit="7"),
+        *queues,
     ]
-    for ns in ("a", "b"):
+    for cq in queues:
+        ns = cq["metadata"]["name"]
         manifests.append(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -73,13 +70,21 @@ def _chain() -> dict[str, Any]:
                 "value": p,
             }
         )
+    return {"name": "chain", "manifests": manifests, "jobs": jobs}
+
+
+def _chain() -> dict[str, Any]:
+    """12 GPUs in a cohort: queue a has 8, queue b 4 (and may borrow 7). b's ``big`` (8, priority 3)
+    borrows 4 from a. Then ``small`` (a, 8, priority 0) reclaims them; ``wide`` (a, 9, priority 2)
+    outranks small and borrows 1 from b; ``mid`` (b, 4, priority 2) reclaims that; ``big`` outranks
+    mid and borrows from a again; small reclaims... each step allowed by Kueue's rules."""
     jobs = [
         _job("big", "b", 3, 8, 0),
         _job("small", "a", 0, 8, 10),
         _job("wide", "a", 2, 9, 10),
         _job("mid", "b", 2, 4, 10),
     ]
-    return {"name": "chain", "manifests": manifests, "jobs": jobs}
+    return _scenario([_cq("a", 8), _cq("b", 4, borrowingLimit="7")], jobs)
 
 
 def test_a_preemption_chain_that_comes_back_to_its_start_ends() -> None:
@@ -94,9 +99,23 @@ def test_a_preemption_chain_that_comes_back_to_its_start_ends() -> None:
     result = sim.run(on_step=look).to_json()
     assert sim.sched.cap_hits == 0
     evicted = [(e["t"], e["workload"], e["by"]) for e in result["events"] if e["type"] == "Evicted"]
-    # each link once: big by small, small by wide, wide by mid; then big, a victim a moment ago,
-    # preempts nobody in that instant, and small fits again where wide was
+    # each link once: big by small, small by wide, wide by mid; then big may not preempt mid, which
+    # is on the chain that evicted it, and small fits again where wide was
     assert evicted == [(10, "b/big", "a/small"), (10, "a/small", "a/wide"), (10, "a/wide", "b/mid")]
-    assert seen[10]["b/big"] == "preempted a moment ago: it preempts others once its pods stopped"
+    assert seen[10]["b/big"].endswith("it preempts nobody on the chain that evicted it (from a/small)")
     assert all(w["state"] == "Finished" for w in result["workloads"].values()), result["workloads"]
     assert sim.sched.next_settled() is None
+
+
+def test_a_loop_a_settling_victim_would_turn_every_second_ends() -> None:
+    """Found by the property tests (it ran for ever, one link a second): ``low`` reclaims the 6
+    GPUs ``top`` borrows from queue a; ``high`` outranks low in a and borrows 2 from b; top reclaims
+    them while borrowing (priority 3 over 2); low reclaims again... The chain rule stops it after
+    the second link: top may not preempt high, which evicted low, which evicted top."""
+    queues = [_cq("a", 6, lendingLimit="6"), _cq("b", 6, threshold=2)]
+    jobs = [_job("top", "b", 3, 8, 0, runtime=135), _job("low", "a", 0, 6, 10, 65), _job("high", "a", 2, 8, 10, 90)]
+    sim = simulator.Simulation(scenario.parse(_scenario(queues, jobs)))
+    result = sim.run().to_json()
+    evicted = [(e["t"], e["workload"], e["by"]) for e in result["events"] if e["type"] == "Evicted"]
+    assert evicted == [(10, "b/top", "a/low"), (10, "a/low", "a/high")]
+    assert all(w["state"] == "Finished" for w in result["workloads"].values()), result["workloads"]
