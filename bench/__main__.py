@@ -1,4 +1,5 @@
-"""``python -m bench [core|deep|fair|sim|store|controller|webhook|cluster|objects|pods|chaos|all]``: figures."""
+"""Figures: ``python -m bench [core|deep|fair|topology|sim|store|controller|webhook|cluster|objects|pods|chaos|all]``
+(all by default)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def main() -> None:
         from bench import fair_sharing
 
         fair_sharing.main()
+    if which in ("topology", "all"):
+        from bench import topology
+
+        topology.main()
     if which in ("sim", "all"):
         from bench import sim_api
 

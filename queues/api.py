@@ -329,6 +329,26 @@ class ProvisioningRequestConfig(_Object):
     spec: ProvisioningRequestConfigSpec
 
 
+class TopologyLevel(_Model):
+    node_label: str = Field(alias="nodeLabel", min_length=1, max_length=316)
+
+
+class TopologySpec(_Model):
+    levels: list[TopologyLevel] = Field(min_length=1, max_length=16)
+
+
+class Topology(_Object):
+    """Kueue's Topology: node labels from the widest domain to the narrowest (``queues.topology``).
+    Read by engine core; the controller does not store it (the API server does)."""
+
+    kind: Literal["Topology"]
+    spec: TopologySpec
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return tuple(lv.node_label for lv in self.spec.levels)
+
+
 KueueObject = (
     ResourceFlavor
     | ClusterQueue
@@ -337,6 +357,7 @@ KueueObject = (
     | WorkloadPriorityClass
     | AdmissionCheck
     | ProvisioningRequestConfig
+    | Topology
 )
 
 _MODELS: dict[str, type[_Object]] = {
@@ -347,6 +368,7 @@ _MODELS: dict[str, type[_Object]] = {
     "WorkloadPriorityClass": WorkloadPriorityClass,
     "AdmissionCheck": AdmissionCheck,
     "ProvisioningRequestConfig": ProvisioningRequestConfig,
+    "Topology": Topology,
 }
 
 
@@ -385,7 +407,7 @@ def parse(doc: Any) -> KueueObject:
         )
     if kind not in _MODELS:
         problems.append(
-            errors.FieldError("kind", f"{kind!r} is not a Kueue kind Turnstile reads; one of {', '.join(KINDS)}")
+            errors.FieldError("kind", f"{kind!r} is not a Kueue kind Turnstile reads; one of {', '.join(_MODELS)}")
         )
     if problems:
         raise errors.Invalid(problems)

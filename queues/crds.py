@@ -13,8 +13,8 @@ as ``turnstile apply`` (``queues.validation``), every error with its path.
 
 Short names and printer columns are Kueue's (``kubectl get cq`` shows the cohort, the queueing
 strategy, pending and admitted workloads; ``kubectl get lq`` the ClusterQueue, pending and
-admitted). Topology (levels of node labels) is served for the topology issue: Turnstile stores
-nothing of it yet, and its webhook says so.
+admitted). Topology (levels of node labels) is served and checked by the webhook, which warns
+that the controller does not place by it yet (engine core does: ``queues.topology``).
 """
 
 from __future__ import annotations

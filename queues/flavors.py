@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from queues import jobs, quantity, selectors
+from queues import jobs, quantity, selectors, tas
 from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
 
 
@@ -66,6 +66,9 @@ class Assignment:
     reason: str = WAITING_FOR_QUOTA
     messages: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # pod set -> pods, where fewer than asked (partial)
+    placement: dict[str, dict[str, int]] = field(default_factory=dict)  # TAS pod set -> node -> pods
+    # quota fits but no domain holds it: whom to preempt to free the nodes (``queues.tas``)
+    topology_victims: list[Workload] = field(default_factory=list)
 
     @property
     def message(self) -> str:
@@ -218,6 +221,11 @@ def _assign(
                 if not ps.constraints.matches_flavor(flavor.node_labels, frozenset(flavor.node_labels)):
                     result.messages.append(f"pod set {ps.name}: flavor {flavor_name} doesn't match node affinity")
                     continue
+                if ps.topology is not None and flavor.topology is None:
+                    result.messages.append(
+                        f"pod set {ps.name}: flavor {flavor_name} has no topologyName; the pod set asks for a topology"
+                    )
+                    continue
                 compatible += 1
                 mode, level, preempt_frs = Mode.FIT, 0, set()
                 for res, value in group_requests.items():
@@ -260,4 +268,6 @@ def _assign(
         result.flavors[ps.name] = chosen
     if result.mode == Mode.FIT:
         result.messages.clear()
+        if not potential:
+            tas.place(snapshot, cq, wl, result, preempt=oracle is not None)
     return result

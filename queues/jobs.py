@@ -15,15 +15,17 @@ may be admitted with fewer pods than its parallelism, down to that minimum; its 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import errors, layouts, quantity, selectors, trainjobs
+from queues import errors, layouts, quantity, selectors, topology_requests, trainjobs
 from queues.errors import FieldError
 from queues.layouts import KINDS, POD, Kind
+from queues.topology_requests import Request
 
 __all__ = ["KINDS", "POD", "Kind"]  # re-exported: callers name kinds through ``jobs``
 
@@ -46,6 +48,7 @@ class PodSet:
     constraints: selectors.NodeConstraints = field(default_factory=selectors.NodeConstraints)
     tolerations: tuple[selectors.Toleration, ...] = ()
     min_count: int | None = None  # partial admission: the fewest pods it may be admitted with
+    topology: Request | None = None  # its pod template's podset-*-topology annotations (``queues.topology``)
 
     def total(self) -> Requests:
         return {r: v * self.count for r, v in self.requests.items() if v}
@@ -88,12 +91,7 @@ def with_counts(pod_sets: tuple[PodSet, ...], counts: Mapping[str, int]) -> tupl
     """The pod sets with some counts replaced (a partial admission's)."""
     if not counts:
         return pod_sets
-    return tuple(
-        PodSet(ps.name, counts[ps.name], ps.requests, ps.constraints, ps.tolerations, ps.min_count)
-        if ps.name in counts
-        else ps
-        for ps in pod_sets
-    )
+    return tuple(dataclasses.replace(ps, count=counts[ps.name]) if ps.name in counts else ps for ps in pod_sets)
 
 
 def kind_of(obj: Mapping[str, Any]) -> Kind | None:
@@ -143,6 +141,8 @@ def read_job(obj: Any, kind: Kind | None = None, runtimes: trainjobs.Runtimes | 
         for ps_name, count, template, path in found:
             spec_path = f"{path}.spec" if path else "spec"
             ps = _pod_set(ps_name, count, template["spec"], spec_path, problems)
+            if ps is not None and (meta := template.get("metadata")) and isinstance(meta, Mapping):
+                ps = _with_topology(ps, meta.get("annotations"), path or "", problems)
             if pod_priority is None and isinstance(template["spec"].get("priorityClassName"), str):
                 pod_priority = template["spec"]["priorityClassName"] or None
             if ps is not None:
@@ -395,6 +395,18 @@ def pod_requests(pod_spec: Mapping[str, Any], path: str, problems: list[FieldErr
             except quantity.QuantityError as exc:
                 problems.append(FieldError(f"{path}.overhead.{res}", str(exc)))
     return total  # (a zero request stays: the queue still assigns it a flavor, as Kueue's)
+
+
+def _with_topology(ps: PodSet, annotations: Any, path: str, problems: list[FieldError]) -> PodSet:
+    """The pod set with what its template's annotations ask of a topology (``queues.topology_requests``)."""
+    if not isinstance(annotations, Mapping) or not any(a in annotations for a in topology_requests.ANNOTATIONS):
+        return ps
+    plain = {str(k): str(v) for k, v in annotations.items()}
+    request, wrong = topology_requests.request_of(plain, ps.count, path or "metadata")
+    for message in wrong:
+        where, _, what = message.partition(": ")
+        problems.append(FieldError(where, what))
+    return dataclasses.replace(ps, topology=request) if request is not None else ps
 
 
 def _pod_set(

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from queues import api, jobs, provisioning, selectors
+from queues.inventory import Inventory
 from queues.quotas import CohortNode, FlavorResource, Node, Quota, Usage
+from queues.topology import COMPACT
 
 if TYPE_CHECKING:
     from queues.fairsharing import FairSharing
@@ -35,14 +37,20 @@ class Flavor:
     node_labels: Mapping[str, str]
     taints: tuple[selectors.Taint, ...]
     tolerations: tuple[selectors.Toleration, ...]
+    topology: str | None = None  # spec.topologyName: a TAS flavor (``queues.topology``)
+    levels: tuple[str, ...] = ()  # that Topology's levels; () while it does not exist
 
     @classmethod
-    def from_api(cls, rf: api.ResourceFlavor) -> Flavor:
+    def from_api(cls, rf: api.ResourceFlavor, topologies: Mapping[str, api.Topology] | None = None) -> Flavor:
+        topology = rf.spec.topology_name or None
+        found = (topologies or {}).get(topology) if topology else None
         return cls(
             name=rf.name,
             node_labels=dict(rf.spec.node_labels),
             taints=tuple(selectors.Taint(t.key, t.value, t.effect) for t in rf.spec.node_taints),
             tolerations=tuple(selectors.Toleration(t.key, t.operator, t.value, t.effect) for t in rf.spec.tolerations),
+            topology=topology,
+            levels=found.levels if found is not None else (),
         )
 
 
@@ -55,12 +63,21 @@ class Admission:
     usage: Usage
     borrowing: bool
     counts: dict[str, int] = field(default_factory=dict)  # pod set -> pods, where partially admitted
+    placement: dict[str, dict[str, int]] = field(default_factory=dict)  # TAS pod set -> node -> pods
 
 
 def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
     """Everything about pod sets that decides where they fit, as one hashable value."""
     return tuple(
-        (ps.name, ps.count, tuple(sorted(ps.requests.items())), ps.constraints, ps.tolerations, ps.min_count)
+        (
+            ps.name,
+            ps.count,
+            tuple(sorted(ps.requests.items())),
+            ps.constraints,
+            ps.tolerations,
+            ps.min_count,
+            ps.topology,
+        )
         for ps in pod_sets
     )
 
@@ -172,6 +189,7 @@ class ClusterQueue(Node):
         self.inactive_reason: str | None = None
         self.inactive_message = ""
         missing = sorted({f for g in groups for f in g.flavors if f not in flavors})
+        self.tas_only = all(flavors[f].topology for g in groups for f in g.flavors if f in flavors) and bool(groups)
         if missing:
             self.inactive_reason = "FlavorNotFound"
             self.inactive_message = f"ResourceFlavor {', '.join(missing)} does not exist; create it or fix the name"
@@ -196,9 +214,20 @@ class ClusterQueue(Node):
 class Snapshot:
     """Every ClusterQueue and Cohort with current usage; the scheduler decides against it."""
 
-    def __init__(self, config: Config, fair_sharing: FairSharing | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        fair_sharing: FairSharing | None = None,
+        inventory: Inventory | None = None,
+        packing: str = COMPACT,
+    ) -> None:
         self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration; None: off
-        self.flavors: dict[str, Flavor] = {name: Flavor.from_api(rf) for name, rf in config.flavors.items()}
+        # the nodes, for TAS flavors (``queues.inventory``); None: no node is known
+        self.inventory = inventory
+        self.packing = packing  # how TAS pod sets are packed (``queues.topology``)
+        self.flavors: dict[str, Flavor] = {
+            name: Flavor.from_api(rf, config.topologies) for name, rf in config.flavors.items()
+        }
         self.queues: dict[str, ClusterQueue] = {}
         self.cohorts: dict[str, CohortNode] = {}
         for name, obj in config.cohorts.items():
@@ -211,6 +240,11 @@ class Snapshot:
                 cq.inactive_message = "the ClusterQueue is being deleted; it waits for its admitted workloads to finish"
             if cq.inactive_reason is None and (checks := provisioning.inactive_reason(config, cq_obj)) is not None:
                 cq.inactive_reason, cq.inactive_message = checks
+            if cq.inactive_reason is None and inventory is not None and (missing := self._missing_topologies(cq)):
+                cq.inactive_reason = "TopologyNotFound"
+                cq.inactive_message = (
+                    f"ResourceFlavor {missing}, which does not exist; create it or fix spec.topologyName"
+                )
             self.queues[name] = cq
             if cq.cohort_name:
                 self._cohort(cq.cohort_name).child_queues.append(cq)
@@ -227,6 +261,18 @@ class Snapshot:
         for cq in self.queues.values():
             root = cq.root()
             cq.tree_key = f"cohort/{root.name}" if isinstance(root, CohortNode) else f"cq/{root.name}"
+
+    def _missing_topologies(self, cq: ClusterQueue) -> str:
+        """``a100 names Topology racks; ...`` for ``cq``'s TAS flavors whose Topology does not exist
+        (only where nodes are known: without them, admission is by quota alone)."""
+        return "; ".join(
+            sorted(
+                f"{f.name} names Topology {f.topology}"
+                for g in cq.groups
+                for name in g.flavors
+                if (f := self.flavors.get(name)) is not None and f.topology and not f.levels
+            )
+        )
 
     def _cohort(self, name: str) -> CohortNode:
         if name not in self.cohorts:
@@ -252,6 +298,8 @@ class Snapshot:
             return
         cq.workloads[wl.key] = wl
         cq.add_usage(wl.admission.usage, 1)
+        if wl.admission.placement and self.inventory is not None:
+            self.inventory.hold(wl.admission.placement, _pod_requests(wl), 1)
 
     def remove_workload(self, wl: Workload) -> None:
         assert wl.admission is not None
@@ -259,12 +307,18 @@ class Snapshot:
         if cq is None or cq.workloads.pop(wl.key, None) is None:
             return
         cq.add_usage(wl.admission.usage, -1)
+        if wl.admission.placement and self.inventory is not None:
+            self.inventory.hold(wl.admission.placement, _pod_requests(wl), -1)
 
     def queues_in_tree(self, cq: ClusterQueue) -> Iterable[ClusterQueue]:
         root = cq.root()
         if isinstance(root, CohortNode):
             return root.subtree_queues()
         return (cq,)
+
+
+def _pod_requests(wl: Workload) -> dict[str, Mapping[str, int]]:
+    return {ps.name: ps.requests for ps in wl.pod_sets}
 
 
 def weight_of(fair_sharing: api.FairSharing | None) -> float:
@@ -294,6 +348,7 @@ class Config:
     priority_classes: dict[str, api.WorkloadPriorityClass] = field(default_factory=dict)
     admission_checks: dict[str, api.AdmissionCheck] = field(default_factory=dict)
     provisioning_configs: dict[str, api.ProvisioningRequestConfig] = field(default_factory=dict)
+    topologies: dict[str, api.Topology] = field(default_factory=dict)
     terminating: set[str] = field(default_factory=set)
 
     def table(self, kind: str) -> dict[str, api.KueueObject]:
@@ -305,6 +360,7 @@ class Config:
             "WorkloadPriorityClass": self.priority_classes,  # type: ignore[dict-item]
             "AdmissionCheck": self.admission_checks,  # type: ignore[dict-item]
             "ProvisioningRequestConfig": self.provisioning_configs,  # type: ignore[dict-item]
+            "Topology": self.topologies,  # type: ignore[dict-item]
         }
         return tables[kind]
 

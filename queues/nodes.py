@@ -27,6 +27,8 @@ CHECK_CAPACITY = "check-capacity.autoscaling.x-k8s.io"
 ATOMIC_SCALE_UP = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 
 Free = dict[str, dict[str, int]]  # node name -> resource -> free milli-units
+UNSCHEDULABLE = "node.kubernetes.io/unschedulable"  # the taint a cordoned node gets
+HOSTNAME = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +43,14 @@ class NodeInfo:
         """From a Node object."""
         status = node.get("status") or {}
         capacity = status.get("allocatable") or status.get("capacity") or {}
+        spec = node.get("spec") or {}
+        taints = [Taint.from_dict(t) for t in spec.get("taints") or []]
+        if spec.get("unschedulable") and not any(t.key == UNSCHEDULABLE for t in taints):
+            taints.append(Taint(UNSCHEDULABLE, "", "NoSchedule"))  # (as the node controller taints it)
         return cls(
             name=str(node["metadata"]["name"]),
             labels=dict(node["metadata"].get("labels") or {}),
-            taints=tuple(Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or []),
+            taints=tuple(taints),
             allocatable={str(r): quantity.parse_milli(str(v)) for r, v in capacity.items()},
         )
 
@@ -71,19 +77,26 @@ def node_object(name: str, shape: Mapping[str, Any]) -> dict[str, Any]:
     """A Node from scenario.md's node shape (``labels``, ``capacity``, ``taints``): a scenario's
     ``nodes`` entries and the autoscaler's ``nodeTemplate`` alike."""
     capacity = dict(shape.get("capacity") or {})
+    labels = {HOSTNAME: name, **dict(shape.get("labels") or {})}  # (a kubelet labels its node so)
     return {
-        "metadata": {"name": name, "labels": dict(shape.get("labels") or {})},
-        "spec": {"taints": list(shape.get("taints") or [])},
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "taints": list(shape.get("taints") or []),
+            **({"unschedulable": True} if shape.get("unschedulable") else {}),
+        },
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
 
 
-def fits(pod: PodNeeds, node: NodeInfo, free: Mapping[str, int]) -> bool:
+def eligible(pod: PodNeeds, node: NodeInfo) -> bool:
+    """Whether the node's labels and taints let the pod run there (its capacity aside)."""
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
-    if untolerated_taint(node.taints, pod.tolerations) is not None:
-        return False
-    return all(free.get(r, 0) >= v for r, v in pod.requests.items())
+    return untolerated_taint(node.taints, pod.tolerations) is None
+
+
+def fits(pod: PodNeeds, node: NodeInfo, free: Mapping[str, int]) -> bool:
+    return eligible(pod, node) and all(free.get(r, 0) >= v for r, v in pod.requests.items())
 
 
 def take(free: dict[str, int], pod: PodNeeds) -> None:

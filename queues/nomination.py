@@ -8,14 +8,20 @@ evicted by preemption is a class of its own while it may not preempt its chain: 
 assignment) until its cohort tree frees capacity (its generation moves), so a long queue of
 identical workloads costs one assignment, not one each. The message of a remembered failure is
 the one computed then: its "N more needed" may be stale after later admissions in the tree
-(which only make it fail more).
+(which only make it fail more). Node capacity freed anywhere (``queues.inventory``) counts as
+freed in every tree that places by topology (``_nodes_freed``).
+
+A head that preempts gets its victims here too (``_victims``): Kueue's by quota
+(``queues.preemption``), or, where its quota fits but no topology domain holds it, those whose
+nodes would (``queues.tas``); either way nobody is preempted unless the head is then placed.
 """
 
 from __future__ import annotations
 
-from queues import flavors, partial, preemption
+from queues import flavors, partial, preemption, tas
 from queues.flavors import Assignment, Mode
 from queues.model import ClusterQueue, Snapshot, Workload
+from queues.preemption import Target
 from queues.queueing import PendingQueues
 
 
@@ -26,6 +32,8 @@ class Nomination:
     pending: PendingQueues
     _generation: dict[str, int]
     _nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]]
+
+    def _bump(self, cq: ClusterQueue) -> None: ...  # (``Scheduler``)
 
     def _oracle(self, cq: ClusterQueue, wl: Workload, fr: tuple[str, str], value: int) -> tuple[Mode, int]:
         return preemption.simulate(self.snapshot, cq, wl, fr, value)
@@ -71,3 +79,28 @@ class Nomination:
             return None
 
         return partial.search(wl.pod_sets, fits) or full
+
+    def _victims(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> list[Target] | None:
+        """Whom to preempt for ``wl``: None when it does not preempt; [] when nobody may be
+        preempted, or preempting them would not place it on nodes (the message says so)."""
+        if not assignment.mode.preempts:
+            return None
+        if assignment.topology_victims:  # (its quota fits; these free the nodes it is placed on)
+            return [Target(v, preemption.IN_CLUSTER_QUEUE) for v in assignment.topology_victims]
+        victims = preemption.for_assignment(self.snapshot, cq, wl, assignment)
+        if victims and not tas.fits_after(self.snapshot, cq, wl, assignment, [t.workload for t in victims]):
+            assignment.messages = [
+                f"preempting {len(victims)} workload(s) would free the quota it needs, "
+                "but not nodes its topology can place it on"
+            ]
+            return []
+        return victims
+
+    def _nodes_freed(self) -> None:
+        """Node capacity was given back (or nodes added): every queue that places by topology gets
+        another look, whichever quota tree freed it."""
+        trees: set[str] = set()
+        for cq in self.snapshot.queues.values():
+            if cq.tree_key not in trees and tas.uses_topology(self.snapshot, cq):
+                trees.add(cq.tree_key)
+                self._bump(cq)

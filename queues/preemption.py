@@ -133,7 +133,7 @@ def _variant(
     return Variant.RECLAIM_WHILE_BORROWING
 
 
-def _own_candidates(cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResource]) -> list[_Candidate]:
+def own_candidates(cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResource]) -> list[_Candidate]:
     if cq.spec.preemption.within_cluster_queue == "Never":
         return []
     allowed = [c for c in cq.workloads.values() if _variant(cq, wl, c, frs, False) is not None]
@@ -317,7 +317,7 @@ def targets(
     def key(c: _Candidate) -> tuple[bool, int, float, int]:
         return by_order(c.workload)
 
-    own = sorted(_own_candidates(cq, wl, frs), key=key)
+    own = sorted(own_candidates(cq, wl, frs), key=key)
     hierarchical, by_priority = (sorted(found, key=key) for found in _cohort_candidates(cq, wl, frs, usage))
     candidates = [*hierarchical, *by_priority, *own]
     if not candidates:

@@ -221,6 +221,22 @@ def pod_needs(wl: Workload, admission: Admission, flavors: Mapping[str, Flavor],
     return placement.PodNeeds(ps.requests, selector, tuple(tolerations))
 
 
+def pods_of(wl: Workload, admission: Admission, flavors: Mapping[str, Flavor]) -> list[tuple[str, placement.PodNeeds]]:
+    """Every pod of an admitted workload as it is created, with its pod set, in rank order; a pod
+    set placed by topology has each pod pinned to its node (Kueue's per-pod hostname selector)."""
+    out: list[tuple[str, placement.PodNeeds]] = []
+    for ps in wl.running_pod_sets:
+        pod = pod_needs(wl, admission, flavors, ps.name)
+        nodes = admission.placement.get(ps.name)
+        if not nodes:
+            out += [(ps.name, pod)] * ps.count
+            continue
+        for node, count in nodes.items():
+            pinned = placement.PodNeeds(pod.requests, {**pod.node_selector, placement.HOSTNAME: node}, pod.tolerations)
+            out += [(ps.name, pinned)] * count
+    return out
+
+
 # ----- engine core's cluster-autoscaler ------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import fairsharing, scheduler
+from queues import fairsharing, locality, scheduler
 from queues.model import Admission, ClusterQueue, Config, Snapshot, Workload
 from queues.scenario import JobEntry, Scenario
 
@@ -116,6 +116,7 @@ class Result:
     # jobs the API server refused at creation (engine cluster): workload key -> its message
     refused: dict[str, str] = field(default_factory=dict)
     shares: ShareMeter | None = None  # fair sharing: each ClusterQueue's weighted share over time
+    nodes: list[Mapping[str, Any]] = field(default_factory=list)  # the scenario's nodes (placement figures)
 
     def to_json(self, engine: str = "core") -> dict[str, Any]:
         out = {
@@ -156,7 +157,10 @@ class Result:
             }
             if self.shares is not None:
                 per_cq[name].update(self.shares.summary(name, self.makespan))
-        return {"makespan": num(self.makespan), "clusterQueues": per_cq}
+        out: dict[str, Any] = {"makespan": num(self.makespan), "clusterQueues": per_cq}
+        if self.nodes:
+            out["placement"] = locality.summarize(self.events, self.tracks, self.nodes, self.makespan)
+        return out
 
 
 def _percentile(sorted_values: list[float], p: float) -> float:
@@ -299,6 +303,15 @@ class Recorder:
         )
         return track
 
+    def placed(self, key: str, placement: Mapping[str, Mapping[str, int]]) -> None:
+        """Where the admission just recorded put its pods (scenario nodes only): pod set -> node -> pods."""
+        if not self.scenario.nodes:
+            return
+        for event in reversed(self.events):
+            if event["workload"] == key and event["type"] == "Admitted":
+                event["placement"] = {ps: dict(nodes) for ps, nodes in sorted(placement.items())}
+                return
+
     def evicted(self, key: str, reason: str, detail: str | None, by: str | None) -> None:
         track = self.by_key[key]
         if track.admission is not None:
@@ -356,4 +369,5 @@ class Recorder:
             cycles=cycles,
             explain=explain,
             shares=self.shares,
+            nodes=list(self.scenario.nodes),
         )

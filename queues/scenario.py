@@ -12,7 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import api, errors, fairsharing, jobs, pods, podsready, serving, trainjobs, usage_history
+from queues import (
+    api,
+    errors,
+    fairsharing,
+    jobs,
+    pods,
+    podsready,
+    scenario_nodes,
+    serving,
+    topology,
+    trainjobs,
+    usage_history,
+)
 from queues.errors import FieldError
 from queues.scenario_edits import MAX_SECONDS, Edit
 from queues.scenario_edits import edits as _edits
@@ -92,11 +104,13 @@ class Scenario:
     fair_sharing: fairsharing.FairSharing | None = None
     # Kueue's admissionFairSharing configuration (``queues.usage_history``): off unless given
     admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
+    # how TAS pod sets are packed: Compact (Turnstile's) or Kueue (``queues.topology``)
+    packing: str = "Compact"
 
 
 _TOP_FIELDS = {
     "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady",
-    "fairSharing", "admissionFairSharing",
+    "fairSharing", "admissionFairSharing", "topologyPacking",
 }  # fmt: skip
 
 
@@ -237,10 +251,11 @@ def parse(doc: Any) -> Scenario:
             problems.append(FieldError(f"edits[{edit.index}].scale", f"no Deployment {edit.name!r} in jobs"))
         if edit.action == "cancel" and edit.name not in keys:
             problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
-    nodes = doc.get("nodes") or []
-    if not isinstance(nodes, list):
-        problems.append(FieldError("nodes", "must be a list of nodes"))
-        nodes = []
+    nodes = scenario_nodes.parse(doc.get("nodes"), problems)
+    packing = doc.get("topologyPacking", topology.COMPACT)
+    if packing not in topology.PACKINGS:
+        problems.append(FieldError("topologyPacking", f"must be {' or '.join(topology.PACKINGS)}, not {packing!r}"))
+        packing = topology.COMPACT
     autoscaler = doc.get("autoscaler")
     if autoscaler is not None and not isinstance(autoscaler, Mapping):
         problems.append(FieldError("autoscaler", "must be a mapping"))
@@ -276,6 +291,7 @@ def parse(doc: Any) -> Scenario:
         runtimes,
         fair,
         admission_fair,
+        str(packing),
     )
 
 

@@ -17,11 +17,10 @@ One cycle, as Kueue's ``schedule()``:
    tree), issue preemptions for what fits only by preempting (once per quota tree and
    cycle), and set aside what cannot fit, with its reason.
 
-``schedule`` runs cycles until one changes nothing. Unlike Kueue, nothing limits a cycle to
-one admission per queue: every workload that fits is admitted, in Kueue's order.
-
-Its bases hold the rest: ``Intake`` (a job's workload, priority and queue), ``Nomination`` (a
-head's flavor assignment, failures of identical workloads remembered), ``Explanations`` (why
+``schedule`` runs cycles until one changes nothing; unlike Kueue's, a cycle admits every
+workload that fits, in Kueue's order. Its bases hold the rest: ``Intake`` (a job's workload,
+priority and queue), ``Nomination`` (a head's flavor assignment and victims, failures of
+identical workloads remembered), ``Explanations`` (why
 a workload waits, what admitting it would take), ``Retries`` (admission checks' verdicts,
 waitForPodsReady), ``Reservations`` (a blocked head's hold on quota, a victim's settling) and
 ``UsageOrdering`` (orders by usage history: admission fair sharing, usage-aware fair sharing).
@@ -37,11 +36,13 @@ from queues.explanations import Explanations
 from queues.fairsharing import FairSharing
 from queues.flavors import Assignment, Mode
 from queues.intake import Intake
+from queues.inventory import Inventory
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.nomination import Nomination
 from queues.queueing import PendingQueues
 from queues.reservations import SETTLE_SECONDS, Reservations, Reserved
 from queues.retries import Retries
+from queues.topology import COMPACT
 from queues.usage_history import AdmissionFairSharing, UsageHistory, UsageOrdering
 
 __all__ = [
@@ -69,11 +70,16 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         fair_sharing: FairSharing | None = None,
         admission_fair_sharing: AdmissionFairSharing | None = None,
+        inventory: Inventory | None = None,
+        packing: str = COMPACT,
     ) -> None:
         self.config = config
         self.namespaces: dict[str, Mapping[str, str]] = dict(namespaces or {})
         self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration (``queues.fairsharing``)
-        self.snapshot = Snapshot(config, fair_sharing)
+        # the nodes TAS flavors place on (``queues.inventory``); the caller fills it
+        self.inventory = inventory
+        self.snapshot = Snapshot(config, fair_sharing, inventory, packing)
+        self._inventory_seen = -1
         self.pending = PendingQueues()
         # admission fair sharing (``queues.usage_history``): each LocalQueue's decayed usage
         self.usage = UsageHistory(admission_fair_sharing) if admission_fair_sharing is not None else None
@@ -123,15 +129,16 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
     cancel = finish
 
     def set_config(self, config: Config) -> list[Decision]:
-        """New admin configuration: rebuild quotas, keep admitted work, re-resolve the waiting.
-
-        Returns the evictions the new configuration asks for (``HoldAndDrain``).
-        """
+        """New admin configuration: rebuild quotas, keep admitted work, re-resolve the waiting;
+        returns the evictions the new configuration asks for (``HoldAndDrain``)."""
         self.config = config
         for name in sorted(config.terminating - self._queues_in_use()):
             config.cluster_queues.pop(name, None)
             config.terminating.discard(name)
-        self.snapshot = Snapshot(config, self.fair_sharing)
+        for wl in self.workloads.values():
+            if wl.admission is not None and wl.admission.placement:
+                self.snapshot.remove_workload(wl)  # (its node capacity is held again below)
+        self.snapshot = Snapshot(config, self.fair_sharing, self.inventory, self.snapshot.packing)
         self._mark_fair_queues()
         self._nofit_cache.clear()
         self._generation.clear()
@@ -206,6 +213,9 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
 
     def cycle(self) -> tuple[bool, list[Decision]]:
         self.cycles += 1
+        if self.inventory is not None and self.inventory.version != self._inventory_seen:
+            self._inventory_seen = self.inventory.version
+            self._nodes_freed()
         changed = False
         decisions: list[Decision] = []
         # 1. heads
@@ -277,7 +287,9 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
             elif assignment.mode.preempts and wl.key in self._preempted_at:
                 self._say(wl, assignment.reason, "preempted a moment ago: it preempts others once its pods stopped")
                 changed = self._settle(wl, cq) or changed
-            elif assignment.mode.preempts and (victims := preemption.for_assignment(self.snapshot, cq, wl, assignment)):
+            elif (victims := self._victims(wl, cq, assignment)) is not None and not victims:
+                changed = self._inadmissible(wl, cq, assignment) or changed
+            elif victims:
                 for t in victims:
                     decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
                     self._preempted_at[t.workload.key] = self.now
@@ -316,7 +328,12 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         self.pending.remove(wl)
         self._holders.discard(cq.name)
         admission = Admission(
-            cq.name, assignment.flavors, dict(assignment.usage), assignment.borrowing, dict(assignment.counts)
+            cq.name,
+            assignment.flavors,
+            dict(assignment.usage),
+            assignment.borrowing,
+            dict(assignment.counts),
+            dict(assignment.placement),
         )
         wl.admission = admission
         wl.admitted_at = self.now

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 
 from queues import api, provisioning, scheduler
 from queues import nodes as placement
+from queues.inventory import Inventory
 from queues.model import Admission, Config, Workload
 from queues.recorder import Recorder, Result, Track
 from queues.scenario import Edit, JobEntry, Scenario
@@ -40,11 +41,16 @@ class Simulation:
     def __init__(self, scenario: Scenario, *, follow_shares: bool = False) -> None:
         self.scenario = scenario
         self.config = Config.of(scenario.manifests)
+        self.scaler = provisioning.AutoscalerModel.of(scenario.autoscaler or {}, scenario.nodes)
+        # the nodes topology-aware placement sees: the simulated cluster's, less what its pods use
+        self.inventory = Inventory() if self.scaler.nodes else None
         self.sched = scheduler.Scheduler(
             self.config,
             namespaces=scenario.namespaces,
             fair_sharing=scenario.fair_sharing,
             admission_fair_sharing=scenario.admission_fair_sharing,
+            inventory=self.inventory,
+            packing=scenario.packing,
         )
         self.sched.set_pod_priorities(scenario.pod_priorities)
         self.record = Recorder(scenario, follow_shares=follow_shares)
@@ -52,7 +58,7 @@ class Simulation:
         self.order = 0
         self.now = 0.0
         self.record.configure(self.config)
-        self.scaler = provisioning.AutoscalerModel.of(scenario.autoscaler or {}, scenario.nodes)
+        self._sync_inventory()
         # requests a scale-up will provision: (t, order, key, reservation, check)
         self.provisions: list[tuple[float, int, str, int, str]] = []
         # bookings of Provisioned requests whose job has not started: (t, order, key, reservation, check)
@@ -133,12 +139,32 @@ class Simulation:
                 self._submit(arrivals[ai])
                 ai += 1
             # 4. cycles
+            self._sync_inventory()
             self._enact(self.sched.schedule())
             self._ready_now()
             self.record.sample()
             if on_step is not None:
                 on_step(self)
         return self.record.result(cycles=self.sched.cycles, explain=self.sched.explain)
+
+    def _sync_inventory(self) -> None:
+        """Tell placement about nodes the autoscaler added and what pods placed without a topology
+        use on each node (Kueue's TAS cache counts such pods too)."""
+        if self.inventory is None:
+            return
+        for info in self.scaler.nodes:
+            if info.name not in self.inventory.nodes:
+                self.inventory.put(info)
+        used: dict[str, dict[str, int]] = {}
+        for key, pods in self.scaler.placed.items():
+            wl = self.sched.workloads.get(key)
+            if wl is not None and wl.admission is not None and wl.admission.placement:
+                continue  # (held in the inventory by its admission)
+            for node, pod in pods:
+                for r, v in pod.requests.items():
+                    used.setdefault(node, {})[r] = used.get(node, {}).get(r, 0) + v
+        for node in set(self.inventory.external) | set(used):
+            self.inventory.set_external(node, used.get(node, {}))
 
     def _submit(self, entry: JobEntry, seq: int | None = None) -> None:
         if entry.replicas is not None:
@@ -216,14 +242,17 @@ class Simulation:
         track = self.record.admitted(key, admission)
         wl = self.sched.workloads[key]
         flavors = self.sched.snapshot.flavors
-        self.scaler.start(
-            key,
-            [
-                provisioning.pod_needs(wl, admission, flavors, ps.name)
-                for ps in wl.running_pod_sets
-                for _ in range(ps.count)
-            ],
-        )
+        pods = provisioning.pods_of(wl, admission, flavors)
+        self.scaler.start(key, [pod for _, pod in pods])
+        if admission.placement:
+            self.record.placed(key, admission.placement)
+        else:  # where the simulated kube-scheduler bound its pods (those that found room)
+            pod_set = {id(pod): name for name, pod in pods}
+            bound: dict[str, dict[str, int]] = {}
+            for node, pod in self.scaler.placed.get(key, []):
+                on = bound.setdefault(pod_set[id(pod)], {})
+                on[node] = on.get(node, 0) + 1
+            self.record.placed(key, bound)
         self.unready[key] = track.epoch
         deadline = self.scenario.pods_ready.deadline(self.now, False, None)
         if deadline is not None:

@@ -107,6 +107,23 @@ def validate(obj: api.KueueObject) -> list[FieldError]:
         for i, res in enumerate(obj.spec.managed_resources):
             if not _RESOURCE_NAME.match(res):
                 out.append(FieldError(f"spec.managedResources[{i}]", f"{res!r} is not a resource name"))
+    elif isinstance(obj, api.Topology):
+        out += _topology(obj)
+    return out
+
+
+def _topology(obj: api.Topology) -> list[FieldError]:
+    """Kueue's rules: node labels unique, valid label keys, the hostname label only at the lowest level."""
+    out: list[FieldError] = []
+    levels = obj.levels
+    for i, label in enumerate(levels):
+        path = f"spec.levels[{i}].nodeLabel"
+        if levels.index(label) != i:
+            out.append(FieldError(path, f"{label!r} is already level {levels.index(label)}; levels must differ"))
+        if err := label_key_error(label):
+            out.append(FieldError(path, err))
+        if label == "kubernetes.io/hostname" and i != len(levels) - 1:
+            out.append(FieldError(path, "kubernetes.io/hostname can only be the last (lowest) level"))
     return out
 
 
@@ -302,7 +319,10 @@ def _admission_scope(scope: dict[str, Any] | None, path: str = "spec.admissionSc
 # Fields Kueue defines that Turnstile accepts (a Kueue file must apply unchanged) but does not act
 # on yet: each is said as a warning wherever an object is applied, never silently ignored.
 _NOT_YET = {
-    "topologyName": "Turnstile does not place workloads by topology yet: admission is by quota alone",
+    "topologyName": (
+        "the controller does not place workloads by topology yet: it admits by quota alone "
+        "(turnstile simulate --engine core does place by it)"
+    ),
     "concurrentAdmissionPolicy": "Turnstile admits one workload per job at a time (no concurrent admission variants)",
     "podSetUpdates": "Turnstile writes Kueue's own pod annotations for a ProvisioningRequest, not these updates",
     "podSetMergePolicy": "Turnstile makes one PodTemplate per pod set, never merged",
@@ -316,10 +336,15 @@ _AFS_OFF = (
 )
 
 
-def unused_fields(obj: api.KueueObject, *, admission_fair_sharing: bool = False) -> list[FieldError]:
+def unused_fields(
+    obj: api.KueueObject, *, admission_fair_sharing: bool = False, topology: bool = False
+) -> list[FieldError]:
     """Fields set on ``obj`` that Turnstile accepts but does not act on (yet, or as configured):
-    warnings, not errors. ``admission_fair_sharing``: whether it is on where ``obj`` is applied."""
+    warnings, not errors. ``admission_fair_sharing``: whether it is on where ``obj`` is applied;
+    ``topology``: whether what reads it places by topology (engine core does, the controller not yet)."""
     out: list[FieldError] = []
+    if isinstance(obj, api.Topology) and not topology:
+        out.append(FieldError("spec.levels", f"accepted but not used: {_NOT_YET['topologyName']}"))
     if not admission_fair_sharing:
         if isinstance(obj, api.LocalQueue) and obj.spec.fair_sharing is not None:
             what = "a LocalQueue's weight is not used: LocalQueues share their ClusterQueue in priority and FIFO order"
@@ -330,7 +355,7 @@ def unused_fields(obj: api.KueueObject, *, admission_fair_sharing: bool = False)
         ):
             what = "its LocalQueues share it in priority and FIFO order"
             out.append(FieldError("spec.admissionScope", f"accepted but not used: {_AFS_OFF.format(what=what)}"))
-    if isinstance(obj, api.ResourceFlavor) and obj.spec.topology_name:
+    if isinstance(obj, api.ResourceFlavor) and obj.spec.topology_name and not topology:
         out.append(FieldError("spec.topologyName", f"accepted but not used: {_NOT_YET['topologyName']}"))
     unused = {
         "concurrentAdmissionPolicy": isinstance(obj, api.ClusterQueue)

@@ -66,6 +66,8 @@ def render(result: Result, console: Console, *, engine: str = "core") -> None:
         for name, cq in summary["clusterQueues"].items():
             shares.add_row(name, *(_fmt(cq[k]) for k in ("weightedShareMean", "weightedShareMax", "weightedShare")))
         console.print(shares)
+    if "placement" in summary:
+        _placement(summary["placement"], console)
     preemptions = [e for e in data["events"] if e["type"] == "Evicted"]
     if preemptions:
         table = Table(title="Evictions", title_justify="left")
@@ -91,6 +93,26 @@ def render(result: Result, console: Console, *, engine: str = "core") -> None:
         console.print(table)
     else:
         console.print("No workload is left pending.")
+
+
+def _placement(placement: dict[str, Any], console: Console) -> None:
+    """Where GPU jobs landed (``queues.locality``): why topology-aware placement helps, per job size."""
+    util, frag = placement["gpuUtilization"], placement["fragmentation"]
+    title = (
+        f"Placement (GPU utilisation {_fmt(None if util is None else util * 100)}%; while jobs waited, "
+        f"{frag:.1%} of GPUs sat free on partly used nodes)"
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("job GPUs", justify="right")
+    table.add_column("jobs", justify="right")
+    table.add_column("on one node", justify="right")
+    labels = sorted({k for row in placement["bySize"].values() for k in row["withinOne"]})
+    for label in labels:
+        table.add_column(f"within one {escape(label.rsplit('/', 1)[-1])}", justify="right")
+    for size, row in placement["bySize"].items():
+        within = [f"{row['withinOne'].get(label, 0):.0%}" for label in labels]
+        table.add_row(size, str(row["jobs"]), f"{row['onOneNode']:.0%}", *within)
+    console.print(table)
 
 
 def plot(result: Result, path: str) -> None:

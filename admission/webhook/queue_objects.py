@@ -73,16 +73,6 @@ def mutate(operation: str, obj: Obj, old: Obj | None, user: Any) -> Answer:
     return answer
 
 
-def _topology(obj: Obj) -> list[str]:
-    """Topology is served for the topology issue; Turnstile does not place by it yet."""
-    levels = (obj.get("spec") or {}).get("levels") or []
-    labels = [str((lv or {}).get("nodeLabel")) for lv in levels if isinstance(lv, dict)]
-    duplicates = sorted({label for label in labels if labels.count(label) > 1})
-    if duplicates:
-        raise errors.Invalid([errors.FieldError("spec.levels", f"must have unique nodeLabel values: {duplicates}")])
-    return ["Turnstile does not place workloads by Topology yet: this object is stored by the API server only"]
-
-
 def validate(operation: str, obj: Obj, old: Obj | None, *, admission_fair_sharing: bool = False) -> Answer:
     answer = Answer()
     if operation not in ("CREATE", "UPDATE"):
@@ -103,12 +93,9 @@ def validate(operation: str, obj: Obj, old: Obj | None, *, admission_fair_sharin
     namespace = (body.get("metadata") or {}).get("namespace")
     subject = f"{body.get('kind')} {namespace + '/' if namespace else ''}{name}"
     try:
-        if body.get("kind") == "Topology":
-            answer.warnings.extend(_topology(body))
-        else:
-            parsed = api.parse(body)
-            unused = validation.unused_fields(parsed, admission_fair_sharing=admission_fair_sharing)
-            answer.warnings.extend(f"{subject}: {e}" for e in unused)
+        parsed = api.parse(body)  # (a Topology too: the API server stores it, Turnstile checks and warns)
+        unused = validation.unused_fields(parsed, admission_fair_sharing=admission_fair_sharing)
+        answer.warnings.extend(f"{subject}: {e}" for e in unused)
     except errors.Invalid as exc:
         answer.allowed = False
         answer.message = f"{subject} is invalid: " + "; ".join(str(e) for e in exc.errors)

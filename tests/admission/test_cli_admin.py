@@ -257,3 +257,22 @@ def test_fields_turnstile_does_not_act_on_yet_are_applied_with_a_warning_naming_
     fair = [w for w in warnings if "spec.fairSharing" in w]
     assert len(fair) == 1 and "localqueue" in fair[0].lower(), "a ClusterQueue's weight is acted on (fair sharing)"
     assert "clusterqueue/fair created" in applied.stdout
+
+
+def test_apply_refuses_a_topology_and_warns_a_flavor_naming_one(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: racks}\n"
+        "spec: {levels: [{nodeLabel: cloud.provider.com/topology-rack}, {nodeLabel: kubernetes.io/hostname}]}\n"
+        "---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: h100}\n"
+        "spec: {topologyName: racks}\n"
+    )
+    out = cli("apply", "-f", str(topology))
+    assert out.returncode != 0, out.stdout
+    assert "(Topology/racks): kind: Turnstile does not store Topology objects; apply it with kubectl" in out.stderr
+    assert "resourceflavor/h100" not in out.stdout  # all or nothing
+    flavor = tmp_path / "flavor.yaml"
+    flavor.write_text(topology.read_text().split("---\n")[1])
+    out = cli("apply", "-f", str(flavor))
+    assert out.returncode == 0, out.stderr
+    assert "spec.topologyName: accepted but not used: the controller does not place workloads by topology" in out.stderr

@@ -81,3 +81,24 @@ def test_fair_sharing_reports_each_queues_weighted_share_and_plots_it(tmp_path: 
     assert "Fair sharing" in table.stdout and "InCohortFairSharing" in table.stdout
     plain = json.loads(turnstile("simulate", "examples/gpu-teams.yaml", "--output", "json").stdout)
     assert not any("weightedShare" in cq for cq in plain["summary"]["clusterQueues"].values()), "only when on"
+
+
+def test_topology_example_places_jobs_and_says_why_one_waits() -> None:
+    out = turnstile("simulate", "examples/topology/topology.yaml", "--output", "json")
+    assert out.returncode == 0, out.stderr
+    assert "topologyName" not in out.stderr  # (engine core places by it: no "not used" warning)
+    data = json.loads(out.stdout)
+    placed = {e["workload"]: e["placement"]["main"] for e in data["events"] if e["type"] == "Admitted"}
+    assert placed["ml/node-job"] == {"r0-n1": 1}  # a whole free node, next to the small jobs' node
+    assert len({n.split("-")[0] for n in placed["ml/rack-job"]}) == 1 and sum(placed["ml/rack-job"].values()) == 4
+    waiting = data["workloads"]["ml/too-big"]
+    assert waiting["state"] == "Pending"
+    assert "needs 8 pods (64 nvidia.com/gpu) in one rack; the freest rack has room for 4" in waiting["message"]
+    table = turnstile("simulate", "examples/topology/topology.yaml")
+    assert "Placement (GPU utilisation" in table.stdout and "on one node" in table.stdout
+
+
+def test_engine_cluster_refuses_a_topology_scenario_instead_of_ignoring_it() -> None:
+    out = turnstile("simulate", "examples/topology/topology.yaml", "--engine", "cluster")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "engine cluster does not place by Topology yet" in out.stderr and "--engine core" in out.stderr

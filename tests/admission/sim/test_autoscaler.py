@@ -93,7 +93,9 @@ async def test_atomic_scale_up_adds_nodes_after_the_delay(scaler: tuple[ObjectSt
     await until(lambda: conditions(store, "two").get("Provisioned") == "True/Provisioned")
     assert conditions(store, "two")["Accepted"] == "True/Accepted"
     added = store.list(NODES, None)[0]
-    assert len(added) == 2 and all(n["metadata"]["labels"] == {"gpu": "a100"} for n in added)
+    assert len(added) == 2 and all(
+        n["metadata"]["labels"] == {"gpu": "a100", "kubernetes.io/hostname": n["metadata"]["name"]} for n in added
+    )
 
 
 async def test_beyond_the_node_limit_fails_and_adds_nothing(scaler: tuple[ObjectStore, Autoscaler]) -> None:

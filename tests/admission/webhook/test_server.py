@@ -214,6 +214,19 @@ def test_gpu_containers_without_cpu_or_memory_get_a_warning(server: Server) -> N
     assert any("no cpu or memory" in w for w in warnings)
 
 
+def test_topology_annotations_are_warned_as_unused_by_the_controller(server: Server) -> None:
+    annotated = job("tas")
+    annotated["spec"]["template"]["metadata"] = {
+        "annotations": {"kueue.x-k8s.io/podset-required-topology": "cloud.provider.com/topology-rack"}
+    }
+    warnings = server.review("/validate", annotated).get("warnings", [])
+    assert any(
+        "kueue.x-k8s.io/podset-required-topology: accepted but not used: the controller does not place" in w
+        for w in warnings
+    ), warnings
+    assert not any("topology" in w for w in server.review("/validate", job("plain")).get("warnings", []))
+
+
 def test_limits_stand_for_requests(server: Server) -> None:
     """A container with only limits has requests (Kubernetes defaults them from the limits)."""
     only_limits = job("limited", cpu=None)

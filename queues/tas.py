@@ -1,0 +1,150 @@
+"""Topology-aware scheduling of one assignment: each TAS pod set placed on nodes, or none.
+
+Flavor assignment (``queues.flavors``) chooses flavors by quota; when everything fits, the pod
+sets that run on a TAS flavor (a ResourceFlavor with ``spec.topologyName``) are placed here (when
+nodes are known: a scenario's ``nodes``; the controller has no node inventory yet), one
+after another on the same scratch copy of the node inventory, so a gang is placed whole or the
+workload waits (all pods or none). A pod set is placed by topology when it asks to (its
+``podset-*-topology`` annotations) or, asking nothing, when every flavor of its ClusterQueue is a
+TAS flavor (Kueue's implicit default; ``Snapshot.packing`` says how, ``queues.topology``).
+
+The placement goes with the admission (``Admission.placement``) and holds node capacity in the
+inventory while the workload is admitted (``Snapshot.add_workload``). A preemption's victims
+give theirs back in the what-if, so the preemptor is placed on the nodes they free; if it still
+cannot be placed, nobody is preempted for it (``fits_after``). When its quota fits but no
+domain holds it, lower-priority TAS work of its own ClusterQueue is preempted for it where that
+frees the right nodes (``_victims``), as Kueue's TAS preemption does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from queues import jobs, topology
+from queues.nodes import Free, NodeInfo, PodNeeds
+from queues.selectors import NodeConstraints
+
+if TYPE_CHECKING:
+    from queues.flavors import Assignment
+    from queues.model import ClusterQueue, Flavor, Snapshot, Workload
+
+
+def uses_topology(snapshot: Snapshot, cq: ClusterQueue) -> bool:
+    """Whether placement may decide ``cq``'s admissions: it has a TAS flavor, and nodes are known
+    (without a node inventory, as in the controller today, admission is by quota alone)."""
+    if snapshot.inventory is None:
+        return False
+    return any((f := snapshot.flavors.get(name)) and f.topology for g in cq.groups for name in g.flavors)
+
+
+def place(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment, *, preempt: bool) -> None:
+    """Place ``assignment``'s TAS pod sets (it fits by quota): fill ``assignment.placement``; or,
+    when no domain holds a pod set, make it ``PREEMPT`` with ``topology_victims`` (``preempt``:
+    lower-priority TAS work of its own queue whose nodes would hold it) or ``NO_FIT`` with why."""
+    from queues.flavors import Mode  # (flavors imports this module)
+
+    if snapshot.inventory is None:
+        return  # (no node is known: quota alone decides)
+    placed, message = _placement(snapshot, cq, wl, assignment)
+    if placed is not None:
+        assignment.placement = placed
+        return
+    victims = _victims(snapshot, cq, wl, assignment) if preempt else []
+    assignment.mode = Mode.PREEMPT if victims else Mode.NO_FIT
+    assignment.topology_victims = victims
+    assignment.messages = [message]
+
+
+def _placement(
+    snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment
+) -> tuple[dict[str, dict[str, int]] | None, str]:
+    """Each TAS pod set's nodes, placed one after another on a scratch copy of the inventory; or
+    None and why not."""
+    inventory = snapshot.inventory
+    free: Free = {name: dict(f) for name, f in inventory.free.items()} if inventory is not None else {}
+    nodes: list[NodeInfo] = list(inventory.nodes.values()) if inventory is not None else []
+    out: dict[str, dict[str, int]] = {}
+    for ps in jobs.with_counts(wl.pod_sets, assignment.counts):
+        flavor = _tas_flavor(snapshot, assignment.flavors.get(ps.name, {}))
+        if flavor is None or (ps.topology is None and not cq.tas_only):
+            continue
+        pod = PodNeeds(
+            {r: v for r, v in ps.requests.items() if v},
+            {**dict(ps.constraints.node_selector), **flavor.node_labels},
+            (*ps.tolerations, *flavor.tolerations),
+        )
+        eligible = [n for n in nodes if _affinity_allows(ps.constraints, n)]
+        placed = topology.place(ps.topology, flavor.levels, pod, ps.count, eligible, free, snapshot.packing)
+        if not placed.ok:
+            return None, f"pod set {ps.name}: {placed.message} (Topology {flavor.topology})"
+        out[ps.name] = placed.nodes
+        for node, pods in placed.nodes.items():
+            for r, v in pod.requests.items():
+                free[node][r] = free[node].get(r, 0) - v * pods
+    return out, ""
+
+
+def _victims(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment) -> list[Workload]:
+    """The fewest of ``cq``'s lower-priority TAS workloads (in Kueue's preemption order) whose
+    nodes, once free, hold ``wl``: taken in order until it is placed, then every one it is still
+    placed without is given back, newest taken first. [] if even all of them would not do."""
+    from queues import preemption  # (preemption imports flavors, which imports this module)
+
+    candidates = [
+        c.workload
+        for c in preemption.own_candidates(cq, wl, set(assignment.usage))
+        if c.workload.admission is not None and c.workload.admission.placement
+    ]
+    candidates.sort(key=preemption.order_key(cq.name))
+    taken: list[Workload] = []
+    try:
+        for cand in candidates:
+            snapshot.remove_workload(cand)
+            taken.append(cand)
+            if _placement(snapshot, cq, wl, assignment)[0] is not None:
+                break
+        else:
+            return []
+        for cand in reversed(taken[:-1]):
+            snapshot.add_workload(cand)
+            if _placement(snapshot, cq, wl, assignment)[0] is None:
+                snapshot.remove_workload(cand)
+            else:
+                taken.remove(cand)
+        return list(taken)
+    finally:
+        for cand in taken:
+            snapshot.add_workload(cand)
+
+
+def fits_after(
+    snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment, victims: list[Workload]
+) -> bool:
+    """Whether ``wl`` is placed once ``victims`` are gone (always, where no TAS flavor decides)."""
+    from queues.flavors import Mode, assign
+
+    if not uses_topology(snapshot, cq):
+        return True
+    for victim in victims:
+        snapshot.remove_workload(victim)
+    try:
+        return assign(snapshot, cq, wl, None, assignment.counts).mode == Mode.FIT
+    finally:
+        for victim in victims:
+            snapshot.add_workload(victim)
+
+
+def _tas_flavor(snapshot: Snapshot, chosen: dict[str, str]) -> Flavor | None:
+    for name in chosen.values():
+        flavor = snapshot.flavors.get(name)
+        if flavor is not None and flavor.topology:
+            return flavor
+    return None
+
+
+def _affinity_allows(constraints: NodeConstraints, node: NodeInfo) -> bool:
+    """The pod set's required node affinity on this node's labels (its nodeSelector is in the pod)."""
+    if not constraints.affinity_terms:
+        return True
+    keys = frozenset(r.key for term in constraints.affinity_terms for r in term)
+    return NodeConstraints((), constraints.affinity_terms).matches_flavor(node.labels, keys)

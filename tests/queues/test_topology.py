@@ -1,0 +1,232 @@
+"""Topology-aware placement (``queues.topology``, ``queues.tas``): Kueue's TAS algorithm on its
+own KEP examples, then admission by topology in engine core."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queues import errors, scenario, simulator, topology
+from queues.nodes import NodeInfo, PodNeeds, node_object
+from queues.topology_requests import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, Request, request_of
+
+GPU = "nvidia.com/gpu"
+RACK = "cloud.provider.com/topology-rack"
+HOST = "kubernetes.io/hostname"
+LEVELS = [RACK, HOST]
+
+
+def _nodes(free_gpus: dict[str, list[int]]) -> tuple[list[NodeInfo], dict[str, dict[str, int]]]:
+    """Nodes of 8 GPUs by rack, each with the given free GPUs."""
+    nodes, free = [], {}
+    for rack, frees in free_gpus.items():
+        for i, gpus in enumerate(frees):
+            name = f"{rack}-n{i}"
+            nodes.append(NodeInfo.of(node_object(name, {"labels": {RACK: rack}, "capacity": {GPU: "8"}})))
+            free[name] = {GPU: gpus * 1000}
+    return nodes, free
+
+
+ONE = PodNeeds({GPU: 1000})
+
+
+def test_best_fit_takes_the_freest_nodes_and_the_tightest_last_one() -> None:
+    """Kueue's KEP: a rack whose nodes hold 3, 3, 2 and 1 pods; 7 pods: BestFit takes 3, 3 and the 1."""
+    nodes, free = _nodes({"r0": [3, 3, 2, 1]})
+    placed = topology.place(Request("required", RACK), LEVELS, ONE, 7, nodes, free)
+    assert placed.nodes == {"r0-n0": 3, "r0-n1": 3, "r0-n3": 1}
+
+
+def test_unconstrained_takes_the_least_free_nodes_first() -> None:
+    """The same rack, LeastFreeCapacity: 1, 2, 3 and one of the last 3."""
+    nodes, free = _nodes({"r0": [3, 3, 2, 1]})
+    placed = topology.place(Request("unconstrained"), LEVELS, ONE, 7, nodes, free)
+    assert placed.nodes == {"r0-n3": 1, "r0-n2": 2, "r0-n0": 3, "r0-n1": 1}
+
+
+@pytest.mark.parametrize(
+    ("mode", "pods", "expected"),
+    [
+        ("required", 12, {"r0-n0": 6, "r0-n2": 4, "r0-n4": 2}),  # BestFit: 6 . 4 . 2
+        ("unconstrained", 10, {"r0-n4": 2, "r0-n3": 2, "r0-n2": 4, "r0-n1": 2}),  # LeastFree: . 2 4 2 2
+    ],
+)
+def test_slices_of_two_pods_per_node(mode: str, pods: int, expected: dict[str, int]) -> None:
+    """Kueue's KEP: nodes holding 6, 5, 4, 3 and 2 pods, slices of 2 pods within one node."""
+    nodes, free = _nodes({"r0": [6, 5, 4, 3, 2]})
+    request = Request(mode, RACK if mode == "required" else None, HOST, 2)
+    assert topology.place(request, LEVELS, ONE, pods, nodes, free).nodes == expected
+
+
+def test_required_says_how_much_the_freest_domain_holds() -> None:
+    nodes, free = _nodes({"r0": [8, 4], "r1": [8, 8]})
+    placed = topology.place(Request("required", RACK), LEVELS, PodNeeds({GPU: 8000}), 3, nodes, free)
+    assert not placed.ok
+    assert placed.message == "needs 3 pods (24 nvidia.com/gpu) in one rack; the freest rack has room for 2"
+
+
+def test_preferred_climbs_to_the_smallest_domain_that_holds_it_then_spreads() -> None:
+    nodes, free = _nodes({"r0": [8, 8, 2], "r1": [8, 8, 8]})
+    # 16 GPUs: no node has them; rack r0 has room (the tighter one) -> its two free nodes
+    assert topology.place(Request("preferred", HOST), LEVELS, ONE, 16, nodes, free).nodes == {"r0-n0": 8, "r0-n1": 8}
+    # 40 GPUs: no rack has them -> the freest rack whole, the rest from the other
+    placed = topology.place(Request("preferred", HOST), LEVELS, ONE, 40, nodes, free)
+    assert sum(placed.nodes.values()) == 40 and all(placed.nodes.get(f"r1-n{i}") == 8 for i in range(3))
+
+
+def test_compact_default_gives_a_small_job_the_fullest_node_that_fits() -> None:
+    nodes, free = _nodes({"r0": [8, 3, 1], "r1": [8, 8, 8]})
+    assert topology.place(None, LEVELS, PodNeeds({GPU: 2000}), 1, nodes, free).nodes == {"r0-n1": 1}
+    assert topology.place(None, LEVELS, PodNeeds({GPU: 8000}), 1, nodes, free).nodes == {"r0-n0": 1}
+
+
+def test_cordoned_and_tainted_nodes_are_left_out() -> None:
+    cordoned = NodeInfo.of(node_object("c", {"labels": {RACK: "r0"}, "capacity": {GPU: "8"}, "unschedulable": True}))
+    placed = topology.place(None, LEVELS, ONE, 1, [cordoned], {"c": {GPU: 8000}})
+    assert not placed.ok
+
+
+def test_a_level_the_topology_does_not_have_is_named() -> None:
+    nodes, free = _nodes({"r0": [8]})
+    placed = topology.place(Request("required", "zone"), LEVELS, ONE, 1, nodes, free)
+    assert placed.message.startswith("level zone is not one of the topology's levels")
+
+
+@pytest.mark.parametrize(
+    ("annotations", "count", "problem"),
+    [
+        ({REQUIRED: RACK, PREFERRED: HOST}, 2, "exclude each other"),
+        ({SLICE_SIZE: "2"}, 4, f"needs {SLICE_REQUIRED}"),
+        ({SLICE_REQUIRED: HOST}, 4, f"needs {SLICE_SIZE}"),
+        ({SLICE_REQUIRED: HOST, SLICE_SIZE: "3"}, 4, "3 does not divide the pod set's 4 pods"),
+        ({SLICE_REQUIRED: HOST, SLICE_SIZE: "two"}, 4, "must be a whole number"),
+    ],
+)
+def test_bad_annotations_are_refused_with_their_path(annotations: dict[str, str], count: int, problem: str) -> None:
+    request, problems = request_of(annotations, count, "spec.template")
+    assert request is None and any(problem in p for p in problems), problems
+    assert all(p.startswith("spec.template.metadata.annotations") for p in problems)
+
+
+# ----- admission by topology in engine core -------------------------------------------------
+
+
+def _doc(jobs: list[dict[str, Any]], *, racks: int = 2, per_rack: int = 2, extra: list[dict[str, Any]] | None = None,
+         topology_name: str = "racks", priority: bool = False) -> dict[str, Any]:  # fmt: skip
+    manifests: list[dict[str, Any]] = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "racks"},
+         "spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": HOST}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gpu"},
+         "spec": {"topologyName": topology_name}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
+         "spec": {"namespaceSelector": {},
+                  "preemption": {"withinClusterQueue": "LowerPriority" if priority else "Never"},
+                  "resourceGroups": [{"coveredResources": [GPU],
+                                      "flavors": [{"name": "gpu", "resources": [{"name": GPU, "nominalQuota": 1000}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "q", "namespace": "ml"},
+         "spec": {"clusterQueue": "cq"}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "high"}, "value": 10},
+        *(extra or []),
+    ]  # fmt: skip
+    nodes = [{"generate": {"racks": racks, "nodesPerRack": per_rack, "gpusPerNode": 8}}]
+    return {"name": "tas", "manifests": manifests, "nodes": nodes, "jobs": jobs}
+
+
+def _job(name: str, at: int, pods: int, gpus: int, runtime: int = 100, annotations: dict[str, str] | None = None,
+         priority: str | None = None) -> dict[str, Any]:  # fmt: skip
+    labels = {"kueue.x-k8s.io/queue-name": "q"} | ({"kueue.x-k8s.io/priority-class": priority} if priority else {})
+    template: dict[str, Any] = {"spec": {"containers": [{"name": "c", "resources": {"limits": {GPU: str(gpus)}}}]}}
+    if annotations:
+        template["metadata"] = {"annotations": annotations}
+    return {"at": at, "runtime": runtime, "object": {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "ml", "labels": labels},
+        "spec": {"parallelism": pods, "completions": pods, "template": template}}}  # fmt: skip
+
+
+def _run(doc: dict[str, Any]) -> dict[str, Any]:
+    return simulator.Simulation(scenario.parse(doc)).run().to_json()
+
+
+def _placements(result: dict[str, Any]) -> list[tuple[int, str, dict[str, int]]]:
+    return [(e["t"], e["workload"], e["placement"]["main"]) for e in result["events"] if e["type"] == "Admitted"]
+
+
+def test_a_gang_waits_for_a_domain_though_its_quota_fits_and_starts_when_one_frees() -> None:
+    doc = _doc([
+        _job("small-a", 0, 1, 2, runtime=50),
+        _job("small-b", 0, 1, 2, runtime=500),
+        _job("small-c", 0, 1, 2, runtime=500),
+        _job("small-d", 0, 1, 2, runtime=500),
+        _job("rack", 10, 2, 8, annotations={REQUIRED: RACK}),
+    ], racks=2, per_rack=2)  # fmt: skip
+    # compact: the four small jobs share one node; both racks keep a free node... so the rack job,
+    # needing two whole nodes in one rack, is placed at once in the untouched rack
+    result = _run(doc)
+    placed = _placements(result)
+    assert [p[2] for p in placed[:4]] == [{"r0-n0": 1}] * 4
+    assert placed[4] == (10, "ml/rack", {"r1-n0": 1, "r1-n1": 1})
+
+    unconstrained = _doc(doc["jobs"], racks=2, per_rack=2)
+    unconstrained["topologyPacking"] = "Kueue"
+    result = _run(unconstrained)
+    placed = _placements(result)
+    assert placed[4][1] == "ml/rack" and placed[4][2] in ({"r1-n0": 1, "r1-n1": 1}, {"r0-n0": 1, "r0-n1": 1})
+
+
+def test_a_fragmented_cluster_makes_a_gang_wait_with_the_reason() -> None:
+    jobs = [_job(f"s{i}", 0, 1, 7, runtime=100 + 10 * i, annotations={REQUIRED: HOST}) for i in range(4)]
+    jobs.append(_job("pair", 5, 2, 8, annotations={REQUIRED: RACK}))
+    result = _run(_doc(jobs))
+    pair = [e for e in result["events"] if e["workload"] == "ml/pair" and e["type"] == "Admitted"]
+    # every node has 1 GPU free (quota has 996): the pair waits until both nodes of a rack are free
+    assert pair[0]["t"] == 110 and pair[0]["placement"]["main"] == {"r0-n0": 1, "r0-n1": 1}
+
+
+def test_preemption_frees_the_nodes_the_preemptor_is_placed_on() -> None:
+    low = [_job(f"low{i}", 0, 1, 8, runtime=1000) for i in range(4)]
+    high = _job("high", 10, 2, 8, annotations={REQUIRED: RACK}, priority="high")
+    result = _run(_doc([*low, high], priority=True))
+    evicted = sorted(e["workload"] for e in result["events"] if e["type"] == "Evicted")
+    admitted = next(e for e in result["events"] if e["workload"] == "ml/high" and e["type"] == "Admitted")
+    assert admitted["t"] == 10 and len(evicted) == 2
+    victims_nodes = {n for e in result["events"] if e["type"] == "Admitted" and e["workload"] in evicted
+                     for n in e["placement"]["main"]}  # fmt: skip
+    assert set(admitted["placement"]["main"]) == victims_nodes  # the two nodes of one rack it freed
+
+
+def test_capacity_freed_in_one_quota_tree_wakes_topology_queues_of_another() -> None:
+    other = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "other"},
+         "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+             {"name": "gpu", "resources": [{"name": GPU, "nominalQuota": 1000}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "o", "namespace": "ml"},
+         "spec": {"clusterQueue": "other"}},
+    ]  # fmt: skip
+    first = _job("first", 0, 4, 8, runtime=50)
+    first["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "o"
+    result = _run(_doc([first, _job("second", 10, 4, 8)], extra=other))
+    second = [e for e in result["events"] if e["workload"] == "ml/second" and e["type"] == "Admitted"]
+    assert second and second[0]["t"] == 50
+
+
+def test_a_flavor_naming_a_missing_topology_makes_the_queue_inactive() -> None:
+    result = _run(_doc([_job("j", 0, 1, 1)], topology_name="nope"))
+    wl = result["workloads"]["ml/j"]
+    assert wl["reason"] == "Inactive" and "Topology nope" in wl["message"], wl
+
+
+def test_a_scenario_with_bad_annotations_names_the_path() -> None:
+    doc = _doc([_job("j", 0, 2, 1, annotations={REQUIRED: RACK, PREFERRED: HOST})])
+    with pytest.raises(errors.Invalid) as exc:
+        scenario.parse(doc)
+    assert any(str(e).startswith("jobs[0].object.spec.template.metadata.annotations") for e in exc.value.errors), (
+        exc.value.errors
+    )
+
+
+def test_the_report_says_where_jobs_landed() -> None:
+    result = _run(_doc([_job("eight", 0, 1, 8), _job("sixteen", 0, 2, 8, annotations={REQUIRED: RACK})]))
+    by_size = result["summary"]["placement"]["bySize"]
+    assert by_size["8"] == {"jobs": 1, "onOneNode": 1.0, "withinOne": {RACK: 1.0}}
+    assert by_size["16"] == {"jobs": 1, "onOneNode": 0.0, "withinOne": {RACK: 1.0}}
