@@ -158,7 +158,7 @@ class Result:
             if self.shares is not None:
                 per_cq[name].update(self.shares.summary(name, self.makespan))
         out: dict[str, Any] = {"makespan": num(self.makespan), "clusterQueues": per_cq}
-        if self.nodes:
+        if self.nodes and any("placement" in e for e in self.events):  # (engine core records placements)
             out["placement"] = locality.summarize(self.events, self.tracks, self.nodes, self.makespan)
         return out
 

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from queues import locality
 from queues.simulator import Result
 
 
@@ -123,8 +124,9 @@ def plot(result: Result, path: str) -> None:
     import matplotlib.pyplot as plt
 
     times = [s[0] for s in result.series]
-    rows = 3 if result.shares is not None else 2
-    fig, axes = plt.subplots(rows, 1, sharex=True, figsize=(9, 2.5 * rows))
+    placed = bool(result.nodes) and any("placement" in e for e in result.events)
+    rows = 2 + (result.shares is not None) + placed
+    fig, axes = plt.subplots(rows, 1, sharex=True, figsize=(9, 2.5 * rows + (1.5 if placed else 0)))
     ax1, ax2 = axes[0], axes[1]
     ax1.step(times, [s[1] for s in result.series], where="post")
     ax1.set_ylabel("pending workloads")
@@ -138,6 +140,14 @@ def plot(result: Result, path: str) -> None:
         ax3.set_ylabel("weighted share")
         if len(result.shares.now) <= 12:
             ax3.legend(fontsize="small", loc="upper right")
+    if placed:  # each node's share of GPUs in use over time (topology-aware placement)
+        names, grid = locality.occupancy(result.events, result.tracks, result.nodes, result.makespan)
+        ax = axes[-1]
+        ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="Greens", vmin=0, vmax=1,
+                  extent=(0, result.makespan, len(names), 0))  # fmt: skip
+        ax.set_ylabel("nodes (GPUs in use)")
+        if len(names) <= 32:
+            ax.set_yticks([i + 0.5 for i in range(len(names))], names, fontsize="x-small")
     axes[-1].set_xlabel("scenario seconds")
     fig.suptitle(result.scenario)
     fig.tight_layout()

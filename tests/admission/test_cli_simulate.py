@@ -83,7 +83,7 @@ def test_fair_sharing_reports_each_queues_weighted_share_and_plots_it(tmp_path: 
     assert not any("weightedShare" in cq for cq in plain["summary"]["clusterQueues"].values()), "only when on"
 
 
-def test_topology_example_places_jobs_and_says_why_one_waits() -> None:
+def test_topology_example_places_jobs_and_says_why_one_waits() -> None:  # (docs/topology.md)
     out = turnstile("simulate", "examples/topology/topology.yaml", "--output", "json")
     assert out.returncode == 0, out.stderr
     assert "topologyName" not in out.stderr  # (engine core places by it: no "not used" warning)
@@ -96,6 +96,12 @@ def test_topology_example_places_jobs_and_says_why_one_waits() -> None:
     assert "needs 8 pods (64 nvidia.com/gpu) in one rack; the freest rack has room for 4" in waiting["message"]
     table = turnstile("simulate", "examples/topology/topology.yaml")
     assert "Placement (GPU utilisation" in table.stdout and "on one node" in table.stdout
+
+
+def test_topology_plot_draws_node_occupancy(tmp_path: Path) -> None:
+    out = turnstile("simulate", "examples/topology/topology.yaml", "--plot", str(tmp_path / "nodes.png"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "nodes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_engine_cluster_refuses_a_topology_scenario_instead_of_ignoring_it() -> None:

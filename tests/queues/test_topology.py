@@ -230,3 +230,15 @@ def test_the_report_says_where_jobs_landed() -> None:
     by_size = result["summary"]["placement"]["bySize"]
     assert by_size["8"] == {"jobs": 1, "onOneNode": 1.0, "withinOne": {RACK: 1.0}}
     assert by_size["16"] == {"jobs": 1, "onOneNode": 0.0, "withinOne": {RACK: 1.0}}
+
+
+def test_node_occupancy_over_time_for_the_plot() -> None:
+    from queues import locality
+
+    doc = _doc([_job("eight", 0, 1, 8, runtime=50), _job("four", 50, 1, 4, runtime=50)], racks=1, per_rack=2)
+    sim = simulator.Simulation(scenario.parse(doc))
+    result = sim.run()
+    names, grid = locality.occupancy(result.events, result.tracks, result.nodes, result.makespan, columns=2)
+    assert names == ["r0-n0", "r0-n1"]
+    # first half: the 8-GPU job fills one node; second half: the 4-GPU job half of the same node
+    assert grid == [[1.0, 0.5], [0.0, 0.0]]
