@@ -14,6 +14,7 @@ from queues.model import Admission, Workload
 
 PREEMPTED = "Preempted"
 CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
+NODE_FAILURES = "NodeFailures"  # a node its pods were placed on is gone (Kueue's WorkloadEvictedDueToNodeFailures)
 ADMISSION_CHECK = provisioning.ADMISSION_CHECK
 
 

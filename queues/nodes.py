@@ -16,6 +16,7 @@ decide scale-ups with these functions, so the two agree by construction.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,14 @@ def node_object(name: str, shape: Mapping[str, Any]) -> dict[str, Any]:
         },
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
+
+
+def cordoned(node: NodeInfo, on: bool) -> NodeInfo:
+    """The node cordoned (``kubectl cordon``: the unschedulable taint) or uncordoned."""
+    taints = tuple(t for t in node.taints if t.key != UNSCHEDULABLE)
+    if on:
+        taints += (Taint(UNSCHEDULABLE, "", "NoSchedule"),)
+    return dataclasses.replace(node, taints=taints)
 
 
 def eligible(pod: PodNeeds, node: NodeInfo) -> bool:

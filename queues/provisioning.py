@@ -320,6 +320,27 @@ class AutoscalerModel:
                 self._add_node(placement.node_object(placement.scale_up_name(len(self.nodes)), self.template))
         self._place_waiting()
 
+    def cordon(self, name: str, on: bool) -> placement.NodeInfo | None:
+        """``kubectl cordon``/``uncordon``: pods there keep running, new ones go elsewhere."""
+        for i, node in enumerate(self.nodes):
+            if node.name == name:
+                self.nodes[i] = placement.cordoned(node, on)
+                if not on:
+                    self._place_waiting()
+                return self.nodes[i]
+        return None
+
+    def remove_node(self, name: str) -> None:
+        """The node is deleted: its pods are gone, and their owners' new pods wait for room."""
+        self.nodes = [n for n in self.nodes if n.name != name]
+        self.free.pop(name, None)
+        for key, pods in self.placed.items():
+            lost = [pod for node, pod in pods if node == name]
+            if lost:
+                pods[:] = [(node, pod) for node, pod in pods if node != name]
+                self.unplaced.setdefault(key, []).extend(lost)
+        self._place_waiting()
+
     def start(self, key: str, pods: Sequence[placement.PodNeeds]) -> None:
         """A workload's pods are created: each goes to the first node it fits, or waits for room."""
         self.unbook(key)  # its pods hold the capacity now

@@ -1,22 +1,24 @@
 """Workloads that give their quota back to try again later, and the backoff they wait out.
 
-Two mechanisms end a reservation without a preemption: admission checks (two-phase admission,
-``queues.provisioning``: a check passes, waits, asks for a retry, or rejects) and waitForPodsReady
-(``queues.podsready``: a started workload whose pods were not Ready in time). Both release the
-quota and either park the workload until its backoff ends or deactivate it. ``Scheduler``
-inherits these; they use its eviction, reasons and queues.
+Three mechanisms end a reservation without a preemption: admission checks (two-phase admission,
+``queues.provisioning``: a check passes, waits, asks for a retry, or rejects), waitForPodsReady
+(``queues.podsready``: a started workload whose pods were not Ready in time), and a lost node
+(``node_lost``: a workload placed on it by topology is placed again). The first two release the
+quota and either park the workload until its backoff ends or deactivate it; the last requeues it
+at once. ``Scheduler`` inherits these; they use its eviction, reasons and queues.
 """
 
 from __future__ import annotations
 
 from queues import podsready, provisioning
-from queues.decisions import ADMISSION_CHECK, Evict
+from queues.decisions import ADMISSION_CHECK, NODE_FAILURES, Decision, Evict
+from queues.inventory import Inventory
 from queues.model import Workload
 from queues.queueing import PendingQueues
 
 
 class Retries:
-    """Admission checks' verdicts and waitForPodsReady's timeouts (a ``Scheduler`` base)."""
+    """Admission checks' verdicts, waitForPodsReady's timeouts, lost nodes (a ``Scheduler`` base)."""
 
     workloads: dict[str, Workload]
     parked: dict[str, Workload]  # waiting out a backoff, or deactivated
@@ -24,6 +26,7 @@ class Retries:
     said: set[str]
     pending: PendingQueues
     now: float
+    inventory: Inventory | None
 
     def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
         raise NotImplementedError
@@ -105,6 +108,18 @@ class Retries:
         if policy.requeue_by_creation:
             wl.queue_ts = wl.created  # requeuingStrategy.timestamp: Creation
         return evict
+
+    def node_lost(self, node: str) -> list[Decision]:
+        """A node is gone: every workload placed on it by topology is evicted and requeued (Kueue's
+        ``NodeFailures``; Kueue first tries to replace the node, Turnstile places it afresh)."""
+        out: list[Decision] = []
+        for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
+            if wl.admission is not None and any(node in nodes for nodes in wl.admission.placement.values()):
+                message = f"node {node}, where its pods were placed, is gone; it is placed again"
+                out.append(self._evict(wl, NODE_FAILURES, "NodeDeleted", None, message=message))
+        if self.inventory is not None:
+            self.inventory.remove(node)
+        return out
 
     def next_requeue(self) -> float | None:
         """When the next workload waiting out a backoff queues again; None if none does."""

@@ -252,6 +252,11 @@ def parse(doc: Any) -> Scenario:
         if edit.action == "cancel" and edit.name not in keys:
             problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
     nodes = scenario_nodes.parse(doc.get("nodes"), problems)
+    node_names = {str(n["name"]) for n in nodes}
+    for edit in edits:
+        if edit.kind == "Node" and edit.name not in node_names:
+            where = f"edits[{edit.index}].{'delete.name' if edit.action == 'delete' else edit.action}"
+            problems.append(FieldError(where, f"no node {edit.name!r} in nodes"))
     packing = doc.get("topologyPacking", topology.COMPACT)
     if packing not in topology.PACKINGS:
         problems.append(FieldError("topologyPacking", f"must be {' or '.join(topology.PACKINGS)}, not {packing!r}"))

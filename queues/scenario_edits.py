@@ -1,8 +1,8 @@
 """The admin actions of a scenario's timeline (``edits:``), and the readers the scenario file shares.
 
-An edit applies or deletes a Kueue object, cancels a job (the user deletes it) or scales a Deployment,
-at a time in scenario seconds; ``edits`` reads the list, reporting every problem at its path
-(``edits[2].apply.spec``).
+An edit applies or deletes a Kueue object, cancels a job (the user deletes it), scales a Deployment,
+or cordons, uncordons or deletes a node (``delete: {kind: Node, name}``), at a time in scenario
+seconds; ``edits`` reads the list, reporting every problem at its path (``edits[2].apply.spec``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from queues import api, errors
 from queues.errors import FieldError
 
 MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
+ACTIONS = ("apply", "delete", "cancel", "scale", "cordon", "uncordon")
 
 
 @dataclass(frozen=True, slots=True)
 class Edit:
     index: int
     at: float
-    action: str  # apply | delete | cancel | scale
+    action: str  # apply | delete | cancel | scale | cordon | uncordon
     obj: api.KueueObject | None = None
     kind: str = ""
     name: str = ""  # "ns/name" for LocalQueue, cancel and scale
@@ -60,14 +61,14 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
             problems.append(FieldError(path, "must be a mapping with at and one of apply, delete, cancel"))
             continue
         at = seconds(item.get("at"), f"{path}.at", problems)
-        actions = [a for a in ("apply", "delete", "cancel", "scale") if a in item]
-        unknown = [k for k in item if k not in ("at", "apply", "delete", "cancel", "scale", "replicas")]
+        actions = [a for a in ACTIONS if a in item]
+        unknown = [k for k in item if k not in ("at", *ACTIONS, "replicas")]
         for key in unknown:
             problems.append(
-                FieldError(f"{path}.{key}", "unknown field; an edit has at and one of apply, delete, cancel, scale")
+                FieldError(f"{path}.{key}", f"unknown field; an edit has at and one of {', '.join(ACTIONS)}")
             )
         if len(actions) != 1:
-            problems.append(FieldError(path, "needs exactly one of apply, delete, cancel, scale"))
+            problems.append(FieldError(path, f"needs exactly one of {', '.join(ACTIONS)}"))
             continue
         if ("replicas" in item) != (actions[0] == "scale"):
             problems.append(FieldError(f"{path}.replicas", "scale (and only scale) takes replicas"))
@@ -79,15 +80,21 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
                 if isinstance(obj, api.WorkloadPriorityClass):
                     priority_classes.add(obj.name)
                 out.append(Edit(i, at, "apply", obj=obj, kind=obj.kind, name=obj.key))
+        elif action in ("cordon", "uncordon"):
+            if not isinstance(item[action], str) or not item[action]:
+                problems.append(FieldError(f"{path}.{action}", "must name a node of the scenario's nodes"))
+            else:
+                out.append(Edit(i, at, action, kind="Node", name=item[action]))
         elif action == "delete":
             target = item["delete"]
+            kinds = (*api.KINDS, "Node")
             if (
                 not isinstance(target, Mapping)
-                or target.get("kind") not in api.KINDS
+                or target.get("kind") not in kinds
                 or not isinstance(target.get("name"), str)
             ):
                 problems.append(
-                    FieldError(f"{path}.delete", f"must be {{kind, name}} with kind one of {', '.join(api.KINDS)}")
+                    FieldError(f"{path}.delete", f"must be {{kind, name}} with kind one of {', '.join(kinds)}")
                 )
                 continue
             name = target["name"]

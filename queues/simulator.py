@@ -30,6 +30,7 @@ from queues import nodes as placement
 from queues.inventory import Inventory
 from queues.model import Admission, Config, Workload
 from queues.recorder import Recorder, Result, Track
+from queues.replicas import Replicas
 from queues.scenario import Edit, JobEntry, Scenario
 
 __all__ = ["Recorder", "Replicas", "Result", "Simulation", "Track", "apply_edit"]
@@ -184,6 +185,9 @@ class Simulation:
         self.record.finished(key)
 
     def _edit(self, edit: Edit) -> None:
+        if edit.kind == "Node":
+            self._node_edit(edit)
+            return
         if edit.action == "scale":
             self.replicas.scale(edit.name, edit.replicas)
             return
@@ -208,6 +212,17 @@ class Simulation:
                 self._start(key, wl.admission)
         self.sched.checked.clear()
         self.record.configure(self.config)
+
+    def _node_edit(self, edit: Edit) -> None:
+        """A node cordoned or uncordoned (what runs there stays), or deleted (what was placed there
+        by topology is evicted and placed again; other pods wait for room elsewhere)."""
+        if edit.action == "delete":
+            self._enact(self.sched.node_lost(edit.name))
+            self.scaler.remove_node(edit.name)
+            return
+        node = self.scaler.cordon(edit.name, edit.action == "cordon")
+        if node is not None and self.inventory is not None:
+            self.inventory.put(node)
 
     def _enact(self, decisions: list[scheduler.Decision]) -> None:
         for d in decisions:
@@ -349,55 +364,3 @@ def apply_edit(config: Config, edit: Edit) -> None:
         config.terminating.add(edit.name)
     else:
         config.table(edit.kind).pop(edit.name, None)
-
-
-class Replicas:
-    """A Deployment's ReplicaSet in engine core: its replicas ``<name>-<k>`` made in order (at
-    creation, on scale-out, after an eviction deleted one); on scale-in, as the real ReplicaSet
-    ranks them, waiting replicas go first, newest first, then running ones, newest first."""
-
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.entries: dict[str, JobEntry] = {}  # Deployment key -> its entry
-        self.made: dict[str, int] = {}  # Deployment key -> replicas made so far
-        self.live: dict[str, list[str]] = {}  # Deployment key -> its replicas' keys, oldest first
-        self.parent: dict[str, str] = {}  # replica key -> Deployment key
-        self.seq = 10**12  # after every entry of the file (a replica's place among equals)
-
-    def create(self, entry: JobEntry) -> None:
-        key = entry.job.key
-        self.entries[key] = entry
-        self.live.setdefault(key, [])
-        self.scale(key, entry.replicas or 0)
-
-    def scale(self, key: str, replicas: int) -> None:
-        entry = self.entries.get(key)
-        if entry is None:
-            return
-        live = self.live[key]
-        while len(live) < replicas:
-            self._make(entry)
-        if len(live) > replicas:
-            by_rank = sorted(live, key=lambda k: (self.sim.record.by_key[k].state == "Admitted", -live.index(k)))
-            for replica in by_rank[: len(live) - replicas]:
-                live.remove(replica)
-                self.sim.cancel(replica)
-
-    def replaced(self, replica: str) -> None:
-        """An evicted replica was deleted: its ReplicaSet makes another."""
-        key = self.parent.get(replica)
-        if key is None or replica not in self.live.get(key, []):
-            return
-        self.live[key].remove(replica)
-        self._make(self.entries[key])
-
-    def _make(self, entry: JobEntry) -> None:
-        key = entry.job.key
-        k = self.made.get(key, 0)
-        self.made[key] = k + 1
-        replica = entry.replica(k, self.sim.now)
-        self.parent[replica.job.key] = key
-        self.live[key].append(replica.job.key)
-        self.sim.record.add(replica)
-        self.seq += 1
-        self.sim._submit(replica, seq=self.seq)

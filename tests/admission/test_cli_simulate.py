@@ -108,3 +108,11 @@ def test_engine_cluster_refuses_a_topology_scenario_instead_of_ignoring_it() -> 
     out = turnstile("simulate", "examples/topology/topology.yaml", "--engine", "cluster")
     assert out.returncode == 2 and out.stdout == ""
     assert "engine cluster does not place by Topology yet" in out.stderr and "--engine core" in out.stderr
+
+
+def test_engine_cluster_refuses_node_edits_instead_of_ignoring_them(tmp_path: Path) -> None:
+    doc = "name: n\nmanifests: []\nnodes: [{name: a, capacity: {cpu: '4'}}]\njobs: []\nedits: [{at: 5, cordon: a}]\n"
+    (tmp_path / "n.yaml").write_text(doc)
+    out = turnstile("simulate", str(tmp_path / "n.yaml"), "--engine", "cluster")
+    assert out.returncode == 2 and "edits[0]: engine cluster does not cordon or delete nodes yet" in out.stderr
+    assert turnstile("simulate", str(tmp_path / "n.yaml")).returncode == 0

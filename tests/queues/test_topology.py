@@ -242,3 +242,33 @@ def test_node_occupancy_over_time_for_the_plot() -> None:
     assert names == ["r0-n0", "r0-n1"]
     # first half: the 8-GPU job fills one node; second half: the 4-GPU job half of the same node
     assert grid == [[1.0, 0.5], [0.0, 0.0]]
+
+
+def test_a_deleted_node_evicts_what_was_placed_there_and_it_is_placed_again() -> None:
+    doc = _doc([_job("a", 0, 1, 8, runtime=100), _job("b", 0, 1, 8, runtime=100)], racks=1, per_rack=3)
+    doc["edits"] = [{"at": 20, "delete": {"kind": "Node", "name": "r0-n0"}}, {"at": 30, "cordon": "r0-n1"}]
+    result = _run(doc)
+    evicted = [(e["t"], e["workload"], e["reason"], e["detail"]) for e in result["events"] if e["type"] == "Evicted"]
+    assert evicted == [(20, "ml/a", "NodeFailures", "NodeDeleted")]
+    placed = _placements(result)
+    assert placed == [(0, "ml/a", {"r0-n0": 1}), (0, "ml/b", {"r0-n1": 1}), (20, "ml/a", {"r0-n2": 1})]
+    assert all(w["state"] == "Finished" for w in result["workloads"].values())  # (cordoned: b keeps running)
+
+
+def test_a_cordoned_node_takes_no_new_placement_until_uncordoned() -> None:
+    doc = _doc([_job("a", 10, 1, 8, runtime=100), _job("b", 10, 1, 8, runtime=100)], racks=1, per_rack=1)
+    doc["nodes"] = [{"generate": {"racks": 1, "nodesPerRack": 2, "gpusPerNode": 8}}]
+    doc["edits"] = [{"at": 0, "cordon": "r0-n0"}, {"at": 50, "uncordon": "r0-n0"}]
+    placed = _placements(_run(doc))
+    assert placed == [(10, "ml/a", {"r0-n1": 1}), (50, "ml/b", {"r0-n0": 1})]
+
+
+def test_node_edits_name_nodes_that_exist() -> None:
+    doc = _doc([_job("a", 0, 1, 1)])
+    doc["edits"] = [{"at": 5, "cordon": "nope"}, {"at": 6, "delete": {"kind": "Node", "name": "gone"}}]
+    with pytest.raises(errors.Invalid) as exc:
+        scenario.parse(doc)
+    assert [str(e) for e in exc.value.errors] == [
+        "edits[0].cordon: no node 'nope' in nodes",
+        "edits[1].delete.name: no node 'gone' in nodes",
+    ]
