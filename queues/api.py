@@ -29,6 +29,7 @@ KINDS = (
     "WorkloadPriorityClass",
     "AdmissionCheck",
     "ProvisioningRequestConfig",
+    "Topology",
 )
 
 

@@ -101,12 +101,6 @@ def parse_documents(path: str) -> list[api.KueueObject]:
         except errors.Invalid as exc:
             problems += [f"{doc.where} ({label}): {e}" for e in exc.errors]
             continue
-        if obj.kind not in api.KINDS:  # (Topology: the API server stores it, Turnstile's database does not)
-            problems.append(
-                f"{doc.where} ({label}): kind: Turnstile does not store {obj.kind} objects; apply it with "
-                "kubectl (the controller does not place by topology yet; turnstile simulate --engine core does)"
-            )
-            continue
         for unused in validation.unused_fields(obj, admission_fair_sharing=afs):
             click.echo(f"warning: {doc.where} ({label}): {unused}", err=True)
         ident = (obj.kind, obj.key)

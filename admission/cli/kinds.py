@@ -11,6 +11,7 @@ _ALIASES = {
     "WorkloadPriorityClass": ("workloadpriorityclass", "workloadpriorityclasses", "wpc"),
     "AdmissionCheck": ("admissioncheck", "admissionchecks", "ac"),
     "ProvisioningRequestConfig": ("provisioningrequestconfig", "provisioningrequestconfigs", "prc"),
+    "Topology": ("topology", "topologies"),
     "Workload": ("workload", "workloads", "wl"),
 }
 for _kind, _names in _ALIASES.items():

@@ -32,6 +32,7 @@ _TABLES: dict[str, type[Any]] = {
     "WorkloadPriorityClass": tables.WorkloadPriorityClass,
     "AdmissionCheck": tables.AdmissionCheck,
     "ProvisioningRequestConfig": tables.ProvisioningRequestConfig,
+    "Topology": tables.Topology,
 }
 
 

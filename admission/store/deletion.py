@@ -44,6 +44,14 @@ async def in_use(session: AsyncSession, kind: str, key: str) -> str | None:
         busy = await _admitted(session, w.namespace == namespace, w.local_queue == name)
         if busy:
             return f"localqueue/{key} still has {busy} admitted workload(s); wait for them to finish, then delete it"
+    elif kind == "Topology":
+        rf = tables.ResourceFlavor
+        rows = (await session.execute(select(rf.name, rf.manifest).order_by(rf.name))).all()
+        users = [f"resourceflavor/{name}" for name, m in rows if (m.get("spec") or {}).get("topologyName") == key]
+        if users:
+            return (
+                f"topology/{key} is named by {', '.join(users)} (spec.topologyName); change them first, then delete it"
+            )
     elif kind == "ResourceFlavor":
         users = []
         for table, owner, label in (

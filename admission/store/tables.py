@@ -96,6 +96,13 @@ class ResourceFlavor(_Config, Base):
     name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
 
 
+class Topology(_Config, Base):
+    """Kueue's Topology (levels of node labels); ResourceFlavors name it in ``spec.topologyName``."""
+
+    __tablename__ = "topologies"
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+
+
 class Cohort(_Config, Base):
     __tablename__ = "cohorts"
     name: Mapped[str] = mapped_column(String(NAME), primary_key=True)

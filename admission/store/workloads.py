@@ -229,6 +229,10 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
                 usage.get(r.id, {}),
                 bool(flavors.get("borrowing", False)),
                 {str(k): int(v) for k, v in (flavors.get("counts") or {}).items()},
+                {
+                    str(ps): {str(n): int(c) for n, c in nodes.items()}
+                    for ps, nodes in (flavors.get("placement") or {}).items()
+                },
             )
             wl.admitted_at = _epoch(r.admitted_at)
             if not wl.checks and r.id in started:
@@ -449,6 +453,7 @@ async def commit_cycle(
                     "flavors": a.admission.flavors,
                     "borrowing": a.admission.borrowing,
                     **({"counts": a.admission.counts} if a.admission.counts else {}),
+                    **({"placement": a.admission.placement} if a.admission.placement else {}),
                 },
                 "checks": list(a.checks),
             }

@@ -259,7 +259,7 @@ def test_fields_turnstile_does_not_act_on_yet_are_applied_with_a_warning_naming_
     assert "clusterqueue/fair created" in applied.stdout
 
 
-def test_apply_refuses_a_topology_and_warns_a_flavor_naming_one(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_topology_is_stored_warned_and_kept_while_a_flavor_names_it(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     topology = tmp_path / "topology.yaml"
     topology.write_text(
         "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: racks}\n"
@@ -268,11 +268,18 @@ def test_apply_refuses_a_topology_and_warns_a_flavor_naming_one(cli, tmp_path: P
         "spec: {topologyName: racks}\n"
     )
     out = cli("apply", "-f", str(topology))
-    assert out.returncode != 0, out.stdout
-    assert "(Topology/racks): kind: Turnstile does not store Topology objects; apply it with kubectl" in out.stderr
-    assert "resourceflavor/h100" not in out.stdout  # all or nothing
-    flavor = tmp_path / "flavor.yaml"
-    flavor.write_text(topology.read_text().split("---\n")[1])
-    out = cli("apply", "-f", str(flavor))
     assert out.returncode == 0, out.stderr
+    assert "topology/racks created" in out.stdout and "resourceflavor/h100 created" in out.stdout
+    assert "(Topology/racks): spec.levels: accepted but not used: the controller does not place" in out.stderr
     assert "spec.topologyName: accepted but not used: the controller does not place workloads by topology" in out.stderr
+    got = json.loads(cli("get", "topology", "racks", "-o", "json").stdout)
+    assert [lv["nodeLabel"] for lv in got["spec"]["levels"]][-1] == "kubernetes.io/hostname"
+    refused = cli("delete", "topology", "racks")
+    assert refused.returncode != 0 and "topology/racks is named by resourceflavor/h100" in refused.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: bad}\n"
+        "spec: {levels: [{nodeLabel: kubernetes.io/hostname}, {nodeLabel: rack}]}\n"
+    )
+    out = cli("apply", "-f", str(bad))
+    assert out.returncode != 0 and "spec.levels[0].nodeLabel: kubernetes.io/hostname can only be the last" in out.stderr

@@ -100,6 +100,21 @@ async def test_snapshot_round_trips_pod_sets_and_usage(sessions: async_sessionma
     assert "a" in snap.config.cluster_queues
 
 
+async def test_a_topology_placement_and_the_topology_round_trip(sessions: async_sessionmaker[AsyncSession]) -> None:
+    racks = api.parse(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "racks"},
+         "spec": {"levels": [{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}]}}
+    )  # fmt: skip
+    ids = await setup(sessions, [cq("a", 8, cohort=None), racks], 1, gpus=2)
+    placed = Admission("a", {"main": {GPU: "a100"}}, {("a100", GPU): 2000}, False, {}, {"main": {"r0-n1": 1}})
+    async with database.transaction(sessions) as s:
+        await store.commit_cycle(s, admissions=[store.Admit(ids[0], placed)], now=NOW)
+        snap = await store.load_snapshot(s)
+    admission = snap.workloads[0].admission
+    assert admission is not None and admission.placement == {"main": {"r0-n1": 1}}
+    assert snap.config.topologies["racks"].levels == ("rack", "kubernetes.io/hostname")
+
+
 async def test_commit_refuses_what_no_longer_fits_and_keeps_the_ledger(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
