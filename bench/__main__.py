@@ -1,5 +1,5 @@
-"""Figures: ``python -m bench [core|deep|fair|topology|sim|store|controller|webhook|cluster|objects|pods|chaos|all]``
-(all by default)."""
+"""Figures: ``python -m bench [core|deep|fair|topology|efficiency|sim|store|controller|webhook|cluster|objects|pods|
+chaos|all]`` (all by default)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def main() -> None:
         from bench import topology
 
         topology.main()
+    if which in ("efficiency", "all"):
+        from bench import efficiency
+
+        efficiency.main()
     if which in ("sim", "all"):
         from bench import sim_api
 

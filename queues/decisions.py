@@ -32,6 +32,7 @@ class Evict:
     detail: str  # InClusterQueue | InCohortReclamation | InCohortReclaimWhileBorrowing | Retry | Rejected | ...
     by: str | None = None
     released: Admission | None = None  # the admission the eviction ended
+    message: str = ""  # why, for a person (GPUIdle: the utilisation measured)
 
     @property
     def cluster_queue(self) -> str:

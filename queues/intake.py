@@ -89,7 +89,7 @@ class Intake:
                     wl,
                     wl.requeue_reason,
                     f"{why + '; ' if why else ''}queues again after a {wl.requeue_at - self.now:.0f}s backoff"
-                    f" (retry {wl.retries})",
+                    + (f" (retry {wl.retries})" if wl.retries else ""),
                 )
             return
         cq, reason, message = self._resolve(wl)

@@ -18,7 +18,10 @@ nodes would (``queues.tas``); either way nobody is preempted unless the head is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from queues import flavors, partial, preemption, tas
+from queues.efficiency import BUDGET_EXHAUSTED
 from queues.flavors import Assignment, Mode
 from queues.model import ClusterQueue, Snapshot, Workload
 from queues.preemption import Target
@@ -32,6 +35,7 @@ class Nomination:
     pending: PendingQueues
     _generation: dict[str, int]
     _nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]]
+    budget_gate: Callable[[Workload], str | None] | None  # (``queues.reclaim_model``'s gate)
 
     def _bump(self, cq: ClusterQueue) -> None: ...  # (``Scheduler``)
 
@@ -52,7 +56,10 @@ class Nomination:
         return None
 
     def _nominate(self, wl: Workload, cq: ClusterQueue) -> Assignment:
-        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload."""
+        """Flavor assignment for ``wl``, reusing a recent failure of an identical workload; none
+        while a GPU-hour budget covering it is exhausted (``budget_gate``; not remembered)."""
+        if self.budget_gate is not None and (held := self.budget_gate(wl)) is not None:
+            return Assignment(Mode.NO_FIT, reason=BUDGET_EXHAUSTED, messages=[held])
         known = self._known_failure(wl, cq)
         if known is not None:
             return known
@@ -104,3 +111,9 @@ class Nomination:
             if cq.tree_key not in trees and tas.uses_topology(self.snapshot, cq):
                 trees.add(cq.tree_key)
                 self._bump(cq)
+
+    def look_again(self) -> None:
+        """Something outside the quota trees changed (a GPU-hour budget renewed or exhausted):
+        every queue gets another look."""
+        for cq in self.snapshot.queues.values():
+            self._bump(cq)

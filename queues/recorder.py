@@ -117,6 +117,7 @@ class Result:
     refused: dict[str, str] = field(default_factory=dict)
     shares: ShareMeter | None = None  # fair sharing: each ClusterQueue's weighted share over time
     nodes: list[Mapping[str, Any]] = field(default_factory=list)  # the scenario's nodes (placement figures)
+    efficiency: dict[str, object] = field(default_factory=dict)  # idle reclaim and budgets (engine core)
 
     def to_json(self, engine: str = "core") -> dict[str, Any]:
         out = {
@@ -160,6 +161,7 @@ class Result:
         out: dict[str, Any] = {"makespan": num(self.makespan), "clusterQueues": per_cq}
         if self.nodes and any("placement" in e for e in self.events):  # (engine core records placements)
             out["placement"] = locality.summarize(self.events, self.tracks, self.nodes, self.makespan)
+        out.update(self.efficiency)
         return out
 
 
@@ -312,7 +314,7 @@ class Recorder:
                 event["placement"] = {ps: dict(nodes) for ps, nodes in sorted(placement.items())}
                 return
 
-    def evicted(self, key: str, reason: str, detail: str | None, by: str | None) -> None:
+    def evicted(self, key: str, reason: str, detail: str | None, by: str | None, message: str = "") -> None:
         track = self.by_key[key]
         if track.admission is not None:
             self._charge(track.admission, -1)
@@ -326,6 +328,8 @@ class Recorder:
         fields: dict[str, Any] = {"reason": reason, "detail": detail}
         if by is not None:
             fields["by"] = by
+        if message:
+            fields["message"] = message
         self._emit("Evicted", key, **fields)
 
     def _end(self, key: str, state: str) -> None:

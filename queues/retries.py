@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from queues import podsready, provisioning
 from queues.decisions import ADMISSION_CHECK, NODE_FAILURES, Decision, Evict
+from queues.efficiency import GPU_IDLE
+from queues.flavors import WAITING_FOR_QUOTA
 from queues.inventory import Inventory
 from queues.model import Workload
 from queues.queueing import PendingQueues
@@ -108,6 +110,21 @@ class Retries:
         if policy.requeue_by_creation:
             wl.queue_ts = wl.created  # requeuingStrategy.timestamp: Creation
         return evict
+
+    def reclaim_idle(self, key: str, message: str, *, deactivate: bool, backoff: float = 60.0) -> Evict | None:
+        """``key`` idles on its GPUs (``queues.efficiency``): evict it with reason ``GPUIdle`` and
+        requeue it after ``backoff`` seconds (so what waits for its quota goes first), or
+        deactivate it (it is never admitted again)."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.admission is None:
+            return None
+        if deactivate:
+            wl.active = False
+            wl.requeue_at = None
+        else:
+            wl.requeue_at = self.now + backoff
+            wl.requeue_reason = WAITING_FOR_QUOTA
+        return self._evict(wl, GPU_IDLE, "Deactivated" if deactivate else "Requeued", None, message=message)
 
     def node_lost(self, node: str) -> list[Decision]:
         """A node is gone: every workload placed on it by topology is evicted and requeued (Kueue's

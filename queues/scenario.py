@@ -14,6 +14,7 @@ from typing import Any
 
 from queues import (
     api,
+    efficiency,
     errors,
     fairsharing,
     jobs,
@@ -22,9 +23,9 @@ from queues import (
     scenario_nodes,
     serving,
     topology,
-    trainjobs,
     usage_history,
 )
+from queues import scenario_kinds as other_kinds
 from queues.errors import FieldError
 from queues.scenario_edits import MAX_SECONDS, Edit
 from queues.scenario_edits import edits as _edits
@@ -106,11 +107,15 @@ class Scenario:
     admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
     # how TAS pod sets are packed: Compact (Turnstile's) or Kueue (``queues.topology``)
     packing: str = "Compact"
+    # GPU efficiency (``queues.efficiency``): each workload's utilisation trace, reclaim policies, budgets
+    utilization: dict[str, efficiency.Trace] = field(default_factory=dict)
+    reclaim: tuple[efficiency.ReclaimPolicy, ...] = ()
+    budgets: tuple[efficiency.Budget, ...] = ()
 
 
 _TOP_FIELDS = {
     "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady",
-    "fairSharing", "admissionFairSharing", "topologyPacking",
+    "fairSharing", "admissionFairSharing", "topologyPacking", "reclaim", "budgets",
 }  # fmt: skip
 
 
@@ -138,11 +143,11 @@ def parse(doc: Any) -> Scenario:
         problems.append(FieldError("manifests", "required: a list of Kueue objects"))
     else:
         for i, raw in enumerate(raw_manifests):
-            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) == PRIORITY_CLASS:
-                _priority_class(raw, f"manifests[{i}]", pod_priorities, problems)
+            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) == other_kinds.PRIORITY_CLASS:
+                other_kinds.priority_class(raw, f"manifests[{i}]", pod_priorities, problems)
                 continue
-            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) in TRAINING_RUNTIMES:
-                _runtime(raw, f"manifests[{i}]", runtimes, problems)
+            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) in other_kinds.TRAINING_RUNTIMES:
+                other_kinds.runtime(raw, f"manifests[{i}]", runtimes, problems)
                 continue
             obj = _manifest(raw, f"manifests[{i}]", problems)
             if obj is None:
@@ -172,6 +177,7 @@ def parse(doc: Any) -> Scenario:
     groups: dict[str, list[tuple[int, Part, jobs.JobInfo]]] = {}  # namespace/group -> its pods, in file order
     raw_jobs = doc.get("jobs")
     keys: dict[str, int] = {}
+    utilization: dict[str, efficiency.Trace] = {}  # workload key -> its GPU utilisation trace
     if not isinstance(raw_jobs, list):
         problems.append(FieldError("jobs", "required: the timeline of job submissions (a list)"))
     elif len(raw_jobs) > MAX_JOBS:
@@ -185,9 +191,12 @@ def parse(doc: Any) -> Scenario:
                 problems.append(FieldError(path, "must be a mapping with at, runtime and object"))
                 continue
             for key in raw:
-                if key not in ("at", "runtime", "object"):
-                    problems.append(FieldError(f"{path}.{key}", "unknown field; a job entry has at, runtime, object"))
+                if key not in ("at", "runtime", "object", "utilization"):
+                    problems.append(
+                        FieldError(f"{path}.{key}", "unknown field; a job entry has at, runtime, object, utilization")
+                    )
             at = _time(raw.get("at"), f"{path}.at", problems)
+            trace = efficiency.utilization(raw.get("utilization"), f"{path}.utilization", problems)
             obj = raw.get("object")
             if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) in serving.KINDS:
                 for entry in _serving(i, at, raw, problems):
@@ -214,6 +223,8 @@ def parse(doc: Any) -> Scenario:
                 problems.extend(e.under(f"{path}.object") for e in jobs.pod_problems(obj.get("spec") or {}))
                 if pods.group_name(obj) is not None:
                     key = f"{info.namespace}/{pods.group_name(obj)}"
+                    if trace is not None:
+                        utilization.setdefault(key, trace)
                     groups.setdefault(key, []).append((i, Part(i, at, runtime, obj), info))
                     continue
             else:
@@ -234,6 +245,8 @@ def parse(doc: Any) -> Scenario:
                     )
                 )
             job_entries.append(JobEntry(i, at, runtime, info, raw["object"]))
+            if trace is not None:
+                utilization[info.key] = trace
     for key, members in groups.items():
         group = _group(key, members, problems)
         if group is None:
@@ -280,6 +293,8 @@ def parse(doc: Any) -> Scenario:
         admission_fair = usage_history.parse(doc.get("admissionFairSharing"))
     except errors.Invalid as exc:
         problems.extend(exc.errors)
+    reclaim = efficiency.reclaim(doc.get("reclaim"), problems)
+    budgets = efficiency.budgets(doc.get("budgets"), problems)
     if problems:
         raise errors.Invalid(problems)
     return Scenario(
@@ -297,11 +312,12 @@ def parse(doc: Any) -> Scenario:
         fair,
         admission_fair,
         str(packing),
+        utilization,
+        reclaim,
+        budgets,
     )
 
 
-PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
-TRAINING_RUNTIMES = {(trainjobs.API_VERSION, trainjobs.CLUSTER_RUNTIME), (trainjobs.API_VERSION, trainjobs.RUNTIME)}
 DEPLOYMENT = ("apps/v1", "Deployment")
 RAY_CLUSTER = ("ray.io/v1", "RayCluster")
 
@@ -338,42 +354,6 @@ def _templates(obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
         for k in ("leaderTemplate", "workerTemplate")
     ]
     return [(p, t) for p, t in found if isinstance(t, Mapping)]
-
-
-def _priority_class(
-    raw: Mapping[str, Any], path: str, into: dict[str, tuple[int, bool]], problems: list[FieldError]
-) -> None:
-    """A Kubernetes PriorityClass (a pod's ``priorityClassName``): its value and globalDefault."""
-    name = (raw.get("metadata") or {}).get("name") if isinstance(raw.get("metadata"), Mapping) else None
-    value = raw.get("value")
-    if not isinstance(name, str) or not name:
-        problems.append(FieldError(f"{path}.metadata.name", "required: the PriorityClass's name"))
-    elif isinstance(value, bool) or not isinstance(value, int) or not -(2**31) <= value <= 1_000_000_000:
-        problems.append(FieldError(f"{path}.value", f"must be a whole number up to 1000000000, not {value!r}"))
-    elif name in into:
-        problems.append(FieldError(f"{path}.metadata.name", f"duplicate PriorityClass {name!r}"))
-    else:
-        into[name] = (value, raw.get("globalDefault") is True)
-
-
-def _runtime(
-    raw: Mapping[str, Any],
-    path: str,
-    into: dict[tuple[str, str | None, str], Mapping[str, Any]],
-    problems: list[FieldError],
-) -> None:
-    """A Kubeflow Trainer (Cluster)TrainingRuntime, for the TrainJobs that name it."""
-    meta: Mapping[str, Any] = raw["metadata"] if isinstance(raw.get("metadata"), Mapping) else {}
-    name, kind = meta.get("name"), str(raw.get("kind"))
-    namespace = (meta.get("namespace") or "default") if kind == trainjobs.RUNTIME else None
-    if not isinstance(name, str) or not name:
-        problems.append(FieldError(f"{path}.metadata.name", f"required: the {kind}'s name"))
-    elif (kind, namespace, name) in into:
-        problems.append(FieldError(f"{path}.metadata.name", f"duplicate {kind} {name!r}"))
-    elif not isinstance(((raw.get("spec") or {}).get("template") or {}).get("spec"), Mapping):
-        problems.append(FieldError(f"{path}.spec.template.spec", "required: the JobSet template of the runtime"))
-    else:
-        into[(kind, namespace, name)] = raw
 
 
 def _group(key: str, members: list[tuple[int, Part, jobs.JobInfo]], problems: list[FieldError]) -> JobEntry | None:

@@ -100,6 +100,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         self.cycles = 0
         self.cap_hits = 0
         self.settle_seconds = SETTLE_SECONDS
+        self.budget_gate = None  # (``Nomination``: a GPU-hour budget holding new work back)
         self._preempted_at: dict[str, float] = {}  # (``Reservations``)
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
         # keys whose admission-check state changed -> whether the job may start now; the caller drains it
@@ -358,7 +359,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         wl.queue_ts = self.now
         self._say(wl, flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
         self._enqueue(wl, message)
-        return Evict(wl, reason, detail, by, released)
+        return Evict(wl, reason, detail, by, released, message)
 
     def _say(self, wl: Workload, reason: str, message: str) -> None:
         if (wl.reason, wl.message) != (reason, message):

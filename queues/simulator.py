@@ -29,6 +29,7 @@ from queues import api, provisioning, scheduler
 from queues import nodes as placement
 from queues.inventory import Inventory
 from queues.model import Admission, Config, Workload
+from queues.reclaim_model import EfficiencyModel
 from queues.recorder import Recorder, Result, Track
 from queues.replicas import Replicas
 from queues.scenario import Edit, JobEntry, Scenario
@@ -54,6 +55,10 @@ class Simulation:
             packing=scenario.packing,
         )
         self.sched.set_pod_priorities(scenario.pod_priorities)
+        # idle reclaim and GPU-hour budgets (``queues.efficiency``)
+        self.efficiency = EfficiencyModel(scenario.utilization, scenario.reclaim, scenario.budgets)
+        if scenario.budgets:
+            self.sched.budget_gate = self.efficiency.gate()
         self.record = Recorder(scenario, follow_shares=follow_shares)
         self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
         self.order = 0
@@ -103,6 +108,8 @@ class Simulation:
                 candidates.append(scale_up)
             if (settled := self.sched.next_settled()) is not None:
                 candidates.append(settled)
+            if self.efficiency.active and self.runs_or_waits():
+                candidates += [t for t in (self.efficiency.next_check(self.now), self.efficiency.next_period()) if t]
             if candidates:
                 self.progress_at = max(self.progress_at, min(candidates))
             looping = [t for t in (self.deadlines[0][0] if self.deadlines else None, self.sched.next_requeue()) if t]
@@ -111,6 +118,8 @@ class Simulation:
             if not candidates:
                 break
             self.now = self.sched.now = self.record.now = min(candidates)
+            if self.efficiency.advance(self.now):  # (a budget exhausted or renewed)
+                self.sched.look_again()
             # 1. finishes
             while self.finishes and self.finishes[0][0] <= self.now:
                 _, _, epoch, key = heapq.heappop(self.finishes)
@@ -139,14 +148,21 @@ class Simulation:
             while ai < len(arrivals) and arrivals[ai].at <= self.now:
                 self._submit(arrivals[ai])
                 ai += 1
-            # 4. cycles
+            # idle GPUs reclaimed (``queues.efficiency``), then 4. cycles
+            self._enact(self.efficiency.reclaim(self.now, self.sched))
             self._sync_inventory()
             self._enact(self.sched.schedule())
             self._ready_now()
             self.record.sample()
             if on_step is not None:
                 on_step(self)
-        return self.record.result(cycles=self.sched.cycles, explain=self.sched.explain)
+        result = self.record.result(cycles=self.sched.cycles, explain=self.sched.explain)
+        result.efficiency = self.efficiency.summary()
+        return result
+
+    def runs_or_waits(self) -> bool:
+        """Whether anything still runs or waits (else reclaim checks and budget periods are moot)."""
+        return bool(self.efficiency.runs) or bool(self.sched.pending.where)
 
     def _sync_inventory(self) -> None:
         """Tell placement about nodes the autoscaler added and what pods placed without a topology
@@ -182,6 +198,7 @@ class Simulation:
         self.sched.finish(key)
         self.scaler.stop(key)
         self.reservations.pop(key, None)
+        self.efficiency.stopped(key, gone=True)
         self.record.finished(key)
 
     def _edit(self, edit: Edit) -> None:
@@ -201,6 +218,7 @@ class Simulation:
             self.sched.cancel(edit.name)
             self.scaler.stop(edit.name)
             self.reservations.pop(edit.name, None)
+            self.efficiency.stopped(edit.name, gone=True)
             self.record.cancelled(edit.name)
             return
         apply_edit(self.config, edit)
@@ -236,7 +254,8 @@ class Simulation:
             else:
                 self.scaler.stop(key)
                 self.reservations.pop(key, None)
-                self.record.evicted(key, d.reason, d.detail, d.by)
+                self.record.evicted(key, d.reason, d.detail, d.by, d.message)
+                self.efficiency.stopped(key)
                 entry = self.record.by_key[key].entry
                 if entry.job.kind == "Pod" and not entry.regroups:  # (a serving group is made again: it waits)
                     # a pod cannot be suspended: it is deleted, and with it its workload, as Kueue's pod
@@ -249,6 +268,7 @@ class Simulation:
         self.sched.cancel(key)
         self.scaler.stop(key)
         self.reservations.pop(key, None)
+        self.efficiency.stopped(key, gone=True)
         self.record.cancelled(key)
 
     def _start(self, key: str, admission: Admission) -> None:
@@ -285,6 +305,8 @@ class Simulation:
             elif self.scaler.ready(key):
                 del self.unready[key]
                 self.progress_at = self.now
+                if (wl := self.sched.workloads.get(key)) is not None:
+                    self.efficiency.started(wl, self.now, 0.0 if track.entry.serves else track.entry.runtime)
                 if not track.entry.serves:
                     self.order += 1
                     heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, epoch, key))

@@ -177,6 +177,13 @@ def _core_only(parsed: Any) -> str:
     node_edits = [e for e in parsed.edits if e.kind == "Node"]
     if node_edits:
         return f"edits[{node_edits[0].index}]: engine cluster does not cordon or delete nodes yet"
+    for field, used in (
+        ("reclaim", parsed.reclaim),
+        ("budgets", parsed.budgets),
+        ("jobs[].utilization", parsed.utilization),
+    ):
+        if used:
+            return f"{field}: the controller does not reclaim idle GPUs or keep budgets yet (docs/gpu-efficiency.md)"
     return ""
 
 

@@ -69,6 +69,18 @@ def render(result: Result, console: Console, *, engine: str = "core") -> None:
         console.print(shares)
     if "placement" in summary:
         _placement(summary["placement"], console)
+    if "reclaim" in summary:  # (docs/gpu-efficiency.md)
+        r = summary["reclaim"]
+        console.print(
+            f"Idle reclaim: {r['warned']} warned, {r['requeued']} requeued, {r['deactivated']} deactivated "
+            f"(GPUIdle evictions below; warnings in -o json)"
+        )
+    for b in summary.get("budgets", []):
+        state = "exhausted" if b["exhausted"] else "open"
+        console.print(
+            f"Budget {escape(b['budget'])}: {b['usedThisPeriod']:g} of {b['gpuHours']:g} GPU-hours "
+            f"this period ({state})"
+        )
     preemptions = [e for e in data["events"] if e["type"] == "Evicted"]
     if preemptions:
         table = Table(title="Evictions", title_justify="left")

@@ -116,3 +116,12 @@ def test_engine_cluster_refuses_node_edits_instead_of_ignoring_them(tmp_path: Pa
     out = turnstile("simulate", str(tmp_path / "n.yaml"), "--engine", "cluster")
     assert out.returncode == 2 and "edits[0]: engine cluster does not cordon or delete nodes yet" in out.stderr
     assert turnstile("simulate", str(tmp_path / "n.yaml")).returncode == 0
+
+
+def test_efficiency_example_reports_reclaim_and_budgets_and_engine_cluster_refuses_it() -> None:
+    out = turnstile("simulate", "examples/efficiency/idle-reclaim.yaml")
+    assert out.returncode == 0, out.stderr
+    assert "Idle reclaim: 0 warned, 1 requeued" in out.stdout and "GPUIdle" in out.stdout
+    assert "Budget label team=product: 48 of 40 GPU-hours this period (exhausted)" in out.stdout
+    cluster = turnstile("simulate", "examples/efficiency/idle-reclaim.yaml", "--engine", "cluster")
+    assert cluster.returncode == 2 and "reclaim: the controller does not reclaim idle GPUs" in cluster.stderr

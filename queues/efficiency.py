@@ -1,0 +1,208 @@
+"""GPU efficiency policies: idle reclaim and GPU-hour budgets, as a scenario states them.
+
+- ``utilization`` on a job entry: the fraction of its GPUs busy while it runs, a constant or steps
+  ``[{at, value}]`` (``at``: seconds since the job started running; each value holds until the
+  next). ``Trace.mean`` is its time-weighted mean over a span of the run.
+- ``reclaim``: per ClusterQueue, ``{clusterQueue, threshold: 0.3, window: 30m, grace: 10m,
+  action: warn|requeue|deactivate, onlyWhenContended: true}``. A running workload whose mean
+  utilisation over the last ``window`` is below ``threshold`` (and that has run ``grace`` and a
+  whole window) is warned about, requeued (evicted with reason ``GPUIdle``, back in its queue
+  after a backoff of 60 s, doubling each time, at most 1 h; deactivated instead after 5 requeues)
+  or deactivated (evicted, never admitted again); with ``onlyWhenContended``, only while another
+  workload waits in its quota tree (one requeued for idling does not count: idle work never
+  displaces idle work). Missing data is never idle: a job without ``utilization``
+  is never reclaimed.
+- ``budgets``: ``{clusterQueue | label: {team: alg-2}, gpuHours: 500, period: 720h}``: the GPU-hours
+  its workloads ran in the current period (periods start at 0 and every ``period`` after). At
+  80 % it is said; exhausted, new workloads it covers wait with reason ``BudgetExhausted`` until
+  the next period; running work is never stopped by a budget.
+
+Engine core models them (``queues.reclaim_model``); the controller does not act on them yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from queues.errors import FieldError
+from queues.podsready import duration
+
+GPU_IDLE = "GPUIdle"  # the eviction's reason (scenario.md's additions)
+BUDGET_EXHAUSTED = "BudgetExhausted"  # a workload's pending reason
+ACTIONS = ("warn", "requeue", "deactivate")
+_RECLAIM_FIELDS = {"clusterQueue", "threshold", "window", "grace", "action", "onlyWhenContended"}
+_BUDGET_FIELDS = {"clusterQueue", "label", "gpuHours", "period"}
+MONTH = 720 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A job's GPU utilisation over its run: (seconds since it started running, value) steps."""
+
+    steps: tuple[tuple[float, float], ...]
+
+    def mean(self, start: float, end: float) -> float:
+        """Time-weighted mean over [start, end] (seconds since the run started)."""
+        if end <= start:
+            return self.at(start)
+        total = 0.0
+        for i, (at, value) in enumerate(self.steps):
+            until = self.steps[i + 1][0] if i + 1 < len(self.steps) else float("inf")
+            lo, hi = max(start, at), min(end, until)
+            if hi > lo:
+                total += value * (hi - lo)
+        return total / (end - start)
+
+    def at(self, t: float) -> float:
+        value = self.steps[0][1]
+        for at, v in self.steps:
+            if at <= t:
+                value = v
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimPolicy:
+    cluster_queue: str
+    threshold: float = 0.3
+    window: float = 1800.0
+    grace: float = 600.0
+    action: str = "warn"
+    only_when_contended: bool = True
+
+    def message(self, measured: float) -> str:
+        """``GPU utilisation 8 % < 30 % over 30m``."""
+        return f"GPU utilisation {measured * 100:.0f} % < {self.threshold * 100:.0f} % over {_span(self.window)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    name: str  # how reports name it: ``clusterQueue team-a`` or ``label team=alg-2``
+    gpu_hours: float
+    period: float
+    cluster_queue: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def covers(self, cluster_queue: str | None, labels: Mapping[str, str]) -> bool:
+        if self.cluster_queue is not None:
+            return cluster_queue == self.cluster_queue
+        return all(labels.get(k) == v for k, v in self.labels)
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:g}s"
+
+
+def _fraction(value: Any, path: str, problems: list[FieldError]) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        problems.append(FieldError(path, f"must be a fraction from 0 to 1 (0.3 is 30 %), not {value!r}"))
+        return 0.0
+    return float(value)
+
+
+def utilization(raw: Any, path: str, problems: list[FieldError]) -> Trace | None:
+    """A job entry's ``utilization``: a fraction, or a list of ``{at, value}`` steps from ``at: 0``."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        return Trace(((0.0, _fraction(raw, path, problems)),))
+    steps: list[tuple[float, float]] = []
+    for i, step in enumerate(raw):
+        where = f"{path}[{i}]"
+        if not isinstance(step, Mapping) or set(step) != {"at", "value"}:
+            problems.append(FieldError(where, "must be {at: seconds since the job started, value: fraction}"))
+            continue
+        at = step["at"]
+        if isinstance(at, bool) or not isinstance(at, int | float) or at < 0 or (steps and at <= steps[-1][0]):
+            problems.append(FieldError(f"{where}.at", f"must be a number of seconds >= 0, increasing, not {at!r}"))
+            continue
+        steps.append((float(at), _fraction(step["value"], f"{where}.value", problems)))
+    if not steps or steps[0][0] != 0:
+        problems.append(FieldError(path, "needs a first step at 0 (the utilisation from the job's start)"))
+        return None
+    return Trace(tuple(steps))
+
+
+def reclaim(raw: Any, problems: list[FieldError]) -> tuple[ReclaimPolicy, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(FieldError("reclaim", "must be a list of {clusterQueue, threshold, window, grace, action}"))
+        return ()
+    out: dict[str, ReclaimPolicy] = {}
+    for i, item in enumerate(raw):
+        path = f"reclaim[{i}]"
+        if not isinstance(item, Mapping):
+            problems.append(FieldError(path, "must be a mapping"))
+            continue
+        for key in sorted(set(item) - _RECLAIM_FIELDS):
+            problems.append(FieldError(f"{path}.{key}", f"unknown field (known: {', '.join(sorted(_RECLAIM_FIELDS))})"))
+        cq = item.get("clusterQueue")
+        if not isinstance(cq, str) or not cq:
+            problems.append(FieldError(f"{path}.clusterQueue", "required: the ClusterQueue it applies to"))
+            continue
+        if cq in out:
+            problems.append(FieldError(f"{path}.clusterQueue", f"ClusterQueue {cq} already has a reclaim policy"))
+        action = item.get("action", "warn")
+        if action not in ACTIONS:
+            problems.append(FieldError(f"{path}.action", f"must be one of {', '.join(ACTIONS)}, not {action!r}"))
+        contended = item.get("onlyWhenContended", True)
+        if not isinstance(contended, bool):
+            problems.append(FieldError(f"{path}.onlyWhenContended", f"must be true or false, not {contended!r}"))
+        out[cq] = ReclaimPolicy(
+            cq,
+            _fraction(item.get("threshold", 0.3), f"{path}.threshold", problems),
+            duration(item.get("window", "30m"), f"{path}.window", problems),
+            _grace(item.get("grace", "10m"), f"{path}.grace", problems),
+            str(action),
+            bool(contended),
+        )
+    return tuple(out.values())
+
+
+def _grace(value: Any, path: str, problems: list[FieldError]) -> float:
+    if value == 0 or value == "0s":
+        return 0.0
+    return duration(value, path, problems)
+
+
+def budgets(raw: Any, problems: list[FieldError]) -> tuple[Budget, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(FieldError("budgets", "must be a list of {clusterQueue | label, gpuHours, period}"))
+        return ()
+    out = []
+    for i, item in enumerate(raw):
+        path = f"budgets[{i}]"
+        if not isinstance(item, Mapping):
+            problems.append(FieldError(path, "must be a mapping"))
+            continue
+        for key in sorted(set(item) - _BUDGET_FIELDS):
+            problems.append(FieldError(f"{path}.{key}", f"unknown field (known: {', '.join(sorted(_BUDGET_FIELDS))})"))
+        cq, label = item.get("clusterQueue"), item.get("label")
+        if (cq is None) == (label is None):
+            problems.append(FieldError(path, "needs exactly one of clusterQueue and label"))
+            continue
+        hours = item.get("gpuHours")
+        if isinstance(hours, bool) or not isinstance(hours, int | float) or hours < 0:
+            problems.append(FieldError(f"{path}.gpuHours", f"must be a number of GPU-hours >= 0, not {hours!r}"))
+            continue
+        period = duration(item.get("period", "720h"), f"{path}.period", problems)
+        if label is not None:
+            if not isinstance(label, Mapping) or not label or not all(isinstance(v, str) for v in label.values()):
+                problems.append(FieldError(f"{path}.label", "must map label keys to values, such as {team: alg-2}"))
+                continue
+            pairs = tuple(sorted((str(k), str(v)) for k, v in label.items()))
+            name = "label " + ",".join(f"{k}={v}" for k, v in pairs)
+            out.append(Budget(name, float(hours), period, labels=pairs))
+        elif not isinstance(cq, str) or not cq:
+            problems.append(FieldError(f"{path}.clusterQueue", "must name a ClusterQueue"))
+        else:
+            out.append(Budget(f"clusterQueue {cq}", float(hours), period, cluster_queue=cq))
+    return tuple(out)

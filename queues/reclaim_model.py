@@ -1,0 +1,207 @@
+"""Engine core's model of idle-GPU reclaim and GPU-hour budgets (``queues.efficiency``).
+
+The simulator tells it when a workload's run starts and stops; it answers when to look next
+(``next_check``: every ``CHECK_SECONDS`` while a reclaimable workload runs, the first look exactly
+when one has run its grace and a whole window; ``next_period``: when an exhausted budget's period
+ends), which running workloads idle below their ClusterQueue's threshold (``idle``), and whether a
+budget holds a workload back (``gate``, given to the scheduler). What it did is in ``summary``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from queues.decisions import Decision
+from queues.efficiency import Budget, ReclaimPolicy, Trace
+from queues.model import Workload
+from queues.scheduler import Scheduler
+
+CHECK_SECONDS = 60.0  # how often a reclaim controller looks (a Prometheus scrape's pace)
+WARN_AT = 0.8  # a budget this far used is said
+REQUEUE_LIMIT = 5  # a workload requeued for idling this many times is deactivated the next time
+BACKOFF_SECONDS, BACKOFF_MAX = 60.0, 3600.0  # a requeued workload waits 60 s, 120 s, ... at most 1 h
+
+
+@dataclass(slots=True)
+class _Run:
+    start: float
+    gpus: float
+    cluster_queue: str
+    labels: Mapping[str, str]
+    trace: Trace | None
+    runtime: float
+    acted: bool = False  # (warned, or about to be evicted, in this run)
+
+
+class EfficiencyModel:
+    def __init__(
+        self, traces: Mapping[str, Trace], policies: tuple[ReclaimPolicy, ...], budgets: tuple[Budget, ...]
+    ) -> None:
+        self.traces = traces
+        self.policies = {p.cluster_queue: p for p in policies}
+        self.budgets = budgets
+        self.runs: dict[str, _Run] = {}
+        self.used = [0.0] * len(budgets)  # GPU-seconds in the current period
+        self.period = [0] * len(budgets)
+        self.exhausted: set[int] = set()
+        self.warned_budgets: set[tuple[int, int]] = set()
+        self.last = 0.0
+        self.counts = {"warned": 0, "requeued": 0, "deactivated": 0}
+        self.warnings: list[tuple[float, str, str]] = []  # (t, workload, message): the warn action's
+        self.reclaimed: dict[str, int] = {}  # workload -> times requeued for idling (they do not contend)
+        self.freed_gpu_seconds = 0.0  # GPU-seconds reclaimed workloads would still have held
+
+    @property
+    def active(self) -> bool:
+        return bool(self.policies or self.budgets)
+
+    def started(self, wl: Workload, now: float, runtime: float) -> None:
+        """``wl``'s pods run from ``now`` for ``runtime`` seconds unless stopped."""
+        if wl.admission is None:
+            return
+        gpus = sum(v for (_, r), v in wl.admission.usage.items() if "gpu" in r) / 1000
+        trace = self.traces.get(wl.key)
+        self.runs[wl.key] = _Run(now, gpus, wl.admission.cluster_queue, wl.labels, trace, runtime)
+
+    def stopped(self, key: str, *, gone: bool = False) -> None:
+        """``key``'s pods stopped (``gone``: it finished or was deleted, and is forgotten)."""
+        self.runs.pop(key, None)
+        if gone:
+            self.reclaimed.pop(key, None)
+
+    # ----- budgets -------------------------------------------------------------------------
+
+    def advance(self, now: float) -> bool:
+        """Count GPU-seconds up to ``now``; True when a budget became exhausted or was renewed."""
+        changed = False
+        for i, budget in enumerate(self.budgets):
+            period = int(now // budget.period)
+            if period != self.period[i]:
+                self.period[i], self.used[i] = period, 0.0
+                changed |= i in self.exhausted
+                self.exhausted.discard(i)
+            else:
+                self.used[i] += sum(r.gpus for r in self.runs.values() if budget.covers(r.cluster_queue, r.labels)) * (
+                    now - self.last
+                )
+            if i not in self.exhausted and self.used[i] >= budget.gpu_hours * 3600:
+                self.exhausted.add(i)
+                changed = True
+            if self.used[i] >= WARN_AT * budget.gpu_hours * 3600:
+                self.warned_budgets.add((i, period))
+        self.last = now
+        return changed
+
+    def next_period(self) -> float | None:
+        ends = [(self.period[i] + 1) * self.budgets[i].period for i in self.exhausted]
+        return min(ends) if ends else None
+
+    def gate(self) -> Callable[[Workload], str | None]:
+        def held(wl: Workload) -> str | None:
+            for i in sorted(self.exhausted):
+                budget = self.budgets[i]
+                if budget.covers(wl.cluster_queue, wl.labels):
+                    end = (self.period[i] + 1) * budget.period
+                    return (
+                        f"GPU-hour budget ({budget.name}) exhausted: {self.used[i] / 3600:.0f} of {budget.gpu_hours:g} "
+                        f"GPU-hours used this period; new work waits until the period ends (t={end:g})"
+                    )
+            return None
+
+        return held
+
+    # ----- idle reclaim ----------------------------------------------------------------------
+
+    def next_check(self, now: float) -> float | None:
+        first = None
+        for r in self.runs.values():
+            policy = self.policies.get(r.cluster_queue)
+            if policy is None or r.trace is None or r.acted:
+                continue
+            eligible = r.start + max(policy.grace, policy.window)
+            first = eligible if first is None else min(first, eligible)
+        if first is None:
+            return None
+        tick = math.floor(now / CHECK_SECONDS + 1) * CHECK_SECONDS
+        return max(first, tick) if first > now else tick
+
+    def idle(self, now: float, contended: Callable[[str], bool]) -> list[tuple[str, ReclaimPolicy, float]]:
+        """Running workloads idle below their policy's threshold over its window (and, with
+        ``onlyWhenContended``, whose quota someone waits for), in key order; each acted on once."""
+        out = []
+        for key in sorted(self.runs):
+            r = self.runs[key]
+            policy = self.policies.get(r.cluster_queue)
+            if policy is None or r.trace is None or r.acted or now < r.start + max(policy.grace, policy.window):
+                continue
+            ran = now - r.start
+            measured = r.trace.mean(ran - policy.window, ran)
+            if measured >= policy.threshold:
+                continue
+            if policy.only_when_contended and not contended(r.cluster_queue):
+                continue
+            r.acted = True
+            self.counts["warned" if policy.action == "warn" else f"{policy.action}d"] += 1
+            if policy.action != "warn":
+                self.freed_gpu_seconds += r.gpus * max(0.0, r.runtime - ran)
+            out.append((key, policy, measured))
+        return out
+
+    def reclaim(self, now: float, sched: Scheduler) -> list[Decision]:
+        """Act on the running workloads idle at ``now``: warn (said in the summary), or evict with
+        reason ``GPUIdle`` and requeue or deactivate them (the decisions, for the caller to enact)."""
+        if not self.policies:
+            return []
+        out: list[Decision] = []
+        for key, policy, measured in self.idle(now, lambda cq: _contended(sched, cq, self.reclaimed)):
+            message = policy.message(measured)
+            if policy.action == "warn":
+                self.warnings.append((now, key, message))
+                continue
+            times = self.reclaimed.get(key, 0) + 1
+            deactivate = policy.action == "deactivate" or times > REQUEUE_LIMIT
+            if deactivate and policy.action == "requeue":
+                message += f"; requeued {REQUEUE_LIMIT} times for idling, the limit"
+                self.counts["requeued"] -= 1
+                self.counts["deactivated"] += 1
+            backoff = min(BACKOFF_MAX, BACKOFF_SECONDS * 2 ** (times - 1))
+            evict = sched.reclaim_idle(key, message, deactivate=deactivate, backoff=backoff)
+            if evict is not None:
+                self.reclaimed[key] = times
+                out.append(evict)
+        return out
+
+    def summary(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        if self.policies:
+            out["reclaim"] = {
+                **self.counts,
+                "gpuHoursFreed": round(self.freed_gpu_seconds / 3600, 2),
+                "warnings": [{"t": t, "workload": key, "message": m} for t, key, m in self.warnings],
+            }
+        if self.budgets:
+            out["budgets"] = [
+                {
+                    "budget": b.name,
+                    "gpuHours": b.gpu_hours,
+                    "usedThisPeriod": round(self.used[i] / 3600, 2),
+                    "exhausted": i in self.exhausted,
+                    "warnedPeriods": sum(1 for j, _ in self.warned_budgets if j == i),
+                }
+                for i, b in enumerate(self.budgets)
+            ]
+        return out
+
+
+def _contended(sched: Scheduler, cluster_queue: str, reclaimed: Mapping[str, int]) -> bool:
+    """Whether a workload waits in ``cluster_queue``'s quota tree (one requeued for idling does
+    not count: idle work never displaces idle work)."""
+    queues = sched.snapshot.queues
+    cq = queues.get(cluster_queue)
+    tree = cq.tree_key if cq is not None else None
+    return any(
+        key not in reclaimed and (q := queues.get(name)) is not None and q.tree_key == tree
+        for key, name in sched.pending.where.items()
+    )

@@ -1,0 +1,108 @@
+"""GPU efficiency in engine core (``queues.efficiency``, ``queues.reclaim_model``): idle reclaim by
+policy, GPU-hour budgets, and the scenario fields' errors."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from queues import errors, scenario, simulator
+from queues.efficiency import Trace
+
+EXAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples/efficiency/idle-reclaim.yaml").read_text())
+
+
+def _run(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[float, dict[str, tuple[str, str]]]]:
+    seen: dict[float, dict[str, tuple[str, str]]] = {}
+
+    def look(sim: simulator.Simulation) -> None:
+        seen[sim.now] = {k: (w.reason, w.message) for k, w in sim.sched.workloads.items() if w.admission is None}
+
+    result = simulator.Simulation(scenario.parse(doc)).run(on_step=look).to_json()
+    return result, seen
+
+
+def _evictions(result: dict[str, Any]) -> list[tuple[float, str, str, str, str]]:
+    return [
+        (e["t"], e["workload"], e["reason"], e["detail"], e.get("message", ""))
+        for e in result["events"]
+        if e["type"] == "Evicted"
+    ]
+
+
+def test_the_trace_mean_is_time_weighted() -> None:
+    trace = Trace(((0.0, 0.1), (900.0, 0.9)))
+    assert trace.mean(0, 900) == pytest.approx(0.1)
+    assert trace.mean(0, 1800) == pytest.approx(0.5)
+    assert trace.mean(600, 1200) == pytest.approx(0.5)
+
+
+def test_an_idle_job_is_requeued_only_when_someone_waits_and_goes_behind_them() -> None:
+    result, seen = _run(copy.deepcopy(EXAMPLE))
+    message = "GPU utilisation 5 % < 30 % over 30m"
+    assert _evictions(result) == [(3600, "research/notebook", "GPUIdle", "Requeued", message)]
+    admitted = [(e["t"], e["workload"]) for e in result["events"] if e["type"] == "Admitted"]
+    assert (3600, "research/training") in admitted and (7200, "research/notebook") in admitted
+    assert seen[3600]["research/notebook"] == ("WaitingForQuota", f"{message}; queues again after a 60s backoff")
+    # the slow starter (10 % for 15 minutes, then 90 %) is never touched; nothing idle is reclaimed
+    # before someone waits (grace 10m and window 30m passed at 1800, nobody waited until 3600)
+    assert not any(e[1] == "research/warmup" for e in _evictions(result))
+    reclaim = result["summary"]["reclaim"]
+    assert (reclaim["requeued"], reclaim["gpuHoursFreed"]) == (1, 28.0)  # 4 GPUs x the 7 hours it had left
+
+
+def test_without_only_when_contended_the_first_look_after_grace_and_window_reclaims() -> None:
+    doc = copy.deepcopy(EXAMPLE)
+    doc["reclaim"][0]["onlyWhenContended"] = False
+    doc["reclaim"][0]["action"] = "deactivate"
+    result, _ = _run(doc)
+    assert _evictions(result)[0][:4] == (1800, "research/notebook", "GPUIdle", "Deactivated")
+    notebook = result["workloads"]["research/notebook"]
+    assert notebook["state"] == "Pending" and notebook["reason"] == "Inactive", notebook
+    assert result["summary"]["reclaim"]["deactivated"] == 1
+
+
+def test_warn_says_so_and_evicts_nobody() -> None:
+    doc = copy.deepcopy(EXAMPLE)
+    doc["reclaim"][0]["action"] = "warn"
+    result, _ = _run(doc)
+    assert _evictions(result) == []
+    assert result["summary"]["reclaim"]["warnings"] == [
+        {"t": 3600, "workload": "research/notebook", "message": "GPU utilisation 5 % < 30 % over 30m"}
+    ]
+
+
+def test_an_exhausted_budget_holds_new_work_until_its_period_ends_and_never_stops_running_work() -> None:
+    result, seen = _run(copy.deepcopy(EXAMPLE))
+    reason, message = seen[86400]["product/day-two"]
+    assert reason == "BudgetExhausted"
+    assert message.startswith("GPU-hour budget (label team=product) exhausted: 48 of 40 GPU-hours used")
+    assert message.endswith("until the period ends (t=604800)")
+    day_one = result["workloads"]["product/day-one"]
+    assert day_one["state"] == "Finished" and day_one["evictions"] == 0  # it ran past the budget: never killed
+    assert result["workloads"]["product/day-two"]["admitted"] == 604800
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "error"),
+    [
+        ("jobs[0].utilization", 1.5, "jobs[0].utilization: must be a fraction from 0 to 1"),
+        ("jobs[0].utilization", [{"at": 60, "value": 0.5}], "jobs[0].utilization: needs a first step at 0"),
+        ("reclaim[0].action", "kill", "reclaim[0].action: must be one of warn, requeue, deactivate"),
+        ("reclaim[0].window", "soon", "reclaim[0].window: must be a duration such as 5m"),
+        ("budgets[0].gpuHours", -1, "budgets[0].gpuHours: must be a number of GPU-hours >= 0"),
+        ("budgets[0].clusterQueue", "product", "budgets[0]: needs exactly one of clusterQueue and label"),
+    ],
+)
+def test_bad_efficiency_fields_name_their_path(path: str, value: Any, error: str) -> None:
+    doc = copy.deepcopy(EXAMPLE)
+    head, _, key = path.rpartition(".")
+    section, index = head.split("[")[0], int(head.split("[")[1].rstrip("]"))
+    doc[section][index][key] = value
+    with pytest.raises(errors.Invalid) as exc:
+        scenario.parse(doc)
+    assert any(str(e).startswith(error) for e in exc.value.errors), exc.value.errors
