@@ -39,7 +39,7 @@ class EfficiencyModel:
     def __init__(
         self, traces: Mapping[str, Trace], policies: tuple[ReclaimPolicy, ...], budgets: tuple[Budget, ...]
     ) -> None:
-        self.traces = traces
+        self.traces = dict(traces)  # (a Deployment's replicas are added as they are made)
         self.policies = {p.cluster_queue: p for p in policies}
         self.budgets = budgets
         self.runs: dict[str, _Run] = {}
@@ -65,11 +65,9 @@ class EfficiencyModel:
         trace = self.traces.get(wl.key)
         self.runs[wl.key] = _Run(now, gpus, wl.admission.cluster_queue, wl.labels, trace, runtime)
 
-    def stopped(self, key: str, *, gone: bool = False) -> None:
-        """``key``'s pods stopped (``gone``: it finished or was deleted, and is forgotten)."""
+    def stopped(self, key: str) -> None:
+        """``key``'s pods stopped (``reclaimed`` keeps it: a replica made to replace it inherits it)."""
         self.runs.pop(key, None)
-        if gone:
-            self.reclaimed.pop(key, None)
 
     # ----- budgets -------------------------------------------------------------------------
 
@@ -118,8 +116,8 @@ class EfficiencyModel:
         first = None
         for r in self.runs.values():
             policy = self.policies.get(r.cluster_queue)
-            if policy is None or r.trace is None or r.acted:
-                continue
+            if policy is None or r.trace is None or r.acted or not r.runtime:
+                continue  # (a serving workload, which runs until stopped, is looked at as others change)
             eligible = r.start + max(policy.grace, policy.window)
             first = eligible if first is None else min(first, eligible)
         if first is None:
@@ -129,8 +127,11 @@ class EfficiencyModel:
 
     def idle(self, now: float, contended: Callable[[str], bool]) -> list[tuple[str, ReclaimPolicy, float]]:
         """Running workloads idle below their policy's threshold over its window (and, with
-        ``onlyWhenContended``, whose quota someone waits for), in key order; each acted on once."""
+        ``onlyWhenContended``, whose quota someone waits for: then one per ClusterQueue a look,
+        so a single waiting job does not empty a queue of idle work), in key order; each acted
+        on once."""
         out = []
+        taken: set[str] = set()  # ClusterQueues that reclaimed for contention in this look
         for key in sorted(self.runs):
             r = self.runs[key]
             policy = self.policies.get(r.cluster_queue)
@@ -140,8 +141,10 @@ class EfficiencyModel:
             measured = r.trace.mean(ran - policy.window, ran)
             if measured >= policy.threshold:
                 continue
-            if policy.only_when_contended and not contended(r.cluster_queue):
+            if policy.only_when_contended and (r.cluster_queue in taken or not contended(r.cluster_queue)):
                 continue
+            if policy.only_when_contended and policy.action != "warn":
+                taken.add(r.cluster_queue)
             r.acted = True
             self.counts["warned" if policy.action == "warn" else f"{policy.action}d"] += 1
             if policy.action != "warn":

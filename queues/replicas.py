@@ -50,6 +50,9 @@ class Replicas:
             return
         self.live[key].remove(replica)
         self._make(self.entries[key])
+        reclaimed = self.sim.efficiency.reclaimed
+        if replica in reclaimed:  # (the replacement of an idle replica does not contend either)
+            reclaimed[self.live[key][-1]] = reclaimed.pop(replica)
 
     def _make(self, entry: JobEntry) -> None:
         key = entry.job.key
@@ -58,6 +61,8 @@ class Replicas:
         replica = entry.replica(k, self.sim.now)
         self.parent[replica.job.key] = key
         self.live[key].append(replica.job.key)
+        if (trace := self.sim.efficiency.traces.get(key)) is not None:
+            self.sim.efficiency.traces[replica.job.key] = trace
         self.sim.record.add(replica)
         self.seq += 1
         self.sim._submit(replica, seq=self.seq)

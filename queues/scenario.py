@@ -204,6 +204,8 @@ def parse(doc: Any) -> Scenario:
                         problems.append(FieldError(f"{path}.object.metadata.name", f"duplicate {entry.job.key}"))
                     keys[entry.job.key] = i
                     job_entries.append(entry)
+                    if trace is not None:  # (a Deployment's replicas take it as they are made)
+                        utilization[entry.job.key] = trace
                 continue
             if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == RAY_CLUSTER:
                 runtime: float = MAX_SECONDS  # it serves until it is deleted (a ``cancel`` edit), as in Kueue

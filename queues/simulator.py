@@ -198,7 +198,7 @@ class Simulation:
         self.sched.finish(key)
         self.scaler.stop(key)
         self.reservations.pop(key, None)
-        self.efficiency.stopped(key, gone=True)
+        self.efficiency.stopped(key)
         self.record.finished(key)
 
     def _edit(self, edit: Edit) -> None:
@@ -218,7 +218,7 @@ class Simulation:
             self.sched.cancel(edit.name)
             self.scaler.stop(edit.name)
             self.reservations.pop(edit.name, None)
-            self.efficiency.stopped(edit.name, gone=True)
+            self.efficiency.stopped(edit.name)
             self.record.cancelled(edit.name)
             return
         apply_edit(self.config, edit)
@@ -268,7 +268,7 @@ class Simulation:
         self.sched.cancel(key)
         self.scaler.stop(key)
         self.reservations.pop(key, None)
-        self.efficiency.stopped(key, gone=True)
+        self.efficiency.stopped(key)
         self.record.cancelled(key)
 
     def _start(self, key: str, admission: Admission) -> None:

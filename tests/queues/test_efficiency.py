@@ -106,3 +106,25 @@ def test_bad_efficiency_fields_name_their_path(path: str, value: Any, error: str
     with pytest.raises(errors.Invalid) as exc:
         scenario.parse(doc)
     assert any(str(e).startswith(error) for e in exc.value.errors), exc.value.errors
+
+
+def test_idle_serving_replicas_free_what_a_waiting_job_needs_and_the_run_ends() -> None:
+    """Two idle replicas of a Deployment (4 GPUs each) fill the queue; a training job arrives. One
+    replica is reclaimed (one per look while someone waits), its replacement does not count as
+    waiting (else the second would go too), and the run ends though replicas run until stopped."""
+    labels = {"kueue.x-k8s.io/queue-name": "research"}
+    pod = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "research", "labels": labels},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "vllm"}},
+                 "template": {"metadata": {"labels": {"app": "vllm"}}, "spec": pod}},
+    }  # fmt: skip
+    doc = copy.deepcopy(EXAMPLE)
+    doc["jobs"] = [{"at": 0, "utilization": 0.05, "object": deployment}, EXAMPLE["jobs"][2]]
+    result, _ = _run(doc)
+    assert [e[:3] for e in _evictions(result)] == [(3600, "research/vllm-0", "GPUIdle")]
+    admitted = [(e["t"], e["workload"]) for e in result["events"] if e["type"] == "Admitted"]
+    assert admitted[2:] == [(3600, "research/training"), (7200, "research/vllm-2")]
+    assert result["summary"]["makespan"] == 7200
