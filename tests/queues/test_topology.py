@@ -272,3 +272,66 @@ def test_node_edits_name_nodes_that_exist() -> None:
         "edits[0].cordon: no node 'nope' in nodes",
         "edits[1].delete.name: no node 'gone' in nodes",
     ]
+
+
+# ----- invariants of placement on random clusters (hypothesis) ----------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def _clusters(draw: Any) -> tuple[list[NodeInfo], dict[str, dict[str, int]], Request | None, int, int]:
+    racks = draw(st.integers(1, 4))
+    nodes, free = [], {}
+    for r in range(racks):
+        for n in range(draw(st.integers(1, 4))):
+            name = f"r{r}-n{n}"
+            cordoned = draw(st.booleans()) and draw(st.booleans())
+            shape = {"labels": {RACK: f"r{r}"}, "capacity": {GPU: "8"}, "unschedulable": cordoned}
+            nodes.append(NodeInfo.of(node_object(name, shape)))
+            free[name] = {GPU: draw(st.integers(0, 8)) * 1000}
+    per_pod = draw(st.sampled_from([1, 2, 4, 8]))
+    size = draw(st.sampled_from([1, 2]))
+    count = size * draw(st.integers(1, 6))
+    mode = draw(st.sampled_from(["required", "preferred", "unconstrained", None]))
+    level = draw(st.sampled_from([RACK, HOST]))
+    sliced = size > 1 and mode is not None
+    request = None if mode is None else Request(mode, None if mode == "unconstrained" else level,
+                                                HOST if sliced else None, size if sliced else 1)  # fmt: skip
+    return nodes, free, request, per_pod, count
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_clusters(), st.sampled_from(topology.PACKINGS))
+def test_a_placement_fits_the_nodes_and_keeps_what_it_asks(
+    cluster: tuple[list[NodeInfo], dict[str, dict[str, int]], Request | None, int, int], packing: str
+) -> None:
+    nodes, free, request, per_pod, count = cluster
+    pod = PodNeeds({GPU: per_pod * 1000})
+    before = {n: dict(f) for n, f in free.items()}
+    placed = topology.place(request, LEVELS, pod, count, nodes, free, packing)
+    assert free == before  # (the caller's free capacity is not changed)
+    cordoned = {n.name for n in nodes if n.taints}
+    room = {n: f[GPU] // (per_pod * 1000) for n, f in free.items() if n not in cordoned}
+    racks: dict[str, int] = {}
+    for n, pods in room.items():
+        racks[n.split("-")[0]] = racks.get(n.split("-")[0], 0) + pods
+    if not placed.ok:  # it fails only when it truly cannot
+        if request is not None and request.slice_size > 1:
+            return
+        if request is not None and request.mode == "required":
+            assert max((racks if request.level == RACK else room).values(), default=0) < count
+        else:
+            assert sum(room.values()) < count
+        return
+    assert sum(placed.nodes.values()) == count
+    for node, pods in placed.nodes.items():
+        assert node not in cordoned and pods <= room[node], (node, pods, room)
+    if request is not None and request.mode == "required":
+        key = (lambda n: n.split("-")[0]) if request.level == RACK else (lambda n: n)
+        assert len({key(n) for n in placed.nodes}) == 1, placed.nodes
+    if request is not None and request.slice_size > 1:  # slices of pods within one node
+        assert all(pods % request.slice_size == 0 for pods in placed.nodes.values()), placed.nodes
+    if request is None and packing == topology.COMPACT and max(room.values(), default=0) >= count:
+        assert len(placed.nodes) == 1  # (compact: on one node whenever one node holds it)
