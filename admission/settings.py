@@ -7,11 +7,14 @@ Without ``TURNSTILE_DATABASE_URL`` every command uses an embedded PostgreSQL kep
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from queues import gpu_units
 
 
 def normalise_database_url(url: str) -> str:
@@ -36,6 +39,12 @@ class Settings(BaseSettings):
     ledger_labels: str = Field(
         default="team,project",
         description="comma-separated job labels recorded on the usage ledger (turnstile usage --by label:KEY)",
+    )
+    gpu_fractions: str = Field(
+        default="",
+        description="comma-separated RESOURCE=FRACTION of a card for billing (turnstile usage's gpuHours), "
+        "e.g. nvidia.com/mig-1g.6gb=1/4,nvidia.com/gpu.shared=1/8; MIG slices default to g/7, "
+        "nvidia.com/gpu.shared to 1/4",
     )
     integrations: str = Field(
         default="",
@@ -95,6 +104,16 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"not label keys: {', '.join(bad)}; write e.g. team,project,example.com/cost-center")
         return ",".join(keys)
+
+    @field_validator("gpu_fractions")
+    @classmethod
+    def _fractions(cls, value: str) -> str:
+        gpu_units.parse_fractions(v for v in value.split(",") if v.strip())  # ValueError names the item
+        return value
+
+    @property
+    def card_fractions(self) -> dict[str, Fraction]:
+        return gpu_units.parse_fractions(v for v in self.gpu_fractions.split(",") if v.strip())
 
     @field_validator("managed_jobs_namespace_selector")
     @classmethod

@@ -353,8 +353,11 @@ def pod_problems(pod_spec: Mapping[str, Any], path: str = "spec") -> list[FieldE
 
 
 def is_gpu(resource: str) -> bool:
-    """A whole GPU or a GPU slice (MIG): what GPU-hours and the GPU warnings count."""
-    return resource in ("nvidia.com/gpu", "amd.com/gpu") or resource.startswith("nvidia.com/mig-")
+    """A whole GPU or part of one (a MIG slice, a time-sliced replica): what GPU-hours and the GPU
+    warnings count (``queues.gpu_units`` says how much of a card each is)."""
+    return resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu") or resource.startswith(
+        "nvidia.com/mig-"
+    )
 
 
 def _is_extended(resource: str) -> bool:

@@ -2,6 +2,9 @@
 
 ``spec/cli.md``: ``--by namespace|clusterqueue|label:KEY``, ``--since 30d``, ``--price
 FLAVOR=USD_PER_GPU_HOUR`` (repeatable; prices GPU resources of that flavor), ``-o table|json|csv``.
+Turnstile's additions: each GPU row's ``gpuHours`` in whole cards (a MIG slice or a time-sliced
+replica is a fraction of one, ``queues.gpu_units``; ``--fraction`` and ``TURNSTILE_GPU_FRACTIONS``
+override), which a flavor's price applies to, and ``--price RESOURCE=USD`` per resource-hour.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import datetime as dt
 import io
 import json
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 import click
 
-from admission.cli.admin import _exec, database_option, parse_since
+from admission.cli.admin import _exec, _settings, database_option, parse_since
 from admission.store import usage as ledger
+from queues import gpu_units
 from queues.jobs import is_gpu
 
 
@@ -29,16 +34,30 @@ def _prices(values: tuple[str, ...]) -> dict[str, Decimal]:
         except InvalidOperation:
             amount = Decimal(-1)
         if not sep or not flavor or not amount.is_finite() or amount < 0:
-            raise click.BadParameter(f"{value!r}: write FLAVOR=USD_PER_GPU_HOUR, e.g. a100=3.20", param_hint="--price")
+            raise click.BadParameter(
+                f"{value!r}: write FLAVOR=USD_PER_GPU_HOUR (a100=3.20) or RESOURCE=USD_PER_HOUR "
+                "(nvidia.com/mig-1g.10gb=0.50)",
+                param_hint="--price",
+            )
         out[flavor] = amount
     return out
 
 
-def _rows(rows: list[ledger.UsageRow], prices: dict[str, Decimal]) -> list[dict[str, Any]]:
+def _rows(
+    rows: list[ledger.UsageRow], prices: dict[str, Decimal], fractions: dict[str, Fraction]
+) -> list[dict[str, Any]]:
+    """Report rows; a resource's own price (per resource-hour) wins over its flavor's (per card-hour)."""
     ordered = sorted(rows, key=lambda r: (not is_gpu(r.resource), r.group, r.cluster_queue, r.flavor, r.resource))
     out = []
     for r in ordered:
-        price = prices.get(r.flavor) if is_gpu(r.resource) else None
+        fraction = gpu_units.card_fraction(r.resource, fractions)
+        cards = None if fraction is None else r.hours * Decimal(fraction.numerator) / Decimal(fraction.denominator)
+        if r.resource in prices:
+            cost: Decimal | None = r.hours * prices[r.resource]
+        elif cards is not None and r.flavor in prices:
+            cost = cards * prices[r.flavor]
+        else:
+            cost = None
         out.append(
             {
                 "group": r.group,
@@ -46,7 +65,8 @@ def _rows(rows: list[ledger.UsageRow], prices: dict[str, Decimal]) -> list[dict[
                 "flavor": r.flavor,
                 "resource": r.resource,
                 "hours": float(round(r.hours, 4)),
-                "cost": None if price is None else float(round(r.hours * price, 2)),
+                "gpuHours": None if cards is None else float(round(cards, 4)),
+                "cost": None if cost is None else float(round(cost, 2)),
             }
         )
     return out
@@ -61,10 +81,25 @@ def _rows(rows: list[ledger.UsageRow], prices: dict[str, Decimal]) -> list[dict[
     help="Group by namespace, clusterqueue, or a recorded job label: label:team, label:project.",
 )
 @click.option("--since", default="30d", show_default=True, help="Window: from this long ago until now (12h, 7d, 4w).")
-@click.option("--price", "prices", multiple=True, metavar="FLAVOR=USD", help="USD per GPU-hour of a flavor.")
+@click.option(
+    "--price",
+    "prices",
+    multiple=True,
+    metavar="FLAVOR=USD",
+    help="USD per GPU-hour (whole card) of a flavor; or RESOURCE=USD per hour of that resource.",
+)
+@click.option(
+    "--fraction",
+    "fractions",
+    multiple=True,
+    metavar="RESOURCE=F",
+    help="A card's fraction one unit of a resource is (nvidia.com/mig-1g.6gb=1/4); over TURNSTILE_GPU_FRACTIONS.",
+)
 @click.option("-o", "--output", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @database_option
-def usage_cmd(by: str, since: str, prices: tuple[str, ...], output: str, database_url: str | None) -> None:
+def usage_cmd(
+    by: str, since: str, prices: tuple[str, ...], fractions: tuple[str, ...], output: str, database_url: str | None
+) -> None:
     """Resource-hours from the usage ledger (GPU-hours first), with cost where priced.
 
     Hours are exact: an interval cut short by a preemption counts what ran, and one still open
@@ -75,9 +110,13 @@ def usage_cmd(by: str, since: str, prices: tuple[str, ...], output: str, databas
     except ValueError as exc:
         raise click.BadParameter(str(exc).removeprefix(f"--by {by!r}: "), param_hint="--by") from exc
     priced = _prices(prices)
+    try:
+        cards = {**_settings().card_fractions, **gpu_units.parse_fractions(fractions)}
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fraction") from exc
     start, until = parse_since(since), dt.datetime.now(dt.UTC)
     found = _exec(lambda s: ledger.report(s, by=by, since=start, until=until), database_url=database_url)
-    rows = _rows(found, priced)
+    rows = _rows(found, priced, cards)
     if output == "json":
         click.echo(
             json.dumps({"by": by, "since": start.isoformat(), "until": until.isoformat(), "rows": rows}, indent=2)
@@ -85,7 +124,8 @@ def usage_cmd(by: str, since: str, prices: tuple[str, ...], output: str, databas
         return
     if output == "csv":
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=["group", "clusterQueue", "flavor", "resource", "hours", "cost"])
+        fields = ["group", "clusterQueue", "flavor", "resource", "hours", "gpuHours", "cost"]
+        writer = csv.DictWriter(buffer, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
         click.echo(buffer.getvalue(), nl=False)
@@ -94,15 +134,16 @@ def usage_cmd(by: str, since: str, prices: tuple[str, ...], output: str, databas
         click.echo(f"no usage recorded between {start:%Y-%m-%d %H:%M} and {until:%Y-%m-%d %H:%M} UTC")
         return
     title = "NAMESPACE" if by == "namespace" else "CLUSTERQUEUE" if by == "clusterqueue" else by[6:].upper()
-    table = [[title, "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "COST (USD)"]]
+    table = [[title, "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "GPU-HOURS", "COST (USD)"]]
     for r in rows:
         cost = "-" if r["cost"] is None else f"{r['cost']:,.2f}"
-        table.append([r["group"], r["clusterQueue"], r["flavor"], r["resource"], f"{r['hours']:,.2f}", cost])
+        whole = "-" if r["gpuHours"] is None else f"{r['gpuHours']:,.2f}"
+        table.append([r["group"], r["clusterQueue"], r["flavor"], r["resource"], f"{r['hours']:,.2f}", whole, cost])
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         cells = [c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         click.echo("  ".join(cells).rstrip())
-    gpu_hours = sum(r["hours"] for r in rows if is_gpu(r["resource"]))
+    gpu_hours = sum(r["gpuHours"] for r in rows if r["gpuHours"] is not None)
     costs = [r["cost"] for r in rows if r["cost"] is not None]
     total = f"{gpu_hours:,.2f} GPU-hours" + (f", {sum(costs):,.2f} USD" if costs else "")
     click.echo(f"total: {total}  ({start:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC)")

@@ -17,6 +17,8 @@ from admission.store import database, tables
 from tests.admission.runner import turnstile
 
 GPU = "nvidia.com/gpu"
+MIG = "nvidia.com/mig-1g.10gb"
+SHARED = "nvidia.com/gpu.shared"
 
 
 @pytest.fixture
@@ -47,6 +49,8 @@ def ledger_url(migrated_url: str) -> str:
                     row("alg-2", "a100", "cpu", 16000, 50, 40),  # 16 cores x 10 h
                     row("vision", "a100", GPU, 8000, 5, 4),  # 8 GPUs x 1 h
                     row("vision", "a100", GPU, 8000, 24 * 20, 24 * 19),  # three weeks ago: outside 7d
+                    row("vision", "a100-mig", MIG, 7000, 3, 1),  # 7 slices x 2 h
+                    row("vision", "a100-ts", SHARED, 4000, 3, 1),  # 4 time-sliced replicas x 2 h
                 ]
             )
         await engine.dispose()
@@ -61,29 +65,30 @@ def run(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str
 
 
 def test_gpu_hours_of_a_team_last_week_and_their_cost(ledger_url: str, tmp_path: Path) -> None:
-    done = run(ledger_url, tmp_path, "--by", "label:team", "--since", "7d", "--price", "a100=3.20", "-o", "json")
+    prices = ("--price", "a100=3.20", "--price", "a100-mig=3.20", "--price", "a100-ts=3.20")
+    done = run(ledger_url, tmp_path, "--by", "label:team", "--since", "7d", *prices, "-o", "json")
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["rows"]
-    assert rows[:4] == [  # GPU-hours first, then by group
-        {"group": "alg-2", "clusterQueue": "cq-alg-2", "flavor": "a100", "resource": GPU, "hours": 40.0, "cost": 128.0},
-        {"group": "alg-2", "clusterQueue": "cq-alg-2", "flavor": "h100", "resource": GPU, "hours": 2.0, "cost": None},
-        {"group": "vision", "clusterQueue": "cq-vision", "flavor": "a100", "resource": GPU, "hours": 8.0, "cost": 25.6},
-        {
-            "group": "alg-2",
-            "clusterQueue": "cq-alg-2",
-            "flavor": "a100",
-            "resource": "cpu",
-            "hours": 160.0,
-            "cost": None,
-        },
-    ]
-    assert len(rows) == 4  # the run three weeks ago is outside the window
-    table = run(ledger_url, tmp_path, "--by", "label:team", "--since", "7d", "--price", "a100=3.20")
+    assert rows[:5] == [  # GPU-hours first, then by group
+        {"group": "alg-2", "clusterQueue": "cq-alg-2", "flavor": "a100", "resource": GPU, "hours": 40.0,
+         "gpuHours": 40.0, "cost": 128.0},
+        {"group": "alg-2", "clusterQueue": "cq-alg-2", "flavor": "h100", "resource": GPU, "hours": 2.0,
+         "gpuHours": 2.0, "cost": None},
+        {"group": "vision", "clusterQueue": "cq-vision", "flavor": "a100", "resource": GPU, "hours": 8.0,
+         "gpuHours": 8.0, "cost": 25.6},
+        {"group": "vision", "clusterQueue": "cq-vision", "flavor": "a100-mig", "resource": MIG, "hours": 14.0,
+         "gpuHours": 2.0, "cost": 6.4},  # 14 slice-hours of 1g.10gb are 2 card-hours
+        {"group": "vision", "clusterQueue": "cq-vision", "flavor": "a100-ts", "resource": SHARED, "hours": 8.0,
+         "gpuHours": 2.0, "cost": 6.4},  # 8 replica-hours at 4 replicas per card
+    ]  # fmt: skip
+    assert rows[5]["resource"] == "cpu" and rows[5]["gpuHours"] is None and rows[5]["cost"] is None
+    assert len(rows) == 6  # the run three weeks ago is outside the window
+    table = run(ledger_url, tmp_path, "--by", "label:team", "--since", "7d", *prices)
     assert table.returncode == 0
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["TEAM", "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "COST", "(USD)"]
-    assert lines[1].split() == ["alg-2", "cq-alg-2", "a100", GPU, "40.00", "128.00"]
-    assert lines[-1].startswith("total: 50.00 GPU-hours, 153.60 USD")
+    assert lines[0].split() == ["TEAM", "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "GPU-HOURS", "COST", "(USD)"]
+    assert lines[1].split() == ["alg-2", "cq-alg-2", "a100", GPU, "40.00", "40.00", "128.00"]
+    assert lines[-1].startswith("total: 54.00 GPU-hours, 166.40 USD")
     by_ns = run(ledger_url, tmp_path, "--by", "namespace", "--since", "30d", "-o", "csv")
     parsed = list(csv.DictReader(io.StringIO(by_ns.stdout)))
     assert {(r["group"], r["flavor"], r["resource"]): float(r["hours"]) for r in parsed if r["resource"] == GPU} == {
@@ -96,6 +101,8 @@ def test_gpu_hours_of_a_team_last_week_and_their_cost(ledger_url: str, tmp_path:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--fraction", "nvidia.com/mig-1g.10gb=2"], "RESOURCE=FRACTION of a card"),
+        (["--fraction", "mig=1/7"], "RESOURCE=FRACTION of a card"),
         (["--price", "a100"], "FLAVOR=USD_PER_GPU_HOUR"),
         (["--price", "a100=-1"], "FLAVOR=USD_PER_GPU_HOUR"),
         (["--by", "team"], "label:KEY"),
@@ -105,3 +112,19 @@ def test_gpu_hours_of_a_team_last_week_and_their_cost(ledger_url: str, tmp_path:
 def test_bad_options_say_how_to_write_them(ledger_url: str, tmp_path: Path, args: list[str], message: str) -> None:
     done = run(ledger_url, tmp_path, *args)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_resource_price_and_a_fraction_override(ledger_url: str, tmp_path: Path) -> None:
+    """An A30's MIG slice is a quarter card (override); a resource's own price is per resource-hour."""
+    done = run(
+        ledger_url, tmp_path, "--since", "7d", "--fraction", f"{MIG}=1/4", "--price", f"{SHARED}=0.5", "-o", "json"
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {r["resource"]: r for r in json.loads(done.stdout)["rows"] if r["group"] == "ml-vision"}
+    assert rows[MIG]["gpuHours"] == 3.5 and rows[MIG]["cost"] is None
+    assert rows[SHARED]["gpuHours"] == 2.0 and rows[SHARED]["cost"] == 4.0  # 8 replica-hours x 0.50
+    env_set = {**os.environ, "TURNSTILE_DATABASE_URL": ledger_url, "TURNSTILE_HOME": str(tmp_path / "home"),
+               "TURNSTILE_GPU_FRACTIONS": f"{SHARED}=1/8"}  # fmt: skip
+    from_env = turnstile("usage", "--since", "7d", "-o", "json", env=env_set)
+    shared = next(r for r in json.loads(from_env.stdout)["rows"] if r["resource"] == SHARED)
+    assert shared["gpuHours"] == 1.0

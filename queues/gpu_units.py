@@ -1,0 +1,58 @@
+"""How much of a whole GPU card one unit of a GPU resource is, for billing in card-hours.
+
+A ledger counts resource-hours: a MIG slice ``nvidia.com/mig-1g.10gb`` held for an hour is one
+slice-hour, and a time-sliced replica ``nvidia.com/gpu.shared`` one replica-hour. Billed as
+GPU-hours, they are fractions of a card (``turnstile usage``'s ``gpuHours``):
+
+- ``nvidia.com/gpu`` (and any other whole-GPU resource, ``amd.com/gpu``...): 1;
+- ``nvidia.com/mig-<g>g.<memory>``: g / 7 (an A100 or H100 has seven compute slices:
+  ``1g.10gb`` is 1/7, ``3g.40gb`` 3/7); an A30's four slices are an override away;
+- ``nvidia.com/gpu.shared`` (the GPU operator's time-slicing with ``renameByDefault``): 1 / the
+  replicas per card, 4 unless said otherwise.
+
+Overrides (``TURNSTILE_GPU_FRACTIONS``, ``turnstile usage --fraction``) map a resource to a
+fraction, ``nvidia.com/mig-1g.6gb=1/4``; a renamed time-sliced resource is given one there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+
+from queues.jobs import is_gpu
+
+MIG = re.compile(r"^nvidia\.com/mig-(\d+)g\.[0-9a-z.]+$")
+SHARED = "nvidia.com/gpu.shared"
+MIG_SLICES = 7
+TIME_SLICING_REPLICAS = 4
+
+
+def parse_fractions(values: Iterable[str]) -> dict[str, Fraction]:
+    """``RESOURCE=FRACTION`` items (``nvidia.com/mig-1g.6gb=1/4``, ``example.com/vgpu=0.5``);
+    ``ValueError`` naming the item that is not one."""
+    out: dict[str, Fraction] = {}
+    for value in values:
+        resource, sep, raw = value.strip().partition("=")
+        try:
+            fraction = Fraction(raw.strip())
+        except (ValueError, ZeroDivisionError):
+            fraction = Fraction(-1)
+        if not sep or "/" not in resource or not 0 < fraction <= 1:
+            raise ValueError(
+                f"{value.strip()!r}: write RESOURCE=FRACTION of a card, e.g. nvidia.com/mig-1g.6gb=1/4 "
+                "(a fraction above 0 and at most 1)"
+            )
+        out[resource.strip()] = fraction
+    return out
+
+
+def card_fraction(resource: str, overrides: Mapping[str, Fraction] | None = None) -> Fraction | None:
+    """The part of a card one unit of ``resource`` is; None for a resource that is no GPU."""
+    if overrides and resource in overrides:
+        return overrides[resource]
+    if (mig := MIG.match(resource)) is not None:
+        return Fraction(int(mig.group(1)), MIG_SLICES)
+    if resource == SHARED:
+        return Fraction(1, TIME_SLICING_REPLICAS)
+    return Fraction(1) if is_gpu(resource) else None
