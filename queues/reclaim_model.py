@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from queues.decisions import Decision
 from queues.efficiency import Budget, ReclaimPolicy, Trace
+from queues.gpu_units import card_fraction
 from queues.model import Workload
 from queues.scheduler import Scheduler
 
@@ -61,7 +62,8 @@ class EfficiencyModel:
         """``wl``'s pods run from ``now`` for ``runtime`` seconds unless stopped."""
         if wl.admission is None:
             return
-        gpus = sum(v for (_, r), v in wl.admission.usage.items() if "gpu" in r) / 1000
+        # whole cards: a MIG slice or a time-sliced replica counts as its part of one (``queues.gpu_units``)
+        gpus = sum(v / 1000 * float(f) for (_, r), v in wl.admission.usage.items() if (f := card_fraction(r)))
         trace = self.traces.get(wl.key)
         self.runs[wl.key] = _Run(now, gpus, wl.admission.cluster_queue, wl.labels, trace, runtime)
 
