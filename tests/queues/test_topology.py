@@ -335,3 +335,36 @@ def test_a_placement_fits_the_nodes_and_keeps_what_it_asks(
         assert all(pods % request.slice_size == 0 for pods in placed.nodes.values()), placed.nodes
     if request is None and packing == topology.COMPACT and max(room.values(), default=0) >= count:
         assert len(placed.nodes) == 1  # (compact: on one node whenever one node holds it)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "error"),
+    [
+        ([{"generate": {"racks": 2, "nodesPerRack": 0, "gpusPerNode": 8}}], "nodes[0].generate.nodesPerRack: required"),
+        ([{"generate": {"racks": 3, "nodesPerRack": 1, "gpusPerNode": 8, "blocks": 2}}], "2 blocks do not divide 3"),
+        ([{"generate": {"racks": 1, "nodesPerRack": 1, "gpusPerNode": 8, "zones": 2}}], "nodes[0].generate.zones"),
+        ([{"name": "a", "capacity": {"nvidia.com/gpu": "eight"}}], "nodes[0].capacity.nvidia.com/gpu: 'eight'"),
+        ([{"capacity": {"cpu": "4"}}], "nodes[0].name: required"),
+        ([{"name": "a"}, {"name": "a"}], "node 'a' is listed twice"),
+    ],
+)
+def test_bad_nodes_name_the_path(nodes: list[dict[str, Any]], error: str) -> None:
+    doc = _doc([_job("j", 0, 1, 1)])
+    doc["nodes"] = nodes
+    with pytest.raises(errors.Invalid) as exc:
+        scenario.parse(doc)
+    assert any(error in str(e) for e in exc.value.errors), exc.value.errors
+
+
+def test_generated_nodes_have_their_rack_block_and_hostname() -> None:
+    doc = _doc([_job("j", 0, 1, 1)])
+    doc["nodes"] = [{"generate": {"racks": 4, "nodesPerRack": 2, "gpusPerNode": 8, "blocks": 2, "namePrefix": "gpu-",
+                                  "capacity": {"cpu": "96"}}}]  # fmt: skip
+    nodes = scenario.parse(doc).nodes
+    assert [n["name"] for n in nodes[:3]] == ["gpu-b0-r0-n0", "gpu-b0-r0-n1", "gpu-b0-r1-n0"]
+    assert nodes[7]["labels"] == {
+        RACK: "gpu-b1-r3",
+        "cloud.provider.com/topology-block": "gpu-b1",
+        HOST: "gpu-b1-r3-n1",
+    }
+    assert nodes[0]["capacity"] == {"cpu": "96", GPU: "8"}
