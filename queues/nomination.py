@@ -58,8 +58,8 @@ class Nomination:
     def _nominate(self, wl: Workload, cq: ClusterQueue) -> Assignment:
         """Flavor assignment for ``wl``, reusing a recent failure of an identical workload; none
         while a GPU-hour budget covering it is exhausted (``budget_gate``; not remembered)."""
-        if self.budget_gate is not None and (held := self.budget_gate(wl)) is not None:
-            return Assignment(Mode.NO_FIT, reason=BUDGET_EXHAUSTED, messages=[held])
+        if (held := self._held_by_budget(wl)) is not None:
+            return held
         known = self._known_failure(wl, cq)
         if known is not None:
             return known
@@ -68,9 +68,17 @@ class Nomination:
             self._nofit_cache[self._class_key(wl, cq)] = (self._generation.get(cq.tree_key, 0), assignment.freeze())
         return assignment
 
+    def _held_by_budget(self, wl: Workload) -> Assignment | None:
+        if self.budget_gate is not None and (held := self.budget_gate(wl)) is not None:
+            return Assignment(Mode.NO_FIT, reason=BUDGET_EXHAUSTED, messages=[held])
+        return None
+
     def _assign(self, wl: Workload, cq: ClusterQueue) -> Assignment:
         """The flavor assignment of ``wl`` as it is; when it neither fits nor finds workloads to
-        preempt, the largest partial admission that does (Kueue's order, ``queues.partial``)."""
+        preempt, the largest partial admission that does (Kueue's order, ``queues.partial``);
+        none while a budget holds it."""
+        if (held := self._held_by_budget(wl)) is not None:
+            return held
         full = flavors.assign(self.snapshot, cq, wl, self._oracle)
         if full.mode == Mode.FIT or not partial.reducible(wl.pod_sets):
             return full

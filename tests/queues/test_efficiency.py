@@ -128,3 +128,20 @@ def test_idle_serving_replicas_free_what_a_waiting_job_needs_and_the_run_ends() 
     admitted = [(e["t"], e["workload"]) for e in result["events"] if e["type"] == "Admitted"]
     assert admitted[2:] == [(3600, "research/training"), (7200, "research/vllm-2")]
     assert result["summary"]["makespan"] == 7200
+
+
+def test_a_budget_holds_its_workload_though_another_admission_in_its_quota_tree_reopens_the_cycle() -> None:
+    """Both arrive in one instant, in two ClusterQueues of one cohort: the unbudgeted job is
+    admitted first (the tree changed, so the held head is assigned again in that cycle); the
+    budget still holds it."""
+    doc = copy.deepcopy(EXAMPLE)
+    for m in doc["manifests"]:
+        if m["kind"] == "ClusterQueue":
+            m["spec"]["cohortName"] = "shared"
+    other = copy.deepcopy(EXAMPLE["jobs"][2])
+    other["at"] = 86400
+    doc["jobs"] = [EXAMPLE["jobs"][3], other, EXAMPLE["jobs"][4]]
+    result, seen = _run(doc)
+    admitted = {e["workload"]: e["t"] for e in result["events"] if e["type"] == "Admitted"}
+    assert admitted["research/training"] == 86400 and admitted["product/day-two"] == 604800
+    assert seen[86400]["product/day-two"][0] == "BudgetExhausted"
