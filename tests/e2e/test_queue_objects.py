@@ -32,6 +32,18 @@ pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH"
 CQS = ResourceRef("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
 RFS = ResourceRef("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "resourceflavors", namespaced=False)
 JOBS = ResourceRef("batch/v1", "Job", "jobs")
+TOPOLOGY = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Topology
+metadata: {name: racks}
+spec:
+  levels: [{nodeLabel: cloud.provider.com/topology-rack}, {nodeLabel: kubernetes.io/hostname}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: tas}
+spec: {topologyName: racks}
+"""
 
 # Stored before the install moves into the cluster (as an earlier `turnstile apply` left it, v1beta1).
 EARLIER = """
@@ -165,6 +177,11 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         code, _, err = await kubectl(host.kubeconfig, "delete", "resourceflavor", "spare")
         assert code == 0, err
         await eventually(lambda: cli(migrated_url, "get", "rf", "spare").returncode != 0, what="spare deleted")
+
+        # A Topology is stored, with a warning: the controller does not place by it yet.
+        code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=TOPOLOGY)
+        assert code == 0 and "the controller does not place" in err, err
+        await eventually(lambda: cli(migrated_url, "get", "topology", "racks").returncode == 0, what="racks stored")
 
         # The CLI's writing commands name the kubectl command instead of writing behind the cluster.
         refused = cli(migrated_url, "quota", "set", "team-a", "nvidia.com/gpu=4", "--flavor", "a100")
