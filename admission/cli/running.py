@@ -210,6 +210,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
 
     def ready(ep: process.Endpoints, _controller: object) -> None:
         click.echo(f"simulated cluster: {host.url}   kubeconfig: {host.kubeconfig}")
+        click.echo(f"GPU metrics (a simulated dcgm-exporter, for Prometheus): {host.url}/dcgm/metrics")
         click.echo(
             f"webhook: https://127.0.0.1:{ep.webhook_port}   metrics: http://127.0.0.1:{ep.metrics_port}/metrics"
         )

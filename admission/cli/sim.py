@@ -19,6 +19,7 @@ async def _serve(port: int, time_scale: float, default_runtime: float) -> None:
     )
     click.echo(f"simulated API server on {host.url} (job operators, scheduler, kubelet, cluster-autoscaler)")
     click.echo(f"kubeconfig: {host.kubeconfig}")
+    click.echo(f"GPU metrics (a simulated dcgm-exporter, for Prometheus): {host.url}/dcgm/metrics")
     click.echo(f"try: kubectl --kubeconfig {host.kubeconfig} get namespaces   (Ctrl-C stops it)")
     try:
         await asyncio.Event().wait()

@@ -22,7 +22,19 @@ from typing import Any
 from aiohttp import web
 from openapi_schema_validator import OAS30Validator
 
-from admission.sim import aggregation, cel, defaults, openapi, patches, rbac, resources, tables, validation, webhooks
+from admission.sim import (
+    aggregation,
+    cel,
+    dcgm,
+    defaults,
+    openapi,
+    patches,
+    rbac,
+    resources,
+    tables,
+    validation,
+    webhooks,
+)
 from admission.sim.objects import (
     ApiError,
     Event,
@@ -107,6 +119,7 @@ class ApiServer:
             self.store.create(resources.CRDS, "", _established(crd), namespaces=resources.NAMESPACES)
         self._sync_crds()
         self.app = web.Application(client_max_size=MAX_BODY)
+        self.app.router.add_get(dcgm.PATH, dcgm.handler(self.store, lambda: self.served))  # (a dcgm-exporter's)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_shutdown.append(self._end_streams)
 
