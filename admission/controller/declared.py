@@ -12,7 +12,7 @@ scheduler sees it at once). The audit names the Kubernetes user: the mutating we
   and a GitOps tool) are both audited. Status-only and finalizer-only updates are skipped.
 - With the database away, versions wait and are applied when it returns; the object's
   ``turnstile.dev/Reconciled`` condition says it is not applied yet (``admission.controller.queuestatus``).
-- Deletion is guarded as Kueue's: ResourceFlavors, ClusterQueues and LocalQueues carry the
+- Deletion is guarded as Kueue's: ResourceFlavors, Topologies, ClusterQueues and LocalQueues carry the
   finalizer ``kueue.x-k8s.io/resource-in-use``, removed (and the row deleted) only once nothing
   uses them (``admission.store.deletion``); a busy ClusterQueue stops admitting meanwhile.
 - On becoming ``kubernetes``, what PostgreSQL holds but the cluster does not is created in the
@@ -327,6 +327,11 @@ class Declared:
                 self.refs[kind], meta.get("namespace"), str(meta.get("name")), ops, content_type=kube_client.JSON_PATCH
             )
         except KubeError as exc:
-            if exc.status not in (404, 409, 422):
+            if exc.status in (409, 422) and (latest := self.objects.get(k)) is not None:
+                # A newer version was written meanwhile (a status write, say, which is no content
+                # change and so is not reconciled by itself): decide again on what is there now.
+                self.pending.setdefault(k, []).append(latest)
+                self.wake.set()
+            elif exc.status not in (404, 409, 422):
                 log.warning("%s finalizer of %s/%s failed: %s; trying again", action, kind, k[1], exc)
                 self._was_leading = False  # the next round reconciles everything, this one included

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.store import config, tables
 
 FINALIZER = "kueue.x-k8s.io/resource-in-use"
-GUARDED = ("ResourceFlavor", "ClusterQueue", "LocalQueue")  # the kinds Kueue's finalizer keeps
+GUARDED = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Topology")  # the kinds Kueue's finalizer keeps
 
 
 async def _admitted(session: AsyncSession, *conditions: object) -> int:

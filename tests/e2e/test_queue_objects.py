@@ -32,6 +32,7 @@ pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH"
 CQS = ResourceRef("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
 RFS = ResourceRef("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "resourceflavors", namespaced=False)
 JOBS = ResourceRef("batch/v1", "Job", "jobs")
+TOPOLOGIES = ResourceRef("kueue.x-k8s.io/v1beta2", "Topology", "topologies", namespaced=False)
 TOPOLOGY = """
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: Topology
@@ -178,10 +179,21 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         assert code == 0, err
         await eventually(lambda: cli(migrated_url, "get", "rf", "spare").returncode != 0, what="spare deleted")
 
-        # A Topology is stored, with a warning: the controller does not place by it yet.
+        # A Topology is stored (with a warning: the controller does not place by it yet) and kept
+        # while a flavor names it, as a flavor is while a queue does.
         code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=TOPOLOGY)
         assert code == 0 and "the controller does not place" in err, err
         await eventually(lambda: cli(migrated_url, "get", "topology", "racks").returncode == 0, what="racks stored")
+
+        async def guarded() -> bool:
+            finalizers = (await kube.get(TOPOLOGIES, None, "racks"))["metadata"].get("finalizers") or []
+            return "kueue.x-k8s.io/resource-in-use" in finalizers
+
+        await eventually(guarded, what="the finalizer on racks")
+        code, _, err = await kubectl(host.kubeconfig, "delete", "topology", "racks", "--wait=false")
+        assert code == 0, err
+        kept = await eventually(lambda: _reconciled(kube, TOPOLOGIES, "racks", "InUse"), what="racks kept", timeout=20)
+        assert "resourceflavor/tas" in kept["message"]
 
         # The CLI's writing commands name the kubectl command instead of writing behind the cluster.
         refused = cli(migrated_url, "quota", "set", "team-a", "nvidia.com/gpu=4", "--flavor", "a100")
