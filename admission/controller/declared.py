@@ -70,6 +70,10 @@ def _has_finalizer(obj: Obj) -> bool:
     return deletion.FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or [])
 
 
+def _version(obj: Obj) -> object:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
 def _deleting(obj: Obj) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
@@ -104,6 +108,7 @@ class Declared:
         self.applied: dict[Key, int] = {}  # metadata.generation last reconciled into PostgreSQL
         self.problems: dict[Key, tuple[str, str]] = {}  # why an object is not applied: (reason, message)
         self.kept: dict[Key, str] = {}  # deleted in the cluster, kept by the finalizer: what uses it
+        self.stale: set[Key] = set()  # a finalizer patch lost a race: reconcile its next version, whatever it changes
         self.source: str | None = None  # the install's configuration source, as last read
         self.wake = asyncio.Event()
         self._was_leading = False
@@ -116,14 +121,16 @@ class Declared:
         k = (kind, key_of(kind, obj))
         if event == "DELETED":
             self.objects.pop(k, None)
+            self.stale.discard(k)
             if self.informers[kind].absent:
                 return  # the CRD is gone (the source falls back to database): PostgreSQL keeps the object
             self.pending.setdefault(k, []).append(None)
         else:
             old = self.objects.get(k)
             self.objects[k] = obj
-            if old is not None and _content(old) == _content(obj):
+            if old is not None and _content(old) == _content(obj) and k not in self.stale:
                 return  # a status or bookkeeping update
+            self.stale.discard(k)
             self.pending.setdefault(k, []).append(obj)
         self.wake.set()
 
@@ -327,11 +334,16 @@ class Declared:
                 self.refs[kind], meta.get("namespace"), str(meta.get("name")), ops, content_type=kube_client.JSON_PATCH
             )
         except KubeError as exc:
-            if exc.status in (409, 422) and (latest := self.objects.get(k)) is not None:
+            if exc.status in (409, 422):
                 # A newer version was written meanwhile (a status write, say, which is no content
-                # change and so is not reconciled by itself): decide again on what is there now.
-                self.pending.setdefault(k, []).append(latest)
-                self.wake.set()
+                # change and so is not reconciled by itself): decide again on it, now if the
+                # informer has it, else when it comes (never a retry of the version that failed).
+                latest = self.objects.get(k)
+                if latest is not None and _version(latest) != meta.get("resourceVersion"):
+                    self.pending.setdefault(k, []).append(latest)
+                    self.wake.set()
+                else:
+                    self.stale.add(k)
             elif exc.status not in (404, 409, 422):
                 log.warning("%s finalizer of %s/%s failed: %s; trying again", action, kind, k[1], exc)
                 self._was_leading = False  # the next round reconciles everything, this one included
