@@ -22,7 +22,7 @@ Engine core models them (``queues.reclaim_model``); the controller does not act 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,20 +128,30 @@ def utilization(raw: Any, path: str, problems: list[FieldError]) -> Trace | None
     return Trace(tuple(steps))
 
 
-def reclaim(raw: Any, problems: list[FieldError]) -> tuple[ReclaimPolicy, ...]:
+def _entries(
+    raw: Any, section: str, shape: str, known: set[str], problems: list[FieldError]
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The mappings of a top-level list (``reclaim``, ``budgets``) with their paths; what is no
+    list, no mapping or an unknown field is a problem."""
     if raw is None:
-        return ()
+        return
     if not isinstance(raw, list):
-        problems.append(FieldError("reclaim", "must be a list of {clusterQueue, threshold, window, grace, action}"))
-        return ()
-    out: dict[str, ReclaimPolicy] = {}
+        problems.append(FieldError(section, f"must be a list of {shape}"))
+        return
     for i, item in enumerate(raw):
-        path = f"reclaim[{i}]"
+        path = f"{section}[{i}]"
         if not isinstance(item, Mapping):
             problems.append(FieldError(path, "must be a mapping"))
             continue
-        for key in sorted(set(item) - _RECLAIM_FIELDS):
-            problems.append(FieldError(f"{path}.{key}", f"unknown field (known: {', '.join(sorted(_RECLAIM_FIELDS))})"))
+        for key in sorted(set(item) - known):
+            problems.append(FieldError(f"{path}.{key}", f"unknown field (known: {', '.join(sorted(known))})"))
+        yield path, item
+
+
+def reclaim(raw: Any, problems: list[FieldError]) -> tuple[ReclaimPolicy, ...]:
+    out: dict[str, ReclaimPolicy] = {}
+    shape = "{clusterQueue, threshold, window, grace, action}"
+    for path, item in _entries(raw, "reclaim", shape, _RECLAIM_FIELDS, problems):
         cq = item.get("clusterQueue")
         if not isinstance(cq, str) or not cq:
             problems.append(FieldError(f"{path}.clusterQueue", "required: the ClusterQueue it applies to"))
@@ -172,19 +182,9 @@ def _grace(value: Any, path: str, problems: list[FieldError]) -> float:
 
 
 def budgets(raw: Any, problems: list[FieldError]) -> tuple[Budget, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        problems.append(FieldError("budgets", "must be a list of {clusterQueue | label, gpuHours, period}"))
-        return ()
     out = []
-    for i, item in enumerate(raw):
-        path = f"budgets[{i}]"
-        if not isinstance(item, Mapping):
-            problems.append(FieldError(path, "must be a mapping"))
-            continue
-        for key in sorted(set(item) - _BUDGET_FIELDS):
-            problems.append(FieldError(f"{path}.{key}", f"unknown field (known: {', '.join(sorted(_BUDGET_FIELDS))})"))
+    shape = "{clusterQueue | label, gpuHours, period}"
+    for path, item in _entries(raw, "budgets", shape, _BUDGET_FIELDS, problems):
         cq, label = item.get("clusterQueue"), item.get("label")
         if (cq is None) == (label is None):
             problems.append(FieldError(path, "needs exactly one of clusterQueue and label"))

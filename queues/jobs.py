@@ -406,9 +406,7 @@ def _with_topology(ps: PodSet, annotations: Any, path: str, problems: list[Field
         return ps
     plain = {str(k): str(v) for k, v in annotations.items()}
     request, wrong = topology_requests.request_of(plain, ps.count, path or "metadata")
-    for message in wrong:
-        where, _, what = message.partition(": ")
-        problems.append(FieldError(where, what))
+    problems.extend(wrong)
     return dataclasses.replace(ps, topology=request) if request is not None else ps
 
 

@@ -148,7 +148,6 @@ class EfficiencyModel:
             if policy.only_when_contended and policy.action != "warn":
                 taken.add(r.cluster_queue)
             r.acted = True
-            self.counts["warned" if policy.action == "warn" else f"{policy.action}d"] += 1
             if policy.action != "warn":
                 self.freed_gpu_seconds += r.gpus * max(0.0, r.runtime - ran)
             out.append((key, policy, measured))
@@ -163,14 +162,14 @@ class EfficiencyModel:
         for key, policy, measured in self.idle(now, lambda cq: _contended(sched, cq, self.reclaimed)):
             message = policy.message(measured)
             if policy.action == "warn":
+                self.counts["warned"] += 1
                 self.warnings.append((now, key, message))
                 continue
             times = self.reclaimed.get(key, 0) + 1
             deactivate = policy.action == "deactivate" or times > REQUEUE_LIMIT
             if deactivate and policy.action == "requeue":
                 message += f"; requeued {REQUEUE_LIMIT} times for idling, the limit"
-                self.counts["requeued"] -= 1
-                self.counts["deactivated"] += 1
+            self.counts["deactivated" if deactivate else "requeued"] += 1
             backoff = min(BACKOFF_MAX, BACKOFF_SECONDS * 2 ** (times - 1))
             evict = sched.reclaim_idle(key, message, deactivate=deactivate, backoff=backoff)
             if evict is not None:

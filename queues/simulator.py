@@ -169,9 +169,12 @@ class Simulation:
         use on each node (Kueue's TAS cache counts such pods too)."""
         if self.inventory is None:
             return
-        for info in self.scaler.nodes:
-            if info.name not in self.inventory.nodes:
-                self.inventory.put(info)
+        if len(self.scaler.nodes) != len(self.inventory.nodes):  # (scale-ups add nodes)
+            for info in self.scaler.nodes:
+                if info.name not in self.inventory.nodes:
+                    self.inventory.put(info)
+        if not any(f.topology for f in self.sched.snapshot.flavors.values()):
+            return  # (only placement by topology reads what other pods use: no need to count it)
         used: dict[str, dict[str, int]] = {}
         for key, pods in self.scaler.placed.items():
             wl = self.sched.workloads.get(key)

@@ -235,15 +235,16 @@ def _spread(domains: list[_Domain], need: int, sliced: bool, least_free: bool) -
     def unit(d: _Domain) -> int:
         return _unit(d, sliced)
 
+    tightest = _tightest(sliced, by_parents=False)
     usable = [d for d in domains if unit(d) > 0]
     if sum(unit(d) for d in usable) < need:
         return []
     if least_free:
-        order = sorted(usable, key=lambda d: (unit(d), d.pods, d.name))
+        order = sorted(usable, key=tightest)
     else:
         fitting = [d for d in usable if unit(d) >= need]
         if fitting:
-            return [(min(fitting, key=lambda d: (unit(d), d.pods, d.name)), need)]
+            return [(min(fitting, key=tightest), need)]
         order = sorted(usable, key=lambda d: (-unit(d), d.pods, d.name))
     out: list[tuple[_Domain, int]] = []
     left = need
@@ -254,9 +255,7 @@ def _spread(domains: list[_Domain], need: int, sliced: bool, least_free: bool) -
         if id(d) in taken:
             continue
         if not least_free and unit(d) >= left:
-            d = min(
-                (x for x in order if id(x) not in taken and unit(x) >= left), key=lambda x: (unit(x), x.pods, x.name)
-            )
+            d = min((x for x in order if id(x) not in taken and unit(x) >= left), key=tightest)
         take = min(unit(d), left)
         taken.add(id(d))
         out.append((d, take))

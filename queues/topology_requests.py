@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from queues.errors import FieldError
+
 PREFIX = "kueue.x-k8s.io/podset-"
 REQUIRED = PREFIX + "required-topology"
 PREFERRED = PREFIX + "preferred-topology"
@@ -30,33 +32,39 @@ class Request:
     slice_size: int = 1
 
 
-def request_of(annotations: Mapping[str, str], count: int, where: str) -> tuple[Request | None, list[str]]:
+def request_of(annotations: Mapping[str, str], count: int, where: str) -> tuple[Request | None, list[FieldError]]:
     """A pod set's topology request from its template's annotations, and what is wrong with them
-    (each message starts with the field path under ``where``, the pod template's path)."""
-    problems: list[str] = []
+    (at field paths under ``where``, the pod template's path)."""
+    problems: list[FieldError] = []
     path = f"{where}.metadata.annotations"
     given = [a for a in (REQUIRED, PREFERRED) if annotations.get(a)]
     unconstrained = annotations.get(UNCONSTRAINED)
     if unconstrained is not None and unconstrained not in ("true", "false"):
-        problems.append(f'{path}[{UNCONSTRAINED}]: must be "true" or "false", not {unconstrained!r}')
+        problems.append(FieldError(f"{path}[{UNCONSTRAINED}]", f'must be "true" or "false", not {unconstrained!r}'))
     if unconstrained == "true":
         given.append(UNCONSTRAINED)
     if len(given) > 1:
-        problems.append(f"{path}: {' and '.join(given)} exclude each other; keep one")
+        problems.append(FieldError(path, f"{' and '.join(given)} exclude each other; keep one"))
     slice_level = annotations.get(SLICE_REQUIRED) or None
     raw_size = annotations.get(SLICE_SIZE)
     size = 1
     if raw_size is not None:
         if not raw_size.isdigit() or int(raw_size) < 1:
-            problems.append(f"{path}[{SLICE_SIZE}]: must be a whole number of pods >= 1, not {raw_size!r}")
+            problems.append(
+                FieldError(f"{path}[{SLICE_SIZE}]", f"must be a whole number of pods >= 1, not {raw_size!r}")
+            )
         elif slice_level is None:
-            problems.append(f"{path}[{SLICE_SIZE}]: needs {SLICE_REQUIRED} (the level each slice stays within)")
+            problems.append(
+                FieldError(f"{path}[{SLICE_SIZE}]", f"needs {SLICE_REQUIRED} (the level each slice stays within)")
+            )
         else:
             size = int(raw_size)
             if count % size:
-                problems.append(f"{path}[{SLICE_SIZE}]: {size} does not divide the pod set's {count} pods")
+                problems.append(
+                    FieldError(f"{path}[{SLICE_SIZE}]", f"{size} does not divide the pod set's {count} pods")
+                )
     elif slice_level is not None:
-        problems.append(f"{path}[{SLICE_REQUIRED}]: needs {SLICE_SIZE} (the pods in each slice)")
+        problems.append(FieldError(f"{path}[{SLICE_REQUIRED}]", f"needs {SLICE_SIZE} (the pods in each slice)"))
     if problems:
         return None, problems
     if not given:

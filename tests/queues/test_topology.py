@@ -104,7 +104,8 @@ def test_a_level_the_topology_does_not_have_is_named() -> None:
     ],
 )
 def test_bad_annotations_are_refused_with_their_path(annotations: dict[str, str], count: int, problem: str) -> None:
-    request, problems = request_of(annotations, count, "spec.template")
+    request, found = request_of(annotations, count, "spec.template")
+    problems = [str(p) for p in found]
     assert request is None and any(problem in p for p in problems), problems
     assert all(p.startswith("spec.template.metadata.annotations") for p in problems)
 
