@@ -22,6 +22,7 @@ import yaml
 from queues import errors, fairsharing, jobs, managed, podsready, usage_history
 from queues.model import Config
 from queues.selectors import LabelSelector
+from queues.topology import COMPACT
 
 HOLD, REFUSE = "hold", "refuse"
 
@@ -103,6 +104,7 @@ class Policy:
     fair_sharing: fairsharing.FairSharing | None = None  # Kueue's fairSharing configuration; None: off
     # Kueue's admissionFairSharing configuration (``queues.usage_history``); None: off
     admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
+    topology_packing: str = COMPACT  # how TAS pod sets are packed (``queues.topology``: Compact or Kueue)
 
     @classmethod
     def from_settings(
@@ -121,6 +123,7 @@ class Policy:
             pods_ready=parse_pods_ready(settings.wait_for_pods_ready),
             fair_sharing=parse_fair_sharing(settings.fair_sharing),
             admission_fair_sharing=parse_admission_fair_sharing(settings.admission_fair_sharing),
+            topology_packing=settings.topology_packing,
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

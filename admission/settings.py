@@ -86,6 +86,11 @@ class Settings(BaseSettings):
         description="Kueue's admissionFairSharing block as YAML or JSON ({usageHalfLifeTime: 168h, "
         "usageSamplingInterval: 5m, resourceWeights: {nvidia.com/gpu: 1}}); empty: off, as in Kueue",
     )
+    topology_packing: Literal["Compact", "Kueue"] = Field(
+        default="Compact",
+        description="how pod sets on a TAS flavor are packed onto nodes: Compact (Turnstile's: fill partly used "
+        "nodes first, keep whole nodes and racks free) or Kueue (Kueue's BestFit/LeastFreeCapacity profile)",
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",

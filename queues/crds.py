@@ -13,8 +13,8 @@ as ``turnstile apply`` (``queues.validation``), every error with its path.
 
 Short names and printer columns are Kueue's (``kubectl get cq`` shows the cohort, the queueing
 strategy, pending and admitted workloads; ``kubectl get lq`` the ClusterQueue, pending and
-admitted). Topology (levels of node labels) is served and checked by the webhook, which warns
-that the controller does not place by it yet (engine core does: ``queues.topology``).
+admitted). Topology (levels of node labels) is served and checked by the webhook; placement by it
+is ``queues.tas``.
 """
 
 from __future__ import annotations

@@ -220,14 +220,15 @@ def ungate_patch(
     node_selector: Mapping[str, str],
     tolerations: Sequence[Mapping[str, Any]],
     notes: Mapping[str, str],
+    gate: str = GATE,
 ) -> list[dict[str, Any]]:
     """The JSON patch that starts a held pod: its flavors' node labels and tolerations added (a
     label the pod already selects on is left as it is), ``notes`` added to its annotations, and
-    the gate removed, guarded by a ``test`` so a second start of the same pod fails cleanly."""
+    ``gate`` removed, guarded by a ``test`` so a second start of the same pod fails cleanly."""
     spec = pod.get("spec") or {}
     ops: list[dict[str, Any]] = []
-    index = gates(pod).index(GATE)
-    ops.append({"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": GATE})
+    index = gates(pod).index(gate)
+    ops.append({"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": gate})
     ops.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
     current = spec.get("nodeSelector")
     added = {k: v for k, v in node_selector.items() if not isinstance(current, Mapping) or k not in current}

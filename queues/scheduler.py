@@ -129,6 +129,19 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
 
     cancel = finish
 
+    def use_inventory(self, inventory: Inventory) -> None:
+        """Place by topology from now on, on ``inventory``'s nodes (the controller's, once a TAS
+        flavor is configured); what admitted workloads were placed on is held there."""
+        if self.inventory is inventory:
+            return
+        self.inventory = self.snapshot.inventory = inventory
+        for wl in self.workloads.values():
+            held = wl.admission is not None and wl.admission.placement
+            if held and wl.admission is not None and wl.admission.cluster_queue in self.snapshot.queues:
+                inventory.hold(wl.admission.placement, {ps.name: ps.requests for ps in wl.pod_sets}, 1)
+        self._inventory_seen = -1
+        self._nofit_cache.clear()
+
     def set_config(self, config: Config) -> list[Decision]:
         """New admin configuration: rebuild quotas, keep admitted work, re-resolve the waiting;
         returns the evictions the new configuration asks for (``HoldAndDrain``)."""

@@ -2,7 +2,7 @@
 
 Flavor assignment (``queues.flavors``) chooses flavors by quota; when everything fits, the pod
 sets that run on a TAS flavor (a ResourceFlavor with ``spec.topologyName``) are placed here (when
-nodes are known: a scenario's ``nodes``; the controller has no node inventory yet), one
+nodes are known: a scenario's ``nodes``, the controller's Nodes informer), one
 after another on the same scratch copy of the node inventory, so a gang is placed whole or the
 workload waits (all pods or none). A pod set is placed by topology when it asks to (its
 ``podset-*-topology`` annotations) or, asking nothing, when every flavor of its ClusterQueue is a
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def uses_topology(snapshot: Snapshot, cq: ClusterQueue) -> bool:
     """Whether placement may decide ``cq``'s admissions: it has a TAS flavor, and nodes are known
-    (without a node inventory, as in the controller today, admission is by quota alone)."""
+    (without a node inventory admission is by quota alone)."""
     if snapshot.inventory is None:
         return False
     return any((f := snapshot.flavors.get(name)) and f.topology for g in cq.groups for name in g.flavors)
@@ -49,7 +49,7 @@ def place(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assign
     if placed is not None:
         assignment.placement = placed
         return
-    victims = _victims(snapshot, cq, wl, assignment) if preempt else []
+    victims = _victims(snapshot, cq, wl, assignment) if preempt and snapshot.inventory.pending is None else []
     assignment.mode = Mode.PREEMPT if victims else Mode.NO_FIT
     assignment.topology_victims = victims
     assignment.messages = [message]
@@ -61,6 +61,8 @@ def _placement(
     """Each TAS pod set's nodes, placed one after another on a scratch copy of the inventory; or
     None and why not."""
     inventory = snapshot.inventory
+    if inventory is not None and inventory.pending is not None and _needs_placement(snapshot, cq, wl, assignment):
+        return None, f"waiting for the node inventory: {inventory.pending}"
     free: Free = {name: dict(f) for name, f in inventory.free.items()} if inventory is not None else {}
     nodes: list[NodeInfo] = list(inventory.nodes.values()) if inventory is not None else []
     out: dict[str, dict[str, int]] = {}
@@ -82,6 +84,14 @@ def _placement(
             for r, v in pod.requests.items():
                 free[node][r] = free[node].get(r, 0) - v * pods
     return out, ""
+
+
+def _needs_placement(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment) -> bool:
+    return any(
+        _tas_flavor(snapshot, assignment.flavors.get(ps.name, {})) is not None
+        and (ps.topology is not None or cq.tas_only)
+        for ps in wl.pod_sets
+    )
 
 
 def _victims(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment) -> list[Workload]:

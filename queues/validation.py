@@ -319,10 +319,6 @@ def _admission_scope(scope: dict[str, Any] | None, path: str = "spec.admissionSc
 # Fields Kueue defines that Turnstile accepts (a Kueue file must apply unchanged) but does not act
 # on yet: each is said as a warning wherever an object is applied, never silently ignored.
 _NOT_YET = {
-    "topologyName": (
-        "the controller does not place workloads by topology yet: it admits by quota alone "
-        "(turnstile simulate --engine core does place by it)"
-    ),
     "concurrentAdmissionPolicy": "Turnstile admits one workload per job at a time (no concurrent admission variants)",
     "podSetUpdates": "Turnstile writes Kueue's own pod annotations for a ProvisioningRequest, not these updates",
     "podSetMergePolicy": "Turnstile makes one PodTemplate per pod set, never merged",
@@ -336,15 +332,10 @@ _AFS_OFF = (
 )
 
 
-def unused_fields(
-    obj: api.KueueObject, *, admission_fair_sharing: bool = False, topology: bool = False
-) -> list[FieldError]:
+def unused_fields(obj: api.KueueObject, *, admission_fair_sharing: bool = False) -> list[FieldError]:
     """Fields set on ``obj`` that Turnstile accepts but does not act on (yet, or as configured):
-    warnings, not errors. ``admission_fair_sharing``: whether it is on where ``obj`` is applied;
-    ``topology``: whether what reads it places by topology (engine core does, the controller not yet)."""
+    warnings, not errors. ``admission_fair_sharing``: whether it is on where ``obj`` is applied."""
     out: list[FieldError] = []
-    if isinstance(obj, api.Topology) and not topology:
-        out.append(FieldError("spec.levels", f"accepted but not used: {_NOT_YET['topologyName']}"))
     if not admission_fair_sharing:
         if isinstance(obj, api.LocalQueue) and obj.spec.fair_sharing is not None:
             what = "a LocalQueue's weight is not used: LocalQueues share their ClusterQueue in priority and FIFO order"
@@ -355,8 +346,6 @@ def unused_fields(
         ):
             what = "its LocalQueues share it in priority and FIFO order"
             out.append(FieldError("spec.admissionScope", f"accepted but not used: {_AFS_OFF.format(what=what)}"))
-    if isinstance(obj, api.ResourceFlavor) and obj.spec.topology_name and not topology:
-        out.append(FieldError("spec.topologyName", f"accepted but not used: {_NOT_YET['topologyName']}"))
     unused = {
         "concurrentAdmissionPolicy": isinstance(obj, api.ClusterQueue)
         and obj.spec.concurrent_admission_policy is not None,

@@ -16,7 +16,7 @@ import click
 from pydantic import ValidationError
 
 from admission.cli import admin, documents, running, sim, usage
-from queues import api, errors, validation
+from queues import errors, validation
 
 
 def fail(lines: list[str], code: int) -> None:
@@ -78,7 +78,7 @@ def simulate(
     if engine == "cluster" and (unsupported := _core_only(parsed)):
         fail([f"{file}: {unsupported}; run this scenario with --engine core"], 2)
     for obj in parsed.manifests:  # a field accepted but not acted on is said, never silently ignored
-        for unused in validation.unused_fields(obj, admission_fair_sharing=afs, topology=engine == "core"):
+        for unused in validation.unused_fields(obj, admission_fair_sharing=afs):
             click.echo(f"warning: {file}: {obj.kind}/{obj.key}: {unused}", err=True)
     # The scenario lives for the whole run: frozen, the cyclic collector stops walking its objects
     # at every collection (a fifth of the run on Kueue's 15,000-job baseline).
@@ -172,11 +172,6 @@ def demo(seconds: float) -> None:
 def _core_only(parsed: Any) -> str:
     """What of a scenario only engine core models yet (empty: nothing): engine cluster refuses
     it rather than run it differently."""
-    if any(isinstance(obj, api.Topology) for obj in parsed.manifests):
-        return "manifests: engine cluster does not place by Topology yet (the controller admits by quota alone)"
-    node_edits = [e for e in parsed.edits if e.kind == "Node"]
-    if node_edits:
-        return f"edits[{node_edits[0].index}]: engine cluster does not cordon or delete nodes yet"
     for field, used in (
         ("reclaim", parsed.reclaim),
         ("budgets", parsed.budgets),

@@ -268,6 +268,15 @@ async def _describe_workload(
         console.print(table)
 
 
+def _placement_line(r: dict[str, Any]) -> str:
+    """Where topology-aware placement put each pod set's pods: ``main: r0-n1 x4, r0-n2 x2``."""
+    placement = ((r.get("assigned_flavors") or {}) if r["state"] != "Pending" else {}).get("placement") or {}
+    return "; ".join(
+        f"{ps}: " + ", ".join(f"{node} x{pods}" for node, pods in sorted(nodes.items()))
+        for ps, nodes in sorted(placement.items())
+    )
+
+
 def _pods_line(r: dict[str, Any]) -> str:
     """Each pod set's pods: as admitted (fewer where partially, Kueue's job-min-parallelism) and asked."""
     counts = ((r.get("assigned_flavors") or {}) if r["state"] != "Pending" else {}).get("counts") or {}
@@ -353,6 +362,8 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
         if r["reason"] and r["state"] in ("Pending", "QuotaReserved"):
             console.print(f"Waiting:       {r['reason']}: {r['message']}")
         console.print(f"Pods:          {_pods_line(r)}")
+        if placed := _placement_line(r):
+            console.print(f"Placement:     {placed}")
         await _describe_workload(session, console, r, everyone)
         return out.getvalue().rstrip()
     key = name

@@ -38,9 +38,11 @@ from admission.controller.checks import Checks
 from admission.controller.declared import Declared
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
+from admission.controller.inventory import NodeInventory
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
 from admission.controller.metrics import Metrics
+from admission.controller.pinning import Pinner
 from admission.controller.podgroups import PodGroups
 from admission.controller.podsready import PodsReadyWatch, scaled
 from admission.controller.priorities import PriorityClasses
@@ -130,8 +132,21 @@ class Controller:
         self.jobs.runtimes = self.runtimes.lookup
         self.informers.extend(self.runtimes.informers)
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
+        # Nodes and the pods on them, for placement by topology (started once a flavor names a Topology)
+        self.inventory = NodeInventory(
+            kube,
+            current=lambda: self.term.scheduler.inventory if self.term is not None else None,
+            lost=self._on_node_lost,
+            placed=lambda key: self.pinner.request(key),
+        )
+        self.pinner = Pinner(kube, self.inventory, current_term=lambda: self.term)
         self.enactor = Enactor(
-            kube, jobs=self.jobs, current_term=lambda: self.term, workers=options.workers, on_waiting=self._on_waiting
+            kube,
+            jobs=self.jobs,
+            current_term=lambda: self.term,
+            workers=options.workers,
+            on_waiting=self._on_waiting,
+            inventory=self.inventory,
         )
         self.checks = Checks(
             kube,
@@ -159,6 +174,7 @@ class Controller:
         self.declared = Declared(kube, sessions, leading=self.leading, database_health=self.database)
         self.queue_status = StatusWriter(kube, self.declared, lambda: self.term)
         self.readiness.add("informers", self._informers_probe, gates=False, detail=self._integrations_detail)
+        self.readiness.add("nodes", self.inventory.probe, gates=False)
         self.metrics = Metrics(self)
         self.events = EventPoster(kube, instance=options.identity)
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
@@ -205,6 +221,10 @@ class Controller:
 
     def _on_waiting(self, key: str, victims: list[str] | None) -> None:
         self.changes.preempting[key] = victims
+        self.changes.wake.set()
+
+    def _on_node_lost(self, node: str) -> None:
+        self.changes.nodes_lost[node] = None
         self.changes.wake.set()
 
     def _on_check(self, uid: str) -> None:
@@ -267,6 +287,7 @@ class Controller:
         tasks.append(asyncio.create_task(self.declared.run(), name="declared-queues"))
         tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status"))
         self.enactor.start()
+        self.pinner.start()
         self.checks.start()
         self.events.start()
         self.elect_task = asyncio.create_task(self.leadership.run(), name="elect")
@@ -281,6 +302,8 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.enactor.stop()
+            await self.pinner.stop()
+            await self.inventory.stop()
             await self.checks.stop()
             await self.events.stop()
             await self.leadership.release()
@@ -332,11 +355,21 @@ class Controller:
         self._tell_watchers()
 
     def _tell_watchers(self) -> None:
+        self._place_by_topology()
         for watcher in self.config_watchers:
             try:
                 watcher()
             except Exception:  # a watcher's bug must not stop configuration loading
                 log.exception("configuration watcher failed")
+
+    def _place_by_topology(self) -> None:
+        """Once a ResourceFlavor names a Topology: watch Nodes and Pods, and let the term place on them."""
+        if not self.inventory.wanted(self.config):
+            return
+        self.inventory.start()
+        if self.term is not None and self.term.scheduler.inventory is None:
+            self.term.scheduler.use_inventory(self.inventory.fresh())
+            self.changes.wake.set()
 
     def leading(self) -> bool:
         return self.term is not None
@@ -378,7 +411,18 @@ class Controller:
             afs = dataclasses.replace(
                 afs, half_life=afs.half_life * scale, sampling_interval=afs.sampling_interval * scale
             )
-        term = Term.start(fence, snapshot, dict(self.namespaces), fair, admission_fair_sharing=afs, history=history)
+        if self.inventory.wanted(snapshot.config):
+            self.inventory.start()
+        term = Term.start(
+            fence,
+            snapshot,
+            dict(self.namespaces),
+            fair,
+            admission_fair_sharing=afs,
+            history=history,
+            inventory=self.inventory.fresh() if self.inventory.running else None,
+            packing=self.policy.topology_packing,
+        )
         self.priorities.apply(term.scheduler)
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term
@@ -389,6 +433,8 @@ class Controller:
         self.changes.jobs.update(dict.fromkeys(term.rows))
         self.changes.checks.update(dict.fromkeys(self.checks.requests))
         self.changes.namespaces = False
+        for key in self.inventory.by_workload:  # placed pods a restart left gated
+            self.pinner.request(key)
         for uid, row in term.rows.items():  # requests to make, or to clean up, after a restart
             if uid in self.checks.requests or _has_checks(term.held(row.key)):
                 self.checks.request(uid)

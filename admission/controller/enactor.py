@@ -13,8 +13,11 @@ derived from the store and the cluster, so after a restart it converges the same
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
+from admission.controller import pinning
+from admission.controller.inventory import NodeInventory
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
 from admission.controller.workqueue import Retry, WorkQueue
@@ -24,6 +27,7 @@ from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
 from queues import pods, provisioning
 from queues.model import Admission, Workload
+from queues.pinning import PODSET_ANNOTATION, WORKLOAD_ANNOTATION, PodSlot, pinned_node, rank_of
 
 
 class Enactor:
@@ -35,8 +39,10 @@ class Enactor:
         current_term: Callable[[], Term | None],
         workers: int,
         on_waiting: Callable[[str, list[str] | None], None] = lambda key, victims: None,
+        inventory: NodeInventory | None = None,
     ) -> None:
         self.kube = kube
+        self.inventory = inventory  # the nodes plain pods placed by topology are pinned to
         self.jobs = jobs  # the controller's memory of jobs (its informers and our writes keep it)
         self.current_term = current_term
         # an admitted workload waits for these preempted workloads' pods to stop (None: no longer)
@@ -122,6 +128,8 @@ class Enactor:
         if self._victims_running(term, key, held):
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
         infos, counts = self.run_infos(term, held, held.admission), _counts(held, held.admission)
+        if view.integration.external is not None:
+            infos = [_unplaced(info) for info in infos]  # (its pods are not pinned: see docs/topology.md)
         if view.integration.external is not None and not view.carries(infos):
             # (written while it is suspended, as Trainer requires; its answer brings us back here)
             await self._patch(view, view.integration.patch(view, suspend=None, infos=infos, admission=token))
@@ -152,11 +160,35 @@ class Enactor:
         if self._victims_running(term, key, held):
             return
         infos = {info.name: info for info in self.run_infos(term, held, held.admission)}
+        nodes = self._pins(term, held, view.pods)
         for pod in waiting:
             info = infos.get(pod.pod_set) or next(iter(infos.values()))
             notes = {**info.annotations, ADMISSION_ANNOTATION: token}
-            patch = pods.ungate_patch(pod.obj, info.node_selector, info.tolerations, notes)
+            selector = dict(info.node_selector)
+            if info.topology_gate:
+                if pod.name not in nodes or self.inventory is None:
+                    continue  # no slot left for it in the placement: it stays held
+                selector.update(pinning.node_selector(self.inventory, nodes[pod.name]))
+            patch = pods.ungate_patch(pod.obj, selector, info.tolerations, notes)
             await self._pod_write(view, "PATCH", pod, patch)
+
+    def _pins(self, term: Term, held: Workload, group: tuple[PodRef, ...]) -> dict[str, str]:
+        """Pod name -> node, for the held pods of ``held``'s pod sets placed by topology."""
+        assert held.admission is not None
+        if self.inventory is None or not held.admission.placement:
+            return {}
+        hosts = self.inventory.hosts()
+        out: dict[str, str] = {}
+        for pod_set in held.admission.placement:
+            slots = [
+                PodSlot(p.name, rank_of(pods.labels_of(p.obj), pods.annotations_of(p.obj)), None)
+                if p.gated
+                else PodSlot(p.name, (), pinned_node(p.obj.get("spec") or {}, hosts), p.live)
+                for p in group
+                if p.pod_set == pod_set
+            ]
+            out.update(pinning.assign(term, self.inventory, held, pod_set, slots))
+        return out
 
     async def _pod_write(self, view: JobView, method: str, pod: PodRef, patch: list[Obj] | None = None) -> None:
         path = PODS.path(view.namespace, pod.name)
@@ -242,8 +274,10 @@ class Enactor:
             self.jobs.wrote(view, answer)
 
     def run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
-        """Each pod set's own directives plus those of the flavors it was admitted to, and the
-        annotations that make its pods consume the capacity its ProvisioningRequests booked."""
+        """Each pod set's own directives plus those of the flavors it was admitted to, the
+        annotations that make its pods consume the capacity its ProvisioningRequests booked, and,
+        for a pod set placed by topology, the gate and annotations that get each pod pinned to its
+        node (``admission.controller.pinning``)."""
         flavors = term.flavors()
         notes = provisioning.pod_annotations(term.scheduler.config, wl)
         out = []
@@ -256,11 +290,21 @@ class Enactor:
                     continue
                 selector.update(flavor.node_labels)
                 tolerations.extend(t.to_dict() for t in flavor.tolerations if t.to_dict() not in tolerations)
-            out.append(PodSetInfo(ps.name, selector, tolerations, notes.get(ps.name, {})))
+            annotations = dict(notes.get(ps.name, {}))
+            placed = ps.name in admission.placement
+            if placed:
+                annotations.update({WORKLOAD_ANNOTATION: wl.key, PODSET_ANNOTATION: ps.name})
+            out.append(PodSetInfo(ps.name, selector, tolerations, annotations, topology_gate=placed))
         return out
 
 
 PODS = POD.ref
+
+
+def _unplaced(info: PodSetInfo) -> PodSetInfo:
+    """``info`` without what pins its pods to nodes."""
+    notes = {k: v for k, v in info.annotations.items() if k not in (WORKLOAD_ANNOTATION, PODSET_ANNOTATION)}
+    return dataclasses.replace(info, annotations=notes, topology_gate=False)
 
 
 def _counts(wl: Workload, admission: Admission | None) -> dict[str, int]:

@@ -66,7 +66,11 @@ class Reporter:
                 )
             else:  # (waitForPodsReady's has its own reason, as Kueue's; the message says what happens next)
                 reason = e.reason if e.reason == podsready.REASON else "Evicted"
-                detail = f": {e.workload.message}" if e.workload.message else ""
+                # what its state says (why, and what happens next); the eviction's own why if the
+                # same step admitted it again (a node lost: it was placed elsewhere at once)
+                readmitted = e.workload.admission is not None and e.message
+                why = e.message if readmitted else e.workload.message
+                detail = f": {why}" if why else ""
                 self.events.post(view(key), reason, f"evicted: {e.reason} ({e.detail}){detail}", type="Warning")
         for row_id in result.admitted:
             wl = admitted[row_id]

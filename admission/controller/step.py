@@ -67,6 +67,7 @@ class Changes:
     # admitted workloads whose job waits for preempted workloads' pods to stop -> those workloads
     # (None: it no longer waits), as the enactor found; a step stores and announces it
     preempting: dict[str, list[str] | None] = field(default_factory=dict)
+    nodes_lost: dict[str, None] = field(default_factory=dict)  # nodes deleted (``admission.controller.inventory``)
 
     def job(self, uid: str) -> None:
         self.jobs[uid] = None
@@ -141,6 +142,9 @@ class Steps:
         term.owed = []
         decisions.extend(self._check_verdicts(term))
         decisions.extend(self._pods_ready(term, dirty, now))
+        lost, self.changes.nodes_lost = self.changes.nodes_lost, {}
+        for node in lost:  # what was placed there is evicted (NodeFailures) and placed again
+            decisions.extend(sched.node_lost(node))
         started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
         if decided or sched.pending.where:

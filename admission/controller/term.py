@@ -26,8 +26,10 @@ from admission.store import lease
 from admission.store import workloads as store
 from queues import model
 from queues.fairsharing import FairSharing
+from queues.inventory import Inventory
 from queues.model import Workload
 from queues.scheduler import Decision, Scheduler
+from queues.topology import COMPACT
 from queues.usage_history import AdmissionFairSharing
 
 
@@ -80,12 +82,16 @@ class Term:
         *,
         admission_fair_sharing: AdmissionFairSharing | None = None,
         history: Mapping[str, tuple[Mapping[str, float], float]] | None = None,
+        inventory: Inventory | None = None,
+        packing: str = COMPACT,
     ) -> Term:
         scheduler = Scheduler(
             snapshot.config,
             namespaces=namespaces,
             fair_sharing=fair_sharing,
             admission_fair_sharing=admission_fair_sharing,
+            inventory=inventory,
+            packing=packing,
         )
         scheduler.now = now_ms()
         for key, (consumed, at) in (history or {}).items():  # fair sharing's histories, as stored

@@ -19,23 +19,33 @@ from typing import Any
 from admission.kube.client import Obj, ResourceRef
 from queues import errors, jobs, pods, trainjobs
 from queues.model import SharedShapes
+from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION
 
 ADMISSION_ANNOTATION = "turnstile.dev/admission"  # on a running job: which admission started it
 
 
 @dataclass(frozen=True, slots=True)
 class PodSetInfo:
-    """What a pod set's template must carry: node selector, tolerations and the annotations of
-    admission checks (Kueue's PodSetInfo; ``POD_ANNOTATIONS`` are Turnstile's to set and remove)."""
+    """What a pod set's template must carry: node selector, tolerations, the annotations of
+    admission checks and topology placement (Kueue's PodSetInfo; ``POD_ANNOTATIONS`` are
+    Turnstile's to set and remove) and whether its pods wait for pinning (``TOPOLOGY_GATE``)."""
 
     name: str
     node_selector: Mapping[str, str]
     tolerations: Sequence[Mapping[str, Any]]
     annotations: Mapping[str, str] = field(default_factory=dict)
+    topology_gate: bool = False  # placed by topology: its pods are pinned to their nodes (``queues.pinning``)
 
 
-# Pod template annotations an admission check sets when the job starts and that a restore removes.
-POD_ANNOTATIONS = ("autoscaling.x-k8s.io/consume-provisioning-request", "autoscaling.x-k8s.io/provisioning-class-name")
+# Pod template annotations Turnstile sets when the job starts and that a restore removes: an
+# admission check's (the ProvisioningRequest its pods consume) and a placed pod set's (which
+# workload and pod set its pods belong to, so each is pinned to its node).
+POD_ANNOTATIONS = (
+    "autoscaling.x-k8s.io/consume-provisioning-request",
+    "autoscaling.x-k8s.io/provisioning-class-name",
+    WORKLOAD_ANNOTATION,
+    PODSET_ANNOTATION,
+)
 
 
 @dataclass(slots=True)
@@ -63,6 +73,8 @@ class JobView:
     # pod set -> (whether its template's metadata has annotations, the POD_ANNOTATIONS among them);
     # only pod sets whose template has metadata at all
     template_meta: dict[str, tuple[bool, dict[str, str]]] = field(default_factory=dict)
+    # pod set -> its template's scheduling gates, where it has any
+    gates: dict[str, list[str]] = field(default_factory=dict)
     external: Obj | None = None  # an ExternalTemplates kind's part its writer needs (``Integration.external``)
     # a workload of plain Pods (``admission.controller.podgroups``): its pods, which the enactor
     # ungates or deletes one by one; None for a job, which is suspended and resumed as a whole
@@ -100,6 +112,8 @@ class JobView:
             ]:
                 return False
             if self.template_meta.get(info.name, (False, {}))[1] != dict(info.annotations):
+                return False
+            if (TOPOLOGY_GATE in self.gates.get(info.name, ())) != info.topology_gate:
                 return False
         return True
 
@@ -221,6 +235,7 @@ class Integration:
         problems: tuple[str, ...] = ()
         directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = {}
         template_meta: dict[str, tuple[bool, dict[str, str]]] = {}
+        gates: dict[str, list[str]] = {}
         try:
             info = jobs.read_job(obj, self.kind, runtimes)
         except errors.Invalid as exc:
@@ -238,6 +253,8 @@ class Integration:
                 selector, tolerations = spec.get("nodeSelector"), spec.get("tolerations")
                 if selector is not None or tolerations is not None:
                     directives[ps] = (selector, tolerations)
+                if spec.get("schedulingGates"):
+                    gates[ps] = pods.gates({"spec": spec})
                 meta_ = pointer_get(obj, pointer + "/metadata")
                 if isinstance(meta_, Mapping):
                     notes = meta_.get("annotations")
@@ -261,6 +278,7 @@ class Integration:
             queue_label=_queue_label(meta),
             directives=directives,
             template_meta=template_meta,
+            gates=gates,
             external=self.external.keep(obj) if self.external is not None else None,
         )
 
@@ -307,6 +325,7 @@ class Integration:
                 elif present:
                     ops.append({"op": "remove", "path": f"{base}/{key}"})
             ops.extend(_annotation_ops(view, info, view.info.template_paths[info.name]))
+            ops.extend(_gate_ops(view, info, base))
         path = f"/metadata/annotations/{jobs.pointer_token(ADMISSION_ANNOTATION)}"
         if admission is not None and admission == view.admission:
             pass  # kept as it is
@@ -339,6 +358,25 @@ def _queue_label(meta: Mapping[str, Any]) -> str | None:
     labels = meta.get("labels")
     value = labels.get(jobs.QUEUE_LABEL) if isinstance(labels, Mapping) else None
     return value if isinstance(value, str) and value else None
+
+
+def _gate_ops(view: JobView, info: PodSetInfo, spec: str) -> list[Obj]:
+    """JSON patch operations that add or remove ``TOPOLOGY_GATE`` on a template (``spec``: its
+    spec's pointer); gates of others are left as they are."""
+    current = view.gates.get(info.name, [])
+    if info.topology_gate and TOPOLOGY_GATE not in current:
+        if current:
+            return [{"op": "add", "path": f"{spec}/schedulingGates/-", "value": {"name": TOPOLOGY_GATE}}]
+        return [{"op": "add", "path": f"{spec}/schedulingGates", "value": [{"name": TOPOLOGY_GATE}]}]
+    if not info.topology_gate and TOPOLOGY_GATE in current:
+        index = current.index(TOPOLOGY_GATE)
+        if len(current) == 1:
+            return [{"op": "remove", "path": f"{spec}/schedulingGates"}]
+        return [
+            {"op": "test", "path": f"{spec}/schedulingGates/{index}/name", "value": TOPOLOGY_GATE},
+            {"op": "remove", "path": f"{spec}/schedulingGates/{index}"},
+        ]
+    return []
 
 
 def _annotation_ops(view: JobView, info: PodSetInfo, template: str) -> list[Obj]:

@@ -195,13 +195,15 @@ class Cluster:
 
     def _create_pod(self, job: Obj, ps_name: str, index: int, template: Any, runtime: str | None) -> Obj:
         meta = template.get("metadata") or {}
+        ranks = _rank_labels(job, ps_name, index)
         labels = {
             **(meta.get("labels") or {}),
             "job-name": job["metadata"]["name"],
             JOB_UID_LABEL: job["metadata"]["uid"],
             POD_SET_LABEL: ps_name,
+            **ranks,
         }
-        annotations = dict(meta.get("annotations") or {})
+        annotations = {**(meta.get("annotations") or {}), **ranks}
         if runtime is not None:
             annotations[RUNTIME_ANNOTATION] = runtime
         owner = {
@@ -379,6 +381,30 @@ class Cluster:
         set_condition(pod["status"], "Ready", "False", "PodCompleted")
         set_condition(pod["status"], "ContainersReady", "False", "PodCompleted")
         self.store.replace(PODS, namespace, name, pod, subresource="status")
+
+
+def _rank_labels(job: Obj, ps_name: str, index: int) -> dict[str, str]:
+    """A pod's rank, where its real controller writes it (label and annotation alike): an Indexed
+    Job's completion index, a Kubeflow replica's index, a JobSet's job index and the completion
+    index within that Job (``queues.pinning`` reads them)."""
+    kind = jobs.kind_of(job)
+    spec = job.get("spec") or {}
+    if kind is None:
+        return {}
+    if kind.layout == "job":
+        indexed = spec.get("completionMode") == "Indexed"
+        return {"batch.kubernetes.io/job-completion-index": str(index)} if indexed else {}
+    if kind.layout == "replicas":
+        return {"training.kubeflow.org/replica-index": str(index)}
+    if kind.layout == "jobset":
+        for rjob in spec.get("replicatedJobs") or []:
+            if isinstance(rjob, dict) and rjob.get("name") == ps_name:
+                per_job = max(1, int(((rjob.get("template") or {}).get("spec") or {}).get("parallelism") or 1))
+                return {
+                    "jobset.sigs.k8s.io/job-index": str(index // per_job),
+                    "batch.kubernetes.io/job-completion-index": str(index % per_job),
+                }
+    return {}
 
 
 def free_capacity(nodes: list[Obj], pods: list[Obj]) -> nodes_model.Free:

@@ -113,12 +113,13 @@ async def running(
         sessions=sessions,
         database_url=url,
         options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
-        # the scenario's waitForPodsReady, fairSharing and admissionFairSharing
+        # the scenario's waitForPodsReady, fairSharing, admissionFairSharing and topologyPacking
         policy=dataclasses.replace(
             policy,
             pods_ready=scenario.pods_ready,
             fair_sharing=scenario.fair_sharing,
             admission_fair_sharing=scenario.admission_fair_sharing,
+            topology_packing=scenario.packing,
         ),
     )
     webhook = WebhookServer(
@@ -167,6 +168,9 @@ async def running(
         await host.stop()
 
 
+NODES = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
+
+
 async def _populate(kube: Kube, scenario: Scenario) -> None:
     names = set(scenario.namespaces) | {e.job.namespace for e in scenario.jobs}
     for name in sorted(names):
@@ -175,9 +179,8 @@ async def _populate(kube: Kube, scenario: Scenario) -> None:
             await kube.create(kube_client.NAMESPACES, None, body)
         if name == "default" and scenario.namespaces.get(name):
             await kube.patch(kube_client.NAMESPACES, None, name, {"metadata": body["metadata"]})
-    nodes = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
     for node in scenario.nodes:
-        await kube.create(nodes, None, autoscaler.node_object(str(node["name"]), node))
+        await kube.create(NODES, None, autoscaler.node_object(str(node["name"]), node))
     for name, (value, default) in sorted(scenario.pod_priorities.items()):
         priority_class: dict[str, Any] = {"metadata": {"name": name}, "value": value, "globalDefault": default}
         await kube.create(PRIORITY_CLASSES, None, priority_class)
@@ -283,6 +286,15 @@ class Driver:
 
     async def _edit(self, edit: Edit) -> None:
         sessions = self.stack.controller.sessions
+        if edit.kind == "Node":  # as kubectl cordon / uncordon / delete node
+            if edit.action == "delete":
+                with contextlib.suppress(KubeError):
+                    await self.stack.kube.delete(NODES, None, edit.name)
+            else:
+                body = {"spec": {"unschedulable": edit.action == "cordon"}}
+                with contextlib.suppress(KubeError):
+                    await self.stack.kube.patch(NODES, None, edit.name, body)
+            return
         if edit.action == "scale":
             namespace, name = edit.name.split("/", 1)
             await self.stack.kube.patch(DEPLOYMENTS, namespace, name, {"spec": {"replicas": edit.replicas}})
@@ -433,6 +445,8 @@ def replay(
                         workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing), ev.counts or {}
                     ),
                 )
+                if ev.placement:
+                    record.placed(ev.workload, ev.placement)
             elif ev.type == "Evicted":
                 record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
             elif ev.reason not in (None, "JobFinished"):

@@ -271,6 +271,7 @@ class WorkloadEvent(Base):
     counts: Mapped[dict[str, Any] | None] = mapped_column()  # pod set -> pods, of a partial admission
     reason: Mapped[str | None] = mapped_column(String(63))
     detail: Mapped[str | None] = mapped_column(String(63))
+    placement: Mapped[dict[str, Any] | None] = mapped_column()  # pod set -> node -> pods, placed by topology
     by_workload: Mapped[str | None] = mapped_column(String(NAME + 64))
     __table_args__ = (
         CheckConstraint(f"type IN {EVENT_TYPES!r}", name="type"),

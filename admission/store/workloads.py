@@ -511,6 +511,7 @@ async def commit_cycle(
                     "flavors": u["assigned_flavors"]["flavors"],
                     "borrowing": u["assigned_flavors"]["borrowing"],
                     "counts": u["assigned_flavors"].get("counts"),
+                    "placement": u["assigned_flavors"].get("placement"),
                 }
                 for u in updates
                 if not u["checks"]  # with checks, the job is admitted when they pass (``set_checks``)
@@ -521,16 +522,18 @@ async def commit_cycle(
 
 
 _EVENT_COLUMNS = (
-    "workload_id", "type", "cluster_queue", "flavors", "borrowing", "counts", "reason", "detail", "by_workload"
+    "workload_id", "type", "cluster_queue", "flavors", "borrowing", "counts", "reason", "detail", "by_workload",
+    "placement",
 )  # fmt: skip
 _INSERT_EVENTS = text(
     """
     INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, counts, reason, detail,
-                                 by_workload, at)
+                                 by_workload, placement, at)
     SELECT u.*, :now FROM unnest(CAST(:workload_id AS bigint[]), CAST(:type AS text[]),
                                  CAST(:cluster_queue AS text[]), CAST(:flavors AS text[])::jsonb[],
                                  CAST(:borrowing AS boolean[]), CAST(:counts AS text[])::jsonb[],
-                                 CAST(:reason AS text[]), CAST(:detail AS text[]), CAST(:by_workload AS text[])) AS u
+                                 CAST(:reason AS text[]), CAST(:detail AS text[]), CAST(:by_workload AS text[]),
+                                 CAST(:placement AS text[])::jsonb[]) AS u
     """
 )
 
@@ -539,7 +542,7 @@ async def _events(session: AsyncSession, rows: list[dict[str, Any]], now: dt.dat
     if not rows:
         return
     columns = {name: [row.get(name) for row in rows] for name in _EVENT_COLUMNS}
-    for name in ("flavors", "counts"):
+    for name in ("flavors", "counts", "placement"):
         columns[name] = [None if f is None else json.dumps(f) for f in columns[name]]
     await session.execute(_INSERT_EVENTS, {**columns, "now": now})
 
@@ -624,9 +627,10 @@ _SET_CHECKS = text(
 )
 _STARTED_EVENTS = text(
     """
-    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, counts, at)
+    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, counts, placement, at)
     SELECT w.id, 'Admitted', w.cluster_queue, w.assigned_flavors -> 'flavors',
-           (w.assigned_flavors ->> 'borrowing')::boolean, w.assigned_flavors -> 'counts', :now
+           (w.assigned_flavors ->> 'borrowing')::boolean, w.assigned_flavors -> 'counts',
+           w.assigned_flavors -> 'placement', :now
     FROM workloads AS w
     WHERE w.id = ANY(CAST(:id AS bigint[])) AND w.state = 'Admitted'
     """
@@ -719,6 +723,7 @@ class EventRow:
     reason: str | None
     detail: str | None
     by: str | None
+    placement: dict[str, dict[str, int]] | None = None  # pod set -> node -> pods, placed by topology
 
 
 async def events(session: AsyncSession, *, after: int = 0, workload_id: int | None = None) -> list[EventRow]:
@@ -738,6 +743,7 @@ async def events(session: AsyncSession, *, after: int = 0, workload_id: int | No
             e.reason,
             e.detail,
             e.by_workload,
+            e.placement,
         )
         .join(w, w.id == e.workload_id)
         .where(e.id > after)
@@ -758,6 +764,7 @@ async def events(session: AsyncSession, *, after: int = 0, workload_id: int | No
             r.reason,
             r.detail,
             r.by_workload,
+            r.placement,
         )
         for r in await session.execute(query)
     ]

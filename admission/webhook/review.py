@@ -27,7 +27,6 @@ from admission.jobs.base import Integration
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
 from queues import errors, flavors, jobs, managed, trainjobs
 from queues.model import Config, Snapshot, Workload
-from queues.topology_requests import ANNOTATIONS as TOPOLOGY
 
 Obj = dict[str, Any]
 
@@ -252,12 +251,6 @@ def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
         return out
     gpu_job = False
     for ps_name, _, template in templates:
-        asked = sorted(a for a in ((template.get("metadata") or {}).get("annotations") or {}) if a in TOPOLOGY)
-        if asked:
-            out.append(
-                f"pod set {ps_name}: {', '.join(asked)}: accepted but not used: the controller does not place "
-                "pods by topology yet (turnstile simulate --engine core does; docs/topology.md)"
-            )
         for c in (template.get("spec") or {}).get("containers") or []:
             requests = ((c or {}).get("resources") or {}).get("requests") or {}
             limits = ((c or {}).get("resources") or {}).get("limits") or {}

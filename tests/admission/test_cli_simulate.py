@@ -84,7 +84,7 @@ def test_fair_sharing_reports_each_queues_weighted_share_and_plots_it(tmp_path: 
 
 
 def test_topology_example_places_jobs_and_says_why_one_waits() -> None:  # (docs/topology.md)
-    out = turnstile("simulate", "examples/topology/topology.yaml", "--output", "json")
+    out = turnstile("simulate", "examples/topology.yaml", "--output", "json")
     assert out.returncode == 0, out.stderr
     assert "topologyName" not in out.stderr  # (engine core places by it: no "not used" warning)
     data = json.loads(out.stdout)
@@ -94,28 +94,14 @@ def test_topology_example_places_jobs_and_says_why_one_waits() -> None:  # (docs
     waiting = data["workloads"]["ml/too-big"]
     assert waiting["state"] == "Pending"
     assert "needs 8 pods (64 nvidia.com/gpu) in one rack; the freest rack has room for 4" in waiting["message"]
-    table = turnstile("simulate", "examples/topology/topology.yaml")
+    table = turnstile("simulate", "examples/topology.yaml")
     assert "Placement (GPU utilisation" in table.stdout and "on one node" in table.stdout
 
 
 def test_topology_plot_draws_node_occupancy(tmp_path: Path) -> None:
-    out = turnstile("simulate", "examples/topology/topology.yaml", "--plot", str(tmp_path / "nodes.png"))
+    out = turnstile("simulate", "examples/topology.yaml", "--plot", str(tmp_path / "nodes.png"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "nodes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_engine_cluster_refuses_a_topology_scenario_instead_of_ignoring_it() -> None:
-    out = turnstile("simulate", "examples/topology/topology.yaml", "--engine", "cluster")
-    assert out.returncode == 2 and out.stdout == ""
-    assert "engine cluster does not place by Topology yet" in out.stderr and "--engine core" in out.stderr
-
-
-def test_engine_cluster_refuses_node_edits_instead_of_ignoring_them(tmp_path: Path) -> None:
-    doc = "name: n\nmanifests: []\nnodes: [{name: a, capacity: {cpu: '4'}}]\njobs: []\nedits: [{at: 5, cordon: a}]\n"
-    (tmp_path / "n.yaml").write_text(doc)
-    out = turnstile("simulate", str(tmp_path / "n.yaml"), "--engine", "cluster")
-    assert out.returncode == 2 and "edits[0]: engine cluster does not cordon or delete nodes yet" in out.stderr
-    assert turnstile("simulate", str(tmp_path / "n.yaml")).returncode == 0
 
 
 def test_efficiency_example_reports_reclaim_and_budgets_and_engine_cluster_refuses_it() -> None:

@@ -31,11 +31,12 @@ AT_ONCE = 4
 
 
 def decisions(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """What must agree: admissions (where, which flavors, borrowing) and evictions (why, by whom), in order."""
+    """What must agree: admissions (where, which flavors, borrowing, on which nodes) and evictions
+    (why, by whom), in order."""
     out: list[tuple[Any, ...]] = []
     for e in events:
         if e["type"] == "Admitted":
-            out.append(("Admitted", e["workload"], e["clusterQueue"], e["flavors"], e["borrowing"]))
+            out.append(("Admitted", e["workload"], e["clusterQueue"], e["flavors"], e["borrowing"], e.get("placement")))
         elif e["type"] == "Evicted":
             out.append(("Evicted", e["workload"], e["reason"], e["detail"], e.get("by")))
     return out

@@ -179,10 +179,10 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         assert code == 0, err
         await eventually(lambda: cli(migrated_url, "get", "rf", "spare").returncode != 0, what="spare deleted")
 
-        # A Topology is stored (with a warning: the controller does not place by it yet) and kept
+        # A Topology is stored (no warning: the controller places by it) and kept
         # while a flavor names it, as a flavor is while a queue does.
         code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=TOPOLOGY)
-        assert code == 0 and "the controller does not place" in err, err
+        assert code == 0 and "not used" not in err, err
         await eventually(lambda: cli(migrated_url, "get", "topology", "racks").returncode == 0, what="racks stored")
 
         async def guarded() -> bool:

@@ -99,10 +99,11 @@ def test_rbac_is_least_privilege() -> None:
                 assert "*" not in rule.get(field, []), f"{role['kind']} {role['metadata']['name']}: wildcard {field}"
     cluster_rules = [r for role in by_kind(objects, "ClusterRole") for r in role["rules"]]
     assert not any("secrets" in r["resources"] for r in cluster_rules), "no cluster-wide access to Secrets"
-    # plain Pods: watched, ungated and deleted; PriorityClasses read
+    # plain Pods: watched, ungated and deleted; PriorityClasses read; Nodes read (topology-aware placement)
     for group, resource, verbs in (
         ("", "pods", {"get", "list", "watch", "patch", "delete"}),
         ("scheduling.k8s.io", "priorityclasses", {"get", "list", "watch"}),
+        ("", "nodes", {"get", "list", "watch"}),
     ):
         rules = [r for r in cluster_rules if group in r["apiGroups"] and resource in r["resources"]]
         assert rules and verbs <= set(rules[0]["verbs"]), resource

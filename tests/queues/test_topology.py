@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from queues import errors, scenario, simulator, topology
+from queues.inventory import Inventory
+from queues.model import Config
 from queues.nodes import NodeInfo, PodNeeds, node_object
+from queues.scheduler import Admit, Scheduler
 from queues.topology_requests import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, Request, request_of
 
 GPU = "nvidia.com/gpu"
@@ -369,3 +372,22 @@ def test_generated_nodes_have_their_rack_block_and_hostname() -> None:
         HOST: "gpu-b1-r3-n1",
     }
     assert nodes[0]["capacity"] == {"cpu": "96", GPU: "8"}
+
+
+def test_nothing_is_placed_until_the_nodes_are_known_then_it_is() -> None:
+    """The controller's inventory is pending until its informers list: a TAS job waits and says
+    so (never placed on a cluster seen by half); once known, it is placed."""
+    parsed = scenario.parse(_doc([_job("gang", 0, 2, 8)]))
+    inventory = Inventory(pending="the Nodes and Pods informers have not listed yet")
+    for node in parsed.nodes:
+        inventory.put(NodeInfo.of(node_object(str(node["name"]), node)))
+    sched = Scheduler(Config.of(parsed.manifests), namespaces=parsed.namespaces, inventory=inventory)
+    wl = sched.workload_for(parsed.jobs[0].job, seq=0, now=0.0)
+    sched.submit(wl)
+    assert sched.schedule() == []
+    assert sched.explain(wl)[1].endswith(
+        "waiting for the node inventory: the Nodes and Pods informers have not listed yet"
+    )
+    inventory.known(None)
+    (admit,) = sched.schedule()
+    assert isinstance(admit, Admit) and sum(admit.admission.placement["main"].values()) == 2

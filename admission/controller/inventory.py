@@ -1,0 +1,221 @@
+"""The controller's node inventory: Nodes and the pods on them, for topology-aware placement.
+
+Placement by topology (``queues.tas``) needs, for every node, its allocatable capacity, labels,
+taints and what pods Turnstile did not place use there (Kueue's TAS cache keeps the same). This
+module feeds that from two informers, started only once a ResourceFlavor names a Topology (a
+cluster without TAS pays nothing for them):
+
+- Nodes: each becomes a ``queues.nodes.NodeInfo`` (a cordoned node carries the unschedulable
+  taint, so nothing new is placed there; what runs there stays, as in Kueue). A deleted node is
+  *lost*: the next step evicts every workload placed on it (``NodeFailures``) and it is placed
+  again on the nodes left.
+- Pods, all of them (as Kueue's TAS watches them): a bound, unfinished pod that was not placed
+  by Turnstile (no ``turnstile.dev/workload`` annotation) counts against its node's capacity;
+  a placed pod is recorded for pinning (``admission.controller.pinning``).
+
+Each term gets an ``Inventory`` of its own (``fresh``): what the informers know, with the term's
+admissions' placements held on top; ``pending`` until both informers have listed, so nothing is
+placed on a cluster only half seen. Changes go to the current term's inventory as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, Obj
+from admission.kube.informer import Informer
+from queues import jobs, pods
+from queues.inventory import Inventory
+from queues.model import Config
+from queues.nodes import NodeInfo
+from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION, rank_of
+
+log = logging.getLogger(__name__)
+
+NODES = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
+ALL_PODS = kube_client.ResourceRef("v1", "Pod", "pods")
+NOT_LISTED = "the Nodes and Pods informers have not listed yet"
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedPod:
+    """One pod of a pod set placed by topology, as pinning needs it."""
+
+    namespace: str
+    name: str
+    uid: str
+    pod_set: str
+    rank: tuple[int, ...]
+    spec: Obj  # nodeName, nodeSelector, schedulingGates (what pinning reads and patches)
+    live: bool  # neither finished nor being deleted
+
+    @property
+    def waiting(self) -> bool:
+        """Held by the topology gate: it waits to be pinned."""
+        return self.live and TOPOLOGY_GATE in pods.gates({"spec": self.spec})
+
+
+class NodeInventory:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        current: Callable[[], Inventory | None],
+        lost: Callable[[str], None],
+        placed: Callable[[str], None],
+    ) -> None:
+        self.current = current  # the current term's inventory, if it places by topology
+        self.lost = lost  # a node was deleted: what was placed there must go
+        self.placed = placed  # a placed pod of this workload appeared or changed: pin what waits
+        self.nodes: dict[str, NodeInfo] = {}
+        self.uses: dict[str, tuple[str, dict[str, int]]] = {}  # pod uid -> (node, requests) of an external pod
+        self.external: dict[str, dict[str, int]] = {}  # node -> what external pods use there
+        self.by_workload: dict[str, dict[str, PlacedPod]] = {}  # workload key -> pod uid -> pod
+        self._workload_of: dict[str, str] = {}  # pod uid -> workload key
+        self.node_informer = Informer(kube, NODES, self._on_node)
+        self.pod_informer = Informer(kube, ALL_PODS, self._on_pod)
+        self.tasks: list[asyncio.Task[None]] = []
+
+    @staticmethod
+    def wanted(config: Config | None) -> bool:
+        """Whether placement by topology is configured (some ResourceFlavor names a Topology)."""
+        return config is not None and any(rf.spec.topology_name for rf in config.flavors.values())
+
+    @property
+    def running(self) -> bool:
+        return bool(self.tasks)
+
+    def synced(self) -> bool:
+        return self.node_informer.synced.is_set() and self.pod_informer.synced.is_set()
+
+    def start(self) -> None:
+        if not self.tasks:
+            log.info("a ResourceFlavor names a Topology: watching Nodes and Pods for placement")
+            self.tasks = [
+                asyncio.create_task(self._run(self.node_informer), name="inventory-nodes"),
+                asyncio.create_task(self._run(self.pod_informer), name="inventory-pods"),
+            ]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks = []
+
+    async def _run(self, informer: Informer) -> None:
+        """Run ``informer``; once both have listed, the current term's inventory is known."""
+        run = asyncio.create_task(informer.run(), name=f"informer-{informer.ref.plural}")
+        try:
+            await informer.synced.wait()
+            if self.synced() and (inventory := self.current()) is not None:
+                inventory.known(None)
+            await run
+        finally:
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+
+    def fresh(self) -> Inventory:
+        """An inventory for a new term: the nodes and external use as known now."""
+        inventory = Inventory(None if self.synced() else NOT_LISTED)
+        for info in self.nodes.values():
+            inventory.put(info)
+        for name, used in self.external.items():
+            inventory.set_external(name, used)
+        return inventory
+
+    def probe(self) -> str | None:
+        """Readiness (reported, not gating): the inventory is listed, where TAS is configured."""
+        return NOT_LISTED if self.running and not self.synced() else None
+
+    # ----- what the informers say -----------------------------------------------------------------
+
+    def _on_node(self, kind: str, obj: Obj) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        inventory = self.current()
+        if kind == "DELETED":
+            if self.nodes.pop(name, None) is not None:
+                log.warning("node %s was deleted; workloads placed on it are placed again", name)
+                if inventory is not None:
+                    inventory.remove(name)  # (nothing more is placed there, even before the step)
+                self.lost(name)
+            return
+        node = NodeInfo.of(obj)
+        if self.nodes.get(name) == node:
+            return
+        self.nodes[name] = node
+        if inventory is not None:
+            inventory.put(node)
+
+    def _on_pod(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        notes = meta.get("annotations") or {}
+        key = notes.get(WORKLOAD_ANNOTATION)
+        if key is not None:
+            self._placed_pod(kind, uid, str(key), obj)
+            return
+        spec = obj.get("spec") or {}
+        node = spec.get("nodeName")
+        if kind == "DELETED" or not node or pods.done(obj):
+            self._use(uid, None)
+        else:
+            self._use(uid, (str(node), jobs.pod_requests(spec, "spec", [])))
+
+    def _placed_pod(self, kind: str, uid: str, key: str, obj: Obj) -> None:
+        pods_of = self.by_workload.setdefault(key, {})
+        if kind == "DELETED":
+            pods_of.pop(uid, None)
+            self._workload_of.pop(uid, None)
+            if not pods_of:
+                del self.by_workload[key]
+            return
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        pod = PlacedPod(
+            namespace=str(meta.get("namespace") or "default"),
+            name=str(meta.get("name")),
+            uid=uid,
+            pod_set=str((meta.get("annotations") or {}).get(PODSET_ANNOTATION) or ""),
+            rank=rank_of(meta.get("labels") or {}, meta.get("annotations") or {}),
+            spec={k: spec[k] for k in ("nodeName", "nodeSelector", "schedulingGates") if k in spec},
+            live=not pods.done(obj) and not pods.deleting(obj),
+        )
+        pods_of[uid] = pod
+        self._workload_of[uid] = key
+        if pod.waiting:
+            self.placed(key)
+
+    def observe(self, pod: Obj) -> None:
+        """A pod as our own write left it (its watch event follows)."""
+        self._on_pod("MODIFIED", pod)
+
+    def _use(self, uid: str, use: tuple[str, dict[str, int]] | None) -> None:
+        old = self.uses.pop(uid, None)
+        if use is not None:
+            self.uses[uid] = use
+        if old == use:
+            return
+        for entry, sign in ((old, -1), (use, 1)):
+            if entry is None:
+                continue
+            node, requests = entry
+            total = self.external.setdefault(node, {})
+            for r, v in requests.items():
+                total[r] = total.get(r, 0) + sign * v
+                if not total[r]:
+                    del total[r]
+            if not total:
+                del self.external[node]
+            inventory = self.current()
+            if inventory is not None:
+                inventory.set_external(node, self.external.get(node, {}))
+
+    def hosts(self) -> Mapping[str, str]:
+        """Hostname label -> node name, for the nodes that have one."""
+        return {n.labels[h]: name for name, n in self.nodes.items() if (h := "kubernetes.io/hostname") in n.labels}
