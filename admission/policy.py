@@ -105,6 +105,10 @@ class Policy:
     # Kueue's admissionFairSharing configuration (``queues.usage_history``); None: off
     admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
     topology_packing: str = COMPACT  # how TAS pod sets are packed (``queues.topology``: Compact or Kueue)
+    # idle reclaim (``admission.controller.reclaim``): where GPU utilisation is read, how often
+    prometheus_url: str = ""
+    prometheus_timeout: float = 5.0
+    reclaim_interval: float = 60.0
 
     @classmethod
     def from_settings(
@@ -124,6 +128,9 @@ class Policy:
             fair_sharing=parse_fair_sharing(settings.fair_sharing),
             admission_fair_sharing=parse_admission_fair_sharing(settings.admission_fair_sharing),
             topology_packing=settings.topology_packing,
+            prometheus_url=settings.prometheus_url,
+            prometheus_timeout=settings.prometheus_timeout,
+            reclaim_interval=settings.reclaim_interval,
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

@@ -91,6 +91,15 @@ class Settings(BaseSettings):
         description="how pod sets on a TAS flavor are packed onto nodes: Compact (Turnstile's: fill partly used "
         "nodes first, keep whole nodes and racks free) or Kueue (Kueue's BestFit/LeastFreeCapacity profile)",
     )
+    prometheus_url: str = Field(
+        default="",
+        description="a Prometheus-compatible API (http://prometheus.monitoring:9090) scraping dcgm-exporter, for "
+        "idle-GPU reclaim; empty: ClusterQueues' idle-reclaim policies are not acted on (readiness says so)",
+    )
+    prometheus_timeout: float = Field(default=5.0, gt=0, description="seconds one Prometheus query may take")
+    reclaim_interval: float = Field(
+        default=60.0, gt=0, description="seconds between looks at GPU utilisation (idle reclaim)"
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",

@@ -25,9 +25,10 @@ def main() -> None:
 
         topology.main()
     if which in ("efficiency", "all"):
-        from bench import efficiency
+        from bench import efficiency, utilisation
 
         efficiency.main()
+        utilisation.main()
     if which in ("sim", "all"):
         from bench import sim_api
 

@@ -17,12 +17,16 @@
   80 % it is said; exhausted, new workloads it covers wait with reason ``BudgetExhausted`` until
   the next period; running work is never stopped by a budget.
 
-Engine core models them (``queues.reclaim_model``); the controller does not act on them yet.
+Engine core models them (``queues.reclaim_model``); the controller reclaims with the same model,
+from a ClusterQueue's ``POLICY_ANNOTATION`` and DCGM readings (``admission.controller.reclaim``),
+and does not keep budgets yet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +36,10 @@ from queues.podsready import duration
 GPU_IDLE = "GPUIdle"  # the eviction's reason (scenario.md's additions)
 BUDGET_EXHAUSTED = "BudgetExhausted"  # a workload's pending reason
 ACTIONS = ("warn", "requeue", "deactivate")
-_RECLAIM_FIELDS = {"clusterQueue", "threshold", "window", "grace", "action", "onlyWhenContended"}
+_RECLAIM_FIELDS = {"clusterQueue", "threshold", "window", "grace", "action", "onlyWhenContended", "maxKeep"}
+# A ClusterQueue's idle-reclaim policy in the controller: its annotation, a JSON object of a
+# ``reclaim`` entry's fields but ``clusterQueue`` (``{"threshold": 0.3, "window": "30m", "action": "requeue"}``)
+POLICY_ANNOTATION = "turnstile.dev/idle-reclaim"
 _BUDGET_FIELDS = {"clusterQueue", "label", "gpuHours", "period"}
 MONTH = 720 * 3600.0
 
@@ -71,6 +78,13 @@ class ReclaimPolicy:
     grace: float = 600.0
     action: str = "warn"
     only_when_contended: bool = True
+    max_keep: float = 86400.0  # a job's turnstile.dev/keep-until holds at most this long after its run started
+
+    def scaled(self, scale: float) -> ReclaimPolicy:
+        """Its durations in wall seconds when a scenario second lasts ``scale`` of them."""
+        return dataclasses.replace(
+            self, window=self.window * scale, grace=self.grace * scale, max_keep=self.max_keep * scale
+        )
 
     def message(self, measured: float) -> str:
         """``GPU utilisation 8 % < 30 % over 30m``."""
@@ -158,21 +172,60 @@ def reclaim(raw: Any, problems: list[FieldError]) -> tuple[ReclaimPolicy, ...]:
             continue
         if cq in out:
             problems.append(FieldError(f"{path}.clusterQueue", f"ClusterQueue {cq} already has a reclaim policy"))
-        action = item.get("action", "warn")
-        if action not in ACTIONS:
-            problems.append(FieldError(f"{path}.action", f"must be one of {', '.join(ACTIONS)}, not {action!r}"))
-        contended = item.get("onlyWhenContended", True)
-        if not isinstance(contended, bool):
-            problems.append(FieldError(f"{path}.onlyWhenContended", f"must be true or false, not {contended!r}"))
-        out[cq] = ReclaimPolicy(
-            cq,
-            _fraction(item.get("threshold", 0.3), f"{path}.threshold", problems),
-            duration(item.get("window", "30m"), f"{path}.window", problems),
-            _grace(item.get("grace", "10m"), f"{path}.grace", problems),
-            str(action),
-            bool(contended),
-        )
+        out[cq] = _policy(cq, item, path, problems)
     return tuple(out.values())
+
+
+def _policy(cq: str, item: Mapping[str, Any], path: str, problems: list[FieldError]) -> ReclaimPolicy:
+    """One policy's fields (a scenario's ``reclaim`` entry, a ClusterQueue's annotation)."""
+    action = item.get("action", "warn")
+    if action not in ACTIONS:
+        problems.append(FieldError(f"{path}.action", f"must be one of {', '.join(ACTIONS)}, not {action!r}"))
+    contended = item.get("onlyWhenContended", True)
+    if not isinstance(contended, bool):
+        problems.append(FieldError(f"{path}.onlyWhenContended", f"must be true or false, not {contended!r}"))
+    return ReclaimPolicy(
+        cq,
+        _fraction(item.get("threshold", 0.3), f"{path}.threshold", problems),
+        duration(item.get("window", "30m"), f"{path}.window", problems),
+        _grace(item.get("grace", "10m"), f"{path}.grace", problems),
+        str(action),
+        bool(contended),
+        duration(item.get("maxKeep", "24h"), f"{path}.maxKeep", problems),
+    )
+
+
+def annotation_policy(cq: str, text: str) -> tuple[ReclaimPolicy | None, list[FieldError]]:
+    """A ClusterQueue's ``POLICY_ANNOTATION`` (a JSON object, as annotations hold structured
+    values) as a policy, or the problems with it (paths from
+    ``metadata.annotations[turnstile.dev/idle-reclaim]``)."""
+    path = f"metadata.annotations[{POLICY_ANNOTATION}]"
+    shape = '{"threshold": 0.3, "window": "30m", "grace": "10m", "action": "requeue", "onlyWhenContended": true}'
+    problems: list[FieldError] = []
+    try:
+        item = json.loads(text)
+    except ValueError as exc:
+        return None, [FieldError(path, f"not JSON ({exc}); write e.g. {shape}")]
+    if not isinstance(item, Mapping):
+        return None, [FieldError(path, f"must be a JSON object such as {shape}")]
+    known = _RECLAIM_FIELDS - {"clusterQueue"}
+    for key in sorted(set(item) - known):
+        problems.append(FieldError(f"{path}.{key}", f"unknown field (known: {', '.join(sorted(known))})"))
+    policy = _policy(cq, item, path, problems)
+    return (None if problems else policy), problems
+
+
+def annotated_policies(cluster_queues: Iterable[Any]) -> tuple[ReclaimPolicy, ...]:
+    """The policies ClusterQueues carry in ``POLICY_ANNOTATION`` (a malformed one is refused when
+    applied; one that slipped in is skipped, never half-read)."""
+    out = []
+    for cq in cluster_queues:
+        text = cq.metadata.annotations.get(POLICY_ANNOTATION)
+        if text:
+            policy, _ = annotation_policy(cq.name, text)
+            if policy is not None:
+                out.append(policy)
+    return tuple(out)
 
 
 def _grace(value: Any, path: str, problems: list[FieldError]) -> float:

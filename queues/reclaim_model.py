@@ -24,6 +24,10 @@ WARN_AT = 0.8  # a budget this far used is said
 REQUEUE_LIMIT = 5  # a workload requeued for idling this many times is deactivated the next time
 BACKOFF_SECONDS, BACKOFF_MAX = 60.0, 3600.0  # a requeued workload waits 60 s, 120 s, ... at most 1 h
 
+# A run's mean GPU utilisation over its policy's window: (workload, policy, run start) -> a
+# fraction, or None when unknown (missing data is never idle)
+Measure = Callable[[str, ReclaimPolicy, float], float | None]
+
 
 @dataclass(slots=True)
 class _Run:
@@ -127,21 +131,37 @@ class EfficiencyModel:
         tick = math.floor(now / CHECK_SECONDS + 1) * CHECK_SECONDS
         return max(first, tick) if first > now else tick
 
-    def idle(self, now: float, contended: Callable[[str], bool]) -> list[tuple[str, ReclaimPolicy, float]]:
+    def traced(self, now: float) -> Measure:
+        """Engine core's measurement: the mean of a run's scenario trace over the window."""
+
+        def measure(key: str, policy: ReclaimPolicy, start: float) -> float | None:
+            run = self.runs.get(key)
+            if run is None or run.trace is None:
+                return None
+            ran = now - start
+            return run.trace.mean(ran - policy.window, ran)
+
+        return measure
+
+    def idle(
+        self, now: float, contended: Callable[[str], bool], measure: Measure | None = None
+    ) -> list[tuple[str, ReclaimPolicy, float]]:
         """Running workloads idle below their policy's threshold over its window (and, with
         ``onlyWhenContended``, whose quota someone waits for: then one per ClusterQueue a look,
         so a single waiting job does not empty a queue of idle work), in key order; each acted
-        on once."""
+        on once. ``measure``: a run's mean utilisation over the window, None when unknown (the
+        scenario's trace by default; DCGM's in the controller)."""
+        measure = measure or self.traced(now)
         out = []
         taken: set[str] = set()  # ClusterQueues that reclaimed for contention in this look
         for key in sorted(self.runs):
             r = self.runs[key]
             policy = self.policies.get(r.cluster_queue)
-            if policy is None or r.trace is None or r.acted or now < r.start + max(policy.grace, policy.window):
+            if policy is None or r.acted or now < r.start + max(policy.grace, policy.window):
                 continue
             ran = now - r.start
-            measured = r.trace.mean(ran - policy.window, ran)
-            if measured >= policy.threshold:
+            measured = measure(key, policy, r.start)
+            if measured is None or measured >= policy.threshold:
                 continue
             if policy.only_when_contended and (r.cluster_queue in taken or not contended(r.cluster_queue)):
                 continue
@@ -153,13 +173,13 @@ class EfficiencyModel:
             out.append((key, policy, measured))
         return out
 
-    def reclaim(self, now: float, sched: Scheduler) -> list[Decision]:
+    def reclaim(self, now: float, sched: Scheduler, measure: Measure | None = None) -> list[Decision]:
         """Act on the running workloads idle at ``now``: warn (said in the summary), or evict with
         reason ``GPUIdle`` and requeue or deactivate them (the decisions, for the caller to enact)."""
         if not self.policies:
             return []
         out: list[Decision] = []
-        for key, policy, measured in self.idle(now, lambda cq: _contended(sched, cq, self.reclaimed)):
+        for key, policy, measured in self.idle(now, lambda cq: _contended(sched, cq, self.reclaimed), measure):
             message = policy.message(measured)
             if policy.action == "warn":
                 self.counts["warned"] += 1

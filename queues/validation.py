@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from queues import api
+from queues import api, efficiency
 from queues.errors import FieldError, join_path
 
 MAX_RESOURCE_GROUPS = 16
@@ -130,6 +130,9 @@ def _topology(obj: api.Topology) -> list[FieldError]:
 def _cluster_queue(cq: api.ClusterQueue) -> list[FieldError]:
     spec = cq.spec
     out: list[FieldError] = []
+    reclaim = cq.metadata.annotations.get(efficiency.POLICY_ANNOTATION)
+    if reclaim is not None:  # Turnstile's idle-reclaim policy (``queues.efficiency``)
+        out.extend(efficiency.annotation_policy(cq.name, reclaim)[1])
     if cq.version == "v1beta2":
         if spec.cohort is not None:
             out.append(FieldError("spec.cohort", "not in kueue.x-k8s.io/v1beta2; use spec.cohortName"))

@@ -48,10 +48,12 @@ from admission.controller.podsready import PodsReadyWatch, scaled
 from admission.controller.priorities import PriorityClasses
 from admission.controller.queuestatus import StatusWriter
 from admission.controller.readiness import DatabaseHealth, Readiness
+from admission.controller.reclaim import Reclaimer
 from admission.controller.report import Reporter
 from admission.controller.runtimes import TrainingRuntimes
 from admission.controller.step import Changes, StepFailed, StepOptions, Steps
 from admission.controller.term import Term
+from admission.controller.utilisation import Prometheus
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
@@ -140,6 +142,18 @@ class Controller:
             placed=lambda key: self.pinner.request(key),
         )
         self.pinner = Pinner(kube, self.inventory, current_term=lambda: self.term)
+        # idle-GPU reclaim: DCGM's series through Prometheus, joined to workloads by their pods
+        self.reclaimer = Reclaimer(
+            prometheus=Prometheus(policy.prometheus_url, timeout=policy.prometheus_timeout)
+            if policy.prometheus_url
+            else None,
+            pods=self.inventory,
+            jobs=self.jobs,
+            current_term=lambda: self.term,
+            wake=self.changes.wake.set,
+            interval=policy.reclaim_interval,
+            scale=options.backoff_scale,
+        )
         self.enactor = Enactor(
             kube,
             jobs=self.jobs,
@@ -175,6 +189,7 @@ class Controller:
         self.queue_status = StatusWriter(kube, self.declared, lambda: self.term)
         self.readiness.add("informers", self._informers_probe, gates=False, detail=self._integrations_detail)
         self.readiness.add("nodes", self.inventory.probe, gates=False)
+        self.readiness.add("gpu-utilization", self.reclaimer.probe, gates=False)
         self.metrics = Metrics(self)
         self.events = EventPoster(kube, instance=options.identity)
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
@@ -191,6 +206,7 @@ class Controller:
             enactor=self.enactor,
             policy=self.policy,
             pods_ready=PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale)),
+            reclaimer=self.reclaimer,
         )
         self.leadership = Leadership(
             sessions,
@@ -286,6 +302,7 @@ class Controller:
         tasks.append(asyncio.create_task(self.crds.run(), name="informer-customresourcedefinitions"))
         tasks.append(asyncio.create_task(self.declared.run(), name="declared-queues"))
         tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status"))
+        tasks.append(asyncio.create_task(self.reclaimer.run(), name="gpu-utilization"))
         self.enactor.start()
         self.pinner.start()
         self.checks.start()
@@ -304,6 +321,8 @@ class Controller:
             await self.enactor.stop()
             await self.pinner.stop()
             await self.inventory.stop()
+            if self.reclaimer.prometheus is not None:
+                await self.reclaimer.prometheus.close()
             await self.checks.stop()
             await self.events.stop()
             await self.leadership.release()
@@ -363,10 +382,12 @@ class Controller:
                 log.exception("configuration watcher failed")
 
     def _place_by_topology(self) -> None:
-        """Once a ResourceFlavor names a Topology: watch Nodes and Pods, and let the term place on them."""
+        """Once a ResourceFlavor names a Topology (or a ClusterQueue reclaims idle GPUs): watch
+        Nodes and Pods; with a Topology, let the term place on them."""
+        if self.inventory.needed(self.config):
+            self.inventory.start()
         if not self.inventory.wanted(self.config):
             return
-        self.inventory.start()
         if self.term is not None and self.term.scheduler.inventory is None:
             self.term.scheduler.use_inventory(self.inventory.fresh())
             self.changes.wake.set()
@@ -411,7 +432,7 @@ class Controller:
             afs = dataclasses.replace(
                 afs, half_life=afs.half_life * scale, sampling_interval=afs.sampling_interval * scale
             )
-        if self.inventory.wanted(snapshot.config):
+        if self.inventory.needed(snapshot.config):
             self.inventory.start()
         term = Term.start(
             fence,
@@ -420,7 +441,7 @@ class Controller:
             fair,
             admission_fair_sharing=afs,
             history=history,
-            inventory=self.inventory.fresh() if self.inventory.running else None,
+            inventory=self.inventory.fresh() if self.inventory.wanted(snapshot.config) else None,
             packing=self.policy.topology_packing,
         )
         self.priorities.apply(term.scheduler)

@@ -275,9 +275,10 @@ class Enactor:
 
     def run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
         """Each pod set's own directives plus those of the flavors it was admitted to, the
-        annotations that make its pods consume the capacity its ProvisioningRequests booked, and,
-        for a pod set placed by topology, the gate and annotations that get each pod pinned to its
-        node (``admission.controller.pinning``)."""
+        annotations that make its pods consume the capacity its ProvisioningRequests booked, the
+        workload's name (``turnstile.dev/workload``), and, for a pod set placed by topology, the
+        gate and pod set annotation that get each pod pinned to its node
+        (``admission.controller.pinning``)."""
         flavors = term.flavors()
         notes = provisioning.pod_annotations(term.scheduler.config, wl)
         out = []
@@ -290,10 +291,12 @@ class Enactor:
                     continue
                 selector.update(flavor.node_labels)
                 tolerations.extend(t.to_dict() for t in flavor.tolerations if t.to_dict() not in tolerations)
-            annotations = dict(notes.get(ps.name, {}))
+            # every pod names its workload (idle reclaim joins GPU metrics to workloads by it);
+            # a placed pod set's also its pod set, which pinning reads
+            annotations = {**notes.get(ps.name, {}), WORKLOAD_ANNOTATION: wl.key}
             placed = ps.name in admission.placement
             if placed:
-                annotations.update({WORKLOAD_ANNOTATION: wl.key, PODSET_ANNOTATION: ps.name})
+                annotations[PODSET_ANNOTATION] = ps.name
             out.append(PodSetInfo(ps.name, selector, tolerations, annotations, topology_gate=placed))
         return out
 
@@ -303,7 +306,7 @@ PODS = POD.ref
 
 def _unplaced(info: PodSetInfo) -> PodSetInfo:
     """``info`` without what pins its pods to nodes."""
-    notes = {k: v for k, v in info.annotations.items() if k not in (WORKLOAD_ANNOTATION, PODSET_ANNOTATION)}
+    notes = {k: v for k, v in info.annotations.items() if k != PODSET_ANNOTATION}
     return dataclasses.replace(info, annotations=notes, topology_gate=False)
 
 

@@ -10,8 +10,12 @@ cluster without TAS pays nothing for them):
   *lost*: the next step evicts every workload placed on it (``NodeFailures``) and it is placed
   again on the nodes left.
 - Pods, all of them (as Kueue's TAS watches them): a bound, unfinished pod that was not placed
-  by Turnstile (no ``turnstile.dev/workload`` annotation) counts against its node's capacity;
-  a placed pod is recorded for pinning (``admission.controller.pinning``).
+  by topology (no ``kueue.x-k8s.io/podset`` annotation) counts against its node's capacity; a
+  placed pod is recorded for pinning (``admission.controller.pinning``); and every pod of an
+  admitted workload (its ``turnstile.dev/workload`` annotation) is indexed by name, which is how
+  idle reclaim joins GPU metrics to workloads (``admission.controller.reclaim``).
+
+The informers also start, for that index, once a ClusterQueue has an idle-reclaim policy.
 
 Each term gets an ``Inventory`` of its own (``fresh``): what the informers know, with the term's
 admissions' placements held on top; ``pending`` until both informers have listed, so nothing is
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
-from queues import jobs, pods
+from queues import efficiency, jobs, pods
 from queues.inventory import Inventory
 from queues.model import Config
 from queues.nodes import NodeInfo
@@ -75,8 +79,8 @@ class NodeInventory:
         self.nodes: dict[str, NodeInfo] = {}
         self.uses: dict[str, tuple[str, dict[str, int]]] = {}  # pod uid -> (node, requests) of an external pod
         self.external: dict[str, dict[str, int]] = {}  # node -> what external pods use there
-        self.by_workload: dict[str, dict[str, PlacedPod]] = {}  # workload key -> pod uid -> pod
-        self._workload_of: dict[str, str] = {}  # pod uid -> workload key
+        self.by_workload: dict[str, dict[str, PlacedPod]] = {}  # workload key -> pod uid -> placed pod
+        self.named: dict[str, dict[str, tuple[str, str]]] = {}  # workload key -> pod uid -> (namespace, name)
         self.node_informer = Informer(kube, NODES, self._on_node)
         self.pod_informer = Informer(kube, ALL_PODS, self._on_pod)
         self.tasks: list[asyncio.Task[None]] = []
@@ -85,6 +89,19 @@ class NodeInventory:
     def wanted(config: Config | None) -> bool:
         """Whether placement by topology is configured (some ResourceFlavor names a Topology)."""
         return config is not None and any(rf.spec.topology_name for rf in config.flavors.values())
+
+    @classmethod
+    def needed(cls, config: Config | None) -> bool:
+        """Whether to watch at all: placement by topology, or idle reclaim (pods to join)."""
+        if cls.wanted(config):
+            return True
+        return config is not None and any(
+            efficiency.POLICY_ANNOTATION in cq.metadata.annotations for cq in config.cluster_queues.values()
+        )
+
+    def pods_of(self, key: str) -> list[tuple[str, str]]:
+        """The live pods of workload ``key``: (namespace, name)."""
+        return list(self.named.get(key, {}).values())
 
     @property
     def running(self) -> bool:
@@ -95,7 +112,7 @@ class NodeInventory:
 
     def start(self) -> None:
         if not self.tasks:
-            log.info("a ResourceFlavor names a Topology: watching Nodes and Pods for placement")
+            log.info("watching Nodes and Pods (placement by topology, or idle reclaim)")
             self.tasks = [
                 asyncio.create_task(self._run(self.node_informer), name="inventory-nodes"),
                 asyncio.create_task(self._run(self.pod_informer), name="inventory-pods"),
@@ -158,6 +175,8 @@ class NodeInventory:
         notes = meta.get("annotations") or {}
         key = notes.get(WORKLOAD_ANNOTATION)
         if key is not None:
+            self._name(kind, uid, str(key), obj)
+        if key is not None and PODSET_ANNOTATION in notes:
             self._placed_pod(kind, uid, str(key), obj)
             return
         spec = obj.get("spec") or {}
@@ -167,11 +186,20 @@ class NodeInventory:
         else:
             self._use(uid, (str(node), jobs.pod_requests(spec, "spec", [])))
 
+    def _name(self, kind: str, uid: str, key: str, obj: Obj) -> None:
+        named = self.named.setdefault(key, {})
+        if kind == "DELETED" or pods.done(obj):
+            named.pop(uid, None)
+            if not named:
+                del self.named[key]
+            return
+        meta = obj.get("metadata") or {}
+        named[uid] = (str(meta.get("namespace") or "default"), str(meta.get("name")))
+
     def _placed_pod(self, kind: str, uid: str, key: str, obj: Obj) -> None:
         pods_of = self.by_workload.setdefault(key, {})
         if kind == "DELETED":
             pods_of.pop(uid, None)
-            self._workload_of.pop(uid, None)
             if not pods_of:
                 del self.by_workload[key]
             return
@@ -187,7 +215,6 @@ class NodeInventory:
             live=not pods.done(obj) and not pods.deleting(obj),
         )
         pods_of[uid] = pod
-        self._workload_of[uid] = key
         if pod.waiting:
             self.placed(key)
 

@@ -250,6 +250,20 @@ class Metrics:
             "turnstile_database_up", "1 while PostgreSQL answered this replica's last round trip", registry=r
         )
         database_up.set_function(lambda: 1.0 if controller.database.ok else 0.0)
+        # idle reclaim (``admission.controller.reclaim``): what it did, and whether it can see
+        self.gpu_idle = Counter(
+            "turnstile_gpu_idle_workloads", "Workloads found idling on their GPUs, by what was done",
+            ["cluster_queue", "action"], registry=r,
+        )  # fmt: skip
+        read_errors = Gauge(
+            "turnstile_gpu_utilization_read_failures", "Looks at which GPU utilisation could not be read", registry=r
+        )
+        read_errors.set_function(lambda: float(controller.reclaimer.failures))
+        readable = Gauge(
+            "turnstile_gpu_utilization_readable",
+            "1 while the last look read GPU utilisation (0: nothing is reclaimed)", registry=r,
+        )  # fmt: skip
+        readable.set_function(lambda: 0.0 if controller.reclaimer.problem else 1.0)
         self.clock = ResourceClock()
         self.controller = controller
 

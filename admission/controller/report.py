@@ -16,7 +16,7 @@ from admission.controller.metrics import Metrics
 from admission.controller.term import Term
 from admission.jobs.base import JobView
 from admission.store import workloads as store
-from queues import podsready
+from queues import efficiency, podsready
 from queues.model import Workload
 from queues.scheduler import Evict
 
@@ -65,7 +65,7 @@ class Reporter:
                     view(key), "Preempted", f"preempted by {e.by} ({e.detail}); it waits to be admitted again"
                 )
             else:  # (waitForPodsReady's has its own reason, as Kueue's; the message says what happens next)
-                reason = e.reason if e.reason == podsready.REASON else "Evicted"
+                reason = e.reason if e.reason in (podsready.REASON, efficiency.GPU_IDLE) else "Evicted"
                 # what its state says (why, and what happens next); the eviction's own why if the
                 # same step admitted it again (a node lost: it was placed elsewhere at once)
                 readmitted = e.workload.admission is not None and e.message

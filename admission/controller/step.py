@@ -37,6 +37,7 @@ from admission.controller.events import EventPoster
 from admission.controller.jobcache import JobCache
 from admission.controller.metrics import Metrics
 from admission.controller.podsready import PodsReadyWatch
+from admission.controller.reclaim import Reclaimer
 from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, now_ms, timestamp
 from admission.jobs.base import JobView
@@ -44,7 +45,7 @@ from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import config as config_store
 from admission.store import database, fair_usage, lease
 from admission.store import workloads as store
-from queues import jobs, provisioning
+from queues import efficiency, jobs, provisioning
 from queues.model import Workload
 from queues.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
 
@@ -99,6 +100,7 @@ class Steps:
         enactor: Enactor,
         policy: Policy = DEFAULT_POLICY,
         pods_ready: PodsReadyWatch | None = None,
+        reclaimer: Reclaimer | None = None,
     ) -> None:
         self.changes = changes
         self.policy = policy
@@ -112,6 +114,7 @@ class Steps:
         self.checks = checks
         self.enactor = enactor
         self.pods_ready = pods_ready or PodsReadyWatch(policy.pods_ready)
+        self.reclaimer = reclaimer
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
         self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued, or are held
@@ -145,6 +148,7 @@ class Steps:
         lost, self.changes.nodes_lost = self.changes.nodes_lost, {}
         for node in lost:  # what was placed there is evicted (NodeFailures) and placed again
             decisions.extend(sched.node_lost(node))
+        decisions.extend(self._reclaim(term, now))
         started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
         if decided or sched.pending.where:
@@ -199,6 +203,23 @@ class Steps:
             if evict is not None:
                 out.append(evict)
         return out
+
+    def _reclaim(self, term: Term, now: float) -> list[Decision]:
+        """Idle reclaim (``admission.controller.reclaim``): the evictions idle workloads earn;
+        warnings are said as Events at once (they change nothing to commit)."""
+        if self.reclaimer is None:
+            return []
+        decisions = self.reclaimer.decide(term, now)
+        warned, self.reclaimer.warned = self.reclaimer.warned, []
+        for key, message in warned:
+            wl = term.scheduler.workloads.get(key)
+            cq = wl.admission.cluster_queue if wl is not None and wl.admission is not None else ""
+            self.metrics.gpu_idle.labels(cq, "warn").inc()
+            self.events.post(self.jobs.view(key), efficiency.GPU_IDLE, f"{message}; warned only", type="Warning")
+        for d in decisions:
+            if isinstance(d, Evict) and d.released is not None:
+                self.metrics.gpu_idle.labels(d.released.cluster_queue, d.detail.lower()).inc()
+        return decisions
 
     def _wake_for_requeue(self, at: float | None) -> None:
         """A step when the next workload waiting out a backoff may queue again, or the next started

@@ -22,6 +22,7 @@ from queues.model import SharedShapes
 from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION
 
 ADMISSION_ANNOTATION = "turnstile.dev/admission"  # on a running job: which admission started it
+KEEP_UNTIL = "turnstile.dev/keep-until"  # on a job: idle reclaim leaves it alone until then (RFC 3339)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,7 @@ class JobView:
     # pod set -> its template's scheduling gates, where it has any
     gates: dict[str, list[str]] = field(default_factory=dict)
     external: Obj | None = None  # an ExternalTemplates kind's part its writer needs (``Integration.external``)
+    keep_until: str | None = None  # turnstile.dev/keep-until: kept from idle reclaim until then (RFC 3339)
     # a workload of plain Pods (``admission.controller.podgroups``): its pods, which the enactor
     # ungates or deletes one by one; None for a job, which is suspended and resumed as a whole
     pods: tuple[PodRef, ...] | None = None
@@ -280,6 +282,7 @@ class Integration:
             template_meta=template_meta,
             gates=gates,
             external=self.external.keep(obj) if self.external is not None else None,
+            keep_until=annotations.get(KEEP_UNTIL),
         )
 
     def patch(

@@ -427,7 +427,8 @@ def replay(
             if what.action == "cancel":
                 if track is not None and track.state in ("Pending", "Admitted") and track.submitted is not None:
                     record.cancelled(what.name)
-            elif what.action != "scale":  # (a scale's replicas made and deleted are on the timeline)
+            elif what.action != "scale" and what.kind != "Node":  # (a scale's replicas are on the timeline;
+                # a node's edit changes no queue configuration: its evictions are on the timeline)
                 apply_edit(config, what)
                 record.configure(config)
         elif what.workload in workloads:

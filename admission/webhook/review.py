@@ -18,12 +18,13 @@ server's own validation.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from admission.jobs import BY_KIND
-from admission.jobs.base import Integration
+from admission.jobs.base import KEEP_UNTIL, Integration
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
 from queues import errors, flavors, jobs, managed, trainjobs
 from queues.model import Config, Snapshot, Workload
@@ -243,8 +244,22 @@ def _never_fits(
     ]
 
 
+def _rfc3339(text: str) -> bool:
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return parsed.tzinfo is not None
+
+
 def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
     out: list[str] = []
+    keep = ((obj.get("metadata") or {}).get("annotations") or {}).get(KEEP_UNTIL)
+    if keep is not None and not _rfc3339(str(keep)):
+        out.append(
+            f"metadata.annotations[{KEEP_UNTIL}]: {keep!r} is not an RFC 3339 time (2026-12-24T18:00:00Z); "
+            "idle reclaim does not keep this job"
+        )
     try:
         templates = jobs.pod_templates(obj)
     except errors.Invalid:

@@ -131,7 +131,7 @@ async def test_pods_land_on_the_nodes_their_placement_names_in_rank_order(tmp_pa
         placement = row.assigned_flavors["placement"]["main"]
         assert Counter(placed.values()) == Counter({n: c for n, c in placement.items()})
         async with database.transaction(w.sessions) as s:
-            described = await views.describe(s, "workload", "rack")
+            described = await views.describe(s, "Workload", "rack")
         shown = ", ".join(f"{n} x{c}" for n, c in sorted(placement.items()))
         assert f"Placement:     main: {shown}" in described, described
 

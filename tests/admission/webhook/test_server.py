@@ -339,3 +339,12 @@ def test_fuzzed_reviews_never_crash_the_server(server: Server, body: bytes) -> N
     assert status in (200, 400), (status, answer)
     if status == 200:
         assert set(answer["response"]) <= {"uid", "allowed", "status", "patch", "patchType", "warnings"}
+
+
+def test_an_unreadable_keep_until_is_warned_about(server: Server) -> None:
+    kept = job("kept")
+    kept["metadata"].setdefault("annotations", {})["turnstile.dev/keep-until"] = "tomorrow"
+    warnings = server.review("/validate", kept).get("warnings", [])
+    assert any("turnstile.dev/keep-until]: 'tomorrow' is not an RFC 3339 time" in w for w in warnings), warnings
+    kept["metadata"]["annotations"]["turnstile.dev/keep-until"] = "2026-12-24T18:00:00Z"
+    assert not any("keep-until" in w for w in server.review("/validate", kept).get("warnings", []))

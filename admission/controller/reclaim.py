@@ -1,0 +1,177 @@
+"""Idle-GPU reclaim in the controller: measured by DCGM through Prometheus, decided by the core.
+
+A ClusterQueue opts in with the annotation ``turnstile.dev/idle-reclaim``, a JSON object of a
+scenario's ``reclaim`` entry's fields (``{"threshold": 0.3, "window": "30m", "grace": "10m",
+"action": "requeue", "onlyWhenContended": true, "maxKeep": "24h"}``; ``queues.efficiency``).
+Every ``interval`` the leader reads each pod's mean GPU utilisation over each policy's window
+(``utilisation.Prometheus``), joins pods to workloads by the ``turnstile.dev/workload``
+annotation every admitted job's pods carry (``admission.controller.inventory``), and the next
+step decides with engine core's own model (``queues.reclaim_model``): warn (an Event
+``GPUIdle``), or evict with reason ``GPUIdle`` and requeue or deactivate, only when someone
+waits for the quota if the policy says so.
+
+Missing data is unknown, never idle: a workload none of whose pods has a series is not touched,
+and a Prometheus that cannot be read reclaims nothing (readiness says why; a metric counts it).
+A job may opt out for a while with ``turnstile.dev/keep-until: <RFC 3339>``, at most ``maxKeep``
+after its run started. What the model remembers (a run already acted on, how often a workload
+was requeued for idling) lives as long as the leadership term.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable
+
+from admission.controller.inventory import NodeInventory
+from admission.controller.jobcache import JobCache
+from admission.controller.term import Term, admission_token
+from admission.controller.utilisation import Prometheus, Unavailable
+from admission.jobs.base import KEEP_UNTIL
+from queues import efficiency
+from queues.decisions import Decision
+from queues.efficiency import ReclaimPolicy
+from queues.gpu_metrics import Reading
+from queues.reclaim_model import EfficiencyModel
+
+log = logging.getLogger(__name__)
+
+__all__ = ["KEEP_UNTIL", "Reclaimer"]
+
+
+class Reclaimer:
+    def __init__(
+        self,
+        *,
+        prometheus: Prometheus | None,
+        pods: NodeInventory,
+        jobs: JobCache,
+        current_term: Callable[[], Term | None],
+        wake: Callable[[], None],
+        interval: float = 60.0,
+        scale: float = 1.0,
+    ) -> None:
+        self.prometheus = prometheus
+        self.pods = pods
+        self.jobs = jobs
+        self.current_term = current_term
+        self.wake = wake
+        self.interval = interval
+        self.scale = scale  # wall seconds per second of a policy's window and grace (engine cluster)
+        self.readings: dict[float, Reading] = {}  # policy window (seconds) -> the last reading
+        self.problem: str | None = None  # why utilisation cannot be read now (readiness)
+        self.failures = 0
+        self.warned: list[tuple[str, str]] = []  # (workload, message): warnings the step has to say
+        self._model: tuple[object, tuple[ReclaimPolicy, ...], EfficiencyModel] | None = None
+
+    def policies(self, term: Term) -> tuple[ReclaimPolicy, ...]:
+        policies = efficiency.annotated_policies(term.scheduler.config.cluster_queues.values())
+        return tuple(p.scaled(self.scale) for p in policies) if self.scale != 1.0 else policies
+
+    def probe(self) -> str | None:
+        """Readiness (reported, not gating)."""
+        return self.problem
+
+    async def run(self) -> None:
+        """Read utilisation every ``interval`` while some ClusterQueue has a policy; wake a step."""
+        while True:
+            await asyncio.sleep(self.interval)
+            term = self.current_term()
+            if term is None:
+                continue
+            policies = self.policies(term)
+            if not policies:
+                self.problem = None
+                continue
+            if self.prometheus is None:
+                self.problem = "a ClusterQueue has an idle-reclaim policy but TURNSTILE_PROMETHEUS_URL is not set"
+                continue
+            try:
+                readings = {w: await self.prometheus.read(w) for w in sorted({p.window for p in policies})}
+            except Unavailable as exc:
+                if self.problem is None:
+                    log.warning("GPU utilisation cannot be read; nothing is reclaimed meanwhile: %s", exc)
+                self.problem, self.readings = f"GPU utilisation cannot be read: {exc}", {}
+                self.failures += 1
+                continue
+            if self.problem is not None:
+                log.info("GPU utilisation is read again")
+            self.problem, self.readings = None, readings
+            self.wake()
+
+    def decide(self, term: Term, now: float) -> list[Decision]:
+        """In a step: the evictions idle workloads earn now (warnings go to ``warned``)."""
+        policies = self.policies(term)
+        if not policies or not self.readings:
+            return []
+        model = self._model_for(term, policies)
+        sched = term.scheduler
+        running: set[str] = set()
+        for key, wl in sched.workloads.items():
+            held = term.held(key)
+            if held is None or admission_token(held) is None or wl.started_at is None:
+                continue
+            running.add(key)
+            run = model.runs.get(key)
+            if run is None or run.start != wl.started_at:
+                model.started(wl, wl.started_at, 0.0)
+        for key in set(model.runs) - running:
+            model.stopped(key)
+
+        def measure(key: str, policy: ReclaimPolicy, start: float) -> float | None:
+            if self._kept(key, policy, start, now):
+                return None
+            reading = self.readings.get(policy.window)
+            return reading.mean(self.pods.pods_of(key)) if reading is not None else None
+
+        before = len(model.warnings)
+        decisions = model.reclaim(now, sched, measure)
+        self.warned.extend((key, message) for _, key, message in model.warnings[before:])
+        return decisions
+
+    def idle_held(self) -> dict[tuple[str, str], int] | None:
+        """(flavor, resource) -> milli-units held by running workloads measured below their
+        policy's threshold in the last reading (the dashboard's "idle"); None without readings."""
+        term = self.current_term()
+        if term is None or not self.readings:
+            return None
+        policies = {p.cluster_queue: p for p in self.policies(term)}
+        out: dict[tuple[str, str], int] = {}
+        for key, wl in term.scheduler.workloads.items():
+            policy = policies.get(wl.admission.cluster_queue) if wl.admission is not None else None
+            reading = self.readings.get(policy.window) if policy is not None else None
+            if wl.admission is None or policy is None or reading is None or wl.started_at is None:
+                continue
+            measured = reading.mean(self.pods.pods_of(key))
+            if measured is not None and measured < policy.threshold:
+                for fr, qty in wl.admission.usage.items():
+                    out[fr] = out.get(fr, 0) + qty
+        return out
+
+    def _model_for(self, term: Term, policies: tuple[ReclaimPolicy, ...]) -> EfficiencyModel:
+        """The term's model; a new one when the term or the policies change (runs already acted on
+        and requeue counts carried over)."""
+        if self._model is not None and self._model[0] is term and self._model[1] == policies:
+            return self._model[2]
+        model = EfficiencyModel({}, policies, ())
+        if self._model is not None and self._model[0] is term:
+            model.reclaimed = self._model[2].reclaimed
+            model.runs = self._model[2].runs
+        self._model = (term, policies, model)
+        return model
+
+    def _kept(self, key: str, policy: ReclaimPolicy, start: float, now: float) -> bool:
+        """Whether the job asked to be kept (``turnstile.dev/keep-until``) and that still holds,
+        bounded by the policy's ``maxKeep`` after its run started."""
+        view = self.jobs.view(key)
+        raw = view.keep_until if view is not None else None
+        if not raw:
+            return False
+        try:
+            parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        except ValueError:
+            return False  # (the webhook warns about it at creation)
+        if parsed.tzinfo is None:
+            return False  # (no zone: not RFC 3339; said at creation too)
+        return now < min(parsed.timestamp(), start + policy.max_keep)
