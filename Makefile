@@ -27,7 +27,7 @@ contract: $(STAMP)
 	$(BIN)/lint-imports
 
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 test: lint typecheck contract pytest
 

@@ -1,5 +1,5 @@
 """Figures: ``python -m bench [core|deep|fair|topology|efficiency|sim|store|controller|webhook|cluster|objects|pods|
-chaos|all]`` (all by default)."""
+dashboard|chaos|all]`` (all by default)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,10 @@ def main() -> None:
         from bench import pods
 
         pods.main()
+    if which in ("dashboard", "all"):
+        from bench import dashboard
+
+        dashboard.main()
     if which in ("chaos", "all"):
         from bench import chaos
 

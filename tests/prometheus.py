@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import subprocess
 import urllib.request
 from collections.abc import AsyncIterator
@@ -19,16 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_install import free_port
+
 BINARY = shutil.which("prometheus")
 needs_prometheus = pytest.mark.skipif(
     BINARY is None, reason="prometheus is not on PATH (apt-get install prometheus; .ci/run installs it)"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ready(url: str) -> bool:
@@ -55,7 +50,7 @@ async def running(
         f"  - job_name: dcgm\n    metrics_path: {metrics_path}\n    honor_labels: {str(honor_labels).lower()}\n"
         f"    static_configs: [{{targets: ['{target}'], labels: {{pod: dcgm-exporter-x1, namespace: gpu-operator}}}}]\n"
     )
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp / "prometheus.log").open("w")
     process = subprocess.Popen(

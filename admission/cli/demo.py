@@ -4,7 +4,8 @@ It runs ``examples/gpu-teams.yaml`` through engine cluster (``spec/cli.md``): th
 cluster, the webhook over TLS, the controller and an embedded PostgreSQL, in about a minute of
 wall time. While it runs, the view shows what the leading controller holds in memory: each
 ClusterQueue's admitted and waiting workloads and GPU use, why each waiting job waits, and
-the latest decisions committed to PostgreSQL.
+the latest decisions committed to PostgreSQL; the dashboard (``admission.ui``) serves the same
+story in a browser at the printed URL.
 """
 
 from __future__ import annotations
@@ -12,20 +13,24 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from aiohttp import web
 from rich.console import Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
 from admission.cli import documents, report
+from admission.controller.controller import Controller
 from admission.sim import engine
 from admission.store import database
 from admission.store import workloads as store
+from admission.ui.server import Dashboard
 from queues import quantity, scenario, simulator
 from queues.scheduler import Scheduler
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu-teams.yaml"
 DEMO_SECONDS = 60.0
+DASHBOARD_PORT = 8080
 
 
 def _view(t: float, sched: Scheduler | None, recent: list[store.EventRow], driver: engine.Driver) -> Group:
@@ -60,17 +65,44 @@ def _view(t: float, sched: Scheduler | None, recent: list[store.EventRow], drive
     return Group(queues, pending, events)
 
 
+async def _dashboard(controller: Controller) -> tuple[web.AppRunner, str]:
+    """The dashboard (``admission.ui``) on loopback, at port 8080 if free (as ``sim up``'s), else any."""
+    app = web.Application()
+    Dashboard(controller.sessions, idle=controller.reclaimer.idle_held).routes(app)
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    for port in (DASHBOARD_PORT, 0):
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", port)
+            await site.start()
+        except OSError:
+            continue
+        return runner, f"http://127.0.0.1:{runner.addresses[-1][1]}/ui/"
+    raise OSError("no port for the dashboard")
+
+
 async def _run(live: Live, parsed: scenario.Scenario, time_scale: float) -> simulator.Result:
+    runner: web.AppRunner | None = None
+
     async def watch(driver: engine.Driver) -> None:
+        nonlocal runner
+        controller = driver.stack.controller
+        runner, url = await _dashboard(controller)
         while True:
-            controller = driver.stack.controller
             async with database.transaction(controller.sessions) as session:
                 recent = await store.events(session, after=max(0, await store.last_event_id(session) - 6))
             term = controller.term
-            live.update(_view(driver.now(), term.scheduler if term else None, recent, driver))
+            live.update(Group(
+                f"dashboard: {url}   (open it while the demo runs)",
+                _view(driver.now(), term.scheduler if term else None, recent, driver),
+            ))  # fmt: skip
             await asyncio.sleep(0.25)
 
-    return await engine.simulate(parsed, time_scale=time_scale, watch=watch)
+    try:
+        return await engine.simulate(parsed, time_scale=time_scale, watch=watch)
+    finally:
+        if runner is not None:
+            await runner.cleanup()
 
 
 def run(*, seconds: float = DEMO_SECONDS) -> None:

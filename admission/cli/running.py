@@ -214,6 +214,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
         click.echo(
             f"webhook: https://127.0.0.1:{ep.webhook_port}   metrics: http://127.0.0.1:{ep.metrics_port}/metrics"
         )
+        click.echo(f"dashboard: http://127.0.0.1:{ep.metrics_port}/ui/   (read-only, live)")
         click.echo(f"database: {urls.masked(url).split('?')[0]}")
         click.echo("try:")
         click.echo(f"  export KUBECONFIG={host.kubeconfig}")

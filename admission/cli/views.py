@@ -244,7 +244,7 @@ async def _describe_workload(
         if r["state"] == "Pending":
             # the scheduling core's own search, on the stored state
             snap = await store.load_snapshot(session)
-            sched = Scheduler(snap.config, fair_sharing=await _controller_fair_sharing(session))
+            sched = Scheduler(snap.config, fair_sharing=await controller_fair_sharing(session))
             sched.restore(snap.workloads)
             assignment, victims = sched.preemption_plan(f"{r['namespace']}/{r['name']}")
             if assignment is None:
@@ -290,7 +290,7 @@ def _pods_line(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-async def _controller_fair_sharing(session: AsyncSession) -> fairsharing.FairSharing | None:
+async def controller_fair_sharing(session: AsyncSession) -> fairsharing.FairSharing | None:
     """The fair sharing the controller runs with, as its leader recorded it: a plan is made as it would."""
     try:
         return parse_fair_sharing(await fair_usage.get_setting(session))

@@ -17,6 +17,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from admission.controller.workqueue import stop_workers
@@ -40,8 +41,11 @@ class JobEvent:
 
 
 class EventPoster:
-    def __init__(self, kube: Kube, *, instance: str, workers: int = 4) -> None:
+    def __init__(
+        self, kube: Kube, *, instance: str, workers: int = 4, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.kube = kube
+        self.clock = clock  # (the rate limit's; tests give a still one)
         self.instance = instance
         self.queue: asyncio.Queue[JobEvent] = asyncio.Queue(maxsize=MAX_QUEUED)
         self.workers = workers
@@ -50,7 +54,7 @@ class EventPoster:
         self.dropped = 0
         self.last_reason: dict[str, str] = {}  # job uid -> reason of its last Pending event
         self.tokens = float(BURST)
-        self.refilled = time.monotonic()
+        self.refilled = clock()
 
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._work(), name=f"events-{i}") for i in range(self.workers)]
@@ -73,7 +77,7 @@ class EventPoster:
     def post(self, view: JobView | None, reason: str, message: str, *, type: str = "Normal") -> None:
         if view is None:
             return
-        now = time.monotonic()
+        now = self.clock()
         self.tokens = min(float(BURST), self.tokens + (now - self.refilled) * RATE)
         self.refilled = now
         if self.tokens < 1:

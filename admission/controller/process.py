@@ -45,6 +45,7 @@ from admission.kube import client as kube_client
 from admission.kube.client import Kube
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import database
+from admission.ui.server import Dashboard
 from admission.webhook.keeper import FolderKeeper, Keeper, SecretKeeper, Serving
 from admission.webhook.registration import Registration, Scope
 from admission.webhook.server import WebhookServer
@@ -62,7 +63,7 @@ def health_app(
     readiness: Readiness, render: Callable[[], bytes], controller: Controller | None = None
 ) -> web.Application:
     """``/healthz``, ``/readyz`` (``?verbose``, ``/readyz/CHECK``), ``/metrics`` and (with a
-    controller) Kueue's visibility API."""
+    controller) Kueue's visibility API and the dashboard (``/ui/``, ``admission.ui``)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -93,6 +94,7 @@ def health_app(
     app.router.add_get("/metrics", metrics)
     if controller is not None:
         visibility.routes(app, lambda: controller.term, controller.enactor.view)
+        Dashboard(controller.sessions, idle=controller.reclaimer.idle_held).routes(app)
     return app
 
 

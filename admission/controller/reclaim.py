@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 
 from admission.controller.inventory import NodeInventory
@@ -60,6 +61,7 @@ class Reclaimer:
         self.interval = interval
         self.scale = scale  # wall seconds per second of a policy's window and grace (engine cluster)
         self.readings: dict[float, Reading] = {}  # policy window (seconds) -> the last reading
+        self.read_at = 0.0  # wall time the readings were asked for
         self.problem: str | None = None  # why utilisation cannot be read now (readiness)
         self.failures = 0
         self.warned: list[tuple[str, str]] = []  # (workload, message): warnings the step has to say
@@ -87,6 +89,7 @@ class Reclaimer:
             if self.prometheus is None:
                 self.problem = "a ClusterQueue has an idle-reclaim policy but TURNSTILE_PROMETHEUS_URL is not set"
                 continue
+            asked = time.time()
             try:
                 readings = {w: await self.prometheus.read(w) for w in sorted({p.window for p in policies})}
             except Unavailable as exc:
@@ -97,13 +100,15 @@ class Reclaimer:
                 continue
             if self.problem is not None:
                 log.info("GPU utilisation is read again")
-            self.problem, self.readings = None, readings
+            self.problem, self.readings, self.read_at = None, readings, asked
             self.wake()
 
     def decide(self, term: Term, now: float) -> list[Decision]:
         """In a step: the evictions idle workloads earn now (warnings go to ``warned``)."""
+        if not self.readings:
+            return []
         policies = self.policies(term)
-        if not policies or not self.readings:
+        if not policies:
             return []
         model = self._model_for(term, policies)
         sched = term.scheduler
@@ -120,8 +125,8 @@ class Reclaimer:
             model.stopped(key)
 
         def measure(key: str, policy: ReclaimPolicy, start: float) -> float | None:
-            if self._kept(key, policy, start, now):
-                return None
+            if self.read_at < start + max(policy.grace, policy.window) or self._kept(key, policy, start, now):
+                return None  # (a reading whose window is not wholly within this run says nothing of it)
             reading = self.readings.get(policy.window)
             return reading.mean(self.pods.pods_of(key)) if reading is not None else None
 

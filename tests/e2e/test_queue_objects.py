@@ -83,6 +83,10 @@ async def _cq_status(kube: Kube, name: str) -> dict[str, Any]:
     return dict((await kube.get(CQS, None, name)).get("status") or {})
 
 
+async def _active(kube: Kube, name: str) -> bool:
+    return any(c.get("type") == "Active" for c in (await _cq_status(kube, name)).get("conditions") or [])
+
+
 async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated_url: str) -> None:
     async with (
         cluster(tmp_path, migrated_url) as (host, kube, port),
@@ -98,7 +102,8 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         # Existing v1beta2 YAML, unchanged, through kubectl; then kubectl get cq,lq shows Kueue's columns.
         code, out, err = await kubectl(host.kubeconfig, "apply", "-f", str(TEAMS))
         assert code == 0, err
-        await eventually(lambda: _cq_status(kube, "team-a"), what="team-a's status written back", timeout=20)
+        # (its Reconciled condition may come first, before the scheduler has the queue: wait for Active)
+        await eventually(lambda: _active(kube, "team-a"), what="team-a's status written back", timeout=20)
         code, out, err = await kubectl(host.kubeconfig, "get", "cq,lq", "-A")
         assert code == 0, err
         header = out.splitlines()[0].split()

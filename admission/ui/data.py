@@ -1,0 +1,249 @@
+"""What the dashboard shows, read as the CLI reads it: PostgreSQL, plus the leader's memory.
+
+Every answer is plain JSON for the page (``admission/ui/static``), computed per request:
+
+- ``overview``: the cohort tree; per ClusterQueue and (flavor, resource) its nominal quota, what
+  its admitted workloads hold (``admissions``), what of that is borrowed (above nominal) and what
+  of its unused nominal the cohort's borrowers use (lent; Kueue attributes lending to no one, so
+  Turnstile lends each queue's unused quota in name order: the same totals, an arbitrary split);
+  pending/admitted counts; with fair sharing on, each queue's weighted share; and GPUs by
+  flavor: in use, reserved for pending admission checks, free under quota, and (on the leader,
+  where DCGM data is read) held by workloads measured idle.
+- ``pending``: one ClusterQueue's pending workloads in queue order (priority, then queue time),
+  a page at a time, with position, reason and message: the order ``describe workload`` uses.
+- ``workload``: ``describe workload``'s text and the workload's history (admitted, evicted and
+  by whom, finished), each event with its time.
+- ``usage``: GPU-hours per label value (``label:team`` by default) over a period, from the ledger.
+- ``audit``: the newest admin edits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from admission.cli import views
+from admission.store import config as config_store
+from admission.store import tables
+from admission.store import usage as usage_store
+from admission.store import workloads as store
+from queues import fairsharing, jobs, quantity
+from queues.gpu_units import card_fraction
+from queues.model import Config, Snapshot
+
+PAGE = 50
+
+
+async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | None = None) -> dict[str, Any]:
+    """See the module docstring; ``idle``: (flavor, resource) -> milli-units held by idle workloads."""
+    config = await config_store.load_config(session)
+    a = tables.Admission
+    held: dict[tuple[str, str, str], int] = {}
+    for queue, flavor, resource, qty in await session.execute(
+        select(a.cluster_queue, a.flavor, a.resource, func.sum(a.quantity)).group_by(
+            a.cluster_queue, a.flavor, a.resource
+        )
+    ):
+        held[(queue, flavor, resource)] = int(qty)
+    reserved: dict[tuple[str, str], int] = {}
+    w = tables.Workload
+    checking = (
+        select(a.flavor, a.resource, func.sum(a.quantity))
+        .join(w, w.id == a.workload_id)
+        .where(w.state == "Admitted", w.checks != text("'[]'::jsonb"))
+        .group_by(a.flavor, a.resource)
+    )
+    for flavor, resource, qty in await session.execute(checking):
+        reserved[(flavor, resource)] = int(qty)
+    counts = await views.queue_counts(session)
+    queues = []
+    for name, cq in sorted(config.cluster_queues.items()):
+        rows = []
+        for group in cq.spec.resource_groups:
+            for fq in group.flavors:
+                for rq in fq.resources:
+                    used = held.get((name, fq.name, rq.name), 0)
+                    rows.append(
+                        {
+                            "flavor": fq.name,
+                            "resource": rq.name,
+                            "nominal": rq.nominal_quota,
+                            "used": used,
+                            "borrowed": max(0, used - rq.nominal_quota),
+                            "borrowingLimit": rq.borrowing_limit,
+                            "lent": 0,
+                        }
+                    )
+        c = counts.get(f"cq/{name}", {})
+        queues.append(
+            {
+                "name": name,
+                "cohort": cq.spec.cohort_ref,
+                "resources": rows,
+                "pending": c.get("Pending", 0),
+                "admitted": c.get("Admitted", 0),
+                "stopPolicy": cq.spec.stop_policy,
+            }
+        )
+    _lend(queues)
+    if await views.controller_fair_sharing(session) is not None:
+        _fair_shares(config, queues, held)
+    cohorts = {name: obj.spec.parent_ref for name, obj in sorted(config.cohorts.items())}
+    for q in queues:
+        if q["cohort"] and q["cohort"] not in cohorts:
+            cohorts[q["cohort"]] = None
+    gpus: dict[str, dict[str, Any]] = {}
+    for q in queues:
+        for r in q["resources"]:
+            fraction = card_fraction(r["resource"])
+            if not fraction:
+                continue
+            g = gpus.setdefault(r["flavor"], {"flavor": r["flavor"], "nominal": 0.0, "inUse": 0.0})
+            g["nominal"] += r["nominal"] / 1000 * float(fraction)
+            g["inUse"] += r["used"] / 1000 * float(fraction)
+    for flavor, g in gpus.items():
+        g["reserved"] = sum(v / 1000 * float(card_fraction(r) or 0) for (f, r), v in reserved.items() if f == flavor)
+        g["free"] = max(0.0, g["nominal"] - g["inUse"])
+        g["idle"] = (
+            None
+            if idle is None
+            else sum(v / 1000 * float(card_fraction(r) or 0) for (f, r), v in idle.items() if f == flavor)
+        )
+    return {
+        "clusterQueues": queues,
+        "cohorts": [{"name": n, "parent": p} for n, p in cohorts.items()],
+        "gpus": sorted(gpus.values(), key=lambda g: str(g["flavor"])),
+        "at": dt.datetime.now(dt.UTC).isoformat(),
+    }
+
+
+def _fair_shares(config: Config, queues: list[dict[str, Any]], held: dict[tuple[str, str, str], int]) -> None:
+    """With fair sharing on: each ClusterQueue's weight and weighted share (Kueue's Dominant
+    Resource Share) as its admitted quota stands, as ``describe clusterqueue`` computes it."""
+    tree = Snapshot(config)
+    for (queue, flavor, resource), qty in held.items():
+        if queue in tree.queues:
+            tree.queues[queue].add_usage({(flavor, resource): qty}, 1)
+    for q in queues:
+        cq = tree.queues.get(q["name"])
+        if cq is not None:
+            s = fairsharing.share(cq)
+            value = None if s.value == float("inf") else round(s.value, 4)
+            q["fairShare"] = {"weight": cq.weight, "share": value if s.borrowing else 0, "resource": s.resource}
+
+
+def _lend(queues: list[dict[str, Any]]) -> None:
+    """Attribute what a cohort's queues borrow to its members' unused nominal quota, in name order."""
+    by_cohort: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for q in queues:
+        if q["cohort"]:
+            for r in q["resources"]:
+                by_cohort.setdefault((q["cohort"], r["flavor"], r["resource"]), []).append(r)
+    for rows in by_cohort.values():
+        borrowed = sum(r["borrowed"] for r in rows)
+        for r in rows:
+            if borrowed <= 0:
+                break
+            spare = max(0, r["nominal"] - r["used"])
+            r["lent"] = min(spare, borrowed)
+            borrowed -= r["lent"]
+
+
+_PENDING = text(
+    """
+    SELECT namespace, name, kind, local_queue, priority, reason, message, queue_ts
+    FROM workloads
+    WHERE state = 'Pending' AND cluster_queue = :cq
+    ORDER BY priority DESC, queue_ts, id
+    LIMIT :limit OFFSET :offset
+    """
+)
+
+
+async def pending(session: AsyncSession, cluster_queue: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
+    w = tables.Workload
+    total = await session.scalar(
+        select(func.count()).select_from(w).where(w.state == "Pending", w.cluster_queue == cluster_queue)
+    )
+    rows = await session.execute(_PENDING, {"cq": cluster_queue, "limit": limit, "offset": offset})
+    items = [
+        {
+            "position": offset + i + 1,
+            "workload": f"{r.namespace}/{r.name}",
+            "kind": r.kind,
+            "localQueue": r.local_queue,
+            "priority": r.priority,
+            "reason": r.reason,
+            "message": r.message,
+            "queued": r.queue_ts.isoformat() if r.queue_ts else None,
+        }
+        for i, r in enumerate(rows)
+    ]
+    return {"clusterQueue": cluster_queue, "total": int(total or 0), "offset": offset, "items": items}
+
+
+async def workload(session: AsyncSession, name: str) -> dict[str, Any]:
+    """``describe workload``'s text and the history; ``NotFound`` if there is none."""
+    described = await views.describe(session, "Workload", name)
+    ns, _, short = name.rpartition("/")
+    w = tables.Workload
+    query = select(w.id, w.created_at).where(w.name == short).order_by(w.id.desc()).limit(1)
+    if ns:
+        query = query.where(w.namespace == ns)
+    row = (await session.execute(query)).first()
+    history = []
+    if row is not None:
+        history.append({"at": row.created_at.isoformat(), "type": "Created", "why": ""})
+        for e in await store.events(session, workload_id=int(row.id)):
+            why = " ".join(x for x in (e.reason, e.detail, f"by {e.by}" if e.by else None) if x)
+            where = f"ClusterQueue {e.cluster_queue}" if e.cluster_queue else ""
+            history.append({"at": e.at.isoformat(), "type": e.type, "why": why, "where": where})
+    return {"workload": name, "describe": described, "history": history}
+
+
+async def usage(session: AsyncSession, *, by: str, days: float) -> dict[str, Any]:
+    """GPU-hours (whole cards: MIG slices and shared replicas as their part) per group."""
+    until = dt.datetime.now(dt.UTC)
+    since = until - dt.timedelta(days=days)
+    rows = await usage_store.report(session, by=by, since=since, until=until)
+    groups: dict[str, float] = {}
+    for r in rows:
+        fraction = card_fraction(r.resource)
+        if fraction and jobs.is_gpu(r.resource):
+            groups[r.group] = groups.get(r.group, 0.0) + float(r.hours) * float(fraction)
+    return {
+        "by": by,
+        "since": since.isoformat(),
+        "until": until.isoformat(),
+        "groups": [{"group": g, "gpuHours": round(h, 2)} for g, h in sorted(groups.items(), key=lambda kv: -kv[1])],
+    }
+
+
+async def audit(session: AsyncSession, limit: int = 100) -> list[dict[str, Any]]:
+    a = tables.AuditEntry
+    rows = (await session.execute(select(a).order_by(a.id.desc()).limit(limit))).scalars()
+    return [
+        {"at": r.at.isoformat(), "actor": r.actor, "action": r.action, "kind": r.kind, "name": r.name} for r in rows
+    ]
+
+
+async def version(session: AsyncSession) -> str:
+    """Moves whenever something the page shows may have changed (a decision, an edit, a job)."""
+    row = (
+        await session.execute(
+            text(
+                "SELECT (SELECT coalesce(max(id), 0) FROM workload_events),"
+                " (SELECT coalesce(max(id), 0) FROM audit_log),"
+                " (SELECT count(*) FROM workloads WHERE state <> 'Finished'),"
+                " (SELECT coalesce(max(id), 0) FROM workloads)"
+            )
+        )
+    ).one()
+    return "-".join(str(v) for v in row)
+
+
+def milli(value: int) -> str:
+    return quantity.format_milli(value)
