@@ -100,6 +100,12 @@ class Settings(BaseSettings):
     reclaim_interval: float = Field(
         default=60.0, gt=0, description="seconds between looks at GPU utilisation (idle reclaim)"
     )
+    ui_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="the dashboard's own port (/ui/); 0: on the metrics port",
+    )
     cert_secret: str | None = Field(
         default=None,
         description="namespace/name of the Secret the controller replicas keep the webhook certificate in",

@@ -19,7 +19,7 @@
 
 Engine core models them (``queues.reclaim_model``); the controller reclaims with the same model,
 from a ClusterQueue's ``POLICY_ANNOTATION`` and DCGM readings (``admission.controller.reclaim``),
-and does not keep budgets yet.
+and enforces budgets kept in PostgreSQL with the same gate (``admission.controller.budgets``).
 """
 
 from __future__ import annotations
@@ -98,6 +98,14 @@ class Budget:
     period: float
     cluster_queue: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
+
+    def exhausted_message(self, used_hours: float, until: str) -> str:
+        """Why a workload it covers waits (reason ``BudgetExhausted``)."""
+        used = f"{used_hours:.0f}" if used_hours >= 10 else f"{used_hours:.2g}"
+        return (
+            f"GPU-hour budget ({self.name}) exhausted: {used} of {self.gpu_hours:g} "
+            f"GPU-hours used this period; new work waits until the period ends ({until})"
+        )
 
     def covers(self, cluster_queue: str | None, labels: Mapping[str, str]) -> bool:
         if self.cluster_queue is not None:

@@ -108,10 +108,7 @@ class EfficiencyModel:
                 budget = self.budgets[i]
                 if budget.covers(wl.cluster_queue, wl.labels):
                     end = (self.period[i] + 1) * budget.period
-                    return (
-                        f"GPU-hour budget ({budget.name}) exhausted: {self.used[i] / 3600:.0f} of {budget.gpu_hours:g} "
-                        f"GPU-hours used this period; new work waits until the period ends (t={end:g})"
-                    )
+                    return budget.exhausted_message(self.used[i] / 3600, f"t={end:g}")
             return None
 
         return held

@@ -10,6 +10,8 @@ at once. ``Scheduler`` inherits these; they use its eviction, reasons and queues
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from queues import podsready, provisioning
 from queues.decisions import ADMISSION_CHECK, NODE_FAILURES, Decision, Evict
 from queues.efficiency import GPU_IDLE
@@ -136,6 +138,21 @@ class Retries:
                 out.append(self._evict(wl, NODE_FAILURES, "NodeDeleted", None, message=message))
         if self.inventory is not None:
             self.inventory.remove(node)
+        return out
+
+    def node_unusable(self, node: str, keys: Iterable[str]) -> list[Decision]:
+        """``node`` was cordoned (or tainted against its pods) before the pods placed there by
+        these workloads were bound: they would wait for it for ever, so each is evicted and placed
+        again (Kueue replaces such a node when the pods cannot schedule; what already runs there
+        stays, and so does its workload)."""
+        out: list[Decision] = []
+        for key in sorted(keys):
+            wl = self.workloads.get(key)
+            if wl is not None and wl.admission is not None and any(node in n for n in wl.admission.placement.values()):
+                message = (
+                    f"node {node}, where its pods were placed, was cordoned before they started; it is placed again"
+                )
+                out.append(self._evict(wl, NODE_FAILURES, "NodeUnschedulable", None, message=message))
         return out
 
     def next_requeue(self) -> float | None:

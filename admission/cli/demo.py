@@ -20,11 +20,11 @@ from rich.panel import Panel
 from rich.table import Table
 
 from admission.cli import documents, report
+from admission.controller import process
 from admission.controller.controller import Controller
 from admission.sim import engine
 from admission.store import database
 from admission.store import workloads as store
-from admission.ui.server import Dashboard
 from queues import quantity, scenario, simulator
 from queues.scheduler import Scheduler
 
@@ -68,7 +68,7 @@ def _view(t: float, sched: Scheduler | None, recent: list[store.EventRow], drive
 async def _dashboard(controller: Controller) -> tuple[web.AppRunner, str]:
     """The dashboard (``admission.ui``) on loopback, at port 8080 if free (as ``sim up``'s), else any."""
     app = web.Application()
-    Dashboard(controller.sessions, idle=controller.reclaimer.idle_held).routes(app)
+    process.dashboard(controller).routes(app)
     runner = web.AppRunner(app, shutdown_timeout=0.5)
     await runner.setup()
     for port in (DASHBOARD_PORT, 0):

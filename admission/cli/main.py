@@ -15,7 +15,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from admission.cli import admin, documents, running, sim, usage
+from admission.cli import admin, budget, documents, running, sim, usage
 from queues import errors, validation
 
 
@@ -149,6 +149,7 @@ for _command in (
     admin.resume_cmd,
     admin.history_cmd,
     usage.usage_cmd,
+    budget.budget,
     sim.sim,
     running.controller_cmd,
 ):
@@ -178,7 +179,10 @@ def _core_only(parsed: Any) -> str:
         ("jobs[].utilization", parsed.utilization),
     ):
         if used:
-            return f"{field}: the controller does not reclaim idle GPUs or keep budgets yet (docs/gpu-efficiency.md)"
+            return (
+                f"{field}: engine cluster has no Prometheus to read GPU utilisation from, and budgets there "
+                "are kept with `turnstile budget` in wall-clock periods (docs/gpu-efficiency.md)"
+            )
     return ""
 
 

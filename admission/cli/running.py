@@ -62,6 +62,13 @@ log_format_option = click.option(
 @click.option("--webhook-port", type=int, default=9443, show_default=True)
 @click.option("--metrics-port", type=int, default=8080, show_default=True)
 @click.option(
+    "--ui-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve the dashboard (/ui/) on a port of its own instead of the metrics port. Default: "
+    "TURNSTILE_UI_PORT, else 0 (on the metrics port).",
+)
+@click.option(
     "--cert-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -104,6 +111,7 @@ def controller_cmd(
     kubeconfig: Path | None,
     webhook_port: int,
     metrics_port: int,
+    ui_port: int | None,
     cert_dir: Path | None,
     cert_secret: str | None,
     database_url: str | None,
@@ -141,6 +149,7 @@ def controller_cmd(
                 database_url=url,
                 webhook_port=webhook_port,
                 metrics_port=metrics_port,
+                ui_port=settings.ui_port if ui_port is None else ui_port,
                 cert_dir=cert_dir or settings.home / "certs",
                 cert_secret=cert_secret or settings.cert_secret,
                 bind_address=bind_address,
@@ -214,7 +223,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
         click.echo(
             f"webhook: https://127.0.0.1:{ep.webhook_port}   metrics: http://127.0.0.1:{ep.metrics_port}/metrics"
         )
-        click.echo(f"dashboard: http://127.0.0.1:{ep.metrics_port}/ui/   (read-only, live)")
+        click.echo(f"dashboard: http://127.0.0.1:{ep.ui_port}/ui/   (read-only, live)")
         click.echo(f"database: {urls.masked(url).split('?')[0]}")
         click.echo("try:")
         click.echo(f"  export KUBECONFIG={host.kubeconfig}")
@@ -240,6 +249,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
             names=names,
             shutdown_delay=0.0,  # nothing routes to it but the simulated cluster, which stops with it
             policy=Policy.from_settings(settings, lambda _ns: None),
+            ui_port=settings.ui_port,
             on_ready=ready,
         )
     finally:

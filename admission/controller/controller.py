@@ -31,9 +31,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.budgets import BudgetKeeper
 from admission.controller.checks import Checks
 from admission.controller.declared import Declared
 from admission.controller.enactor import Enactor
@@ -140,6 +142,7 @@ class Controller:
             current=lambda: self.term.scheduler.inventory if self.term is not None else None,
             lost=self._on_node_lost,
             placed=lambda key: self.pinner.request(key),
+            cordoned=self._on_node_cordoned,
         )
         self.pinner = Pinner(kube, self.inventory, current_term=lambda: self.term)
         # idle-GPU reclaim: DCGM's series through Prometheus, joined to workloads by their pods
@@ -191,6 +194,14 @@ class Controller:
         self.readiness.add("nodes", self.inventory.probe, gates=False)
         self.readiness.add("gpu-utilization", self.reclaimer.probe, gates=False)
         self.metrics = Metrics(self)
+        # GPU-hour budgets (``admission.controller.budgets``): measured from the ledger, held by the core's gate
+        self.budgets = BudgetKeeper(
+            sessions,
+            current_term=lambda: self.term,
+            wake=self.changes.wake.set,
+            registry=self.metrics.registry,
+            interval=policy.reclaim_interval,
+        )
         self.events = EventPoster(kube, instance=options.identity)
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
         self.steps = Steps(
@@ -207,6 +218,7 @@ class Controller:
             policy=self.policy,
             pods_ready=PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale)),
             reclaimer=self.reclaimer,
+            budgets=self.budgets,
         )
         self.leadership = Leadership(
             sessions,
@@ -243,6 +255,21 @@ class Controller:
         self.changes.nodes_lost[node] = None
         self.changes.wake.set()
 
+    def _on_node_cordoned(self, node: str) -> None:
+        """Admitted workloads placed on ``node`` whose pods there have not all been bound yet
+        would wait for it for ever: the next step places them again."""
+        term = self.term
+        if term is None:
+            return
+        stuck = set()
+        for key, held in term.committed.items():
+            placed = sum(n.get(node, 0) for n in held.admission.placement.values()) if held.admission else 0
+            if placed and self.inventory.bound_on(key, node) < placed:
+                stuck.add(key)
+        if stuck:
+            self.changes.nodes_unusable.setdefault(node, set()).update(stuck)
+            self.changes.wake.set()
+
     def _on_check(self, uid: str) -> None:
         self.changes.checks[uid] = None
         self.changes.wake.set()
@@ -267,6 +294,30 @@ class Controller:
         if changed:
             self.changes.namespaces = True
             self.changes.wake.set()
+
+    async def job_events(self, key: str) -> list[dict[str, Any]]:
+        """The Kubernetes Events on workload ``key``'s job (the dashboard's workload page), oldest first."""
+        view = self.jobs.view(key)
+        namespace, _, name = key.partition("/")
+        if view is not None:
+            namespace, name = view.namespace, view.object_name
+        answer = await self.kube.request(
+            "GET", kube_client.EVENTS.path(namespace), query={"fieldSelector": f"involvedObject.name={name}"}
+        )
+        events = [
+            {
+                "at": e.get("lastTimestamp")
+                or e.get("eventTime")
+                or (e.get("metadata") or {}).get("creationTimestamp"),
+                "type": e.get("type"),
+                "reason": e.get("reason"),
+                "message": e.get("message"),
+                "count": e.get("count") or 1,
+            }
+            for e in answer.get("items") or []
+            if isinstance(e, dict)
+        ]
+        return sorted(events, key=lambda e: str(e["at"] or ""))
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
@@ -303,6 +354,7 @@ class Controller:
         tasks.append(asyncio.create_task(self.declared.run(), name="declared-queues"))
         tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status"))
         tasks.append(asyncio.create_task(self.reclaimer.run(), name="gpu-utilization"))
+        tasks.append(asyncio.create_task(self.budgets.run(), name="gpu-budgets"))
         self.enactor.start()
         self.pinner.start()
         self.checks.start()

@@ -6,9 +6,10 @@ module feeds that from two informers, started only once a ResourceFlavor names a
 cluster without TAS pays nothing for them):
 
 - Nodes: each becomes a ``queues.nodes.NodeInfo`` (a cordoned node carries the unschedulable
-  taint, so nothing new is placed there; what runs there stays, as in Kueue). A deleted node is
-  *lost*: the next step evicts every workload placed on it (``NodeFailures``) and it is placed
-  again on the nodes left.
+  taint, so nothing new is placed there; what runs there stays, as in Kueue, but a workload
+  whose pods placed there have not started would wait for ever: it is evicted and placed again,
+  ``NodeFailures``/``NodeUnschedulable``). A deleted node is *lost*: the next step evicts every
+  workload placed on it (``NodeFailures``) and it is placed again on the nodes left.
 - Pods, all of them (as Kueue's TAS watches them): a bound, unfinished pod that was not placed
   by topology (no ``kueue.x-k8s.io/podset`` annotation) counts against its node's capacity; a
   placed pod is recorded for pinning (``admission.controller.pinning``); and every pod of an
@@ -36,7 +37,7 @@ from admission.kube.informer import Informer
 from queues import efficiency, jobs, pods
 from queues.inventory import Inventory
 from queues.model import Config
-from queues.nodes import NodeInfo
+from queues.nodes import UNSCHEDULABLE, NodeInfo
 from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION, rank_of
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,10 @@ class PlacedPod:
         return self.live and TOPOLOGY_GATE in pods.gates({"spec": self.spec})
 
 
+def _unschedulable(node: NodeInfo) -> bool:
+    return any(t.key == UNSCHEDULABLE for t in node.taints)
+
+
 class NodeInventory:
     def __init__(
         self,
@@ -72,10 +77,12 @@ class NodeInventory:
         current: Callable[[], Inventory | None],
         lost: Callable[[str], None],
         placed: Callable[[str], None],
+        cordoned: Callable[[str], None] = lambda _node: None,
     ) -> None:
         self.current = current  # the current term's inventory, if it places by topology
         self.lost = lost  # a node was deleted: what was placed there must go
         self.placed = placed  # a placed pod of this workload appeared or changed: pin what waits
+        self.cordoned = cordoned  # a node takes no new pods now: placements not yet started there must go
         self.nodes: dict[str, NodeInfo] = {}
         self.uses: dict[str, tuple[str, dict[str, int]]] = {}  # pod uid -> (node, requests) of an external pod
         self.external: dict[str, dict[str, int]] = {}  # node -> what external pods use there
@@ -98,6 +105,10 @@ class NodeInventory:
         return config is not None and any(
             efficiency.POLICY_ANNOTATION in cq.metadata.annotations for cq in config.cluster_queues.values()
         )
+
+    def bound_on(self, key: str, node: str) -> int:
+        """How many of workload ``key``'s placed pods are bound to ``node`` and alive."""
+        return sum(1 for p in self.by_workload.get(key, {}).values() if p.live and p.spec.get("nodeName") == node)
 
     def pods_of(self, key: str) -> list[tuple[str, str]]:
         """The live pods of workload ``key``: (namespace, name)."""
@@ -163,11 +174,15 @@ class NodeInventory:
                 self.lost(name)
             return
         node = NodeInfo.of(obj)
-        if self.nodes.get(name) == node:
+        old = self.nodes.get(name)
+        if old == node:
             return
         self.nodes[name] = node
         if inventory is not None:
             inventory.put(node)
+        if old is not None and _unschedulable(node) and not _unschedulable(old):
+            log.info("node %s was cordoned; placements whose pods have not started there are placed again", name)
+            self.cordoned(name)
 
     def _on_pod(self, kind: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}

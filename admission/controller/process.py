@@ -60,10 +60,11 @@ def identity() -> str:
 
 
 def health_app(
-    readiness: Readiness, render: Callable[[], bytes], controller: Controller | None = None
+    readiness: Readiness, render: Callable[[], bytes], controller: Controller | None = None, *, ui: bool = True
 ) -> web.Application:
     """``/healthz``, ``/readyz`` (``?verbose``, ``/readyz/CHECK``), ``/metrics`` and (with a
-    controller) Kueue's visibility API and the dashboard (``/ui/``, ``admission.ui``)."""
+    controller) Kueue's visibility API and, unless it has a port of its own (``ui``), the
+    dashboard (``/ui/``, ``admission.ui``)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -94,8 +95,14 @@ def health_app(
     app.router.add_get("/metrics", metrics)
     if controller is not None:
         visibility.routes(app, lambda: controller.term, controller.enactor.view)
-        Dashboard(controller.sessions, idle=controller.reclaimer.idle_held).routes(app)
+        if ui:
+            dashboard(controller).routes(app)
     return app
+
+
+def dashboard(controller: Controller) -> Dashboard:
+    """The dashboard as a replica serves it: PostgreSQL, plus the leader's idle GPUs and the jobs' Events."""
+    return Dashboard(controller.sessions, idle=controller.reclaimer.idle_held, job_events=controller.job_events)
 
 
 @dataclass(slots=True)
@@ -105,6 +112,7 @@ class Endpoints:
     webhook_port: int
     metrics_port: int
     serving: Serving
+    ui_port: int = 0  # where the dashboard is served (the metrics port unless it has its own)
 
 
 @contextlib.asynccontextmanager
@@ -116,6 +124,7 @@ async def endpoints(
     metrics_port: int,
     serving: Serving,
     registration: Registration,
+    ui_port: int = 0,
 ) -> AsyncIterator[Endpoints]:
     """The webhook (TLS, from ``serving``) and health/metrics listeners; ready only once the
     webhook serves its certificate and the controller is ready."""
@@ -139,10 +148,15 @@ async def endpoints(
     controller.readiness.add("webhook", webhook_ready, gates=True)
     follow_scope(controller, registration)
     health = web.AppRunner(
-        health_app(controller.readiness, controller.metrics.render, controller), handle_signals=False
+        health_app(controller.readiness, controller.metrics.render, controller, ui=not ui_port), handle_signals=False
     )
+    ui_app = web.Application()
+    if ui_port:
+        dashboard(controller).routes(ui_app)
+    ui = web.AppRunner(ui_app, handle_signals=False)
     await webhook.setup()
     await health.setup()
+    await ui.setup()
     keeping = asyncio.create_task(serving.keep(), name="webhook-certificate")
     proxying = asyncio.create_task(front_proxy.keep(context), name="front-proxy")
     registering = asyncio.create_task(registration.keep(), name="webhook-configurations")
@@ -150,7 +164,10 @@ async def endpoints(
         await web.TCPSite(webhook, host, webhook_port, ssl_context=context).start()
         listening["tls"] = True
         await web.TCPSite(health, host, metrics_port).start()
-        yield Endpoints(webhook, health, webhook.addresses[0][1], health.addresses[0][1], serving)
+        if ui_port:
+            await web.TCPSite(ui, host, ui_port).start()
+        ports = (webhook.addresses[0][1], health.addresses[0][1], ui.addresses[0][1] if ui_port else 0)
+        yield Endpoints(webhook, health, ports[0], ports[1], serving, ports[2] or ports[1])
     finally:
         keeping.cancel()
         registering.cancel()
@@ -158,6 +175,7 @@ async def endpoints(
         await asyncio.gather(keeping, registering, proxying, return_exceptions=True)
         await webhook.cleanup()
         await health.cleanup()
+        await ui.cleanup()
 
 
 def follow_scope(controller: Controller, registration: Registration) -> None:
@@ -216,6 +234,7 @@ async def serve(
     webhook_port: int,
     metrics_port: int,
     cert_dir: Path,
+    ui_port: int = 0,
     cert_secret: str | None = None,
     bind_address: str = "0.0.0.0",
     names: list[str] | None = None,
@@ -272,6 +291,7 @@ async def serve(
             metrics_port=metrics_port,
             serving=Serving(keeper, cert_dir, publish),
             registration=registration,
+            ui_port=ui_port,
         ) as ep:
             task = asyncio.create_task(controller.run(), name="controller")
             stopping = asyncio.create_task(stop.requested.wait(), name="stop")

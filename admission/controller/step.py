@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.budgets import BudgetKeeper
 from admission.controller.checks import Checks
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
@@ -69,6 +70,8 @@ class Changes:
     # (None: it no longer waits), as the enactor found; a step stores and announces it
     preempting: dict[str, list[str] | None] = field(default_factory=dict)
     nodes_lost: dict[str, None] = field(default_factory=dict)  # nodes deleted (``admission.controller.inventory``)
+    # nodes cordoned -> workloads placed there whose pods there had not started
+    nodes_unusable: dict[str, set[str]] = field(default_factory=dict)
 
     def job(self, uid: str) -> None:
         self.jobs[uid] = None
@@ -101,6 +104,7 @@ class Steps:
         policy: Policy = DEFAULT_POLICY,
         pods_ready: PodsReadyWatch | None = None,
         reclaimer: Reclaimer | None = None,
+        budgets: BudgetKeeper | None = None,
     ) -> None:
         self.changes = changes
         self.policy = policy
@@ -115,6 +119,7 @@ class Steps:
         self.enactor = enactor
         self.pods_ready = pods_ready or PodsReadyWatch(policy.pods_ready)
         self.reclaimer = reclaimer
+        self.budgets = budgets
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
         self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued, or are held
@@ -148,7 +153,12 @@ class Steps:
         lost, self.changes.nodes_lost = self.changes.nodes_lost, {}
         for node in lost:  # what was placed there is evicted (NodeFailures) and placed again
             decisions.extend(sched.node_lost(node))
+        unusable, self.changes.nodes_unusable = self.changes.nodes_unusable, {}
+        for node, keys in unusable.items():
+            decisions.extend(sched.node_unusable(node, keys))
         decisions.extend(self._reclaim(term, now))
+        if self.budgets is not None:
+            self.budgets.apply(term)  # (an exhausted budget holds new work back; a renewed one lets it go)
         started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
         if decided or sched.pending.where:

@@ -280,6 +280,23 @@ class WorkloadEvent(Base):
     )
 
 
+class GpuBudget(Base):
+    """A GPU-hour budget: what a ClusterQueue, or the jobs carrying a label, may run per period
+    (``admission.store.budgets``; edited with ``turnstile budget``, audited as kind ``GPUBudget``)."""
+
+    __tablename__ = "gpu_budgets"
+    name: Mapped[str] = mapped_column(String(NAME + 64), primary_key=True)  # clusterQueue X | label k=v
+    cluster_queue: Mapped[str | None] = mapped_column(String(NAME))
+    labels: Mapped[dict[str, Any]] = mapped_column(nullable=False, server_default=text("'{}'::jsonb"))
+    gpu_hours: Mapped[Decimal] = mapped_column(Numeric, nullable=False)
+    period: Mapped[str] = mapped_column(String(32), nullable=False)  # monthly, or a duration (720h)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+    __table_args__ = (
+        CheckConstraint("gpu_hours >= 0", name="gpu_hours_non_negative"),
+        CheckConstraint("(cluster_queue IS NULL) <> (labels = '{}'::jsonb)", name="one_selector"),
+    )
+
+
 class AuditEntry(Base):
     """One admin edit: who, when, what, and the object before and after."""
 

@@ -36,14 +36,21 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 Idle = Callable[[], dict[tuple[str, str], int] | None]
+JobEvents = Callable[[str], Awaitable[list[dict[str, Any]]]]  # workload key -> its job's Kubernetes Events
 
 
 class Dashboard:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], *, idle: Idle = lambda: None, tick: float = 1.0
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        idle: Idle = lambda: None,
+        job_events: JobEvents | None = None,
+        tick: float = 1.0,
     ) -> None:
         self.sessions = sessions
         self.idle = idle  # (flavor, resource) -> milli-units held by workloads measured idle (leader only)
+        self.job_events = job_events  # (a replica reads them from the API server; None: not shown)
         self.tick = tick
         self.listeners: set[asyncio.Queue[str]] = set()
         self.version = ""
@@ -55,7 +62,7 @@ class Dashboard:
         app.router.add_static("/ui/static/", STATIC, append_version=False)
         app.router.add_get("/ui/api/overview", self._json(lambda s, r: data.overview(s, self.idle())))
         app.router.add_get("/ui/api/pending", self._json(self._pending))
-        app.router.add_get("/ui/api/workload", self._json(lambda s, r: data.workload(s, r.query.get("name", ""))))
+        app.router.add_get("/ui/api/workload", self._json(self._workload))
         app.router.add_get("/ui/api/usage", self._json(self._usage))
         app.router.add_get("/ui/api/audit", self._json(lambda s, r: data.audit(s)))
         app.router.add_get("/ui/events", self._events)
@@ -84,6 +91,17 @@ class Dashboard:
 
         return handler
 
+    async def _workload(self, session: AsyncSession, request: web.Request) -> Any:
+        name = request.query.get("name", "")
+        body = await data.workload(session, name)
+        body["events"] = None
+        if self.job_events is not None and "/" in name:
+            try:
+                body["events"] = await self.job_events(name)
+            except Exception as exc:  # the API server away: the rest of the page still shows
+                log.debug("dashboard: events of %s not read: %s", name, exc)
+        return body
+
     async def _pending(self, session: AsyncSession, request: web.Request) -> Any:
         offset = _int(request.query.get("offset", "0"), "offset")
         limit = min(200, _int(request.query.get("limit", str(data.PAGE)), "limit"))
@@ -107,13 +125,16 @@ class Dashboard:
         try:
             await response.write(f"retry: 2000\nevent: changed\ndata: {json.dumps(self.version)}\n\n".encode())
             while True:
-                try:
-                    version = await asyncio.wait_for(queue.get(), timeout=15.0)
-                    await response.write(f"event: changed\ndata: {json.dumps(version)}\n\n".encode())
-                except TimeoutError:
+                version = None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(15.0):
+                        version = await queue.get()
+                if version is None:
                     await response.write(b": keep-alive\n\n")  # (proxies close idle streams)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+                else:
+                    await response.write(f"event: changed\ndata: {json.dumps(version)}\n\n".encode())
+        except ConnectionResetError:
+            pass  # the page went away (its EventSource reconnects if it is still open)
         finally:
             self.listeners.discard(queue)
         return response

@@ -110,4 +110,4 @@ def test_efficiency_example_reports_reclaim_and_budgets_and_engine_cluster_refus
     assert "Idle reclaim: 0 warned, 1 requeued" in out.stdout and "GPUIdle" in out.stdout
     assert "Budget label team=product: 48 of 40 GPU-hours this period (exhausted)" in out.stdout
     cluster = turnstile("simulate", "examples/efficiency/idle-reclaim.yaml", "--engine", "cluster")
-    assert cluster.returncode == 2 and "reclaim: the controller does not reclaim idle GPUs" in cluster.stderr
+    assert cluster.returncode == 2 and "reclaim: engine cluster has no Prometheus to read" in cluster.stderr

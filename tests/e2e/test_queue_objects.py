@@ -79,6 +79,20 @@ def cli(url: str, *args: str) -> Any:
     return turnstile(*args, env={**os.environ, "TURNSTILE_DATABASE_URL": url})
 
 
+# Polls run the CLI in a thread: a subprocess run inline would stall the replica, which shares
+# this event loop, for the seconds each run takes.
+async def _has(url: str, text: str, stream: str, *args: str) -> bool:
+    return text in getattr(await asyncio.to_thread(cli, url, *args), stream)
+
+
+async def _succeeds(url: str, *args: str) -> bool:
+    return bool((await asyncio.to_thread(cli, url, *args)).returncode == 0)
+
+
+async def _fails(url: str, *args: str) -> bool:
+    return not await _succeeds(url, *args)
+
+
 async def _cq_status(kube: Kube, name: str) -> dict[str, Any]:
     return dict((await kube.get(CQS, None, name)).get("status") or {})
 
@@ -95,7 +109,7 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         # What PostgreSQL held is exported into the cluster, and the install says where queues live now.
         await eventually(lambda: _exists(kube, RFS, "spare"), what="the stored flavor exported to the cluster")
         await eventually(
-            lambda: "configuration source: kubernetes" in cli(migrated_url, "get", "rf").stderr,
+            lambda: _has(migrated_url, "configuration source: kubernetes", "stderr", "get", "rf"),
             what="the install's source: kubernetes",
         )
 
@@ -134,7 +148,7 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         _, err_b = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0, err_b.decode()
         await eventually(
-            lambda: "alice" in cli(migrated_url, "history", "clusterqueue/team-a").stdout,
+            lambda: _has(migrated_url, "alice", "stdout", "history", "clusterqueue/team-a"),
             what="alice's edit in the audit log",
             timeout=20,
         )
@@ -149,7 +163,7 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
             code, _, err = await kubectl(who, "patch", "clusterqueue", "team-b", "--type", "merge", "-p", body)
             assert code == 0, err
         await eventually(
-            lambda: "argocd" in cli(migrated_url, "history", "clusterqueue/team-b").stdout,
+            lambda: _has(migrated_url, "argocd", "stdout", "history", "clusterqueue/team-b"),
             what="both edits audited",
             timeout=20,
         )
@@ -182,13 +196,13 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         # A flavor nothing uses goes, from the cluster and from PostgreSQL.
         code, _, err = await kubectl(host.kubeconfig, "delete", "resourceflavor", "spare")
         assert code == 0, err
-        await eventually(lambda: cli(migrated_url, "get", "rf", "spare").returncode != 0, what="spare deleted")
+        await eventually(lambda: _fails(migrated_url, "get", "rf", "spare"), what="spare deleted")
 
         # A Topology is stored (no warning: the controller places by it) and kept
         # while a flavor names it, as a flavor is while a queue does.
         code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=TOPOLOGY)
         assert code == 0 and "not used" not in err, err
-        await eventually(lambda: cli(migrated_url, "get", "topology", "racks").returncode == 0, what="racks stored")
+        await eventually(lambda: _succeeds(migrated_url, "get", "topology", "racks"), what="racks stored")
 
         async def guarded() -> bool:
             finalizers = (await kube.get(TOPOLOGIES, None, "racks"))["metadata"].get("finalizers") or []
@@ -207,7 +221,7 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         code, _, err = await kubectl(host.kubeconfig, *_kubectl_args(command))
         assert code == 0, err  # the printed command works as printed
         await eventually(
-            lambda: "nvidia.com/gpu:a100=4" in cli(migrated_url, "get", "cq", "team-a").stdout,
+            lambda: _has(migrated_url, "nvidia.com/gpu:a100=4", "stdout", "get", "cq", "team-a"),
             what="the printed command's edit applied",
         )
         for args in (("apply", "-f", str(TEAMS)), ("stop", "cq", "team-a"), ("delete", "rf", "a100")):

@@ -148,12 +148,18 @@ async function renderWorkload() {
   if (!state.workload) {
     document.getElementById("describe").textContent = "Name a workload (namespace/name), or pick one from Pending.";
     document.getElementById("timeline").replaceChildren();
+    document.querySelector("#events-table tbody").replaceChildren();
     return;
   }
   const w = await get(`/ui/api/workload?name=${encodeURIComponent(state.workload)}`);
   document.getElementById("timeline").replaceChildren(...w.history.map((h) => el("li", { class: h.type },
     el("b", {}, h.type), ` ${h.at.replace("T", " ").slice(0, 19)} UTC `, h.where || "", h.why ? ` (${h.why})` : "")));
   document.getElementById("describe").textContent = w.describe;
+  const events = w.events === null ? [el("tr", {}, el("td", { colspan: "4" }, "not available here"))]
+    : w.events.map((e) => el("tr", { "data-reason": e.reason || "" },
+      el("td", {}, String(e.at || "").replace("T", " ").replace("Z", "")), el("td", {}, e.type || ""),
+      el("td", {}, e.reason || ""), el("td", { class: "message" }, e.count > 1 ? `${e.message} (x${e.count})` : e.message || "")));
+  document.querySelector("#events-table tbody").replaceChildren(...events);
 }
 
 async function renderUsage() {

@@ -190,3 +190,32 @@ async def test_a_restarted_controller_keeps_the_placed_nodes_held(tmp_path: Path
             nodes[name] = set(placed.values())
         used = [next(iter(n)) for n in nodes.values()] + list(set(held.values()))
         assert len(set(used)) == 4, f"every job on a node of its own, the held one too: {nodes} {held}"
+
+
+async def test_a_node_cordoned_before_its_pods_started_there_is_left_for_another(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await cluster(w)
+        controller = w.start_controller("replica-1")
+        controller.pinner.request = lambda key: None  # type: ignore[method-assign]  # (its pods stay gated)
+        await w.create(gang("host", 4, level=HOST))
+
+        async def placed() -> dict[str, int] | None:
+            r = await _row(w, "host")
+            return r.assigned_flavors["placement"]["main"] if r is not None and r.state == "Admitted" else None
+
+        first = await eventually(placed, what="the job placed")
+        (node,) = first
+        await eventually(lambda: len(pods_of(w, "host")) == 4, what="its pods made, gated")
+        await w.kube.patch(NODES, None, node, {"spec": {"unschedulable": True}})
+
+        async def elsewhere() -> dict[str, int] | None:
+            now = await placed()
+            return now if now and node not in now else None
+
+        again = await eventually(elsewhere, timeout=20, what="placed again on another node")
+        assert sum(again.values()) == 4
+        events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
+        evicted = [e["message"] for e in events["items"] if e["reason"] == "Evicted"]
+        assert any("NodeFailures (NodeUnschedulable)" in m and f"node {node}" in m for m in evicted), evicted

@@ -144,6 +144,7 @@ async def test_the_dashboard_tells_the_story_live_in_a_real_browser(tmp_path: Pa
                 await page.goto(f"{url}/ui/#workload?name=ml/second")
                 await page.locator("#timeline li.Admitted").wait_for()
                 assert "Workload:      ml/second" in await page.locator("#describe").inner_text()
+                await page.locator('#events-table tr[data-reason="Admitted"]').wait_for()  # its job's Events
                 await page.screenshot(path=str(screenshot(tmp_path, "dashboard-workload.png")), full_page=True)
 
                 await page.goto(f"{url}/ui/#usage")

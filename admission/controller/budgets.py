@@ -1,0 +1,114 @@
+"""GPU-hour budgets in the controller: measured from the ledger, enforced by the core's gate.
+
+Every ``interval`` the leader reads the budgets (``admission.store.budgets``) and what each used
+in its current period, from the usage ledger. An exhausted budget holds the new workloads it
+covers back with reason ``BudgetExhausted`` (the scheduling core's ``budget_gate``, the same
+gate engine core uses), and the message says how much was used and when the period ends; running
+work is never stopped by a budget. When a period ends, or a budget is raised or deleted, the gate
+opens at the next look and every queue looks again.
+
+At 80 % a budget is said once per period (a warning in the log) and
+``turnstile_gpu_budget_used_ratio{budget}`` shows how far each is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Gauge
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.controller.term import Term
+from admission.store import budgets as store
+from admission.store import database
+from queues.efficiency import Budget
+from queues.model import Workload
+from queues.reclaim_model import WARN_AT
+
+log = logging.getLogger(__name__)
+
+Gate = Callable[[Workload], str | None]
+
+
+class BudgetKeeper:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        current_term: Callable[[], Term | None],
+        wake: Callable[[], None],
+        registry: CollectorRegistry,
+        interval: float = 60.0,
+    ) -> None:
+        self.sessions = sessions
+        self.current_term = current_term
+        self.wake = wake
+        self.interval = interval
+        self.gate: Gate | None = None  # a new function whenever what is exhausted changes
+        self.exhausted: dict[str, str] = {}  # budget name -> why its workloads wait
+        self.warned: set[tuple[str, dt.datetime]] = set()  # (budget, period start) said at 80 %
+        self.ratio = Gauge(
+            "turnstile_gpu_budget_used_ratio",
+            "GPU-hours used this period over the budget (1: exhausted, new work waits)",
+            ["budget"],
+            registry=registry,
+        )
+        self._shown: set[str] = set()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            if self.current_term() is None:
+                continue
+            try:
+                await self.look(dt.datetime.now(dt.UTC))
+            except database.ERRORS as exc:  # (the next look tries again; the gate stays as it was)
+                log.warning("GPU-hour budgets not read: %s", database.describe_error(exc))
+
+    async def look(self, now: dt.datetime) -> None:
+        """Measure every budget now; a new gate (and a step) when what is exhausted changed."""
+        async with database.transaction(self.sessions) as session:
+            stored = await store.load(session)
+            used = [await store.used_hours(session, b, now) for b in stored]
+        exhausted: dict[str, str] = {}
+        holding: list[tuple[Budget, str]] = []
+        for b, hours in zip(stored, used, strict=True):
+            start, end = store.current_period(b.period, now)
+            budget = b.budget
+            ratio = hours / budget.gpu_hours if budget.gpu_hours else 1.0  # (a budget of 0 allows nothing new)
+            self.ratio.labels(budget.name).set(ratio)
+            if ratio >= WARN_AT and (budget.name, start) not in self.warned:
+                self.warned.add((budget.name, start))
+                log.warning("GPU-hour budget %s: %.1f of %g GPU-hours used this period", budget.name, hours,
+                            budget.gpu_hours)  # fmt: skip
+            if hours >= budget.gpu_hours:
+                message = budget.exhausted_message(hours, end.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                exhausted[budget.name] = message
+                holding.append((budget, message))
+        for gone in self._shown - {b.name for b in stored}:
+            self.ratio.remove(gone)
+        self._shown = {b.name for b in stored}
+        if exhausted.keys() != self.exhausted.keys() or (self.gate is None) != (not holding):
+            self.exhausted = exhausted
+            self.gate = _gate(holding) if holding else None
+            self.wake()
+
+    def apply(self, term: Term) -> None:
+        """In a step: the term's scheduler gates by the latest look (and looks again on a change)."""
+        sched = term.scheduler
+        if sched.budget_gate is not self.gate:
+            sched.budget_gate = self.gate
+            sched.look_again()
+
+
+def _gate(holding: list[tuple[Budget, str]]) -> Gate:
+    def held(wl: Workload) -> str | None:
+        for budget, message in holding:
+            if budget.covers(wl.cluster_queue, wl.labels):
+                return message
+        return None
+
+    return held
