@@ -39,12 +39,11 @@ from admission.controller.budgets import BudgetKeeper
 from admission.controller.checks import Checks
 from admission.controller.declared import Declared
 from admission.controller.enactor import Enactor
-from admission.controller.events import EventPoster
-from admission.controller.inventory import NodeInventory
+from admission.controller.events import EventPoster, events_of
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
 from admission.controller.metrics import Metrics
-from admission.controller.pinning import Pinner
+from admission.controller.placement import Placement
 from admission.controller.podgroups import PodGroups
 from admission.controller.podsready import PodsReadyWatch, scaled
 from admission.controller.priorities import PriorityClasses
@@ -136,15 +135,9 @@ class Controller:
         self.jobs.runtimes = self.runtimes.lookup
         self.informers.extend(self.runtimes.informers)
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
-        # Nodes and the pods on them, for placement by topology (started once a flavor names a Topology)
-        self.inventory = NodeInventory(
-            kube,
-            current=lambda: self.term.scheduler.inventory if self.term is not None else None,
-            lost=self._on_node_lost,
-            placed=lambda key: self.pinner.request(key),
-            cordoned=self._on_node_cordoned,
-        )
-        self.pinner = Pinner(kube, self.inventory, current_term=lambda: self.term)
+        # placement by topology: Nodes and Pods (watched once a flavor names a Topology), the ungater
+        self.placement = Placement(kube, self.changes, current_term=lambda: self.term)
+        self.inventory = self.placement.inventory
         # idle-GPU reclaim: DCGM's series through Prometheus, joined to workloads by their pods
         self.reclaimer = Reclaimer(
             prometheus=Prometheus(policy.prometheus_url, timeout=policy.prometheus_timeout)
@@ -251,25 +244,6 @@ class Controller:
         self.changes.preempting[key] = victims
         self.changes.wake.set()
 
-    def _on_node_lost(self, node: str) -> None:
-        self.changes.nodes_lost[node] = None
-        self.changes.wake.set()
-
-    def _on_node_cordoned(self, node: str) -> None:
-        """Admitted workloads placed on ``node`` whose pods there have not all been bound yet
-        would wait for it for ever: the next step places them again."""
-        term = self.term
-        if term is None:
-            return
-        stuck = set()
-        for key, held in term.committed.items():
-            placed = sum(n.get(node, 0) for n in held.admission.placement.values()) if held.admission else 0
-            if placed and self.inventory.bound_on(key, node) < placed:
-                stuck.add(key)
-        if stuck:
-            self.changes.nodes_unusable.setdefault(node, set()).update(stuck)
-            self.changes.wake.set()
-
     def _on_check(self, uid: str) -> None:
         self.changes.checks[uid] = None
         self.changes.wake.set()
@@ -296,28 +270,8 @@ class Controller:
             self.changes.wake.set()
 
     async def job_events(self, key: str) -> list[dict[str, Any]]:
-        """The Kubernetes Events on workload ``key``'s job (the dashboard's workload page), oldest first."""
-        view = self.jobs.view(key)
-        namespace, _, name = key.partition("/")
-        if view is not None:
-            namespace, name = view.namespace, view.object_name
-        answer = await self.kube.request(
-            "GET", kube_client.EVENTS.path(namespace), query={"fieldSelector": f"involvedObject.name={name}"}
-        )
-        events = [
-            {
-                "at": e.get("lastTimestamp")
-                or e.get("eventTime")
-                or (e.get("metadata") or {}).get("creationTimestamp"),
-                "type": e.get("type"),
-                "reason": e.get("reason"),
-                "message": e.get("message"),
-                "count": e.get("count") or 1,
-            }
-            for e in answer.get("items") or []
-            if isinstance(e, dict)
-        ]
-        return sorted(events, key=lambda e: str(e["at"] or ""))
+        """The Kubernetes Events on workload ``key``'s job (the dashboard's workload page)."""
+        return await events_of(self.kube, self.jobs.view(key), key)
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
@@ -356,7 +310,7 @@ class Controller:
         tasks.append(asyncio.create_task(self.reclaimer.run(), name="gpu-utilization"))
         tasks.append(asyncio.create_task(self.budgets.run(), name="gpu-budgets"))
         self.enactor.start()
-        self.pinner.start()
+        self.placement.start()
         self.checks.start()
         self.events.start()
         self.elect_task = asyncio.create_task(self.leadership.run(), name="elect")
@@ -371,8 +325,7 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.enactor.stop()
-            await self.pinner.stop()
-            await self.inventory.stop()
+            await self.placement.stop()
             if self.reclaimer.prometheus is not None:
                 await self.reclaimer.prometheus.close()
             await self.checks.stop()
@@ -426,23 +379,12 @@ class Controller:
         self._tell_watchers()
 
     def _tell_watchers(self) -> None:
-        self._place_by_topology()
+        self.placement.configured(self.config)
         for watcher in self.config_watchers:
             try:
                 watcher()
             except Exception:  # a watcher's bug must not stop configuration loading
                 log.exception("configuration watcher failed")
-
-    def _place_by_topology(self) -> None:
-        """Once a ResourceFlavor names a Topology (or a ClusterQueue reclaims idle GPUs): watch
-        Nodes and Pods; with a Topology, let the term place on them."""
-        if self.inventory.needed(self.config):
-            self.inventory.start()
-        if not self.inventory.wanted(self.config):
-            return
-        if self.term is not None and self.term.scheduler.inventory is None:
-            self.term.scheduler.use_inventory(self.inventory.fresh())
-            self.changes.wake.set()
 
     def leading(self) -> bool:
         return self.term is not None
@@ -484,8 +426,6 @@ class Controller:
             afs = dataclasses.replace(
                 afs, half_life=afs.half_life * scale, sampling_interval=afs.sampling_interval * scale
             )
-        if self.inventory.needed(snapshot.config):
-            self.inventory.start()
         term = Term.start(
             fence,
             snapshot,
@@ -493,7 +433,7 @@ class Controller:
             fair,
             admission_fair_sharing=afs,
             history=history,
-            inventory=self.inventory.fresh() if self.inventory.wanted(snapshot.config) else None,
+            inventory=self.placement.for_term(snapshot.config),
             packing=self.policy.topology_packing,
         )
         self.priorities.apply(term.scheduler)
@@ -506,8 +446,7 @@ class Controller:
         self.changes.jobs.update(dict.fromkeys(term.rows))
         self.changes.checks.update(dict.fromkeys(self.checks.requests))
         self.changes.namespaces = False
-        for key in self.inventory.by_workload:  # placed pods a restart left gated
-            self.pinner.request(key)
+        self.placement.term_began()
         for uid, row in term.rows.items():  # requests to make, or to clean up, after a restart
             if uid in self.checks.requests or _has_checks(term.held(row.key)):
                 self.checks.request(uid)

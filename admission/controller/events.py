@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from admission.controller.workqueue import stop_workers
 from admission.jobs.base import JobView
@@ -124,3 +125,23 @@ class EventPoster:
             "count": 1,
         }
         await self.kube.create(EVENTS, view.namespace, body)
+
+
+async def events_of(kube: Kube, view: JobView | None, key: str) -> list[dict[str, Any]]:
+    """The Kubernetes Events on workload ``key``'s job (or first pod, for a pod group), oldest first."""
+    namespace, _, name = key.partition("/")
+    if view is not None:
+        namespace, name = view.namespace, view.object_name
+    answer = await kube.request("GET", EVENTS.path(namespace), query={"fieldSelector": f"involvedObject.name={name}"})
+    out = [
+        {
+            "at": e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp"),
+            "type": e.get("type"),
+            "reason": e.get("reason"),
+            "message": e.get("message"),
+            "count": e.get("count") or 1,
+        }
+        for e in answer.get("items") or []
+        if isinstance(e, dict)
+    ]
+    return sorted(out, key=lambda e: str(e["at"] or ""))
