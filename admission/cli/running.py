@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import click
 
@@ -183,6 +185,8 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     from admission.jobs import INTEGRATIONS
     from admission.kube import client as kube_client
     from admission.policy import Policy
+    from admission.sim import dcgm
+    from admission.sim import prometheus as sim_prometheus
     from admission.sim.host import SimHost
     from admission.store import config as config_store
     from admission.store import database, source, urls
@@ -217,9 +221,13 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
         await kube.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=obj)
     await kube.close()
 
+    notes: list[str] = []
+
     def ready(ep: process.Endpoints, _controller: object) -> None:
         click.echo(f"simulated cluster: {host.url}   kubeconfig: {host.kubeconfig}")
-        click.echo(f"GPU metrics (a simulated dcgm-exporter, for Prometheus): {host.url}/dcgm/metrics")
+        click.echo(f"GPU metrics (a simulated dcgm-exporter, for Prometheus): {host.url}{dcgm.PATH}")
+        for note in notes:
+            click.echo(note)
         click.echo(
             f"webhook: https://127.0.0.1:{ep.webhook_port}   metrics: http://127.0.0.1:{ep.metrics_port}/metrics"
         )
@@ -238,20 +246,40 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
         click.echo("  kubectl get workloads -A   # queued, admitted and finished, from PostgreSQL")
         click.echo("Ctrl-C stops everything.")
 
+    policy = Policy.from_settings(settings, lambda _ns: None)
     try:
-        await process.serve(
-            kubeconfig=host.kubeconfig,
-            database_url=url,
-            webhook_port=webhook_port,
-            metrics_port=metrics_port,
-            cert_dir=home / "certs",
-            bind_address="127.0.0.1",
-            names=names,
-            shutdown_delay=0.0,  # nothing routes to it but the simulated cluster, which stops with it
-            policy=Policy.from_settings(settings, lambda _ns: None),
-            ui_port=settings.ui_port,
-            on_ready=ready,
-        )
+        async with contextlib.AsyncExitStack() as stack:
+            if not policy.prometheus_url and sim_prometheus.binary() is not None:
+                # as in a GPU cluster: Prometheus scrapes dcgm-exporter (through a ServiceMonitor,
+                # hence honor_labels off) and the controller reads utilisation from it
+                target = urlparse(host.url).netloc
+                scraping = sim_prometheus.running(
+                    home / "prometheus", target, dcgm.PATH, honor_labels=False, interval="5s"
+                )
+                prometheus_url = await stack.enter_async_context(scraping)
+                policy = dataclasses.replace(policy, prometheus_url=prometheus_url)
+                said = f"{prometheus_url} (scraping the simulated dcgm-exporter: idle reclaim, used GPU-hours)"
+            elif policy.prometheus_url:
+                said = f"{policy.prometheus_url} (TURNSTILE_PROMETHEUS_URL)"
+            else:
+                said = "none: no prometheus on PATH (apt-get install prometheus for idle reclaim and used GPU-hours)"
+            notes.append(f"Prometheus: {said}")
+            await process.serve(
+                kubeconfig=host.kubeconfig,
+                database_url=url,
+                webhook_port=webhook_port,
+                metrics_port=metrics_port,
+                cert_dir=home / "certs",
+                bind_address="127.0.0.1",
+                names=names,
+                shutdown_delay=0.0,  # nothing routes to it but the simulated cluster, which stops with it
+                policy=policy,
+                ui_port=settings.ui_port,
+                on_ready=ready,
+            )
+    except sim_prometheus.PrometheusError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     finally:
         await host.stop()
 

@@ -5,6 +5,13 @@ FLAVOR=USD_PER_GPU_HOUR`` (repeatable; prices GPU resources of that flavor), ``-
 Turnstile's additions: each GPU row's ``gpuHours`` in whole cards (a MIG slice or a time-sliced
 replica is a fraction of one, ``queues.gpu_units``; ``--fraction`` and ``TURNSTILE_GPU_FRACTIONS``
 override), which a flavor's price applies to, and ``--price RESOURCE=USD`` per resource-hour.
+
+GPU efficiency (``admission.store.usage``): each row's ``requestedHours`` (quota held),
+``startedHours`` (its jobs ran) and ``usedHours`` (measured utilisation x hours; null without DCGM
+data), in whole cards for GPU resources and in the row's own unit otherwise, and ``efficiency``
+(mean utilisation over the measured time). ``hours`` keeps its meaning (resource-hours held) and
+cost is of the hours held. ``--plot`` draws GPU-hours and efficiency per group over time
+(``admission.cli.usage_plot``).
 """
 
 from __future__ import annotations
@@ -19,10 +26,25 @@ from typing import Any
 
 import click
 
+from admission.cli import usage_plot
 from admission.cli.admin import _exec, _settings, database_option, parse_since
 from admission.store import usage as ledger
 from queues import gpu_units
 from queues.jobs import is_gpu
+
+_FIELDS = (
+    "group",
+    "clusterQueue",
+    "flavor",
+    "resource",
+    "hours",
+    "gpuHours",
+    "cost",
+    "requestedHours",
+    "startedHours",
+    "usedHours",
+    "efficiency",
+)
 
 
 def _prices(values: tuple[str, ...]) -> dict[str, Decimal]:
@@ -43,6 +65,10 @@ def _prices(values: tuple[str, ...]) -> dict[str, Decimal]:
     return out
 
 
+def _hours(value: Decimal | None, per_unit: Decimal) -> float | None:
+    return None if value is None else float(round(value * per_unit, 4))
+
+
 def _rows(
     rows: list[ledger.UsageRow], prices: dict[str, Decimal], fractions: dict[str, Fraction]
 ) -> list[dict[str, Any]]:
@@ -51,7 +77,8 @@ def _rows(
     out = []
     for r in ordered:
         fraction = gpu_units.card_fraction(r.resource, fractions)
-        cards = None if fraction is None else r.hours * Decimal(fraction.numerator) / Decimal(fraction.denominator)
+        per_unit = Decimal(1) if fraction is None else Decimal(fraction.numerator) / Decimal(fraction.denominator)
+        cards = None if fraction is None else r.hours * per_unit
         if r.resource in prices:
             cost: Decimal | None = r.hours * prices[r.resource]
         elif cards is not None and r.flavor in prices:
@@ -67,6 +94,10 @@ def _rows(
                 "hours": float(round(r.hours, 4)),
                 "gpuHours": None if cards is None else float(round(cards, 4)),
                 "cost": None if cost is None else float(round(cost, 2)),
+                "requestedHours": _hours(r.hours, per_unit),
+                "startedHours": _hours(r.started, per_unit),
+                "usedHours": _hours(r.used, per_unit),
+                "efficiency": None if r.efficiency is None else float(round(r.efficiency, 4)),
             }
         )
     return out
@@ -96,9 +127,27 @@ def _rows(
     help="A card's fraction one unit of a resource is (nvidia.com/mig-1g.6gb=1/4); over TURNSTILE_GPU_FRACTIONS.",
 )
 @click.option("-o", "--output", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option(
+    "--plot",
+    is_flag=True,
+    help="Draw GPU-hours (started) and efficiency per group over the window instead of the table.",
+)
+@click.option(
+    "--every",
+    default=None,
+    metavar="DURATION",
+    help="With --plot: the length of one column (1h, 1d, 1w); by default the window in about 30.",
+)
 @database_option
 def usage_cmd(
-    by: str, since: str, prices: tuple[str, ...], fractions: tuple[str, ...], output: str, database_url: str | None
+    by: str,
+    since: str,
+    prices: tuple[str, ...],
+    fractions: tuple[str, ...],
+    output: str,
+    plot: bool,
+    every: str | None,
+    database_url: str | None,
 ) -> None:
     """Resource-hours from the usage ledger (GPU-hours first), with cost where priced.
 
@@ -115,6 +164,13 @@ def usage_cmd(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--fraction") from exc
     start, until = parse_since(since), dt.datetime.now(dt.UTC)
+    if plot:
+        step = usage_plot.bucket_of(start, until, every)
+        found = _exec(
+            lambda s: ledger.report(s, by=by, since=start, until=until, bucket=step), database_url=database_url
+        )
+        click.echo(usage_plot.draw(found, by=by, since=start, until=until, bucket=step, fractions=cards), nl=False)
+        return
     found = _exec(lambda s: ledger.report(s, by=by, since=start, until=until), database_url=database_url)
     rows = _rows(found, priced, cards)
     if output == "json":
@@ -124,7 +180,7 @@ def usage_cmd(
         return
     if output == "csv":
         buffer = io.StringIO()
-        fields = ["group", "clusterQueue", "flavor", "resource", "hours", "gpuHours", "cost"]
+        fields = list(rows[0]) if rows else [*_FIELDS]
         writer = csv.DictWriter(buffer, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
@@ -134,16 +190,30 @@ def usage_cmd(
         click.echo(f"no usage recorded between {start:%Y-%m-%d %H:%M} and {until:%Y-%m-%d %H:%M} UTC")
         return
     title = "NAMESPACE" if by == "namespace" else "CLUSTERQUEUE" if by == "clusterqueue" else by[6:].upper()
-    table = [[title, "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "GPU-HOURS", "COST (USD)"]]
+    table = [
+        [title, "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "GPU-HOURS", "STARTED", "USED", "EFF", "COST (USD)"]
+    ]
     for r in rows:
         cost = "-" if r["cost"] is None else f"{r['cost']:,.2f}"
         whole = "-" if r["gpuHours"] is None else f"{r['gpuHours']:,.2f}"
-        table.append([r["group"], r["clusterQueue"], r["flavor"], r["resource"], f"{r['hours']:,.2f}", whole, cost])
+        used = "-" if r["usedHours"] is None else f"{r['usedHours']:,.2f}"
+        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.0%}"
+        table.append(
+            [r["group"], r["clusterQueue"], r["flavor"], r["resource"], f"{r['hours']:,.2f}", whole,
+             f"{r['startedHours']:,.2f}", used, eff, cost]
+        )  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         cells = [c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         click.echo("  ".join(cells).rstrip())
     gpu_hours = sum(r["gpuHours"] for r in rows if r["gpuHours"] is not None)
     costs = [r["cost"] for r in rows if r["cost"] is not None]
-    total = f"{gpu_hours:,.2f} GPU-hours" + (f", {sum(costs):,.2f} USD" if costs else "")
+    gpu_rows = [r for r in rows if r["gpuHours"] is not None]
+    started = sum(r["startedHours"] for r in gpu_rows)
+    measured = [r for r in gpu_rows if r["usedHours"] is not None]
+    total = f"{gpu_hours:,.2f} GPU-hours held, {started:,.2f} started"
+    if measured:
+        total += f", {sum(r['usedHours'] for r in measured):,.2f} used where measured"
+    if costs:
+        total += f", {sum(costs):,.2f} USD"
     click.echo(f"total: {total}  ({start:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC)")

@@ -42,6 +42,7 @@ from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster, events_of
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
+from admission.controller.metering import Meter
 from admission.controller.metrics import Metrics
 from admission.controller.placement import Placement
 from admission.controller.podgroups import PodGroups
@@ -136,8 +137,12 @@ class Controller:
         self.informers.extend(self.runtimes.informers)
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
         # placement by topology: Nodes and Pods (watched once a flavor names a Topology), the ungater
-        self.placement = Placement(kube, self.changes, current_term=lambda: self.term)
+        self.placement = Placement(
+            kube, self.changes, current_term=lambda: self.term, pods_always=bool(policy.prometheus_url)
+        )
         self.inventory = self.placement.inventory
+        # the ledger's started and used GPU-hours: jobs seen running, DCGM read through Prometheus
+        self.meter = Meter(self.jobs, self.inventory.pods_of)
         # idle-GPU reclaim: DCGM's series through Prometheus, joined to workloads by their pods
         self.reclaimer = Reclaimer(
             prometheus=Prometheus(policy.prometheus_url, timeout=policy.prometheus_timeout)
@@ -149,6 +154,7 @@ class Controller:
             wake=self.changes.wake.set,
             interval=policy.reclaim_interval,
             scale=options.backoff_scale,
+            meter=self.meter,
         )
         self.enactor = Enactor(
             kube,
@@ -211,6 +217,7 @@ class Controller:
             policy=self.policy,
             pods_ready=PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale)),
             reclaimer=self.reclaimer,
+            meter=self.meter,
             budgets=self.budgets,
         )
         self.leadership = Leadership(

@@ -16,7 +16,8 @@ cluster without TAS pays nothing for them):
   admitted workload (its ``turnstile.dev/workload`` annotation) is indexed by name, which is how
   idle reclaim joins GPU metrics to workloads (``admission.controller.reclaim``).
 
-The informers also start, for that index, once a ClusterQueue has an idle-reclaim policy.
+The informers also start, for that index, once a ClusterQueue has an idle-reclaim policy, and
+whenever GPU utilisation is read (``TURNSTILE_PROMETHEUS_URL``: the ledger's used GPU-hours).
 
 Each term gets an ``Inventory`` of its own (``fresh``): what the informers know, with the term's
 admissions' placements held on top; ``pending`` until both informers have listed, so nothing is
@@ -78,7 +79,9 @@ class NodeInventory:
         lost: Callable[[str], None],
         placed: Callable[[str], None],
         cordoned: Callable[[str], None] = lambda _node: None,
+        pods_always: bool = False,
     ) -> None:
+        self.pods_always = pods_always  # GPU utilisation is read (the ledger joins it to workloads by pod)
         self.current = current  # the current term's inventory, if it places by topology
         self.lost = lost  # a node was deleted: what was placed there must go
         self.placed = placed  # a placed pod of this workload appeared or changed: pin what waits
@@ -97,10 +100,10 @@ class NodeInventory:
         """Whether placement by topology is configured (some ResourceFlavor names a Topology)."""
         return config is not None and any(rf.spec.topology_name for rf in config.flavors.values())
 
-    @classmethod
-    def needed(cls, config: Config | None) -> bool:
-        """Whether to watch at all: placement by topology, or idle reclaim (pods to join)."""
-        if cls.wanted(config):
+    def needed(self, config: Config | None) -> bool:
+        """Whether to watch at all: placement by topology, or GPU utilisation read (pods to join
+        to workloads: idle reclaim, the ledger's used hours)."""
+        if self.pods_always or self.wanted(config):
             return True
         return config is not None and any(
             efficiency.POLICY_ANNOTATION in cq.metadata.annotations for cq in config.cluster_queues.values()

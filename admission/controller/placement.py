@@ -28,7 +28,9 @@ from queues.model import Config
 
 
 class Placement:
-    def __init__(self, kube: Kube, changes: Changes, *, current_term: Callable[[], Term | None]) -> None:
+    def __init__(
+        self, kube: Kube, changes: Changes, *, current_term: Callable[[], Term | None], pods_always: bool = False
+    ) -> None:
         self.changes = changes
         self.current_term = current_term
         self.inventory = NodeInventory(
@@ -37,6 +39,7 @@ class Placement:
             lost=self._lost,
             placed=lambda key: self.pinner.request(key),
             cordoned=self._cordoned,
+            pods_always=pods_always,
         )
         self.pinner = Pinner(kube, self.inventory, current_term=current_term)
 

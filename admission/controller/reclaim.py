@@ -8,7 +8,8 @@ Every ``interval`` the leader reads each pod's mean GPU utilisation over each po
 annotation every admitted job's pods carry (``admission.controller.inventory``), and the next
 step decides with engine core's own model (``queues.reclaim_model``): warn (an Event
 ``GPUIdle``), or evict with reason ``GPUIdle`` and requeue or deactivate, only when someone
-waits for the quota if the policy says so.
+waits for the quota if the policy says so. The same loop reads each pod's mean since the last
+read for the ledger's used GPU-hours whenever Prometheus is set (``admission.controller.metering``).
 
 Missing data is unknown, never idle: a workload none of whose pods has a series is not touched,
 and a Prometheus that cannot be read reclaims nothing (readiness says why; a metric counts it).
@@ -27,6 +28,7 @@ from collections.abc import Callable
 
 from admission.controller.inventory import NodeInventory
 from admission.controller.jobcache import JobCache
+from admission.controller.metering import Meter, Span
 from admission.controller.term import Term, admission_token
 from admission.controller.utilisation import Prometheus, Unavailable
 from admission.jobs.base import KEEP_UNTIL
@@ -37,6 +39,8 @@ from queues.gpu_metrics import Reading
 from queues.reclaim_model import EfficiencyModel
 
 log = logging.getLogger(__name__)
+
+MAX_METERED = 6 * 3600.0  # a read after Prometheus was away covers at most this much of the gap
 
 __all__ = ["KEEP_UNTIL", "Reclaimer"]
 
@@ -52,6 +56,7 @@ class Reclaimer:
         wake: Callable[[], None],
         interval: float = 60.0,
         scale: float = 1.0,
+        meter: Meter | None = None,
     ) -> None:
         self.prometheus = prometheus
         self.pods = pods
@@ -64,6 +69,8 @@ class Reclaimer:
         self.read_at = 0.0  # wall time the readings were asked for
         self.problem: str | None = None  # why utilisation cannot be read now (readiness)
         self.failures = 0
+        self.meter = meter  # the ledger's used hours: every read since the last one goes to it
+        self.metered_at = 0.0  # wall time of the last read it was given
         self.warned: list[tuple[str, str]] = []  # (workload, message): warnings the step has to say
         self._model: tuple[object, tuple[ReclaimPolicy, ...], EfficiencyModel] | None = None
 
@@ -76,23 +83,28 @@ class Reclaimer:
         return self.problem
 
     async def run(self) -> None:
-        """Read utilisation every ``interval`` while some ClusterQueue has a policy; wake a step."""
+        """Every ``interval``, with Prometheus set: read each pod's utilisation since the last read
+        (the ledger's used hours, ``admission.controller.metering``) and over each policy's window;
+        wake a step."""
         while True:
             await asyncio.sleep(self.interval)
             term = self.current_term()
             if term is None:
                 continue
             policies = self.policies(term)
-            if not policies:
-                self.problem = None
-                continue
             if self.prometheus is None:
-                self.problem = "a ClusterQueue has an idle-reclaim policy but TURNSTILE_PROMETHEUS_URL is not set"
+                self.problem = (
+                    "a ClusterQueue has an idle-reclaim policy but TURNSTILE_PROMETHEUS_URL is not set"
+                    if policies
+                    else None
+                )
                 continue
             asked = time.time()
+            since = max(self.metered_at, asked - MAX_METERED) if self.metered_at else asked - self.interval
             try:
                 readings = {w: await self.prometheus.read(w) for w in sorted({p.window for p in policies})}
-            except Unavailable as exc:
+                metered = await self.prometheus.read(asked - since)
+            except Unavailable as exc:  # (the next read covers the gap: nothing is lost to the ledger)
                 if self.problem is None:
                     log.warning("GPU utilisation cannot be read; nothing is reclaimed meanwhile: %s", exc)
                 self.problem, self.readings = f"GPU utilisation cannot be read: {exc}", {}
@@ -101,6 +113,9 @@ class Reclaimer:
             if self.problem is not None:
                 log.info("GPU utilisation is read again")
             self.problem, self.readings, self.read_at = None, readings, asked
+            self.metered_at = asked
+            if self.meter is not None:
+                self.meter.read(Span(metered, since, asked))
             self.wake()
 
     def decide(self, term: Term, now: float) -> list[Decision]:

@@ -36,6 +36,7 @@ from admission.controller.checks import Checks
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.jobcache import JobCache
+from admission.controller.metering import Meter
 from admission.controller.metrics import Metrics
 from admission.controller.podsready import PodsReadyWatch
 from admission.controller.reclaim import Reclaimer
@@ -45,6 +46,7 @@ from admission.jobs.base import JobView
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import config as config_store
 from admission.store import database, fair_usage, lease
+from admission.store import usage as ledger
 from admission.store import workloads as store
 from queues import efficiency, jobs, provisioning
 from queues.model import Workload
@@ -104,6 +106,7 @@ class Steps:
         policy: Policy = DEFAULT_POLICY,
         pods_ready: PodsReadyWatch | None = None,
         reclaimer: Reclaimer | None = None,
+        meter: Meter | None = None,
         budgets: BudgetKeeper | None = None,
     ) -> None:
         self.changes = changes
@@ -119,6 +122,7 @@ class Steps:
         self.enactor = enactor
         self.pods_ready = pods_ready or PodsReadyWatch(policy.pods_ready)
         self.reclaimer = reclaimer
+        self.meter = meter
         self.budgets = budgets
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
@@ -179,6 +183,7 @@ class Steps:
             if row is not None and (row.uid in self.checks.requests or _has_checks(term.held(key))):
                 self.checks.request(row.uid)
         await self._save_usage(term)
+        await self._save_meter(term, dirty, now)
         due = (sched.next_requeue(), sched.next_settled(), self.pods_ready.next_deadline())
         wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
@@ -198,6 +203,20 @@ class Steps:
                 await fair_usage.save(own, rows, fence=term.fence)
         for h in histories:  # (a failed commit ends the term: the next one reads what was stored)
             h.changed.clear()
+
+    async def _save_meter(self, term: Term, dirty: dict[str, None], now: float) -> None:
+        """The ledger's started and used hours (``admission.controller.metering``): jobs seen
+        running under their admission now, and what the utilisation reads since the last step
+        measured; in their own fenced transaction, after the commit that made the admissions."""
+        if self.meter is None:
+            return
+        self.meter.observe(term, dirty, now)
+        running, measured = self.meter.drain(term)
+        if running or measured:
+            async with database.transaction(self.sessions) as session:
+                await lease.check(session, term.fence)
+                await ledger.set_running(session, [(row_id, timestamp(at)) for row_id, at in running])
+                await ledger.add_utilisation(session, measured)
 
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
         """waitForPodsReady (``admission.controller.podsready``): look at the started workloads whose

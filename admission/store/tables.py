@@ -24,6 +24,7 @@ from sqlalchemy import (
     CheckConstraint,
     ColumnElement,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -336,6 +337,11 @@ class UsageInterval(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(nullable=False, server_default=text("'{}'::jsonb"))
     started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     ended_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    # when the job was seen running under this admission (started GPU-hours count from here)
+    running_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    # of that run: seconds DCGM data covered, and those seconds times the utilisation measured
+    measured_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))
+    busy_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))
     __table_args__ = (
         CheckConstraint("quantity >= 0", name="quantity_non_negative"),
         CheckConstraint("ended_at IS NULL OR ended_at >= started_at", name="ends_after_start"),

@@ -25,7 +25,16 @@ SHARED = "nvidia.com/gpu.shared"
 def ledger_url(migrated_url: str) -> str:
     now = dt.datetime.now(dt.UTC)
 
-    def row(team: str, flavor: str, resource: str, milli: int, start_h: float, end_h: float) -> tables.UsageInterval:
+    def row(
+        team: str,
+        flavor: str,
+        resource: str,
+        milli: int,
+        start_h: float,
+        end_h: float,
+        ran_h: float | None = 0.0,  # hours after its admission its job ran (None: never)
+        measured: tuple[float, float] = (0.0, 0.0),  # (hours measured, mean utilisation)
+    ) -> tables.UsageInterval:
         return tables.UsageInterval(
             workload=f"ml-{team}/job",
             namespace=f"ml-{team}",
@@ -37,6 +46,9 @@ def ledger_url(migrated_url: str) -> str:
             labels={"team": team},
             started_at=now - dt.timedelta(hours=start_h),
             ended_at=now - dt.timedelta(hours=end_h),
+            running_at=None if ran_h is None else now - dt.timedelta(hours=start_h - ran_h),
+            measured_seconds=measured[0] * 3600,
+            busy_seconds=measured[0] * 3600 * measured[1],
         )
 
     async def fill() -> None:
@@ -44,12 +56,13 @@ def ledger_url(migrated_url: str) -> str:
         async with database.transaction(database.sessions(engine)) as s:
             s.add_all(
                 [
-                    row("alg-2", "a100", GPU, 4000, 50, 40),  # 4 GPUs x 10 h, two days ago
-                    row("alg-2", "h100", GPU, 1000, 30, 28),  # 1 GPU x 2 h
+                    # 4 GPUs x 10 h, two days ago; ran after an hour's admission check, 25 % busy
+                    row("alg-2", "a100", GPU, 4000, 50, 40, ran_h=1, measured=(9, 0.25)),
+                    row("alg-2", "h100", GPU, 1000, 30, 28, ran_h=None),  # 1 GPU x 2 h, preempted before it ran
                     row("alg-2", "a100", "cpu", 16000, 50, 40),  # 16 cores x 10 h
                     row("vision", "a100", GPU, 8000, 5, 4),  # 8 GPUs x 1 h
                     row("vision", "a100", GPU, 8000, 24 * 20, 24 * 19),  # three weeks ago: outside 7d
-                    row("vision", "a100-mig", MIG, 7000, 3, 1),  # 7 slices x 2 h
+                    row("vision", "a100-mig", MIG, 7000, 3, 1, measured=(2, 0.5)),  # 7 slices x 2 h, half busy
                     row("vision", "a100-ts", SHARED, 4000, 3, 1),  # 4 time-sliced replicas x 2 h
                 ]
             )
@@ -71,26 +84,36 @@ def test_gpu_hours_of_a_team_last_week_and_their_cost(ledger_url: str, tmp_path:
     rows = json.loads(done.stdout)["rows"]
     assert rows[:5] == [  # GPU-hours first, then by group
         {"group": "alg-2", "clusterQueue": "cq-alg-2", "flavor": "a100", "resource": GPU, "hours": 40.0,
-         "gpuHours": 40.0, "cost": 128.0},
+         "gpuHours": 40.0, "cost": 128.0, "requestedHours": 40.0, "startedHours": 36.0, "usedHours": 9.0,
+         "efficiency": 0.25},
         {"group": "alg-2", "clusterQueue": "cq-alg-2", "flavor": "h100", "resource": GPU, "hours": 2.0,
-         "gpuHours": 2.0, "cost": None},
+         "gpuHours": 2.0, "cost": None, "requestedHours": 2.0, "startedHours": 0.0, "usedHours": None,
+         "efficiency": None},
         {"group": "vision", "clusterQueue": "cq-vision", "flavor": "a100", "resource": GPU, "hours": 8.0,
-         "gpuHours": 8.0, "cost": 25.6},
+         "gpuHours": 8.0, "cost": 25.6, "requestedHours": 8.0, "startedHours": 8.0, "usedHours": None,
+         "efficiency": None},  # no DCGM data: unknown, never idle
         {"group": "vision", "clusterQueue": "cq-vision", "flavor": "a100-mig", "resource": MIG, "hours": 14.0,
-         "gpuHours": 2.0, "cost": 6.4},  # 14 slice-hours of 1g.10gb are 2 card-hours
+         "gpuHours": 2.0, "cost": 6.4, "requestedHours": 2.0, "startedHours": 2.0, "usedHours": 1.0,
+         "efficiency": 0.5},  # 14 slice-hours of 1g.10gb are 2 card-hours; half busy: 1 card-hour used
         {"group": "vision", "clusterQueue": "cq-vision", "flavor": "a100-ts", "resource": SHARED, "hours": 8.0,
-         "gpuHours": 2.0, "cost": 6.4},  # 8 replica-hours at 4 replicas per card
+         "gpuHours": 2.0, "cost": 6.4, "requestedHours": 2.0, "startedHours": 2.0, "usedHours": None,
+         "efficiency": None},  # 8 replica-hours at 4 replicas per card
     ]  # fmt: skip
     assert rows[5]["resource"] == "cpu" and rows[5]["gpuHours"] is None and rows[5]["cost"] is None
     assert len(rows) == 6  # the run three weeks ago is outside the window
     table = run(ledger_url, tmp_path, "--by", "label:team", "--since", "7d", *prices)
     assert table.returncode == 0
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["TEAM", "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "GPU-HOURS", "COST", "(USD)"]
-    assert lines[1].split() == ["alg-2", "cq-alg-2", "a100", GPU, "40.00", "40.00", "128.00"]
-    assert lines[-1].startswith("total: 54.00 GPU-hours, 166.40 USD")
+    assert lines[0].split() == [
+        "TEAM", "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "GPU-HOURS", "STARTED", "USED", "EFF", "COST", "(USD)"
+    ]  # fmt: skip
+    assert lines[1].split() == ["alg-2", "cq-alg-2", "a100", GPU, "40.00", "40.00", "36.00", "9.00", "25%", "128.00"]
+    assert lines[2].split() == ["alg-2", "cq-alg-2", "h100", GPU, "2.00", "2.00", "0.00", "-", "-", "-"]
+    assert lines[-1].startswith("total: 54.00 GPU-hours held, 48.00 started, 10.00 used where measured, 166.40 USD")
     by_ns = run(ledger_url, tmp_path, "--by", "namespace", "--since", "30d", "-o", "csv")
     parsed = list(csv.DictReader(io.StringIO(by_ns.stdout)))
+    assert list(parsed[0]) == ["group", "clusterQueue", "flavor", "resource", "hours", "gpuHours", "cost",
+                               "requestedHours", "startedHours", "usedHours", "efficiency"]  # fmt: skip
     assert {(r["group"], r["flavor"], r["resource"]): float(r["hours"]) for r in parsed if r["resource"] == GPU} == {
         ("ml-alg-2", "a100", GPU): 40.0,
         ("ml-alg-2", "h100", GPU): 2.0,
@@ -128,3 +151,23 @@ def test_a_resource_price_and_a_fraction_override(ledger_url: str, tmp_path: Pat
     from_env = turnstile("usage", "--since", "7d", "-o", "json", env=env_set)
     shared = next(r for r in json.loads(from_env.stdout)["rows"] if r["resource"] == SHARED)
     assert shared["gpuHours"] == 1.0
+
+
+def test_plot_of_gpu_hours_and_efficiency_per_team(ledger_url: str, tmp_path: Path) -> None:
+    """One column per day: alg-2 ran two days ago at 25 %, vision today (MIG half busy, the
+    rest unmeasured); all on one scale, efficiency unknown where nothing was measured."""
+    done = run(ledger_url, tmp_path, "--by", "label:team", "--since", "7d", "--every", "1d", "--plot")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("GPU-hours started and GPU efficiency by team, one column per 1d")
+    rows = {line.split()[0]: line for line in lines if line.startswith(("alg-2", "vision"))}
+    header = next(line for line in lines if line.startswith("TEAM"))
+    hours_at, eff_at = header.index("GPU-HOURS"), header.index("EFFICIENCY")
+    alg = rows["alg-2"][hours_at : hours_at + 7]
+    vision = rows["vision"][hours_at : hours_at + 7]
+    assert alg.strip() and alg[-1] == " " and vision[-1] != " "  # alg-2 nothing today, vision only today
+    assert "█" in alg + vision and rows["alg-2"].split()[-1] == "25%" and rows["vision"].split()[-1] == "50%"
+    assert rows["alg-2"][eff_at : eff_at + 7].strip() in ("▃", "▃▃")  # a quarter busy: ▃ of ▁..█
+    assert "36.00" in rows["alg-2"] and "12.00" in rows["vision"]  # GPU-hours started (cards)
+    bad = run(ledger_url, tmp_path, "--since", "30d", "--every", "1m", "--plot")
+    assert bad.returncode == 2 and "at most 200" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,6 +1,7 @@
 """``turnstile sim up`` as a newcomer runs it: the printed dashboard URL answers with the page,
 and the page's data shows the queues applied with ``--manifests``; ``TURNSTILE_UI_PORT`` moves
-the dashboard to a port of its own."""
+the dashboard to a port of its own; with ``prometheus`` on PATH it starts one scraping the
+simulated dcgm-exporter and prints its URL."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from admission.sim import prometheus as sim_prometheus
 from tests.e2e.test_install import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,12 +40,14 @@ async def test_sim_up_prints_a_dashboard_url_that_shows_the_queues(tmp_path: Pat
     ]  # fmt: skip
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        url = None
+        url = prometheus = None
         lines: list[str] = []
         assert process.stdout is not None
         for _ in range(400):
             line = await asyncio.to_thread(process.stdout.readline)
             lines.append(line)
+            if line.startswith("Prometheus: "):
+                prometheus = line.split()[1]
             if line.startswith("dashboard: "):
                 url = line.split()[1]
                 break
@@ -59,6 +63,17 @@ async def test_sim_up_prints_a_dashboard_url_that_shows_the_queues(tmp_path: Pat
                 break
             await asyncio.sleep(0.1)
         assert {"team-a", "team-b"} <= names, names
+        if sim_prometheus.binary() is None:
+            assert prometheus == "none:", "".join(lines)
+            return
+        assert prometheus is not None and prometheus.startswith("http://127.0.0.1:"), "".join(lines)
+        query = prometheus + "/api/v1/query?query=up%7Bjob%3D%22dcgm%22%7D"
+        for _ in range(150):  # (scraped every 5 s)
+            result = json.loads((await asyncio.to_thread(_get, query))[1])["data"]["result"]
+            if result and result[0]["value"][1] == "1":
+                break
+            await asyncio.sleep(0.1)
+        assert result and result[0]["value"][1] == "1", result  # the simulated exporter is scraped
     finally:
         process.send_signal(signal.SIGINT)
         try:

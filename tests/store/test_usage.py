@@ -70,3 +70,45 @@ def test_groupings_are_checked() -> None:
     for bad in ("team", "label:", "cq"):
         with pytest.raises(ValueError, match="namespace, clusterqueue or label:KEY"):
             ledger.parse_by(bad)
+
+
+async def test_started_and_used_hours_and_buckets(sessions: async_sessionmaker[AsyncSession]) -> None:
+    """Requested counts the quota held; started from when the job ran; used is the measured
+    share of the run weighted by utilisation, clipped with the window; nothing measured is None."""
+    waited = interval("ml-a", "team-a", "a100", GPU, 2000, 0, 4, "vision")  # held 4 h by 2 GPUs
+    waited.running_at = T0 + dt.timedelta(hours=1)  # an admission check took the first hour
+    waited.measured_seconds, waited.busy_seconds = 3 * 3600.0, 0.25 * 3 * 3600  # 25 % over all 3 h run
+    unmeasured = interval("ml-b", "team-b", "h100", GPU, 1000, 0, 2, "nlp")
+    unmeasured.running_at = T0
+    never_ran = interval("ml-c", "team-c", "a100", GPU, 1000, 0, 1, "infra")  # preempted while it waited
+    async with database.transaction(sessions) as s:
+        s.add_all([waited, unmeasured, never_ran])
+    async with database.transaction(sessions) as s:
+        whole = await ledger.report(s, by="label:team", since=T0, until=T0 + dt.timedelta(hours=10))
+        half = await ledger.report(
+            s, by="label:team", since=T0 + dt.timedelta(hours=2.5), until=T0 + dt.timedelta(hours=10)
+        )
+        buckets = await ledger.report(
+            s, by="label:team", since=T0, until=T0 + dt.timedelta(hours=4), bucket=dt.timedelta(hours=2)
+        )
+    rows = {r.group: r for r in whole}
+    vision = rows["vision"]
+    assert (vision.hours, vision.started, vision.measured) == (Decimal(8), Decimal(6), Decimal(6))
+    assert _near(vision.used, Decimal("1.5")) and _near(vision.efficiency, Decimal("0.25"))
+    assert rows["nlp"].started == 2 and rows["nlp"].used is None and rows["nlp"].efficiency is None
+    assert rows["infra"].hours == 1 and rows["infra"].started == 0 and rows["infra"].used is None
+    # from 2.5 h: half of vision's run remains, so half of what was measured of it
+    clipped = {r.group: r for r in half}["vision"]
+    assert (clipped.hours, clipped.started) == (Decimal(3), Decimal(3)) and _near(clipped.used, Decimal("0.75"))
+    by_bucket = {(r.group, r.bucket): r for r in buckets}
+    first, second = T0, T0 + dt.timedelta(hours=2)
+    assert by_bucket[("vision", first)].hours == 4 and by_bucket[("vision", first)].started == 2
+    assert by_bucket[("vision", second)].started == 4 and _near(by_bucket[("vision", second)].used, 1)
+    assert _near(by_bucket[("vision", first)].used, Decimal("0.5"))  # (a third of the run: 2 GPUs x 1 h x 25 %)
+    assert ("nlp", second) not in by_bucket  # ended at 2 h: nothing in the second bucket
+    assert ("infra", first) in by_bucket and ("infra", second) not in by_bucket
+
+
+def _near(value: Decimal | None, expected: Decimal | int) -> bool:
+    """Used hours come from measured seconds (floats) and shares of a run: equal to a micro-hour."""
+    return value is not None and abs(value - expected) < Decimal("0.000001")
