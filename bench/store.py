@@ -204,5 +204,8 @@ async def _fill_ledger(url: str, n: int) -> None:
                 ),
                 {"n": n},
             )
+        async with engine.connect() as conn:  # (as autovacuum would after a bulk load: the planner's statistics)
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.execute(text("ANALYZE usage_ledger"))
     finally:
         await engine.dispose()

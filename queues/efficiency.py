@@ -107,6 +107,14 @@ class Budget:
             f"GPU-hours used this period; new work waits until the period ends ({until})"
         )
 
+    def warning_message(self, used_hours: float, until: str) -> str:
+        """What is said when it is 80 % used."""
+        return (
+            f"GPU-hour budget ({self.name}) {used_hours / self.gpu_hours:.0%} used: {used_hours:.1f} of "
+            f"{self.gpu_hours:g} GPU-hours this period; new work will wait once it is spent (the period "
+            f"ends {until})"
+        )
+
     def covers(self, cluster_queue: str | None, labels: Mapping[str, str]) -> bool:
         if self.cluster_queue is not None:
             return cluster_queue == self.cluster_queue

@@ -111,7 +111,8 @@ def draw(
             elif seen <= 0:
                 eff_cells.append(UNMEASURED)
             else:
-                eff_cells.append(BLOCKS[min(len(BLOCKS) - 1, int(used / seen * len(BLOCKS)))])
+                level = int(used / seen * len(BLOCKS) + Decimal("0.000001"))  # (measured in floats)
+                eff_cells.append(BLOCKS[min(len(BLOCKS) - 1, level)])
         seen_total = sum(measured[g])
         mean = f"{sum(busy[g]) / seen_total:.0%}" if seen_total > 0 else "-"
         total = f"{sum(started[g]):,.2f}"

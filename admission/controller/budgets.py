@@ -7,8 +7,13 @@ gate engine core uses), and the message says how much was used and when the peri
 work is never stopped by a budget. When a period ends, or a budget is raised or deleted, the gate
 opens at the next look and every queue looks again.
 
-At 80 % a budget is said once per period (a warning in the log) and
-``turnstile_gpu_budget_used_ratio{budget}`` shows how far each is used.
+At 80 % a budget is said once per period, and again once exhausted: a log line and a Warning
+Event (``GPUBudgetWarning``, ``BudgetExhausted``) where its users look. A budget is no
+Kubernetes object, so the Event goes on the ClusterQueue of a ClusterQueue budget (in
+``default``, where a cluster-scoped object's Events live), and on each Namespace where the
+workloads of a label budget are (in that namespace: ``kubectl get events -n <ns>`` shows it to the
+team), at most ``MAX_NAMESPACES``. ``turnstile_gpu_budget_used_ratio{budget}`` shows how far each
+is used.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.events import EventPoster
 from admission.controller.term import Term
 from admission.store import budgets as store
 from admission.store import database
+from queues import api, crds
 from queues.efficiency import Budget
 from queues.model import Workload
 from queues.reclaim_model import WARN_AT
@@ -31,6 +38,9 @@ from queues.reclaim_model import WARN_AT
 log = logging.getLogger(__name__)
 
 Gate = Callable[[Workload], str | None]
+MAX_NAMESPACES = 20  # namespaces told about one label budget
+WARNING = "GPUBudgetWarning"
+EXHAUSTED = "BudgetExhausted"
 
 
 class BudgetKeeper:
@@ -42,14 +52,16 @@ class BudgetKeeper:
         wake: Callable[[], None],
         registry: CollectorRegistry,
         interval: float = 60.0,
+        events: EventPoster | None = None,
     ) -> None:
         self.sessions = sessions
+        self.events = events
         self.current_term = current_term
         self.wake = wake
         self.interval = interval
         self.gate: Gate | None = None  # a new function whenever what is exhausted changes
         self.exhausted: dict[str, str] = {}  # budget name -> why its workloads wait
-        self.warned: set[tuple[str, dt.datetime]] = set()  # (budget, period start) said at 80 %
+        self.warned: set[tuple[str, str, dt.datetime]] = set()  # (what, budget, period start) said
         self.ratio = Gauge(
             "turnstile_gpu_budget_used_ratio",
             "GPU-hours used this period over the budget (1: exhausted, new work waits)",
@@ -80,14 +92,14 @@ class BudgetKeeper:
             budget = b.budget
             ratio = hours / budget.gpu_hours if budget.gpu_hours else 1.0  # (a budget of 0 allows nothing new)
             self.ratio.labels(budget.name).set(ratio)
-            if ratio >= WARN_AT and (budget.name, start) not in self.warned:
-                self.warned.add((budget.name, start))
-                log.warning("GPU-hour budget %s: %.1f of %g GPU-hours used this period", budget.name, hours,
-                            budget.gpu_hours)  # fmt: skip
+            until = end.strftime("%Y-%m-%dT%H:%M:%SZ")
             if hours >= budget.gpu_hours:
-                message = budget.exhausted_message(hours, end.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                message = budget.exhausted_message(hours, until)
                 exhausted[budget.name] = message
                 holding.append((budget, message))
+                self._say(EXHAUSTED, budget, start, message)
+            elif ratio >= WARN_AT:
+                self._say(WARNING, budget, start, budget.warning_message(hours, until))
         for gone in self._shown - {b.name for b in stored}:
             self.ratio.remove(gone)
         self._shown = {b.name for b in stored}
@@ -95,6 +107,24 @@ class BudgetKeeper:
             self.exhausted = exhausted
             self.gate = _gate(holding) if holding else None
             self.wake()
+
+    def _say(self, reason: str, budget: Budget, period: dt.datetime, message: str) -> None:
+        """Once per budget, period and reason: a log line, and Events where its users look."""
+        if (reason, budget.name, period) in self.warned:
+            return
+        self.warned.add((reason, budget.name, period))
+        log.warning("%s", message)
+        term = self.current_term()
+        if self.events is None:
+            return
+        if budget.cluster_queue is not None:
+            kind = f"{api.GROUP}/{crds.VERSION}"
+            self.events.post_on(kind, "ClusterQueue", budget.cluster_queue, None, reason, message, type="Warning")
+            return
+        workloads = term.scheduler.workloads.values() if term is not None else ()
+        covered = sorted({wl.namespace for wl in workloads if budget.covers(None, wl.labels)})
+        for namespace in covered[:MAX_NAMESPACES]:
+            self.events.post_on("v1", "Namespace", namespace, namespace, reason, message, type="Warning")
 
     def apply(self, term: Term) -> None:
         """In a step: the term's scheduler gates by the latest look (and looks again on a change)."""

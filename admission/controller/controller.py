@@ -194,14 +194,15 @@ class Controller:
         self.readiness.add("gpu-utilization", self.reclaimer.probe, gates=False)
         self.metrics = Metrics(self)
         # GPU-hour budgets (``admission.controller.budgets``): measured from the ledger, held by the core's gate
+        self.events = EventPoster(kube, instance=options.identity)
         self.budgets = BudgetKeeper(
             sessions,
             current_term=lambda: self.term,
             wake=self.changes.wake.set,
             registry=self.metrics.registry,
             interval=policy.reclaim_interval,
+            events=self.events,
         )
-        self.events = EventPoster(kube, instance=options.identity)
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
         self.steps = Steps(
             changes=self.changes,

@@ -14,6 +14,7 @@ controller on 50,000 Events. Events are a courtesy to the user; the store is the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -34,8 +35,9 @@ BURST = 1000
 
 
 @dataclass(frozen=True, slots=True)
-class JobEvent:
-    view: JobView
+class Event:
+    involved: dict[str, str]  # involvedObject: apiVersion, kind, name, namespace (where it has one), uid
+    namespace: str  # the Event's own (the involved object's, or ``default`` for a cluster-scoped one)
     type: str  # Normal | Warning
     reason: str
     message: str
@@ -48,7 +50,7 @@ class EventPoster:
         self.kube = kube
         self.clock = clock  # (the rate limit's; tests give a still one)
         self.instance = instance
-        self.queue: asyncio.Queue[JobEvent] = asyncio.Queue(maxsize=MAX_QUEUED)
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=MAX_QUEUED)
         self.workers = workers
         self.tasks: list[asyncio.Task[None]] = []
         self.posted = 0
@@ -76,8 +78,26 @@ class EventPoster:
         self.last_reason.pop(uid, None)
 
     def post(self, view: JobView | None, reason: str, message: str, *, type: str = "Normal") -> None:
+        """An Event on a job (or on a plain pod group's first pod)."""
         if view is None:
             return
+        ref = view.integration.ref
+        involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": view.object_name,
+                    "namespace": view.namespace, "uid": view.object_uid}  # fmt: skip
+        self._queue(Event(involved, view.namespace, type, reason, message))
+
+    def post_on(
+        self, api_version: str, kind: str, name: str, namespace: str | None, reason: str, message: str, *, type: str
+    ) -> None:
+        """An Event on any object (a ClusterQueue, a Namespace). A cluster-scoped object's Events
+        live in ``default``, as the API server requires of an Event whose involvedObject has no
+        namespace."""
+        involved = {"apiVersion": api_version, "kind": kind, "name": name}
+        if namespace:
+            involved["namespace"] = namespace
+        self._queue(Event(involved, namespace or "default", type, reason, message))
+
+    def _queue(self, event: Event) -> None:
         now = self.clock()
         self.tokens = min(float(BURST), self.tokens + (now - self.refilled) * RATE)
         self.refilled = now
@@ -86,7 +106,7 @@ class EventPoster:
             return
         self.tokens -= 1
         try:
-            self.queue.put_nowait(JobEvent(view, type, reason, message[:1024]))
+            self.queue.put_nowait(dataclasses.replace(event, message=event.message[:1024]))
         except asyncio.QueueFull:
             self.dropped += 1
 
@@ -97,23 +117,15 @@ class EventPoster:
                 await self._send(event)
                 self.posted += 1
             except KubeError as exc:
-                log.debug("event %s for %s not posted: %s", event.reason, event.view.key, exc)
+                log.debug("event %s for %s not posted: %s", event.reason, event.involved["name"], exc)
 
-    async def _send(self, event: JobEvent) -> None:
-        view = event.view
-        ref = view.integration.ref
+    async def _send(self, event: Event) -> None:
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{view.object_name}.", "namespace": view.namespace},
-            "involvedObject": {
-                "apiVersion": ref.api_version,
-                "kind": ref.kind,
-                "name": view.object_name,
-                "namespace": view.namespace,
-                "uid": view.object_uid,
-            },
+            "metadata": {"generateName": f"{event.involved['name']}.", "namespace": event.namespace},
+            "involvedObject": event.involved,
             "reason": event.reason,
             "message": event.message,
             "type": event.type,
@@ -124,7 +136,7 @@ class EventPoster:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self.kube.create(EVENTS, view.namespace, body)
+        await self.kube.create(EVENTS, event.namespace, body)
 
 
 async def events_of(kube: Kube, view: JobView | None, key: str) -> list[dict[str, Any]]:

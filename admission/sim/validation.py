@@ -198,8 +198,23 @@ def object_rules(res: Resource, obj: Obj) -> None:
         causes.extend((e.path, e.message) for e in jobs.pod_problems(obj.get("spec") or {}))
     elif (res.group, res.kind) == ("batch", "Job"):
         causes.extend((e.path, e.message) for e in jobs.api_problems(obj, jobs.KINDS[("batch/v1", "Job")]))
+    elif (res.group, res.kind) == ("", "Event"):
+        causes.extend(_event_namespace(obj))
     if causes:
         raise invalid(res, name, causes)
+
+
+def _event_namespace(event: Obj) -> list[tuple[str, str]]:
+    """A core/v1 Event without ``eventTime`` (the legacy form) must live in its involved object's
+    namespace, or, for a cluster-scoped object, in ``default`` (Kubernetes'
+    ``legacyValidateEvent``)."""
+    if event.get("eventTime"):
+        return []
+    involved = str((event.get("involvedObject") or {}).get("namespace") or "")
+    own = str((event.get("metadata") or {}).get("namespace") or "")
+    if (not involved and own not in ("", "default")) or (involved and own != involved):
+        return [("involvedObject.namespace", f"Invalid value: {involved!r}: does not match event.namespace")]
+    return []
 
 
 def _without_directives(template: Any) -> Any:

@@ -108,12 +108,31 @@ async def test_a_team_over_its_budget_waits_and_its_running_work_goes_on(tmp_pat
         assert "of 0.001 GPU-hours used this period" in r.message, r.message
         assert "new work waits until the period ends (20" in r.message
         assert (await _row(w, "first")).state == "Admitted", "running work is never stopped by a budget"
+        # said where the team looks: a Warning Event on its namespace (a budget is no Kubernetes object)
+        (told,) = await eventually(lambda: _events(w, "ml", "Namespace"), what="a BudgetExhausted Event in ml")
+        assert told["type"] == "Warning" and told["involvedObject"]["name"] == "ml", told
+        assert told["message"].startswith("GPU-hour budget (label team=alg-2) exhausted"), told
         # raised: the held job goes at the next look
         raised = await asyncio.to_thread(
             cli, migrated_url, tmp_path, "set", "--label", "team=alg-2", "--gpu-hours", "100"
         )
         assert raised.returncode == 0, raised.stderr
         await eventually(lambda: _admitted(w, "second"), timeout=10, what="admitted once the budget was raised")
+        # a ClusterQueue's budget is said on the ClusterQueue (its Events live in default)
+        spent = await asyncio.to_thread(
+            cli, migrated_url, tmp_path, "set", "--cluster-queue", "team-a", "--gpu-hours", "0.001"
+        )
+        assert spent.returncode == 0, spent.stderr
+        (on_cq,) = await eventually(lambda: _events(w, "default", "ClusterQueue"), what="an Event on the ClusterQueue")
+        assert on_cq["involvedObject"]["name"] == "team-a", on_cq
+        assert on_cq["message"].startswith("GPU-hour budget (clusterQueue team-a) exhausted"), on_cq
+
+
+async def _events(w: World, namespace: str, kind: str) -> list[dict[str, Any]]:
+    """BudgetExhausted Events on objects of ``kind`` (a GPUBudgetWarning may come first, if a look
+    saw the budget between 80 and 100 %)."""
+    found = await w.kube.request("GET", f"/api/v1/namespaces/{namespace}/events")
+    return [e for e in found["items"] if e["involvedObject"]["kind"] == kind and e["reason"] == "BudgetExhausted"]
 
 
 async def _admitted(w: World, name: str) -> bool:

@@ -524,3 +524,25 @@ async def test_a_trainjobs_runtime_patches_change_only_while_it_is_suspended(
     await custom.patch_namespaced_custom_object(group, version, "default", plural, "t", both[1:])
     started = await custom.patch_namespaced_custom_object(group, version, "default", plural, "t", both[:1])
     assert started["spec"]["suspend"] is False and started["spec"]["runtimePatches"] == [patch]
+
+
+async def test_an_event_lives_in_its_objects_namespace_or_in_default(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    """As Kubernetes' legacyValidateEvent: a core/v1 Event about a namespaced object is in that
+    object's namespace; one about a cluster-scoped object (no involvedObject.namespace) in default."""
+    _, api = cluster
+    core = client.CoreV1Api(api)
+
+    def event(namespace: str | None, kind: str) -> dict[str, Any]:
+        involved = {"apiVersion": "v1", "kind": kind, "name": "x", **({"namespace": namespace} if namespace else {})}
+        return {"metadata": {"generateName": "x."}, "involvedObject": involved, "reason": "R", "message": "m"}
+
+    await core.create_namespaced_event("default", event("default", "Pod"))
+    await core.create_namespaced_event("default", event(None, "Node"))
+    for namespace, body in (("default", event("other", "Pod")), ("kube-system", event(None, "Node"))):
+        with pytest.raises(ApiException) as refused:
+            await core.create_namespaced_event(namespace, body)
+        assert refused.value.status == 422
+        causes = json.loads(refused.value.body)["details"]["causes"]
+        assert any("does not match event.namespace" in c["message"] for c in causes), causes
