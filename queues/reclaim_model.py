@@ -50,10 +50,12 @@ class EfficiencyModel:
         self.runs: dict[str, _Run] = {}
         self.used = [0.0] * len(budgets)  # GPU-seconds in the current period
         self.period = [0] * len(budgets)
+        self.used_in: dict[tuple[int, int], float] = {}  # (budget, period) -> GPU-seconds used in it
         self.exhausted: set[int] = set()
         self.warned_budgets: set[tuple[int, int]] = set()
         self.last = 0.0
         self.counts = {"warned": 0, "requeued": 0, "deactivated": 0}
+        self.backoff_scale = 1.0  # seconds of a requeue's backoff per scenario second (engine cluster: its time scale)
         self.warnings: list[tuple[float, str, str]] = []  # (t, workload, message): the warn action's
         self.reclaimed: dict[str, int] = {}  # workload -> times requeued for idling (they do not contend)
         self.freed_gpu_seconds = 0.0  # GPU-seconds reclaimed workloads would still have held
@@ -81,15 +83,15 @@ class EfficiencyModel:
         """Count GPU-seconds up to ``now``; True when a budget became exhausted or was renewed."""
         changed = False
         for i, budget in enumerate(self.budgets):
+            gpus = sum(r.gpus for r in self.runs.values() if budget.covers(r.cluster_queue, r.labels))
             period = int(now // budget.period)
-            if period != self.period[i]:
-                self.period[i], self.used[i] = period, 0.0
+            if period != self.period[i]:  # (what ran since the new period began is its own)
+                self.period[i], self.used[i] = period, gpus * max(0.0, now - max(self.last, period * budget.period))
                 changed |= i in self.exhausted
                 self.exhausted.discard(i)
             else:
-                self.used[i] += sum(r.gpus for r in self.runs.values() if budget.covers(r.cluster_queue, r.labels)) * (
-                    now - self.last
-                )
+                self.used[i] += gpus * (now - self.last)
+            self.used_in[(i, period)] = self.used[i]
             if i not in self.exhausted and self.used[i] >= budget.gpu_hours * 3600:
                 self.exhausted.add(i)
                 changed = True
@@ -187,14 +189,16 @@ class EfficiencyModel:
             if deactivate and policy.action == "requeue":
                 message += f"; requeued {REQUEUE_LIMIT} times for idling, the limit"
             self.counts["deactivated" if deactivate else "requeued"] += 1
-            backoff = min(BACKOFF_MAX, BACKOFF_SECONDS * 2 ** (times - 1))
+            backoff = min(BACKOFF_MAX, BACKOFF_SECONDS * 2 ** (times - 1)) * self.backoff_scale
             evict = sched.reclaim_idle(key, message, deactivate=deactivate, backoff=backoff)
             if evict is not None:
                 self.reclaimed[key] = times
                 out.append(evict)
         return out
 
-    def summary(self) -> dict[str, object]:
+    def summary(self, at: float | None = None) -> dict[str, object]:
+        """Counts and budgets; a budget's use is of the period ``at`` is in (the run's end: the
+        clock may have run on past it to an instant that changed nothing), else the latest."""
         out: dict[str, object] = {}
         if self.policies:
             out["reclaim"] = {
@@ -207,13 +211,18 @@ class EfficiencyModel:
                 {
                     "budget": b.name,
                     "gpuHours": b.gpu_hours,
-                    "usedThisPeriod": round(self.used[i] / 3600, 2),
-                    "exhausted": i in self.exhausted,
+                    "usedThisPeriod": round(self._used_at(i, at) / 3600, 2),
+                    "exhausted": self._used_at(i, at) >= b.gpu_hours * 3600,
                     "warnedPeriods": sum(1 for j, _ in self.warned_budgets if j == i),
                 }
                 for i, b in enumerate(self.budgets)
             ]
         return out
+
+    def _used_at(self, i: int, at: float | None) -> float:
+        if at is None:
+            return self.used[i]
+        return self.used_in.get((i, int(at // self.budgets[i].period)), 0.0)
 
 
 def _contended(sched: Scheduler, cluster_queue: str, reclaimed: Mapping[str, int]) -> bool:

@@ -157,7 +157,7 @@ class Simulation:
             if on_step is not None:
                 on_step(self)
         result = self.record.result(cycles=self.sched.cycles, explain=self.sched.explain)
-        result.efficiency = self.efficiency.summary()
+        result.efficiency = self.efficiency.summary(at=result.makespan)
         return result
 
     def runs_or_waits(self) -> bool:

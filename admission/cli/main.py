@@ -171,18 +171,13 @@ def demo(seconds: float) -> None:
 
 
 def _core_only(parsed: Any) -> str:
-    """What of a scenario only engine core models yet (empty: nothing): engine cluster refuses
-    it rather than run it differently."""
-    for field, used in (
-        ("reclaim", parsed.reclaim),
-        ("budgets", parsed.budgets),
-        ("jobs[].utilization", parsed.utilization),
-    ):
-        if used:
-            return (
-                f"{field}: engine cluster has no Prometheus to read GPU utilisation from, and budgets there "
-                "are kept with `turnstile budget` in wall-clock periods (docs/gpu-efficiency.md)"
-            )
+    """What of a scenario engine cluster cannot run here (empty: nothing): it refuses it rather
+    than run it differently. Idle reclaim and utilisation need a real Prometheus on PATH."""
+    from admission.sim import efficiency
+
+    if efficiency.needs_prometheus(parsed) and (why := efficiency.missing()):
+        field = "reclaim" if parsed.reclaim else "jobs[].utilization"
+        return f"{field}: {why}"
     return ""
 
 

@@ -56,11 +56,13 @@ class BudgetKeeper:
     ) -> None:
         self.sessions = sessions
         self.events = events
+        self.anchor = 0.0  # where duration periods start (Unix seconds; engine cluster: its t=0)
         self.current_term = current_term
         self.wake = wake
         self.interval = interval
         self.gate: Gate | None = None  # a new function whenever what is exhausted changes
         self.exhausted: dict[str, str] = {}  # budget name -> why its workloads wait
+        self.used: dict[str, float] = {}  # budget name -> GPU-hours used this period, at the last look
         self.warned: set[tuple[str, str, dt.datetime]] = set()  # (what, budget, period start) said
         self.ratio = Gauge(
             "turnstile_gpu_budget_used_ratio",
@@ -84,11 +86,12 @@ class BudgetKeeper:
         """Measure every budget now; a new gate (and a step) when what is exhausted changed."""
         async with database.transaction(self.sessions) as session:
             stored = await store.load(session)
-            used = [await store.used_hours(session, b, now) for b in stored]
+            used = [await store.used_hours(session, b, now, self.anchor) for b in stored]
         exhausted: dict[str, str] = {}
         holding: list[tuple[Budget, str]] = []
+        self.used = {b.budget.name: hours for b, hours in zip(stored, used, strict=True)}
         for b, hours in zip(stored, used, strict=True):
-            start, end = store.current_period(b.period, now)
+            start, end = store.current_period(b.period, now, self.anchor)
             budget = b.budget
             ratio = hours / budget.gpu_hours if budget.gpu_hours else 1.0  # (a budget of 0 allows nothing new)
             self.ratio.labels(budget.name).set(ratio)

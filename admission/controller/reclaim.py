@@ -169,12 +169,18 @@ class Reclaimer:
                     out[fr] = out.get(fr, 0) + qty
         return out
 
+    @property
+    def model(self) -> EfficiencyModel | None:
+        """The current term's model (what it decided: counts, warnings), if any."""
+        return self._model[2] if self._model is not None else None
+
     def _model_for(self, term: Term, policies: tuple[ReclaimPolicy, ...]) -> EfficiencyModel:
         """The term's model; a new one when the term or the policies change (runs already acted on
         and requeue counts carried over)."""
         if self._model is not None and self._model[0] is term and self._model[1] == policies:
             return self._model[2]
         model = EfficiencyModel({}, policies, ())
+        model.backoff_scale = self.scale  # (the requeue backoff is in scenario seconds too)
         if self._model is not None and self._model[0] is term:
             model.reclaimed = self._model[2].reclaimed
             model.runs = self._model[2].runs

@@ -94,6 +94,7 @@ class ApiServer:
         (a cluster without some operators: leave them out, and POST their CRDs later);
         ``definitions``: more CRDs, whole (Kueue's configuration kinds, ``queues.crds``)."""
         self.faults = faults or Faults()
+        self.time_scale = 1.0  # wall seconds per simulated second (``SimHost`` sets it)
         self.store = store or ObjectStore()
         self.base = served
         self.served: list[Resource] = list(served)
@@ -119,7 +120,8 @@ class ApiServer:
             self.store.create(resources.CRDS, "", _established(crd), namespaces=resources.NAMESPACES)
         self._sync_crds()
         self.app = web.Application(client_max_size=MAX_BODY)
-        self.app.router.add_get(dcgm.PATH, dcgm.handler(self.store, lambda: self.served))  # (a dcgm-exporter's)
+        # (a dcgm-exporter's; a trace's times are scaled as the simulated kubelet's runtimes)
+        self.app.router.add_get(dcgm.PATH, dcgm.handler(self.store, lambda: self.served, lambda: self.time_scale))
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_shutdown.append(self._end_streams)
 

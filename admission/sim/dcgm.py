@@ -5,8 +5,11 @@ container holds, gauges labelled with the pod that uses it. The simulated cluste
 so it makes the same series up: each running pod with GPU requests gets, per GPU it requests,
 ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (a fraction) and ``DCGM_FI_DEV_GPU_UTIL`` (a percentage), its
 value from the annotation ``turnstile.dev/sim-gpu-utilization`` ("0.12") on the pod, or else on
-the object that owns it (a Job's pods, through its ownerReferences). A pod with neither has no
-series (as a GPU whose metrics are missing: unknown, never idle). MIG slices carry
+the objects that own it (a Job's pods, a JobSet's through its Jobs: ownerReferences); or a trace, a JSON list of
+steps ``[{"at": 0, "value": 0.1}, {"at": 900, "value": 0.9}]`` whose ``at`` are seconds since
+the pod started, times the cluster's time scale (as ``turnstile.dev/sim-runtime``: a scenario's
+``utilization`` list as engine cluster plays it). A pod with neither has no series (as a GPU
+whose metrics are missing: unknown, never idle). MIG slices carry
 ``GPU_I_PROFILE`` and ``GPU_I_ID``, as dcgm-exporter's do. Labels are dcgm-exporter's:
 ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``, ``container``, ``namespace``, ``pod``.
 
@@ -17,7 +20,10 @@ controller's GPU-efficiency work reads them through Prometheus (``docs/gpu-effic
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
+import json
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -37,17 +43,18 @@ Owner = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 
 
 def handler(
-    store: ObjectStore, served: Callable[[], list[Resource]]
+    store: ObjectStore, served: Callable[[], list[Resource]], time_scale: Callable[[], float] = lambda: 1.0
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """The aiohttp handler of ``PATH`` over the simulated API server's objects."""
+    """The aiohttp handler of ``PATH`` over the simulated API server's objects (``time_scale``: wall
+    seconds per second of a trace's ``at``)."""
 
     async def serve(_request: web.Request) -> web.Response:
         resources = served()
         pods = next(r for r in resources if r.plural == "pods" and not r.group)
         by_kind = {(r.api_version, r.kind): r for r in resources}
 
-        def owner(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-            meta = pod.get("metadata") or {}
+        def owner(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            meta = obj.get("metadata") or {}
             for ref in meta.get("ownerReferences") or []:
                 res = by_kind.get((str(ref.get("apiVersion")), str(ref.get("kind"))))
                 if res is not None:
@@ -55,28 +62,58 @@ def handler(
                         return store.get(res, str(meta.get("namespace") or ""), str(ref.get("name")))
             return None
 
-        text = exposition(store.list(pods, None)[0], owner)
+        text = exposition(store.list(pods, None)[0], owner, now=time.time(), time_scale=time_scale())
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     return serve
 
 
-def utilization(pod: Mapping[str, Any], owner: Owner) -> float | None:
-    """The pod's made-up utilisation (0..1), or None when nothing says it."""
-    for obj in (pod, owner(pod)):
+def utilization(pod: Mapping[str, Any], owner: Owner, *, now: float = 0.0, time_scale: float = 1.0) -> float | None:
+    """The pod's made-up utilisation (0..1) at wall time ``now``, or None when nothing says it: the
+    annotation on the pod or on its owners up the chain (a Job's; a JobSet's through its Job; a
+    Deployment's through its ReplicaSet)."""
+    chain: list[Mapping[str, Any] | None] = [pod]
+    while len(chain) < 4 and chain[-1] is not None:
+        chain.append(owner(chain[-1]))
+    for obj in chain:
         raw = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(ANNOTATION) if obj else None
         if raw is None:
             continue
+        raw = str(raw).strip()
         try:
-            value = float(raw)
-        except ValueError:
-            return None
-        return min(1.0, max(0.0, value))
+            if raw.startswith("["):
+                value = _step(json.loads(raw), _seconds_since_start(pod, now) / time_scale)
+            else:
+                value = float(raw)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None  # (unreadable: no series, as a GPU whose metrics are missing)
+        return min(1.0, max(0.0, value)) if value == value else None
     return None
 
 
+def _step(steps: list[Mapping[str, Any]], elapsed: float) -> float:
+    """A trace's value ``elapsed`` seconds into the run: the last step at or before it."""
+    ordered = sorted(((float(s["at"]), float(s["value"])) for s in steps), key=lambda s: s[0])
+    value = ordered[0][1]
+    for at, v in ordered:
+        if at <= elapsed:
+            value = v
+    return value
+
+
+def _seconds_since_start(pod: Mapping[str, Any], now: float) -> float:
+    started = str((pod.get("status") or {}).get("startTime") or "")
+    if not started:
+        return 0.0
+    return max(0.0, now - dt.datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp())
+
+
 def exposition(
-    pods: Iterable[Mapping[str, Any]], owner: Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
+    pods: Iterable[Mapping[str, Any]],
+    owner: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+    *,
+    now: float = 0.0,
+    time_scale: float = 1.0,
 ) -> str:
     """The series of every running pod that requests GPUs, in Prometheus's text format."""
     rows: dict[str, list[str]] = {name: [] for name in _HELP}
@@ -86,7 +123,7 @@ def exposition(
         node = spec.get("nodeName")
         if (pod.get("status") or {}).get("phase") != "Running" or not node:
             continue
-        value = utilization(pod, owner)
+        value = utilization(pod, owner, now=now, time_scale=time_scale)
         if value is None:
             continue
         for container in spec.get("containers") or []:

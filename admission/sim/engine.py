@@ -38,7 +38,7 @@ from admission.jobs.pods import POD
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
 from admission.policy import DEFAULT_POLICY, Policy
-from admission.sim import autoscaler
+from admission.sim import autoscaler, efficiency
 from admission.sim import cluster as sim_cluster
 from admission.sim.host import SimHost
 from admission.sim.replica_names import ReplicaNames
@@ -48,6 +48,7 @@ from admission.store import workloads as store
 from admission.webhook import certs, registration
 from admission.webhook.server import WebhookServer
 from queues import jobs, scheduler, serving, trainjobs
+from queues.efficiency import BUDGET_EXHAUSTED, Trace
 from queues.model import Admission, Config, Workload
 from queues.scenario import Edit, JobEntry, Part, Scenario
 from queues.simulator import Recorder, Result, apply_edit
@@ -55,6 +56,7 @@ from queues.simulator import Recorder, Result, apply_edit
 log = logging.getLogger(__name__)
 
 ACTOR = "turnstile-simulate"
+
 QUIET_SECONDS = 1.0  # wall seconds without a decision, after the timeline, before a stuck run ends
 
 
@@ -105,6 +107,28 @@ async def running(
     host = await SimHost.start(
         workdir / "kubeconfig", time_scale=time_scale, autoscaler=dict(scenario.autoscaler or {})
     )
+    try:
+        async with (
+            efficiency.prometheus(scenario, host.url, workdir, time_scale) as prometheus_url,
+            _system(scenario, url, workdir, host, prometheus_url, time_scale=time_scale, policy=policy) as stack,
+        ):
+            yield stack
+    finally:
+        await host.stop()
+
+
+@contextlib.asynccontextmanager
+async def _system(
+    scenario: Scenario,
+    url: str,
+    workdir: Path,
+    host: SimHost,
+    prometheus_url: str,
+    *,
+    time_scale: float,
+    policy: Policy,
+) -> AsyncIterator[Stack]:
+    """The controller, the webhook and the store over a running simulated cluster."""
     kube = Kube(await kube_client.connect(host.kubeconfig))
     engine = database.make_engine(url)
     sessions = database.sessions(engine)
@@ -113,13 +137,16 @@ async def running(
         sessions=sessions,
         database_url=url,
         options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
-        # the scenario's waitForPodsReady, fairSharing, admissionFairSharing and topologyPacking
+        # the scenario's waitForPodsReady, fairSharing, admissionFairSharing and topologyPacking;
+        # GPU utilisation read every scenario minute (``admission.sim.efficiency``)
         policy=dataclasses.replace(
             policy,
             pods_ready=scenario.pods_ready,
             fair_sharing=scenario.fair_sharing,
             admission_fair_sharing=scenario.admission_fair_sharing,
             topology_packing=scenario.packing,
+            prometheus_url=prometheus_url or policy.prometheus_url,
+            reclaim_interval=efficiency.look_interval(time_scale),
         ),
     )
     webhook = WebhookServer(
@@ -134,7 +161,8 @@ async def running(
     try:
         await _populate(kube, scenario)
         async with database.transaction(sessions) as session:
-            await config_store.apply(session, scenario.manifests, actor=ACTOR)
+            await config_store.apply(session, efficiency.annotated(scenario.manifests, scenario.reclaim), actor=ACTOR)
+            await efficiency.store_budgets(session, scenario.budgets, time_scale)
         cert = await asyncio.to_thread(certs.issue, workdir / "certs", ["127.0.0.1"])
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.server_context(workdir / "certs"))
@@ -165,7 +193,6 @@ async def running(
         await runner.cleanup()
         await kube.close()
         await engine.dispose()
-        await host.stop()
 
 
 NODES = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
@@ -209,8 +236,8 @@ def _ref(entry: JobEntry) -> kube_client.ResourceRef:
     return BY_KIND[(entry.job.api_version, entry.job.kind)].ref
 
 
-def _job_object(entry: JobEntry, part: Part) -> dict[str, Any]:
-    obj: dict[str, Any] = {k: v for k, v in part.object.items() if k != "status"}
+def _job_object(entry: JobEntry, part: Part, trace: Trace | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = efficiency.with_utilization({k: v for k, v in part.object.items() if k != "status"}, trace)
     meta = dict(obj.get("metadata") or {})
     meta["namespace"] = entry.job.namespace
     if not entry.serves:  # (serving workloads run until they are stopped)
@@ -249,6 +276,7 @@ class Driver:
         actions.sort(key=lambda a: a[:3])
         self.t0 = time.monotonic()
         self.wall0 = dt.datetime.now(dt.UTC)
+        self.stack.controller.budgets.anchor = self.wall0.timestamp()  # (budget periods start at t=0)
         self.names.start()
         observed: list[tuple[float, int, int, Any]] = []  # (t, phase, order, what)
         for at, phase, index, action in actions:
@@ -262,7 +290,8 @@ class Driver:
             elif isinstance(action, tuple):
                 entry, part = action
                 try:
-                    await self.stack.kube.create(_ref(entry), entry.job.namespace, _job_object(entry, part))
+                    trace = self.scenario.utilization.get(entry.job.key)
+                    await self.stack.kube.create(_ref(entry), entry.job.namespace, _job_object(entry, part, trace))
                 except KubeError as exc:
                     if exc.status >= 500 or exc.status == 429:
                         raise  # the cluster failed, not the job
@@ -337,8 +366,8 @@ class Driver:
                 return
 
     async def _wait_until_done(self) -> dict[str, tuple[str, str | None, str | None]]:
-        """Every job finished or cancelled; or nothing running, none waiting out a backoff, and no
-        decision for a while (the rest can't fit)."""
+        """Every job finished or cancelled; or nothing running, none waiting out a backoff or for a
+        budget's next period, and no decision for a while (the rest can't fit)."""
         last_event, quiet_since = 0, time.monotonic()
         cancelled = {e.name for e in self.scenario.edits if e.action == "cancel"}
         last_action = max([e.at for e in self.scenario.jobs] + [e.at for e in self.scenario.edits], default=0.0)
@@ -361,7 +390,9 @@ class Driver:
                 for e in self.scenario.jobs
                 if e.job.key not in rows and e.job.key not in cancelled and e.replicas is None
             ]
-            if newest != last_event or backing_off:  # a workload waiting out a backoff will be decided on
+            # a workload waiting out a backoff, or held by a budget until its next period, will be decided on
+            held = any(state == "Pending" and reason == BUDGET_EXHAUSTED for state, reason, _ in rows.values())
+            if newest != last_event or backing_off or held:
                 last_event, quiet_since = newest, time.monotonic()
             running = [k for k in open_jobs if rows[k][0] == "Admitted"]
             replicas = [k for k in serving if k in rows and rows[k][0] != "Finished"]
@@ -389,6 +420,14 @@ class Driver:
                 e = dataclasses.replace(e, workload=self.names.name(e.workload), by=e.by and self.names.name(e.by))
             timeline.append((self.scenario_time(e.at), phase, e.id, e))
         result = replay(self.scenario, self.record, timeline, rows, cycles=self.stack.controller.steps.count)
+        if self.scenario.reclaim or self.scenario.budgets:
+            result.efficiency = efficiency.summary(
+                self.stack.controller,
+                self.scenario,
+                result.to_json("cluster")["events"],
+                wall0=self.wall0.timestamp(),
+                time_scale=self.scale,
+            )
         result.refused = dict(self.refused)
         result.tracks = [t for t in result.tracks if t.entry.job.key not in self.refused]
         return result

@@ -91,6 +91,7 @@ class SimHost:
         seconds a job without a ``turnstile.dev/sim-runtime`` annotation runs (None: forever);
         ``kueue``: Kueue's configuration kinds served as CRDs (queues as Kubernetes objects)."""
         server = ApiServer(faults=faults, crds=crds, definitions=tuple(kueue_crds.crds()) if kueue else ())
+        server.time_scale = time_scale
         cluster = Cluster(server.store, time_scale=time_scale, default_runtime=default_runtime)
         options = autoscaler or {}
         scaler = Autoscaler(

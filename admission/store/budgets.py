@@ -69,15 +69,16 @@ def period_seconds(period: str) -> float:
     return seconds
 
 
-def current_period(period: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
-    """The period ``now`` is in: [start, end)."""
+def current_period(period: str, now: dt.datetime, anchor: float = 0.0) -> tuple[dt.datetime, dt.datetime]:
+    """The period ``now`` is in: [start, end). A duration's periods start at ``anchor`` (Unix
+    seconds; the epoch by default, engine cluster's t=0 in a simulation) and every period after."""
     if period == MONTHLY:
         start = now.astimezone(dt.UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         end = (start + dt.timedelta(days=32)).replace(day=1)
         return start, end
     seconds = period_seconds(period)
-    index = int(now.timestamp() // seconds)
-    start = dt.datetime.fromtimestamp(index * seconds, dt.UTC)
+    index = (now.timestamp() - anchor) // seconds
+    start = dt.datetime.fromtimestamp(anchor + index * seconds, dt.UTC)
     return start, start + dt.timedelta(seconds=seconds)
 
 
@@ -124,9 +125,9 @@ async def load(session: AsyncSession) -> list[StoredBudget]:
     return out
 
 
-async def used_hours(session: AsyncSession, stored: StoredBudget, now: dt.datetime) -> float:
+async def used_hours(session: AsyncSession, stored: StoredBudget, now: dt.datetime, anchor: float = 0.0) -> float:
     """GPU-hours the budget's workloads held in the current period, up to ``now``."""
-    since, _ = current_period(stored.period, now)
+    since, _ = current_period(stored.period, now, anchor)
     u = tables.UsageInterval
     b = stored.budget
     end = func.least(func.coalesce(u.ended_at, now), now)

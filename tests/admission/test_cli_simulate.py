@@ -1,6 +1,8 @@
 """``turnstile simulate`` as a user runs it: output channels and exit codes (scenario.md)."""
 
 import json
+import os
+import sys
 from pathlib import Path
 
 from tests.admission.runner import turnstile
@@ -104,10 +106,14 @@ def test_topology_plot_draws_node_occupancy(tmp_path: Path) -> None:
     assert (tmp_path / "nodes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_efficiency_example_reports_reclaim_and_budgets_and_engine_cluster_refuses_it() -> None:
+def test_efficiency_example_reports_reclaim_and_budgets_and_engine_cluster_needs_prometheus() -> None:
     out = turnstile("simulate", "examples/efficiency/idle-reclaim.yaml")
     assert out.returncode == 0, out.stderr
     assert "Idle reclaim: 0 warned, 1 requeued" in out.stdout and "GPUIdle" in out.stdout
     assert "Budget label team=product: 48 of 40 GPU-hours this period (exhausted)" in out.stdout
-    cluster = turnstile("simulate", "examples/efficiency/idle-reclaim.yaml", "--engine", "cluster")
-    assert cluster.returncode == 2 and "reclaim: engine cluster has no Prometheus to read" in cluster.stderr
+    # without a prometheus on PATH, engine cluster refuses what it cannot measure, saying what to install
+    bare = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    cluster = turnstile("simulate", "examples/efficiency/idle-reclaim.yaml", "--engine", "cluster", env=bare)
+    assert cluster.returncode == 2, cluster.stderr
+    assert "reclaim: engine cluster reads GPU utilisation through a real Prometheus" in cluster.stderr
+    assert "apt-get install prometheus" in cluster.stderr and "Traceback" not in cluster.stderr

@@ -81,6 +81,10 @@ def time_scale(parsed: scenario.Scenario) -> float:
         # Its timers (scale-ups, backoffs, bookings) are events too, not only the inputs, and each
         # decision takes several hops (request, autoscaler, watch, step): scenario.md's default.
         return 0.02
+    if parsed.reclaim or parsed.utilization:
+        # Utilisation is measured from Prometheus scrapes (every scenario quarter-minute, at least
+        # 100 ms): a reclaim window must span many of them, whatever the gaps between inputs.
+        return MAX_SCALE
     inputs = sorted({e.at for e in parsed.jobs} | {e.at for e in parsed.edits})
     gaps = [b - a for a, b in itertools.pairwise(inputs) if b > a] or [60.0]
     return min(MAX_SCALE, MIN_WALL_GAP / min(gaps))
@@ -116,6 +120,16 @@ async def test_core_and_cluster_engines_agree_on_every_example(server_url: str) 
         made_within = 2.0 / time_scale(p)  # scenario seconds in two seconds of wall time
         assert all(asked[k] <= submitted[k] < asked[k] + made_within for k in replicas), (name, submitted, asked)
         assert all(e["t"] >= submitted[e["workload"]] for e in cluster["events"] if e["type"] == "Admitted"), name
+        # idle reclaim and budgets: the same acts, counted the same (engine cluster's from the controller)
+        core_reclaim, cluster_reclaim = core["summary"].get("reclaim"), cluster["summary"].get("reclaim")
+        if core_reclaim is not None:
+            counts = ("warned", "requeued", "deactivated")
+            assert {k: cluster_reclaim[k] for k in counts} == {k: core_reclaim[k] for k in counts}, name
+        budgets = [
+            (b["budget"], b["gpuHours"], b["exhausted"], b["warnedPeriods"]) for b in core["summary"].get("budgets", [])
+        ]
+        assert [(b["budget"], b["gpuHours"], b["exhausted"], b["warnedPeriods"])
+                for b in cluster["summary"].get("budgets", [])] == budgets, name  # fmt: skip
         states = {k: w["state"] for k, w in cluster["workloads"].items()}
         assert states == {k: w["state"] for k, w in core["workloads"].items()}, name
         for key, w in core["workloads"].items():

@@ -145,3 +145,29 @@ def test_a_budget_holds_its_workload_though_another_admission_in_its_quota_tree_
     admitted = {e["workload"]: e["t"] for e in result["events"] if e["type"] == "Admitted"}
     assert admitted["research/training"] == 86400 and admitted["product/day-two"] == 604800
     assert seen[86400]["product/day-two"][0] == "BudgetExhausted"
+
+
+def test_a_run_across_a_period_boundary_counts_its_new_part_and_the_report_is_of_the_runs_end() -> None:
+    """day-two runs 604800..691200: all of it is in the second weekly period (the seconds before a
+    boundary are the old period's, after it the new one's), and the report gives the budget's use
+    in the period the run ended in, whatever instant the clock stopped at."""
+    from queues.efficiency import Budget
+    from queues.reclaim_model import EfficiencyModel
+
+    model = EfficiencyModel({}, (), (Budget("label team=a", 10.0, 3600.0, labels=(("team", "a"),)),))
+
+    class Run:
+        gpus, cluster_queue, labels = 2.0, "cq", {"team": "a"}
+
+    model.runs["a/job"] = Run()  # type: ignore[assignment]
+    model.advance(3000.0)  # 2 GPUs x 3000 s in the first hour
+    model.advance(4200.0)  # 600 s of the old hour (over) and 600 s of the new one
+    assert model.used == [2 * 600.0] and model.period == [1]
+    model.runs.clear()
+    model.advance(7300.0)  # nothing ran in the third hour: the clock stopped there
+    budgets = model.summary(at=4200.0)["budgets"]
+    assert isinstance(budgets, list)
+    budget = budgets[0]
+    assert budget["usedThisPeriod"] == round(1200 / 3600, 2) and budget["exhausted"] is False
+    result = simulator.Simulation(scenario.parse(copy.deepcopy(EXAMPLE))).run().to_json()
+    assert result["summary"]["budgets"][0]["usedThisPeriod"] == 48.0  # (day-two's 2 GPUs x 24 h)

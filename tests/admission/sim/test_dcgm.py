@@ -4,6 +4,7 @@ running pods, read over HTTP as Prometheus would scrape them."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import urllib.request
 from pathlib import Path
@@ -81,4 +82,25 @@ def test_mig_series_carry_the_instance_profile_and_a_bad_value_is_no_data() -> N
     active = next(line for line in lines if line.startswith("DCGM_FI_PROF_GR_ENGINE_ACTIVE{"))
     assert 'GPU_I_PROFILE="1g.10gb"' in active and active.endswith("} 0.5")
     pod["metadata"]["annotations"][dcgm.ANNOTATION] = "idle"
+    assert not any(line.startswith("DCGM") for line in dcgm.exposition([pod], lambda _p: None).splitlines())
+
+
+def test_a_trace_steps_with_the_pods_time_scaled_and_an_unreadable_one_is_no_data() -> None:
+    """A scenario's ``utilization`` list as engine cluster plays it: steps at seconds since the pod
+    started, times the cluster's time scale."""
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml",
+                     "annotations": {dcgm.ANNOTATION: '[{"at": 0, "value": 0.1}, {"at": 900, "value": 0.9}]'}},
+        "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running", "startTime": "2026-12-02T10:00:00Z"},
+    }  # fmt: skip
+    started = dt.datetime(2026, 12, 2, 10, tzinfo=dt.UTC).timestamp()
+
+    def value(wall_seconds: float) -> str:
+        lines = dcgm.exposition([pod], lambda _p: None, now=started + wall_seconds, time_scale=0.02).splitlines()
+        return next(line for line in lines if line.startswith("DCGM_FI_PROF_GR_ENGINE_ACTIVE{")).rsplit(" ", 1)[1]
+
+    assert value(17.0) == "0.1"  # 850 scenario seconds in
+    assert value(19.0) == "0.9"  # 950
+    pod["metadata"]["annotations"][dcgm.ANNOTATION] = '[{"at": 0}]'
     assert not any(line.startswith("DCGM") for line in dcgm.exposition([pod], lambda _p: None).splitlines())
