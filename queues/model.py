@@ -299,7 +299,7 @@ class Snapshot:
         cq.workloads[wl.key] = wl
         cq.add_usage(wl.admission.usage, 1)
         if wl.admission.placement and self.inventory is not None:
-            self.inventory.hold(wl.admission.placement, _pod_requests(wl), 1)
+            self.inventory.hold(wl.admission.placement, pod_requests(wl), 1)
 
     def remove_workload(self, wl: Workload) -> None:
         assert wl.admission is not None
@@ -308,7 +308,7 @@ class Snapshot:
             return
         cq.add_usage(wl.admission.usage, -1)
         if wl.admission.placement and self.inventory is not None:
-            self.inventory.hold(wl.admission.placement, _pod_requests(wl), -1)
+            self.inventory.hold(wl.admission.placement, pod_requests(wl), -1)
 
     def queues_in_tree(self, cq: ClusterQueue) -> Iterable[ClusterQueue]:
         root = cq.root()
@@ -317,7 +317,8 @@ class Snapshot:
         return (cq,)
 
 
-def _pod_requests(wl: Workload) -> dict[str, Mapping[str, int]]:
+def pod_requests(wl: Workload) -> dict[str, Mapping[str, int]]:
+    """Each pod set's requests of one pod (what placement holds on a node per pod)."""
     return {ps.name: ps.requests for ps in wl.pod_sets}
 
 

@@ -37,7 +37,7 @@ from queues.fairsharing import FairSharing
 from queues.flavors import Assignment, Mode
 from queues.intake import Intake
 from queues.inventory import Inventory
-from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload
+from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload, pod_requests
 from queues.nomination import Nomination
 from queues.queueing import PendingQueues
 from queues.reservations import SETTLE_SECONDS, Reservations, Reserved
@@ -138,7 +138,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         for wl in self.workloads.values():
             held = wl.admission is not None and wl.admission.placement
             if held and wl.admission is not None and wl.admission.cluster_queue in self.snapshot.queues:
-                inventory.hold(wl.admission.placement, {ps.name: ps.requests for ps in wl.pod_sets}, 1)
+                inventory.hold(wl.admission.placement, pod_requests(wl), 1)
         self._inventory_seen = -1
         self._nofit_cache.clear()
 

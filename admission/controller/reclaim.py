@@ -73,10 +73,16 @@ class Reclaimer:
         self.metered_at = 0.0  # wall time of the last read it was given
         self.warned: list[tuple[str, str]] = []  # (workload, message): warnings the step has to say
         self._model: tuple[object, tuple[ReclaimPolicy, ...], EfficiencyModel] | None = None
+        self._policies: tuple[object, tuple[ReclaimPolicy, ...]] = (None, ())  # (configuration, its policies)
 
     def policies(self, term: Term) -> tuple[ReclaimPolicy, ...]:
-        policies = efficiency.annotated_policies(term.scheduler.config.cluster_queues.values())
-        return tuple(p.scaled(self.scale) for p in policies) if self.scale != 1.0 else policies
+        """The ClusterQueues' policies (durations scaled), parsed once per configuration."""
+        config = term.scheduler.config
+        if self._policies[0] is not config:
+            policies = efficiency.annotated_policies(config.cluster_queues.values())
+            scaled = tuple(p.scaled(self.scale) for p in policies) if self.scale != 1.0 else policies
+            self._policies = (config, scaled)
+        return self._policies[1]
 
     def probe(self) -> str | None:
         """Readiness (reported, not gating)."""

@@ -30,7 +30,7 @@ from admission.store import config as config_store
 from admission.store import tables
 from admission.store import usage as usage_store
 from admission.store import workloads as store
-from queues import fairsharing, jobs, quantity
+from queues import fairsharing, jobs
 from queues.gpu_units import card_fraction
 from queues.model import Config, Snapshot
 
@@ -245,5 +245,3 @@ async def version(session: AsyncSession) -> str:
     return "-".join(str(v) for v in row)
 
 
-def milli(value: int) -> str:
-    return quantity.format_milli(value)
