@@ -101,7 +101,7 @@ class Budget:
 
     def exhausted_message(self, used_hours: float, until: str) -> str:
         """Why a workload it covers waits (reason ``BudgetExhausted``)."""
-        used = f"{used_hours:.0f}" if used_hours >= 10 else f"{used_hours:.2g}"
+        used = _hours(used_hours)
         return (
             f"GPU-hour budget ({self.name}) exhausted: {used} of {self.gpu_hours:g} "
             f"GPU-hours used this period; new work waits until the period ends ({until})"
@@ -110,7 +110,7 @@ class Budget:
     def warning_message(self, used_hours: float, until: str) -> str:
         """What is said when it is 80 % used."""
         return (
-            f"GPU-hour budget ({self.name}) {used_hours / self.gpu_hours:.0%} used: {used_hours:.1f} of "
+            f"GPU-hour budget ({self.name}) {used_hours / self.gpu_hours:.0%} used: {_hours(used_hours)} of "
             f"{self.gpu_hours:g} GPU-hours this period; new work will wait once it is spent (the period "
             f"ends {until})"
         )
@@ -119,6 +119,11 @@ class Budget:
         if self.cluster_queue is not None:
             return cluster_queue == self.cluster_queue
         return all(labels.get(k) == v for k, v in self.labels)
+
+
+def _hours(value: float) -> str:
+    """GPU-hours as people read them: whole above 10, two significant digits below."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
 
 
 def _span(seconds: float) -> str:

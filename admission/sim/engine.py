@@ -1,13 +1,11 @@
 """``turnstile simulate --engine cluster``: a scenario run end to end by the real system.
 
-Everything a production install has, in one process, over real connections: a fresh
-PostgreSQL (embedded, or a new database on ``--database-url``'s server), the simulated
-cluster over HTTP (``SimHost``), the webhook over TLS registered in it as a real cluster
-would call it, and the controller (``admission.controller``). The scenario's timeline is
-played in wall time (``time_scale`` wall seconds per scenario second): edits go through the
-store as ``turnstile apply``/``delete`` would, jobs are created through the API server (the
-webhook suspends them), cancellations delete the job. The simulated kubelet runs each job
-for its ``runtime``.
+Everything a production install has, in one process, over real connections
+(``admission.sim.stack``: PostgreSQL, the simulated cluster, the webhook, the controller and,
+where utilisation is measured, Prometheus). The scenario's timeline is played in wall time
+(``time_scale`` wall seconds per scenario second): edits go through the store as ``turnstile
+apply``/``delete`` would, jobs are created through the API server (the webhook suspends them),
+cancellations delete the job. The simulated kubelet runs each job for its ``runtime``.
 
 The report is built from what the controller committed (``workload_events``) by the same
 ``Recorder`` engine core uses, with times converted back to scenario seconds.
@@ -20,34 +18,25 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-from aiohttp import web
-
-from admission.controller import process
-from admission.controller.controller import Controller, Options
-from admission.jobs import BY_KIND, INTEGRATIONS
+from admission.jobs import BY_KIND
 from admission.jobs.pods import POD
 from admission.kube import client as kube_client
-from admission.kube.client import Kube, KubeError
+from admission.kube.client import KubeError
 from admission.policy import DEFAULT_POLICY, Policy
-from admission.sim import autoscaler, efficiency
 from admission.sim import cluster as sim_cluster
-from admission.sim.host import SimHost
+from admission.sim import efficiency
 from admission.sim.replica_names import ReplicaNames
+from admission.sim.stack import ACTOR, NODES, Stack, fresh_database, running
 from admission.store import config as config_store
-from admission.store import database, deletion, embedded, notify
+from admission.store import database, deletion
 from admission.store import workloads as store
-from admission.webhook import certs, registration
-from admission.webhook.server import WebhookServer
-from queues import jobs, scheduler, serving, trainjobs
+from queues import jobs, scheduler, serving
 from queues.efficiency import BUDGET_EXHAUSTED, Trace
 from queues.model import Admission, Config, Workload
 from queues.scenario import Edit, JobEntry, Part, Scenario
@@ -55,168 +44,8 @@ from queues.simulator import Recorder, Result, apply_edit
 
 log = logging.getLogger(__name__)
 
-ACTOR = "turnstile-simulate"
 
 QUIET_SECONDS = 1.0  # wall seconds without a decision, after the timeline, before a stuck run ends
-
-
-@dataclass(slots=True)
-class Stack:
-    """The running system: database, cluster, webhook, controller."""
-
-    url: str
-    host: SimHost
-    kube: Kube
-    controller: Controller
-    task: asyncio.Task[None]
-    webhook: web.AppRunner
-
-
-@contextlib.asynccontextmanager
-async def fresh_database(database_url: str | None, workdir: Path) -> AsyncIterator[str]:
-    """A new, migrated database: embedded in ``workdir``, or created on ``database_url``'s server."""
-    if database_url is None:
-        url = await asyncio.to_thread(embedded.start, workdir / "pg", database="turnstile", cleanup="delete")
-        await database.upgrade(url)
-        yield url
-        return
-    name = f"turnstile_sim_{secrets.token_hex(4)}"
-    admin = notify.asyncpg_dsn(database_url)
-    conn = await asyncpg.connect(admin)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    base, _, query = database_url.partition("?")
-    url = base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else "")
-    try:
-        await database.upgrade(url)
-        yield url
-    finally:
-        conn = await asyncpg.connect(admin)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-
-
-@contextlib.asynccontextmanager
-async def running(
-    scenario: Scenario, url: str, workdir: Path, *, time_scale: float, policy: Policy = DEFAULT_POLICY
-) -> AsyncIterator[Stack]:
-    host = await SimHost.start(
-        workdir / "kubeconfig", time_scale=time_scale, autoscaler=dict(scenario.autoscaler or {})
-    )
-    try:
-        async with (
-            efficiency.prometheus(scenario, host.url, workdir, time_scale) as prometheus_url,
-            _system(scenario, url, workdir, host, prometheus_url, time_scale=time_scale, policy=policy) as stack,
-        ):
-            yield stack
-    finally:
-        await host.stop()
-
-
-@contextlib.asynccontextmanager
-async def _system(
-    scenario: Scenario,
-    url: str,
-    workdir: Path,
-    host: SimHost,
-    prometheus_url: str,
-    *,
-    time_scale: float,
-    policy: Policy,
-) -> AsyncIterator[Stack]:
-    """The controller, the webhook and the store over a running simulated cluster."""
-    kube = Kube(await kube_client.connect(host.kubeconfig))
-    engine = database.make_engine(url)
-    sessions = database.sessions(engine)
-    controller = Controller(
-        kube=kube,
-        sessions=sessions,
-        database_url=url,
-        options=Options(identity=f"simulate-{secrets.token_hex(3)}", backoff_scale=time_scale),
-        # the scenario's waitForPodsReady, fairSharing, admissionFairSharing and topologyPacking;
-        # GPU utilisation read every scenario minute (``admission.sim.efficiency``)
-        policy=dataclasses.replace(
-            policy,
-            pods_ready=scenario.pods_ready,
-            fair_sharing=scenario.fair_sharing,
-            admission_fair_sharing=scenario.admission_fair_sharing,
-            topology_packing=scenario.packing,
-            prometheus_url=prometheus_url or policy.prometheus_url,
-            reclaim_interval=efficiency.look_interval(time_scale),
-        ),
-    )
-    webhook = WebhookServer(
-        lambda: controller.config,
-        policy=controller.policy,
-        group_totals=controller.pod_groups.totals,
-        runtimes=controller.runtimes.lookup,
-    )
-    runner = web.AppRunner(webhook.app, handle_signals=False)
-    task: asyncio.Task[None] | None = None
-    registering: asyncio.Task[None] | None = None
-    try:
-        await _populate(kube, scenario)
-        async with database.transaction(sessions) as session:
-            await config_store.apply(session, efficiency.annotated(scenario.manifests, scenario.reclaim), actor=ACTOR)
-            await efficiency.store_budgets(session, scenario.budgets, time_scale)
-        cert = await asyncio.to_thread(certs.issue, workdir / "certs", ["127.0.0.1"])
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.server_context(workdir / "certs"))
-        await site.start()
-        port = runner.addresses[0][1]
-        scope = registration.Scope.of(Config.of(scenario.manifests), controller.policy)
-        for obj in registration.configurations(
-            {"url": f"https://127.0.0.1:{port}"}, cert.ca_crt, integrations=INTEGRATIONS, scope=scope
-        ):
-            plural = obj["kind"].lower() + "s"
-            await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=obj)
-        keeper = registration.Registration(kube)
-        keeper.serve_with(cert.ca_crt)
-        process.follow_scope(controller, keeper)  # edits may add or remove a namespace's default queue
-        registering = asyncio.create_task(keeper.keep(), name="webhook-configurations")
-        task = asyncio.create_task(controller.run(), name="controller")
-        while controller.term is None or not controller.ready():
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        yield Stack(url, host, kube, controller, task, runner)
-    finally:
-        for running_task in (task, registering):
-            if running_task is not None:
-                running_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await running_task
-        await runner.cleanup()
-        await kube.close()
-        await engine.dispose()
-
-
-NODES = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
-
-
-async def _populate(kube: Kube, scenario: Scenario) -> None:
-    names = set(scenario.namespaces) | {e.job.namespace for e in scenario.jobs}
-    for name in sorted(names):
-        body = {"metadata": {"name": name, "labels": dict(scenario.namespaces.get(name, {}))}}
-        with contextlib.suppress(KubeError):  # "default" exists already
-            await kube.create(kube_client.NAMESPACES, None, body)
-        if name == "default" and scenario.namespaces.get(name):
-            await kube.patch(kube_client.NAMESPACES, None, name, {"metadata": body["metadata"]})
-    for node in scenario.nodes:
-        await kube.create(NODES, None, autoscaler.node_object(str(node["name"]), node))
-    for name, (value, default) in sorted(scenario.pod_priorities.items()):
-        priority_class: dict[str, Any] = {"metadata": {"name": name}, "value": value, "globalDefault": default}
-        await kube.create(PRIORITY_CLASSES, None, priority_class)
-    for (kind, namespace, _), runtime in sorted(scenario.runtimes.items(), key=lambda kv: str(kv[0])):
-        ref = kube_client.ResourceRef(trainjobs.API_VERSION, kind, f"{kind.lower()}s", namespaced=namespace is not None)
-        await kube.create(ref, namespace, dict(runtime))
-
-
-PRIORITY_CLASSES = kube_client.ResourceRef("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 
 
 DEPLOYMENTS = kube_client.ResourceRef("apps/v1", "Deployment", "deployments")

@@ -243,5 +243,3 @@ async def version(session: AsyncSession) -> str:
         )
     ).one()
     return "-".join(str(v) for v in row)
-
-

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from admission.sim import engine
+from admission.sim import stack as system
 from admission.store import database
 from admission.store import usage as ledger
 from admission.store import workloads as store
@@ -33,8 +34,8 @@ async def test_ledger_hours_are_exact_in_every_grouping(server_url: str) -> None
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         async with (
-            engine.fresh_database(server_url, workdir) as url,
-            engine.running(parsed, url, workdir, time_scale=scale) as stack,
+            system.fresh_database(server_url, workdir) as url,
+            system.running(parsed, url, workdir, time_scale=scale) as stack,
         ):
             result = await engine.Driver(parsed, stack, time_scale=scale).play()
             until = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
