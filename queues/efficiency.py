@@ -40,7 +40,8 @@ _RECLAIM_FIELDS = {"clusterQueue", "threshold", "window", "grace", "action", "on
 # A ClusterQueue's idle-reclaim policy in the controller: its annotation, a JSON object of a
 # ``reclaim`` entry's fields but ``clusterQueue`` (``{"threshold": 0.3, "window": "30m", "action": "requeue"}``)
 POLICY_ANNOTATION = "turnstile.dev/idle-reclaim"
-_BUDGET_FIELDS = {"clusterQueue", "label", "gpuHours", "period"}
+_BUDGET_FIELDS = {"clusterQueue", "label", "gpuHours", "period", "whenExhausted", "priority"}
+WAIT, LOWER_PRIORITY = "Wait", "LowerPriority"  # a budget's ``whenExhausted``
 MONTH = 720 * 3600.0
 
 
@@ -98,10 +99,18 @@ class Budget:
     period: float
     cluster_queue: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    # exhausted: None holds new work back (``Wait``); a number runs it at that priority instead
+    # (``LowerPriority``), where work of a higher priority may preempt it (``queues.budget_priority``)
+    lower_priority: int | None = None
 
     def exhausted_message(self, used_hours: float, until: str) -> str:
-        """Why a workload it covers waits (reason ``BudgetExhausted``)."""
+        """Why a workload it covers waits (reason ``BudgetExhausted``), or what happens to it."""
         used = _hours(used_hours)
+        if self.lower_priority is not None:
+            return (
+                f"GPU-hour budget ({self.name}) exhausted: {used} of {self.gpu_hours:g} GPU-hours used this "
+                f"period; new work runs at priority {self.lower_priority} until the period ends ({until})"
+            )
         return (
             f"GPU-hour budget ({self.name}) exhausted: {used} of {self.gpu_hours:g} "
             f"GPU-hours used this period; new work waits until the period ends ({until})"
@@ -268,15 +277,36 @@ def budgets(raw: Any, problems: list[FieldError]) -> tuple[Budget, ...]:
             problems.append(FieldError(f"{path}.gpuHours", f"must be a number of GPU-hours >= 0, not {hours!r}"))
             continue
         period = duration(item.get("period", "720h"), f"{path}.period", problems)
+        lower = _when_exhausted(item, path, problems)
         if label is not None:
             if not isinstance(label, Mapping) or not label or not all(isinstance(v, str) for v in label.values()):
                 problems.append(FieldError(f"{path}.label", "must map label keys to values, such as {team: alg-2}"))
                 continue
             pairs = tuple(sorted((str(k), str(v)) for k, v in label.items()))
             name = "label " + ",".join(f"{k}={v}" for k, v in pairs)
-            out.append(Budget(name, float(hours), period, labels=pairs))
+            out.append(Budget(name, float(hours), period, labels=pairs, lower_priority=lower))
         elif not isinstance(cq, str) or not cq:
             problems.append(FieldError(f"{path}.clusterQueue", "must name a ClusterQueue"))
         else:
-            out.append(Budget(f"clusterQueue {cq}", float(hours), period, cluster_queue=cq))
+            out.append(Budget(f"clusterQueue {cq}", float(hours), period, cluster_queue=cq, lower_priority=lower))
     return tuple(out)
+
+
+def _when_exhausted(item: Mapping[str, Any], path: str, problems: list[FieldError]) -> int | None:
+    """``whenExhausted: Wait`` (the default) or ``LowerPriority`` with the ``priority`` to run at."""
+    when, priority = item.get("whenExhausted", WAIT), item.get("priority")
+    if when not in (WAIT, LOWER_PRIORITY):
+        problems.append(FieldError(f"{path}.whenExhausted", f"must be {WAIT} or {LOWER_PRIORITY}, not {when!r}"))
+        return None
+    if when == WAIT:
+        if priority is not None:
+            problems.append(FieldError(f"{path}.priority", f"only with whenExhausted: {LOWER_PRIORITY}"))
+        return None
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        problems.append(
+            FieldError(
+                f"{path}.priority", f"the priority new work runs at once it is spent, a whole number, not {priority!r}"
+            )
+        )
+        return None
+    return priority

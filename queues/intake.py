@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from queues import flavors, jobs
+from queues import budget_priority, flavors, jobs
 from queues.model import ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.queueing import PendingQueues
 
@@ -35,6 +35,7 @@ class Intake:
     pending: PendingQueues
     now: float
     _unresolved: dict[str, Workload]
+    budget_priority: budget_priority.Lowered | None  # (a spent budget's lower priority)
 
     def _say(self, wl: Workload, reason: str, message: str) -> None:
         raise NotImplementedError
@@ -102,6 +103,7 @@ class Intake:
         self._unresolved.pop(wl.key, None)
         if wl.reason != flavors.WAITING_FOR_QUOTA:
             self._say(wl, flavors.WAITING_FOR_QUOTA, WAITING_FOR_TURN)
+        budget_priority.apply(wl, self.budget_priority)  # (queued while a budget is spent: lower)
         self.pending.push(cq.name, wl)
 
     def _resolve(self, wl: Workload) -> tuple[ClusterQueue | None, str | None, str]:

@@ -140,6 +140,8 @@ class Workload:
     ready_at: float | None = None
     # the workload whose preemption evicted it, until it is admitted again (``preemption.in_chain``)
     evicted_by: Workload | None = None
+    # its own priority while a spent GPU-hour budget runs it lower (``queues.budget_priority``)
+    own_priority: int | None = None
 
     @property
     def running_pod_sets(self) -> tuple[jobs.PodSet, ...]:

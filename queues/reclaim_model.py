@@ -105,15 +105,30 @@ class EfficiencyModel:
         return min(ends) if ends else None
 
     def gate(self) -> Callable[[Workload], str | None]:
+        """Holds back new work of spent budgets that wait (``whenExhausted: Wait``)."""
+
         def held(wl: Workload) -> str | None:
             for i in sorted(self.exhausted):
                 budget = self.budgets[i]
-                if budget.covers(wl.cluster_queue, wl.labels):
+                if budget.lower_priority is None and budget.covers(wl.cluster_queue, wl.labels):
                     end = (self.period[i] + 1) * budget.period
                     return budget.exhausted_message(self.used[i] / 3600, f"t={end:g}")
             return None
 
         return held
+
+    def lowered(self) -> Callable[[Workload], int | None]:
+        """The priority spent budgets that lower it ask of a workload (``queues.budget_priority``)."""
+
+        def low(wl: Workload) -> int | None:
+            asked = [
+                b.lower_priority
+                for i in self.exhausted
+                if (b := self.budgets[i]).lower_priority is not None and b.covers(wl.cluster_queue, wl.labels)
+            ]
+            return min(asked) if asked else None
+
+        return low
 
     # ----- idle reclaim ----------------------------------------------------------------------
 

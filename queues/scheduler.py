@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from queues import fairsharing, flavors, preemption, provisioning
+from queues import budget_priority, fairsharing, flavors, preemption, provisioning
 from queues.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
 from queues.explanations import Explanations
 from queues.fairsharing import FairSharing
@@ -101,6 +101,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         self.cap_hits = 0
         self.settle_seconds = SETTLE_SECONDS
         self.budget_gate = None  # (``Nomination``: a GPU-hour budget holding new work back)
+        self.budget_priority: budget_priority.Lowered | None = None  # (or running it lower: ``Intake``)
         self._preempted_at: dict[str, float] = {}  # (``Reservations``)
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
         # keys whose admission-check state changed -> whether the job may start now; the caller drains it
@@ -128,6 +129,21 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         return wl
 
     cancel = finish
+
+    def reprioritize(self) -> None:
+        """A budget that lowers priority was spent or renewed (``queues.budget_priority``): waiting
+        work it covers queues again at the priority it has now; admitted work it lowered gets its
+        own back once no spent budget lowers it (running work keeps what it was admitted with)."""
+        for key, cq in list(self.pending.where.items()):
+            wl = self.workloads.get(key)
+            if wl is not None and budget_priority.wanted(wl, self.budget_priority) != wl.priority:
+                self.pending.remove(wl)
+                budget_priority.apply(wl, self.budget_priority)
+                self.pending.push(cq, wl)
+        lowered = self.budget_priority
+        for wl in self.workloads.values():
+            if wl.admission is not None and wl.own_priority is not None and (lowered is None or lowered(wl) is None):
+                budget_priority.restore(wl)
 
     def use_inventory(self, inventory: Inventory) -> None:
         """Place by topology from now on, on ``inventory``'s nodes (the controller's, once a TAS

@@ -59,6 +59,7 @@ class Simulation:
         self.efficiency = EfficiencyModel(scenario.utilization, scenario.reclaim, scenario.budgets)
         if scenario.budgets:
             self.sched.budget_gate = self.efficiency.gate()
+            self.sched.budget_priority = self.efficiency.lowered()
         self.record = Recorder(scenario, follow_shares=follow_shares)
         self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
         self.order = 0
@@ -119,6 +120,7 @@ class Simulation:
                 break
             self.now = self.sched.now = self.record.now = min(candidates)
             if self.efficiency.advance(self.now):  # (a budget exhausted or renewed)
+                self.sched.reprioritize()
                 self.sched.look_again()
             # 1. finishes
             while self.finishes and self.finishes[0][0] <= self.now:

@@ -1,9 +1,10 @@
 """``turnstile budget``: GPU-hour budgets per ClusterQueue or team label (``admission.store.budgets``).
 
 ``set`` creates or changes one (``--cluster-queue NAME`` or ``--label team=alg-2``, ``--gpu-hours``,
-``--period monthly|720h``), ``list`` shows each with what it used this period, ``delete`` removes
-one. Every edit is audited (``turnstile history``, kind ``GPUBudget``); the controller enforces
-them (new work of an exhausted budget waits with reason ``BudgetExhausted``).
+``--period monthly|720h``, ``--when-exhausted wait|lower-priority --priority N``), ``list`` shows
+each with what it used this period, ``delete`` removes one. Every edit is audited (``turnstile
+history``, kind ``GPUBudget``); the controller enforces them (new work of an exhausted budget waits
+with reason ``BudgetExhausted``, or runs at the budget's priority: ``queues.budget_priority``).
 """
 
 from __future__ import annotations
@@ -49,18 +50,40 @@ def budget() -> None:
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="The jobs it caps (a ledger label).")
 @click.option("--gpu-hours", type=float, required=True, help="GPU-hours per period (whole cards; >= 0).")
 @click.option("--period", default=store.MONTHLY, show_default=True, help="monthly (calendar, UTC) or a duration.")
+@click.option(
+    "--when-exhausted",
+    type=click.Choice(["wait", "lower-priority"]),
+    default="wait",
+    show_default=True,
+    help="Once spent: new work waits (BudgetExhausted), or runs at --priority (preemptible by higher).",
+)
+@click.option("--priority", type=int, default=None, help="With --when-exhausted lower-priority: the priority.")
 @database_option
 def set_cmd(
-    cluster_queue: str | None, labels: tuple[str, ...], gpu_hours: float, period: str, database_url: str | None
+    cluster_queue: str | None,
+    labels: tuple[str, ...],
+    gpu_hours: float,
+    period: str,
+    when_exhausted: str,
+    priority: int | None,
+    database_url: str | None,
 ) -> None:
     """Create or change a budget."""
     settings = _settings()
+    if (when_exhausted == "lower-priority") != (priority is not None):
+        click.echo(
+            "error: --priority N goes with --when-exhausted lower-priority (the priority the budget's new work "
+            "runs at once it is spent), and only with it",
+            err=True,
+        )
+        sys.exit(2)
     try:
         stored = store.make(
             cluster_queue=cluster_queue,
             labels=_labels(labels, settings.ledger_label_keys),
             gpu_hours=gpu_hours,
             period=period,
+            lower_priority=priority,
         )
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -111,6 +134,8 @@ def list_cmd(output: str, database_url: str | None) -> None:
                     "usedThisPeriod": round(used, 2),
                     "periodEnds": end.strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "exhausted": used >= limit,
+                    "whenExhausted": "Wait" if b.budget.lower_priority is None else "LowerPriority",
+                    "priority": b.budget.lower_priority,
                 }
             )
         return rows
@@ -120,10 +145,11 @@ def list_cmd(output: str, database_url: str | None) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     print_columns(
-        ["NAME", "GPU-HOURS", "PERIOD", "USED", "ENDS", "STATE"],
+        ["NAME", "GPU-HOURS", "PERIOD", "USED", "ENDS", "STATE", "WHEN-EXHAUSTED"],
         [
             [str(r["name"]), f"{r['gpuHours']:g}", str(r["period"]), f"{r['usedThisPeriod']:g}", str(r["periodEnds"]),
-             "exhausted" if r["exhausted"] else "ok"]
+             "exhausted" if r["exhausted"] else "ok",
+             "wait" if r["priority"] is None else f"priority {r['priority']}"]
             for r in rows
         ],
     )  # fmt: skip

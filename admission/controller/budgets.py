@@ -3,7 +3,8 @@
 Every ``interval`` the leader reads the budgets (``admission.store.budgets``) and what each used
 in its current period, from the usage ledger. An exhausted budget holds the new workloads it
 covers back with reason ``BudgetExhausted`` (the scheduling core's ``budget_gate``, the same
-gate engine core uses), and the message says how much was used and when the period ends; running
+gate engine core uses), or, with ``--when-exhausted lower-priority``, queues it at the budget's
+priority (``queues.budget_priority``); the message says how much was used and when the period ends; running
 work is never stopped by a budget. When a period ends, or a budget is raised or deleted, the gate
 opens at the next look and every queue looks again.
 
@@ -30,7 +31,7 @@ from admission.controller.events import EventPoster
 from admission.controller.term import Term
 from admission.store import budgets as store
 from admission.store import database
-from queues import api, crds
+from queues import api, budget_priority, crds
 from queues.efficiency import Budget
 from queues.model import Workload
 from queues.reclaim_model import WARN_AT
@@ -71,6 +72,8 @@ class BudgetKeeper:
             registry=registry,
         )
         self._shown: set[str] = set()
+        self.lowered: budget_priority.Lowered | None = None  # the priority spent budgets run new work at
+        self._policies: list[tuple[str, int | None]] = []  # (spent budget, its lower priority) as last built
 
     async def run(self) -> None:
         while True:
@@ -89,6 +92,7 @@ class BudgetKeeper:
             used = [await store.used_hours(session, b, now, self.anchor) for b in stored]
         exhausted: dict[str, str] = {}
         holding: list[tuple[Budget, str]] = []
+        lowering: list[Budget] = []
         self.used = {b.budget.name: hours for b, hours in zip(stored, used, strict=True)}
         for b, hours in zip(stored, used, strict=True):
             start, end = store.current_period(b.period, now, self.anchor)
@@ -99,16 +103,21 @@ class BudgetKeeper:
             if hours >= budget.gpu_hours:
                 message = budget.exhausted_message(hours, until)
                 exhausted[budget.name] = message
-                holding.append((budget, message))
+                if budget.lower_priority is None:
+                    holding.append((budget, message))
+                else:
+                    lowering.append(budget)
                 self._say(EXHAUSTED, budget, start, message)
             elif ratio >= WARN_AT:
                 self._say(WARNING, budget, start, budget.warning_message(hours, until))
         for gone in self._shown - {b.name for b in stored}:
             self.ratio.remove(gone)
         self._shown = {b.name for b in stored}
-        if exhausted.keys() != self.exhausted.keys() or (self.gate is None) != (not holding):
-            self.exhausted = exhausted
+        policies = [(b.name, b.lower_priority) for b, _ in holding] + [(b.name, b.lower_priority) for b in lowering]
+        if exhausted.keys() != self.exhausted.keys() or policies != self._policies:
+            self.exhausted, self._policies = exhausted, policies
             self.gate = _gate(holding) if holding else None
+            self.lowered = _lowered(lowering) if lowering else None
             self.wake()
 
     def _say(self, reason: str, budget: Budget, period: dt.datetime, message: str) -> None:
@@ -130,11 +139,23 @@ class BudgetKeeper:
             self.events.post_on("v1", "Namespace", namespace, namespace, reason, message, type="Warning")
 
     def apply(self, term: Term) -> None:
-        """In a step: the term's scheduler gates by the latest look (and looks again on a change)."""
+        """In a step: the term's scheduler gates (or lowers) by the latest look, and looks again
+        on a change."""
         sched = term.scheduler
-        if sched.budget_gate is not self.gate:
-            sched.budget_gate = self.gate
+        if sched.budget_gate is not self.gate or sched.budget_priority is not self.lowered:
+            sched.budget_gate, sched.budget_priority = self.gate, self.lowered
+            sched.reprioritize()
             sched.look_again()
+
+
+def _lowered(lowering: list[Budget]) -> budget_priority.Lowered:
+    def low(wl: Workload) -> int | None:
+        asked = [
+            b.lower_priority for b in lowering if b.lower_priority is not None and b.covers(wl.cluster_queue, wl.labels)
+        ]
+        return min(asked) if asked else None
+
+    return low
 
 
 def _gate(holding: list[tuple[Budget, str]]) -> Gate:

@@ -131,6 +131,7 @@ async def store_budgets(session: AsyncSession, budgets: Sequence[Budget], time_s
             labels=dict(b.labels),
             gpu_hours=b.gpu_hours * time_scale,
             period=_seconds(b.period * time_scale),
+            lower_priority=b.lower_priority,
         )
         await budget_store.put(session, stored, actor=ACTOR)
 

@@ -7,8 +7,10 @@ Unix epoch (``720h``, ``168h``). What a budget used is what the ledger's interva
 period, MIG slices and shared GPUs as their part of a card (``queues.gpu_units``), the same
 arithmetic as ``turnstile usage``'s ``gpuHours``.
 
-Edits are audited like every admin edit (``audit_log``, kind ``GPUBudget``); a budget is
-refused, with what is wrong, if it is negative or names no ClusterQueue and no label.
+Once spent, a budget holds its new work back, or runs it at its ``lower_priority``
+(``queues.budget_priority``). Edits are audited like every admin edit (``audit_log``, kind
+``GPUBudget``); a budget is refused, with what is wrong, if it is negative or names no
+ClusterQueue and no label.
 """
 
 from __future__ import annotations
@@ -43,7 +45,14 @@ class StoredBudget:
         return self.budget.name
 
 
-def make(*, cluster_queue: str | None, labels: Mapping[str, str], gpu_hours: float, period: str) -> StoredBudget:
+def make(
+    *,
+    cluster_queue: str | None,
+    labels: Mapping[str, str],
+    gpu_hours: float,
+    period: str,
+    lower_priority: int | None = None,
+) -> StoredBudget:
     """A budget from its parts; ``ValueError`` says what is wrong."""
     if (cluster_queue is None) == (not labels):
         raise ValueError("name exactly one of --cluster-queue and --label KEY=VALUE")
@@ -52,9 +61,16 @@ def make(*, cluster_queue: str | None, labels: Mapping[str, str], gpu_hours: flo
     seconds = period_seconds(period)
     pairs = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
     if cluster_queue is not None:
-        budget = Budget(f"clusterQueue {cluster_queue}", float(gpu_hours), seconds, cluster_queue=cluster_queue)
+        budget = Budget(
+            f"clusterQueue {cluster_queue}",
+            float(gpu_hours),
+            seconds,
+            cluster_queue=cluster_queue,
+            lower_priority=lower_priority,
+        )
     else:
-        budget = Budget("label " + ",".join(f"{k}={v}" for k, v in pairs), float(gpu_hours), seconds, labels=pairs)
+        name = "label " + ",".join(f"{k}={v}" for k, v in pairs)
+        budget = Budget(name, float(gpu_hours), seconds, labels=pairs, lower_priority=lower_priority)
     return StoredBudget(budget, period)
 
 
@@ -91,6 +107,7 @@ async def put(session: AsyncSession, stored: StoredBudget, *, actor: str) -> str
         "labels": dict(b.labels),
         "gpu_hours": Decimal(str(b.gpu_hours)),
         "period": stored.period,
+        "lower_priority": b.lower_priority,
     }
     before = await session.get(tables.GpuBudget, b.name)
     old = _doc(before) if before is not None else None
@@ -121,7 +138,15 @@ async def load(session: AsyncSession) -> list[StoredBudget]:
     out = []
     for r in rows:
         labels = {str(k): str(v) for k, v in (r.labels or {}).items()}
-        out.append(make(cluster_queue=r.cluster_queue, labels=labels, gpu_hours=float(r.gpu_hours), period=r.period))
+        out.append(
+            make(
+                cluster_queue=r.cluster_queue,
+                labels=labels,
+                gpu_hours=float(r.gpu_hours),
+                period=r.period,
+                lower_priority=r.lower_priority,
+            )
+        )
     return out
 
 
@@ -153,4 +178,5 @@ def _doc(row: tables.GpuBudget) -> dict[str, Any]:
         "labels": dict(row.labels or {}),
         "gpu_hours": f"{float(row.gpu_hours):g}",
         "period": row.period,
+        "lower_priority": row.lower_priority,
     }

@@ -291,6 +291,8 @@ class GpuBudget(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(nullable=False, server_default=text("'{}'::jsonb"))
     gpu_hours: Mapped[Decimal] = mapped_column(Numeric, nullable=False)
     period: Mapped[str] = mapped_column(String(32), nullable=False)  # monthly, or a duration (720h)
+    # once spent: NULL holds new work back; a number runs it at that priority (``queues.budget_priority``)
+    lower_priority: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
     __table_args__ = (
         CheckConstraint("gpu_hours >= 0", name="gpu_hours_non_negative"),

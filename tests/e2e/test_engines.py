@@ -81,9 +81,10 @@ def time_scale(parsed: scenario.Scenario) -> float:
         # Its timers (scale-ups, backoffs, bookings) are events too, not only the inputs, and each
         # decision takes several hops (request, autoscaler, watch, step): scenario.md's default.
         return 0.02
-    if parsed.reclaim or parsed.utilization:
+    if parsed.reclaim or parsed.utilization or parsed.budgets:
         # Utilisation is measured from Prometheus scrapes (every scenario quarter-minute, at least
-        # 100 ms): a reclaim window must span many of them, whatever the gaps between inputs.
+        # 100 ms), and budgets from the ledger at the controller's looks (every scenario minute, at
+        # least 100 ms): a window or a period must span many of them, whatever the gaps between inputs.
         return MAX_SCALE
     inputs = sorted({e.at for e in parsed.jobs} | {e.at for e in parsed.edits})
     gaps = [b - a for a, b in itertools.pairwise(inputs) if b > a] or [60.0]

@@ -171,3 +171,75 @@ def test_a_run_across_a_period_boundary_counts_its_new_part_and_the_report_is_of
     assert budget["usedThisPeriod"] == round(1200 / 3600, 2) and budget["exhausted"] is False
     result = simulator.Simulation(scenario.parse(copy.deepcopy(EXAMPLE))).run().to_json()
     assert result["summary"]["budgets"][0]["usedThisPeriod"] == 48.0  # (day-two's 2 GPUs x 24 h)
+
+
+def _lowering_scenario(when: str) -> dict[str, Any]:
+    def job(name: str, team: str, at: float, runtime: float) -> dict[str, Any]:
+        return {
+            "at": at,
+            "runtime": runtime,
+            "object": {"apiVersion": "batch/v1", "kind": "Job",
+                       "metadata": {"name": name, "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "q", "team": team}},
+                       "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}}},
+        }  # fmt: skip
+
+    budget: dict[str, Any] = {"label": {"team": "a"}, "gpuHours": 1, "period": "1h", "whenExhausted": when}
+    if when == "LowerPriority":
+        budget["priority"] = -10
+    return {
+        "name": "lowering",
+        "manifests": [
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a100"}},
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "cq"},
+                "spec": {
+                    "namespaceSelector": {},
+                    "preemption": {"withinClusterQueue": "LowerPriority"},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["nvidia.com/gpu"],
+                            "flavors": [{"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}],
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": "q", "namespace": "ml"},
+                "spec": {"clusterQueue": "cq"},
+            },
+        ],
+        "budgets": [budget],
+        "jobs": [
+            job("a1", "a", 0, 1800),  # 4 GPUs: team a's budget (1 GPU-hour) is spent at t=900
+            job("a2", "a", 1000, 600),  # queued while spent: runs at priority -10
+            job("b1", "b", 1000, 600),  # same own priority, later: goes first all the same
+            job("c1", "b", 2500, 600),  # preempts a2, which runs lower
+        ],
+    }
+
+
+def test_a_spent_budget_may_run_new_work_at_a_lower_priority_instead_of_holding_it() -> None:
+    result, seen = _run(_lowering_scenario("LowerPriority"))
+    admitted = [(e["t"], e["workload"]) for e in result["events"] if e["type"] == "Admitted"]
+    assert admitted[:3] == [(0, "ml/a1"), (1800, "ml/b1"), (2400, "ml/a2")], admitted
+    assert ("ml/a2", "Preempted") in {(e["workload"], e["reason"]) for e in result["events"] if e["type"] == "Evicted"}
+    # not held: it waits for quota like any workload (behind b1), never with BudgetExhausted
+    assert seen[1000]["ml/a2"][0] != "BudgetExhausted"
+    # a new period gives it its own priority back; it runs again once c1 is done
+    assert result["workloads"]["ml/a2"]["state"] == "Finished"
+    waiting = _run(_lowering_scenario("Wait"))[1]
+    assert waiting[1000]["ml/a2"][0] == "BudgetExhausted"
+
+
+def test_lower_priority_needs_a_whole_priority() -> None:
+    doc = _lowering_scenario("LowerPriority")
+    doc["budgets"][0]["priority"] = "low"
+    with pytest.raises(errors.Invalid, match=r"budgets\[0\].priority: the priority new work runs at"):
+        scenario.parse(doc)
+    doc["budgets"][0].update(whenExhausted="Later")
+    with pytest.raises(errors.Invalid, match=r"budgets\[0\].whenExhausted: must be Wait or LowerPriority"):
+        scenario.parse(doc)

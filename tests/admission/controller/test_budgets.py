@@ -69,12 +69,22 @@ def test_budget_edits_are_checked_and_audited(tmp_path: Path, migrated_url: str)
     assert (listed["gpuHours"], listed["period"], listed["usedThisPeriod"], listed["exhausted"]) == (
         800.0, "168h", 0.0, False
     )  # fmt: skip
+    # once spent, run new work at a lower priority instead of holding it: the priority goes with it
+    alone = quick(migrated_url, tmp_path, "set", "--label", "team=alg-2", "--gpu-hours", "800", "--priority", "-10")
+    assert alone.exit_code == 2 and "--priority N goes with --when-exhausted lower-priority" in alone.output
+    lowered = quick(migrated_url, tmp_path, "set", "--label", "team=alg-2", "--gpu-hours", "800", "--period", "168h",
+                    "--when-exhausted", "lower-priority", "--priority", "-10")  # fmt: skip
+    assert lowered.output.strip() == "budget/label team=alg-2 configured", lowered.output
+    (listed,) = json.loads(quick(migrated_url, tmp_path, "list", "-o", "json").output)
+    assert (listed["whenExhausted"], listed["priority"]) == ("LowerPriority", -10)
+    assert "priority -10" in quick(migrated_url, tmp_path, "list").output
     assert quick(migrated_url, tmp_path, "delete", "label team=alg-2").exit_code == 0
     gone = quick(migrated_url, tmp_path, "delete", "label team=alg-2")
     assert gone.exit_code == 1 and "not found" in gone.output
     env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url, "TURNSTILE_HOME": str(tmp_path / "home")}
     history = turnstile("history", env=env).stdout
-    assert history.count("gpubudget/label team=alg-2") == 3 and "finops" in history, history
+    assert history.count("gpubudget/label team=alg-2") == 4 and "finops" in history, history
+    assert "lower_priority" in history  # (the change is in the audit log, before -> after)
 
 
 async def test_a_team_over_its_budget_waits_and_its_running_work_goes_on(tmp_path: Path, migrated_url: str) -> None:
