@@ -8,7 +8,6 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -33,8 +32,8 @@ def actor(settings: Settings) -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _head(url: str) -> str | None:
-    return ScriptDirectory.from_config(database.alembic_config(url)).get_current_head()
+def _head() -> str:
+    return database.SCHEMA_HEAD
 
 
 async def _current(session: AsyncSession) -> str | None:
@@ -67,7 +66,7 @@ def run(
             factory = database.sessions(engine)
             async with factory() as session:
                 current = await _current(session)
-            head = _head(url)
+            head = _head()
             if current != head:
                 if not auto:
                     raise StoreUnavailable(

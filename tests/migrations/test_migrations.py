@@ -76,3 +76,12 @@ def test_concurrent_upgrades_of_a_fresh_database_are_serialised(new_database: Ca
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 8, [err for _, err in results]
     assert _diff(url) == []
+
+
+def test_the_schema_head_the_cli_checks_is_alembics() -> None:
+    """The CLI tells a migrated database by ``database.SCHEMA_HEAD`` without loading alembic: a new
+    migration must bump it (else every CLI command would ask to `turnstile db upgrade` for ever)."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(database.alembic_config("postgresql://x@localhost/x")).get_current_head()
+    assert head == database.SCHEMA_HEAD, f"set SCHEMA_HEAD = {head!r} in admission/store/database.py"
