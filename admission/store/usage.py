@@ -126,6 +126,9 @@ async def report(
             .where(overlaps, lo < until)
             .group_by(group, u.cluster_queue, u.flavor, u.resource, lo)
         )
+    # The planner takes groups of several columns for independent (namespace x queue x flavor x
+    # resource) and sorts a million rows on disk under the default 4 MB: room to hash them instead.
+    await session.execute(text("SET LOCAL work_mem = '64MB'"))
     rows = []
     unit = Decimal(1000 * 3600)  # milli-unit-seconds per unit-hour
     for row in await session.execute(query):
