@@ -16,11 +16,19 @@ budget that covers it asks for, or None.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from queues.efficiency import Budget
 from queues.model import Workload
 
 Lowered = Callable[[Workload], int | None]
+
+
+def lowest(spent: Iterable[Budget], wl: Workload) -> int | None:
+    """The lowest priority the spent budgets covering ``wl`` run new work at, or None (engine
+    core's model and the controller's budget keeper both ask this)."""
+    asked = [b.lower_priority for b in spent if b.lower_priority is not None and b.covers(wl.cluster_queue, wl.labels)]
+    return min(asked) if asked else None
 
 
 def own(wl: Workload) -> int:

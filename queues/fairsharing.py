@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from queues import errors
 from queues.errors import FieldError
+from queues.model import Config, Snapshot
 from queues.podsready import duration
 from queues.quotas import CohortNode, FlavorResource, Node, Usage
 
@@ -127,6 +128,16 @@ def compare(a: Share, b: Share) -> int:
     else:
         x, y = a.value, b.value
     return (x > y) - (x < y)
+
+
+def shares_with(config: Config, held: Mapping[str, Mapping[FlavorResource, int]]) -> dict[str, Share]:
+    """Each ClusterQueue's Dominant Resource Share with ``held`` admitted (ClusterQueue ->
+    flavor-resource -> milli-units): what ``describe clusterqueue`` and the dashboard show."""
+    tree = Snapshot(config)
+    for name, usage in held.items():
+        if name in tree.queues:
+            tree.queues[name].add_usage(usage, 1)
+    return {name: share(cq) for name, cq in tree.queues.items()}
 
 
 def share(node: Node, usage: Mapping[FlavorResource, int] | None = None) -> Share:

@@ -56,3 +56,9 @@ def card_fraction(resource: str, overrides: Mapping[str, Fraction] | None = None
     if resource == SHARED:
         return Fraction(1, TIME_SLICING_REPLICAS)
     return Fraction(1) if is_gpu(resource) else None
+
+
+def cards(amounts: Iterable[tuple[str, int]]) -> float:
+    """Whole cards in (resource, milli-units) amounts: a MIG slice or a time-sliced replica as its
+    part of one; what is no GPU counts nothing."""
+    return sum(v / 1000 * float(f) for r, v in amounts if (f := card_fraction(r)))

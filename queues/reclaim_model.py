@@ -13,9 +13,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from queues import budget_priority
 from queues.decisions import Decision
 from queues.efficiency import Budget, ReclaimPolicy, Trace
-from queues.gpu_units import card_fraction
+from queues.gpu_units import cards
 from queues.model import Workload
 from queues.scheduler import Scheduler
 
@@ -69,7 +70,7 @@ class EfficiencyModel:
         if wl.admission is None:
             return
         # whole cards: a MIG slice or a time-sliced replica counts as its part of one (``queues.gpu_units``)
-        gpus = sum(v / 1000 * float(f) for (_, r), v in wl.admission.usage.items() if (f := card_fraction(r)))
+        gpus = cards((r, v) for (_, r), v in wl.admission.usage.items())
         trace = self.traces.get(wl.key)
         self.runs[wl.key] = _Run(now, gpus, wl.admission.cluster_queue, wl.labels, trace, runtime)
 
@@ -121,12 +122,7 @@ class EfficiencyModel:
         """The priority spent budgets that lower it ask of a workload (``queues.budget_priority``)."""
 
         def low(wl: Workload) -> int | None:
-            asked = [
-                b.lower_priority
-                for i in self.exhausted
-                if (b := self.budgets[i]).lower_priority is not None and b.covers(wl.cluster_queue, wl.labels)
-            ]
-            return min(asked) if asked else None
+            return budget_priority.lowest((self.budgets[i] for i in self.exhausted), wl)
 
         return low
 

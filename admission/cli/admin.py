@@ -354,13 +354,22 @@ def resume_cmd(kind: str, name: str, database_url: str | None) -> None:
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 
 
-def parse_since(value: str) -> dt.datetime:
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def span_of(value: str, units: str = "smhdw") -> dt.timedelta | None:
+    """A CLI duration (``30m``, ``12h``, ``7d``, ``4w``) in one of ``units``; None if it is not one."""
     match = _DURATION.match(value)
-    if not match:
+    if not match or match.group(2) not in units:
+        return None
+    return dt.timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+def parse_since(value: str) -> dt.datetime:
+    span = span_of(value)
+    if span is None:
         raise click.BadParameter(f"{value!r}: use a duration such as 30m, 12h, 7d or 4w")
-    n, unit = int(match.group(1)), match.group(2)
-    seconds = n * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
-    return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
+    return dt.datetime.now(dt.UTC) - span
 
 
 def _yaml(body: dict[str, Any] | None) -> list[str]:

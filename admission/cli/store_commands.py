@@ -32,10 +32,6 @@ def actor(settings: Settings) -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _head() -> str:
-    return database.SCHEMA_HEAD
-
-
 async def _current(session: AsyncSession) -> str | None:
     """The schema's revision; None when the database has no schema yet (not when it is unreachable)."""
     found = await session.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
@@ -66,7 +62,7 @@ def run(
             factory = database.sessions(engine)
             async with factory() as session:
                 current = await _current(session)
-            head = _head()
+            head = database.SCHEMA_HEAD
             if current != head:
                 if not auto:
                     raise StoreUnavailable(

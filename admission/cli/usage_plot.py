@@ -20,6 +20,7 @@ from fractions import Fraction
 
 import click
 
+from admission.cli import admin
 from admission.store import usage as ledger
 from queues import gpu_units
 
@@ -34,7 +35,6 @@ _STEPS = (
     dt.timedelta(days=1),
     dt.timedelta(weeks=1),
 )
-_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def bucket_of(since: dt.datetime, until: dt.datetime, every: str | None) -> dt.timedelta:
@@ -43,10 +43,9 @@ def bucket_of(since: dt.datetime, until: dt.datetime, every: str | None) -> dt.t
     span = until - since
     if every is None:
         return next((s for s in _STEPS if span / s <= 40), span / 30)
-    number, unit = every[:-1], every[-1:]
-    if not number.isdigit() or int(number) == 0 or unit not in _UNITS:
+    step = admin.span_of(every, units="mhdw")
+    if step is None or not step:
         raise click.BadParameter(f"{every!r}: use a duration such as 1h, 6h, 1d or 1w", param_hint="--every")
-    step = dt.timedelta(seconds=int(number) * _UNITS[unit])
     if span / step > MAX_COLUMNS:
         raise click.BadParameter(
             f"{every!r} cuts the window into {int(span / step)} columns (at most {MAX_COLUMNS}): "

@@ -312,14 +312,9 @@ async def _history(session: AsyncSession, queue: str) -> str:
 async def _fair_share(session: AsyncSession, cluster_queue: str) -> str:
     """The ClusterQueue's weight and Dominant Resource Share in its cohort now (``queues.fairsharing``),
     as the controller's fair sharing compares them."""
-    snap = await store.load_snapshot(session)
-    tree = Snapshot(snap.config)
-    for wl in snap.workloads:
-        if wl.admission is not None:
-            tree.add_workload(wl)
-    cq = tree.queues[cluster_queue]
-    s = fairsharing.share(cq)
-    weight = f"weight {cq.weight:g}"
+    config = await config_store.load_config(session)
+    s = fairsharing.shares_with(config, await store.held_usage(session))[cluster_queue]
+    weight = f"weight {s.weight:g}"
     if not s.borrowing:
         return f"{weight}, share 0 (borrows nothing)"
     value = "infinite (weight 0 and borrowing)" if s.value == float("inf") else f"{s.value:.4g}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable
 
@@ -117,7 +118,7 @@ class BudgetKeeper:
         if exhausted.keys() != self.exhausted.keys() or policies != self._policies:
             self.exhausted, self._policies = exhausted, policies
             self.gate = _gate(holding) if holding else None
-            self.lowered = _lowered(lowering) if lowering else None
+            self.lowered = functools.partial(budget_priority.lowest, tuple(lowering)) if lowering else None
             self.wake()
 
     def _say(self, reason: str, budget: Budget, period: dt.datetime, message: str) -> None:
@@ -146,16 +147,6 @@ class BudgetKeeper:
             sched.budget_gate, sched.budget_priority = self.gate, self.lowered
             sched.reprioritize()
             sched.look_again()
-
-
-def _lowered(lowering: list[Budget]) -> budget_priority.Lowered:
-    def low(wl: Workload) -> int | None:
-        asked = [
-            b.lower_priority for b in lowering if b.lower_priority is not None and b.covers(wl.cluster_queue, wl.labels)
-        ]
-        return min(asked) if asked else None
-
-    return low
 
 
 def _gate(holding: list[tuple[Budget, str]]) -> Gate:

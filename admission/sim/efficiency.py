@@ -35,8 +35,9 @@ from admission.controller.controller import Controller
 from admission.sim import dcgm
 from admission.sim import prometheus as sim_prometheus
 from admission.store import budgets as budget_store
-from queues import api, jobs
+from queues import api
 from queues.efficiency import GPU_IDLE, POLICY_ANNOTATION, Budget, ReclaimPolicy, Trace
+from queues.gpu_units import cards
 from queues.scenario import Scenario
 
 ACTOR = "turnstile-simulate"
@@ -182,7 +183,7 @@ def _freed(scenario: Scenario, events: Sequence[Mapping[str, Any]]) -> float:
             started[key] = float(e["t"])
         elif e.get("type") == "Evicted" and e.get("reason") == GPU_IDLE and key in entries and key in started:
             entry = entries[key]
-            gpus = sum(v for ps in entry.job.pod_sets for r, v in ps.total().items() if jobs.is_gpu(r)) / 1000
+            gpus = cards(amount for ps in entry.job.pod_sets for amount in ps.total().items())
             freed += gpus * max(0.0, entry.runtime - (float(e["t"]) - started[key]))
     return freed
 

@@ -253,7 +253,7 @@ class Driver:
             result.efficiency = efficiency.summary(
                 self.stack.controller,
                 self.scenario,
-                result.to_json("cluster")["events"],
+                result.events,
                 wall0=self.wall0.timestamp(),
                 time_scale=self.scale,
             )

@@ -282,13 +282,16 @@ async def _lock_trees(session: AsyncSession, keys: list[str]) -> None:
     )
 
 
-async def _usage(session: AsyncSession, cluster_queues: Sequence[str]) -> dict[str, dict[tuple[str, str], int]]:
+async def held_usage(
+    session: AsyncSession, cluster_queues: Sequence[str] | None = None
+) -> dict[str, dict[tuple[str, str], int]]:
+    """What admitted workloads hold now: ClusterQueue -> (flavor, resource) -> milli-units (of
+    these ClusterQueues, or of all)."""
     a = tables.Admission
-    rows = await session.execute(
-        select(a.cluster_queue, a.flavor, a.resource, func.sum(a.quantity))
-        .where(tables.among(a.cluster_queue, cluster_queues))
-        .group_by(a.cluster_queue, a.flavor, a.resource)
-    )
+    query = select(a.cluster_queue, a.flavor, a.resource, func.sum(a.quantity))
+    if cluster_queues is not None:
+        query = query.where(tables.among(a.cluster_queue, cluster_queues))
+    rows = await session.execute(query.group_by(a.cluster_queue, a.flavor, a.resource))
     out: dict[str, dict[tuple[str, str], int]] = {}
     for cq, flavor, resource, qty in rows:
         out.setdefault(cq, {})[(flavor, resource)] = int(qty)
@@ -413,7 +416,7 @@ async def commit_cycle(
         {q.name for name in touched if name in snapshot.queues for q in snapshot.queues_in_tree(snapshot.queues[name])}
         | touched
     )
-    for cq_name, usage in (await _usage(session, tree_queues)).items():
+    for cq_name, usage in (await held_usage(session, tree_queues)).items():
         if cq_name in snapshot.queues:
             snapshot.queues[cq_name].add_usage(usage, 1)
     info = {

@@ -32,7 +32,7 @@ from admission.store import usage as usage_store
 from admission.store import workloads as store
 from queues import fairsharing, jobs
 from queues.gpu_units import card_fraction
-from queues.model import Config, Snapshot
+from queues.model import Config
 
 PAGE = 50
 
@@ -41,13 +41,7 @@ async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | Non
     """See the module docstring; ``idle``: (flavor, resource) -> milli-units held by idle workloads."""
     config = await config_store.load_config(session)
     a = tables.Admission
-    held: dict[tuple[str, str, str], int] = {}
-    for queue, flavor, resource, qty in await session.execute(
-        select(a.cluster_queue, a.flavor, a.resource, func.sum(a.quantity)).group_by(
-            a.cluster_queue, a.flavor, a.resource
-        )
-    ):
-        held[(queue, flavor, resource)] = int(qty)
+    held = await store.held_usage(session)
     reserved: dict[tuple[str, str], int] = {}
     w = tables.Workload
     checking = (
@@ -65,7 +59,7 @@ async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | Non
         for group in cq.spec.resource_groups:
             for fq in group.flavors:
                 for rq in fq.resources:
-                    used = held.get((name, fq.name, rq.name), 0)
+                    used = held.get(name, {}).get((fq.name, rq.name), 0)
                     rows.append(
                         {
                             "flavor": fq.name,
@@ -120,19 +114,15 @@ async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | Non
     }
 
 
-def _fair_shares(config: Config, queues: list[dict[str, Any]], held: dict[tuple[str, str, str], int]) -> None:
+def _fair_shares(config: Config, queues: list[dict[str, Any]], held: dict[str, dict[tuple[str, str], int]]) -> None:
     """With fair sharing on: each ClusterQueue's weight and weighted share (Kueue's Dominant
     Resource Share) as its admitted quota stands, as ``describe clusterqueue`` computes it."""
-    tree = Snapshot(config)
-    for (queue, flavor, resource), qty in held.items():
-        if queue in tree.queues:
-            tree.queues[queue].add_usage({(flavor, resource): qty}, 1)
+    shares = fairsharing.shares_with(config, held)
     for q in queues:
-        cq = tree.queues.get(q["name"])
-        if cq is not None:
-            s = fairsharing.share(cq)
+        s = shares.get(q["name"])
+        if s is not None:
             value = None if s.value == float("inf") else round(s.value, 4)
-            q["fairShare"] = {"weight": cq.weight, "share": value if s.borrowing else 0, "resource": s.resource}
+            q["fairShare"] = {"weight": s.weight, "share": value if s.borrowing else 0, "resource": s.resource}
 
 
 def _lend(queues: list[dict[str, Any]]) -> None:
