@@ -5,7 +5,13 @@ patches the difference, through a work queue that handles each job serially and 
 backoff. An admitted workload's job is unsuspended with its flavors' node labels and
 tolerations merged into its pod templates, once no evicted job still runs in its quota tree
 (Kueue releases a victim's quota only when its pods are gone; Turnstile keeps the books at
-once but starts the preemptor only then, so no GPU is ever double-booked). A pending
+once but starts the preemptor only then, so no GPU is ever double-booked). Whether a victim has
+stopped is read from its pods, not its job's status: a real Job's ``status.terminating`` is absent
+before Kubernetes 1.29 and can stick at 1 with 1.28's alpha gate, while a deleted pod holds its
+GPUs for its whole grace period. A victim admitted again (on another flavor, in the same step)
+stays a victim until the pods of its previous run are gone: neither it nor its preemptor starts
+before then. No event says when pods without a job status are gone, so a stopping job is looked
+at again every ``POLL_SECONDS``. A pending
 workload's job is suspended first (a running Job's template cannot change), then its own
 scheduling directives are restored and the admission mark removed. Everything it needs is
 derived from the store and the cluster, so after a restart it converges the same way.
@@ -14,6 +20,7 @@ derived from the store and the cluster, so after a restart it converges the same
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 
 from admission.controller import pinning
@@ -28,6 +35,11 @@ from admission.kube.client import Kube, KubeError, Obj
 from queues import pods, provisioning
 from queues.model import Admission, Workload
 from queues.pinning import PODSET_ANNOTATION, WORKLOAD_ANNOTATION, PodSlot, pinned_node, rank_of
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0  # a job whose pods still stop is looked at again this often (its status may not say)
+TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class Enactor:
@@ -79,17 +91,49 @@ class Enactor:
             term.stopping[key] = tree
         return tree is not None
 
-    def stopped(self, term: Term, key: str) -> None:
-        """An evicted job's pods are gone: admissions waiting on its tree may start."""
+    async def check_stopped(self, term: Term, key: str) -> bool:
+        """Whether the pods of ``key``'s evicted run are gone; if so it is no longer stopping and the
+        admissions waiting on its tree look again, else it is looked at again in ``POLL_SECONDS``."""
+        if key not in term.stopping:
+            return True
+        if await self._pods_run(key):
+            self.queue.request_after(key, POLL_SECONDS)
+            return False
         tree = term.stopping.pop(key, None)
-        if tree is not None:
-            for other, t in list(term.blocked.items()):
-                if t == tree:
-                    self.request(other)
+        for other, t in list(term.blocked.items()):
+            if t == tree:
+                self.request(other)
+        return True
 
     def running(self, key: str) -> bool:
         view = self.view(key)
         return view is not None and not view.finished and (view.active or not view.suspended)
+
+    async def _pods_run(self, key: str) -> bool:
+        """Whether any pod of ``key``'s job may still hold capacity: a plain pod workload's own pods
+        (its informer sees them until they are gone), else, for a suspended, finished or deleted job,
+        a pod in its namespace that names the workload (``turnstile.dev/workload``) or is owned by
+        the job and has not ended, terminating or not. An unanswered list counts as running."""
+        view = self.view(key)
+        if view is not None and view.pods is not None:
+            return self.running(key)
+        if view is not None and not view.finished and not view.suspended:
+            return True
+        namespace = key.partition("/")[0]
+        owner = view.uid if view is not None else None
+        token: str | None = None
+        try:
+            while True:
+                page = await self.kube.request("GET", PODS.path(namespace), query={"limit": 500, "continue": token})
+                for pod in page.get("items") or []:
+                    if _runs_for(pod, key, owner):
+                        return True
+                token = (page.get("metadata") or {}).get("continue") or None
+                if not token:
+                    return False
+        except KubeError as exc:
+            log.warning("%s: cannot tell whether its pods are gone (%s); it counts as running", key, exc)
+            return True
 
     async def enact(self, key: str) -> None:
         """Drive one job to its workload's state (see the module docstring)."""
@@ -102,6 +146,7 @@ class Enactor:
         row = term.by_key.get(key)
         wl = term.scheduler.workloads.get(key)
         if view is None or view.finished or view.info is None or row is None or row.uid != view.uid or wl is None:
+            await self.check_stopped(term, key)  # (a victim that finished or was deleted: its pods may still stop)
             return
         held = term.held(key)  # only what is committed may reach the cluster
         token = admission_token(held) if held is not None else None
@@ -112,18 +157,20 @@ class Enactor:
         if token is None or (view.admission is not None and view.admission != token):
             # Pending (or running under an admission that is no more): suspend first, then restore.
             term.blocked.pop(key, None)
-            if not self.mark_stopping(term, key):
-                self.stopped(term, key)
+            self.mark_stopping(term, key)
             if not view.suspended:
                 # Suspend only: a running Job's template cannot change. The admission mark stays
                 # until the restore, so a job without it always carries its own directives.
                 await self._patch(view, view.integration.patch(view, suspend=True, infos=(), admission=view.admission))
-            elif view.admission is not None or not view.carries(own, own_counts):
+                return
+            await self.check_stopped(term, key)
+            if view.admission is not None or not view.carries(own, own_counts):
                 await self._restore(view, own, own_counts)
             return
-        self.stopped(term, key)  # admitted again: whatever it held before is its own admission now
         if not view.suspended:
             return  # running as admitted
+        if not await self.check_stopped(term, key):
+            return  # admitted again while the pods of its previous run still stop: it waits for them too
         assert held is not None and held.admission is not None
         if self._victims_running(term, key, held):
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
@@ -146,16 +193,17 @@ class Enactor:
         assert view.pods is not None
         if token is None or (view.admission is not None and view.admission != token):
             term.blocked.pop(key, None)
-            if not self.mark_stopping(term, key):
-                self.stopped(term, key)
+            self.mark_stopping(term, key)
             for pod in view.pods:
                 if pod.running:
                     await self._pod_write(view, "DELETE", pod)
+            await self.check_stopped(term, key)
             return
-        self.stopped(term, key)
         waiting = [pod for pod in view.pods if pod.gated and pod.live]
         if not waiting:
             return  # every pod runs as admitted
+        if not await self.check_stopped(term, key):
+            return
         assert held is not None and held.admission is not None
         if self._victims_running(term, key, held):
             return
@@ -210,7 +258,7 @@ class Enactor:
         """Whether pods of workloads preempted in ``held``'s quota tree still run (then it waits,
         and their events wake it): no GPU is ever double-booked."""
         tree = term.tree_of(held)
-        victims = sorted(k for k, t in term.stopping.items() if t == tree and self.running(k)) if tree else []
+        victims = sorted(k for k, t in term.stopping.items() if t == tree and k != key) if tree else []
         if tree is not None and victims:
             term.blocked[key] = tree
             self._waiting(key, tuple(victims))
@@ -302,6 +350,16 @@ class Enactor:
 
 
 PODS = POD.ref
+
+
+def _runs_for(pod: Obj, key: str, owner_uid: str | None) -> bool:
+    """Whether ``pod`` has not ended and belongs to workload ``key`` (its annotation) or job ``owner_uid``."""
+    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return False
+    meta = pod.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION) == key:
+        return True
+    return owner_uid is not None and any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or [])
 
 
 def _unplaced(info: PodSetInfo) -> PodSetInfo:

@@ -371,8 +371,7 @@ class Steps:
             term.forget(row.uid)
             if row.uid in self.checks.requests:
                 self.checks.request(row.uid)  # its ProvisioningRequests and PodTemplates go too
-            self.enactor.stopped(term, row.key)
-            term.blocked.pop(row.key, None)
+            term.blocked.pop(row.key, None)  # (if it was a victim, it stays stopping until its pods are gone)
         for uid, (view, wl) in upserts.items():
             if uid not in stored:
                 log.warning("%s: job %s has a finished workload row; not queued again", view.key, uid)

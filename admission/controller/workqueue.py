@@ -72,6 +72,10 @@ class WorkQueue:
     def idle(self) -> bool:
         return not (self.waiting or self.running or self.timers)
 
+    def request_after(self, key: str, delay: float) -> None:
+        """Request ``key`` again in ``delay`` seconds (once: a later call while one waits is a no-op)."""
+        self._later(key, delay)
+
     def _later(self, key: str, delay: float) -> None:
         if key in self.timers:
             return

@@ -17,10 +17,14 @@
 - Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
   annotation (times ``time_scale``), then succeeds; without the annotation it runs for
   ``default_runtime`` seconds (``sim up --default-runtime``), or forever when that is None.
-  A deleted pod terminates gracefully: it keeps running, with a deletionTimestamp, for
-  ``termination_seconds`` (times ``time_scale``) before it is gone, holding its node's
-  capacity meanwhile (the kubelet's finalizer stands for the grace period). A batch Job counts
-  such pods in ``status.terminating``, not ``status.active``, as the real Job controller does.
+  A deleted pod terminates gracefully: it keeps running, with a deletionTimestamp, until its
+  containers stop (``termination_seconds`` after SIGTERM) or its grace period ends
+  (``metadata.deletionGracePeriodSeconds``, else ``spec.terminationGracePeriodSeconds``, 30 by
+  default), whichever is first (times ``time_scale``), holding its node's capacity meanwhile
+  (the kubelet's finalizer stands for the grace period). A batch Job counts such pods in
+  ``status.terminating``, not ``status.active``, as the real Job controller does from
+  Kubernetes 1.29 (``JobPodReplacementPolicy``); with ``job_terminating=False`` it counts them
+  nowhere, as a 1.28 server does, so only the pods themselves say they still run.
 - Garbage collection: a deleted job's pods are deleted too.
 """
 
@@ -71,7 +75,8 @@ class Cluster:
         self.store = store
         self.time_scale = time_scale
         self.default_runtime = default_runtime  # seconds a pod without a sim-runtime runs (None: forever)
-        self.termination_seconds = termination_seconds
+        self.termination_seconds = termination_seconds  # how long a pod's containers take to stop on SIGTERM
+        self.job_terminating = True  # a Job's status.terminating is filled (1.29+); False: as 1.28
         self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
         self.tasks: list[asyncio.Task[None]] = []
         self.timers: dict[str, asyncio.TimerHandle] = {}  # pod -> when it ends: its runtime, or its termination
@@ -142,7 +147,14 @@ class Cluster:
         if bool(_walk(job, kind.suspend_path)):
             for pod in pods:
                 self._terminate(pod)
-            statuses.count_pods(kind, job, self._pods_of(uid, namespace), suspended=True, runtimes=self.runtime)
+            statuses.count_pods(
+                kind,
+                job,
+                self._pods_of(uid, namespace),
+                suspended=True,
+                runtimes=self.runtime,
+                terminating_field=self.job_terminating,
+            )
             # As the Job controller (KEP-2232): suspending clears startTime, so the job counts as never
             # started and its scheduling directives may change before it is resumed.
             status.pop("startTime", None)
@@ -152,7 +164,7 @@ class Cluster:
         pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")] if pods else pods
         if not pods and any(self._pods_of(uid, namespace)):
             statuses.count_pods(
-                kind, job, self._pods_of(uid, namespace), runtimes=self.runtime
+                kind, job, self._pods_of(uid, namespace), runtimes=self.runtime, terminating_field=self.job_terminating
             )  # resumed; old pods stop
             self.store.replace(res, namespace, name, job, subresource="status")
             return
@@ -171,7 +183,7 @@ class Cluster:
             if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
                 set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-        statuses.count_pods(kind, job, pods, runtimes=self.runtime)
+        statuses.count_pods(kind, job, pods, runtimes=self.runtime, terminating_field=self.job_terminating)
         if pods and succeeded == len(pods) and kind.layout == "ray":
             status.update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", endTime=now_text())
         elif pods and succeeded == len(pods):
@@ -249,8 +261,22 @@ class Cluster:
         if timer is not None:
             timer.cancel()
         self.stopping.add(key)
-        delay = max(0.0, self.termination_seconds) * self.time_scale
+        delay = max(0.0, min(self.termination_seconds, self._grace(ns, name))) * self.time_scale
         self.timers[key] = asyncio.get_running_loop().call_later(delay, self._terminated, ns, name)
+
+    def _grace(self, namespace: str, name: str) -> float:
+        """The pod's grace period: its deletion's, else its spec's (30 s by default)."""
+        try:
+            pod = self.store.get(PODS, namespace, name)
+        except ApiError:
+            return 0.0
+        for value in (
+            pod["metadata"].get("deletionGracePeriodSeconds"),
+            (pod.get("spec") or {}).get("terminationGracePeriodSeconds"),
+        ):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return float(max(0, value))
+        return 30.0
 
     def _terminated(self, namespace: str, name: str) -> None:
         self.timers.pop(f"{namespace}/{name}", None)

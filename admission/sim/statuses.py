@@ -80,10 +80,17 @@ def _expected(job: Obj, runtimes: trainjobs.Runtimes | None = None) -> dict[str,
 
 
 def count_pods(
-    kind: jobs.Kind, job: Obj, pods: list[Obj], suspended: bool = False, runtimes: trainjobs.Runtimes | None = None
+    kind: jobs.Kind,
+    job: Obj,
+    pods: list[Obj],
+    suspended: bool = False,
+    runtimes: trainjobs.Runtimes | None = None,
+    *,
+    terminating_field: bool = True,
 ) -> None:
     """Active, Ready and succeeded pods in the status shape of the kind's real controller (a bound
-    pod is Running and Ready here): what Kueue reads as PodsReady too."""
+    pod is Running and Ready here): what Kueue reads as PodsReady too. A Job's deleted pods that
+    still run are ``status.terminating`` (1.29+); ``terminating_field=False``: counted nowhere (1.28)."""
     status = job.setdefault("status", {})
     counts: dict[str, dict[str, int]] = {}
     terminating = 0
@@ -104,7 +111,10 @@ def count_pods(
         counts.get(ps, {}).get("running", 0) + counts.get(ps, {}).get("succeeded", 0) >= n for ps, n in expected.items()
     )
     if kind.kind == "Job":
-        status["terminating"] = terminating
+        if terminating_field:
+            status["terminating"] = terminating
+        else:
+            status.pop("terminating", None)
         status["active"] = sum(c["active"] for c in counts.values())
         status["ready"] = sum(c["running"] for c in counts.values())
         status["succeeded"] = sum(c["succeeded"] for c in counts.values())

@@ -74,11 +74,13 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
     """Its quota is reserved at once, but its job starts only once the victims' pods are gone: the
     workload says so (QuotaReserved, Preempting, whom it waits for) and an Event on the job does."""
     async with world(tmp_path, migrated_url) as w:
-        w.host.cluster.termination_seconds = 300  # the victims' pods take 3 s to stop
+        w.host.cluster.termination_seconds = 300  # the victims' pods take their whole grace period, 3 s
         await w.apply(CONFIG)
         w.start_controller("replica-1")
         for name in ("low-1", "low-2"):
-            await w.create(job(name, gpus=4))
+            low = job(name, gpus=4)
+            low["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 300
+            await w.create(low)
         await eventually(lambda: _both_running(w), what="the low jobs to run")
         await w.create(job("urgent", gpus=8, priority="high"))
         row = await eventually(lambda: _preempting(w), what="the preemptor to say it waits")
