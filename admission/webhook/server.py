@@ -5,7 +5,9 @@ controller on NOTIFY: never a database round trip per request. Until a configura
 been loaded the server answers 503, so the API server (failurePolicy Fail) refuses the job
 rather than letting it start unsuspended; readiness says the same. Kueue's queue objects
 (``kueue.x-k8s.io``) are answered without it (``admission.webhook.queue_objects``). Malformed bodies get 400
-and oversized ones 413, each with a ``kind: Status``; DELETE is always allowed.
+and oversized ones 413, each with a ``kind: Status``; DELETE is always allowed. A review that
+fails inside Turnstile (a bug, or an object shaped as no schema allows) is refused, never allowed
+unchanged: a queued job let through unsuspended would run outside every quota (fail closed).
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ from queues.model import Config
 log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024  # the API server never sends more than its own request limit
+
+
+def _described(request_kind: Any, obj: Any, namespace: str) -> str:
+    """``Job ml/train``, from what can be read of a review whatever its shape."""
+    kind = request_kind.get("kind") if isinstance(request_kind, dict) else None
+    kind = kind or (obj.get("kind") if isinstance(obj, dict) else None)
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{kind or 'object'} {namespace}/{name if isinstance(name, str) else '?'}"
 
 
 def _status(code: int, message: str) -> web.Response:
@@ -115,9 +126,17 @@ class WebhookServer:
                     answer = review.validate(
                         operation, obj, old, namespace, config, integration, policy=policy, runtimes=self.runtimes
                     )
-            except Exception:  # a bug must not turn into a 500 that blocks every job in the cluster
-                log.exception("review of %s %s failed; allowing it unchanged", operation, namespace)
-                answer = review.Answer(warnings=["turnstile could not review this object (an internal error)"])
+            except Exception as exc:  # fail closed: a queued job allowed unreviewed would run outside its quota
+                what = _described(req.get("kind"), obj, namespace)
+                log.exception("review of %s %s failed; refusing it", operation, what)
+                answer = review.Answer(
+                    allowed=False,
+                    message=(
+                        f"{what}: Turnstile could not review it ({type(exc).__name__}: {exc}"[:300]
+                        + "); nothing was changed. Check the object's metadata and spec against its kind's schema "
+                        "and apply it again; if it is valid, report this with the object"
+                    ),
+                )
         response: dict[str, Any] = {"uid": uid, "allowed": answer.allowed}
         if not answer.allowed:
             response["status"] = {"code": 403, "reason": "Forbidden", "message": answer.message}

@@ -289,6 +289,18 @@ def test_malformed_oversized_and_delete(server: Server) -> None:
     assert server.review("/mutate", other) == {"uid": "u-1", "allowed": True}
 
 
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+def test_a_job_the_webhook_cannot_review_is_refused_never_allowed_unchanged(server: Server, path: str) -> None:
+    """Fail closed: an internal error (here labels that are not a map) denies the job with its name;
+    an allowed, unsuspended queued job would run outside its quota."""
+    broken = job("broken")
+    broken["metadata"]["labels"] = ["kueue.x-k8s.io/queue-name", "team-a"]
+    response = server.review(path, broken)
+    assert response["allowed"] is False, response
+    assert "patch" not in response
+    assert response["status"]["message"].startswith("Job ml/broken: Turnstile could not review it"), response
+
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
