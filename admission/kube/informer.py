@@ -21,7 +21,9 @@ An ``optional`` informer watches a kind the cluster may not serve (a CRD not ins
 answers 404) or may not let us read (403). Such a kind is *absent*: said once, counted as listed
 and empty (so it never holds back readiness or leadership; objects known before are reported
 deleted, as a CRD's removal deletes them), and looked at again every ``ABSENT_RETRY`` seconds or
-at once when ``recheck`` is called (the controller does when CRDs change).
+at once when ``recheck`` is called (the controller does when CRDs change). A kind refused with 403
+is looked at again with the usual backoff (within ``BACKOFF_MAX`` seconds): right after an API
+server restart, or with RBAC applied just after the controller, the refusal passes in seconds.
 """
 
 from __future__ import annotations
@@ -92,7 +94,10 @@ class Informer:
                     log.info("watch of %s expired (410 Gone); listing again", self.ref.plural)
                     continue
                 if exc.status in (403, 404) and self.optional:
-                    await self._absent(exc)
+                    # a refusal is often passing (RBAC applied a moment later, an API server loading
+                    # its RBAC cache after a restart): looked at again within seconds, as any error
+                    await self._absent(exc, ABSENT_RETRY if exc.status == 404 else backoff)
+                    backoff = min(BACKOFF_MAX, backoff * 2)
                     continue
                 delay = exc.retry_after if exc.retry_after is not None else backoff
                 log.warning("%s informer: %s; retrying in %.1fs", self.ref.plural, exc, delay)
@@ -107,7 +112,7 @@ class Informer:
         """Look again now whether an absent kind is served (its CRD may just have been installed)."""
         self._recheck.set()
 
-    async def _absent(self, exc: KubeError) -> None:
+    async def _absent(self, exc: KubeError, wait: float) -> None:
         what = f"{self.ref.kind} ({self.ref.api_version})"
         if not self.absent:
             if exc.status == 404:
@@ -125,7 +130,7 @@ class Informer:
         self.synced.set()
         self._recheck.clear()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(ABSENT_RETRY):
+            async with asyncio.timeout(wait):
                 await self._recheck.wait()
 
     async def _relist(self) -> str:

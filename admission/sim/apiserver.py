@@ -74,6 +74,9 @@ class Faults:
     # watch cache lags the write's own answer by a few milliseconds, so a client often holds a
     # write's answer before the events of earlier writes by others
     watch_delay: float = 0.0
+    # resources (plurals) whose requests are refused with 403, as a real server does while it loads
+    # its RBAC cache after a restart or before a Role is applied; tests change it while running
+    forbidden: set[str] = field(default_factory=set)
     seed: int = 0
     random: Random = field(init=False)
 
@@ -141,6 +144,8 @@ class ApiServer:
             await asyncio.sleep(faults.latency)
         if not request.path.startswith(("/api/", "/apis/")):
             return
+        if faults.forbidden and request.path.rstrip("/").rpartition("/")[2] in faults.forbidden:
+            raise ApiError(403, "Forbidden", f"{request.path} is forbidden (injected: RBAC not loaded yet)")
         if faults.error_rate and faults.random.random() < faults.error_rate:
             if faults.random.random() < 0.5:
                 raise ApiError(
