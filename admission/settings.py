@@ -101,10 +101,15 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="seconds between looks at GPU utilisation (idle reclaim)"
     )
     ui_port: int = Field(
-        default=0,
+        default=8081,
         ge=0,
         le=65535,
-        description="the dashboard's own port (/ui/); 0: on the metrics port",
+        description="the port of the dashboard (/ui/) and the visibility API over plain HTTP (0: any free port)",
+    )
+    ui_address: str = Field(
+        default="127.0.0.1",
+        description="the address they bind to: loopback (reach it with kubectl port-forward); empty: not served. "
+        "They answer anyone who reaches them: bind elsewhere only behind an authenticating proxy",
     )
     cert_secret: str | None = Field(
         default=None,

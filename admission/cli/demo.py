@@ -30,7 +30,7 @@ from queues.scheduler import Scheduler
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu-teams.yaml"
 DEMO_SECONDS = 60.0
-DASHBOARD_PORT = 8080
+DASHBOARD_PORT = 8081
 
 
 def _view(t: float, sched: Scheduler | None, recent: list[store.EventRow], driver: engine.Driver) -> Group:
@@ -66,7 +66,7 @@ def _view(t: float, sched: Scheduler | None, recent: list[store.EventRow], drive
 
 
 async def _dashboard(controller: Controller) -> tuple[web.AppRunner, str]:
-    """The dashboard (``admission.ui``) on loopback, at port 8080 if free (as ``sim up``'s), else any."""
+    """The dashboard (``admission.ui``) on loopback, at port 8081 if free (as ``sim up``'s), else any."""
     app = web.Application()
     process.dashboard(controller).routes(app)
     runner = web.AppRunner(app, shutdown_timeout=0.5)

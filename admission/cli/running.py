@@ -33,7 +33,8 @@ def bind_address_option(default: str) -> Callable[[Callable[..., Any]], Callable
         "--bind-address",
         default=default,
         show_default=True,
-        help="Address the webhook and metrics/health listeners bind to (0.0.0.0: every interface).",
+        help="Address the webhook and metrics/health listeners bind to (0.0.0.0: every interface). The "
+        "metrics port serves /metrics, /healthz and /readyz only.",
     )
 
 
@@ -67,8 +68,14 @@ log_format_option = click.option(
     "--ui-port",
     type=click.IntRange(min=0, max=65535),
     default=None,
-    help="Serve the dashboard (/ui/) on a port of its own instead of the metrics port. Default: "
-    "TURNSTILE_UI_PORT, else 0 (on the metrics port).",
+    help="Port of the dashboard (/ui/) and the visibility API over plain HTTP. Default: TURNSTILE_UI_PORT, else 8081.",
+)
+@click.option(
+    "--ui-address",
+    default=None,
+    help="Address the dashboard binds to. Default: TURNSTILE_UI_ADDRESS, else 127.0.0.1 (reach it with kubectl "
+    "port-forward); empty: not served. It answers anyone who reaches it: bind it elsewhere only behind an "
+    "authenticating proxy.",
 )
 @click.option(
     "--cert-dir",
@@ -114,6 +121,7 @@ def controller_cmd(
     webhook_port: int,
     metrics_port: int,
     ui_port: int | None,
+    ui_address: str | None,
     cert_dir: Path | None,
     cert_secret: str | None,
     database_url: str | None,
@@ -152,6 +160,7 @@ def controller_cmd(
                 webhook_port=webhook_port,
                 metrics_port=metrics_port,
                 ui_port=settings.ui_port if ui_port is None else ui_port,
+                ui_address=settings.ui_address if ui_address is None else ui_address,
                 cert_dir=cert_dir or settings.home / "certs",
                 cert_secret=cert_secret or settings.cert_secret,
                 bind_address=bind_address,

@@ -44,7 +44,7 @@ async def test_pending_workloads_in_order_with_positions(tmp_path: Path, migrate
         await eventually(lambda: _running(w, "big"), what="big to run")
         for name in ("b", "c", "d"):  # wait behind big, in order
             await w.create(job(name, gpus=4))
-        app = process.health_app(controller.readiness, controller.metrics.render, controller)
+        app = process.ui_app(controller)
         async with serving(app) as url:
 
             async def three_pending() -> Any:

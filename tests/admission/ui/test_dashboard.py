@@ -71,8 +71,8 @@ spec: {clusterQueue: team-a}
 
 @contextlib.asynccontextmanager
 async def serving(controller: Controller, port: int) -> AsyncIterator[str]:
-    """The controller's metrics listener (where the dashboard lives), as a replica serves it."""
-    app = process.health_app(controller.readiness, controller.metrics.render, controller)
+    """The controller's UI listener (the dashboard and the visibility API), as a replica serves it."""
+    app = process.ui_app(controller)
     runner = web.AppRunner(app, shutdown_timeout=0.5)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
