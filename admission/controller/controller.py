@@ -175,6 +175,7 @@ class Controller:
         self.config: Config | None = None  # the latest queue configuration, on every replica (webhook)
         # called whenever the configuration or this replica's leadership changes (the webhooks' scope)
         self.config_watchers: list[Callable[[], None]] = []
+        self.namespace_watchers: list[Callable[[], None]] = []  # a namespace was added, relabelled or deleted
         self.term: Term | None = None
         self.term_task: asyncio.Task[None] | None = None
         self.elect_task: asyncio.Task[None] | None = None
@@ -276,6 +277,8 @@ class Controller:
         if changed:
             self.changes.namespaces = True
             self.changes.wake.set()
+            for watcher in self.namespace_watchers:
+                watcher()
 
     async def job_events(self, key: str) -> list[dict[str, Any]]:
         """The Kubernetes Events on workload ``key``'s job (the dashboard's workload page)."""

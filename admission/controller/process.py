@@ -6,6 +6,15 @@ leader), the webhook on ``webhook_port`` with the certificate from ``cert_dir`` 
 issues and keeps there), and ``/healthz``, ``/readyz`` and ``/metrics`` on ``metrics_port``,
 both bound to ``bind_address``.
 
+**Who may read what.** The metrics port serves health and metrics only: it is reached by the
+kubelet's probes and Prometheus, which carry no identity. Queue data (the dashboard, ``/ui/``,
+and Kueue's visibility API as a plain HTTP endpoint) names every namespace's jobs and the audit
+log's editors, so it has a listener of its own, ``ui_port`` on ``ui_address``: loopback by
+default, reached with ``kubectl port-forward`` (which the API server authorizes: RBAC on
+``pods/portforward`` in Turnstile's namespace). Through the API server, the aggregated API serves
+the same visibility data to each caller as RBAC allows. Binding the UI elsewhere is an explicit
+choice (``--ui-address``), for an authenticating proxy in front of it.
+
 ``/readyz`` is the webhook's readiness (``admission.controller.readiness``): a replica that
 serves a trusted certificate and has a configuration to answer from is ready, even while the
 database is away, so a database outage never takes the webhook (and with it every queued job's
@@ -59,12 +68,9 @@ def identity() -> str:
     return f"{base}-{secrets.token_hex(3)}"
 
 
-def health_app(
-    readiness: Readiness, render: Callable[[], bytes], controller: Controller | None = None, *, ui: bool = True
-) -> web.Application:
-    """``/healthz``, ``/readyz`` (``?verbose``, ``/readyz/CHECK``), ``/metrics`` and (with a
-    controller) Kueue's visibility API and, unless it has a port of its own (``ui``), the
-    dashboard (``/ui/``, ``admission.ui``)."""
+def health_app(readiness: Readiness, render: Callable[[], bytes]) -> web.Application:
+    """``/healthz``, ``/readyz`` (``?verbose``, ``/readyz/CHECK``) and ``/metrics``: nothing else,
+    since whoever reaches the metrics port is not known (see the module docstring)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -93,10 +99,14 @@ def health_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/readyz/{check}", readyz_check)
     app.router.add_get("/metrics", metrics)
-    if controller is not None:
-        visibility.routes(app, lambda: controller.term, controller.enactor.view)
-        if ui:
-            dashboard(controller).routes(app)
+    return app
+
+
+def ui_app(controller: Controller) -> web.Application:
+    """The dashboard (``/ui/``, ``admission.ui``) and Kueue's visibility API, for the loopback listener."""
+    app = web.Application()
+    visibility.routes(app, lambda: controller.term, controller.enactor.view)
+    dashboard(controller).routes(app)
     return app
 
 
@@ -112,7 +122,8 @@ class Endpoints:
     webhook_port: int
     metrics_port: int
     serving: Serving
-    ui_port: int = 0  # where the dashboard is served (the metrics port unless it has its own)
+    ui_port: int = 0  # where the dashboard and the visibility API are served (0: not served)
+    ui: web.AppRunner | None = None
 
 
 @contextlib.asynccontextmanager
@@ -125,6 +136,7 @@ async def endpoints(
     serving: Serving,
     registration: Registration,
     ui_port: int = 0,
+    ui_address: str = "127.0.0.1",
 ) -> AsyncIterator[Endpoints]:
     """The webhook (TLS, from ``serving``) and health/metrics listeners; ready only once the
     webhook serves its certificate and the controller is ready."""
@@ -147,13 +159,8 @@ async def endpoints(
 
     controller.readiness.add("webhook", webhook_ready, gates=True)
     follow_scope(controller, registration)
-    health = web.AppRunner(
-        health_app(controller.readiness, controller.metrics.render, controller, ui=not ui_port), handle_signals=False
-    )
-    ui_app = web.Application()
-    if ui_port:
-        dashboard(controller).routes(ui_app)
-    ui = web.AppRunner(ui_app, handle_signals=False)
+    health = web.AppRunner(health_app(controller.readiness, controller.metrics.render), handle_signals=False)
+    ui = web.AppRunner(ui_app(controller), handle_signals=False)
     await webhook.setup()
     await health.setup()
     await ui.setup()
@@ -164,10 +171,10 @@ async def endpoints(
         await web.TCPSite(webhook, host, webhook_port, ssl_context=context).start()
         listening["tls"] = True
         await web.TCPSite(health, host, metrics_port).start()
-        if ui_port:
-            await web.TCPSite(ui, host, ui_port).start()
-        ports = (webhook.addresses[0][1], health.addresses[0][1], ui.addresses[0][1] if ui_port else 0)
-        yield Endpoints(webhook, health, ports[0], ports[1], serving, ports[2] or ports[1])
+        if ui_address:
+            await web.TCPSite(ui, ui_address, ui_port).start()
+        ports = (webhook.addresses[0][1], health.addresses[0][1], ui.addresses[0][1] if ui_address else 0)
+        yield Endpoints(webhook, health, ports[0], ports[1], serving, ports[2], ui)
     finally:
         keeping.cancel()
         registering.cancel()
@@ -179,7 +186,8 @@ async def endpoints(
 
 
 def follow_scope(controller: Controller, registration: Registration) -> None:
-    """The leading replica keeps the webhooks' scope in step with the LocalQueues."""
+    """The leading replica keeps the namespaces' webhook scope in step with the LocalQueues (and,
+    for a managedJobsNamespaceSelector, with the namespaces' labels)."""
 
     def changed() -> None:
         leading = controller.leading() and controller.config is not None
@@ -187,6 +195,7 @@ def follow_scope(controller: Controller, registration: Registration) -> None:
         registration.keep_scope(scope)
 
     controller.config_watchers.append(changed)
+    controller.namespace_watchers.append(registration.poke.set)
 
 
 SHUTDOWN_DELAY = 5.0  # seconds the webhook keeps answering after SIGTERM, while endpoints are withdrawn
@@ -234,7 +243,8 @@ async def serve(
     webhook_port: int,
     metrics_port: int,
     cert_dir: Path,
-    ui_port: int = 0,
+    ui_port: int = 8081,
+    ui_address: str = "127.0.0.1",
     cert_secret: str | None = None,
     bind_address: str = "0.0.0.0",
     names: list[str] | None = None,
@@ -292,6 +302,7 @@ async def serve(
             serving=Serving(keeper, cert_dir, publish),
             registration=registration,
             ui_port=ui_port,
+            ui_address=ui_address,
         ) as ep:
             task = asyncio.create_task(controller.run(), name="controller")
             stopping = asyncio.create_task(stop.requested.wait(), name="stop")

@@ -10,6 +10,8 @@ Evaluated with cel-python (installed with Turnstile's ``test`` extra, as ``make 
 ``make demo`` do). Without it the rules are not evaluated, a difference the simulated cluster
 then has from a real one (docs/simulated-cluster.md). Inside lists, transition rules are not
 evaluated (the real server correlates old and new items only for map-typed lists).
+
+The same evaluator serves admission webhooks' ``matchConditions`` (``condition``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ def _holds(rule: str, value: Any, old: Any) -> bool:
         return bool(_program(rule).evaluate(activation))
     except CELEvalError:
         return False  # as the real server: a rule that cannot be evaluated does not pass
+
+
+def condition(expression: str, variables: Obj) -> bool:
+    """An admission webhook's ``matchConditions`` expression over ``object``, ``oldObject`` and
+    ``request`` (null where absent, as the real server binds them). ``CELEvalError`` (or a compile
+    error, ``ValueError``) when it cannot be evaluated: the caller applies the failure policy."""
+    activation = {name: json_to_cel(value) for name, value in variables.items()}
+    try:
+        program = _program(expression)
+    except Exception as exc:  # celpy's CELParseError and friends: the expression does not compile
+        raise ValueError(f"{expression!r} does not compile: {exc}") from exc
+    result = program.evaluate(activation)
+    if isinstance(result, CELEvalError):
+        raise result
+    return bool(result)
 
 
 def violations(schema: Obj, value: Any, old: Any = None, path: str = "") -> list[tuple[str, str]]:

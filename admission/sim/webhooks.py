@@ -5,9 +5,12 @@ namespaceSelector and objectSelector match are called in name order over HTTPS (
 certificate verified against ``clientConfig.caBundle``), and their JSON patches applied; then
 every matching ValidatingWebhookConfiguration's webhooks. A denial becomes a ``Status`` error
 (code 400 unless the webhook sets one); an unreachable or broken webhook fails the request when
-``failurePolicy`` is Fail (the default) and is skipped when it is Ignore. Warnings come back as
-``Warning`` headers. ``services`` maps ``namespace/name:port`` of a service reference to a local
-``https://host:port`` (the simulated cluster has no service network).
+``failurePolicy`` is Fail (the default) and is skipped when it is Ignore. A webhook's
+``matchConditions`` (CEL over ``object``, ``oldObject`` and ``request``) must all hold for it to be
+called; one that cannot be evaluated fails the request under Fail and skips the webhook under
+Ignore, as the real server does (without cel-python they are not evaluated: the webhook is
+called). Warnings come back as ``Warning`` headers. ``services`` maps ``namespace/name:port`` of a
+service reference to a local ``https://host:port`` (the simulated cluster has no service network).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from admission.sim import patches
+from admission.sim import cel, patches
 from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, parse_label_selector
 from admission.sim.resources import NAMESPACES
 
@@ -149,7 +152,37 @@ class Webhooks:
                 ns = self.store.get(NAMESPACES, "", namespace)
             except ApiError:
                 return False
-            return _selector_matches(hook["namespaceSelector"], ns["metadata"].get("labels") or {})
+            if not _selector_matches(hook["namespaceSelector"], ns["metadata"].get("labels") or {}):
+                return False
+        return self._conditions_hold(hook, res, operation, namespace, obj, old, sub)
+
+    def _conditions_hold(
+        self, hook: Obj, res: Resource, operation: str, namespace: str, obj: Obj, old: Obj | None, sub: str
+    ) -> bool:
+        conditions = hook.get("matchConditions") or []
+        if not conditions or not cel.AVAILABLE:
+            return True
+        request = {
+            "operation": operation,
+            "namespace": namespace,
+            "name": (obj.get("metadata") or {}).get("name", ""),
+            "kind": {"group": res.group, "version": res.version, "kind": res.kind},
+            "resource": {"group": res.group, "version": res.version, "resource": res.plural},
+            "subResource": sub,
+        }
+        variables = {"object": obj if operation != "DELETE" else None, "oldObject": old, "request": request}
+        for condition in conditions:
+            try:
+                if not cel.condition(str(condition.get("expression")), variables):
+                    return False
+            except Exception as exc:  # (celpy's evaluation errors, or one that does not compile)
+                if hook.get("failurePolicy", "Fail") == "Fail":
+                    raise ApiError(
+                        500,
+                        "InternalError",
+                        f'failed calling webhook "{hook["name"]}": matchCondition {condition.get("name")!r}: {exc}',
+                    ) from exc
+                return False
         return True
 
     async def _call(

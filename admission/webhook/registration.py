@@ -1,24 +1,37 @@
 """Turnstile's webhook configurations: what the API server sends to Turnstile, and keeping it so.
 
 **Scope.** With ``failurePolicy: Fail``, every object a webhook is asked about is refused while
-Turnstile cannot answer. So only objects Turnstile would queue go through the failing webhooks,
-and a Turnstile outage leaves every other job in the cluster alone:
+Turnstile cannot answer. So only what Turnstile must queue or hold goes through the failing
+webhooks, and an outage refuses nothing else:
 
 1. ``*.queued.turnstile.dev``: objects labelled ``kueue.x-k8s.io/queue-name``, in every namespace
    but ``kube-system`` and Turnstile's own (failurePolicy Fail);
-2. ``*.defaulted.turnstile.dev``: unlabelled objects in the namespaces that have a LocalQueue named
-   ``default`` (the webhook labels and suspends them; failurePolicy Fail);
-3. ``vjob.advised.turnstile.dev`` (validating only, failurePolicy Ignore): unlabelled objects in the
-   other namespaces that have LocalQueues, for the warning about a GPU job that is not queued;
-4. ``*.config.turnstile.dev``: Kueue's queue objects (``kueue.x-k8s.io/v1beta2``), all of them
+2. ``*.defaulted.turnstile.dev``: unlabelled objects in namespaces labelled
+   ``turnstile.dev/webhook: all``: those with a LocalQueue named ``default`` (their unlabelled jobs
+   are queued there) and the managed namespaces when every covered resource is managed
+   (``TURNSTILE_MANAGED_RESOURCES=all``) (failurePolicy Fail);
+3. ``*.managed.turnstile.dev``: unlabelled objects that ask for an extended resource (a GPU, a MIG
+   slice: any ``vendor/name`` but ``kubernetes.io/``), in namespaces labelled
+   ``turnstile.dev/webhook: extended``: the managed ones (manageJobsWithoutQueueName), held there
+   (failurePolicy Fail). A CPU-only Job, Deployment or ``kubectl run`` is not sent; the other kinds
+   (operators' jobs) are, whatever they ask;
+4. ``vjob.advised.turnstile.dev`` (validating only, failurePolicy Ignore): unlabelled objects in
+   namespaces labelled ``turnstile.dev/webhook: advised`` (they have LocalQueues but manage nothing
+   unlabelled), for the warning about a GPU job that is not queued;
+5. ``*.config.turnstile.dev``: Kueue's queue objects (``kueue.x-k8s.io/v1beta2``), all of them
    (``admission.webhook.queue_objects``: validated as ``turnstile apply`` validates, the editor
    stamped for the audit). They need no database, so Fail never blocks an edit while it is away.
 
-The namespaces of 2 and 3 are listed in the webhooks' ``namespaceSelector`` (by
-``kubernetes.io/metadata.name``) and kept current by the leading replica whenever LocalQueues
-change (``Registration.scope``); ``NO_NAMESPACE`` (a name no namespace can have) stands for an
-empty list. A job created in the moment before its namespace enters the list runs unqueued only
-until the controller sees it: its informer queues it, and the enactor suspends it for its turn.
+Pods owned by a job kind Turnstile integrates (the Job controller's, the operators') are never sent
+(``matchConditions``): their job is what is queued, and an outage must not stop a Job from making
+or finishing its pods. A pod UPDATE is sent only when it changes the pod's scheduling gates or
+labels (what Turnstile checks), so the Job controller's removal of its tracking finalizer never is.
+
+The webhooks' selectors are fixed; the namespaces are chosen by the ``turnstile.dev/webhook`` label,
+which the leading replica keeps on each namespace (``Registration.scope``). So re-applying the
+manifests (an upgrade, GitOps) resets nothing: the scope lives on the namespaces. A job created in
+the moment before its namespace is labelled runs unqueued only until the controller sees it: its
+informer queues it, and the enactor suspends it for its turn.
 
 **CA bundle.** Every replica makes sure the published ``caBundle`` trusts the certificate it
 serves: the bundle is the union of the CAs already published (expired ones dropped) and this
@@ -33,9 +46,8 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
-import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +58,9 @@ from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
 from admission.policy import Policy
-from queues import api, crds, jobs
+from queues import api, crds, jobs, managed
 from queues.model import Config
+from queues.selectors import LabelSelector
 
 log = logging.getLogger(__name__)
 
@@ -55,21 +68,22 @@ MUTATE, VALIDATE = "turnstile-mutate", "turnstile-validate"
 PLURALS = {MUTATE: "mutatingwebhookconfigurations", VALIDATE: "validatingwebhookconfigurations"}
 # The APIServices served on the webhook's port (``admission.aggregated``): their caBundle is kept too.
 API_SERVICES = ("v1alpha1.turnstile.dev", "v1beta2.visibility.kueue.x-k8s.io")
-NO_NAMESPACE = "none.turnstile.dev"  # a namespace name cannot hold a dot: matches none
 NAME_LABEL = "kubernetes.io/metadata.name"
+SCOPE_LABEL = "turnstile.dev/webhook"  # on a namespace (the leader's): which unlabelled objects are sent
+ALL, EXTENDED, ADVISED = "all", "extended", "advised"  # its values
 MAX_CAS = 8  # CAs kept in a bundle (the newest), so replicas coming and going never grow it without end
 SYNC_SECONDS = 60.0  # the published configurations are checked (and repaired) this often
 
 # webhook name -> (configuration, path, scope, failurePolicy)
 HOOKS: dict[str, tuple[str, str, str, str]] = {
     "mjob.queued.turnstile.dev": (MUTATE, "/mutate", "queued", "Fail"),
-    "mjob.defaulted.turnstile.dev": (MUTATE, "/mutate", "defaulted", "Fail"),
+    "mjob.defaulted.turnstile.dev": (MUTATE, "/mutate", ALL, "Fail"),
     "vjob.queued.turnstile.dev": (VALIDATE, "/validate", "queued", "Fail"),
-    "vjob.defaulted.turnstile.dev": (VALIDATE, "/validate", "defaulted", "Fail"),
-    "vjob.advised.turnstile.dev": (VALIDATE, "/validate", "advised", "Ignore"),
-    # unlabelled objects in the namespaces a managedJobsNamespaceSelector setting selects (else none)
-    "mjob.managed.turnstile.dev": (MUTATE, "/mutate", "managed", "Fail"),
-    "vjob.managed.turnstile.dev": (VALIDATE, "/validate", "managed", "Fail"),
+    "vjob.defaulted.turnstile.dev": (VALIDATE, "/validate", ALL, "Fail"),
+    "vjob.advised.turnstile.dev": (VALIDATE, "/validate", ADVISED, "Ignore"),
+    # unlabelled objects asking for an extended resource in the managed namespaces
+    "mjob.managed.turnstile.dev": (MUTATE, "/mutate", EXTENDED, "Fail"),
+    "vjob.managed.turnstile.dev": (VALIDATE, "/validate", EXTENDED, "Fail"),
     # Kueue's queue objects (kueue.x-k8s.io) in every namespace: edits stamped and validated
     "mqueue.config.turnstile.dev": (MUTATE, "/mutate", "config", "Fail"),
     "vqueue.config.turnstile.dev": (VALIDATE, "/validate", "config", "Fail"),
@@ -78,14 +92,13 @@ HOOKS: dict[str, tuple[str, str, str, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """The namespaces whose unlabelled jobs and pods go through the webhooks."""
+    """What decides each namespace's ``turnstile.dev/webhook`` label (``label``)."""
 
-    # have a LocalQueue named ``default``; with manageJobsWithoutQueueName and no namespace selector,
-    # every namespace with a LocalQueue (the managed ones: their unlabelled GPU jobs are held)
-    defaulted: tuple[str, ...] = ()
-    advised: tuple[str, ...] = ()  # have LocalQueues but are not in ``defaulted`` (warnings only)
-    # the managedJobsNamespaceSelector setting, as JSON (empty: none): the ``managed`` hooks' selector
-    selector: str = ""
+    default_queue: frozenset[str] = frozenset()  # namespaces with a LocalQueue named ``default``
+    with_queues: frozenset[str] = frozenset()  # namespaces with any LocalQueue
+    manage: bool = False  # manageJobsWithoutQueueName
+    selector: LabelSelector | None = None  # managedJobsNamespaceSelector (None: the namespaces with queues)
+    every_resource: bool = False  # TURNSTILE_MANAGED_RESOURCES=all: a CPU-only object is held too
 
     @classmethod
     def of(cls, config: Config, policy: Policy | None = None) -> Scope:
@@ -94,27 +107,76 @@ class Scope:
         for key in config.local_queues:
             namespace, _, name = key.partition("/")
             with_queues.setdefault(namespace, set()).add(name)
-        by_queues = policy.manage_without_queue and policy.namespace_selector is None
-        defaulted = sorted(ns for ns, names in with_queues.items() if jobs.DEFAULT_QUEUE in names or by_queues)
-        advised = sorted(ns for ns in with_queues if ns not in defaulted)
-        selector = ""
-        if policy.manage_without_queue and policy.namespace_selector is not None:
-            selector = json.dumps(policy.namespace_selector.to_dict(), sort_keys=True)
-        return cls(tuple(defaulted), tuple(advised), selector)
+        return cls(
+            frozenset(ns for ns, names in with_queues.items() if jobs.DEFAULT_QUEUE in names),
+            frozenset(with_queues),
+            policy.manage_without_queue,
+            policy.namespace_selector,
+            policy.managed_resources == managed.ALL,
+        )
+
+    def label(self, namespace: str, labels: Mapping[str, str], own_namespace: str) -> str | None:
+        """The namespace's ``turnstile.dev/webhook`` label: ``all``, ``extended``, ``advised`` or none."""
+        if namespace in (*managed.SYSTEM_NAMESPACES, own_namespace):
+            return None
+        if namespace in self.default_queue:
+            return ALL
+        chosen = self.selector.matches(labels) if self.selector is not None else namespace in self.with_queues
+        if self.manage and chosen:
+            return ALL if self.every_resource else EXTENDED
+        return ADVISED if namespace in self.with_queues else None
 
 
-def namespace_selector(scope: str, namespaces: Scope, own_namespace: str) -> dict[str, Any]:
-    system = {"key": NAME_LABEL, "operator": "NotIn", "values": ["kube-system", own_namespace]}
+def namespace_selector(scope: str, own_namespace: str) -> dict[str, Any]:
+    """A hook's namespaceSelector: fixed, so a re-applied manifest never changes what is sent."""
+    system = {"key": NAME_LABEL, "operator": "NotIn", "values": [*managed.SYSTEM_NAMESPACES, own_namespace]}
     if scope == "queued":
         return {"matchExpressions": [system]}
-    if scope == "managed":
-        if not namespaces.selector:
-            return {"matchExpressions": [{"key": NAME_LABEL, "operator": "In", "values": [NO_NAMESPACE]}]}
-        chosen = json.loads(namespaces.selector)
-        return {**chosen, "matchExpressions": [*chosen.get("matchExpressions", []), system]}
-    listed = namespaces.defaulted if scope == "defaulted" else namespaces.advised
-    values = [ns for ns in listed if ns not in ("kube-system", own_namespace)] or [NO_NAMESPACE]
-    return {"matchExpressions": [{"key": NAME_LABEL, "operator": "In", "values": values}]}
+    return {"matchExpressions": [{"key": SCOPE_LABEL, "operator": "In", "values": [scope]}, system]}
+
+
+def _asks_extended(spec: str) -> str:
+    """CEL: a container (or init container) of the pod spec at ``spec`` asks for an extended resource."""
+    resources = "c.resources.{0}.exists(r, r.contains('/') && !r.startsWith('kubernetes.io/'))"
+    asks = " || ".join(f"(has(c.resources.{f}) && {resources.format(f)})" for f in ("limits", "requests"))
+    containers = f"{spec}.containers + (has({spec}.initContainers) ? {spec}.initContainers : [])"
+    return f"({containers}).exists(c, has(c.resources) && ({asks}))"
+
+
+def _job_owned() -> str:
+    owners = ", ".join(f"'{k.api_version}/{k.kind}'" for k in jobs.KINDS.values())
+    return (
+        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+        f"has(o.controller) && o.controller && (o.apiVersion + '/' + o.kind) in [{owners}])"
+    )
+
+
+def match_conditions(scope: str) -> list[dict[str, str]]:
+    """The CEL conditions a hook's object must meet to be sent (see the module docstring)."""
+    pods = "request.resource.group == '' && request.resource.resource == 'pods'"
+    gates = "has(object.spec.schedulingGates) ? object.spec.schedulingGates : []"
+    old_gates = "has(oldObject.spec.schedulingGates) ? oldObject.spec.schedulingGates : []"
+    labels = "has(object.metadata.labels) ? object.metadata.labels : {}"
+    old_labels = "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
+    out = [
+        {"name": "not-a-jobs-pod", "expression": f"!({pods}) || !({_job_owned()})"},
+        {
+            "name": "pod-update-that-matters",
+            "expression": f"!({pods}) || request.operation != 'UPDATE' || ({gates}) != ({old_gates}) "
+            f"|| ({labels}) != ({old_labels})",
+        },
+    ]
+    if scope == EXTENDED:
+        templated = "request.resource.group in ['batch', 'apps'] && request.resource.resource in ['jobs', "
+        templated += "'deployments', 'statefulsets']"
+        out.append(
+            {
+                "name": "asks-for-an-extended-resource",
+                "expression": f"({pods}) ? {_asks_extended('object.spec')} : ({templated}) ? "
+                f"{_asks_extended('object.spec.template.spec')} : true",
+            }
+        )
+    return out
 
 
 def object_selector(scope: str) -> dict[str, Any]:
@@ -163,7 +225,6 @@ def configurations(
     ca_bundle: bytes | None,
     *,
     integrations: Sequence[Integration],
-    scope: Scope = Scope(),
     namespace: str = "turnstile-system",
 ) -> list[dict[str, Any]]:
     """Both configurations. ``client`` is a clientConfig without its path: ``{"url": "https://h:p"}``
@@ -192,8 +253,9 @@ def configurations(
                 hook["rules"] = config_rules()
             else:
                 hook["rules"] = rules(integrations)
-                hook["namespaceSelector"] = namespace_selector(kind, scope, namespace)
+                hook["namespaceSelector"] = namespace_selector(kind, namespace)
                 hook["objectSelector"] = object_selector(kind)
+                hook["matchConditions"] = match_conditions(kind)
             hooks.append(hook)
         kind = "MutatingWebhookConfiguration" if config_name == MUTATE else "ValidatingWebhookConfiguration"
         out.append(
@@ -209,21 +271,23 @@ def configurations(
 
 MANIFEST_HEADER = """\
 # Turnstile's webhook configurations, as admission.webhook.registration.configurations writes them
-# (make manifests; a test compares the two). Only objects Turnstile would queue or hold go through the
-# failing webhooks, so a Turnstile outage never blocks other jobs:
+# (make manifests; a test compares the two). Only what Turnstile must queue or hold goes through the
+# failing webhooks, so a Turnstile outage refuses nothing else:
 #   *.queued      objects labelled kueue.x-k8s.io/queue-name (not in kube-system or turnstile-system)
-#   *.defaulted   unlabelled objects in the managed namespaces: those with a LocalQueue (named
-#                 "default": queued there; else GPU jobs and pods are held, manageJobsWithoutQueueName)
-#   *.managed     unlabelled objects in the namespaces TURNSTILE_MANAGED_JOBS_NAMESPACE_SELECTOR selects
-#   vjob.advised  unlabelled objects in other namespaces with LocalQueues (warnings only; Ignore)
+#   *.defaulted   unlabelled objects in namespaces labelled turnstile.dev/webhook=all (a LocalQueue named
+#                 "default" queues them; or every covered resource is managed)
+#   *.managed     unlabelled objects asking for an extended resource (GPUs, MIG slices) in namespaces
+#                 labelled turnstile.dev/webhook=extended (manageJobsWithoutQueueName holds them)
+#   vjob.advised  unlabelled objects in namespaces labelled turnstile.dev/webhook=advised (warnings; Ignore)
 #   *.config      Kueue's queue objects (kueue.x-k8s.io/v1beta2), validated and their editor stamped;
 #                 answered without the database, so Fail never blocks an admin's edit while it is away
-# Jobs of every integrated kind, Pods (a pod whose controller is a queued job kind is left alone),
-# Deployments and StatefulSets (the queue label copied into their pod template).
-# The namespaces of *.defaulted, *.managed and vjob.advised are filled in and kept current by the
-# leading replica (here "none.turnstile.dev", a name no namespace can have, stands for none), and every
-# replica adds its CA to the caBundle (cert-manager injects it in overlays/cert-manager). With Argo CD
-# or Flux, ignore differences in webhooks[].namespaceSelector and webhooks[].clientConfig.caBundle.
+# Jobs of every integrated kind, Pods, Deployments, StatefulSets, LeaderWorkerSets. Never sent (match-
+# Conditions): pods whose controller is a job kind (their job is queued), and pod updates that change
+# neither scheduling gates nor labels (the Job controller's finalizer removal), so an outage never
+# stops a job's pods. The leading replica keeps the turnstile.dev/webhook label on each namespace;
+# nothing here changes with the queues, so re-applying this file resets nothing. Every replica adds
+# its CA to the caBundle (cert-manager injects it in overlays/cert-manager); with Argo CD or Flux,
+# ignore differences in webhooks[].clientConfig.caBundle.
 """
 
 
@@ -288,7 +352,8 @@ def trusts(published: str | None, ours: bytes) -> bool:
 
 
 class Registration:
-    """Keeps both configurations' CA bundle (every replica) and scope (the leader) as they should be."""
+    """Keeps both configurations' CA bundle and selectors (every replica) and the namespaces'
+    ``turnstile.dev/webhook`` labels (the leader) as they should be."""
 
     def __init__(self, kube: Kube, *, own_namespace: str = "turnstile-system") -> None:
         self.kube = kube
@@ -363,6 +428,33 @@ class Registration:
                 self.trusted_by.discard(name)
         self.registered = found > 0
         await self._api_services()
+        if self.scope is not None:
+            await self._label_namespaces(self.scope)
+
+    async def _label_namespaces(self, scope: Scope) -> None:
+        """Give each namespace the ``turnstile.dev/webhook`` label its scope asks for (or none).
+        A merge patch of that one label: other labels, and anything GitOps applies, stay."""
+        async for page in self.kube.list_pages(kube_client.NAMESPACES):
+            for ns in page.get("items") or []:
+                meta = ns.get("metadata") or {}
+                name, labels = str(meta.get("name")), dict(meta.get("labels") or {})
+                wanted = scope.label(name, labels, self.own_namespace)
+                if labels.get(SCOPE_LABEL) == wanted:
+                    continue
+                log.info(
+                    "namespace %s: %s=%s (which of its unlabelled objects the webhooks see)", name, SCOPE_LABEL, wanted
+                )
+                patch = {"metadata": {"labels": {SCOPE_LABEL: wanted}}}
+                try:
+                    await self.kube.request(
+                        "PATCH",
+                        kube_client.NAMESPACES.path(None, name),
+                        body=patch,
+                        content_type=kube_client.MERGE_PATCH,
+                    )
+                except KubeError as exc:
+                    if exc.status != 404:  # (deleted meanwhile)
+                        raise
 
     async def _api_services(self) -> None:
         """The APIServices that route to this port trust our CA too (absent ones are left alone)."""
@@ -384,7 +476,7 @@ class Registration:
                 await self.kube.request("PATCH", path, body=patch, content_type=kube_client.MERGE_PATCH)
 
     def _patch(self, name: str, current: Obj) -> list[Obj]:
-        """JSON patch ops that make ``current`` carry our CA and (while leading) the scope. Each
+        """JSON patch ops that make ``current`` carry our CA and the fixed selectors. Each
         change is guarded by a ``test`` of the webhook's name at its index, so a configuration
         edited meanwhile is refused (422) rather than patched in the wrong place."""
         ops: list[Obj] = []
@@ -400,10 +492,13 @@ class Registration:
                     bundle = base64.b64encode(merged_bundle(published, self.ca)).decode()
                     changes.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
             spec = HOOKS.get(hook_name)
-            if self.scope is not None and spec is not None and spec[2] in ("defaulted", "advised", "managed"):
-                wanted = namespace_selector(spec[2], self.scope, self.own_namespace)
-                if hook.get("namespaceSelector") != wanted:
-                    changes.append({"op": "add", "path": f"/webhooks/{i}/namespaceSelector", "value": wanted})
+            if spec is not None and spec[2] != "config":  # (an older install's, or edited by hand)
+                for field, value in (
+                    ("namespaceSelector", namespace_selector(spec[2], self.own_namespace)),
+                    ("matchConditions", match_conditions(spec[2])),
+                ):
+                    if hook.get(field) != value:
+                        changes.append({"op": "add", "path": f"/webhooks/{i}/{field}", "value": value})
             if changes:
                 ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook_name})
                 ops.extend(changes)
@@ -417,5 +512,5 @@ class Registration:
             )
             self.missing_said.update(missing)
         if ops:
-            log.info("updating webhook configuration %s (CA bundle or scope)", name)
+            log.info("updating webhook configuration %s (CA bundle or selectors)", name)
         return ops

@@ -41,9 +41,13 @@ def test_by_default_the_namespaces_with_a_local_queue_are_managed() -> None:
     policy = Policy(namespace_labels=LABELS.get)
     assert policy.managed_namespace(CONFIG, "ml") and not policy.managed_namespace(CONFIG, "web")
     scope = registration.Scope.of(CONFIG, policy)
-    assert scope.defaulted == ("ml",) and scope.selector == ""
-    managed = registration.namespace_selector("managed", scope, "turnstile-system")
-    assert managed["matchExpressions"][0]["values"] == [registration.NO_NAMESPACE]
+    # ml's unlabelled objects that ask for a GPU go through the managed hooks; web's nothing
+    assert scope.label("ml", LABELS["ml"], "turnstile-system") == registration.EXTENDED
+    assert scope.label("web", {}, "turnstile-system") is None
+    every = registration.Scope.of(CONFIG, Policy(managed_resources="all", namespace_labels=LABELS.get))
+    assert every.label("ml", LABELS["ml"], "turnstile-system") == registration.ALL  # CPU-only work is held too
+    off = registration.Scope.of(CONFIG, Policy(manage_without_queue=False, namespace_labels=LABELS.get))
+    assert off.label("ml", LABELS["ml"], "turnstile-system") == registration.ADVISED  # warnings only
 
 
 def test_a_namespace_selector_chooses_the_managed_namespaces_and_the_webhooks_follow_it() -> None:
@@ -53,10 +57,13 @@ def test_a_namespace_selector_chooses_the_managed_namespaces_and_the_webhooks_fo
     assert not policy.managed_namespace(CONFIG, "kube-system")  # never, whatever its labels
     assert not policy.managed_namespace(CONFIG, "turnstile-system")
     scope = registration.Scope.of(CONFIG, policy)
-    assert scope.defaulted == ()  # ml's unlabelled work goes through the managed hooks, not the listed ones
-    assert scope.advised == ("ml",)
-    selector = registration.namespace_selector("managed", scope, "turnstile-system")
-    assert selector["matchLabels"] == {"gpu-team": "yes"}
+    assert scope.label("ml", LABELS["ml"], "turnstile-system") == registration.EXTENDED
+    assert scope.label("ml", {}, "turnstile-system") == registration.ADVISED  # has a queue, not selected
+    assert scope.label("web", {"gpu-team": "yes"}, "turnstile-system") == registration.EXTENDED
+    assert scope.label("kube-system", LABELS["kube-system"], "turnstile-system") is None
+    assert scope.label("turnstile-system", {"gpu-team": "yes"}, "turnstile-system") is None
+    selector = registration.namespace_selector(registration.EXTENDED, "turnstile-system")
+    assert {"key": registration.SCOPE_LABEL, "operator": "In", "values": ["extended"]} in selector["matchExpressions"]
     assert {"key": registration.NAME_LABEL, "operator": "NotIn", "values": ["kube-system", "turnstile-system"]} in (
         selector["matchExpressions"]
     )

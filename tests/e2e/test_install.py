@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
@@ -33,6 +34,7 @@ from tests.admission.runner import KUBECTL, kubectl
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 JOBS = ResourceRef("batch/v1", "Job", "jobs")
+PODS = ResourceRef("v1", "Pod", "pods")
 
 CONFIG = """
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -53,6 +55,11 @@ spec:
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: LocalQueue
 metadata: {name: team-a, namespace: ml}
+spec: {clusterQueue: team-a}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: team-a, namespace: team}
 spec: {clusterQueue: team-a}
 """
 
@@ -82,20 +89,22 @@ async def replica(
     *,
     cert_secret: str | None = "turnstile-system/turnstile-webhook-tls",
     names: tuple[str, ...] = ("127.0.0.1",),
-) -> AsyncIterator[asyncio.Task[None]]:
+) -> AsyncIterator[process.Endpoints]:
     ready = asyncio.Event()
+    served: list[process.Endpoints] = []
     task = asyncio.create_task(
         process.serve(
             kubeconfig=host.kubeconfig,
             database_url=url,
             webhook_port=port,
             metrics_port=free_port(),
+            ui_port=0,  # (two replicas on one host: each its own)
             cert_dir=tmp,
             cert_secret=cert_secret,
             bind_address="127.0.0.1",
             names=list(names),
             shutdown_delay=0.0,
-            on_ready=lambda _ep, _c: ready.set(),
+            on_ready=lambda ep, _c: (served.append(ep), ready.set()),
         )
     )
     try:
@@ -105,7 +114,7 @@ async def replica(
         if task in done:
             task.result()
         assert ready.is_set(), "the replica did not become ready"
-        yield task
+        yield served[0]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -122,7 +131,7 @@ async def installed(
     kube = Kube(await kube_client.connect(host.kubeconfig))
     engine = database.make_engine(url)
     try:
-        for ns in ("turnstile-system", "ml"):
+        for ns in ("turnstile-system", "ml", "team"):
             await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
         async with database.transaction(database.sessions(engine)) as session:
             await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(config)], actor="test")
@@ -150,9 +159,10 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             plural = config["kind"].lower() + "s"
             await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=config)
         async with (
-            replica(host, migrated_url, tmp_path / "a", port),
+            replica(host, migrated_url, tmp_path / "a", port) as first,
             replica(host, migrated_url, tmp_path / "b", free_port()),
         ):
+            await _nothing_of_the_queues_on_the_metrics_port(first)
             secret = await kube.get(SECRETS, "turnstile-system", "turnstile-webhook-tls")
             assert (tmp_path / "a" / "tls.crt").read_bytes() == (tmp_path / "b" / "tls.crt").read_bytes()
             for config in hooks:
@@ -177,25 +187,78 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(job("typo", "team-b")))
             assert code == 0 and "Warning:" in err and "team-b" in err and "team-a" in err, err
             assert (await kube.get(JOBS, "ml", "typo"))["spec"]["suspend"] is True
+            # ml has LocalQueues but no default one: the leader labels it so that its unlabelled objects
+            # asking for a GPU go through the (failing) managed webhooks, and they are held.
+            await eventually(lambda: _scope(kube, "ml", registration.EXTENDED), what="ml labelled for the webhooks")
+            # Re-applying the install (an upgrade) resets the webhooks as rendered: nothing of the scope
+            # lives there, so a GPU job created right after is held all the same.
+            for config in hooks:
+                code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(config))
+                assert code == 0, err
+            code, _, err = await kubectl(
+                host.kubeconfig, "create", "-f", "-", stdin=json.dumps(unlabelled("gpu-nolabel"))
+            )
+            assert code == 0 and "held" in err, err
+            assert (await kube.get(JOBS, "ml", "gpu-nolabel"))["spec"]["suspend"] is True
+            await eventually(lambda: _scope(kube, "team", registration.EXTENDED), what="team labelled too")
             # A LocalQueue named default: the leader puts ml in the scope of the defaulted webhooks,
             # so an unlabelled job there is labelled and suspended (queued) like a labelled one.
             async with database.transaction(database.sessions(engine)) as session:
                 await config_store.apply(session, [api.parse(yaml.safe_load(DEFAULT_QUEUE))], actor="test")
-            await eventually(lambda: _defaulted_scope(kube, hooks), what="ml in the defaulted webhooks' scope")
+            await eventually(lambda: _scope(kube, "ml", registration.ALL), what="ml in the defaulted webhooks' scope")
             code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(unlabelled("nolabel")))
             assert code == 0, err
             queued = await kube.get(JOBS, "ml", "nolabel")
             assert queued["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
-        # Turnstile is down (both replicas gone): only jobs it would queue are refused.
+            pod = await kube.create(PODS, "team", _jobs_pod("worker-0"))  # as the Job controller makes it
+        # Turnstile is down (both replicas gone): only what it must queue or hold is refused.
         for ns in ("other",):
             await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
-        assert (await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(unlabelled("free", "other"))))[
-            0
-        ] == 0
-        refused = [job("down-labelled", "team-a"), unlabelled("down-default")]
+        allowed = [unlabelled("free", "other"), unlabelled("cpu-only", "team", gpus=None)]
+        for body in allowed:
+            code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(body))
+            assert code == 0, (body["metadata"], err)
+        # a job's pods: created, and their tracking finalizer removed, as the Job controller does
+        await kube.create(PODS, "team", _jobs_pod("worker-1"))
+        finalizers = [{"op": "remove", "path": "/metadata/finalizers/0"}]
+        await kube.patch(PODS, "team", "worker-0", finalizers, content_type=kube_client.JSON_PATCH)
+        # a CPU-only pod in a managed namespace (kubectl run) is not Turnstile's
+        code, _, err = await kubectl(host.kubeconfig, "run", "debug", "-n", "team", "--image=busybox")
+        assert code == 0, err
+        refused = [job("down-labelled", "team-a"), unlabelled("down-default"), unlabelled("down-gpu", "team")]
         for body in refused:
             code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(body))
-            assert code != 0 and "failed calling webhook" in err, err
+            assert code != 0 and "failed calling webhook" in err, (body["metadata"], err)
+        assert pod["metadata"]["finalizers"] == ["batch.kubernetes.io/job-tracking"]
+
+
+async def _nothing_of_the_queues_on_the_metrics_port(ep: process.Endpoints) -> None:
+    """The metrics port serves /metrics and health only; the dashboard and the visibility API are on
+    the UI's own listener, bound to loopback."""
+    async with aiohttp.ClientSession() as http:
+        for path in (
+            "/ui/",
+            "/ui/api/audit",
+            "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/team-a/pendingworkloads",
+        ):
+            async with http.get(f"http://127.0.0.1:{ep.metrics_port}{path}") as answer:
+                assert answer.status == 404, (path, answer.status)
+        async with http.get(f"http://127.0.0.1:{ep.metrics_port}/metrics") as answer:
+            assert answer.status == 200
+        async with http.get(f"http://127.0.0.1:{ep.ui_port}/ui/") as answer:
+            assert answer.status == 200
+    assert ep.ui is not None
+    hosts = {address[0] for address in ep.ui.addresses}
+    assert hosts == {"127.0.0.1"}, hosts
+
+
+def _jobs_pod(name: str) -> dict[str, Any]:
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "0000-job", "controller": True}
+    container = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    return {
+        "metadata": {"name": name, "ownerReferences": [owner], "finalizers": ["batch.kubernetes.io/job-tracking"]},
+        "spec": {"restartPolicy": "Never", "containers": [container]},
+    }
 
 
 DEFAULT_QUEUE = """
@@ -206,10 +269,12 @@ spec: {clusterQueue: team-a}
 """
 
 
-def unlabelled(name: str, namespace: str = "ml") -> dict[str, Any]:
+def unlabelled(name: str, namespace: str = "ml", gpus: str | None = "1") -> dict[str, Any]:
     body = job(name, "x")
     body["metadata"]["namespace"] = namespace
     del body["metadata"]["labels"]
+    if gpus is None:
+        del body["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     return body
 
 
@@ -218,14 +283,9 @@ async def _configuration(kube: Kube, config: dict[str, Any]) -> dict[str, Any]:
     return await kube.request("GET", f"/apis/admissionregistration.k8s.io/v1/{plural}/{config['metadata']['name']}")
 
 
-async def _defaulted_scope(kube: Kube, hooks: list[dict[str, Any]]) -> bool:
-    for config in hooks:
-        for hook in (await _configuration(kube, config))["webhooks"]:
-            if hook["name"].endswith(".defaulted.turnstile.dev"):
-                (expr,) = hook["namespaceSelector"]["matchExpressions"]
-                if expr["values"] != ["ml"]:
-                    return False
-    return True
+async def _scope(kube: Kube, namespace: str, value: str) -> bool:
+    ns = await kube.get(kube_client.NAMESPACES, None, namespace)
+    return bool((ns["metadata"].get("labels") or {}).get(registration.SCOPE_LABEL) == value)
 
 
 async def test_replicas_with_their_own_certificates_are_all_trusted(tmp_path: Path, migrated_url: str) -> None:

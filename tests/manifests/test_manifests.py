@@ -176,21 +176,30 @@ def test_webhooks_are_what_the_code_registers_and_fail_closed_only_for_queued_jo
                 assert "namespaceSelector" not in hook and "objectSelector" not in hook
                 continue
             (objects,) = hook["objectSelector"]["matchExpressions"]
-            (namespaces,) = hook["namespaceSelector"]["matchExpressions"]
-            if hook["failurePolicy"] == "Fail":
-                # an outage refuses only jobs Turnstile queues: labelled, or in a namespace with a default queue
-                # (or held: unlabelled GPU jobs and pods in managed namespaces, the leader lists them)
-                labelled = objects == {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}
-                listed = hook["name"].endswith((".defaulted.turnstile.dev", ".managed.turnstile.dev"))
-                assert labelled or (listed and namespaces["operator"] == "In"), hook["name"]
+            namespaces = hook["namespaceSelector"]["matchExpressions"]
+            system = {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", "turnstile-system"],
+            }
+            assert system in namespaces, hook["name"]
+            conditions = {c["name"] for c in hook["matchConditions"]}
+            # never a job's own pods, never a pod update that changes no gate or label (finalizer removal)
+            assert {"not-a-jobs-pod", "pod-update-that-matters"} <= conditions, hook["name"]
+            labelled = objects == {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}
+            if labelled:
+                assert hook["failurePolicy"] == "Fail" and namespaces == [system]
+                continue
+            # unlabelled objects: only in namespaces whose turnstile.dev/webhook label (the leader's, so a
+            # re-applied manifest resets nothing) says so, and under Fail only what Turnstile must hold
+            (scope,) = [e for e in namespaces if e["key"] == registration.SCOPE_LABEL]
+            assert scope["operator"] == "In", hook["name"]
+            if hook["failurePolicy"] == "Ignore":
+                assert hook["name"] == "vjob.advised.turnstile.dev" and scope["values"] == [registration.ADVISED]
+            elif hook["name"].endswith(".managed.turnstile.dev"):
+                assert scope["values"] == [registration.EXTENDED] and "asks-for-an-extended-resource" in conditions
             else:
-                assert (
-                    hook["name"] == "vjob.advised.turnstile.dev" and config["kind"] == "ValidatingWebhookConfiguration"
-                )
-            if namespaces["operator"] == "NotIn":
-                assert {"kube-system", "turnstile-system"} <= set(namespaces["values"])
-            else:
-                assert namespaces["values"] == [registration.NO_NAMESPACE], "the leader fills these in"
+                assert hook["name"].endswith(".defaulted.turnstile.dev") and scope["values"] == [registration.ALL]
 
 
 def test_the_cert_manager_overlay_hands_certificates_to_cert_manager() -> None:
