@@ -15,6 +15,8 @@ from queues.model import Admission, Workload
 PREEMPTED = "Preempted"
 CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
 NODE_FAILURES = "NodeFailures"  # a node its pods were placed on is gone (Kueue's WorkloadEvictedDueToNodeFailures)
+# a running job's pods no longer match its admission (its parallelism was changed): Kueue's stop reason
+NO_MATCHING_WORKLOAD = "NoMatchingWorkload"
 ADMISSION_CHECK = provisioning.ADMISSION_CHECK
 
 

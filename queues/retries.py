@@ -4,16 +4,17 @@ Three mechanisms end a reservation without a preemption: admission checks (two-p
 ``queues.provisioning``: a check passes, waits, asks for a retry, or rejects), waitForPodsReady
 (``queues.podsready``: a started workload whose pods were not Ready in time), and a lost node
 (``node_lost``: a workload placed on it by topology is placed again). The first two release the
-quota and either park the workload until its backoff ends or deactivate it; the last requeues it
-at once. ``Scheduler`` inherits these; they use its eviction, reasons and queues.
+quota and either park the workload until its backoff ends or deactivate it; the last requeues it at
+once, as does a running job whose pods no longer match its admission (``job_changed``).
+``Scheduler`` inherits these; they use its eviction, reasons and queues.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from queues import podsready, provisioning
-from queues.decisions import ADMISSION_CHECK, NODE_FAILURES, Decision, Evict
+from queues import jobs, podsready, provisioning
+from queues.decisions import ADMISSION_CHECK, NO_MATCHING_WORKLOAD, NODE_FAILURES, Decision, Evict
 from queues.efficiency import GPU_IDLE
 from queues.flavors import WAITING_FOR_QUOTA
 from queues.inventory import Inventory
@@ -154,6 +155,27 @@ class Retries:
                 )
                 out.append(self._evict(wl, NODE_FAILURES, "NodeUnschedulable", None, message=message))
         return out
+
+    def job_changed(self, key: str, pod_sets: tuple[jobs.PodSet, ...], shape: tuple[object, ...]) -> Evict | None:
+        """``key``'s job runs with other pods than were admitted (a Job's ``parallelism`` raised: a real
+        Job controller starts the new pods at once, outside quota). As Kueue, which stops such a job
+        (``NoMatchingWorkload``): release its quota and requeue it with the pod sets (and ``shape``)
+        its job now has, so it is admitted again as it is."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.admission is None:
+            return None
+        admitted = {(ps.name, ps.count, tuple(sorted(ps.requests.items()))) for ps in wl.running_pod_sets}
+        now = {(ps.name, ps.count, tuple(sorted(ps.requests.items()))) for ps in pod_sets}
+        if admitted == now:
+            return None
+        was = ", ".join(f"{ps.name}: {ps.count}" for ps in wl.running_pod_sets)
+        asks = ", ".join(f"{ps.name}: {ps.count}" for ps in pod_sets)
+        message = f"its job now runs other pods ({asks}) than were admitted ({was}); it is admitted again as it is"
+        evict = self._evict(wl, NO_MATCHING_WORKLOAD, "JobChanged", None, message=message)
+        self.pending.remove(wl)  # (queued again below with its new pod sets, which may fit elsewhere)
+        wl.pod_sets, wl.shape = pod_sets, shape
+        self._enqueue(wl, message)
+        return evict
 
     def next_requeue(self) -> float | None:
         """When the next workload waiting out a backoff queues again; None if none does."""

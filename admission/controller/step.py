@@ -41,7 +41,7 @@ from admission.controller.metrics import Metrics
 from admission.controller.podsready import PodsReadyWatch
 from admission.controller.reclaim import Reclaimer
 from admission.controller.report import Reporter
-from admission.controller.term import Row, Term, now_ms, timestamp
+from admission.controller.term import Row, Term, admission_token, now_ms, timestamp
 from admission.jobs.base import JobView
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import config as config_store
@@ -49,6 +49,7 @@ from admission.store import database, fair_usage, lease
 from admission.store import usage as ledger
 from admission.store import workloads as store
 from queues import efficiency, jobs, provisioning
+from queues.decisions import NO_MATCHING_WORKLOAD
 from queues.model import Workload
 from queues.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
 
@@ -299,6 +300,7 @@ class Steps:
         finishes: dict[str, list[Row]] = {"JobFinished": [], "JobDeleted": []}
         dequeues: list[Row] = []
         upserts: dict[str, tuple[JobView, Workload]] = {}
+        resized: list[Decision] = []  # admitted workloads whose running job changed (``Scheduler.job_changed``)
         for uid in dirty:
             view = self.jobs.views.get(uid)
             row = term.rows.get(uid)
@@ -327,6 +329,13 @@ class Steps:
                         view.key,
                         other.uid if other else "?",
                     )
+            elif current is not None and current.admission is not None and not view.suspended:
+                held = term.held(row.key)
+                if held is not None and view.admission is not None and view.admission == admission_token(held):
+                    # running as admitted: with the pods it was admitted for? (a Job's parallelism may change)
+                    changed = sched.job_changed(row.key, candidate.pod_sets, candidate.shape)
+                    if changed is not None:
+                        resized.append(changed)
             elif current is not None and current.admission is None and view.suspended and view.admission is None:
                 if not managed:
                     dequeues.append(row)
@@ -360,7 +369,7 @@ class Steps:
                     config = await config_store.load_config(session)
             if reload:
                 self.changes.config = False  # only once the new configuration is read for sure
-        decisions: list[Decision] = []
+        decisions: list[Decision] = resized
         for row in finishes["JobFinished"]:
             self.reporter.finished(self.jobs.views.get(row.uid), sched.workloads.get(row.key))
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
@@ -449,7 +458,8 @@ class Steps:
             was_admitted = isinstance(d, Evict)
             if was_admitted and key in last_evict:
                 e = last_evict[key]
-                evictions.append(store.Evict(row.id, e.reason, e.detail, e.by))
+                changed = e.workload.pod_sets if e.reason == NO_MATCHING_WORKLOAD else None
+                evictions.append(store.Evict(row.id, e.reason, e.detail, e.by, changed))
             if wl.admission is not None and (not was_admitted or key in last_evict):
                 admissions.append(store.Admit(row.id, wl.admission, wl.checks))
                 admitted_now[row.id] = wl

@@ -1,15 +1,17 @@
 """What runs in the simulated cluster: job operators, a scheduler and a kubelet.
 
 - Operators (batch Job, the Kubeflow kinds, JobSet, RayJob, RayCluster): an unsuspended job gets
-  its pods, one per replica, named ``<job>-<podset>-<i>``; suspending it deletes them and sets the
-  Suspended condition; when every pod has succeeded the job completes, with the status its real
-  controller sets (Job: Complete; Kubeflow: Succeeded; JobSet: Completed; RayJob:
-  ``jobDeploymentStatus: Complete``). A RayCluster's pods run until it is deleted or suspended;
-  its ``status.state`` is ``ready`` while they run and ``suspended`` once a suspended one's pods
-  are gone, as KubeRay's. Differences from KubeRay: a RayJob's pods (head, workers, submitter)
-  are made by the RayJob itself, without the RayCluster and submitter Job KubeRay makes between
-  them, and they all succeed after the job's runtime (KubeRay's submitter succeeds and the
-  cluster is then deleted: the same quota released at the same moment).
+  its pods, one per replica, named ``<job>-<podset>-<i>``; a running batch Job follows changes to
+  its ``parallelism`` at once (pods created up to it, those beyond it deleted), as the real Job
+  controller does; suspending it deletes them and sets the Suspended condition; when every pod has
+  succeeded the job completes, with the status its real controller sets (Job: Complete; Kubeflow:
+  Succeeded; JobSet: Completed; RayJob: ``jobDeploymentStatus: Complete``). A RayCluster's pods run
+  until it is deleted or suspended; its ``status.state`` is ``ready`` while they run and
+  ``suspended`` once a suspended one's pods are gone, as KubeRay's. Differences from KubeRay: a
+  RayJob's pods (head, workers, submitter) are made by the RayJob itself, without the RayCluster
+  and submitter Job KubeRay makes between them, and they all succeed after the job's runtime
+  (KubeRay's submitter succeeds and the cluster is then deleted: the same quota released at the
+  same moment).
 - Scheduler: a pending pod is bound to the first Node whose labels match its nodeSelector,
   whose NoSchedule/NoExecute taints it tolerates and whose allocatable capacity still holds
   its requests; otherwise it stays Pending with PodScheduled=False, reason Unschedulable.
@@ -182,6 +184,8 @@ class Cluster:
             status.setdefault("startTime", now_text())
             if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
                 set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
+        elif kind.kind == "Job":
+            pods = self._follow_parallelism(job, kind, pods)
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         statuses.count_pods(kind, job, pods, runtimes=self.runtime, terminating_field=self.job_terminating)
         if pods and succeeded == len(pods) and kind.layout == "ray":
@@ -204,6 +208,29 @@ class Cluster:
                 f"{kind.kind} completed",
             )
         self.store.replace(res, namespace, name, job, subresource="status")
+
+    def _follow_parallelism(self, job: Obj, kind: jobs.Kind, pods: list[Obj]) -> list[Obj]:
+        """As the real Job controller: a running Job whose ``parallelism`` changed gets the pods it now
+        asks for at once (created up to it), and its pods beyond it are deleted."""
+        try:
+            ((ps_name, count, template),) = jobs.pod_templates(job, kind, self.runtime)
+        except (errors.Invalid, ValueError):
+            return pods
+        prefix = f"{job['metadata']['name']}-{ps_name}-"
+        every = {p["metadata"]["name"] for p in self._pods_of(job["metadata"]["uid"], job["metadata"]["namespace"])}
+        runtime = (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+        kept = []
+        for pod in pods:
+            index = pod["metadata"]["name"].removeprefix(prefix)
+            ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            if index.isdigit() and int(index) >= count and not ended:
+                self._terminate(pod)
+            else:
+                kept.append(pod)
+        for i in range(count):
+            if f"{prefix}{i}" not in every:
+                kept.append(self._create_pod(job, ps_name, i, template, runtime))
+        return kept
 
     def _create_pod(self, job: Obj, ps_name: str, index: int, template: Any, runtime: str | None) -> Obj:
         meta = template.get("metadata") or {}

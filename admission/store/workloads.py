@@ -257,6 +257,7 @@ class Evict:
     reason: str  # Preempted | ClusterQueueStopped | ...
     detail: str | None = None
     by: str | None = None  # the preempting workload
+    pod_sets: tuple[jobs.PodSet, ...] | None = None  # its job's pod sets now, if they changed (NoMatchingWorkload)
 
 
 @dataclass(slots=True)
@@ -390,6 +391,9 @@ async def commit_cycle(
         )
         queues = {int(i): cq for i, cq in evicted.all()}
         result.evicted = sorted(queues)
+        for e in evictions:  # a changed job: requeued as it now is, in the transaction that releases it
+            if e.pod_sets is not None and e.workload_id in queues:
+                await session.execute(update(w).where(w.id == e.workload_id).values(pod_sets=pod_sets_json(e.pod_sets)))
         await _events(
             session,
             [

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from queues import jobs, partial
+import pytest
+
+from queues import jobs, model, partial
 from queues.scheduler import Scheduler
 from tests.queues.builders import CQ, GPU, flavor, make_workload
 from tests.queues.builders import scheduler as make_scheduler
@@ -81,3 +83,28 @@ def test_counts_are_taken_from_the_last_pod_set_first() -> None:
     assert partial.search([a, b], lambda counts: counts if sum(counts.values()) <= 5 else None) == {"b": 3, "a": 2}
     assert partial.search([a, b], lambda counts: None) is None
     assert not partial.reducible([jobs.PodSet("c", 2, {})])
+
+
+@pytest.mark.parametrize(
+    ("now", "evicted"),
+    [(6, False), (8, True), (2, True)],
+    ids=["as-admitted", "parallelism-raised", "parallelism-lowered"],
+)
+def test_a_running_job_whose_pods_changed_is_requeued_as_it_now_is(now: int, evicted: bool) -> None:
+    """Kueue's NoMatchingWorkload: what was admitted (6 of 10 pods, partially) is what the job runs;
+    other pods release the quota and queue it with its new pod sets."""
+    s = make_scheduler(flavor("a100"), CQ("a").group(("a100", {"gpu": 6})), queues={"q": "a"})
+    wl = make_workload("sweep").request(gpu=1).count(10).min_count(2).submit(s)
+    s.schedule()
+    assert wl.admission is not None and wl.admission.counts == {"main": 6}
+    running = jobs.read_job(make_workload("sweep").request(gpu=1).count(now).job())
+    decision = s.job_changed(wl.key, running.pod_sets, model.shape_of(running.pod_sets))
+    assert (decision is not None) == evicted
+    if decision is None:
+        assert wl.admission is not None
+        return
+    assert (decision.reason, decision.detail) == ("NoMatchingWorkload", "JobChanged")
+    assert wl.admission is None and [ps.count for ps in wl.pod_sets] == [now]
+    s.schedule()
+    if now <= 6:  # queued again as it now is: it fits
+        assert wl.admission is not None and wl.admission.usage == {("a100", GPU): now * 1000}

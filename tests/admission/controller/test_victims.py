@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from admission.kube import client as kube_client
-from tests.admission.controller.world import eventually, job, world
+from admission.store import database, tables
+from tests.admission.controller.world import JOBS, eventually, job, world
 
 PODS = kube_client.ResourceRef("v1", "Pod", "pods")
 
@@ -108,3 +110,64 @@ async def test_a_victim_admitted_again_on_another_flavor_never_overlaps_its_pree
         assert peak.get("h100", 0) <= 4, peak
         low = await w.get("low")
         assert low["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "h100"}
+
+
+THREE_GPUS = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: a100}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources: [{name: nvidia.com/gpu, nominalQuota: "3"}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: team-a, namespace: ml}
+spec: {clusterQueue: team-a}
+"""
+
+
+async def test_raising_a_running_jobs_parallelism_requeues_it_as_it_now_is(tmp_path: Path, migrated_url: str) -> None:
+    """A real Job controller starts pods up to a raised parallelism at once: an admitted 2-pod Job
+    patched to 6 on a 3-GPU queue is evicted (NoMatchingWorkload), suspended, and waits as the 6-pod
+    job it now is; lowered again to 2, it is admitted again."""
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(THREE_GPUS)
+        w.start_controller("replica-1")
+        body = job("sweep", gpus=1)
+        body["spec"].update(parallelism=2, completions=6)
+        await w.create(body)
+
+        async def runs(n: int) -> bool:
+            j = await w.get("sweep")
+            return not j["spec"]["suspend"] and (await _gpus_by_flavor(w)).get("?") == n
+
+        await eventually(lambda: runs(2), what="the job running its 2 admitted pods")
+        patch = [{"op": "replace", "path": "/spec/parallelism", "value": 6}]
+        await w.kube.patch(JOBS, "ml", "sweep", patch, content_type=kube_client.JSON_PATCH)
+
+        async def requeued() -> Any:
+            async with database.transaction(w.sessions) as s:
+                row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "sweep"))).scalar_one()
+            stopped = (await w.get("sweep"))["spec"]["suspend"] and not await _gpus_by_flavor(w)
+            return row if stopped and row.state == "Pending" else None
+
+        row = await eventually(requeued, timeout=15, what="the job suspended and its workload pending again")
+        assert row.pod_sets["podSets"][0]["count"] == 6, row.pod_sets
+        assert "nvidia.com/gpu" in (row.message or ""), row.message  # 6 GPUs do not fit 3
+        async with database.transaction(w.sessions) as s:
+            events = (
+                await s.execute(select(tables.WorkloadEvent).where(tables.WorkloadEvent.type == "Evicted"))
+            ).scalars()
+            assert [(e.reason, e.detail) for e in events] == [("NoMatchingWorkload", "JobChanged")]
+        patch = [{"op": "replace", "path": "/spec/parallelism", "value": 2}]
+        await w.kube.patch(JOBS, "ml", "sweep", patch, content_type=kube_client.JSON_PATCH)
+        await eventually(lambda: runs(2), timeout=15, what="the job admitted again at parallelism 2")
