@@ -1,4 +1,5 @@
-"""Store figures: bulk upsert, committing a cycle, loading a snapshot, `turnstile get cq`, `turnstile usage`."""
+"""Store figures: bulk upsert, committing a cycle, loading a snapshot, `turnstile apply` of 10,000 ClusterQueues,
+`turnstile get cq`, `turnstile usage`."""
 
 from __future__ import annotations
 
@@ -149,6 +150,7 @@ def main() -> None:
     database.upgrade_sync(url)
     asyncio.run(_run(url))
     env = {**os.environ, "TURNSTILE_DATABASE_URL": url}
+    _apply_figures(env)
     cmd = [sys.executable, "-m", "admission.cli.main", "get", "cq"]
     subprocess.run(cmd, env=env, capture_output=True, check=True)  # warm caches
     t0 = time.perf_counter()
@@ -172,6 +174,40 @@ def main() -> None:
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     took = time.perf_counter() - t0
     print(f"  `turnstile usage --by label:team --plot` over 1,000,000 ledger rows (30 columns of 1d): {took:5.2f} s")
+
+
+def _apply_figures(env: dict[str, str], queues: int = 10_000) -> None:
+    """``turnstile apply -f`` of ``queues`` new ClusterQueues (whole process: read, validate, write,
+    audit), then the same file again (all unchanged), and a dry run; removed afterwards."""
+    import yaml
+
+    folder = Path(tempfile.mkdtemp(prefix="turnstile-bench-apply-"))
+    path = folder / "queues.yaml"
+    docs = [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a100"}}]
+    for i in range(queues):
+        manifest = api.to_manifest(_cq(i), version="v1beta2")
+        manifest["metadata"]["name"] = f"apply-{i:05d}"
+        docs.append(manifest)
+    path.write_text(yaml.safe_dump_all(docs))
+    size = path.stat().st_size / 2**20
+    for what, extra in (("new", []), ("unchanged", []), ("dry run", ["--dry-run"])):
+        cmd = [sys.executable, "-m", "admission.cli.main", "apply", "-f", str(path), *extra]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, capture_output=True, check=True)
+        took = time.perf_counter() - t0
+        print(
+            f"  `turnstile apply -f` {queues:,} ClusterQueues ({size:.1f} MiB), {what}: {took:6.2f} s (target < 60 s)"
+        )
+    asyncio.run(_drop(env["TURNSTILE_DATABASE_URL"], "DELETE FROM cluster_queues WHERE name LIKE 'apply-%'"))
+
+
+async def _drop(url: str, statement: str) -> None:
+    engine = database.make_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
 
 
 async def _fill_ledger(url: str, n: int) -> None:

@@ -15,7 +15,7 @@ import click
 import yaml
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from admission.cli import documents, instead, kinds, views
+from admission.cli import bounds, documents, instead, kinds, store_commands, views
 from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
 from admission.store import config as config_store
@@ -68,11 +68,18 @@ def db_upgrade(database_url: str | None) -> None:
     settings = _settings()
     try:
         url = database.resolve_url(settings, database_url)
+        before = asyncio.run(store_commands.revision(url))
         asyncio.run(database.upgrade(url))
     except Exception as exc:  # migrations surface driver errors of many kinds
         click.echo(f"error: could not migrate the database: {str(exc).splitlines()[0]}", err=True)
         sys.exit(1)
-    click.echo("database schema is up to date")
+    head = database.SCHEMA_HEAD
+    if before is None:
+        click.echo(f"database schema created (revision {head})")
+    elif before != head:
+        click.echo(f"database schema migrated from revision {before} to {head}")
+    else:
+        click.echo(f"database schema is up to date (revision {head})")
 
 
 # ----- apply --------------------------------------------------------------------------------
@@ -121,18 +128,21 @@ def parse_documents(path: str) -> list[api.KueueObject]:
 @click.command("apply")
 @click.option("-f", "--filename", "path", required=True, help="A YAML file, a folder of them, or - for stdin.")
 @click.option("--dry-run", is_flag=True, help="Validate and report what would change; write nothing.")
+@bounds.options(seconds=300, memory_gib=2)
 @database_option
-def apply_cmd(path: str, dry_run: bool, database_url: str | None) -> None:
+def apply_cmd(path: str, dry_run: bool, max_seconds: float, max_memory: float, database_url: str | None) -> None:
     """Create or replace Kueue objects (v1beta1 or v1beta2 YAML); all or nothing, audited."""
-    objects = parse_documents(path)
-    who = actor(_settings())
+    limit = bounds.Bounds(max_seconds, int(max_memory * bounds.GIB))
+    with bounds.bounded(f"apply -f {path}", limit, hint="nothing was applied; split the input into smaller files"):
+        objects = parse_documents(path)
+        who = actor(_settings())
 
-    async def go(session: AsyncSession) -> list[config_store.Outcome]:
-        if not dry_run:
-            await source.require_database(session, instead.apply(path, objects))
-        return await config_store.apply(session, objects, actor=who, dry_run=dry_run)
+        async def go(session: AsyncSession) -> list[config_store.Outcome]:
+            if not dry_run:
+                await source.require_database(session, instead.apply(path, objects))
+            return await config_store.apply(session, objects, actor=who, dry_run=dry_run)
 
-    outcomes = _exec(go, database_url=database_url)
+        outcomes = _exec(go, database_url=database_url)
     suffix = " (dry run)" if dry_run else ""
     for o in outcomes:
         click.echo(f"{kinds.singular(o.kind)}/{o.name} {o.result}{suffix}")

@@ -15,7 +15,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from admission.cli import admin, budget, documents, running, sim, usage
+from admission.cli import admin, bounds, budget, documents, running, sim, usage
 from queues import errors, validation
 
 
@@ -56,10 +56,36 @@ def cli() -> None:
     default=None,
     help="Also draw queue depth and GPUs in use over time to this PNG (needs matplotlib).",
 )
+@bounds.options(seconds=1800, memory_gib=4)
 def simulate(
-    file: str, engine: str, output: str, time_scale: float, database_url: str | None, plot_path: str | None
+    file: str,
+    engine: str,
+    output: str,
+    time_scale: float,
+    database_url: str | None,
+    plot_path: str | None,
+    max_seconds: float,
+    max_memory: float,
 ) -> None:
     """Replay a scenario FILE and report what the admission controller decided (scenario.md)."""
+    limit = bounds.Bounds(max_seconds, int(max_memory * bounds.GIB))
+    hint = "simulate fewer jobs (or a shorter timeline), or raise the bound"
+    if engine == "cluster":  # (its own processes are stopped on the way out: see _run_cluster)
+        _simulate(file, engine, output, time_scale, database_url, plot_path, limit)
+        return
+    with bounds.bounded(f"simulate {file}", limit, hint=hint):
+        _simulate(file, engine, output, time_scale, database_url, plot_path, limit)
+
+
+def _simulate(
+    file: str,
+    engine: str,
+    output: str,
+    time_scale: float,
+    database_url: str | None,
+    plot_path: str | None,
+    limit: bounds.Bounds,
+) -> None:
     from admission.cli import report  # rich and the simulator load only for the commands that need them
     from queues import scenario, simulator
 
@@ -85,7 +111,9 @@ def simulate(
     del doc
     gc.freeze()
     if engine == "cluster":
-        result = _run_cluster(parsed, time_scale=time_scale, database_url=database_url)
+        result = _run_cluster(
+            parsed, time_scale=time_scale, database_url=database_url, seconds=limit.seconds, file=file
+        )
     else:
         result = simulator.Simulation(parsed).run()
     if output == "json":
@@ -100,8 +128,9 @@ def simulate(
             fail(["--plot needs matplotlib: pip install 'turnstile[plot]'"], 2)
 
 
-def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) -> Any:
-    """Engine cluster; its logs go to stderr (warnings only), so stdout stays the report alone."""
+def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None, seconds: float, file: str) -> Any:
+    """Engine cluster; its logs go to stderr (warnings only), so stdout stays the report alone. Past
+    ``seconds`` it is cancelled, so its PostgreSQL and simulated cluster are stopped on the way out."""
     import asyncio
     import logging
 
@@ -117,7 +146,10 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None) ->
         fail([f"--database-url: {exc}"], 2)
     try:
         policy = Policy.from_settings(Settings(), lambda _ns: None)  # the webhook answers as the install's would
-        return asyncio.run(cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url, policy=policy))
+        run = cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url, policy=policy)
+        return asyncio.run(asyncio.wait_for(run, seconds))
+    except TimeoutError:
+        fail([f"simulate {file}: stopped after {seconds:g} s (--max-seconds); raise it or lower --time-scale"], 1)
     except EmbeddedPostgresError as exc:
         fail([str(exc)], 1)
     except OSError as exc:

@@ -41,6 +41,16 @@ async def _current(session: AsyncSession) -> str | None:
     return result.scalar_one_or_none()
 
 
+async def revision(url: str) -> str | None:
+    """The schema revision of the database at ``url`` (None: no schema yet)."""
+    engine = database.make_engine(url, pool_size=1)
+    try:
+        async with database.sessions(engine)() as session:
+            return await _current(session)
+    finally:
+        await engine.dispose()
+
+
 def run(
     settings: Settings,
     fn: Callable[[AsyncSession], Awaitable[T]],

@@ -118,6 +118,8 @@ def load_all(text: str, limits: Limits) -> Iterator[Any]:
     event: Any
     while not isinstance(event := parser.get_event(), StreamEndEvent):
         if isinstance(event, DocumentStartEvent):
+            if len(out) >= limits.max_documents:
+                raise TooLarge(f"more than {limits.max_documents:,} documents (line {_line(event)})")
             out.append(_document(parser, scalars, limits))
     return iter(out)
 

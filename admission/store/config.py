@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Text, cast, delete, func, insert, select, text
+from sqlalchemy import Text, cast, delete, func, insert, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
@@ -110,18 +110,23 @@ def _quota_rows(owner_field: str, owner: str, groups: Sequence[api.ResourceGroup
     return rows
 
 
-async def _write_quotas(session: AsyncSession, obj: api.KueueObject) -> None:
-    table: type[tables.ClusterQueueQuota] | type[tables.CohortQuota]
-    if isinstance(obj, api.ClusterQueue):
-        table, field, groups = tables.ClusterQueueQuota, "cluster_queue", obj.spec.resource_groups
-    elif isinstance(obj, api.Cohort):
-        table, field, groups = tables.CohortQuota, "cohort", obj.spec.resource_groups
-    else:
-        return
-    await session.execute(delete(table).where(getattr(table, field) == obj.name))
-    rows = _quota_rows(field, obj.name, groups)
-    if rows:
-        await session.execute(insert(table), rows)
+QUOTA_OWNERS: dict[str, tuple[type[Any], str]] = {
+    "ClusterQueue": (tables.ClusterQueueQuota, "cluster_queue"),
+    "Cohort": (tables.CohortQuota, "cohort"),
+}
+CHUNK = 1000  # keys per IN list (a statement's parameters stay well under PostgreSQL's 32,767)
+
+
+async def _write_quotas(session: AsyncSession, objects: Sequence[api.KueueObject]) -> None:
+    """Replace the quota rows of these ClusterQueues and Cohorts: a few statements for all of them."""
+    for kind, (table, field) in QUOTA_OWNERS.items():
+        owners = [obj for obj in objects if isinstance(obj, (api.ClusterQueue, api.Cohort)) and obj.kind == kind]
+        for start in range(0, len(owners), CHUNK):
+            names = [obj.name for obj in owners[start : start + CHUNK]]
+            await session.execute(delete(table).where(getattr(table, field).in_(names)))
+        rows = [row for obj in owners for row in _quota_rows(field, obj.name, obj.spec.resource_groups)]
+        for start in range(0, len(rows), CHUNK):
+            await session.execute(insert(table), rows[start : start + CHUNK])
 
 
 async def get_row(session: AsyncSession, kind: str, key: str) -> Any:
@@ -130,14 +135,37 @@ async def get_row(session: AsyncSession, kind: str, key: str) -> Any:
     return await session.get(table, pk, populate_existing=True)
 
 
+async def _rows(session: AsyncSession, objects: Sequence[api.KueueObject]) -> dict[tuple[str, str], Any]:
+    """(kind, key) -> stored row of each object that exists: one query per kind and chunk of keys,
+    not one per object (10,000 ClusterQueues apply in seconds)."""
+    out: dict[tuple[str, str], Any] = {}
+    for kind, table in _TABLES.items():
+        keys = sorted({obj.key for obj in objects if obj.kind == kind})
+        for start in range(0, len(keys), CHUNK):
+            chunk = keys[start : start + CHUNK]
+            if kind == "LocalQueue":
+                where = tuple_(table.namespace, table.name).in_([tuple(k.split("/", 1)) for k in chunk])
+            else:
+                where = table.name.in_(chunk)
+            found = await session.execute(select(table).where(where).execution_options(populate_existing=True))
+            for row in found.scalars():
+                key = f"{row.namespace}/{row.name}" if kind == "LocalQueue" else row.name
+                out[(kind, key)] = row
+    return out
+
+
 async def apply(
     session: AsyncSession, objects: Iterable[api.KueueObject], *, actor: str, dry_run: bool = False
 ) -> list[Outcome]:
-    """Create or replace every object; all or nothing (the caller's transaction)."""
+    """Create or replace every object; all or nothing (the caller's transaction). Objects are read,
+    written and audited in batches; one notification tells the replicas the configuration changed."""
     await lock(session)
+    objects = list(objects)
+    rows = await _rows(session, objects)
     outcomes: list[Outcome] = []
+    changed: dict[tuple[str, str], api.KueueObject] = {}  # (the last of an object named twice)
     for obj in objects:
-        row = await get_row(session, obj.kind, obj.key)
+        row = rows.get((obj.kind, obj.key))
         after = manifest_of(obj)
         if row is None:
             result, before = "created", None
@@ -149,14 +177,13 @@ async def apply(
         if not dry_run:
             cols = _columns(obj)
             if row is None:
-                session.add(_TABLES[obj.kind](**cols))
+                row = rows[(obj.kind, obj.key)] = _TABLES[obj.kind](**cols)
+                session.add(row)
             else:
                 for k, v in cols.items():
                     setattr(row, k, v)
                 row.generation = row.generation + 1
                 row.updated_at = func.now()
-            await session.flush()
-            await _write_quotas(session, obj)
             session.add(
                 tables.AuditEntry(
                     actor=actor,
@@ -167,9 +194,14 @@ async def apply(
                     after=after,
                 )
             )
-            await notify(session, f"{obj.kind}/{obj.key}")
+            changed[(obj.kind, obj.key)] = obj
         outcomes.append(Outcome(obj.kind, obj.key, result))
-    if not dry_run:
+    if changed:
+        await session.flush()
+        await _write_quotas(session, list(changed.values()))
+        kind, key = next(iter(changed))
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        await notify(session, f"{kind}/{key}{more}")
         await session.flush()
     return outcomes
 

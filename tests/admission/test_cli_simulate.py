@@ -65,8 +65,42 @@ def test_a_timeline_too_large_is_refused_early(tmp_path: Path) -> None:
     path = tmp_path / "million.yaml"
     path.write_text(f"name: million\nmanifests: []\nbase: &j {job}\njobs:\n" + "- *j\n" * 400_000)
     out = turnstile("simulate", str(path), "-o", "json")
-    assert out.returncode == 2 and "refused: a list of more than 300,000 items" in out.stderr, out.stderr
+    assert out.returncode == 2 and "refused: a list of more than 100,000 items" in out.stderr, out.stderr
     assert out.stdout == ""
+
+
+def _many_jobs(path: Path, n: int) -> Path:
+    manifests = (
+        "- {apiVersion: kueue.x-k8s.io/v1beta2, kind: ResourceFlavor, metadata: {name: a100}}\n"
+        "- {apiVersion: kueue.x-k8s.io/v1beta2, kind: ClusterQueue, metadata: {name: cq}, spec: {namespaceSelector: {},"
+        " resourceGroups: [{coveredResources: [nvidia.com/gpu], flavors: [{name: a100, resources: [{name: nvidia.com/gpu,"
+        " nominalQuota: '8'}]}]}]}}\n"
+        "- {apiVersion: kueue.x-k8s.io/v1beta2, kind: LocalQueue, metadata: {name: q, namespace: ml}, spec: {clusterQueue: cq}}\n"
+    )
+    job = (
+        "- {{at: {i}, runtime: 50, object: {{apiVersion: batch/v1, kind: Job, metadata: {{name: j{i}, namespace: ml,"
+        " labels: {{kueue.x-k8s.io/queue-name: q}}}}, spec: {{template: {{spec: {{containers: [{{name: c, resources:"
+        " {{limits: {{nvidia.com/gpu: '1'}}}}}}]}}}}}}}}}}\n"
+    )
+    path.write_text(
+        "name: many\nnamespaces: [ml]\nmanifests:\n"
+        + manifests
+        + "jobs:\n"
+        + "".join(job.format(i=i) for i in range(n))
+    )
+    return path
+
+
+def test_a_simulation_past_its_time_or_memory_stops_and_says_which(tmp_path: Path) -> None:
+    """Input under the size caps can still ask for minutes and gigabytes: --max-seconds and --max-memory
+    end it with status 1 and the bound it passed, nothing on stdout."""
+    scenario = _many_jobs(tmp_path / "many.yaml", 20_000)
+    slow = turnstile("simulate", str(scenario), "-o", "json", "--max-seconds", "0.3")
+    assert slow.returncode == 1 and slow.stdout == "", slow.stderr
+    assert f"error: simulate {scenario}: stopped after 0.3 s (--max-seconds)" in slow.stderr
+    big = turnstile("simulate", str(scenario), "-o", "json", "--max-memory", "0.02")
+    assert big.returncode == 1 and big.stdout == "", big.stderr
+    assert "stopped: it needed more than 0.02 GiB of memory (--max-memory" in big.stderr
 
 
 def test_fair_sharing_reports_each_queues_weighted_share_and_plots_it(tmp_path: Path) -> None:
