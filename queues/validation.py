@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from queues import api, efficiency
+from queues import api, efficiency, quantity
 from queues.errors import FieldError, join_path
 
 MAX_RESOURCE_GROUPS = 16
@@ -360,4 +360,35 @@ def unused_fields(obj: api.KueueObject, *, admission_fair_sharing: bool = False)
     out.extend(
         FieldError(f"spec.{name}", f"accepted but not used: {_NOT_YET[name]}") for name, set_ in unused.items() if set_
     )
+    out.extend(_fractional_devices(obj))
+    return out
+
+
+def _fractional_devices(obj: api.KueueObject) -> list[FieldError]:
+    """A quota of a device (an extended resource: ``nvidia.com/gpu``, a MIG slice) that is not whole:
+    pods ask for devices in whole units (Kubernetes refuses a fraction), so the fraction is never used."""
+    if not isinstance(obj, (api.ClusterQueue, api.Cohort)):
+        return []
+    out: list[FieldError] = []
+    for g, group in enumerate(obj.spec.resource_groups):
+        for f, flavor in enumerate(group.flavors):
+            for r, quota in enumerate(flavor.resources):
+                if "/" not in quota.name or quota.name.startswith(("kubernetes.io/", "requests.")):
+                    continue
+                for field, value in (
+                    ("nominalQuota", quota.nominal_quota),
+                    ("borrowingLimit", quota.borrowing_limit),
+                    ("lendingLimit", quota.lending_limit),
+                ):
+                    if value is not None and value % 1000:
+                        path = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}].{field}"
+                        whole = value // 1000
+                        out.append(
+                            FieldError(
+                                path,
+                                f"{quantity.format_milli(value)} {quota.name} is not a whole number: pods ask for "
+                                f"whole devices, so only {whole} can be used; write {whole} (or a MIG or time-sliced "
+                                "resource for parts of a GPU)",
+                            )
+                        )
     return out

@@ -251,6 +251,7 @@ class Enactor:
                 return  # gone, or replaced by another of its name: its events say what to do next
             if exc.temporary:
                 raise Retry(str(exc), after=exc.retry_after) from exc
+            _refused(f"Pod {view.namespace}/{pod.name}", exc)
             raise Retry(f"{exc} (looking again)") from exc
         self.patches += 1
 
@@ -307,6 +308,7 @@ class Enactor:
                 return  # the job is gone; its DELETED event releases the workload
             if exc.temporary:
                 raise Retry(str(exc), after=exc.retry_after) from exc
+            _refused(f"{ref.kind} {view.key}", exc)
             raise Retry(f"{exc} (looking again)") from exc
         self.patches += 1
 
@@ -350,6 +352,13 @@ class Enactor:
 
 
 PODS = POD.ref
+
+
+def _refused(what: str, exc: KubeError) -> None:
+    """Say which object the API server refused a write to, and why: a conflict (409, the object
+    changed meanwhile) is routine and looked at again; anything else (422) is worth a warning."""
+    level = logging.INFO if exc.status == 409 else logging.WARNING
+    log.log(level, "%s: the API server refused the write (%s); looking at it again", what, exc)
 
 
 def _runs_for(pod: Obj, key: str, owner_uid: str | None) -> bool:

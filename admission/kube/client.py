@@ -121,7 +121,10 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
         timeout: aiohttp.ClientTimeout | float | None = None,
+        expected: tuple[int, ...] = (),
     ) -> Any:
+        """``expected``: statuses that are an answer, not a failure (a kind not installed: 404), and
+        so not counted in ``answers``."""
         try:
             response = await self.api.call_api(
                 path,
@@ -136,7 +139,8 @@ class Kube:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self.answers[(method, 0)] += 1
             raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
-        self.answers[(method, int(response.status))] += 1
+        if response.status not in expected:
+            self.answers[(method, int(response.status))] += 1
         return response
 
     def refused(self) -> int:
@@ -151,9 +155,10 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        expected: tuple[int, ...] = (),
     ) -> Obj:
-        """One request; the decoded JSON answer, or ``KubeError``."""
-        response = await self._call(method, path, query=query, body=body, content_type=content_type)
+        """One request; the decoded JSON answer, or ``KubeError`` (``expected``: see ``_call``)."""
+        response = await self._call(method, path, query=query, body=body, content_type=content_type, expected=expected)
         try:
             data = await response.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
@@ -180,13 +185,21 @@ class Kube:
         return await self.request("PATCH", ref.path(namespace, name), body=patch, content_type=content_type)
 
     async def list_pages(
-        self, ref: ResourceRef, *, label_selector: str | None = None, page: int = 500
+        self,
+        ref: ResourceRef,
+        *,
+        label_selector: str | None = None,
+        page: int = 500,
+        expected: tuple[int, ...] = (),
     ) -> AsyncIterator[Obj]:
         """Every page of a cluster-wide list, following ``continue`` tokens."""
         token: str | None = None
         while True:
             answer = await self.request(
-                "GET", ref.path(), query={"limit": page, "continue": token, "labelSelector": label_selector}
+                "GET",
+                ref.path(),
+                query={"limit": page, "continue": token, "labelSelector": label_selector},
+                expected=expected,
             )
             yield answer
             token = (answer.get("metadata") or {}).get("continue") or None

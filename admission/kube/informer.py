@@ -138,7 +138,9 @@ class Informer:
         started = time.monotonic()
         seen: dict[str, tuple[str, str, str]] = {}
         version = ""
-        async for page in self.kube.list_pages(self.ref, label_selector=self.label_selector):
+        # (an optional kind's 404 is the answer "not installed", not a failed call)
+        expected = (404,) if self.optional else ()
+        async for page in self.kube.list_pages(self.ref, label_selector=self.label_selector, expected=expected):
             version = str((page.get("metadata") or {}).get("resourceVersion") or version)
             for obj in page.get("items") or []:
                 self._stamp(obj)

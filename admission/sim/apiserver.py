@@ -393,7 +393,8 @@ class ApiServer:
 
     def _priority(self, pod: Obj) -> None:
         """The Priority admission plugin: ``spec.priority`` from the PriorityClass the pod names (or
-        the one marked ``globalDefault``); a name that does not exist is refused, as on a real server."""
+        the one marked ``globalDefault``); a name that does not exist, or a priority given that differs
+        from the class's, is refused, as on a real server."""
         spec = pod.get("spec")
         if not isinstance(spec, dict):
             return
@@ -410,7 +411,15 @@ class ApiServer:
             found = next((o for o in classes.values() if o.get("globalDefault")), None)
             if found is not None:
                 spec["priorityClassName"] = found["metadata"]["name"]
-        spec["priority"] = int(found.get("value") or 0) if found is not None else 0
+        computed = int(found.get("value") or 0) if found is not None else 0
+        given = spec.get("priority")
+        if given is not None and given != computed:
+            raise ApiError(
+                403, "Forbidden", f'pods "{(pod.get("metadata") or {}).get("name")}" is forbidden: the integer value '
+                f"of priority ({given}) must not be provided in pod spec; priority admission controller computed "
+                f"{computed} from the given PriorityClass name",
+            )  # fmt: skip
+        spec["priority"] = computed
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()

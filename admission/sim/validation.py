@@ -66,7 +66,22 @@ def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | 
         return None
     registry: referencing.Registry[Any] = referencing.Resource.from_contents(contents) @ referencing.Registry()
     registry = referencing.Resource.from_contents(_definitions(schema_dir)) @ registry
-    return jsonschema.validators.Draft202012Validator(contents, registry=registry)
+    return jsonschema.validators.Draft202012Validator(contents, registry=registry, format_checker=INTEGERS)
+
+
+# Go's integer fields: a number outside int32 (a pod's priority, a Job's parallelism) or int64 cannot
+# be decoded into its struct, and the real server refuses it (there a 400, here a 422 with the path)
+INTEGERS = jsonschema.FormatChecker(formats=())
+
+
+@INTEGERS.checks("int32")
+def _int32(value: object) -> bool:
+    return not isinstance(value, int) or isinstance(value, bool) or -(2**31) <= value < 2**31
+
+
+@INTEGERS.checks("int64")
+def _int64(value: object) -> bool:
+    return not isinstance(value, int) or isinstance(value, bool) or -(2**63) <= value < 2**63
 
 
 FIELD_VALIDATION = ("Ignore", "Warn", "Strict")

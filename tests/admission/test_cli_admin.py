@@ -283,3 +283,42 @@ def test_a_topology_is_stored_and_kept_while_a_flavor_names_it(cli, tmp_path: Pa
     )
     out = cli("apply", "-f", str(bad))
     assert out.returncode != 0 and "spec.levels[0].nodeLabel: kubernetes.io/hostname can only be the last" in out.stderr
+
+
+def _cluster_queues(n: int) -> str:
+    one = (
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {{name: cq-{i}}}\nspec:\n  namespaceSelector: {{}}\n"
+        "  resourceGroups:\n  - coveredResources: [nvidia.com/gpu]\n    flavors:\n    - name: a100\n"
+        "      resources: [{{name: nvidia.com/gpu, nominalQuota: '8'}}]\n"
+    )
+    return "---\n".join(one.format(i=i) for i in range(n))
+
+
+def test_input_past_its_bounds_is_refused_and_nothing_is_applied(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """More documents than one apply takes is refused while reading (status 2); a run past its memory
+    (or time) is stopped (status 1) with its transaction rolled back."""
+    many = tmp_path / "many.yaml"
+    many.write_text(_cluster_queues(20_001))
+    out = cli("apply", "-f", str(many), "--dry-run")
+    assert out.returncode == 2, out.stderr
+    assert f"error: {many}: refused: more than 20,000 documents" in out.stderr and "split it" in out.stderr
+    some = tmp_path / "some.yaml"
+    some.write_text(_cluster_queues(2_000))
+    out = cli("apply", "-f", str(some), "--max-memory", "0.02")
+    assert out.returncode == 1, out.stderr
+    assert "stopped: it needed more than 0.02 GiB of memory (--max-memory" in out.stderr, out.stderr
+    assert "nothing was applied" in out.stderr
+    listed = cli("get", "cq")
+    assert "cq-0" not in listed.stdout, listed.stdout
+    out = cli("apply", "-f", str(some))
+    assert out.returncode == 0, out.stderr
+    assert "clusterqueue/cq-1999 created" in out.stdout
+
+
+def test_db_upgrade_says_what_it_did(new_database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """On an empty database it creates the schema (and says so), then it is up to date."""
+    env = {**os.environ, "TURNSTILE_DATABASE_URL": new_database(), "TURNSTILE_HOME": str(tmp_path)}
+    first = turnstile("db", "upgrade", env=env)
+    assert first.returncode == 0 and first.stdout.startswith("database schema created (revision "), first
+    again = turnstile("db", "upgrade", env=env)
+    assert again.returncode == 0 and again.stdout.startswith("database schema is up to date (revision "), again

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from queues import api
+import pytest
+
+from queues import api, validation
 from queues.flavors import Mode
 from queues.scheduler import Evict
 from tests.queues.builders import CQ, GPU, flavor, make_workload
@@ -227,3 +229,44 @@ def test_every_problem_of_an_object_is_said_in_one_run() -> None:
         "spec.queueingStrategy",
         "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota",
     ], refused.value.errors
+
+
+@pytest.mark.parametrize(
+    ("quotas", "warned"),
+    [
+        ({"nominalQuota": "8"}, []),
+        ({"nominalQuota": "500m"}, ["nominalQuota"]),
+        ({"nominalQuota": "1m", "borrowingLimit": "2.5"}, ["nominalQuota", "borrowingLimit"]),
+    ],
+    ids=["whole", "half-a-gpu", "milli-and-fraction"],
+)
+def test_a_fractional_gpu_quota_is_warned_about(quotas: dict[str, str], warned: list[str]) -> None:
+    """Pods ask for whole GPUs: a fraction of one in a quota is never used, and is said so (CPU may be fractional)."""
+    cq = api.parse(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "frac"},
+            "spec": {
+                "cohortName": "c",
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "a100",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "1500m"},
+                                    {"name": "nvidia.com/gpu", **quotas},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    found = validation.unused_fields(cq)
+    prefix = "spec.resourceGroups[0].flavors[0].resources[1]."
+    assert [e.path for e in found] == [prefix + w for w in warned]
+    assert all("is not a whole number" in e.message for e in found)

@@ -6,8 +6,10 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from admission.kube import client as kube_client
-from admission.kube.client import Kube
+from admission.kube.client import Kube, KubeError
 from admission.kube.informer import BACKOFF_MAX, Informer
 from admission.sim.apiserver import Faults
 from admission.sim.host import SimHost
@@ -37,6 +39,28 @@ async def test_a_kind_refused_with_403_is_listed_again_within_seconds(tmp_path: 
             assert time.monotonic() - allowed_at < BACKOFF_MAX * 1.25 + 1, "not listed again within seconds"
             await asyncio.sleep(0.05)
         assert not informer.absent
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await kube.close()
+        await host.stop()
+
+
+async def test_a_kind_not_installed_is_an_answer_not_a_failed_call(tmp_path: Path) -> None:
+    """An optional informer of a CRD that is not installed hears 404: said once, never counted among the
+    API server's refusals (turnstile_kube_responses_total, where a 4xx means a bug)."""
+    host = await SimHost.start(tmp_path / "kubeconfig")
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    widgets = kube_client.ResourceRef("example.com/v1", "Widget", "widgets")
+    informer = Informer(kube, widgets, lambda kind, obj: None, optional=True)
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 5)
+        assert informer.absent and not informer.forbidden
+        assert kube.refused() == 0, kube.answers
+        with pytest.raises(KubeError):  # any other 404 still counts
+            await kube.get(CONFIGMAPS, "default", "none")
+        assert kube.refused() == 1, kube.answers
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

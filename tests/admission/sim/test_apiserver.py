@@ -248,6 +248,16 @@ async def test_unknown_fields_follow_field_validation_and_wrong_values_are_inval
     with pytest.raises(ApiException) as invalid:
         await batch.create_namespaced_job("default", wrong)
     assert invalid.value.status == 422 and '"field": "spec.parallelism"' in invalid.value.body
+    # a Go int32 field cannot hold more: a PriorityClass of 2^40 is refused, not stored
+    huge = {"metadata": {"name": "huge"}, "value": 2**40}
+    with pytest.raises(ApiException) as too_big:
+        await client.SchedulingV1Api(api).create_priority_class(huge)
+    assert too_big.value.status == 422 and '"field": "value"' in too_big.value.body
+    # and a pod may not give its own priority (the Priority admission plugin computes it)
+    pod = {"metadata": {"name": "own"}, "spec": {"containers": [{"name": "c", "image": "x"}], "priority": 2**40}}
+    with pytest.raises(ApiException) as own:
+        await client.CoreV1Api(api).create_namespaced_pod("default", pod)
+    assert own.value.status == 403 and "must not be provided in pod spec" in own.value.body
 
 
 @pytest.mark.parametrize(
