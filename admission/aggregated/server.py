@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.aggregated import openapi
 from admission.aggregated.auth import Access, Authorizer, FrontProxy, User
 from admission.controller import visibility
 from admission.controller.visibility import status
@@ -108,6 +109,7 @@ class AggregatedApi:
         self.requests = 0
 
     def routes(self, app: web.Application) -> None:
+        openapi.routes(app)  # (static schemas, for the aggregator and kubectl explain: not guarded)
         app.router.add_get(WORKLOADS, self._guard(self._discovery(WORKLOAD_RESOURCES)))
         app.router.add_get(f"{WORKLOADS}/workloads", self._guard(self._list))
         app.router.add_get(f"{WORKLOADS}/namespaces/{{namespace}}/workloads", self._guard(self._list))

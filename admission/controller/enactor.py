@@ -265,7 +265,12 @@ class Enactor:
             self._waiting(key, tuple(victims))
             return True
         term.blocked.pop(key, None)
-        self._waiting(key, ())
+        if key in term.announce:  # a preemptor whose victims are gone: it is admitted now (said once)
+            term.announce.discard(key)
+            self.said_waiting.pop(key, None)
+            self.on_waiting(key, None)
+        else:
+            self._waiting(key, ())
         return False
 
     def _waiting(self, key: str, victims: tuple[str, ...]) -> None:

@@ -42,6 +42,7 @@ class Reporter:
         """What a committed step tells the world: metrics, and Events on the jobs."""
         sched = term.scheduler
         view = self.view
+        preemptors = {e.by for e in evicted.values() if e.by}
         info, debug = log.isEnabledFor(logging.INFO), log.isEnabledFor(logging.DEBUG)  # skip building fields
         for key, e in evicted.items():
             row = term.by_key.get(key)
@@ -99,6 +100,13 @@ class Reporter:
                     view(wl.key),
                     "QuotaReserved",
                     f"quota reserved in {where}; waiting for admission check(s) {', '.join(wl.checks)}",
+                )
+            elif wl.key in preemptors:  # its job starts once its victims' pods are gone: Admitted is said then
+                term.announce.add(wl.key)
+                self.events.post(
+                    view(wl.key),
+                    "QuotaReserved",
+                    f"quota reserved in {where}; the job starts once the workloads it preempted have stopped",
                 )
             else:
                 self.events.post(view(wl.key), "Admitted", f"admitted by {where}")

@@ -517,6 +517,8 @@ class Steps:
         for _, key, reason, message in preempting:
             if reason == PREEMPTING:
                 self.events.pending(self.jobs.view(key), reason, message)
+            else:  # its victims stopped: the job starts now
+                self.events.post(self.jobs.view(key), "Admitted", f"{message}: the preempted workloads have stopped")
         for row_id in result.refused:
             wl = admitted_now[row_id]
             log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)

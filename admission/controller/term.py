@@ -67,6 +67,7 @@ class Term:
     by_key: dict[str, Row] = field(default_factory=dict)  # workload key -> row
     stopping: dict[str, str] = field(default_factory=dict)  # pending workload whose job still runs -> its tree
     blocked: dict[str, str] = field(default_factory=dict)  # admitted workload waiting on a stopping tree -> tree
+    announce: set[str] = field(default_factory=set)  # preemptors whose Admitted Event waits for their job to start
     valid_until: float = 0.0  # monotonic deadline of the lease as last renewed
     owed: list[Decision] = field(default_factory=list)  # evictions the stored state asks for (HoldAndDrain)
     committed: dict[str, Workload] = field(default_factory=dict)  # workload key -> as last committed, if it holds quota

@@ -105,10 +105,18 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
         )
         assert low["metadata"]["ownerReferences"][0]["kind"] == "Job"
         events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
-        said = [e["message"] for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
-        assert any(m.startswith("Preempting: quota reserved; waiting for 2 preempted workloads") for m in said), said
+        said = [(e["reason"], e["message"]) for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
+        assert any(m.startswith("Preempting: quota reserved; waiting for 2 preempted workloads") for _, m in said), said
+        # quota reserved, not admitted, while it waits: Admitted is said when its job may start
+        assert "QuotaReserved" in {r for r, _ in said} and "Admitted" not in {r for r, _ in said}, said
         await eventually(lambda: _started(w, "urgent"), timeout=15, what="the preemptor to start once they stopped")
         await eventually(lambda: _reason_is(w, "urgent", "Admitted"), what="the wait no longer said once started")
+
+        async def admitted_said() -> bool:
+            events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
+            return any(e["reason"] == "Admitted" and e["involvedObject"]["name"] == "urgent" for e in events["items"])
+
+        await eventually(admitted_said, what="an Admitted Event once the victims stopped")
 
 
 async def _reason_is(w, name: str, reason: str) -> bool:  # type: ignore[no-untyped-def]
