@@ -362,7 +362,9 @@ class Controller:
         backoff = 0.5
         while True:
             try:
-                async with notify.listen(self.database_url, (config_store.NOTIFY_CHANNEL, notify.LEASE_CHANNEL)) as ls:
+                names = (config_store.NOTIFY_CHANNEL, notify.LEASE_CHANNEL)
+                # (its pings tell the database's health every second, leading or not)
+                async with notify.listen(self.database_url, names, answered=self.database.succeeded) as ls:
                     await self._load_config()  # whatever happened before or while not listening
                     self.leadership.wake()
                     backoff = 0.5
@@ -500,10 +502,15 @@ class Controller:
                 return
             except StepFailed as exc:
                 # The step's decisions live only in memory now: rebuild the term from the store,
-                # after a backoff while the failure repeats (a poisoned commit must not spin).
-                self.database.failed("committing a scheduling step", str(exc))
-                self.step_failures += 1
-                pause = min(5.0, 0.2 * 2 ** (self.step_failures - 1))
+                # after a backoff while the failure repeats (a poisoned commit must not spin). A
+                # connection a cancelled call left unusable is no outage: it is dropped, and the
+                # term is rebuilt at once on another.
+                if database.connection_fault(exc):
+                    pause = 0.2
+                else:
+                    self.database.failed("committing a scheduling step", str(exc))
+                    self.step_failures += 1
+                    pause = min(5.0, 0.2 * 2 ** (self.step_failures - 1))
                 why = f"a scheduling step failed ({exc}); starting again from the store in {pause:.1f}s"
                 await self._end_term(why)
                 await asyncio.sleep(pause)

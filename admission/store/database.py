@@ -12,8 +12,9 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
@@ -70,9 +71,31 @@ def make_engine(
     if idle_in_transaction_timeout is not None:
         millis = str(max(1, int(idle_in_transaction_timeout * 1000)))
         args["server_settings"] = {**args.get("server_settings", {}), "idle_in_transaction_session_timeout": millis}
-    return create_async_engine(
+    engine = create_async_engine(
         urls.engine_url(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, connect_args=args
     )
+    event.listen(engine.sync_engine, "handle_error", _busy_is_disconnect)
+    return engine
+
+
+# asyncpg's answer on a connection that a cancelled call left mid-operation (a timeout around a
+# statement): the connection is unusable, the database is fine. Taken as a disconnect, SQLAlchemy
+# drops that connection (its pre-ping replaces it before anyone uses it) instead of failing again.
+BUSY_CONNECTION = "another operation is in progress"
+
+
+def _busy_is_disconnect(context: Any) -> None:
+    if BUSY_CONNECTION in str(context.original_exception):
+        context.is_disconnect = True
+
+
+def connection_fault(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a connection left unusable, not a database outage."""
+    while exc is not None:
+        if BUSY_CONNECTION in str(exc):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,8 +25,10 @@ from admission.store import urls
 from admission.store.config import NOTIFY_CHANNEL
 
 LEASE_CHANNEL = "turnstile_lease"
-PING_SECONDS = 5.0  # how often the connection is checked
-PING_TIMEOUT = 3.0  # an answer slower than this means the connection is lost
+# How often the LISTEN connection is checked, and how slow an answer means it is lost: a black-holed
+# network is noticed within PING_SECONDS + PING_TIMEOUT (the lease's own rounds are a third of its TTL)
+PING_SECONDS = 1.0
+PING_TIMEOUT = 2.0
 
 
 class ListenerLost(Exception):
@@ -42,6 +44,7 @@ class Listener:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn
         self.queue: asyncio.Queue[tuple[str, str] | BaseException] = asyncio.Queue()
+        self.lost = False  # the connection stopped answering: dropped at once, not closed politely
 
     def on_notify(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
         self.queue.put_nowait((channel, payload))
@@ -66,7 +69,9 @@ class Listener:
             out.append(item)
         return out
 
-    async def watch(self, every: float, timeout: float) -> None:
+    async def watch(self, every: float, timeout: float, answered: Callable[[], None] | None = None) -> None:
+        """Ping the connection every ``every`` seconds; ``answered`` is told of each answer (the
+        database is up), the queue of a lost connection (``ListenerLost``)."""
         while True:
             await asyncio.sleep(every)
             try:
@@ -77,8 +82,11 @@ class Listener:
                     await self.conn.fetchval("SELECT 1")
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 reason = "did not answer" if isinstance(exc, TimeoutError) else f"failed ({exc})"
+                self.lost = True
                 self.queue.put_nowait(ListenerLost(f"the LISTEN connection {reason} within {timeout:.0f}s"))
                 return
+            if answered is not None:
+                answered()
 
 
 @asynccontextmanager
@@ -88,6 +96,7 @@ async def listen(
     *,
     ping_every: float = PING_SECONDS,
     ping_timeout: float = PING_TIMEOUT,
+    answered: Callable[[], None] | None = None,
 ) -> AsyncIterator[Listener]:
     """A listener for ``channels`` while the block runs (see the module docstring)."""
     conn = await asyncpg.connect(asyncpg_dsn(url), **urls.asyncpg_options(url))
@@ -97,15 +106,16 @@ async def listen(
     try:
         for channel in channels:
             await conn.add_listener(channel, listener.on_notify)
-        watching = asyncio.create_task(listener.watch(ping_every, ping_timeout), name="listen-ping")
+        watching = asyncio.create_task(listener.watch(ping_every, ping_timeout, answered), name="listen-ping")
         yield listener
     finally:
         if watching is not None:
             watching.cancel()
             await asyncio.gather(watching, return_exceptions=True)
         conn.remove_termination_listener(listener.on_terminate)
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(2.0):
-                await conn.close()
+        if not listener.lost:  # (a connection that stopped answering would not answer a goodbye either)
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2.0):
+                    await conn.close()
         if not conn.is_closed():
             conn.terminate()

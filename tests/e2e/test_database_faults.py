@@ -9,6 +9,7 @@ and nothing exceeds its quota (``books.invariants``).
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
 import random
 from pathlib import Path
@@ -106,6 +107,23 @@ async def test_a_black_holed_database_is_noticed_and_the_webhook_stays_ready(
         await w.create(job("after", gpus=4))
         await eventually(lambda: _running(w, "after"), timeout=10, what="scheduling again")
         assert any("database reachable again" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_black_hole_is_noticed_within_seconds_whatever_the_lease(tmp_path: Path, migrated_url: str) -> None:
+    """With the install's 15 s lease, the lease's rounds alone noticed a black hole after ~9 s (and
+    turnstile_database_up said 1 meanwhile); the configuration listener's ping says it within 3 s."""
+    async with proxied(migrated_url) as proxy, world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        controller = w.start_controller("replica-1", database_url=proxy.url(), lease_ttl=15.0)
+        await eventually(lambda: controller.term is not None, timeout=20, what="leading through the proxy")
+        assert b"turnstile_database_up 1.0" in controller.metrics.render()
+        proxy.blackhole()
+        started = time.monotonic()
+        await eventually(lambda: not controller.database.ok, timeout=10, what="the outage noticed")
+        assert time.monotonic() - started < 3.5, "noticed within the listener's ping and its timeout"
+        assert b"turnstile_database_up 0.0" in controller.metrics.render()
+        proxy.heal()
+        await eventually(lambda: controller.database.ok, timeout=10, what="the database seen again")
 
 
 async def test_the_configuration_listener_comes_back_after_its_connection_is_killed(
