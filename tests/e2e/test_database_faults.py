@@ -9,9 +9,9 @@ and nothing exceeds its quota (``books.invariants``).
 from __future__ import annotations
 
 import asyncio
-import time
 import logging
 import random
+import time
 from pathlib import Path
 
 import pytest
