@@ -298,7 +298,9 @@ class Declared:
             self.kept.pop(k, None)
             self.problems.pop(k, None)
             if await config_store.get_row(session, kind, key) is not None:
-                actor = actor_of(obj) if obj is not None else ACTOR
+                uid = str((obj.get("metadata") or {}).get("uid")) if obj is not None else None
+                # who deleted it (the DELETE review's user), else its last editor
+                actor = await deletion.requester(session, kind, key, uid) or (actor_of(obj) if obj else ACTOR)
                 await deletion.delete_object(session, kind, key, actor=actor, guard=False)
             return "remove" if obj is not None else None
         if _deleting(obj):

@@ -36,7 +36,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +53,7 @@ from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube
 from admission.policy import DEFAULT_POLICY, Policy
-from admission.store import database
+from admission.store import database, deletion
 from admission.ui.server import Dashboard
 from admission.webhook.keeper import FolderKeeper, Keeper, SecretKeeper, Serving
 from admission.webhook.registration import Registration, Scope
@@ -110,6 +110,16 @@ def ui_app(controller: Controller) -> web.Application:
     return app
 
 
+def deletions(controller: Controller) -> Callable[[str, str, str, str], Awaitable[None]]:
+    """Who deleted a queue object, from its DELETE review, into PostgreSQL for the audit log."""
+
+    async def record(kind: str, key: str, uid: str, actor: str) -> None:
+        async with database.transaction(controller.sessions) as session:
+            await deletion.request(session, kind, key, uid=uid, actor=actor)
+
+    return record
+
+
 def dashboard(controller: Controller) -> Dashboard:
     """The dashboard as a replica serves it: PostgreSQL, plus the leader's idle GPUs and the jobs' Events."""
     return Dashboard(controller.sessions, idle=controller.reclaimer.idle_held, job_events=controller.job_events)
@@ -146,6 +156,7 @@ async def endpoints(
         policy=controller.policy,
         group_totals=controller.pod_groups.totals,
         runtimes=controller.runtimes.lookup,
+        deletions=deletions(controller),
     )
     # The aggregated API (kubectl get workloads, Kueue's visibility API) shares the webhook's port:
     # the API server presents its front-proxy certificate there, webhook calls present none.

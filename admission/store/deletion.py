@@ -10,12 +10,14 @@ rule allows it). In use means:
 - a LocalQueue with admitted workloads.
 
 A ClusterQueue deleted in Kubernetes while in use is *deleting* (``mark_deleting``): it admits
-nothing new (Kueue's ``Terminating``) and goes once its admitted workloads finish.
+nothing new (Kueue's ``Terminating``) and goes once its admitted workloads finish. Who deleted it
+is what the DELETE admission review said (``request``), read back when it goes (``requester``).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config, tables
@@ -101,3 +103,27 @@ async def mark_deleting(session: AsyncSession, name: str) -> bool:
     await config.notify(session, f"ClusterQueue/{name}")
     await session.flush()
     return True
+
+
+async def request(session: AsyncSession, kind: str, key: str, *, uid: str, actor: str) -> None:
+    """Remember who asked the API server to delete ``kind/key`` (uid ``uid``): the DELETE review's user."""
+    statement = insert(tables.DeletionRequest).values(kind=kind, name=key, uid=uid, actor=actor)
+    await session.execute(
+        statement.on_conflict_do_update(
+            index_elements=["kind", "name"], set_={"uid": uid, "actor": actor, "requested_at": func.now()}
+        )
+    )
+
+
+async def requester(session: AsyncSession, kind: str, key: str, uid: str | None) -> str | None:
+    """Who asked to delete ``kind/key``, forgotten once read; None if nobody said (or if it was
+    asked of another object of that name, ``uid``)."""
+    found = await session.execute(
+        delete(tables.DeletionRequest)
+        .where(tables.DeletionRequest.kind == kind, tables.DeletionRequest.name == key)
+        .returning(tables.DeletionRequest.uid, tables.DeletionRequest.actor)
+    )
+    row = found.first()
+    if row is None or (uid is not None and row.uid != uid):
+        return None
+    return str(row.actor)

@@ -371,6 +371,18 @@ class UsageHistory(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
+class DeletionRequest(Base):
+    """Who deleted a Kueue queue object in Kubernetes, from the DELETE admission review (the only
+    place the user is known), until the leader deletes the object from PostgreSQL and audits it."""
+
+    __tablename__ = "deletion_requests"
+    kind: Mapped[str] = mapped_column(String(63), primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME + 64), primary_key=True)
+    uid: Mapped[str] = mapped_column(String(64), nullable=False)  # the deleted object's, not a namesake's
+    actor: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    requested_at: Mapped[dt.datetime] = _now()
+
+
 class Setting(Base):
     """One install-wide setting, e.g. ``config_source``: where the queue configuration is declared."""
 

@@ -20,7 +20,8 @@ webhooks, and an outage refuses nothing else:
    unlabelled), for the warning about a GPU job that is not queued;
 5. ``*.config.turnstile.dev``: Kueue's queue objects (``kueue.x-k8s.io/v1beta2``), all of them
    (``admission.webhook.queue_objects``: validated as ``turnstile apply`` validates, the editor
-   stamped for the audit). They need no database, so Fail never blocks an edit while it is away.
+   stamped for the audit). They need no database, so Fail never blocks an edit while it is away;
+   ``vqueue.deletion.turnstile.dev`` (Ignore) hears their deletions, to audit who deleted.
 
 Pods owned by a job kind Turnstile integrates (the Job controller's, the operators') are never sent
 (``matchConditions``): their job is what is queued, and an outage must not stop a Job from making
@@ -87,7 +88,10 @@ HOOKS: dict[str, tuple[str, str, str, str]] = {
     # Kueue's queue objects (kueue.x-k8s.io) in every namespace: edits stamped and validated
     "mqueue.config.turnstile.dev": (MUTATE, "/mutate", "config", "Fail"),
     "vqueue.config.turnstile.dev": (VALIDATE, "/validate", "config", "Fail"),
+    # their deletion, for the audit log's "who" (Ignore: an outage never blocks a deletion)
+    "vqueue.deletion.turnstile.dev": (VALIDATE, "/validate", "deletion", "Ignore"),
 }
+QUEUE_OBJECT_SCOPES = ("config", "deletion")  # hooks for Kueue's queue objects: no namespace or object selector
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,11 +188,11 @@ def object_selector(scope: str) -> dict[str, Any]:
     return {"matchExpressions": [{"key": jobs.QUEUE_LABEL, "operator": operator}]}
 
 
-def config_rules() -> list[dict[str, Any]]:
+def config_rules(operations: Sequence[str] = ("CREATE", "UPDATE")) -> list[dict[str, Any]]:
     """Kueue's queue kinds, as served by ``queues.crds`` (v1beta2), cluster-scoped and namespaced."""
     plurals = [plural for plural, _, _, _ in crds.KINDS.values()]
     return [
-        {"apiGroups": [api.GROUP], "apiVersions": [crds.VERSION], "operations": ["CREATE", "UPDATE"],
+        {"apiGroups": [api.GROUP], "apiVersions": [crds.VERSION], "operations": list(operations),
          "resources": plurals, "scope": "*"}
     ]  # fmt: skip
 
@@ -249,8 +253,8 @@ def configurations(
                 "timeoutSeconds": 10,
                 "clientConfig": client_config,
             }
-            if kind == "config":  # every queue object, wherever it lives
-                hook["rules"] = config_rules()
+            if kind in QUEUE_OBJECT_SCOPES:  # every queue object, wherever it lives
+                hook["rules"] = config_rules() if kind == "config" else config_rules(["DELETE"])
             else:
                 hook["rules"] = rules(integrations)
                 hook["namespaceSelector"] = namespace_selector(kind, namespace)
@@ -281,6 +285,7 @@ MANIFEST_HEADER = """\
 #   vjob.advised  unlabelled objects in namespaces labelled turnstile.dev/webhook=advised (warnings; Ignore)
 #   *.config      Kueue's queue objects (kueue.x-k8s.io/v1beta2), validated and their editor stamped;
 #                 answered without the database, so Fail never blocks an admin's edit while it is away
+#   *.deletion    their deletions (Ignore), for the audit log's "who deleted it"
 # Jobs of every integrated kind, Pods, Deployments, StatefulSets, LeaderWorkerSets. Never sent (match-
 # Conditions): pods whose controller is a job kind (their job is queued), and pod updates that change
 # neither scheduling gates nor labels (the Job controller's finalizer removal), so an outage never
@@ -492,7 +497,7 @@ class Registration:
                     bundle = base64.b64encode(merged_bundle(published, self.ca)).decode()
                     changes.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
             spec = HOOKS.get(hook_name)
-            if spec is not None and spec[2] != "config":  # (an older install's, or edited by hand)
+            if spec is not None and spec[2] not in QUEUE_OBJECT_SCOPES:  # (an older install's, or edited by hand)
                 for field, value in (
                     ("namespaceSelector", namespace_selector(spec[2], self.own_namespace)),
                     ("matchConditions", match_conditions(spec[2])),

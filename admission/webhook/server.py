@@ -5,7 +5,8 @@ controller on NOTIFY: never a database round trip per request. Until a configura
 been loaded the server answers 503, so the API server (failurePolicy Fail) refuses the job
 rather than letting it start unsuspended; readiness says the same. Kueue's queue objects
 (``kueue.x-k8s.io``) are answered without it (``admission.webhook.queue_objects``). Malformed bodies get 400
-and oversized ones 413, each with a ``kind: Status``; DELETE is always allowed. A review that
+and oversized ones 413, each with a ``kind: Status``; DELETE is always allowed (a queue object's
+DELETE tells ``deletions`` who asked, for the audit log). A review that
 fails inside Turnstile (a bug, or an object shaped as no schema allows) is refused, never allowed
 unchanged: a queued job let through unsuspended would run outside every quota (fail closed).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +27,9 @@ from queues import trainjobs
 from queues.model import Config
 
 log = logging.getLogger(__name__)
+
+# (kind, key, uid, user): remember who asked to delete a queue object
+Deletions = Callable[[str, str, str, str], Awaitable[None]]
 
 MAX_BODY = 3 * 1024 * 1024  # the API server never sends more than its own request limit
 
@@ -53,8 +57,10 @@ class WebhookServer:
         policy: Policy | None = None,
         group_totals: pods.GroupTotals = lambda _ns, _group: set(),
         runtimes: trainjobs.Runtimes | None = None,
+        deletions: Deletions | None = None,
     ) -> None:
         self.config_source = config_source
+        self.deletions = deletions  # where who deleted a queue object is written (for the audit log)
         self.runtimes = runtimes  # a TrainJob's training runtime (the controller's informers keep them)
         # what is queued or held (a job naming a LocalQueue that does not exist: hold, Kueue's, or refuse)
         self.policy = policy or Policy(missing_queue=missing_queue)
@@ -93,6 +99,8 @@ class WebhookServer:
             return _status(400, f"not an AdmissionReview admission.k8s.io/v1: {exc!r}"[:1000])
         self.reviews += 1
         answer = review.Answer()
+        if operation == "DELETE" and queue_objects.is_queue_object(req.get("kind")) and isinstance(old, dict):
+            await self._deleted(req, old)
         if operation != "DELETE" and isinstance(obj, dict) and queue_objects.is_queue_object(req.get("kind")):
             try:
                 if mutating:
@@ -146,3 +154,20 @@ class WebhookServer:
         if answer.warnings:
             response["warnings"] = answer.warnings
         return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+
+    async def _deleted(self, req: dict[str, Any], old: dict[str, Any]) -> None:
+        """A queue object's DELETE: who asked, written for the audit (allowed whatever happens here)."""
+        user = req.get("userInfo")
+        username = str(user.get("username") or "") if isinstance(user, dict) else ""
+        found = old.get("metadata")
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
+        request_kind = req.get("kind")
+        kind = str(request_kind.get("kind") or "") if isinstance(request_kind, dict) else ""
+        name = str(meta.get("name") or "")
+        key = f"{meta['namespace']}/{name}" if meta.get("namespace") else name
+        if self.deletions is None or not (username and kind and name):
+            return
+        try:
+            await self.deletions(kind, key, str(meta.get("uid") or ""), username)
+        except Exception as exc:  # (the database away: the deletion is audited under its last editor)
+            log.warning("could not record who deleted %s %s (%s): %s", kind, key, username, exc)

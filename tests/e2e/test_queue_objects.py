@@ -193,10 +193,14 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
         kept = await eventually(lambda: _reconciled(kube, RFS, "a100", "InUse"), what="a100 kept", timeout=20)
         assert "clusterqueue/team-a" in kept["message"]
         assert cli(migrated_url, "get", "rf", "a100").returncode == 0  # still in PostgreSQL
-        # A flavor nothing uses goes, from the cluster and from PostgreSQL.
-        code, _, err = await kubectl(host.kubeconfig, "delete", "resourceflavor", "spare")
+        # A flavor nothing uses goes, from the cluster and from PostgreSQL, audited under who deleted
+        # it (the DELETE review's user), not its last editor.
+        carol = host.kubeconfig_for("carol", tmp_path / "carol.kubeconfig")
+        code, _, err = await kubectl(carol, "delete", "resourceflavor", "spare")
         assert code == 0, err
         await eventually(lambda: _fails(migrated_url, "get", "rf", "spare"), what="spare deleted")
+        audited = [x for x in cli(migrated_url, "history", "resourceflavor/spare").stdout.splitlines() if " UTC " in x]
+        assert any("carol" in x and "delete" in x for x in audited), audited
 
         # A Topology is stored (no warning: the controller places by it) and kept
         # while a flavor names it, as a flavor is while a queue does.

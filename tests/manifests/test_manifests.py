@@ -169,6 +169,12 @@ def test_webhooks_are_what_the_code_registers_and_fail_closed_only_for_queued_jo
         for hook in config["webhooks"]:
             assert hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 10
             assert hook["clientConfig"]["service"]["name"] == "turnstile-webhook"
+            if hook["name"].endswith(".deletion.turnstile.dev"):
+                # deletions of queue objects, only to audit who deleted: never refused, even during an outage
+                (rule,) = hook["rules"]
+                assert rule["operations"] == ["DELETE"] and hook["failurePolicy"] == "Ignore"
+                assert config["kind"] == "ValidatingWebhookConfiguration"
+                continue
             if hook["name"].endswith(".config.turnstile.dev"):
                 # Kueue's queue objects, all of them: answered without the database or a configuration
                 (rule,) = hook["rules"]
