@@ -124,7 +124,7 @@ class ControllerProcess:
                 sys.executable, "-m", "admission.cli.main", "controller",
                 "--kubeconfig", str(kubeconfig), "--database-url", database_url,
                 "--webhook-port", str(webhook_port or free_port()), "--metrics-port", str(metrics_port),
-                "--cert-dir", str(workdir / "certs"), "--log-level", "warning",
+                "--cert-dir", str(workdir / "certs"), "--log-level", "warning", "--ui-port", "0",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

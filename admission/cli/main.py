@@ -146,8 +146,12 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None, se
         fail([f"--database-url: {exc}"], 2)
     try:
         policy = Policy.from_settings(Settings(), lambda _ns: None)  # the webhook answers as the install's would
-        run = cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url, policy=policy)
-        return asyncio.run(asyncio.wait_for(run, seconds))
+
+        async def bounded() -> Any:
+            async with asyncio.timeout(seconds):
+                return await cluster_engine.simulate(parsed, time_scale=time_scale, database_url=url, policy=policy)
+
+        return asyncio.run(bounded())
     except TimeoutError:
         fail([f"simulate {file}: stopped after {seconds:g} s (--max-seconds); raise it or lower --time-scale"], 1)
     except EmbeddedPostgresError as exc:

@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.controller.budgets import BudgetKeeper
 from admission.controller.checks import Checks
 from admission.controller.declared import Declared
-from admission.controller.enactor import Enactor
+from admission.controller.enactor import POLL_SECONDS, Enactor
 from admission.controller.events import EventPoster, events_of
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
@@ -163,6 +163,7 @@ class Controller:
             workers=options.workers,
             on_waiting=self._on_waiting,
             inventory=self.inventory,
+            poll=POLL_SECONDS * options.backoff_scale,
         )
         self.checks = Checks(
             kube,

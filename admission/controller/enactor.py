@@ -52,8 +52,10 @@ class Enactor:
         workers: int,
         on_waiting: Callable[[str, list[str] | None], None] = lambda key, victims: None,
         inventory: NodeInventory | None = None,
+        poll: float = POLL_SECONDS,
     ) -> None:
         self.kube = kube
+        self.poll = poll  # seconds between looks at a stopping job's pods (scaled like the backoffs)
         self.inventory = inventory  # the nodes plain pods placed by topology are pinned to
         self.jobs = jobs  # the controller's memory of jobs (its informers and our writes keep it)
         self.current_term = current_term
@@ -97,7 +99,7 @@ class Enactor:
         if key not in term.stopping:
             return True
         if await self._pods_run(key):
-            self.queue.request_after(key, POLL_SECONDS)
+            self.queue.request_after(key, self.poll)
             return False
         tree = term.stopping.pop(key, None)
         for other, t in list(term.blocked.items()):

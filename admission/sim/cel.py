@@ -47,16 +47,33 @@ def _holds(rule: str, value: Any, old: Any) -> bool:
         return False  # as the real server: a rule that cannot be evaluated does not pass
 
 
-def condition(expression: str, variables: Obj) -> bool:
+def compile_error(expression: str) -> str | None:
+    """Why ``expression`` does not compile (None: it does). Compiling is what the real server does
+    when a webhook configuration is written; the program is kept, so requests only evaluate it."""
+    if not AVAILABLE:
+        return None
+    try:
+        _program(expression)
+    except Exception as exc:  # celpy's CELParseError and friends
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+def activation(variables: Obj) -> Obj:
+    """Variables as CEL values, once for every condition evaluated over them."""
+    return {name: json_to_cel(value) for name, value in variables.items()}
+
+
+def condition(expression: str, bound: Obj) -> bool:
     """An admission webhook's ``matchConditions`` expression over ``object``, ``oldObject`` and
-    ``request`` (null where absent, as the real server binds them). ``CELEvalError`` (or a compile
-    error, ``ValueError``) when it cannot be evaluated: the caller applies the failure policy."""
-    activation = {name: json_to_cel(value) for name, value in variables.items()}
+    ``request`` (``activation``; null where absent, as the real server binds them).
+    ``CELEvalError`` (or a compile error, ``ValueError``) when it cannot be evaluated: the caller
+    applies the failure policy."""
     try:
         program = _program(expression)
     except Exception as exc:  # celpy's CELParseError and friends: the expression does not compile
         raise ValueError(f"{expression!r} does not compile: {exc}") from exc
-    result = program.evaluate(activation)
+    result = program.evaluate(bound)
     if isinstance(result, CELEvalError):
         raise result
     return bool(result)

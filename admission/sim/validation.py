@@ -17,6 +17,7 @@ import jsonschema
 import referencing
 from kubernetes_validate import utils as kv_utils
 
+from admission.sim import cel
 from admission.sim.objects import ApiError, Obj, Resource, clone
 from queues import jobs, validation
 
@@ -215,8 +216,24 @@ def object_rules(res: Resource, obj: Obj) -> None:
         causes.extend((e.path, e.message) for e in jobs.api_problems(obj, jobs.KINDS[("batch/v1", "Job")]))
     elif (res.group, res.kind) == ("", "Event"):
         causes.extend(_event_namespace(obj))
+    elif res.group == "admissionregistration.k8s.io" and res.kind.endswith("WebhookConfiguration"):
+        causes.extend(_match_conditions(obj))
     if causes:
         raise invalid(res, name, causes)
+
+
+def _match_conditions(config: Obj) -> list[tuple[str, str]]:
+    """As the real server, a webhook's ``matchConditions`` are compiled when the configuration is
+    written, and one that does not compile refuses it (here: with cel-python, see ``cel``)."""
+    causes = []
+    for i, hook in enumerate(config.get("webhooks") or []):
+        for j, condition in enumerate((hook or {}).get("matchConditions") or []):
+            error = cel.compile_error(str((condition or {}).get("expression") or ""))
+            if error is not None:
+                causes.append(
+                    (f"webhooks[{i}].matchConditions[{j}].expression", f"Invalid value: compilation failed: {error}")
+                )
+    return causes
 
 
 def _event_namespace(event: Obj) -> list[tuple[str, str]]:

@@ -171,9 +171,10 @@ class Webhooks:
             "subResource": sub,
         }
         variables = {"object": obj if operation != "DELETE" else None, "oldObject": old, "request": request}
+        bound = cel.activation(variables)
         for condition in conditions:
             try:
-                if not cel.condition(str(condition.get("expression")), variables):
+                if not cel.condition(str(condition.get("expression")), bound):
                     return False
             except Exception as exc:  # (celpy's evaluation errors, or one that does not compile)
                 if hook.get("failurePolicy", "Fail") == "Fail":

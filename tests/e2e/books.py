@@ -61,6 +61,8 @@ async def controller_process(
         "0",
         "--metrics-port",
         "0",
+        "--ui-port",
+        "0",  # (several replicas on one host: each its own dashboard port)
         "--cert-dir",
         str(tmp / "certs"),
         "--shutdown-delay",

@@ -183,3 +183,27 @@ def _fresh(tmp_path: Path) -> Path:
     folder = tmp_path / "other-ca"
     folder.mkdir(exist_ok=True)
     return folder
+
+
+async def test_match_conditions_choose_what_is_sent_and_must_compile(
+    setup: tuple[client.ApiClient, list[str], int, bytes],
+) -> None:
+    """As the real server: a webhook is called only when every matchCondition holds (CEL over object,
+    oldObject and request), and a configuration whose condition does not compile is refused."""
+    api, calls, port, ca = setup
+    reg = client.AdmissionregistrationV1Api(api)
+    config = _config("ValidatingWebhookConfiguration", "/validate", port, ca)
+    config["webhooks"][0]["matchConditions"] = [
+        {"name": "named-train", "expression": "object.metadata.name.startsWith('train')"}
+    ]
+    await reg.create_validating_webhook_configuration(config)
+    batch = client.BatchV1Api(api)
+    await batch.create_namespaced_job("default", _job("train-1"))
+    await batch.create_namespaced_job("default", _job("other"))
+    assert [c.split()[2] for c in calls] == ["train-1"], calls
+    broken = _config("ValidatingWebhookConfiguration", "/validate", port, ca)
+    broken["metadata"]["name"] = "broken"
+    broken["webhooks"][0]["matchConditions"] = [{"name": "bad", "expression": "object.metadata.name.startsWith("}]
+    with pytest.raises(ApiException) as refused:
+        await reg.create_validating_webhook_configuration(broken)
+    assert refused.value.status == 422 and "webhooks[0].matchConditions[0].expression" in refused.value.body
