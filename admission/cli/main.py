@@ -7,6 +7,7 @@ user's mistake.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
@@ -70,10 +71,8 @@ def simulate(
     """Replay a scenario FILE and report what the admission controller decided (scenario.md)."""
     limit = bounds.Bounds(max_seconds, int(max_memory * bounds.GIB))
     hint = "simulate fewer jobs (or a shorter timeline), or raise the bound"
-    if engine == "cluster":  # (its own processes are stopped on the way out: see _run_cluster)
-        _simulate(file, engine, output, time_scale, database_url, plot_path, limit)
-        return
-    with bounds.bounded(f"simulate {file}", limit, hint=hint):
+    # (engine cluster is bounded in time by its own cancellation, which stops its processes on the way out)
+    with contextlib.nullcontext() if engine == "cluster" else bounds.bounded(f"simulate {file}", limit, hint=hint):
         _simulate(file, engine, output, time_scale, database_url, plot_path, limit)
 
 
