@@ -103,6 +103,18 @@ def in_chain(wl: Workload, cand: Workload) -> bool:
     return False
 
 
+def chain_holds_quota(wl: Workload) -> bool:
+    """Whether a workload on ``wl``'s chain (``in_chain``) holds quota now: only then can the chain
+    rule exclude a candidate (candidates are admitted workloads), so only then does ``wl`` decide
+    differently from an identical workload that was never preempted."""
+    link, steps = wl.evicted_by, 0
+    while link is not None and steps < 64:
+        if link.admission is not None:
+            return True
+        link, steps = link.evicted_by, steps + 1
+    return False
+
+
 def priority_allows(cq: ClusterQueue, wl: Workload, cand: Workload, same_queue: bool) -> bool:
     if wl.evicted_by is not None and in_chain(wl, cand):
         return False

@@ -27,6 +27,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from queues.model import Workload
+from queues.work import Work
 
 Entry = tuple[tuple[int, float, int], Workload]
 NO_LANE = ""  # the one heap of a ClusterQueue without admission fair sharing
@@ -53,6 +54,7 @@ class PendingQueues:
         # admission fair sharing: the ClusterQueues that use it, and a LocalQueue's usage by key
         self.fair_queues: set[str] = set()
         self.lane_usage: Callable[[str], float] = lambda lane: 0.0
+        self.work = Work()  # (the scheduler's counters: requeues counted here)
 
     def _lane(self, cq: str, wl: Workload) -> str:
         return f"{wl.namespace}/{wl.local_queue}" if cq in self.fair_queues else NO_LANE
@@ -164,6 +166,7 @@ class PendingQueues:
 
     def requeue(self, cq: str) -> None:
         """Capacity or configuration changed: every set-aside class gets another look (its first)."""
+        self.work.requeues += 1
         state = self.queues.get(cq)
         if state is None:
             return

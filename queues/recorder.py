@@ -14,6 +14,7 @@ from typing import Any
 from queues import fairsharing, locality, scheduler
 from queues.model import Admission, ClusterQueue, Config, Snapshot, Workload
 from queues.scenario import JobEntry, Scenario
+from queues.work import Work
 
 
 def num(t: float) -> int | float:
@@ -118,6 +119,7 @@ class Result:
     shares: ShareMeter | None = None  # fair sharing: each ClusterQueue's weighted share over time
     nodes: list[Mapping[str, Any]] = field(default_factory=list)  # the scenario's nodes (placement figures)
     efficiency: dict[str, object] = field(default_factory=dict)  # idle reclaim and budgets (engine core)
+    work: Work | None = None  # what the scheduling core did (engine core: ``queues.work``)
 
     def to_json(self, engine: str = "core") -> dict[str, Any]:
         out = {
@@ -162,6 +164,8 @@ class Result:
         if self.nodes and any("placement" in e for e in self.events):  # (engine core records placements)
             out["placement"] = locality.summarize(self.events, self.tracks, self.nodes, self.makespan)
         out.update(self.efficiency)
+        if self.work is not None:
+            out["work"] = self.work.to_json()
         return out
 
 
@@ -356,7 +360,9 @@ class Recorder:
         if self.shares is not None:
             self.shares.sample(self.now)
 
-    def result(self, *, cycles: int, explain: Callable[[Workload], tuple[str, str]]) -> Result:
+    def result(
+        self, *, cycles: int, explain: Callable[[Workload], tuple[str, str]], work: Work | None = None
+    ) -> Result:
         makespan = max((float(e["t"]) for e in self.events), default=0.0)
         for meter in self.meters.values():
             meter.advance(makespan)
@@ -373,5 +379,6 @@ class Recorder:
             cycles=cycles,
             explain=explain,
             shares=self.shares,
+            work=work,
             nodes=list(self.scenario.nodes),
         )

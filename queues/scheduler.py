@@ -97,7 +97,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         self._holders: set[str] = set()  # (``Reservations``)
         self._unresolved: dict[str, Workload] = {}
         self.parked: dict[str, Workload] = {}  # waiting out an admission check's backoff, or deactivated
-        self.cycles = 0
+        self.work = self.pending.work  # (what the core did: ``queues.work``)
         self.cap_hits = 0
         self.settle_seconds = SETTLE_SECONDS
         self.budget_gate = None  # (``Nomination``: a GPU-hour budget holding new work back)
@@ -241,8 +241,12 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
                 break
         return out
 
+    @property
+    def cycles(self) -> int:
+        return self.work.cycles
+
     def cycle(self) -> tuple[bool, list[Decision]]:
-        self.cycles += 1
+        self.work.cycles += 1
         if self.inventory is not None and self.inventory.version != self._inventory_seen:
             self._inventory_seen = self.inventory.version
             self._nodes_freed()
@@ -326,6 +330,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
                     t.workload.evicted_by = wl
                 # The victims released their quota at once; the preemptor takes it in the same
                 # step, so nothing requeued by the release (or the victims themselves) takes it first.
+                self.work.assignments += 1
                 assignment = flavors.assign(self.snapshot, cq, wl, None, assignment.counts)
                 if assignment.mode == Mode.FIT:
                     decisions.append(self._admit(wl, cq, assignment))

@@ -158,7 +158,7 @@ class Simulation:
             self.record.sample()
             if on_step is not None:
                 on_step(self)
-        result = self.record.result(cycles=self.sched.cycles, explain=self.sched.explain)
+        result = self.record.result(cycles=self.sched.cycles, explain=self.sched.explain, work=self.sched.work)
         result.efficiency = self.efficiency.summary(at=result.makespan)
         return result
 
