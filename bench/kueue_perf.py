@@ -161,6 +161,8 @@ def figures(result: simulator.Result, queues: int, sets: tuple[WorkloadSet, ...]
         "avg_wait": {cls: sum(v) / len(v) for cls, v in waits.items()},
         "cycles": result.cycles,
         "preemptions": sum(1 for e in result.events if e["type"] == "Evicted"),
+        "admissions": sum(1 for e in result.events if e["type"] == "Admitted"),
+        "work": result.work.to_json() if result.work is not None else {},
     }
 
 
@@ -192,6 +194,11 @@ def main() -> None:
         print(
             f"  wall: simulate {r['simulate_s']:.2f} s (+ parse {r['parse_s']:.2f} s), "
             f"{r['cycles']} cycles, {r['preemptions']} preemptions"
+        )
+        per = {k: v / max(1, r["admissions"]) for k, v in r["work"].items()}
+        print(
+            f"  work (summary.work, the same on every machine): {r['work']} for {r['admissions']} admissions; "
+            "per admission " + ", ".join(f"{k} {v:.2f}" for k, v in per.items())
         )
         if name == "baseline":
             whole = whole_process(name, cohorts, queues, sets)
