@@ -165,19 +165,21 @@ class PendingQueues:
         self.active.discard(cq)
 
     def requeue(self, cq: str) -> None:
-        """Capacity or configuration changed: every set-aside class gets another look (its first)."""
-        self.work.requeues += 1
+        """Capacity or configuration changed: every set-aside class gets another look (its first;
+        each one put back in line counts as a requeue in ``work``)."""
         state = self.queues.get(cq)
         if state is None:
             return
         state.blocked_at = None
         if not state.inadmissible:  # (every class's first is in line already)
-            self.active.add(cq)
+            if state.lanes:  # (a queue with nobody waiting is not looked at)
+                self.active.add(cq)
             return
         for key in list(state.classes):
             first = self._front(state, key)
             if first is not None and state.inadmissible.pop(first.key, None) is not None:
                 self._push_entry(state, cq, first)
+                self.work.requeues += 1
         self.active.add(cq)
 
     def waiting(self, cq: str) -> list[Workload]:

@@ -10,7 +10,7 @@ them beside its times.
 - ``cycles``: scheduling cycles run (``Scheduler.cycle``);
 - ``nominations``: heads nominated (a remembered failure counts: it is a nomination that was cheap);
 - ``assignments``: flavor assignments computed (``queues.flavors.assign``: the costly part);
-- ``requeues``: queues whose set-aside workloads were given another look (``PendingQueues.requeue``).
+- ``requeues``: set-aside workloads put back in their queue's line (``PendingQueues.requeue``).
 """
 
 from __future__ import annotations
