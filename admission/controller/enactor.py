@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 
 from admission.controller import pinning
@@ -56,6 +57,7 @@ class Enactor:
     ) -> None:
         self.kube = kube
         self.poll = poll  # seconds between looks at a stopping job's pods (scaled like the backoffs)
+        self.listed_at: dict[str, float] = {}  # stopping job -> when its pods were last listed (monotonic)
         self.inventory = inventory  # the nodes plain pods placed by topology are pinned to
         self.jobs = jobs  # the controller's memory of jobs (its informers and our writes keep it)
         self.current_term = current_term
@@ -121,6 +123,10 @@ class Enactor:
             return self.running(key)
         if view is not None and not view.finished and not view.suspended:
             return True
+        now = time.monotonic()
+        if self.running(key) and now - self.listed_at.get(key, -self.poll) < self.poll:
+            return True  # its status says so too: listed again at most once a poll (a status can stick)
+        self.listed_at[key] = now
         namespace = key.partition("/")[0]
         owner = view.uid if view is not None else None
         token: str | None = None
@@ -132,6 +138,7 @@ class Enactor:
                         return True
                 token = (page.get("metadata") or {}).get("continue") or None
                 if not token:
+                    self.listed_at.pop(key, None)
                     return False
         except KubeError as exc:
             log.warning("%s: cannot tell whether its pods are gone (%s); it counts as running", key, exc)
