@@ -21,7 +21,8 @@ The result says what to tell the user when it does not fit, per the scenario rea
 workload can *ever* fit does not depend on what runs now: when it does not fit now, the same
 assignment is made once more against the ClusterQueue's potential (its quota with nothing in
 use, plus what it may borrow), and a failure there is ``ExceedsMaxQuota``, however many pod
-sets the workload has and whichever of them failed first on current usage.
+sets the workload has and whichever of them failed first on current usage. A workload that may
+run partially (``job-min-parallelism``) is ``ExceedsMaxQuota`` only if its smallest admission is too.
 """
 
 from __future__ import annotations
@@ -166,12 +167,29 @@ def assign(
     """Choose flavors for every pod set of ``wl`` in ``cq`` against the snapshot's usage; with
     ``counts``, for that many pods of those pod sets (a partial admission, ``queues.partial``)."""
     result = _assign(snapshot, cq, wl, oracle, potential=False, counts=counts)
+    smallest = _smallest(wl) if counts is None else {}
     if result.mode != Mode.FIT and result.reason == WAITING_FOR_QUOTA:
         ever = _assign(snapshot, cq, wl, None, potential=True, counts=counts)
-        if ever.mode == Mode.NO_FIT:
+        if ever.mode == Mode.NO_FIT and not (smallest and _ever_fits(snapshot, cq, wl, smallest)):
             ever.reason = EXCEEDS_MAX_QUOTA
             return ever
+    elif result.reason == EXCEEDS_MAX_QUOTA and smallest and _ever_fits(snapshot, cq, wl, smallest):
+        # larger than the queue whole, but it may run partially (``queues.partial`` finds how many):
+        # what it waits for is its smallest admission's quota
+        result.reason = WAITING_FOR_QUOTA
+        now = _assign(snapshot, cq, wl, oracle, potential=False, counts=smallest)
+        if now.mode != Mode.FIT:
+            result.messages = now.messages
     return result
+
+
+def _ever_fits(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, counts: Mapping[str, int]) -> bool:
+    return _assign(snapshot, cq, wl, None, potential=True, counts=counts).mode != Mode.NO_FIT
+
+
+def _smallest(wl: Workload) -> dict[str, int]:
+    """The fewest pods each partially admittable pod set may run (``job-min-parallelism``)."""
+    return {ps.name: ps.min_count for ps in wl.pod_sets if ps.min_count is not None and ps.min_count < ps.count}
 
 
 def _assign(

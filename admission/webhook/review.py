@@ -236,8 +236,8 @@ def _never_fits(
         created=0.0, queue_ts=0.0,
     )  # fmt: skip
     assignment = flavors.assign(snapshot, cq, wl, None)
-    if assignment.mode == flavors.Mode.FIT:
-        return []
+    if assignment.mode == flavors.Mode.FIT or assignment.reason == flavors.WAITING_FOR_QUOTA:
+        return []  # (it fits; or, larger than the queue, it may run partially: job-min-parallelism)
     return [
         f"this job can never be admitted by ClusterQueue {cq.name} as configured, even with nothing else "
         f"running ({assignment.message}); it will wait until an admin changes the quota or flavors"

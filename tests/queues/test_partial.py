@@ -108,3 +108,17 @@ def test_a_running_job_whose_pods_changed_is_requeued_as_it_now_is(now: int, evi
     s.schedule()
     if now <= 6:  # queued again as it now is: it fits
         assert wl.admission is not None and wl.admission.usage == {("a100", GPU): now * 1000}
+
+
+def test_a_job_larger_than_its_queue_that_may_run_partially_is_not_told_never() -> None:
+    """Kueue's sample-job-partial-admission (parallelism 20, min 5, a 9-CPU queue): while the queue is
+    busy it waits for quota, not ExceedsMaxQuota; below its minimum ever, it is told so."""
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"cpu": 9})), queues={"q": "a"})
+    make_workload("busy").request(cpu=6).submit(s)
+    s.schedule()
+    wl = make_workload("sample").request(cpu=1).count(20).min_count(5).submit(s)
+    s.schedule()
+    assert wl.admission is None and wl.reason == "WaitingForQuota", (wl.reason, wl.message)
+    too_big = make_workload("huge").request(cpu=1).count(20).min_count(10).submit(s)
+    s.schedule()
+    assert too_big.reason == "ExceedsMaxQuota", (too_big.reason, too_big.message)

@@ -209,6 +209,19 @@ def test_a_job_that_can_never_fit_is_admitted_with_a_warning(server: Server) -> 
     assert any("never" in w and "google.com/tpu" in w for w in response["warnings"])
 
 
+@pytest.mark.parametrize(("minimum", "never"), [("5", False), ("13", True)], ids=["fits-partially", "never"])
+def test_a_job_that_may_run_partially_is_told_never_only_if_its_minimum_never_fits(
+    server: Server, minimum: str, never: bool
+) -> None:
+    """Kueue's sample-job-partial-admission: larger than its queue whole (20 GPUs on 8 + 4), but it
+    may start with its job-min-parallelism."""
+    body = job("sweep", gpus="1")
+    body["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": minimum}
+    body["spec"].update(parallelism=20, completions=20)
+    warnings = server.review("/validate", body).get("warnings", [])
+    assert any("can never be admitted" in w for w in warnings) == never, warnings
+
+
 def test_gpu_containers_without_cpu_or_memory_get_a_warning(server: Server) -> None:
     warnings = server.review("/validate", job("a", cpu=None)).get("warnings", [])
     assert any("no cpu or memory" in w for w in warnings)
