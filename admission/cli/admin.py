@@ -85,8 +85,9 @@ def db_upgrade(database_url: str | None) -> None:
 # ----- apply --------------------------------------------------------------------------------
 
 
-def parse_documents(path: str) -> list[api.KueueObject]:
-    """Every Kueue object in ``path``, or exit: 2 unreadable, 1 invalid (every problem listed)."""
+def parse_documents(path: str, *, verb: str = "applied") -> list[api.KueueObject]:
+    """Every Kueue object in ``path``, or exit: 2 unreadable, 1 invalid (every problem listed, then
+    ``nothing was <verb>``)."""
     try:
         docs = documents.load_documents(path)
     except documents.Unreadable as exc:
@@ -120,7 +121,7 @@ def parse_documents(path: str) -> list[api.KueueObject]:
     if problems:
         for p in problems:
             click.echo(f"error: {p}", err=True)
-        click.echo("nothing was applied", err=True)
+        click.echo(f"nothing was {verb}", err=True)
         sys.exit(1)
     return objects
 
@@ -152,7 +153,7 @@ def apply_cmd(path: str, dry_run: bool, max_seconds: float, max_memory: float, d
 @click.option("-f", "--filename", "path", required=True, help="A YAML file, a folder of them, or - for stdin.")
 def convert_cmd(path: str) -> None:
     """Print Kueue objects (v1beta1 or v1beta2 YAML) as validated v1beta2, for kubectl apply -f -."""
-    objects = parse_documents(path)
+    objects = parse_documents(path, verb="converted")
     click.echo(yaml.safe_dump_all([api.to_manifest(o, version="v1beta2") for o in objects], sort_keys=False).rstrip())
 
 

@@ -39,7 +39,8 @@ async def in_use(session: AsyncSession, kind: str, key: str) -> str | None:
         if busy:
             return (
                 f"clusterqueue/{key} still has {busy} admitted workload(s); wait for them to finish, or stop it "
-                f"first with `turnstile stop clusterqueue {key} --drain`, then delete it"
+                f"first (spec.stopPolicy: HoldAndDrain, or `turnstile stop clusterqueue {key} --drain` where queues "
+                "live in the database), then delete it"
             )
     elif kind == "LocalQueue":
         namespace, _, name = key.partition("/")

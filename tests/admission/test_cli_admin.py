@@ -322,3 +322,21 @@ def test_db_upgrade_says_what_it_did(new_database, tmp_path: Path) -> None:  # t
     assert first.returncode == 0 and first.stdout.startswith("database schema created (revision "), first
     again = turnstile("db", "upgrade", env=env)
     assert again.returncode == 0 and again.stdout.startswith("database schema is up to date (revision "), again
+
+
+def test_convert_prints_v1beta2_and_says_nothing_was_converted_on_errors(tmp_path: Path) -> None:
+    old = tmp_path / "old.yaml"
+    old.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: team-a}\nspec:\n"
+        "  cohort: research\n  namespaceSelector: {}\n  resourceGroups:\n  - coveredResources: [nvidia.com/gpu]\n"
+        "    flavors: [{name: a100, resources: [{name: nvidia.com/gpu, nominalQuota: '8'}]}]\n"
+    )
+    out = turnstile("convert", "-f", str(old))
+    assert out.returncode == 0, out.stderr
+    converted = yaml.safe_load(out.stdout)
+    assert converted["apiVersion"] == "kueue.x-k8s.io/v1beta2" and converted["spec"]["cohortName"] == "research"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(old.read_text().replace("'8'", "'eight'"))
+    out = turnstile("convert", "-f", str(bad))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.rstrip().endswith("nothing was converted"), out.stderr
