@@ -18,7 +18,9 @@
   Without any Node, capacity is unlimited.
 - Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
   annotation (times ``time_scale``), then succeeds; without the annotation it runs for
-  ``default_runtime`` seconds (``sim up --default-runtime``), or forever when that is None.
+  ``default_runtime`` seconds (``sim up --default-runtime``), or forever when that is None; a pod
+  with ``restartPolicy: Always`` (a Deployment's, a bare ``kubectl run`` pod's) runs until deleted
+  unless annotated, as a server never succeeds.
   A deleted pod terminates gracefully: it keeps running, with a deletionTimestamp, until its
   containers stop (``termination_seconds`` after SIGTERM) or its grace period ends
   (``metadata.deletionGracePeriodSeconds``, else ``spec.terminationGracePeriodSeconds``, 30 by
@@ -415,12 +417,15 @@ class Cluster:
         owner = self._job_of(bound)
         if owner is not None:  # its Ready pods count in the job's status (what PodsReady reads)
             self.reconcile_job(owner[0], ns, owner[1]["metadata"]["name"])
-        runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION, self.default_runtime)
+        # (a pod that restarts always, a server's, never succeeds: the default runtime is a batch pod's)
+        always = (pod["spec"].get("restartPolicy") or "Always") == "Always"
+        default = None if always else self.default_runtime
+        runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION, default)
         if runtime is not None and runtime != FOREVER:
             try:
                 seconds = max(0.0, float(runtime))
             except ValueError:
-                seconds = self.default_runtime if self.default_runtime is not None else 0.0
+                seconds = default if default is not None else 0.0
             delay = seconds * self.time_scale
             self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._succeed, ns, name)
 

@@ -215,3 +215,29 @@ def test_watch_history_keeps_each_event_as_it_was() -> None:
     assert [s[1] for s in seen] == ["1", "2", "2", "2"]
     assert [s[3] for s in seen] == [False, False, True, True]
     assert [int(s[2]) for s in seen] == [e.rv for e in events]  # each keeps its own resourceVersion
+
+
+async def test_the_default_runtime_ends_batch_pods_not_servers() -> None:
+    """``sim up --default-runtime`` stands for a batch pod's work: a pod that restarts always (a
+    Deployment's, a bare ``kubectl run`` pod's) never succeeds, as on a real cluster."""
+    store = ObjectStore()
+    store.create(resources.NAMESPACES, "", {"metadata": {"name": "ml"}}, namespaces=resources.NAMESPACES)
+    sim = Cluster(store, time_scale=0.01, default_runtime=5)
+    await sim.start()
+    try:
+        for name, policy in (("server", "Always"), ("batch", "Never")):
+            body = {
+                "metadata": {"name": name},
+                "spec": {"restartPolicy": policy, "containers": [{"name": "c", "image": "x"}]},
+                "status": {"phase": "Pending"},
+            }
+            store.create(PODS, "ml", body, namespaces=resources.NAMESPACES)
+
+        def phase(name: str) -> str:
+            return str((store.get(PODS, "ml", name).get("status") or {}).get("phase"))
+
+        await until(lambda: phase("batch") == "Succeeded")
+        await asyncio.sleep(0.1)  # twice the default runtime
+        assert phase("server") == "Running"
+    finally:
+        await sim.stop()
