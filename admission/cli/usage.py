@@ -65,6 +65,16 @@ def _prices(values: tuple[str, ...]) -> dict[str, Decimal]:
     return out
 
 
+BYTES = ("memory", "ephemeral-storage")  # resources counted in bytes: their hours are shown in GiB-hours
+
+
+def _held(resource: str, hours: float) -> str:
+    """Resource-hours for the table: bytes as GiB-hours (the JSON keeps resource-hours, as specified)."""
+    if resource in BYTES or resource.startswith("hugepages-"):
+        return f"{hours / 2**30:,.2f} GiB"
+    return f"{hours:,.2f}"
+
+
 def _hours(value: Decimal | None, per_unit: Decimal) -> float | None:
     return None if value is None else float(round(value * per_unit, 4))
 
@@ -199,8 +209,8 @@ def usage_cmd(
         used = "-" if r["usedHours"] is None else f"{r['usedHours']:,.2f}"
         eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.0%}"
         table.append(
-            [r["group"], r["clusterQueue"], r["flavor"], r["resource"], f"{r['hours']:,.2f}", whole,
-             f"{r['startedHours']:,.2f}", used, eff, cost]
+            [r["group"], r["clusterQueue"], r["flavor"], r["resource"], _held(r["resource"], r["hours"]), whole,
+             _held(r["resource"], r["startedHours"]), used, eff, cost]
         )  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:

@@ -171,3 +171,26 @@ def test_plot_of_gpu_hours_and_efficiency_per_team(ledger_url: str, tmp_path: Pa
     assert "36.00" in rows["alg-2"] and "12.00" in rows["vision"]  # GPU-hours started (cards)
     bad = run(ledger_url, tmp_path, "--since", "30d", "--every", "1m", "--plot")
     assert bad.returncode == 2 and "at most 200" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_memory_is_shown_in_gib_hours_not_byte_hours(migrated_url: str, tmp_path: Path) -> None:
+    now = dt.datetime.now(dt.UTC)
+
+    async def fill() -> None:
+        engine = database.make_engine(migrated_url)
+        async with database.transaction(database.sessions(engine)) as s:
+            s.add(
+                tables.UsageInterval(
+                    workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="a100",
+                    resource="memory", quantity=256 * 2**30 * 1000, labels={},
+                    started_at=now - dt.timedelta(hours=3), ended_at=now - dt.timedelta(hours=1),
+                    running_at=now - dt.timedelta(hours=3), measured_seconds=0.0, busy_seconds=0.0,
+                )
+            )  # fmt: skip
+        await engine.dispose()
+
+    asyncio.run(fill())
+    table = run(migrated_url, tmp_path, "--since", "1d")
+    assert table.returncode == 0, table.stderr
+    (row,) = [line.split() for line in table.stdout.splitlines() if " memory " in f" {line} "]
+    assert row[4:6] == ["512.00", "GiB"], row  # 256 GiB x 2 h
