@@ -118,7 +118,7 @@ def print_objects(kind: str, objs: list[api.KueueObject], counts: dict[str, Any]
 
 _WORKLOAD_ROWS = text(
     """
-    SELECT id, namespace, name, kind, local_queue, cluster_queue,
+    SELECT id, namespace, name, kind, local_queue, cluster_queue, {object_name} AS object_name,
            -- holding quota, its job not started yet: admission checks still to pass, or preempted
            -- workloads' pods still stopping
            CASE WHEN state = 'Admitted' AND (checks <> '[]'::jsonb OR reason = 'Preempting') THEN 'QuotaReserved'
@@ -130,10 +130,10 @@ _WORKLOAD_ROWS = text(
            CASE WHEN state = 'Pending' AND local_queue IS NOT NULL THEN
              row_number() OVER (PARTITION BY namespace, local_queue, state = 'Pending'
                                 ORDER BY priority DESC, queue_ts, id) END AS lq_position
-    FROM workloads
+    FROM workloads w
     WHERE state <> 'Finished'
     ORDER BY namespace, name
-    """
+    """.format(object_name=workload_objects_store.OBJECT_NAME)
 )
 
 
@@ -145,9 +145,10 @@ async def workload_rows(session: AsyncSession, *, namespace: str | None, name: s
 
 
 def _named(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    """The rows of workload ``name`` (``NAME`` or ``NAMESPACE/NAME``)."""
+    """The rows of workload ``name`` (``NAME`` or ``NAMESPACE/NAME``; its job's name, or its Workload
+    object's as kubectl shows it: ``job-NAME-xxxxx``)."""
     ns, _, short = name.rpartition("/")
-    return [r for r in rows if r["name"] == short and (not ns or r["namespace"] == ns)]
+    return [r for r in rows if short in (r["name"], r["object_name"]) and (not ns or r["namespace"] == ns)]
 
 
 async def workload_objects(session: AsyncSession, namespace: str | None, name: str | None) -> dict[str, Any]:

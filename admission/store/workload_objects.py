@@ -31,12 +31,13 @@ API_VERSION = f"{GROUP}/{VERSION}"
 RETENTION = dt.timedelta(days=7)
 
 # A workload's object name, as Kueue names them: <kind>-<job name>-<first 5 of the job's uid>.
-_OBJECT_NAME = "lower(w.kind) || '-' || w.name || '-' || left(w.job_uid, 5)"
+# a Workload object's name, as kubectl shows it (Kueue's shape: job-<name>-<uid prefix>)
+OBJECT_NAME = "lower(w.kind) || '-' || w.name || '-' || left(w.job_uid, 5)"
 _COLUMNS = f"""
     w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
     w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
     w.assigned_flavors, w.checks, w.active,
-    {_OBJECT_NAME} AS object_name
+    {OBJECT_NAME} AS object_name
 """
 _VISIBLE = "(w.state <> 'Finished' OR w.finished_at > now() - make_interval(secs => :retention))"
 
@@ -85,7 +86,7 @@ async def get(session: AsyncSession, namespace: str, name: str) -> dict[str, Any
     """The workload ``name`` (its object name, or its job's name) in ``namespace``."""
     query = (
         f"SELECT {_COLUMNS} FROM workloads w WHERE {_VISIBLE} AND w.namespace = :namespace "
-        f"AND ({_OBJECT_NAME} = :name OR w.name = :name) "
+        f"AND ({OBJECT_NAME} = :name OR w.name = :name) "
         "ORDER BY (w.state = 'Finished'), w.id DESC LIMIT 1"
     )
     params = {"namespace": namespace, "name": name, "retention": RETENTION.total_seconds()}
@@ -261,7 +262,7 @@ async def pending(
     query = f"""
         SELECT * FROM (
             SELECT w.namespace, w.name, w.kind, w.api_version, w.job_uid, w.local_queue, w.priority,
-                   w.created_at, {_OBJECT_NAME} AS object_name,
+                   w.created_at, {OBJECT_NAME} AS object_name,
                    row_number() OVER (ORDER BY w.priority DESC, w.queue_ts, w.id) - 1 AS cq_position,
                    row_number() OVER (PARTITION BY w.namespace, w.local_queue
                                       ORDER BY w.priority DESC, w.queue_ts, w.id) - 1 AS lq_position

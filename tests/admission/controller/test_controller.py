@@ -104,6 +104,15 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
             conditions["Preempted"]["reason"] == "InClusterQueue" and "ml/urgent" in conditions["Preempted"]["message"]
         )
         assert low["metadata"]["ownerReferences"][0]["kind"] == "Job"
+        # the name kubectl shows (job-low-1-xxxxx) finds the same workload in the CLI
+        described = await asyncio.to_thread(
+            turnstile,
+            "describe",
+            "workload",
+            f"ml/{low['metadata']['name']}",
+            env={**os.environ, "TURNSTILE_DATABASE_URL": w.url},
+        )
+        assert described.returncode == 0 and "Workload:      ml/low-1 (Job)" in described.stdout, described
         events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
         said = [(e["reason"], e["message"]) for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
         assert any(m.startswith("Preempting: quota reserved; waiting for 2 preempted workloads") for _, m in said), said
