@@ -117,8 +117,9 @@ def print_objects(kind: str, objs: list[api.KueueObject], counts: dict[str, Any]
 
 
 _WORKLOAD_ROWS = text(
-    """
-    SELECT id, namespace, name, kind, local_queue, cluster_queue, {object_name} AS object_name,
+    f"""
+    SELECT id, namespace, name, kind, local_queue, cluster_queue,
+           {workload_objects_store.OBJECT_NAME} AS object_name,
            -- holding quota, its job not started yet: admission checks still to pass, or preempted
            -- workloads' pods still stopping
            CASE WHEN state = 'Admitted' AND (checks <> '[]'::jsonb OR reason = 'Preempting') THEN 'QuotaReserved'
@@ -133,7 +134,7 @@ _WORKLOAD_ROWS = text(
     FROM workloads w
     WHERE state <> 'Finished'
     ORDER BY namespace, name
-    """.format(object_name=workload_objects_store.OBJECT_NAME)
+    """
 )
 
 
