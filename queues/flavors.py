@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from queues import jobs, quantity, selectors, tas
+from queues import jobs, partial, quantity, selectors, tas
 from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
 
 
@@ -167,7 +167,7 @@ def assign(
     """Choose flavors for every pod set of ``wl`` in ``cq`` against the snapshot's usage; with
     ``counts``, for that many pods of those pod sets (a partial admission, ``queues.partial``)."""
     result = _assign(snapshot, cq, wl, oracle, potential=False, counts=counts)
-    smallest = _smallest(wl) if counts is None else {}
+    smallest = partial.smallest(wl.pod_sets) if counts is None else {}
     if result.mode != Mode.FIT and result.reason == WAITING_FOR_QUOTA:
         ever = _assign(snapshot, cq, wl, None, potential=True, counts=counts)
         if ever.mode == Mode.NO_FIT and not (smallest and _ever_fits(snapshot, cq, wl, smallest)):
@@ -185,11 +185,6 @@ def assign(
 
 def _ever_fits(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, counts: Mapping[str, int]) -> bool:
     return _assign(snapshot, cq, wl, None, potential=True, counts=counts).mode != Mode.NO_FIT
-
-
-def _smallest(wl: Workload) -> dict[str, int]:
-    """The fewest pods each partially admittable pod set may run (``job-min-parallelism``)."""
-    return {ps.name: ps.min_count for ps in wl.pod_sets if ps.min_count is not None and ps.min_count < ps.count}
 
 
 def _assign(

@@ -27,6 +27,11 @@ def reducible(pod_sets: Sequence[jobs.PodSet]) -> bool:
     return any(ps.min_count is not None and ps.min_count < ps.count for ps in pod_sets)
 
 
+def smallest(pod_sets: Sequence[jobs.PodSet]) -> dict[str, int]:
+    """The counts of the smallest admission: every pod set that may shrink at its minimum."""
+    return {ps.name: ps.min_count for ps in pod_sets if ps.min_count is not None and ps.min_count < ps.count}
+
+
 def counts_for(pod_sets: Sequence[jobs.PodSet], give_up: int) -> dict[str, int]:
     """The counts after giving up ``give_up`` pods, taken from the last pod set first."""
     out: dict[str, int] = {}

@@ -451,12 +451,7 @@ class Registration:
                 )
                 patch = {"metadata": {"labels": {SCOPE_LABEL: wanted}}}
                 try:
-                    await self.kube.request(
-                        "PATCH",
-                        kube_client.NAMESPACES.path(None, name),
-                        body=patch,
-                        content_type=kube_client.MERGE_PATCH,
-                    )
+                    await self.kube.patch(kube_client.NAMESPACES, None, name, patch)  # (a merge patch)
                 except KubeError as exc:
                     if exc.status != 404:  # (deleted meanwhile)
                         raise
