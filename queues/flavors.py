@@ -52,6 +52,7 @@ class Mode(IntEnum):
 NO_MATCHING_FLAVOR = "NoMatchingFlavor"
 EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
 WAITING_FOR_QUOTA = "WaitingForQuota"
+TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"  # fits by quota; no nodes hold it (Kueue >= v0.15)
 
 
 @dataclass(slots=True)
@@ -234,10 +235,9 @@ def _assign(
                 if not ps.constraints.matches_flavor(flavor.node_labels, frozenset(flavor.node_labels)):
                     result.messages.append(f"pod set {ps.name}: flavor {flavor_name} doesn't match node affinity")
                     continue
-                if ps.topology is not None and flavor.topology is None:
-                    result.messages.append(
-                        f"pod set {ps.name}: flavor {flavor_name} has no topologyName; the pod set asks for a topology"
-                    )
+                mismatch = tas.flavor_mismatch(cq, ps, flavor)
+                if mismatch is not None:
+                    result.messages.append(f"pod set {ps.name}: {mismatch}")
                     continue
                 compatible += 1
                 mode, level, preempt_frs = Mode.FIT, 0, set()
@@ -247,8 +247,8 @@ def _assign(
                     fr = (flavor_name, res)
                     total = value + result.usage.get(fr, 0)
                     m, lv, msg, never = _fits_quota(cq, wl, fr, total, oracle, potential, fair)
-                    if msg:
-                        result.messages.append(msg)
+                    if msg:  # (naming the pod set where there are several, as Kueue's message does)
+                        result.messages.append(f"pod set {ps.name}: {msg}" if len(wl.pod_sets) > 1 else msg)
                     if m.preempts:
                         preempt_frs.add(fr)
                     if _preferred((mode, level), (m, lv), preference):  # this flavor is as good as its worst

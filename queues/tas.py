@@ -26,6 +26,7 @@ from queues.selectors import NodeConstraints
 
 if TYPE_CHECKING:
     from queues.flavors import Assignment
+    from queues.jobs import PodSet
     from queues.model import ClusterQueue, Flavor, Snapshot, Workload
 
 
@@ -37,11 +38,34 @@ def uses_topology(snapshot: Snapshot, cq: ClusterQueue) -> bool:
     return any((f := snapshot.flavors.get(name)) and f.topology for g in cq.groups for name in g.flavors)
 
 
+def flavor_mismatch(cq: ClusterQueue, ps: PodSet, flavor: Flavor) -> str | None:
+    """Why ``flavor`` cannot serve pod set ``ps`` by topology, or None (Kueue's
+    ``checkPodSetAndFlavorMatchForTAS``): a pod set that asks for a topology needs a TAS flavor
+    whose Topology has the levels it names (in a ClusterQueue of TAS flavors only, every pod set
+    is placed by topology and any of them will do); a pod set that asks for none is kept off TAS
+    flavors, which are for the pod sets that do. A mismatched flavor is skipped, and the next one
+    tried; when none is left the workload waits as ``NoMatchingFlavor``."""
+    if ps.topology is None:
+        if flavor.topology and not cq.tas_only:
+            return f"flavor {flavor.name} supports only topology-aware scheduling; the pod set asks for no topology"
+        return None
+    if not flavor.topology:
+        return f"flavor {flavor.name} has no topologyName; the pod set asks for a topology"
+    if flavor.levels:  # (() while the Topology is not known: placement says what is missing)
+        missing = [lv for lv in (ps.topology.level, ps.topology.slice_level) if lv and lv not in flavor.levels]
+        if missing:
+            return (
+                f"flavor {flavor.name} does not contain the requested level {missing[0]}"
+                f" (Topology {flavor.topology}: {', '.join(flavor.levels)})"
+            )
+    return None
+
+
 def place(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment, *, preempt: bool) -> None:
     """Place ``assignment``'s TAS pod sets (it fits by quota): fill ``assignment.placement``; or,
     when no domain holds a pod set, make it ``PREEMPT`` with ``topology_victims`` (``preempt``:
     lower-priority TAS work of its own queue whose nodes would hold it) or ``NO_FIT`` with why."""
-    from queues.flavors import Mode  # (flavors imports this module)
+    from queues.flavors import TOPOLOGY_PLACEMENT_FAILED, Mode  # (flavors imports this module)
 
     if snapshot.inventory is None:
         return  # (no node is known: quota alone decides)
@@ -51,6 +75,8 @@ def place(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assign
         return
     victims = _victims(snapshot, cq, wl, assignment) if preempt and snapshot.inventory.pending is None else []
     assignment.mode = Mode.PREEMPT if victims else Mode.NO_FIT
+    if not victims:
+        assignment.reason = TOPOLOGY_PLACEMENT_FAILED
     assignment.topology_victims = victims
     assignment.messages = [message]
 

@@ -53,8 +53,8 @@ def schemas() -> dict[str, dict[str, Any]]:
                 **_meta("namespace and name of the job's workload"),
                 "spec": {
                     **OPEN,
-                    "description": "podSets (each pod set's count and template), queueName, priority, "
-                    "priorityClassName, active",
+                    "description": "podSets (each pod set's count, requests and node constraints), queueName, "
+                    "priority, active",
                 },
                 "status": {
                     **OPEN,

@@ -18,8 +18,8 @@ from admission.store import fair_usage, tables
 from admission.store import workload_objects as workload_objects_store
 from admission.store import workloads as store
 from queues import api, fairsharing, quantity
-from queues.flavors import Mode
-from queues.model import Snapshot
+from queues.flavors import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
+from queues.model import ClusterQueue, FlavorResource, Snapshot
 from queues.scheduler import Scheduler
 
 
@@ -124,7 +124,7 @@ _WORKLOAD_ROWS = text(
            -- workloads' pods still stopping
            CASE WHEN state = 'Admitted' AND (checks <> '[]'::jsonb OR reason = 'Preempting') THEN 'QuotaReserved'
                 ELSE state END AS state,
-           priority, reason, message, pod_sets, assigned_flavors,
+           priority, reason, message, pod_sets, assigned_flavors, created_at,
            CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
              row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'
                                 ORDER BY priority DESC, queue_ts, id) END AS cq_position,
@@ -173,7 +173,8 @@ def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
     if not rows:
         click.echo("No workloads found.")
         return
-    headers = ["NAMESPACE", "NAME", "LOCALQUEUE", "CLUSTERQUEUE", "STATE", "PRIORITY", "POSITION", "REASON"]
+    # NAME is the job's; WORKLOAD the Workload object's, as ``kubectl get workloads`` shows it
+    headers = ["NAMESPACE", "NAME", "WORKLOAD", "LOCALQUEUE", "CLUSTERQUEUE", "STATE", "PRIORITY", "POSITION", "REASON"]
     table_rows = []
     for r in rows:
         pos = f"{r['cq_position']} in cq, {r['lq_position']} in lq" if r["cq_position"] else ""
@@ -181,6 +182,7 @@ def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
             [
                 r["namespace"],
                 r["name"],
+                r["object_name"],
                 r["local_queue"] or "",
                 r["cluster_queue"] or "",
                 r["state"],
@@ -215,6 +217,11 @@ async def _describe_workload(
     config = await config_store.load_config(session)
     cq = config.cluster_queues.get(cq_name) if cq_name else None
     if cq is not None:
+        # the scheduling core's own view of the stored state: what the cohort lends, whom it preempts
+        snap = await store.load_snapshot(session)
+        sched = Scheduler(snap.config, fair_sharing=await controller_fair_sharing(session))
+        sched.restore(snap.workloads)
+        core_cq = sched.snapshot.queues.get(cq.name)
         needs: dict[str, int] = {}
         for ps in store.pod_sets_from_json(r["pod_sets"]):
             for resource, milli in ps.total().items():
@@ -236,26 +243,25 @@ async def _describe_workload(
                         quantity.format_milli(q.nominal_quota),
                         quantity.format_milli(used),
                         quantity.format_milli(max(0, q.nominal_quota - used)),
-                        "-"
-                        if not cq.spec.cohort_ref
-                        else "unlimited"
-                        if q.borrowing_limit is None
-                        else quantity.format_milli(q.borrowing_limit),
+                        _may_borrow(core_cq, (f.name, q.name), q.nominal_quota) if cq.spec.cohort_ref else "-",
                     )
         console.print(table)
         if r["state"] == "Pending":
             # the scheduling core's own search, on the stored state
-            snap = await store.load_snapshot(session)
-            sched = Scheduler(snap.config, fair_sharing=await controller_fair_sharing(session))
-            sched.restore(snap.workloads)
             assignment, victims = sched.preemption_plan(f"{r['namespace']}/{r['name']}")
             if assignment is None:
                 plan = "-"
+            elif assignment.mode == Mode.FIT and r["reason"] == TOPOLOGY_PLACEMENT_FAILED:
+                plan = f"none possible: its quota fits, but no nodes hold it ({r['message']})"
+            elif assignment.mode == Mode.FIT and _placed_by_topology(sched.snapshot, assignment):
+                plan = "none needed by quota; whether nodes hold it is decided at the next scheduling step"
             elif assignment.mode == Mode.FIT:
                 plan = "none needed: it fits now (it is admitted at the next scheduling step)"
             elif victims:
                 shown = ", ".join(f"{t.workload.key} ({t.reason})" for t in victims[:5])
                 plan = f"would evict {shown}" + (f" and {len(victims) - 5} more" if len(victims) > 5 else "")
+            elif r["reason"]:  # (why, with its numbers, is the Waiting line's: one set of numbers a page)
+                plan = "none possible: preempting what it may preempt would not make room (see Waiting)"
             else:
                 plan = f"none possible ({assignment.message})"
             console.print(f"Preemption:    {plan}")
@@ -268,6 +274,23 @@ async def _describe_workload(
             why = " ".join(x for x in (e.reason, e.detail, f"by {e.by}" if e.by else None) if x)
             table.add_row(f"{e.at:%Y-%m-%d %H:%M:%S}", e.type, e.cluster_queue or "", why)
         console.print(table)
+
+
+def _may_borrow(cq: ClusterQueue | None, fr: FlavorResource, nominal: int) -> str:
+    """What ``cq`` may borrow of ``fr`` beyond its nominal quota: its borrowing limit, cut to what
+    its cohort has to lend (so never "unlimited" of a cohort with 16 GPUs)."""
+    if cq is None:
+        return "-"
+    return quantity.format_milli(max(0, cq.potential_available(fr) - nominal))
+
+
+def _placed_by_topology(snapshot: Snapshot, assignment: Assignment) -> bool:
+    """Whether topology placement (which needs the nodes, not in the store) also decides ``assignment``."""
+    return any(
+        (f := snapshot.flavors.get(name)) is not None and f.topology
+        for chosen in assignment.flavors.values()
+        for name in chosen.values()
+    )
 
 
 def _placement_line(r: dict[str, Any]) -> str:
@@ -336,19 +359,29 @@ async def _usage(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, s
     return {(f, r): int(v) for f, r, v in rows}
 
 
+def text_console(out: StringIO) -> Any:
+    """The console ``describe`` writes to: names and messages are text, never rich markup (a
+    "[main]" must not vanish), and a line is never wrapped mid-list (the dashboard shows this
+    text as it is); tables are 120 wide."""
+    from rich.console import Console
+
+    return Console(file=out, width=120, markup=False, highlight=False, soft_wrap=True)
+
+
 async def describe(session: AsyncSession, kind: str, name: str) -> str:
-    from rich.console import Console  # only describe draws rich tables
-    from rich.table import Table
+    from rich.table import Table  # (only describe draws rich tables)
 
     out = StringIO()
-    console = Console(file=out, width=120)
+    console = text_console(out)
     if kind == "Workload":
         everyone = await workload_rows(session, namespace=None, name=None)
         rows = _named(everyone, name)
         if not rows:
             raise config_store.NotFound(f"workload/{name} not found (finished workloads are in `turnstile usage`)")
         r = rows[0]
-        console.print(f"Workload:      {r['namespace']}/{r['name']} ({r['kind']})")
+        console.print(
+            f"Workload:      {r['namespace']}/{r['name']} ({r['kind']}; its Workload object: {r['object_name']})"
+        )
         console.print(f"State:         {r['state']}")
         console.print(f"LocalQueue:    {r['local_queue']}   ClusterQueue: {r['cluster_queue']}")
         console.print(f"Priority:      {r['priority']}")

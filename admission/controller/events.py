@@ -1,7 +1,8 @@
 """Kubernetes Events on the jobs, so ``kubectl describe job`` says what Turnstile decided.
 
-``Pending`` when a job first waits and whenever its reason changes (the core reports only
-changes, so a queue of 100,000 waiting jobs posts nothing while nothing changes), ``Admitted``
+``Pending`` when a job first waits, whenever its reason changes, and for new numbers in its
+message at most once a minute (the core reports only changes, so a queue of 100,000 waiting
+jobs posts nothing while nothing changes), ``Admitted``
 (ClusterQueue and flavors), ``Preempted`` (by whom, why), ``Evicted`` (other reasons) and
 ``Finished``. Events are posted by a few background workers from a bounded queue: the
 scheduling step never waits on the API server, and if the API server cannot keep up, new
@@ -32,6 +33,7 @@ COMPONENT = "turnstile"
 MAX_QUEUED = 10_000
 RATE = 100.0  # events per second, sustained
 BURST = 1000
+REFRESH = 60.0  # seconds: the most often a waiting job's Pending event is posted for new numbers alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,27 +57,58 @@ class EventPoster:
         self.tasks: list[asyncio.Task[None]] = []
         self.posted = 0
         self.dropped = 0
-        self.last_reason: dict[str, str] = {}  # job uid -> reason of its last Pending event
+        # job uid -> (reason, message, when) of its last Pending event
+        self.last_pending: dict[str, tuple[str, str, float]] = {}
+        self.deferred: dict[str, tuple[JobView, str, str]] = {}  # job uid -> newer numbers not yet posted
         self.tokens = float(BURST)
         self.refilled = clock()
 
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._work(), name=f"events-{i}") for i in range(self.workers)]
+        self.tasks.append(asyncio.create_task(self._refreshing(), name="events-refresh"))
+
+    async def _refreshing(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH / 12)
+            self.refresh()
 
     async def stop(self) -> None:
         await stop_workers(self.tasks)
         self.tasks = []
 
     def pending(self, view: JobView | None, reason: str, message: str) -> None:
-        """A ``Pending`` event when the job first waits and whenever the *reason* changes (messages
-        with changing numbers alone post nothing: no flood)."""
-        if view is None or self.last_reason.get(view.uid) == reason:
+        """A ``Pending`` event when the job first waits, whenever the *reason* changes, and when only
+        the message changed (its numbers: "4 more needed") at most once per ``REFRESH`` seconds, so
+        the newest Event's numbers are never older than that and a queue whose numbers change each
+        step does not flood the API server."""
+        if view is None:
             return
-        self.last_reason[view.uid] = reason
+        last = self.last_pending.get(view.uid)
+        now = self.clock()
+        if last is not None and last[0] == reason and last[1] == message:
+            self.deferred.pop(view.uid, None)
+            return
+        if last is not None and last[0] == reason and now - last[2] < REFRESH:
+            self.deferred[view.uid] = (view, reason, message)  # (posted by ``refresh`` when due)
+            return
+        self.deferred.pop(view.uid, None)
+        self.last_pending[view.uid] = (reason, message, now)
         self.post(view, "Pending", f"{reason}: {message}")
 
+    def refresh(self) -> None:
+        """Post the deferred messages whose job's last Pending event is ``REFRESH`` seconds old, so
+        numbers that changed and then stood still are not left stale."""
+        now = self.clock()
+        for uid, (view, reason, message) in list(self.deferred.items()):
+            last = self.last_pending.get(uid)
+            if last is None or now - last[2] >= REFRESH:
+                del self.deferred[uid]
+                self.last_pending[uid] = (reason, message, now)
+                self.post(view, "Pending", f"{reason}: {message}")
+
     def forget(self, uid: str) -> None:
-        self.last_reason.pop(uid, None)
+        self.last_pending.pop(uid, None)
+        self.deferred.pop(uid, None)
 
     def post(self, view: JobView | None, reason: str, message: str, *, type: str = "Normal") -> None:
         """An Event on a job (or on a plain pod group's first pod)."""

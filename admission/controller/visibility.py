@@ -21,6 +21,7 @@ from aiohttp import web
 
 from admission.controller.term import Term
 from admission.jobs.base import JobView
+from admission.store.workload_objects import object_name
 from queues.model import Workload
 
 GROUP = "visibility.kueue.x-k8s.io"
@@ -65,7 +66,9 @@ def envelope(items: list[dict[str, Any]], version: str) -> dict[str, Any]:
 
 
 def _item(wl: Workload, cq_position: int, lq_position: int, view: JobView | None) -> dict[str, Any]:
-    name = wl.key.split("/", 1)[1]
+    job = wl.key.split("/", 1)[1]
+    # named as the Workload object is (as kubectl and the aggregated API name it), where the job is known
+    name = object_name(view.integration.ref.kind, job, view.uid) if view is not None else job
     meta: dict[str, Any] = {
         "name": name,
         "namespace": wl.namespace,

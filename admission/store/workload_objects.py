@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +30,24 @@ from queues import quantity
 GROUP, VERSION = "turnstile.dev", "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 RETENTION = dt.timedelta(days=7)
+_UID_NAMESPACE = uuid.UUID("5e4d6c1a-7b2f-4c3e-9a8d-0f1e2d3c4b5a")  # (Turnstile's, for workload_uid)
 
-# A workload's object name, as Kueue names them: <kind>-<job name>-<first 5 of the job's uid>.
-# a Workload object's name, as kubectl shows it (Kueue's shape: job-<name>-<uid prefix>)
+# A workload's object name, as Kueue names them and kubectl shows them: <kind>-<job name>-<first 5
+# of the job's uid> (``job-big-train-99858``); ``object_name`` is the same rule in Python.
 OBJECT_NAME = "lower(w.kind) || '-' || w.name || '-' || left(w.job_uid, 5)"
+
+
+def workload_uid(job_uid: str, workload_id: int) -> str:
+    """A Workload object's ``metadata.uid``: an RFC 4122 UUID, as every object's is, the same on each
+    read (a name-based UUID of the job's uid and the stored workload's id)."""
+    return str(uuid.uuid5(_UID_NAMESPACE, f"{job_uid}/{workload_id}"))
+
+
+def object_name(kind: str, name: str, job_uid: str) -> str:
+    """The Workload object name of job ``kind``/``name`` (SQL: ``OBJECT_NAME``)."""
+    return f"{kind.lower()}-{name}-{job_uid[:5]}"
+
+
 _COLUMNS = f"""
     w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
     w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
@@ -219,7 +234,7 @@ def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
         "metadata": {
             "name": row["object_name"],
             "namespace": row["namespace"],
-            "uid": f"turnstile-workload-{row['id']}",
+            "uid": workload_uid(row["job_uid"], row["id"]),
             "creationTimestamp": _time(row["created_at"]),
             "labels": {"kueue.x-k8s.io/job-uid": row["job_uid"]},
             "ownerReferences": [owner],

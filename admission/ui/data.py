@@ -178,16 +178,12 @@ async def pending(session: AsyncSession, cluster_queue: str, offset: int = 0, li
 async def workload(session: AsyncSession, name: str) -> dict[str, Any]:
     """``describe workload``'s text and the history; ``NotFound`` if there is none."""
     described = await views.describe(session, "Workload", name)
-    ns, _, short = name.rpartition("/")
-    w = tables.Workload
-    query = select(w.id, w.created_at).where(w.name == short).order_by(w.id.desc()).limit(1)
-    if ns:
-        query = query.where(w.namespace == ns)
-    row = (await session.execute(query)).first()
+    rows = await views.workload_rows(session, namespace=None, name=name)  # (its job's name or its object's)
     history = []
-    if row is not None:
-        history.append({"at": row.created_at.isoformat(), "type": "Created", "why": ""})
-        for e in await store.events(session, workload_id=int(row.id)):
+    if rows:
+        row = max(rows, key=lambda r: int(r["id"]))
+        history.append({"at": row["created_at"].isoformat(), "type": "Created", "why": ""})
+        for e in await store.events(session, workload_id=int(row["id"])):
             why = " ".join(x for x in (e.reason, e.detail, f"by {e.by}" if e.by else None) if x)
             where = f"ClusterQueue {e.cluster_queue}" if e.cluster_queue else ""
             history.append({"at": e.at.isoformat(), "type": e.type, "why": why, "where": where})

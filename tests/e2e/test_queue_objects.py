@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -351,6 +352,7 @@ async def test_workloads_and_pending_positions_through_the_api_server(tmp_path: 
             assert code == 0, err
             one = json.loads(out)
             assert one["kind"] == "Workload" and one["spec"]["queueName"] == "team-b"
+            assert str(uuid.UUID(one["metadata"]["uid"])) == one["metadata"]["uid"], "a UID, as every object's is"
             requests = one["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
             assert requests["nvidia.com/gpu"] == "4"
             # Kueue's visibility API: the waiting one, first in line.

@@ -528,3 +528,16 @@ def test_pod_sets_that_can_never_fit_together_exceed_max_quota_whatever_runs(run
     assert wl.admission is None
     assert wl.reason == "ExceedsMaxQuota", wl.message
     assert "needs 12" in wl.message and "can ever use is 8" in wl.message
+
+
+def test_a_multi_pod_set_message_names_each_pod_set() -> None:
+    """Kueue names the pod set in each message ("couldn't assign flavors to pod set worker: ..."):
+    a PyTorchJob's two messages must not read as the same one twice."""
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 8})), queues={"q": "a"})
+    make_workload("running").request(gpu=6).submit(s)
+    s.schedule()
+    wl = s.workload_for(jobs.read_job(_pytorchjob("two", 2, 1, 2)), seq=99, now=0.0)
+    s.submit(wl)
+    s.schedule()
+    assert wl.admission is None and wl.reason == "WaitingForQuota", wl.message
+    assert wl.message.startswith("pod set worker: insufficient unused quota"), wl.message

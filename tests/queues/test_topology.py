@@ -220,6 +220,67 @@ def test_a_flavor_naming_a_missing_topology_makes_the_queue_inactive() -> None:
     assert wl["reason"] == "Inactive" and "Topology nope" in wl["message"], wl
 
 
+def _two_flavors(
+    first: dict[str, Any], jobs: list[dict[str, Any]], nodes: int = 2, quota: int = 1000
+) -> dict[str, Any]:
+    """A ClusterQueue with flavor ``first`` (its spec) before ``gpu``, a TAS flavor on Topology racks."""
+    doc = _doc(jobs, per_rack=nodes)
+    doc["manifests"].insert(1, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                                "metadata": {"name": "first"}, "spec": first})  # fmt: skip
+    doc["manifests"].insert(0, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
+                                "metadata": {"name": "hosts"}, "spec": {"levels": [{"nodeLabel": HOST}]}})  # fmt: skip
+    cq = next(m for m in doc["manifests"] if m["kind"] == "ClusterQueue")
+    cq["spec"]["resourceGroups"][0]["flavors"].insert(
+        0, {"name": "first", "resources": [{"name": GPU, "nominalQuota": quota}]}
+    )
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("first", "annotations", "flavor"),
+    [
+        # Kueue's checkPodSetAndFlavorMatchForTAS: a flavor whose Topology lacks the level is skipped
+        ({"topologyName": "hosts"}, {REQUIRED: RACK}, "gpu"),
+        ({"topologyName": "hosts"}, {REQUIRED: HOST}, "first"),
+        # a pod set asking for a topology skips a flavor with none
+        ({}, {REQUIRED: RACK}, "gpu"),
+        # a pod set asking for none is kept off TAS flavors where the queue has a plain one
+        ({}, None, "first"),
+    ],
+)
+def test_a_pod_set_gets_the_first_flavor_that_serves_its_topology(
+    first: dict[str, Any], annotations: dict[str, str] | None, flavor: str
+) -> None:
+    result = _run(_two_flavors(first, [_job("j", 0, 1, 1, annotations=annotations)]))
+    admitted = [e for e in result["events"] if e["type"] == "Admitted"]
+    assert [e["flavors"]["main"][GPU] for e in admitted] == [flavor], result["workloads"]["ml/j"]
+
+
+def test_a_plain_pod_set_is_not_given_a_topology_flavor_in_a_mixed_queue() -> None:
+    """Kueue keeps TAS flavors for pod sets that ask for a topology: with the plain flavor full, a
+    pod set asking for none waits rather than taking the free TAS flavor."""
+    doc = _two_flavors({}, [_job("fill", 0, 1, 8, runtime=1000), _job("plain", 5, 1, 1)], quota=8)
+    result = _run(doc)
+    admitted = [(e["t"], e["flavors"]["main"][GPU]) for e in result["events"] if e["workload"] == "ml/plain"
+                and e["type"] == "Admitted"]  # fmt: skip
+    fill_done = next(e["t"] for e in result["events"] if e["workload"] == "ml/fill" and e["type"] == "Finished")
+    assert admitted == [(fill_done, "first")], result["events"]
+
+
+def test_a_level_no_flavor_has_is_no_matching_flavor_not_quota() -> None:
+    result = _run(_doc([_job("j", 0, 1, 1, annotations={REQUIRED: "example.com/zone"})]))
+    wl = result["workloads"]["ml/j"]
+    assert wl["reason"] == "NoMatchingFlavor", wl
+    assert "does not contain the requested level example.com/zone" in wl["message"], wl
+
+
+def test_quota_that_fits_on_no_nodes_is_topology_placement_failed() -> None:
+    """Kueue's TopologyPlacementFailed: the quota holds it, no rack does (2 nodes of 8 GPUs each)."""
+    result = _run(_doc([_job("j", 0, 3, 8, annotations={REQUIRED: RACK})]))
+    wl = result["workloads"]["ml/j"]
+    assert wl["reason"] == "TopologyPlacementFailed" and "in one rack" in wl["message"], wl
+
+
 def test_a_scenario_with_bad_annotations_names_the_path() -> None:
     doc = _doc([_job("j", 0, 2, 1, annotations={REQUIRED: RACK, PREFERRED: HOST})])
     with pytest.raises(errors.Invalid) as exc:

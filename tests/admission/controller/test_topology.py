@@ -149,7 +149,12 @@ async def test_a_job_that_fits_no_rack_waits_and_says_why(tmp_path: Path, migrat
         r = await eventually(waiting, what="a message about the rack")
         assert r.state == "Pending"
         assert "10 pods" in r.message, r.message
+        assert r.reason == "TopologyPlacementFailed", r.reason  # (Kueue's reason: the quota fits, no rack does)
         assert (await w.get("wide"))["spec"]["suspend"] is True
+        async with database.transaction(w.sessions) as s:
+            described = await views.describe(s, "Workload", "wide")
+        assert "fits now" not in described, described
+        assert "Preemption:    none possible: its quota fits, but no nodes hold it" in described, described
 
 
 async def test_a_deleted_node_evicts_what_was_placed_there_and_it_is_placed_again(

@@ -59,14 +59,16 @@ async def test_pending_workloads_in_order_with_positions(tmp_path: Path, migrate
             )
             assert status == 200 and old["apiVersion"] == "visibility.kueue.x-k8s.io/v1beta1"
             items = body["items"]
-            assert [i["metadata"]["name"] for i in items] == ["b", "c", "d"]
+            # named as kubectl and the aggregated API name the Workload objects: job-<name>-<uid prefix>
+            uids = {n: (await w.get(n))["metadata"]["uid"] for n in ("b", "c", "d")}
+            assert [i["metadata"]["name"] for i in items] == [f"job-{n}-{uids[n][:5]}" for n in ("b", "c", "d")]
             assert [i["positionInClusterQueue"] for i in items] == [0, 1, 2]
             assert [i["positionInLocalQueue"] for i in items] == [0, 1, 2]
             assert items[0]["localQueueName"] == "team-a" and items[0]["metadata"]["namespace"] == "ml"
             owner = items[0]["metadata"]["ownerReferences"][0]
             assert (owner["kind"], owner["name"]) == ("Job", "b")
             status, paged = await get(f"{url}{BASE}/namespaces/ml/localqueues/team-a/pendingworkloads?offset=1&limit=1")
-            assert status == 200 and [i["metadata"]["name"] for i in paged["items"]] == ["c"]
+            assert status == 200 and [i["metadata"]["name"] for i in paged["items"]] == [f"job-c-{uids['c'][:5]}"]
             status, missing = await get(f"{url}{BASE}/clusterqueues/nope/pendingworkloads")
             assert status == 404 and missing["kind"] == "Status" and "nope" in missing["message"]
             status, bad = await get(f"{url}{BASE}/clusterqueues/team-a/pendingworkloads?limit=0")
@@ -100,6 +102,11 @@ async def test_describe_workload_answers_why_it_waits(tmp_path: Path, migrated_u
         # big was preempted by c; b took the rest; big waits first in line for all 8 GPUs
         out = await eventually(lambda: described("big", "Ahead:", "History"), what="big described")
         assert "Position:      1 in its ClusterQueue" in out and "Ahead:         0 in ClusterQueue team-a" in out, out
+        big_object = f"job-big-{(await w.get('big'))['metadata']['uid'][:5]}"  # (as kubectl shows it)
+        assert f"its Workload object: {big_object}" in out, out
+        assert await described(big_object, "Ahead:"), "describe finds a workload by its object's name too"
+        listed = await asyncio.to_thread(turnstile, "get", "workloads", env=env)
+        assert any(line.split()[1:3] == ["big", big_object] for line in listed.stdout.splitlines()), listed.stdout
         (needs,) = [line for line in out.splitlines() if line.startswith("│ nvidia.com/gpu")]
         assert needs.replace("│", " ").split() == ["nvidia.com/gpu", "8", "a100", "8", "8", "0", "-"], out
         history = out[out.index("History") :]
