@@ -122,9 +122,9 @@ def _fits_quota(
     may_preempt_borrowing = (pre.borrow_within_cohort is not None and pre.borrow_within_cohort.policy != "Never") or (
         fair and pre.reclaim_within_cohort != "Never"  # (Kueue's canPreemptWhileBorrowing)
     )
-    may_preempt = (
-        value <= cq.nominal(fr) or may_reclaim_below or pre.within_cluster_queue != "Never" or may_preempt_borrowing
-    )
+    # only a workload within its nominal quota after preemption (or one reclaiming below, or one
+    # that may preempt while borrowing) may preempt at all: within its own queue too (Kueue's rule)
+    may_preempt = value <= cq.nominal(fr) or may_reclaim_below or may_preempt_borrowing
     if oracle is not None and may_preempt:
         mode, level = oracle(cq, wl, fr, value)
         return (mode if mode.preempts else Mode.NO_CANDIDATES), level, msg, False

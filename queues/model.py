@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from queues import api, jobs, provisioning, selectors
+from queues import api, jobs, nodes, provisioning, selectors
 from queues.inventory import Inventory
 from queues.quotas import CohortNode, FlavorResource, Node, Quota, Usage
 from queues.topology import COMPACT
@@ -320,8 +320,8 @@ class Snapshot:
 
 
 def pod_requests(wl: Workload) -> dict[str, Mapping[str, int]]:
-    """Each pod set's requests of one pod (what placement holds on a node per pod)."""
-    return {ps.name: ps.requests for ps in wl.pod_sets}
+    """Each pod set's requests of one pod (what placement holds on a node per pod, its pod slot too)."""
+    return {ps.name: nodes.with_pod_slot(ps.requests) for ps in wl.pod_sets}
 
 
 def weight_of(fair_sharing: api.FairSharing | None) -> float:

@@ -30,6 +30,14 @@ ATOMIC_SCALE_UP = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 Free = dict[str, dict[str, int]]  # node name -> resource -> free milli-units
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"  # the taint a cordoned node gets
 HOSTNAME = "kubernetes.io/hostname"
+PODS = "pods"  # a node's allocatable pod slots; each pod takes one
+MAX_PODS = 110  # the kubelet's default maxPods: a node that does not say holds this many
+
+
+def with_pod_slot(requests: Mapping[str, int]) -> dict[str, int]:
+    """One pod's requests of a node, its pod slot included (Kueue's TAS counts ``pods: 1`` a pod,
+    so a node's allocatable ``pods`` bounds how many tiny pods it holds)."""
+    return {**requests, PODS: quantity.MILLI}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +56,13 @@ class NodeInfo:
         taints = [Taint.from_dict(t) for t in spec.get("taints") or []]
         if spec.get("unschedulable") and not any(t.key == UNSCHEDULABLE for t in taints):
             taints.append(Taint(UNSCHEDULABLE, "", "NoSchedule"))  # (as the node controller taints it)
+        allocatable = {str(r): quantity.parse_milli(str(v)) for r, v in capacity.items()}
+        allocatable.setdefault(PODS, MAX_PODS * quantity.MILLI)  # (a kubelet always reports it)
         return cls(
             name=str(node["metadata"]["name"]),
             labels=dict(node["metadata"].get("labels") or {}),
             taints=tuple(taints),
-            allocatable={str(r): quantity.parse_milli(str(v)) for r, v in capacity.items()},
+            allocatable=allocatable,
         )
 
 
@@ -66,9 +76,10 @@ class PodNeeds:
 
     @classmethod
     def of(cls, pod_spec: Mapping[str, Any]) -> PodNeeds:
-        """From a pod spec (a Pod's, or a PodTemplate's ``template.spec``)."""
+        """From a pod spec (a Pod's, or a PodTemplate's ``template.spec``), its pod slot counted
+        (as the kube-scheduler's NodeResourcesFit counts a pod against ``allocatable.pods``)."""
         return cls(
-            requests=jobs.pod_requests(pod_spec, "spec", []),
+            requests=with_pod_slot(jobs.pod_requests(pod_spec, "spec", [])),
             node_selector=dict(pod_spec.get("nodeSelector") or {}),
             tolerations=tuple(Toleration.from_dict(t) for t in pod_spec.get("tolerations") or []),
         )
@@ -77,7 +88,7 @@ class PodNeeds:
 def node_object(name: str, shape: Mapping[str, Any]) -> dict[str, Any]:
     """A Node from scenario.md's node shape (``labels``, ``capacity``, ``taints``): a scenario's
     ``nodes`` entries and the autoscaler's ``nodeTemplate`` alike."""
-    capacity = dict(shape.get("capacity") or {})
+    capacity = {PODS: str(MAX_PODS), **dict(shape.get("capacity") or {})}  # (a kubelet reports its pod slots)
     labels = {HOSTNAME: name, **dict(shape.get("labels") or {})}  # (a kubelet labels its node so)
     return {
         "metadata": {"name": name, "labels": labels},

@@ -183,7 +183,7 @@ class Simulation:
             if wl is not None and wl.admission is not None and wl.admission.placement:
                 continue  # (held in the inventory by its admission)
             for node, pod in pods:
-                for r, v in pod.requests.items():
+                for r, v in placement.with_pod_slot(pod.requests).items():
                     used.setdefault(node, {})[r] = used.get(node, {}).get(r, 0) + v
         for node in set(self.inventory.external) | set(used):
             self.inventory.set_external(node, used.get(node, {}))

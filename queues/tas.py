@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from queues import jobs, topology
-from queues.nodes import Free, NodeInfo, PodNeeds
+from queues.nodes import Free, NodeInfo, PodNeeds, with_pod_slot
 from queues.selectors import NodeConstraints
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def _placement(
         if flavor is None or (ps.topology is None and not cq.tas_only):
             continue
         pod = PodNeeds(
-            {r: v for r, v in ps.requests.items() if v},
+            with_pod_slot({r: v for r, v in ps.requests.items() if v}),
             {**dict(ps.constraints.node_selector), **flavor.node_labels},
             (*ps.tolerations, *flavor.tolerations),
         )

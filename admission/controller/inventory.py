@@ -37,6 +37,7 @@ from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
 from queues import efficiency, jobs, pods
 from queues.inventory import Inventory
+from queues.nodes import with_pod_slot
 from queues.model import Config
 from queues.nodes import UNSCHEDULABLE, NodeInfo
 from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION, rank_of
@@ -202,7 +203,7 @@ class NodeInventory:
         if kind == "DELETED" or not node or pods.done(obj):
             self._use(uid, None)
         else:
-            self._use(uid, (str(node), jobs.pod_requests(spec, "spec", [])))
+            self._use(uid, (str(node), with_pod_slot(jobs.pod_requests(spec, "spec", []))))
 
     def _name(self, kind: str, uid: str, key: str, obj: Obj) -> None:
         named = self.named.setdefault(key, {})

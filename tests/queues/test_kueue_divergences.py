@@ -7,7 +7,9 @@ each the smallest case that shows it, with what Kueue's FlavorAssigner decides.
 - a cycle's entries are ordered by how far up the cohort tree they borrow, then priority;
 - flavors are compared by mode (fit > reclaim > preempt), then borrowing level, unless
   ``flavorFungibility.preference: PreemptionOverBorrowing`` puts the level first;
-- a head that needs preemption but may preempt nothing holds its capacity for the cycle.
+- a head that needs preemption but may preempt nothing holds its capacity for the cycle;
+- only a workload within its nominal quota after preemption may preempt, in its own queue too,
+  unless ``borrowWithinCohort`` (or fair sharing's reclaim) lets it preempt while borrowing.
 """
 
 from __future__ import annotations
@@ -123,6 +125,37 @@ def test_reclaiming_from_another_queue_beats_preempting_by_priority() -> None:
     assert plan is not None and plan.mode == Mode.RECLAIM and plan.flavors["main"][GPU] == "y"
     s.schedule()
     assert borrowed.admission is None and own.admission is not None
+
+
+@pytest.mark.parametrize(
+    ("borrow_within_cohort", "preempts"),
+    [(None, False), ({"policy": "LowerPriority", "maxPriorityThreshold": 100}, True)],
+)
+def test_a_workload_that_would_still_borrow_preempts_only_with_borrow_within_cohort(
+    borrow_within_cohort: dict[str, Any] | None, preempts: bool
+) -> None:
+    """a: 4 GPUs of its own, 4 more lendable by b. low (4) runs in a borrowing 4 of b's too; high
+    asks 6: even with low gone it would borrow 2, so (Kueue's fitsResourceQuota) it may not preempt
+    low in its own queue unless borrowWithinCohort says it may preempt while borrowing."""
+    pre: dict[str, Any] = {"withinClusterQueue": "LowerPriority"}
+    if borrow_within_cohort:
+        pre |= {"borrowWithinCohort": borrow_within_cohort, "reclaimWithinCohort": "Any"}
+    s = make_scheduler(
+        flavor("f"),
+        CQ("a").cohort("c").preemption(**pre).group(("f", {"gpu": 4})),
+        CQ("b").cohort("c").group(("f", {"gpu": 4})),
+        queues={"a": "a", "b": "b"},
+    )
+    low = make_workload("low", queue="a").request(gpu=4).submit(s)
+    other = make_workload("other", queue="a").request(gpu=4).submit(s)
+    s.schedule()
+    assert low.admission is not None and other.admission is not None  # a: 8 of 8 (4 borrowed)
+    high = make_workload("high", queue="a").request(gpu=6).priority(200).submit(s, now=1.0)
+    decided = s.schedule()
+    evicted = {d.workload.key for d in decided if isinstance(d, Evict)}
+    assert bool(evicted) is preempts, (evicted, high.message)
+    if not preempts:
+        assert high.admission is None and high.reason == "WaitingForQuota", high.message
 
 
 def test_a_blocked_head_holds_its_capacity_against_borrowers() -> None:

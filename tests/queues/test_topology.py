@@ -281,6 +281,17 @@ def test_quota_that_fits_on_no_nodes_is_topology_placement_failed() -> None:
     assert wl["reason"] == "TopologyPlacementFailed" and "in one rack" in wl["message"], wl
 
 
+def test_a_nodes_pod_slots_bound_what_it_holds_as_kueue_counts_them() -> None:
+    """Kueue's TAS counts one ``pods`` a pod: nodes of 8 GPUs but 2 pod slots hold 2 tiny pods each,
+    so 3 pods of 1 GPU fit no one node (by GPUs alone they would)."""
+    doc = _doc([_job("tiny", 0, 3, 1, annotations={REQUIRED: HOST})])
+    doc["nodes"] = [{"generate": {"racks": 1, "nodesPerRack": 2, "gpusPerNode": 8, "capacity": {"pods": "2"}}}]
+    wl = _run(doc)["workloads"]["ml/tiny"]
+    assert wl["reason"] == "TopologyPlacementFailed" and "the freest node has room for 2" in wl["message"], wl
+    doc["jobs"] = [_job("fits", 0, 2, 1, annotations={REQUIRED: HOST})]
+    assert _run(doc)["workloads"]["ml/fits"]["state"] == "Finished"
+
+
 def test_a_scenario_with_bad_annotations_names_the_path() -> None:
     doc = _doc([_job("j", 0, 2, 1, annotations={REQUIRED: RACK, PREFERRED: HOST})])
     with pytest.raises(errors.Invalid) as exc:

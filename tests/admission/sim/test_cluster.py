@@ -145,6 +145,19 @@ async def test_pods_bind_to_nodes_by_selector_taints_and_capacity(cluster: tuple
     assert store.get(PODS, "ml", name)["spec"]["nodeName"] == "a100-2"
 
 
+async def test_a_node_holds_no_more_pods_than_its_allocatable_pods(cluster: tuple[ObjectStore, Cluster]) -> None:
+    """The kube-scheduler counts each pod against ``allocatable.pods`` (NodeResourcesFit): a node
+    with 16 GPUs but 2 pod slots runs 2 one-GPU pods; the third waits."""
+    store, _ = cluster
+    node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "16", "pods": "2"}}}
+    store.create(NODES, "", node, namespaces=resources.NAMESPACES)
+    store.create(JOBS, "ml", job("tiny", suspend=False, parallelism=3, gpus="1", runtime=None),
+                 namespaces=resources.NAMESPACES)  # fmt: skip
+    await until(lambda: len(pods(store)) == 3 and sum(p["status"]["phase"] == "Running" for p in pods(store)) == 2)
+    await asyncio.sleep(0.1)
+    assert sum(p["status"]["phase"] == "Running" for p in pods(store)) == 2
+
+
 def test_label_index_follows_creates_relabels_and_deletes() -> None:
     store = ObjectStore()
     store.create(resources.NAMESPACES, "", {"metadata": {"name": "ml"}}, namespaces=resources.NAMESPACES)
