@@ -37,9 +37,8 @@ from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
 from queues import efficiency, jobs, pods
 from queues.inventory import Inventory
-from queues.nodes import with_pod_slot
 from queues.model import Config
-from queues.nodes import UNSCHEDULABLE, NodeInfo
+from queues.nodes import UNSCHEDULABLE, NodeInfo, with_pod_slot
 from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION, rank_of
 
 log = logging.getLogger(__name__)
