@@ -30,9 +30,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from queues import jobs, partial, quantity, selectors, tas
 from queues.model import ClusterQueue, FlavorResource, Snapshot, Usage, Workload
+
+if TYPE_CHECKING:
+    from queues.preemption import Target
 
 
 class Mode(IntEnum):
@@ -70,7 +74,7 @@ class Assignment:
     counts: dict[str, int] = field(default_factory=dict)  # pod set -> pods, where fewer than asked (partial)
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # TAS pod set -> node -> pods
     # quota fits but no domain holds it: whom to preempt to free the nodes (``queues.tas``)
-    topology_victims: list[Workload] = field(default_factory=list)
+    topology_victims: list[Target] = field(default_factory=list)
 
     @property
     def message(self) -> str:

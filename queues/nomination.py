@@ -89,15 +89,13 @@ class Nomination:
         full = flavors.assign(self.snapshot, cq, wl, self._oracle)
         if full.mode == Mode.FIT or not partial.reducible(wl.pod_sets):
             return full
-        if full.mode.preempts and preemption.for_assignment(self.snapshot, cq, wl, full):
-            return full
+        if full.mode.preempts and self._victims(wl, cq, full):
+            return full  # (Kueue: the whole workload by preemption before a part of it)
 
         def fits(counts: dict[str, int]) -> Assignment | None:
             self.work.assignments += 1
             tried = flavors.assign(self.snapshot, cq, wl, self._oracle, counts)
-            if tried.mode == Mode.FIT or (
-                tried.mode.preempts and preemption.for_assignment(self.snapshot, cq, wl, tried)
-            ):
+            if tried.mode == Mode.FIT or (tried.mode.preempts and self._victims(wl, cq, tried)):
                 return tried
             return None
 
@@ -109,7 +107,7 @@ class Nomination:
         if not assignment.mode.preempts:
             return None
         if assignment.topology_victims:  # (its quota fits; these free the nodes it is placed on)
-            return [Target(v, preemption.IN_CLUSTER_QUEUE) for v in assignment.topology_victims]
+            return list(assignment.topology_victims)
         victims = preemption.for_assignment(self.snapshot, cq, wl, assignment)
         if victims and not tas.fits_after(self.snapshot, cq, wl, assignment, [t.workload for t in victims]):
             assignment.messages = [

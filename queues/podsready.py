@@ -18,9 +18,12 @@ and the backoff; ``Scheduler.pods_ready_timeout`` applies the decision.
   as every evicted workload here) or ``Creation`` (by its creation time).
 - A simulation (``turnstile simulate``) ends once nothing but these evictions and requeues has
   happened for ``horizon`` seconds: such a loop never ends by itself.
-- ``blockAdmission`` (admit nothing else while a workload is not Ready) is not offered: it is
-  refused, naming the field, rather than accepted and ignored. Kueue's jitter on the backoff is
-  left out (decisions are reproducible), as is the per-workload timeout annotation (alpha).
+- ``blockAdmission`` (default false): while an admitted workload's pods are not all Ready, no
+  other workload is admitted (Kueue's sequential admission, for clusters where two gangs starting
+  at once could deadlock each other on nodes); the waiting heads say which workload they wait
+  for. Unlike Kueue, a workload that was Ready and lost a pod does not block (its recovery
+  timeout still applies). Kueue's jitter on the backoff is left out (decisions are
+  reproducible), as is the per-workload timeout annotation (alpha).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class WaitForPodsReady:
     backoff_limit_count: int | None = None
     backoff_base_seconds: float = 60.0
     backoff_max_seconds: float = 3600.0
+    block_admission: bool = False  # admit nothing while an admitted workload is not Ready yet
 
     def backoff(self, requeues: int) -> float:
         """Seconds before the ``requeues``-th requeue (1, 2, ...)."""
@@ -115,13 +119,10 @@ def parse(raw: Any, path: str = "waitForPodsReady") -> WaitForPodsReady:
     if not isinstance(enable, bool):
         problems.append(FieldError(f"{path}.enable", f"must be true or false, not {enable!r}"))
         enable = True
-    if raw.get("blockAdmission"):
-        problems.append(
-            FieldError(
-                f"{path}.blockAdmission",
-                "is not supported by Turnstile (workloads are admitted while others start); remove it or set false",
-            )
-        )
+    block = raw.get("blockAdmission", False)
+    if not isinstance(block, bool):
+        problems.append(FieldError(f"{path}.blockAdmission", f"must be true or false, not {block!r}"))
+        block = False
     timeout = duration(raw["timeout"], f"{path}.timeout", problems) if "timeout" in raw else 1800.0
     recovery = (
         duration(raw["recoveryTimeout"], f"{path}.recoveryTimeout", problems) if "recoveryTimeout" in raw else timeout
@@ -146,4 +147,6 @@ def parse(raw: Any, path: str = "waitForPodsReady") -> WaitForPodsReady:
     most = _whole(strategy.get("backoffMaxSeconds", 3600), f"{where}.backoffMaxSeconds", problems, least=1)
     if problems:
         raise errors.Invalid(problems)
-    return WaitForPodsReady(enable, timeout, recovery, timestamp == "Creation", limit, float(base), float(most))
+    return WaitForPodsReady(
+        enable, timeout, recovery, timestamp == "Creation", limit, float(base), float(most), enable and block
+    )

@@ -324,13 +324,7 @@ def targets(
         from queues import fair_preemption  # (it builds on the helpers here)
 
         return fair_preemption.targets(snapshot, cq, wl, usage, frs, snapshot.fair_sharing.preemption_strategies)
-    by_order = order_key(cq.name)
-
-    def key(c: _Candidate) -> tuple[bool, int, float, int]:
-        return by_order(c.workload)
-
-    own = sorted(own_candidates(cq, wl, frs), key=key)
-    hierarchical, by_priority = (sorted(found, key=key) for found in _cohort_candidates(cq, wl, frs, usage))
+    hierarchical, by_priority, own = _ordered_candidates(cq, wl, frs, usage)
     candidates = [*hierarchical, *by_priority, *own]
     if not candidates:
         return []
@@ -347,6 +341,28 @@ def targets(
         if found:
             return found
     return []
+
+
+def _ordered_candidates(
+    cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResource], usage: Usage
+) -> tuple[list[_Candidate], list[_Candidate], list[_Candidate]]:
+    """Kueue's candidates, each kind in Kueue's order: other ClusterQueues' borrowed work that
+    ``wl`` reclaims by hierarchy, the rest of the cohort's by priority, its own queue's."""
+    by_order = order_key(cq.name)
+
+    def key(c: _Candidate) -> tuple[bool, int, float, int]:
+        return by_order(c.workload)
+
+    own = sorted(own_candidates(cq, wl, frs), key=key)
+    hierarchical, by_priority = (sorted(found, key=key) for found in _cohort_candidates(cq, wl, frs, usage))
+    return hierarchical, by_priority, own
+
+
+def candidates(cq: ClusterQueue, wl: Workload, frs: Collection[FlavorResource], usage: Usage) -> list[Target]:
+    """Everyone ``wl`` may preempt for ``usage`` of ``frs``, in the order Kueue tries them (the cohort's
+    borrowed work first, then its own queue's), each with the reason it would be preempted: what
+    topology-aware preemption (``queues.tas``) takes from until the preemptor is placed."""
+    return [Target(c.workload, c.variant.reason) for group in _ordered_candidates(cq, wl, frs, usage) for c in group]
 
 
 def can_always_reclaim(cq: ClusterQueue) -> bool:

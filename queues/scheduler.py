@@ -101,6 +101,8 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         self.cap_hits = 0
         self.settle_seconds = SETTLE_SECONDS
         self.budget_gate = None  # (``Nomination``: a GPU-hour budget holding new work back)
+        # waitForPodsReady.blockAdmission: admit nothing while an admitted workload is not Ready
+        self.block_admission = False
         self.budget_priority: budget_priority.Lowered | None = None  # (or running it lower: ``Intake``)
         self._preempted_at: dict[str, float] = {}  # (``Reservations``)
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
@@ -241,6 +243,21 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
                 break
         return out
 
+    def _not_ready(self) -> Workload | None:
+        """An admitted workload whose pods have not all been Ready yet (blockAdmission), if any."""
+        return next((w for w in self.workloads.values() if w.admission is not None and w.ready_at is None), None)
+
+    def _blocked_by(self, unready: Workload) -> None:
+        """Every queue's head is told why nothing is admitted now."""
+        for name in sorted(self.pending.active):
+            head = self.pending.head(name)
+            if head is not None:
+                self._say(
+                    head,
+                    flavors.WAITING_FOR_QUOTA,
+                    f"admission waits until {unready.key}'s pods are Ready (waitForPodsReady.blockAdmission)",
+                )
+
     @property
     def cycles(self) -> int:
         return self.work.cycles
@@ -252,6 +269,9 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
             self._nodes_freed()
         changed = False
         decisions: list[Decision] = []
+        if self.block_admission and (unready := self._not_ready()) is not None:
+            self._blocked_by(unready)
+            return False, decisions
         # 1. heads
         heads: list[tuple[Workload, ClusterQueue]] = []
         touched: set[str] = set()

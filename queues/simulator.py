@@ -55,6 +55,7 @@ class Simulation:
             packing=scenario.packing,
         )
         self.sched.set_pod_priorities(scenario.pod_priorities)
+        self.sched.block_admission = scenario.pods_ready.block_admission
         # idle reclaim and GPU-hour budgets (``queues.efficiency``)
         self.efficiency = EfficiencyModel(scenario.utilization, scenario.reclaim, scenario.budgets)
         if scenario.budgets:
@@ -77,6 +78,7 @@ class Simulation:
         # waitForPodsReady: started workloads whose pods are not all on nodes yet (key -> epoch; their
         # runtime starts when they are), and when each is evicted unless they are by then
         self.unready: dict[str, int] = {}
+        self.readied = 0  # how many workloads have become Ready (blockAdmission schedules again on one)
         self.deadlines: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
         self.progress_at = 0.0  # the last instant something but waitForPodsReady's loop happened
 
@@ -153,8 +155,12 @@ class Simulation:
             # idle GPUs reclaimed (``queues.efficiency``), then 4. cycles
             self._enact(self.efficiency.reclaim(self.now, self.sched))
             self._sync_inventory()
-            self._enact(self.sched.schedule())
-            self._ready_now()
+            while True:
+                readied = self.readied
+                self._enact(self.sched.schedule())
+                self._ready_now()
+                if not self.sched.block_admission or self.readied == readied:
+                    break  # (with blockAdmission, a workload that became Ready lets the next one in)
             self.record.sample()
             if on_step is not None:
                 on_step(self)
@@ -310,7 +316,9 @@ class Simulation:
             elif self.scaler.ready(key):
                 del self.unready[key]
                 self.progress_at = self.now
+                self.readied += 1
                 if (wl := self.sched.workloads.get(key)) is not None:
+                    wl.ready_at = self.now
                     self.efficiency.started(wl, self.now, 0.0 if track.entry.serves else track.entry.runtime)
                 if not track.entry.serves:
                     self.order += 1

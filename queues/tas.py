@@ -13,7 +13,8 @@ inventory while the workload is admitted (``Snapshot.add_workload``). A preempti
 give theirs back in the what-if, so the preemptor is placed on the nodes they free; if it still
 cannot be placed, nobody is preempted for it (``fits_after``). When its quota fits but no
 domain holds it, lower-priority TAS work of its own ClusterQueue is preempted for it where that
-frees the right nodes (``_victims``), as Kueue's TAS preemption does.
+frees the right nodes (``_victims``): borrowed work in the cohort first, then its own queue's,
+as Kueue's TAS preemption does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from queues.flavors import Assignment
     from queues.jobs import PodSet
     from queues.model import ClusterQueue, Flavor, Snapshot, Workload
+    from queues.preemption import Target
 
 
 def uses_topology(snapshot: Snapshot, cq: ClusterQueue) -> bool:
@@ -120,37 +122,37 @@ def _needs_placement(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignm
     )
 
 
-def _victims(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment) -> list[Workload]:
-    """The fewest of ``cq``'s lower-priority TAS workloads (in Kueue's preemption order) whose
-    nodes, once free, hold ``wl``: taken in order until it is placed, then every one it is still
-    placed without is given back, newest taken first. [] if even all of them would not do."""
+def _victims(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment) -> list[Target]:
+    """The fewest placed workloads ``wl`` may preempt (Kueue's candidates in Kueue's order: the
+    cohort's borrowed work, then its own queue's lower priorities) whose nodes, once free, hold
+    ``wl``: taken in order until it is placed, then every one it is still placed without is given
+    back, newest taken first. [] if even all of them would not do."""
     from queues import preemption  # (preemption imports flavors, which imports this module)
 
-    candidates = [
-        c.workload
-        for c in preemption.own_candidates(cq, wl, set(assignment.usage))
-        if c.workload.admission is not None and c.workload.admission.placement
+    found = [
+        t
+        for t in preemption.candidates(cq, wl, set(assignment.usage), assignment.usage)
+        if t.workload.admission is not None and t.workload.admission.placement
     ]
-    candidates.sort(key=preemption.order_key(cq.name))
-    taken: list[Workload] = []
+    taken: list[Target] = []
     try:
-        for cand in candidates:
-            snapshot.remove_workload(cand)
+        for cand in found:
+            snapshot.remove_workload(cand.workload)
             taken.append(cand)
             if _placement(snapshot, cq, wl, assignment)[0] is not None:
                 break
         else:
             return []
         for cand in reversed(taken[:-1]):
-            snapshot.add_workload(cand)
+            snapshot.add_workload(cand.workload)
             if _placement(snapshot, cq, wl, assignment)[0] is None:
-                snapshot.remove_workload(cand)
+                snapshot.remove_workload(cand.workload)
             else:
                 taken.remove(cand)
         return list(taken)
     finally:
         for cand in taken:
-            snapshot.add_workload(cand)
+            snapshot.add_workload(cand.workload)
 
 
 def fits_after(

@@ -451,6 +451,7 @@ class Controller:
             packing=self.policy.topology_packing,
         )
         self.priorities.apply(term.scheduler)
+        term.scheduler.block_admission = self.policy.pods_ready.block_admission
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term
         self.terms_begun += 1

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from queues import errors, podsready
+from queues import errors, podsready, scenario, simulator
 from tests.queues.builders import CQ, flavor, make_workload
 from tests.queues.builders import scheduler as make_scheduler
 
@@ -31,7 +31,7 @@ def test_durations_and_recovery_default_to_the_timeout() -> None:
         ({"timeout": 0}, "waitForPodsReady.timeout: must be longer than 0"),
         ({"timeout": "0s"}, "waitForPodsReady.timeout: must be longer than 0"),
         ({"timeout": "soon"}, "waitForPodsReady.timeout: must be a duration such as 5m"),
-        ({"blockAdmission": True}, "waitForPodsReady.blockAdmission: is not supported"),
+        ({"blockAdmission": "yes"}, "waitForPodsReady.blockAdmission: must be true or false"),
         ({"requeuingStrategy": {"backoffLimitCount": -1}}, "waitForPodsReady.requeuingStrategy.backoffLimitCount"),
         ({"requeuingStrategy": {"timestamp": "Now"}}, "waitForPodsReady.requeuingStrategy.timestamp: must be"),
         ({"timout": "5m"}, "waitForPodsReady.timout: unknown field"),
@@ -75,3 +75,72 @@ def test_a_late_workload_is_evicted_requeued_with_backoff_then_deactivated() -> 
     assert not wl.active and wl.reason == "Inactive"
     assert "requeued 1 times, the limit (backoffLimitCount)" in wl.message
     assert s.pods_ready_timeout(wl.key, policy) is None, "a workload that is not running is not evicted"
+
+
+def test_block_admission_admits_the_next_only_once_the_last_is_ready() -> None:
+    """Kueue's blockAdmission: while an admitted workload's pods are not all Ready, nothing else is
+    admitted, though the quota has room; the heads say whom they wait for."""
+    assert podsready.parse({"blockAdmission": True}).block_admission
+    assert not podsready.parse({"blockAdmission": True, "enable": False}).block_admission
+    s = make_scheduler(flavor("a100"), CQ("a").group(("a100", {"gpu": 8})), queues={"q": "a"})
+    s.block_admission = True
+    first = make_workload("first").request(gpu=2).submit(s)
+    second = make_workload("second").request(gpu=2).submit(s, now=1.0)
+    s.schedule()
+    assert first.admission is not None and second.admission is None
+    assert second.message == "admission waits until ns/first's pods are Ready (waitForPodsReady.blockAdmission)"
+    first.ready_at = 5.0  # (its pods are Ready: the caller says so)
+    s.schedule()
+    assert second.admission is not None
+
+
+def _gangs(block: bool) -> list[tuple[int, str]]:
+    """One 8-GPU node, 16 GPUs of quota: a runs (Ready at once), b is admitted but its pods wait
+    for a's node until a ends at 100; c (1 GPU) comes at 10."""
+    gpu = "nvidia.com/gpu"
+
+    def job(name: str, at: int, gpus: int) -> dict[str, Any]:
+        container = {"name": "c", "image": "x", "resources": {"limits": {gpu: str(gpus)}}}
+        return {"at": at, "runtime": 100, "object": {
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}}  # fmt: skip
+
+    doc = {
+        "name": "gangs",
+        "waitForPodsReady": {"blockAdmission": block},
+        "nodes": [{"name": "n1", "capacity": {gpu: "8"}}],
+        "manifests": [
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}},
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "cq"},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [gpu],
+                            "flavors": [{"name": "f", "resources": [{"name": gpu, "nominalQuota": 16}]}],
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": "q", "namespace": "ml"},
+                "spec": {"clusterQueue": "cq"},
+            },
+        ],
+        "jobs": [job("a", 0, 8), job("b", 0, 7), job("c", 10, 1)],
+    }
+    result = simulator.Simulation(scenario.parse(doc)).run().to_json()
+    return [(e["t"], e["workload"]) for e in result["events"] if e["type"] == "Admitted"]
+
+
+def test_block_admission_in_engine_core_admits_nothing_while_a_gang_waits_for_nodes() -> None:
+    assert _gangs(block=False)[:3] == [(0, "ml/a"), (0, "ml/b"), (10, "ml/c")]
+    blocked = _gangs(block=True)
+    assert blocked[:2] == [(0, "ml/a"), (0, "ml/b")], blocked  # (a Ready at once: b may come)
+    assert blocked[2][1] == "ml/c" and blocked[2][0] >= 100, blocked  # only once b's pods run

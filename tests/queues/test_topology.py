@@ -292,6 +292,30 @@ def test_a_nodes_pod_slots_bound_what_it_holds_as_kueue_counts_them() -> None:
     assert _run(doc)["workloads"]["ml/fits"]["state"] == "Finished"
 
 
+def test_topology_preemption_reclaims_borrowed_nodes_in_the_cohort() -> None:
+    """Kueue's TAS preemption looks in the cohort too: b borrows and fills both nodes; a's job fits
+    a's quota but no node, and nothing of a's own runs: b's borrowed work is reclaimed for it."""
+    doc = _doc([], racks=1, per_rack=2)
+    cqs = [m for m in doc["manifests"] if m["kind"] == "ClusterQueue"]
+    cq = cqs[0]
+    cq["spec"]["cohortName"] = "pool"
+    cq["spec"]["preemption"] = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 12
+    other = {**cq, "metadata": {"name": "b"}, "spec": {**cq["spec"], "preemption": {}}}
+    doc["manifests"].append(other)
+    doc["manifests"].append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                             "metadata": {"name": "qb", "namespace": "ml"}, "spec": {"clusterQueue": "b"}})  # fmt: skip
+    borrow = [_job(f"b{i}", 0, 1, 8, runtime=1000, annotations={REQUIRED: HOST}) for i in range(2)]
+    for j in borrow:
+        j["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "qb"
+    doc["jobs"] = [*borrow, _job("a", 10, 1, 8, annotations={REQUIRED: HOST})]
+    result = _run(doc)
+    evicted = [(e["t"], e["workload"], e["detail"]) for e in result["events"] if e["type"] == "Evicted"]
+    assert len(evicted) == 1 and evicted[0][0] == 10 and evicted[0][2] == "InCohortReclamation", evicted
+    admitted = next(e for e in result["events"] if e["workload"] == "ml/a" and e["type"] == "Admitted")
+    assert admitted["t"] == 10, result["events"]
+
+
 def test_a_scenario_with_bad_annotations_names_the_path() -> None:
     doc = _doc([_job("j", 0, 2, 1, annotations={REQUIRED: RACK, PREFERRED: HOST})])
     with pytest.raises(errors.Invalid) as exc:

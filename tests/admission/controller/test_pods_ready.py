@@ -90,3 +90,33 @@ async def test_a_ready_job_runs_on_and_its_readiness_is_stored(tmp_path: Path, m
         await asyncio.sleep(2.5)  # past the timeout: nothing happens to a Ready job
         assert (await _row(w, "fits")).state == "Admitted"
         assert not await _events(w, "fits", "PodsReadyTimeout")
+
+
+async def test_block_admission_holds_the_next_job_until_the_last_ones_pods_are_ready(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    """blockAdmission through the controller: "wide" (6 GPUs) fits the quota (8) but not the 4-GPU
+    node, so its pods never get Ready; "small" (1 GPU) waits, saying why, until wide is evicted."""
+    block = Policy(pods_ready=podsready.WaitForPodsReady(timeout=3, backoff_base_seconds=60, block_admission=True))
+    async with world(tmp_path, migrated_url) as w:
+        await w.kube.create(NODES, None, sim_autoscaler.node_object("gpu-1", NODE))
+        await w.apply(CONFIG)
+        w.start_controller("replica-1", policy=block)
+        await w.create(job("wide", gpus=6))
+        await eventually(lambda: _admitted(w, "wide"), what="wide admitted")
+        await w.create(job("small", gpus=1))
+
+        async def blocked() -> Any:
+            r = await _row(w, "small")
+            return r if r is not None and r.message and "blockAdmission" in r.message else None
+
+        r = await eventually(blocked, what="small told it waits for wide")
+        assert r.state == "Pending" and "ml/wide's pods are Ready" in r.message, r.message
+        # wide's pods never get Ready: evicted by the timeout, after which small is admitted
+        await eventually(lambda: _admitted(w, "small"), timeout=15, what="small admitted once wide is evicted")
+        assert (await _row(w, "wide")).state == "Pending"
+
+
+async def _admitted(w: World, name: str) -> bool:
+    r = await _row(w, name)
+    return r is not None and r.state == "Admitted"
