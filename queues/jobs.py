@@ -33,6 +33,29 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"  # partial admission of a batch Job
 COMPLETIONS_EQUAL_PARALLELISM = "kueue.x-k8s.io/job-completions-equal-parallelism"
+ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # Kueue's workload slices: not implemented here (said, not ignored)
+POD_READY_TIMEOUT = "kueue.x-k8s.io/pods-ready-timeout"  # (alpha per-workload waitForPodsReady timeout)
+
+
+def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
+    """Kueue's annotations (or labels) on a job that Turnstile does not act on, each said with what
+    happens instead: a job that asks for them is still admitted, never silently treated otherwise."""
+    meta = obj.get("metadata") or {}
+    marks = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+    out = []
+    if str(marks.get(ELASTIC_JOB, "")).lower() == "true":
+        out.append(
+            f"metadata.annotations[{ELASTIC_JOB}]: elastic jobs (workload slices) are not supported yet; "
+            "the job is admitted at its size now, and a change of parallelism evicts and requeues it"
+        )
+    if POD_READY_TIMEOUT in marks:
+        out.append(
+            f"metadata.annotations[{POD_READY_TIMEOUT}]: not read; the waitForPodsReady timeout of the "
+            "configuration applies"
+        )
+    return out
+
+
 DEFAULT_QUEUE = "default"
 
 Requests = dict[str, int]  # resource name -> milli-units

@@ -186,7 +186,7 @@ class ApiServer:
         if parts == ["version"]:
             return web.json_response(VERSION)
         if parts[:1] == ["openapi"]:
-            return self._openapi(parts[1:])
+            return self._openapi(parts[1:], request.headers.get("Accept", ""))
         if parts in (["healthz"], ["readyz"], ["livez"]):
             return web.Response(text="ok")
         if parts == ["api"]:
@@ -289,7 +289,9 @@ class ApiServer:
             out["metadata"]["continue"] = meta["continue"]
         return out
 
-    def _openapi(self, parts: list[str]) -> web.StreamResponse:
+    def _openapi(self, parts: list[str], accept: str) -> web.StreamResponse:
+        if parts == ["v2"] and openapi.V2_PROTOBUF in accept:
+            return web.Response(body=openapi.swagger_protobuf(), content_type="application/octet-stream")
         if parts == ["v2"]:
             return web.json_response(openapi.swagger(self.served))
         if parts == ["v3"]:

@@ -106,6 +106,19 @@ def root(served: Iterable[Resource]) -> dict[str, Any]:
     return {"paths": out}
 
 
+V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+
+
+def swagger_protobuf() -> bytes:
+    """``/openapi/v2`` as kubectl asks for it (protobuf only, gnostic's ``openapi_v2.Document``), for
+    a group-version ``/openapi/v3`` does not list, i.e. a kind the server does not serve: a document
+    with no definitions, so kubectl finds no schema for the kind, validates nothing, and says what a
+    real server's kubectl says (``no matches for kind "Widget" in version "example.com/v1"``)
+    instead of failing to parse JSON as protobuf. Field 1 is ``swagger``: "2.0"."""
+    value = b"2.0"
+    return bytes([(1 << 3) | 2, len(value)]) + value
+
+
 def swagger(served: Iterable[Resource]) -> dict[str, Any]:
     """``/openapi/v2`` as JSON (clients older than kubectl 1.27 ask for it): paths and operations."""
     paths: dict[str, Any] = {}

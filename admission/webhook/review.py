@@ -253,7 +253,7 @@ def _rfc3339(text: str) -> bool:
 
 
 def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
-    out: list[str] = []
+    out: list[str] = jobs.unsupported_markings(obj) if queue is not None else []
     keep = ((obj.get("metadata") or {}).get("annotations") or {}).get(KEEP_UNTIL)
     if keep is not None and not _rfc3339(str(keep)):
         out.append(

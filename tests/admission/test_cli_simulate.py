@@ -5,6 +5,8 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+
 from tests.admission.runner import turnstile
 
 
@@ -151,3 +153,15 @@ def test_efficiency_example_reports_reclaim_and_budgets_and_engine_cluster_needs
     assert cluster.returncode == 2, cluster.stderr
     assert "reclaim: engine cluster reads GPU utilisation through a real Prometheus" in cluster.stderr
     assert "apt-get install prometheus" in cluster.stderr and "Traceback" not in cluster.stderr
+
+
+def test_an_elastic_job_in_a_scenario_is_warned_about(tmp_path: Path) -> None:
+    doc = yaml.safe_load(Path("examples/gpu-teams.yaml").read_text())
+    first = doc["jobs"][0]["object"]
+    first["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/elastic-job"] = "true"
+    scenario = tmp_path / "elastic.yaml"
+    scenario.write_text(yaml.safe_dump(doc))
+    out = turnstile("simulate", str(scenario), "--output", "json")
+    assert out.returncode == 0, out.stderr
+    name = f"{first['metadata'].get('namespace')}/{first['metadata']['name']}"
+    assert f"jobs[0] {name}: metadata.annotations[kueue.x-k8s.io/elastic-job]: elastic jobs" in out.stderr, out.stderr

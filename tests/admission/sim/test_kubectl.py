@@ -90,3 +90,16 @@ async def test_kubectl_validates_applies_and_prints_as_on_a_real_cluster(tmp_pat
         assert "Complete" in out and "1/1" in out, out
     finally:
         await host.stop()
+
+
+async def test_a_kind_the_server_does_not_serve_gets_kubectls_real_message(kubeconfig: Path) -> None:
+    """kubectl falls back to /openapi/v2 (protobuf only) for a group-version /openapi/v3 lacks; a
+    real server's answer lets it say "no matches for kind" and apply the rest, as here."""
+    docs = (
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\n---\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: default}\n"
+    )
+    code, out, err = await kubectl(kubeconfig, "apply", "-f", "-", stdin=docs)
+    assert code == 1 and 'no matches for kind "Widget" in version "example.com/v1"' in err, err
+    assert "ensure CRDs are installed first" in err and "proto:" not in err, err
+    assert "configmap/c created" in out, out  # (kubectl goes on with what it can map, as on a real cluster)

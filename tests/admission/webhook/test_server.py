@@ -373,3 +373,14 @@ def test_an_unreadable_keep_until_is_warned_about(server: Server) -> None:
     assert any("turnstile.dev/keep-until]: 'tomorrow' is not an RFC 3339 time" in w for w in warnings), warnings
     kept["metadata"]["annotations"]["turnstile.dev/keep-until"] = "2026-12-24T18:00:00Z"
     assert not any("keep-until" in w for w in server.review("/validate", kept).get("warnings", []))
+
+
+def test_kueue_annotations_not_acted_on_are_warned_about(server: Server) -> None:
+    """Kueue's elastic-job annotation (and the alpha pods-ready timeout) are not implemented: the job
+    is admitted as a fixed-size job, and told so, never silently."""
+    elastic = job("elastic")
+    elastic["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/elastic-job"] = "true"
+    review = server.review("/validate", elastic)
+    assert review["allowed"] is True, review
+    assert any("elastic-job]: elastic jobs (workload slices) are not supported yet" in w for w in review["warnings"])
+    assert not any("elastic" in w for w in server.review("/validate", job("plain")).get("warnings", []))
