@@ -397,6 +397,11 @@ def parse(doc: Any) -> KueueObject:
     if not isinstance(doc, Mapping):
         raise errors.Invalid([errors.FieldError("", f"must be a mapping (a Kubernetes object), not {_typename(doc)}")])
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if api_version == f"{GROUP}/v1alpha1" and kind == "Topology":
+        # Kueue served Topology at v1alpha1 before v1beta1, in the same shape (spec.levels[].nodeLabel):
+        # read as v1beta1, so ``turnstile convert`` prints it as v1beta2
+        doc = {**doc, "apiVersion": f"{GROUP}/v1beta1"}
+        api_version = doc["apiVersion"]
     problems: list[errors.FieldError] = []
     if (
         not isinstance(api_version, str)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import ssl
 import tempfile
 from pathlib import Path
@@ -69,9 +70,11 @@ class Aggregator:
                           namespaces=namespaces)  # fmt: skip
 
     async def close(self) -> None:
+        """The proxy's connections closed and its client certificate's folder removed."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def claimed(self, group: str, version: str) -> Obj | None:
         """The APIService that claims ``group/version`` for a backend, if any."""

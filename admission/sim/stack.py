@@ -62,8 +62,11 @@ async def fresh_database(database_url: str | None, workdir: Path) -> AsyncIterat
     """A new, migrated database: embedded in ``workdir``, or created on ``database_url``'s server."""
     if database_url is None:
         url = await asyncio.to_thread(embedded.start, workdir / "pg", database="turnstile", cleanup="delete")
-        await database.upgrade(url)
-        yield url
+        try:
+            await database.upgrade(url)
+            yield url
+        finally:  # (stopped before the work folder goes, not at exit: nothing runs on, nothing is left)
+            await asyncio.to_thread(embedded.stop, workdir / "pg")
         return
     name = f"turnstile_sim_{secrets.token_hex(4)}"
     admin = notify.asyncpg_dsn(database_url)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 DATABASE = "turnstile"
@@ -20,6 +21,18 @@ class EmbeddedPostgresError(RuntimeError):
 
 def _socket_host(uri: str) -> str:
     return uri.split("host=", 1)[1].split("&", 1)[0]
+
+
+_servers: dict[Path, Any] = {}  # data folder -> the wheel's server handle, for ``stop``
+
+
+def stop(data_dir: Path) -> None:
+    """Stop the server of ``data_dir`` started by this process now (and, if it was started with
+    ``cleanup="delete"``, delete its data), rather than at exit: a command that used a throwaway
+    server (``simulate --engine cluster``) leaves no server running and no folder behind."""
+    server = _servers.pop(data_dir, None)
+    if server is not None:
+        server.cleanup()
 
 
 def start(data_dir: Path, *, database: str = DATABASE, cleanup: str | None = None) -> str:
@@ -37,6 +50,7 @@ def start(data_dir: Path, *, database: str = DATABASE, cleanup: str | None = Non
             f"could not start the embedded PostgreSQL in {data_dir}: {exc}. "
             "Set TURNSTILE_DATABASE_URL to use another PostgreSQL."
         ) from exc
+    _servers[data_dir] = server
     host = _socket_host(server.get_uri())
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
     if "1" not in exists.split():

@@ -340,3 +340,24 @@ def test_convert_prints_v1beta2_and_says_nothing_was_converted_on_errors(tmp_pat
     out = turnstile("convert", "-f", str(bad))
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.rstrip().endswith("nothing was converted"), out.stderr
+
+
+def test_convert_reads_a_v1alpha1_topology(tmp_path: Path) -> None:
+    """Kueue's Topology was v1alpha1 before v1beta1, in the same shape: converted, not refused."""
+    old = tmp_path / "topology.yaml"
+    old.write_text(
+        "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata: {name: default}\nspec:\n"
+        "  levels:\n  - nodeLabel: cloud.provider.com/topology-block\n  - nodeLabel: kubernetes.io/hostname\n"
+    )
+    out = turnstile("convert", "-f", str(old))
+    assert out.returncode == 0, out.stderr
+    converted = yaml.safe_load(out.stdout)
+    assert converted["apiVersion"] == "kueue.x-k8s.io/v1beta2" and converted["kind"] == "Topology", converted
+    assert [lv["nodeLabel"] for lv in converted["spec"]["levels"]] == [
+        "cloud.provider.com/topology-block",
+        "kubernetes.io/hostname",
+    ]
+    other = tmp_path / "other.yaml"
+    other.write_text(old.read_text().replace("kind: Topology", "kind: ResourceFlavor").split("spec:")[0])
+    refused = turnstile("convert", "-f", str(other))
+    assert refused.returncode == 1 and "v1alpha1" in refused.stderr, refused.stderr

@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -165,3 +166,21 @@ def test_an_elastic_job_in_a_scenario_is_warned_about(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     name = f"{first['metadata'].get('namespace')}/{first['metadata']['name']}"
     assert f"jobs[0] {name}: metadata.annotations[kueue.x-k8s.io/elastic-job]: elastic jobs" in out.stderr, out.stderr
+
+
+def test_engine_cluster_leaves_no_folder_and_no_server_behind(tmp_path: Path) -> None:
+    """Its embedded PostgreSQL is stopped and its work folder removed before the command exits."""
+    doc = yaml.safe_load(Path("examples/gpu-teams.yaml").read_text())
+    doc["jobs"] = doc["jobs"][:1]
+    doc["jobs"][0]["runtime"] = 5
+    doc.pop("edits", None)
+    scenario = tmp_path / "one.yaml"
+    scenario.write_text(yaml.safe_dump(doc))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    out = turnstile("simulate", str(scenario), "--engine", "cluster", "--time-scale", "0.05", "-o", "json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert list(scratch.iterdir()) == [], list(scratch.iterdir())
+    running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert str(scratch) not in running, "no PostgreSQL of this run is left running"
