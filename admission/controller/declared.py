@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,7 @@ from queues import api, crds, errors
 log = logging.getLogger(__name__)
 
 ACTOR = "kubernetes"  # the audit's actor when an object names no editor
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 KEPT_RETRY = 2.0  # seconds between looks at deletions kept by the finalizer (is it still in use?)
 BATCH = 500  # object versions per transaction
 
@@ -228,6 +230,10 @@ class Declared:
         missing = [obj for kind, objs in stored.items() for obj in objs if (kind, obj.key) not in self.objects]
         for obj in missing:
             body = api.to_manifest(obj, version=crds.VERSION)
+            # as ``kubectl apply`` would have left it: a later ``kubectl apply`` of the same YAML
+            # merges (three-way) without warning that the annotation is missing
+            applied = json.dumps(body, separators=(",", ":")) + "\n"
+            body["metadata"].setdefault("annotations", {})[LAST_APPLIED] = applied
             try:
                 await self.kube.create(self.refs[obj.kind], obj.metadata.namespace, body)
             except KubeError as exc:

@@ -113,6 +113,14 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
             lambda: _has(migrated_url, "configuration source: kubernetes", "stderr", "get", "rf"),
             what="the install's source: kubernetes",
         )
+        # exported as kubectl apply would have made it: applying it again merges without a warning
+        code, out, err = await kubectl(host.kubeconfig, "get", "rf", "spare", "-o", "json")
+        assert code == 0, err
+        spare = json.loads(out)
+        again = {"apiVersion": spare["apiVersion"], "kind": spare["kind"], "metadata": {"name": "spare"},
+                 "spec": spare.get("spec", {})}  # fmt: skip
+        code, out, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=json.dumps(again))
+        assert code == 0 and "last-applied-configuration" not in err, err
 
         # Existing v1beta2 YAML, unchanged, through kubectl; then kubectl get cq,lq shows Kueue's columns.
         code, out, err = await kubectl(host.kubeconfig, "apply", "-f", str(TEAMS))
