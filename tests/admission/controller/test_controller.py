@@ -112,7 +112,10 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
             f"ml/{low['metadata']['name']}",
             env={**os.environ, "TURNSTILE_DATABASE_URL": w.url},
         )
-        assert described.returncode == 0 and "Workload:      ml/low-1 (Job)" in described.stdout, described
+        assert (
+            described.returncode == 0
+            and f"Workload:      ml/low-1 (Job; its Workload object: {low['metadata']['name']})" in described.stdout
+        ), described
         events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
         said = [(e["reason"], e["message"]) for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
         assert any(m.startswith("Preempting: quota reserved; waiting for 2 preempted workloads") for _, m in said), said
