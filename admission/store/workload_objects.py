@@ -25,7 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.kube.table import human_duration
-from queues import quantity
+from queues import jobs, quantity
 
 GROUP, VERSION = "turnstile.dev", "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -51,7 +51,7 @@ def object_name(kind: str, name: str, job_uid: str) -> str:
 _COLUMNS = f"""
     w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
     w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
-    w.assigned_flavors, w.checks, w.active,
+    w.assigned_flavors, w.checks, w.active, w.labels,
     {OBJECT_NAME} AS object_name
 """
 _VISIBLE = "(w.state <> 'Finished' OR w.finished_at > now() - make_interval(secs => :retention))"
@@ -226,6 +226,8 @@ def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
         "blockOwnerDeletion": True,
     }
     spec: dict[str, Any] = {"podSets": pod_sets, "priority": row["priority"], "active": bool(row["active"])}
+    if (ref := _priority_class_ref(row)) is not None:
+        spec["priorityClassRef"] = ref
     if row["local_queue"]:
         spec["queueName"] = row["local_queue"]
     return {
@@ -242,6 +244,18 @@ def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
         "spec": spec,
         "status": status,
     }
+
+
+def _priority_class_ref(row: Any) -> dict[str, str] | None:
+    """Kueue's ``spec.priorityClassRef``: the WorkloadPriorityClass the job's label names, else the
+    PriorityClass its pod template names (the order in which they gave the priority), else none."""
+    named = (_json(row["labels"]) or {}).get(jobs.PRIORITY_LABEL)
+    if named:
+        return {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": str(named)}
+    pod_class = (_json(row["pod_sets"]) or {}).get("priorityClassName")
+    if pod_class:
+        return {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": str(pod_class)}
+    return None
 
 
 def summary(obj: dict[str, Any]) -> dict[str, str]:

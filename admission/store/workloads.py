@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Text, cast, delete, func, select, text, update
+from sqlalchemy import Text, cast, delete, func, literal, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
@@ -40,8 +41,11 @@ class Record:
     created_at: dt.datetime
 
 
-def pod_sets_json(pod_sets: Iterable[jobs.PodSet]) -> dict[str, Any]:
-    return {
+def pod_sets_json(pod_sets: Iterable[jobs.PodSet], priority_class_name: str | None = None) -> dict[str, Any]:
+    """The stored pod sets (and, beside them, the pod template's ``priorityClassName``, which the
+    Workload object's ``spec.priorityClassRef`` names when no WorkloadPriorityClass does)."""
+    extra = {"priorityClassName": priority_class_name} if priority_class_name else {}
+    return extra | {
         "podSets": [
             {
                 "name": ps.name,
@@ -122,7 +126,7 @@ async def upsert(session: AsyncSession, records: Sequence[Record]) -> dict[str, 
                 "name": [r.job.name for r in chunk],
                 "local_queue": [r.local_queue for r in chunk],
                 "priority": [r.priority for r in chunk],
-                "pod_sets": [json.dumps(pod_sets_json(r.job.pod_sets)) for r in chunk],
+                "pod_sets": [json.dumps(pod_sets_json(r.job.pod_sets, r.job.priority_class_name)) for r in chunk],
                 "labels": [json.dumps(dict(r.job.labels)) for r in chunk],
                 "ts": [r.created_at for r in chunk],
             },
@@ -393,7 +397,10 @@ async def commit_cycle(
         result.evicted = sorted(queues)
         for e in evictions:  # a changed job: requeued as it now is, in the transaction that releases it
             if e.pod_sets is not None and e.workload_id in queues:
-                await session.execute(update(w).where(w.id == e.workload_id).values(pod_sets=pod_sets_json(e.pod_sets)))
+                # (``||``: the pod sets replaced, what is stored beside them kept)
+                changed = literal(pod_sets_json(e.pod_sets), type_=JSONB)
+                merged = w.pod_sets.op("||")(changed)
+                await session.execute(update(w).where(w.id == e.workload_id).values(pod_sets=merged))
         await _events(
             session,
             [

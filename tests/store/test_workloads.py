@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
@@ -282,3 +283,34 @@ async def test_the_ledger_records_the_labels_named_in_settings(sessions: async_s
         )
         (interval,) = (await s.execute(select(tables.UsageInterval))).scalars().all()
     assert interval.labels == {"cost-center": "cc-7"}  # only the labels chargeback is told to keep
+
+
+async def test_workload_objects_name_the_priority_class_that_gave_the_priority(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Kueue's spec.priorityClassRef: the WorkloadPriorityClass label first, else the pod template's
+    PriorityClass (kept beside the pod sets), else none."""
+    from admission.store import workload_objects
+
+    pod_class = record(1)
+    pod_class = store.Record(
+        pod_class.job_uid, dataclasses.replace(pod_class.job, priority_class_name="batch-high"), "q", 5, NOW
+    )
+    both = store.Record(
+        "uid-both",
+        dataclasses.replace(record(2, labels={"kueue.x-k8s.io/priority-class": "urgent"}).job, priority_class_name="x"),
+        "q", 9, NOW,
+    )  # fmt: skip
+    async with database.transaction(sessions) as s:
+        await config_store.apply(s, [cq("a", 8, cohort=None)], actor="test")
+        await store.upsert(s, [record(0), pod_class, both])
+    async with database.transaction(sessions) as s:
+        refs = {
+            name: (await workload_objects.get(s, "team", name) or {}).get("spec", {}).get("priorityClassRef")
+            for name in ("job-0", "job-1", "job-2")
+        }
+    assert refs == {
+        "job-0": None,
+        "job-1": {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "batch-high"},
+        "job-2": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "urgent"},
+    }, refs

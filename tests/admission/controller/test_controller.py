@@ -104,6 +104,7 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
             conditions["Preempted"]["reason"] == "InClusterQueue" and "ml/urgent" in conditions["Preempted"]["message"]
         )
         assert low["metadata"]["ownerReferences"][0]["kind"] == "Job"
+        assert "priorityClassRef" not in low["spec"], low["spec"]  # (no class gave low its priority)
         # the name kubectl shows (job-low-1-xxxxx) finds the same workload in the CLI
         described = await asyncio.to_thread(
             turnstile,
@@ -129,6 +130,11 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
             return any(e["reason"] == "Admitted" and e["involvedObject"]["name"] == "urgent" for e in events["items"])
 
         await eventually(admitted_said, what="an Admitted Event once the victims stopped")
+        # Kueue's spec.priorityClassRef: the WorkloadPriorityClass that gave urgent its priority
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": w.url}
+        shown = await asyncio.to_thread(turnstile, "get", "wl", "ml/urgent", "-o", "json", env=env)
+        ref = json.loads(shown.stdout)["spec"]["priorityClassRef"]
+        assert ref == {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}, ref
 
 
 async def _reason_is(w, name: str, reason: str) -> bool:  # type: ignore[no-untyped-def]
