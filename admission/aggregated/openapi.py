@@ -54,7 +54,7 @@ def schemas() -> dict[str, dict[str, Any]]:
                 "spec": {
                     **OPEN,
                     "description": "podSets (each pod set's count, requests and node constraints), queueName, "
-                    "priority, active",
+                    "priority, priorityClassRef, active",
                 },
                 "status": {
                     **OPEN,
