@@ -27,6 +27,7 @@ from admission.sim import (
     cel,
     dcgm,
     defaults,
+    event_views,
     openapi,
     patches,
     rbac,
@@ -312,6 +313,8 @@ class ApiServer:
         method = request.method
         mode = validation.field_validation(request.query.get("fieldValidation"))
         as_table = tables.wants_table(request.headers.get("Accept", ""))
+        if res.group == "events.k8s.io":  # one storage, two APIs (``admission.sim.event_views``)
+            return await self._serve_event_view(request, res, namespace, name, mode, as_table)
         if method == "GET" and not name:
             if request.query.get("watch") in WATCH_TRUE:
                 return await self._watch(request, res, namespace or None)
@@ -359,6 +362,39 @@ class ApiServer:
             if res == resources.CRDS:
                 self._remove_crd(old)
             return _respond(deleted, admitted.warnings)
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
+
+    async def _serve_event_view(
+        self, request: web.Request, res: Resource, namespace: str, name: str, mode: str, as_table: bool
+    ) -> web.StreamResponse:
+        """``events.k8s.io/v1`` requests, served from the core Events (converted both ways)."""
+        core = self.by_path[("", "v1", "events")]
+        view, stored = event_views.to_events_v1, event_views.to_core
+        method = request.method
+        if method == "GET" and not name:
+            if request.query.get("watch") in WATCH_TRUE:
+                return await self._watch(request, core, namespace or None, convert=view, shown_as=res)
+            listed = self._list(request, core, namespace or None)
+            items = [view(o) for o in listed["items"]]
+            if as_table:
+                return web.json_response(self._table(request, res, items, listed["metadata"]))
+            return web.json_response({**listed, "apiVersion": res.api_version, "kind": "EventList", "items": items})
+        if method == "GET":
+            got = view(self.store.get(core, namespace, name))
+            if as_table:
+                return web.json_response(self._table(request, res, [got], got["metadata"]))
+            return web.json_response(got)
+        if method == "POST" and not name:
+            body = stored(await self._body(request))
+            created, warnings = await self.create(core, namespace, body, user=user_of(request), mode=mode)
+            return _respond(view(created), warnings, status=201)
+        if method in ("PUT", "PATCH") and name:
+            old = self.store.get(core, namespace, name)
+            new = await self._body(request) if method == "PUT" else await self._patched(request, res, view(old))
+            updated = self.store.replace(core, namespace, name, stored(new), subresource="", validate=None)
+            return _respond(view(updated), [])
+        if method == "DELETE" and name:
+            return _respond(view(self.store.delete(core, namespace, name)), [])
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
 
     async def create(
@@ -562,7 +598,16 @@ class ApiServer:
         ns["metadata"]["finalizers"] = []
         return self.store.delete(resources.NAMESPACES, "", name)
 
-    async def _watch(self, request: web.Request, res: Resource, namespace: str | None) -> web.StreamResponse:
+    async def _watch(
+        self,
+        request: web.Request,
+        res: Resource,
+        namespace: str | None,
+        *,
+        convert: Callable[[Obj], Obj] | None = None,
+        shown_as: Resource | None = None,
+    ) -> web.StreamResponse:
+        """A watch of ``res``; with ``convert``, its objects shown as ``shown_as`` (a view's)."""
         rv_param = request.query.get("resourceVersion", "")
         timeout = float(request.query.get("timeoutSeconds") or 1800)
         bookmarks = request.query.get("allowWatchBookmarks") in WATCH_TRUE
@@ -592,8 +637,10 @@ class ApiServer:
                     kind = "ADDED" if now else "DELETED"
                 elif not now:
                     return
+            if convert is not None and kind in ("ADDED", "MODIFIED", "DELETED"):
+                obj = convert(obj)
             if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
-                obj = self._table(request, res, [obj], obj.get("metadata") or {})
+                obj = self._table(request, shown_as or res, [obj], obj.get("metadata") or {})
             await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
 
         # Register before reading history, so nothing falls between the two.
@@ -631,8 +678,8 @@ class ApiServer:
                         await send(
                             "BOOKMARK",
                             {
-                                "kind": res.kind,
-                                "apiVersion": res.api_version,
+                                "kind": (shown_as or res).kind,
+                                "apiVersion": (shown_as or res).api_version,
                                 "metadata": {"resourceVersion": str(version)},
                             },
                         )

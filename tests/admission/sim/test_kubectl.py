@@ -103,3 +103,34 @@ async def test_a_kind_the_server_does_not_serve_gets_kubectls_real_message(kubec
     assert code == 1 and 'no matches for kind "Widget" in version "example.com/v1"' in err, err
     assert "ensure CRDs are installed first" in err and "proto:" not in err, err
     assert "configmap/c created" in out, out  # (kubectl goes on with what it can map, as on a real cluster)
+
+
+async def test_events_are_one_storage_served_through_both_apis(kubeconfig: Path) -> None:
+    """As on a real server: a core v1 Event is listed by events.k8s.io/v1 (regarding, note), and
+    one posted through events.k8s.io/v1 is a core Event (involvedObject, message)."""
+    core = {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1", "namespace": "default"},
+        "involvedObject": {"kind": "Job", "name": "j", "namespace": "default"},
+        "reason": "Pending", "message": "waiting for quota", "type": "Normal",
+    }  # fmt: skip
+    code, _, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(core))
+    assert code == 0, err
+    code, out, err = await kubectl(kubeconfig, "get", "events.v1.events.k8s.io", "-n", "default", "-o", "json")
+    assert code == 0, err
+    (item,) = json.loads(out)["items"]
+    assert (item["regarding"]["name"], item["note"], item["reason"]) == ("j", "waiting for quota", "Pending"), item
+    assert "involvedObject" not in item and "message" not in item, item
+    newer = {
+        "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e2", "namespace": "default"},
+        "regarding": {"kind": "Job", "name": "k", "namespace": "default"}, "note": "admitted",
+        "reason": "Admitted", "type": "Normal", "eventTime": "2026-12-04T20:00:00.000000Z",
+        "reportingController": "turnstile", "reportingInstance": "turnstile-0", "action": "Admit",
+    }  # fmt: skip
+    code, _, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(newer))
+    assert code == 0, err
+    code, out, err = await kubectl(kubeconfig, "get", "events", "-n", "default", "-o", "json")
+    assert code == 0, err
+    shown = {i["metadata"]["name"]: i for i in json.loads(out)["items"]}
+    assert shown["e2"]["involvedObject"]["name"] == "k" and shown["e2"]["message"] == "admitted", shown["e2"]
+    code, out, err = await kubectl(kubeconfig, "get", "events.v1.events.k8s.io", "-n", "default")
+    assert code == 0 and "Pending" in out and "Admitted" in out, (out, err)
