@@ -285,6 +285,8 @@ class ApiServer:
     def _table(self, request: web.Request, res: Resource, objects: list[Obj], meta: dict[str, Any]) -> Obj:
         printer = tables.printer_for(res, self.columns)
         include = request.query.get("includeObject") or "Metadata"
+        if include == "Object":  # (a row's object is whole, kind and apiVersion too: kubectl --sort-by decodes it)
+            objects = [{"apiVersion": res.api_version, "kind": res.kind, **o} for o in objects]
         out = tables.table(printer, objects, include=include, resource_version=str(meta.get("resourceVersion") or ""))
         if meta.get("continue"):
             out["metadata"]["continue"] = meta["continue"]

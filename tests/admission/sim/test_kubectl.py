@@ -134,3 +134,13 @@ async def test_events_are_one_storage_served_through_both_apis(kubeconfig: Path)
     assert shown["e2"]["involvedObject"]["name"] == "k" and shown["e2"]["message"] == "admitted", shown["e2"]
     code, out, err = await kubectl(kubeconfig, "get", "events.v1.events.k8s.io", "-n", "default")
     assert code == 0 and "Pending" in out and "Admitted" in out, (out, err)
+
+
+async def test_sort_by_prints_the_rows_sorted(kubeconfig: Path) -> None:
+    """kubectl --sort-by asks for whole objects in the Table's rows and decodes them by kind."""
+    for name in ("x", "a"):
+        code, _, err = await kubectl(kubeconfig, "create", "configmap", name, "-n", "default")
+        assert code == 0, err
+    code, out, err = await kubectl(kubeconfig, "get", "cm", "-n", "default", "--sort-by=.metadata.name")
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["a", "x"], out
