@@ -316,6 +316,20 @@ def test_topology_preemption_reclaims_borrowed_nodes_in_the_cohort() -> None:
     assert admitted["t"] == 10, result["events"]
 
 
+def test_a_partial_job_preempts_for_its_whole_count_before_it_runs_smaller() -> None:
+    """Kueue's order: the whole workload by preemption first (its nodes freed by a lower-priority
+    job), a partial admission only when nobody may be preempted. 16 pods of 1 GPU, at least 8,
+    one rack of two 8-GPU nodes, low holding one node: low is preempted and all 16 run."""
+    low = _job("low", 0, 1, 8, runtime=1000, annotations={REQUIRED: HOST})
+    high = _job("high", 10, 16, 1, annotations={REQUIRED: RACK}, priority="high")
+    high["object"]["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "8"}
+    result = _run(_doc([low, high], racks=1, per_rack=2, priority=True))
+    evicted = [(e["t"], e["workload"]) for e in result["events"] if e["type"] == "Evicted"]
+    admitted = next(e for e in result["events"] if e["workload"] == "ml/high" and e["type"] == "Admitted")
+    assert evicted[:1] == [(10, "ml/low")], result["events"]
+    assert admitted["t"] == 10 and sum(admitted["placement"]["main"].values()) == 16, admitted
+
+
 def test_a_scenario_with_bad_annotations_names_the_path() -> None:
     doc = _doc([_job("j", 0, 2, 1, annotations={REQUIRED: RACK, PREFERRED: HOST})])
     with pytest.raises(errors.Invalid) as exc:
