@@ -24,7 +24,8 @@ from aiohttp import web
 from admission.controller import visibility
 from admission.store import workload_objects as objects
 
-VISIBILITY_VERSION = "v1beta2"
+VISIBILITY_VERSION = "v1beta2"  # (the preferred one)
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")  # Kueue serves both; v0.15-v0.19 clients ask v1beta1
 OPEN: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
@@ -86,7 +87,9 @@ def schemas() -> dict[str, dict[str, Any]]:
                     "items": OPEN,
                 },
             },
-            "x-kubernetes-group-version-kind": _gvk(visibility.GROUP, VISIBILITY_VERSION, "PendingWorkloadsSummary"),
+            "x-kubernetes-group-version-kind": [  # (the same shape in both versions)
+                g for v in VISIBILITY_VERSIONS for g in _gvk(visibility.GROUP, v, "PendingWorkloadsSummary")
+            ],
         },
     }
 
@@ -132,7 +135,7 @@ def _paths(group_version: str, version3: bool) -> dict[str, Any]:
     }
 
 
-GROUP_VERSIONS = (f"{objects.GROUP}/{objects.VERSION}", f"{visibility.GROUP}/{VISIBILITY_VERSION}")
+GROUP_VERSIONS = (f"{objects.GROUP}/{objects.VERSION}", *(f"{visibility.GROUP}/{v}" for v in VISIBILITY_VERSIONS))
 INFO = {"title": "Turnstile", "version": objects.VERSION}
 
 

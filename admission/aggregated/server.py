@@ -7,8 +7,8 @@ Two APIServices route here (``manifests/base/apiservices.yaml``), on the webhook
   so ``kubectl get workloads -A`` lists them with their queue, ClusterQueue, state, priority,
   flavors and reason; ``-o yaml`` shows one as Kueue would. Lists are paged (``limit`` and
   ``continue``, as kubectl asks), straight from PostgreSQL's index.
-- ``visibility.kueue.x-k8s.io/v1beta2``: Kueue's visibility API, the pending workloads of a
-  ClusterQueue or LocalQueue in queue order with their positions
+- ``visibility.kueue.x-k8s.io/v1beta2`` (and ``v1beta1``, the same answers): Kueue's visibility
+  API, the pending workloads of a ClusterQueue or LocalQueue in queue order with their positions
   (``kubectl get --raw /apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/CQ/pendingworkloads``).
 
 Every replica answers from PostgreSQL, so the Service may route to any of them. Requests must
@@ -37,9 +37,8 @@ from admission.store import database
 from admission.store import workload_objects as objects
 
 VISIBILITY = visibility.GROUP
-VISIBILITY_VERSION = "v1beta2"
+VISIBILITY_VERSIONS = openapi.VISIBILITY_VERSIONS  # v1beta2 and v1beta1: the same answers
 WORKLOADS = f"/apis/{objects.GROUP}/{objects.VERSION}"
-PENDING = f"/apis/{VISIBILITY}/{VISIBILITY_VERSION}"
 MAX_PAGE = 5000  # objects per page at most, whatever the client asks
 
 Handler = Callable[[web.Request, User], Awaitable[web.StreamResponse]]
@@ -54,19 +53,16 @@ WORKLOAD_RESOURCES = _resources(
     [{"name": "workloads", "singularName": "workload", "namespaced": True, "kind": "Workload",
       "verbs": ["get", "list"], "shortNames": ["wl"]}],
 )  # fmt: skip
-VISIBILITY_RESOURCES = _resources(
-    f"{VISIBILITY}/{VISIBILITY_VERSION}",
-    [
-        {"name": "clusterqueues", "singularName": "clusterqueue", "namespaced": False, "kind": "ClusterQueue",
-         "verbs": ["get"]},
-        {"name": "clusterqueues/pendingworkloads", "singularName": "", "namespaced": False,
-         "kind": "PendingWorkloadsSummary", "verbs": ["get"]},
-        {"name": "localqueues", "singularName": "localqueue", "namespaced": True, "kind": "LocalQueue",
-         "verbs": ["get"]},
-        {"name": "localqueues/pendingworkloads", "singularName": "", "namespaced": True,
-         "kind": "PendingWorkloadsSummary", "verbs": ["get"]},
-    ],
-)  # fmt: skip
+VISIBILITY_RESOURCES = [
+    {"name": "clusterqueues", "singularName": "clusterqueue", "namespaced": False, "kind": "ClusterQueue",
+     "verbs": ["get"]},
+    {"name": "clusterqueues/pendingworkloads", "singularName": "", "namespaced": False,
+     "kind": "PendingWorkloadsSummary", "verbs": ["get"]},
+    {"name": "localqueues", "singularName": "localqueue", "namespaced": True, "kind": "LocalQueue",
+     "verbs": ["get"]},
+    {"name": "localqueues/pendingworkloads", "singularName": "", "namespaced": True,
+     "kind": "PendingWorkloadsSummary", "verbs": ["get"]},
+]  # fmt: skip
 
 COLUMNS = [
     table.column("Name", fmt="name"),
@@ -114,11 +110,14 @@ class AggregatedApi:
         app.router.add_get(f"{WORKLOADS}/workloads", self._guard(self._list))
         app.router.add_get(f"{WORKLOADS}/namespaces/{{namespace}}/workloads", self._guard(self._list))
         app.router.add_get(f"{WORKLOADS}/namespaces/{{namespace}}/workloads/{{name}}", self._guard(self._get))
-        app.router.add_get(PENDING, self._guard(self._discovery(VISIBILITY_RESOURCES)))
-        app.router.add_get(f"{PENDING}/clusterqueues/{{name}}/pendingworkloads", self._guard(self._pending))
-        app.router.add_get(
-            f"{PENDING}/namespaces/{{namespace}}/localqueues/{{name}}/pendingworkloads", self._guard(self._pending)
-        )
+        for version in VISIBILITY_VERSIONS:
+            pending = f"/apis/{VISIBILITY}/{version}"
+            found = _resources(f"{VISIBILITY}/{version}", VISIBILITY_RESOURCES)
+            app.router.add_get(pending, self._guard(self._discovery(found)))
+            app.router.add_get(f"{pending}/clusterqueues/{{name}}/pendingworkloads", self._guard(self._pending))
+            app.router.add_get(
+                f"{pending}/namespaces/{{namespace}}/localqueues/{{name}}/pendingworkloads", self._guard(self._pending)
+            )
 
     def _guard(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         """Authenticated through the API server, or 401; the store away: 503; never a traceback."""
@@ -211,4 +210,5 @@ class AggregatedApi:
                     return status(404, "NotFound", f'clusterqueues.{VISIBILITY} "{name}" not found')
                 cq, lq = name, None
             items = await objects.pending(session, cq, local_queue=lq, offset=offset, limit=min(limit, MAX_PAGE))
-        return web.json_response(visibility.envelope(items, VISIBILITY_VERSION))
+        version = request.path.split("/")[3]  # (/apis/visibility.kueue.x-k8s.io/<version>/...)
+        return web.json_response(visibility.envelope(items, version))

@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 MUTATE, VALIDATE = "turnstile-mutate", "turnstile-validate"
 PLURALS = {MUTATE: "mutatingwebhookconfigurations", VALIDATE: "validatingwebhookconfigurations"}
 # The APIServices served on the webhook's port (``admission.aggregated``): their caBundle is kept too.
-API_SERVICES = ("v1alpha1.turnstile.dev", "v1beta2.visibility.kueue.x-k8s.io")
+API_SERVICES = ("v1alpha1.turnstile.dev", "v1beta2.visibility.kueue.x-k8s.io", "v1beta1.visibility.kueue.x-k8s.io")
 NAME_LABEL = "kubernetes.io/metadata.name"
 SCOPE_LABEL = "turnstile.dev/webhook"  # on a namespace (the leader's): which unlabelled objects are sent
 ALL, EXTENDED, ADVISED = "all", "extended", "advised"  # its values

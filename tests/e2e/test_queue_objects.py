@@ -369,6 +369,11 @@ async def test_workloads_and_pending_positions_through_the_api_server(tmp_path: 
             assert code == 0, err
             (waiting,) = json.loads(out)["items"]
             assert waiting["positionInClusterQueue"] == 0 and waiting["localQueueName"] == "team-b"
+            # v1beta1 (Kueue v0.15-v0.19 clients): the same answer, in the version asked
+            code, out, err = await kubectl(host.kubeconfig, "get", "--raw", raw.replace("v1beta2", "v1beta1"))
+            assert code == 0, err
+            old = json.loads(out)
+            assert old["apiVersion"] == "visibility.kueue.x-k8s.io/v1beta1" and old["items"] == [waiting], old
 
             # A data scientist reads what RBAC lets them: their namespace, not the cluster.
             code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=VIEWER)
