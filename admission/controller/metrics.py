@@ -16,7 +16,10 @@ workload starts or stops holding quota, so a scrape costs one multiplication per
 from __future__ import annotations
 
 import bisect
+import importlib.metadata
 import math
+import platform
+import sys
 import time
 from collections import Counter as Tally
 from collections.abc import Iterator
@@ -30,6 +33,7 @@ from queues.model import Admission, Workload
 
 if TYPE_CHECKING:
     from admission.controller.controller import Controller
+    from queues.scheduler import Scheduler
 
 Labels = tuple[str, str, str, str]  # cluster_queue, flavor, resource, namespace
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
@@ -70,6 +74,13 @@ class ResourceClock:
 
     def values(self, at: float) -> dict[Labels, float]:
         return {labels: base + rate * max(0.0, at - since) for labels, (base, rate, since) in self.lines.items()}
+
+
+def _version() -> str:
+    try:
+        return f"v{importlib.metadata.version('turnstile')}"
+    except importlib.metadata.PackageNotFoundError:  # (run from a source tree that is not installed)
+        return "unknown"
 
 
 def _escape(value: str) -> str:
@@ -162,22 +173,34 @@ def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) 
         return
     sched = term.scheduler
     waiting = Tally(sched.pending.where.values())
-    pending, active, status = Exposition(), Exposition(), Exposition()
-    nominal, borrowing, usage = Exposition(), Exposition(), Exposition()
+    pending, active, reserving, status = (Exposition() for _ in range(4))
+    nominal, borrowing, lending, usage, reservation = (Exposition() for _ in range(5))
     for name, cq in sorted(sched.snapshot.queues.items()):
         q_label = f'cluster_queue="{_escape(name)}"'
         state = sched.pending.queues.get(name)
         aside = len(state.inadmissible) if state is not None else 0
         pending.sample("kueue_pending_workloads", f'{q_label},status="active"', max(0, waiting.get(name, 0) - aside))
         pending.sample("kueue_pending_workloads", f'{q_label},status="inadmissible"', aside)
-        active.sample("kueue_admitted_active_workloads", q_label, len(cq.workloads))
+        # Kueue's two counts: reserving quota (admission checks may still run), and admitted (started)
+        started = [w for w in cq.workloads.values() if w.started]
+        reserving.sample("kueue_reserving_active_workloads", q_label, len(cq.workloads))
+        active.sample("kueue_admitted_active_workloads", q_label, len(started))
+        in_use: dict[tuple[str, str], int] = {}
+        for w in started:
+            for fr_key, v in (w.admission.usage if w.admission is not None else {}).items():
+                in_use[fr_key] = in_use.get(fr_key, 0) + v
         cohort = _escape(cq.cohort_name or "")
         for (flavor, resource), q in sorted(cq.quotas.items()):
             fr = f'cohort="{cohort}",{q_label},flavor="{_escape(flavor)}",resource="{_escape(resource)}"'
             nominal.sample("kueue_cluster_queue_nominal_quota", fr, q.nominal / quantity.MILLI)
-            usage.sample("kueue_cluster_queue_resource_usage", fr, cq.usage.get((flavor, resource), 0) / quantity.MILLI)
-            if q.borrowing_limit is not None:
-                borrowing.sample("kueue_cluster_queue_borrowing_limit", fr, q.borrowing_limit / quantity.MILLI)
+            held = cq.usage.get((flavor, resource), 0)
+            reservation.sample("kueue_cluster_queue_resource_reservation", fr, held / quantity.MILLI)
+            usage.sample("kueue_cluster_queue_resource_usage", fr, in_use.get((flavor, resource), 0) / quantity.MILLI)
+            # (Kueue: +Inf where the limit is unset)
+            limit = math.inf if q.borrowing_limit is None else q.borrowing_limit / quantity.MILLI
+            borrowing.sample("kueue_cluster_queue_borrowing_limit", fr, limit)
+            limit = math.inf if q.lending_limit is None else q.lending_limit / quantity.MILLI
+            lending.sample("kueue_cluster_queue_lending_limit", fr, limit)
         now = "active" if cq.inactive_reason is None else "pending"
         if name in sched.config.terminating:
             now = "terminating"
@@ -189,13 +212,18 @@ def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) 
             shares.sample("kueue_cluster_queue_weighted_share", f'cluster_queue="{_escape(name)}"', _rounded(share(cq)))
         for name, cohort_node in sorted(sched.snapshot.cohorts.items()):
             shares.sample("kueue_cohort_weighted_share", f'cohort="{_escape(name)}"', _rounded(share(cohort_node)))
+    local = _local_queues(sched)
     for family, kind, help_text, part in (
         ("kueue_pending_workloads", "gauge", "Workloads waiting, by ClusterQueue and status", pending),
-        ("kueue_admitted_active_workloads", "gauge", "Admitted workloads holding quota", active),
+        ("kueue_reserving_active_workloads", "gauge", "Workloads reserving quota", reserving),
+        ("kueue_admitted_active_workloads", "gauge", "Admitted workloads (their jobs started)", active),
         ("kueue_cluster_queue_nominal_quota", "gauge", "Nominal quota", nominal),
-        ("kueue_cluster_queue_borrowing_limit", "gauge", "Borrowing limit", borrowing),
-        ("kueue_cluster_queue_resource_usage", "gauge", "Quota in use", usage),
+        ("kueue_cluster_queue_borrowing_limit", "gauge", "Borrowing limit (+Inf: unset)", borrowing),
+        ("kueue_cluster_queue_lending_limit", "gauge", "Lending limit (+Inf: unset)", lending),
+        ("kueue_cluster_queue_resource_reservation", "gauge", "Quota reserved", reservation),
+        ("kueue_cluster_queue_resource_usage", "gauge", "Quota used by admitted workloads", usage),
         ("kueue_cluster_queue_status", "gauge", "1 for the ClusterQueue's status", status),
+        *local,
     ):
         out.family(family, kind, help_text)
         out.lines.extend(part.lines)
@@ -211,6 +239,41 @@ def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) 
             out.lines.extend(line for line in shares.lines if line.startswith(family + "{"))
 
 
+def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
+    """Kueue's LocalQueue gauges (``name``, ``namespace``): pending (active, inadmissible), reserving
+    quota, admitted; every LocalQueue of the configuration, at 0 where nothing is."""
+    pending, reserving, admitted = Exposition(), Exposition(), Exposition()
+    waiting: Tally[tuple[str, str | None]] = Tally()
+    aside: Tally[tuple[str, str | None]] = Tally()
+    for key in sched.pending.where:
+        wl = sched.workloads.get(key)
+        if wl is not None:
+            waiting[(wl.namespace, wl.local_queue)] += 1
+    for state in sched.pending.queues.values():
+        for wl in state.inadmissible.values():
+            aside[(wl.namespace, wl.local_queue)] += 1
+    holding: Tally[tuple[str, str | None]] = Tally()
+    started: Tally[tuple[str, str | None]] = Tally()
+    for wl in sched.workloads.values():
+        if wl.admission is not None:
+            holding[(wl.namespace, wl.local_queue)] += 1
+            started[(wl.namespace, wl.local_queue)] += int(wl.started)
+    for key in sorted(sched.config.local_queues):
+        namespace, _, name = key.partition("/")
+        lq = (namespace, name)
+        labels = f'name="{_escape(name)}",namespace="{_escape(namespace)}"'
+        pending.sample("kueue_local_queue_pending_workloads", f'{labels},status="active"',
+                       max(0, waiting[lq] - aside[lq]))  # fmt: skip
+        pending.sample("kueue_local_queue_pending_workloads", f'{labels},status="inadmissible"', aside[lq])
+        reserving.sample("kueue_local_queue_reserving_active_workloads", labels, holding[lq])
+        admitted.sample("kueue_local_queue_admitted_active_workloads", labels, started[lq])
+    return [
+        ("kueue_local_queue_pending_workloads", "gauge", "Workloads waiting, by LocalQueue and status", pending),
+        ("kueue_local_queue_reserving_active_workloads", "gauge", "Workloads reserving quota", reserving),
+        ("kueue_local_queue_admitted_active_workloads", "gauge", "Admitted workloads (their jobs started)", admitted),
+    ]
+
+
 def _rounded(s: Share) -> float:
     """Kueue's ``roundedWeightedShare``: the weighted share rounded up; MaxInt64 when infinite."""
     return float(2**63 - 1) if math.isinf(s.value) else float(math.ceil(s.value))
@@ -222,6 +285,14 @@ class Metrics:
     def __init__(self, controller: Controller) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        build = Gauge(
+            "kueue_build_info",
+            "Build information: 1, labeled by version (Turnstile's), commit, build date, runtime, compiler, platform",
+            ["git_version", "git_commit", "build_date", "go_version", "compiler", "platform"],
+            registry=r,
+        )  # (Kueue's label names; go_version carries the Python version)
+        build.labels(_version(), "", "", f"python{platform.python_version()}", platform.python_implementation().lower(),
+                     f"{sys.platform}/{platform.machine()}").set(1)  # fmt: skip
         self.admitted = QueueCounter("kueue_admitted_workloads", "Workloads admitted (their jobs started)")
         # admitted at once, or once their admission checks passed
         self.reserved = QueueCounter("kueue_quota_reserved_workloads", "Workloads that reserved quota")

@@ -24,6 +24,14 @@ CONTRACT = {
     "kueue_cluster_queue_nominal_quota": {"cohort", "cluster_queue", "flavor", "resource"},
     "kueue_cluster_queue_resource_usage": {"cohort", "cluster_queue", "flavor", "resource"},
     "kueue_cluster_queue_status": {"cluster_queue", "status"},
+    "kueue_reserving_active_workloads": {"cluster_queue"},
+    "kueue_cluster_queue_resource_reservation": {"cohort", "cluster_queue", "flavor", "resource"},
+    "kueue_cluster_queue_borrowing_limit": {"cohort", "cluster_queue", "flavor", "resource"},
+    "kueue_cluster_queue_lending_limit": {"cohort", "cluster_queue", "flavor", "resource"},
+    "kueue_local_queue_pending_workloads": {"name", "namespace", "status"},
+    "kueue_local_queue_reserving_active_workloads": {"name", "namespace"},
+    "kueue_local_queue_admitted_active_workloads": {"name", "namespace"},
+    "kueue_build_info": {"git_version", "git_commit", "build_date", "go_version", "compiler", "platform"},
     "turnstile_resource_seconds_total": {"cluster_queue", "flavor", "resource", "namespace"},
 }
 GPU = "nvidia.com/gpu"
@@ -38,9 +46,9 @@ def scrape(metrics: Metrics) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def value(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
-    found = [v for lbl, v in samples.get(name, []) if labels.items() <= lbl.items()]
-    assert len(found) == 1, (name, labels, samples.get(name))
+def value(samples: dict[str, list[tuple[dict[str, str], float]]], metric: str, /, **labels: str) -> float:
+    found = [v for lbl, v in samples.get(metric, []) if labels.items() <= lbl.items()]
+    assert len(found) == 1, (metric, labels, samples.get(metric))
     return found[0]
 
 
@@ -78,6 +86,18 @@ async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
             first, "kueue_pending_workloads", **team, status="inadmissible"
         )
         assert waiting == 2  # c, and the one urgent preempted
+        assert value(first, "kueue_reserving_active_workloads", **team) == 2
+        assert value(first, "kueue_cluster_queue_resource_reservation", **gpu) == 8
+        assert value(first, "kueue_cluster_queue_borrowing_limit", **gpu) == float("inf")  # (unset, as Kueue)
+        lq = {"name": "team-a", "namespace": "ml"}
+        lq_waiting = value(first, "kueue_local_queue_pending_workloads", **lq, status="active") + value(
+            first, "kueue_local_queue_pending_workloads", **lq, status="inadmissible"
+        )
+        assert lq_waiting == 2
+        assert value(first, "kueue_local_queue_reserving_active_workloads", **lq) == 2
+        assert value(first, "kueue_local_queue_admitted_active_workloads", **lq) == 2
+        (build,) = first["kueue_build_info"]
+        assert build[1] == 1 and build[0]["git_version"].startswith("v"), build
         assert value(first, "kueue_cluster_queue_status", **team, status="active") == 1
         assert value(first, "kueue_admission_attempts_total", result="success") >= 2
         assert value(first, "turnstile_database_up") == 1
