@@ -77,7 +77,7 @@ class JobCache:
         if kind == "DELETED":
             self.drop(uid)
         else:
-            self.put(uid, integration.view(obj, self.shapes, self.runtimes))
+            self.put(uid, integration.view(obj, self.shapes, self.runtimes, previous=self.views.get(uid)))
         return True
 
     def put(self, uid: str, view: JobView) -> None:
@@ -108,5 +108,5 @@ class JobCache:
             return  # the job is gone (or was replaced by another of the same name)
         if version in seen or current.version == version:
             return  # the watch already brought this version (and maybe newer ones): the view is current
-        self.views[view.uid] = view.integration.view(answer, self.shapes, self.runtimes)
+        self.views[view.uid] = view.integration.view(answer, self.shapes, self.runtimes, previous=current)
         self.expected[view.uid] = _Expectation(version, time.monotonic())

@@ -78,6 +78,9 @@ class JobView:
     gates: dict[str, list[str]] = field(default_factory=dict)
     external: Obj | None = None  # an ExternalTemplates kind's part its writer needs (``Integration.external``)
     keep_until: str | None = None  # turnstile.dev/keep-until: kept from idle reclaim until then (RFC 3339)
+    # what the pod sets were read from: (metadata.generation, a hash of labels and annotations);
+    # an event that changes neither (a status update) reuses them (``Integration.view``'s ``previous``)
+    source: tuple[int, int] | None = None
     # a workload of plain Pods (``admission.controller.podgroups``): its pods, which the enactor
     # ungates or deletes one by one; None for a job, which is suspended and resumed as a whole
     pods: tuple[PodRef, ...] | None = None
@@ -228,11 +231,34 @@ class Integration:
     def is_active(self, obj: Obj) -> bool:
         return self.count_active(obj) > 0
 
-    def view(self, obj: Obj, shapes: SharedShapes | None = None, runtimes: trainjobs.Runtimes | None = None) -> JobView:
+    def view(
+        self,
+        obj: Obj,
+        shapes: SharedShapes | None = None,
+        runtimes: trainjobs.Runtimes | None = None,
+        previous: JobView | None = None,
+    ) -> JobView:
         """What the controller keeps of ``obj``; pod sets equal to earlier jobs' are shared via ``shapes``;
-        ``runtimes`` finds a TrainJob's training runtime."""
+        ``runtimes`` finds a TrainJob's training runtime. With ``previous`` (the same job's last view),
+        what was read from its spec, labels and annotations is reused when none of them changed (the
+        API server bumps ``metadata.generation`` on every spec change): a job's status updates, most
+        of its events, cost no parsing of its pod templates."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
+        # (a TrainJob's pod sets come from its runtime too, an external kind's from other objects)
+        source = _source(meta) if self.external is None and self.kind.layout != "trainjob" else None
+        if source is not None and previous is not None and previous.source == source and previous.info is not None:
+            return dataclasses.replace(
+                previous,
+                suspended=self.is_suspended(obj),
+                finished=self.finished(obj),
+                active=self.is_active(obj),
+                admission=annotations.get(ADMISSION_ANNOTATION),
+                has_annotations=bool(annotations),
+                started=bool((obj.get("status") or {}).get("startTime")),
+                ready=self.pods_ready is None or self.pods_ready(obj, previous.info),
+                version=str(meta.get("resourceVersion") or ""),
+            )
         info: jobs.JobInfo | None = None
         problems: tuple[str, ...] = ()
         directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = {}
@@ -283,6 +309,7 @@ class Integration:
             gates=gates,
             external=self.external.keep(obj) if self.external is not None else None,
             keep_until=annotations.get(KEEP_UNTIL),
+            source=source,
         )
 
     def patch(
@@ -355,6 +382,19 @@ class Integration:
                 if view.info.annotations.get(jobs.COMPLETIONS_EQUAL_PARALLELISM) == "true":
                     ops.append({"op": "add", "path": "/spec/completions", "value": wanted})
         return ops
+
+
+def _source(meta: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(generation, hash of labels and annotations): what a view's pod sets were read from; None
+    where the object has no generation (nothing is reused)."""
+    generation = meta.get("generation")
+    if not isinstance(generation, int) or generation <= 0:
+        return None
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    try:
+        return generation, hash((frozenset(labels.items()), frozenset(annotations.items())))
+    except TypeError:  # (an unhashable value: a malformed object; read it afresh)
+        return None
 
 
 def _queue_label(meta: Mapping[str, Any]) -> str | None:

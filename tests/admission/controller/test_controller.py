@@ -86,6 +86,17 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
         row = await eventually(lambda: _preempting(w), what="the preemptor to say it waits")
         assert row.state == "Admitted" and (await w.get("urgent"))["spec"]["suspend"] is True
         assert row.message == "quota reserved; waiting for 2 preempted workloads to stop: ml/low-1, ml/low-2"
+
+        # (read at once, while the victims' pods still stop: the CLI calls below take seconds on a loaded machine)
+        async def said_so() -> list[tuple[str, str]] | None:
+            events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
+            said = [(e["reason"], e["message"]) for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
+            waits = any(m.startswith("Preempting: quota reserved; waiting for 2 preempted") for _, m in said)
+            return said if waits and "QuotaReserved" in {r for r, _ in said} else None
+
+        said = await eventually(said_so, what="the preemptor's Events")
+        # quota reserved, not admitted, while it waits: Admitted is said when its job may start
+        assert "Admitted" not in {r for r, _ in said} or await _started(w, "urgent"), said
         done = await asyncio.to_thread(
             turnstile, "get", "wl", "-n", "ml", env={**os.environ, "TURNSTILE_DATABASE_URL": w.url}
         )
@@ -117,11 +128,6 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
             described.returncode == 0
             and f"Workload:      ml/low-1 (Job; its Workload object: {low['metadata']['name']})" in described.stdout
         ), described
-        events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
-        said = [(e["reason"], e["message"]) for e in events["items"] if e["involvedObject"]["name"] == "urgent"]
-        assert any(m.startswith("Preempting: quota reserved; waiting for 2 preempted workloads") for _, m in said), said
-        # quota reserved, not admitted, while it waits: Admitted is said when its job may start
-        assert "QuotaReserved" in {r for r, _ in said} and "Admitted" not in {r for r, _ in said}, said
         await eventually(lambda: _started(w, "urgent"), timeout=15, what="the preemptor to start once they stopped")
         await eventually(lambda: _reason_is(w, "urgent", "Admitted"), what="the wait no longer said once started")
 

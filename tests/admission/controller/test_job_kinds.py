@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from pathlib import Path
@@ -350,3 +351,26 @@ async def test_a_trainjob_runs_its_runtimes_pods_on_its_flavor_and_gives_way(tmp
 async def _two(found: Any) -> list[dict[str, Any]] | None:
     pods: list[dict[str, Any]] = await found
     return pods if len(pods) == 2 else None
+
+
+def test_a_status_update_reuses_what_was_read_from_the_spec() -> None:
+    """The controller's job views: an event that changes neither the spec (metadata.generation) nor
+    labels or annotations reuses the parsed pod sets; any of those changing reads them afresh."""
+    integration = BY_KIND[("batch/v1", "Job")]
+    obj = job("j", gpus=4)
+    obj["metadata"].update(uid="u1", generation=1, resourceVersion="1")
+    first = integration.view(obj)
+    running = copy.deepcopy(obj)
+    running["metadata"]["resourceVersion"] = "2"
+    running["status"] = {"startTime": "2026-12-04T20:00:00Z", "active": 1}
+    second = integration.view(running, previous=first)
+    assert second.info is first.info and second.version == "2" and second.started and second.active
+    resized = copy.deepcopy(running)
+    resized["metadata"].update(generation=2, resourceVersion="3")
+    resized["spec"].update(parallelism=3, completions=3)
+    third = integration.view(resized, previous=second)
+    assert third.info is not None and third.info.pod_sets[0].count == 3
+    relabelled = copy.deepcopy(resized)
+    relabelled["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "other"
+    fourth = integration.view(relabelled, previous=third)
+    assert fourth.info is not None and fourth.info.queue_name == "other"
