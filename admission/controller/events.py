@@ -25,7 +25,7 @@ from typing import Any
 
 from admission.controller.workqueue import stop_workers
 from admission.jobs.base import JobView
-from admission.kube.client import EVENTS, Kube, KubeError
+from admission.kube.client import EVENTS, Kube, KubeError, ResourceRef
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,9 @@ class EventPoster:
         self.dropped = 0
         # job uid -> (reason, message, when) of its last Pending event
         self.last_pending: dict[str, tuple[str, str, float]] = {}
-        self.deferred: dict[str, tuple[JobView, str, str]] = {}  # job uid -> newer numbers not yet posted
+        # job uid -> the newer numbers not yet posted, and where: (ref, object name, namespace, object
+        # uid, reason, message): no JobView kept (it would keep an old version of the job alive)
+        self.deferred: dict[str, tuple[ResourceRef, str, str, str, str, str]] = {}
         self.tokens = float(BURST)
         self.refilled = clock()
 
@@ -89,7 +91,14 @@ class EventPoster:
             self.deferred.pop(view.uid, None)
             return
         if last is not None and last[0] == reason and now - last[2] < REFRESH:
-            self.deferred[view.uid] = (view, reason, message)  # (posted by ``refresh`` when due)
+            self.deferred[view.uid] = (  # (posted by ``refresh`` when due)
+                view.integration.ref,
+                view.object_name,
+                view.namespace,
+                view.object_uid,
+                reason,
+                message,
+            )
             return
         self.deferred.pop(view.uid, None)
         self.last_pending[view.uid] = (reason, message, now)
@@ -99,12 +108,13 @@ class EventPoster:
         """Post the deferred messages whose job's last Pending event is ``REFRESH`` seconds old, so
         numbers that changed and then stood still are not left stale."""
         now = self.clock()
-        for uid, (view, reason, message) in list(self.deferred.items()):
+        for uid, (ref, name, namespace, object_uid, reason, message) in list(self.deferred.items()):
             last = self.last_pending.get(uid)
             if last is None or now - last[2] >= REFRESH:
                 del self.deferred[uid]
                 self.last_pending[uid] = (reason, message, now)
-                self.post(view, "Pending", f"{reason}: {message}")
+                self._queue(Event(_involved(ref, name, namespace, object_uid), namespace, "Normal", "Pending",
+                                  f"{reason}: {message}"))  # fmt: skip
 
     def forget(self, uid: str) -> None:
         self.last_pending.pop(uid, None)
@@ -114,9 +124,7 @@ class EventPoster:
         """An Event on a job (or on a plain pod group's first pod)."""
         if view is None:
             return
-        ref = view.integration.ref
-        involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": view.object_name,
-                    "namespace": view.namespace, "uid": view.object_uid}  # fmt: skip
+        involved = _involved(view.integration.ref, view.object_name, view.namespace, view.object_uid)
         self._queue(Event(involved, view.namespace, type, reason, message))
 
     def post_on(
@@ -190,3 +198,8 @@ async def events_of(kube: Kube, view: JobView | None, key: str) -> list[dict[str
         if isinstance(e, dict)
     ]
     return sorted(out, key=lambda e: str(e["at"] or ""))
+
+
+def _involved(ref: ResourceRef, name: str, namespace: str, uid: str) -> dict[str, str]:
+    """An Event's ``involvedObject``: the job (or a pod group's first pod)."""
+    return {"apiVersion": ref.api_version, "kind": ref.kind, "name": name, "namespace": namespace, "uid": uid}

@@ -155,7 +155,27 @@ class WaitTimes:
             out.sample(f"{self.NAME}_sum", label, total[0])
 
 
-def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) -> None:
+LOCAL_QUEUE_SECONDS = 10.0  # the LocalQueue gauges are counted at most this often (a pass over every workload)
+
+
+class LocalQueueGauges:
+    """The LocalQueue families, counted at most every ``LOCAL_QUEUE_SECONDS`` per scheduler: one
+    pass over 100,000 workloads costs ~50 ms, and ``/metrics`` must stay under 100 ms; a scrape
+    in between shows the last count (Prometheus scrapes every 15-60 s)."""
+
+    def __init__(self) -> None:
+        self.counted: tuple[Scheduler, float, list[tuple[str, str, str, Exposition]]] | None = None
+
+    def families(self, sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
+        now = time.monotonic()
+        if self.counted is None or self.counted[0] is not sched or now - self.counted[1] >= LOCAL_QUEUE_SECONDS:
+            self.counted = (sched, now, _local_queues(sched))
+        return self.counted[2]
+
+
+def write_queues(
+    out: Exposition, controller: Controller, clock: ResourceClock, local: LocalQueueGauges | None = None
+) -> None:
     """The ledger clock, and the leader's queue gauges (a standby has none), as Kueue names them."""
     out.family(
         "turnstile_resource_seconds_total",
@@ -182,7 +202,7 @@ def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) 
         pending.sample("kueue_pending_workloads", f'{q_label},status="active"', max(0, waiting.get(name, 0) - aside))
         pending.sample("kueue_pending_workloads", f'{q_label},status="inadmissible"', aside)
         # Kueue's two counts: reserving quota (admission checks may still run), and admitted (started)
-        started = [w for w in cq.workloads.values() if w.started]
+        started = [w for w in cq.workloads.values() if not w.checks]  # (``Workload.started``: all hold quota)
         reserving.sample("kueue_reserving_active_workloads", q_label, len(cq.workloads))
         active.sample("kueue_admitted_active_workloads", q_label, len(started))
         in_use: dict[tuple[str, str], int] = {}
@@ -212,7 +232,7 @@ def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) 
             shares.sample("kueue_cluster_queue_weighted_share", f'cluster_queue="{_escape(name)}"', _rounded(share(cq)))
         for name, cohort_node in sorted(sched.snapshot.cohorts.items()):
             shares.sample("kueue_cohort_weighted_share", f'cohort="{_escape(name)}"', _rounded(share(cohort_node)))
-    local = _local_queues(sched)
+    lq_families = (local or LocalQueueGauges()).families(sched)
     for family, kind, help_text, part in (
         ("kueue_pending_workloads", "gauge", "Workloads waiting, by ClusterQueue and status", pending),
         ("kueue_reserving_active_workloads", "gauge", "Workloads reserving quota", reserving),
@@ -223,7 +243,7 @@ def write_queues(out: Exposition, controller: Controller, clock: ResourceClock) 
         ("kueue_cluster_queue_resource_reservation", "gauge", "Quota reserved", reservation),
         ("kueue_cluster_queue_resource_usage", "gauge", "Quota used by admitted workloads", usage),
         ("kueue_cluster_queue_status", "gauge", "1 for the ClusterQueue's status", status),
-        *local,
+        *lq_families,
     ):
         out.family(family, kind, help_text)
         out.lines.extend(part.lines)
@@ -243,30 +263,36 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
     """Kueue's LocalQueue gauges (``name``, ``namespace``): pending (active, inadmissible), reserving
     quota, admitted; every LocalQueue of the configuration, at 0 where nothing is."""
     pending, reserving, admitted = Exposition(), Exposition(), Exposition()
-    waiting: Tally[tuple[str, str | None]] = Tally()
+    # (namespace, LocalQueue) -> [waiting, reserving, started]: one pass over the workloads, with
+    # plain lists (/metrics must stay cheap at 100,000 workloads)
+    counts: dict[tuple[str, str | None], list[int]] = {}
+    where = sched.pending.where
+    for key, wl in sched.workloads.items():
+        lq_key = (wl.namespace, wl.local_queue)
+        c = counts.get(lq_key)
+        if c is None:
+            c = counts[lq_key] = [0, 0, 0]
+        if wl.admission is not None:
+            c[1] += 1
+            if not wl.checks:  # (``Workload.started``, inlined)
+                c[2] += 1
+        elif key in where:
+            c[0] += 1
     aside: Tally[tuple[str, str | None]] = Tally()
-    for key in sched.pending.where:
-        wl = sched.workloads.get(key)
-        if wl is not None:
-            waiting[(wl.namespace, wl.local_queue)] += 1
     for state in sched.pending.queues.values():
         for wl in state.inadmissible.values():
             aside[(wl.namespace, wl.local_queue)] += 1
-    holding: Tally[tuple[str, str | None]] = Tally()
-    started: Tally[tuple[str, str | None]] = Tally()
-    for wl in sched.workloads.values():
-        if wl.admission is not None:
-            holding[(wl.namespace, wl.local_queue)] += 1
-            started[(wl.namespace, wl.local_queue)] += int(wl.started)
+    none = [0, 0, 0]
     for key in sorted(sched.config.local_queues):
         namespace, _, name = key.partition("/")
         lq = (namespace, name)
         labels = f'name="{_escape(name)}",namespace="{_escape(namespace)}"'
+        waiting, holding, started = counts.get(lq, none)
         pending.sample("kueue_local_queue_pending_workloads", f'{labels},status="active"',
-                       max(0, waiting[lq] - aside[lq]))  # fmt: skip
+                       max(0, waiting - aside[lq]))  # fmt: skip
         pending.sample("kueue_local_queue_pending_workloads", f'{labels},status="inadmissible"', aside[lq])
-        reserving.sample("kueue_local_queue_reserving_active_workloads", labels, holding[lq])
-        admitted.sample("kueue_local_queue_admitted_active_workloads", labels, started[lq])
+        reserving.sample("kueue_local_queue_reserving_active_workloads", labels, holding)
+        admitted.sample("kueue_local_queue_admitted_active_workloads", labels, started)
     return [
         ("kueue_local_queue_pending_workloads", "gauge", "Workloads waiting, by LocalQueue and status", pending),
         ("kueue_local_queue_reserving_active_workloads", "gauge", "Workloads reserving quota", reserving),
@@ -336,6 +362,7 @@ class Metrics:
         )  # fmt: skip
         readable.set_function(lambda: 0.0 if controller.reclaimer.problem else 1.0)
         self.clock = ResourceClock()
+        self.local_queues = LocalQueueGauges()
         self.controller = controller
 
     def render(self) -> bytes:
@@ -344,7 +371,7 @@ class Metrics:
         self.admitted.write(out)
         self.reserved.write(out)
         self.waits.write(out)
-        write_queues(out, self.controller, self.clock)
+        write_queues(out, self.controller, self.clock, self.local_queues)
         self._kube_answers(out)
         return generate_latest(self.registry) + out.text().encode()
 

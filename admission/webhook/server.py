@@ -13,9 +13,11 @@ unchanged: a queued job let through unsuspended would run outside every quota (f
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,7 +25,7 @@ from aiohttp import web
 
 from admission.policy import HOLD, Policy
 from admission.webhook import pods, queue_objects, review
-from queues import trainjobs
+from queues import jobs, trainjobs
 from queues.model import Config
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 Deletions = Callable[[str, str, str, str], Awaitable[None]]
 
 MAX_BODY = 3 * 1024 * 1024  # the API server never sends more than its own request limit
+QUEUE_WAIT = 0.5  # seconds a job naming an unknown LocalQueue waits for the configuration to catch up
+RECENT_QUEUE = 10.0  # seconds a LocalQueue admitted here counts as on its way into the configuration
+RECENT_QUEUE_WAIT = 3.0  # ... and how long a job naming it then waits at most
 
 
 def _described(request_kind: Any, obj: Any, namespace: str) -> str:
@@ -69,6 +74,34 @@ class WebhookServer:
         self.app.router.add_post("/mutate", self._mutate)
         self.app.router.add_post("/validate", self._validate)
         self.reviews = 0
+        # LocalQueues this replica's queue-object webhook admitted (key -> when), pruned as they age
+        self.local_queues_seen: dict[str, float] = {}
+
+    def _saw_local_queue(self, key: str) -> None:
+        now = time.monotonic()
+        if len(self.local_queues_seen) > 1000:
+            self.local_queues_seen = {k: t for k, t in self.local_queues_seen.items() if now - t < RECENT_QUEUE}
+        self.local_queues_seen[key] = now
+
+    async def _caught_up(self, config: Config, namespace: str, obj: dict[str, Any]) -> Config:
+        """The configuration, once it holds the LocalQueue ``obj`` names, if that queue is on its
+        way: a LocalQueue and its jobs applied in one ``kubectl apply`` reach the webhook before the
+        controller has mirrored the queue into PostgreSQL. It waits (``QUEUE_WAIT`` seconds at most,
+        longer when this replica admitted that LocalQueue moments ago) rather than warn that the
+        queue does not exist; a queue that never comes costs the short wait once, and the warning."""
+        queue = ((obj.get("metadata") or {}).get("labels") or {}).get(jobs.QUEUE_LABEL)
+        key = f"{namespace}/{queue}"
+        if not queue or key in config.local_queues:
+            return config
+        seen = self.local_queues_seen.get(key)
+        recent = seen is not None and time.monotonic() - seen < RECENT_QUEUE
+        deadline = time.monotonic() + (RECENT_QUEUE_WAIT if recent else QUEUE_WAIT)
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            config = self.config_source() or config
+            if key in config.local_queues:
+                break
+        return config
 
     async def _mutate(self, request: web.Request) -> web.Response:
         return await self._review(request, mutating=True)
@@ -102,6 +135,8 @@ class WebhookServer:
         if operation == "DELETE" and queue_objects.is_queue_object(req.get("kind")) and isinstance(old, dict):
             await self._deleted(req, old)
         if operation != "DELETE" and isinstance(obj, dict) and queue_objects.is_queue_object(req.get("kind")):
+            if operation == "CREATE" and (req.get("kind") or {}).get("kind") == "LocalQueue":
+                self._saw_local_queue(f"{namespace}/{(obj.get('metadata') or {}).get('name')}")
             try:
                 if mutating:
                     answer = queue_objects.mutate(operation, obj, old, req.get("userInfo"))
@@ -115,6 +150,8 @@ class WebhookServer:
             config = self.config_source()
             if config is None:
                 return _status(503, "the queue configuration is not loaded yet; retry shortly")
+            if operation == "CREATE":
+                config = await self._caught_up(config, namespace, obj)
             integration = review.integration_of(req.get("kind"), obj)
             pod_kind = pods.kind_of(req.get("kind"), obj)
             policy = self.policy

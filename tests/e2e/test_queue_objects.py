@@ -241,6 +241,17 @@ async def test_a_kueue_user_manages_queues_with_kubectl(tmp_path: Path, migrated
             refused = cli(migrated_url, *args)
             assert refused.returncode == 1 and "run: kubectl" in refused.stderr, (args, refused.stderr)
 
+        # A LocalQueue and a job naming it in one kubectl apply: the job is not told the queue is missing
+        together = job("together", "late")
+        together["metadata"]["namespace"] = "default"
+        late = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                "metadata": {"name": "late", "namespace": "default"}, "spec": {"clusterQueue": "team-b"}}  # fmt: skip
+        code, out, err = await kubectl(
+            host.kubeconfig, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                 "items": [late, together]})
+        )  # fmt: skip
+        assert code == 0 and "does not exist" not in err, err
+
 
 async def test_an_edit_while_the_database_is_away_is_applied_when_it_returns(tmp_path: Path, migrated_url: str) -> None:
     async with (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from admission.controller.metrics import Metrics
@@ -109,3 +110,22 @@ async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
         await asyncio.sleep(0.5)
         later = value(scrape(controller.metrics), "turnstile_resource_seconds_total", **gpu, namespace="ml")
         assert 0 < held < later and later - held >= 8 * 0.5 * 0.9  # 8 GPUs held for another half second
+
+
+def test_local_queue_gauges_are_counted_at_most_every_few_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pass over every workload costs ~50 ms at 100,000: counted once per window per scheduler."""
+    from admission.controller import metrics as module
+    from tests.queues.builders import CQ, flavor, make_workload, scheduler
+
+    sched = scheduler(flavor("a100"), CQ("a").group(("a100", {"gpu": 8})), queues={"q": "a"})
+    make_workload("one").request(gpu=1).submit(sched)
+    gauges = module.LocalQueueGauges()
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    first = gauges.families(sched)
+    make_workload("two").request(gpu=1).submit(sched)
+    assert gauges.families(sched) is first  # (within the window: the last count)
+    now[0] += module.LOCAL_QUEUE_SECONDS
+    again = gauges.families(sched)
+    assert again is not first and "kueue_local_queue_pending_workloads" in "".join(again[0][3].lines)
+    assert '{name="q",namespace="ns",status="active"} 2' in "".join(again[0][3].lines), again[0][3].lines
