@@ -89,10 +89,11 @@ class WebhookServer:
         controller has mirrored the queue into PostgreSQL. It waits (``QUEUE_WAIT`` seconds at most,
         longer when this replica admitted that LocalQueue moments ago) rather than warn that the
         queue does not exist; a queue that never comes costs the short wait once, and the warning."""
-        queue = ((obj.get("metadata") or {}).get("labels") or {}).get(jobs.QUEUE_LABEL)
+        labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj.get("metadata"), dict) else None
+        queue = labels.get(jobs.QUEUE_LABEL) if isinstance(labels, dict) else None
         key = f"{namespace}/{queue}"
-        if not queue or key in config.local_queues:
-            return config
+        if not isinstance(queue, str) or not queue or key in config.local_queues:
+            return config  # (a malformed object is left to the review, which refuses it naming the field)
         seen = self.local_queues_seen.get(key)
         recent = seen is not None and time.monotonic() - seen < RECENT_QUEUE
         deadline = time.monotonic() + (RECENT_QUEUE_WAIT if recent else QUEUE_WAIT)
@@ -150,12 +151,12 @@ class WebhookServer:
             config = self.config_source()
             if config is None:
                 return _status(503, "the queue configuration is not loaded yet; retry shortly")
-            if operation == "CREATE":
-                config = await self._caught_up(config, namespace, obj)
             integration = review.integration_of(req.get("kind"), obj)
             pod_kind = pods.kind_of(req.get("kind"), obj)
             policy = self.policy
             try:
+                if operation == "CREATE":
+                    config = await self._caught_up(config, namespace, obj)
                 if pod_kind == "Pod" and mutating:
                     if operation == "CREATE":  # a pod is held at its creation only
                         answer = pods.mutate_pod(obj, namespace, config, policy)
