@@ -217,11 +217,8 @@ async def _describe_workload(
     config = await config_store.load_config(session)
     cq = config.cluster_queues.get(cq_name) if cq_name else None
     if cq is not None:
-        # the scheduling core's own view of the stored state: what the cohort lends, whom it preempts
-        snap = await store.load_snapshot(session)
-        sched = Scheduler(snap.config, fair_sharing=await controller_fair_sharing(session))
-        sched.restore(snap.workloads)
-        core_cq = sched.snapshot.queues.get(cq.name)
+        # the quota tree as the core builds it (what the cohort can lend depends on quotas alone)
+        core_cq = Snapshot(config).queues.get(cq.name)
         needs: dict[str, int] = {}
         for ps in store.pod_sets_from_json(r["pod_sets"]):
             for resource, milli in ps.total().items():
@@ -248,6 +245,9 @@ async def _describe_workload(
         console.print(table)
         if r["state"] == "Pending":
             # the scheduling core's own search, on the stored state
+            snap = await store.load_snapshot(session)
+            sched = Scheduler(snap.config, fair_sharing=await controller_fair_sharing(session))
+            sched.restore(snap.workloads)
             assignment, victims = sched.preemption_plan(f"{r['namespace']}/{r['name']}")
             if assignment is None:
                 plan = "-"
