@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import yaml
@@ -109,6 +110,8 @@ class Policy:
     prometheus_url: str = ""
     prometheus_timeout: float = 5.0
     reclaim_interval: float = 60.0
+    # a GPU resource's part of a card where the table is not to be used (TURNSTILE_GPU_FRACTIONS)
+    card_fractions: Mapping[str, Fraction] = field(default_factory=dict)
 
     @classmethod
     def from_settings(
@@ -131,6 +134,7 @@ class Policy:
             prometheus_url=settings.prometheus_url,
             prometheus_timeout=settings.prometheus_timeout,
             reclaim_interval=settings.reclaim_interval,
+            card_fractions=settings.card_fractions,
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

@@ -42,9 +42,9 @@ class Settings(BaseSettings):
     )
     gpu_fractions: str = Field(
         default="",
-        description="comma-separated RESOURCE=FRACTION of a card for billing (turnstile usage's gpuHours), "
-        "e.g. nvidia.com/mig-1g.6gb=1/4,nvidia.com/gpu.shared=1/8; MIG slices default to g/7, "
-        "nvidia.com/gpu.shared to 1/4",
+        description="comma-separated RESOURCE=FRACTION of a card for billing (turnstile usage's gpuHours, "
+        "budgets), e.g. nvidia.com/mig-1g.10gb=1/4,nvidia.com/gpu.shared=1/8; MIG slices default to their "
+        "geometry on the card (docs/gpu-efficiency.md), nvidia.com/gpu.shared to 1/4",
     )
     integrations: str = Field(
         default="",

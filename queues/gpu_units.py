@@ -5,8 +5,9 @@ slice-hour, and a time-sliced replica ``nvidia.com/gpu.shared`` one replica-hour
 GPU-hours, they are fractions of a card (``turnstile usage``'s ``gpuHours``):
 
 - ``nvidia.com/gpu`` (and any other whole-GPU resource, ``amd.com/gpu``...): 1;
-- ``nvidia.com/mig-<g>g.<memory>``: g / 7 (an A100 or H100 has seven compute slices:
-  ``1g.10gb`` is 1/7, ``3g.40gb`` 3/7); an A30's four slices are an override away;
+- ``nvidia.com/mig-<profile>``: the larger of its compute and memory share of the card it is a
+  slice of (``queues.mig_profiles``: an H200's ``1g.35gb`` is 1/4, its ``3g.71gb`` 1/2, an A30's
+  ``1g.6gb`` 1/4); a profile of no card known there is guessed as g / 7, and ``guessed`` says so;
 - ``nvidia.com/gpu.shared`` (the GPU operator's time-slicing with ``renameByDefault``): 1 / the
   replicas per card, 4 unless said otherwise.
 
@@ -16,15 +17,13 @@ fraction, ``nvidia.com/mig-1g.6gb=1/4``; a renamed time-sliced resource is given
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
+from queues import mig_profiles
 from queues.jobs import is_gpu
 
-MIG = re.compile(r"^nvidia\.com/mig-(\d+)g\.[0-9a-z.]+$")
 SHARED = "nvidia.com/gpu.shared"
-MIG_SLICES = 7
 TIME_SLICING_REPLICAS = 4
 
 
@@ -51,8 +50,8 @@ def card_fraction(resource: str, overrides: Mapping[str, Fraction] | None = None
     """The part of a card one unit of ``resource`` is; None for a resource that is no GPU."""
     if overrides and resource in overrides:
         return overrides[resource]
-    if (mig := MIG.match(resource)) is not None:
-        return Fraction(int(mig.group(1)), MIG_SLICES)
+    if (mig := mig_profiles.share(resource) or mig_profiles.compute_share(resource)) is not None:
+        return mig
     if resource == SHARED:
         return Fraction(1, TIME_SLICING_REPLICAS)
     return Fraction(1) if is_gpu(resource) else None
@@ -62,3 +61,18 @@ def cards(amounts: Iterable[tuple[str, int]]) -> float:
     """Whole cards in (resource, milli-units) amounts: a MIG slice or a time-sliced replica as its
     part of one; what is no GPU counts nothing."""
     return sum(v / 1000 * float(f) for r, v in amounts if (f := card_fraction(r)))
+
+
+def guessed(resource: str, overrides: Mapping[str, Fraction] | None = None) -> str | None:
+    """Why a GPU resource's part of a card is a guess (a MIG profile of no card Turnstile knows,
+    billed g / 7), naming the fix; None when it is known or overridden."""
+    if (overrides and resource in overrides) or mig_profiles.share(resource) is not None:
+        return None
+    guess = mig_profiles.compute_share(resource)
+    if guess is None:
+        return None
+    return (
+        f"{resource} is not a MIG profile of a card Turnstile knows (A30, A100, H100, H20, H200, B200, "
+        f"GB200): billed as {guess} of a card (its compute slices of 7); say its part with "
+        f"TURNSTILE_GPU_FRACTIONS or --fraction {resource}=F"
+    )

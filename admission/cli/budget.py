@@ -119,11 +119,12 @@ def delete_cmd(name: str, database_url: str | None) -> None:
 def list_cmd(output: str, database_url: str | None) -> None:
     """Every budget, with the GPU-hours it used this period."""
     now = dt.datetime.now(dt.UTC)
+    fractions = _settings().card_fractions
 
     async def go(session: AsyncSession) -> list[dict[str, object]]:
         rows = []
         for b in await store.load(session):
-            used = await store.used_hours(session, b, now)
+            used = await store.used_hours(session, b, now, fractions=fractions)
             _, end = store.current_period(b.period, now)
             limit = b.budget.gpu_hours
             rows.append(

@@ -2,9 +2,10 @@
 
 ``spec/cli.md``: ``--by namespace|clusterqueue|label:KEY``, ``--since 30d``, ``--price
 FLAVOR=USD_PER_GPU_HOUR`` (repeatable; prices GPU resources of that flavor), ``-o table|json|csv``.
-Turnstile's additions: each GPU row's ``gpuHours`` in whole cards (a MIG slice or a time-sliced
-replica is a fraction of one, ``queues.gpu_units``; ``--fraction`` and ``TURNSTILE_GPU_FRACTIONS``
-override), which a flavor's price applies to, and ``--price RESOURCE=USD`` per resource-hour.
+Turnstile's additions: each GPU row's ``gpuHours`` in whole cards (a MIG slice by its geometry, a
+time-sliced replica a fraction of one, ``queues.gpu_units``; ``--fraction`` and
+``TURNSTILE_GPU_FRACTIONS`` override; a MIG profile of no known card is warned of), which a
+flavor's price applies to, and ``--price RESOURCE=USD`` per resource-hour.
 
 GPU efficiency (``admission.store.usage``): each row's ``requestedHours`` (quota held),
 ``startedHours`` (its jobs ran) and ``usedHours`` (measured utilisation x hours; null without DCGM
@@ -113,6 +114,13 @@ def _rows(
     return out
 
 
+def _warn_guesses(rows: list[ledger.UsageRow], fractions: dict[str, Fraction]) -> None:
+    """One warning on stderr per GPU resource whose part of a card is a guess (an unknown MIG profile)."""
+    for resource in sorted({r.resource for r in rows}):
+        if (why := gpu_units.guessed(resource, fractions)) is not None:
+            click.echo(f"warning: {why}", err=True)
+
+
 @click.command("usage")
 @click.option(
     "--by",
@@ -179,9 +187,11 @@ def usage_cmd(
         found = _exec(
             lambda s: ledger.report(s, by=by, since=start, until=until, bucket=step), database_url=database_url
         )
+        _warn_guesses(found, cards)
         click.echo(usage_plot.draw(found, by=by, since=start, until=until, bucket=step, fractions=cards), nl=False)
         return
     found = _exec(lambda s: ledger.report(s, by=by, since=start, until=until), database_url=database_url)
+    _warn_guesses(found, cards)
     rows = _rows(found, priced, cards)
     if output == "json":
         click.echo(

@@ -23,7 +23,8 @@ import asyncio
 import datetime as dt
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from fractions import Fraction
 
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -55,8 +56,10 @@ class BudgetKeeper:
         registry: CollectorRegistry,
         interval: float = 60.0,
         events: EventPoster | None = None,
+        card_fractions: Mapping[str, Fraction] | None = None,
     ) -> None:
         self.sessions = sessions
+        self.card_fractions = card_fractions  # TURNSTILE_GPU_FRACTIONS: as ``turnstile usage`` bills
         self.events = events
         self.anchor = 0.0  # where duration periods start (Unix seconds; engine cluster: its t=0)
         self.current_term = current_term
@@ -90,7 +93,7 @@ class BudgetKeeper:
         """Measure every budget now; a new gate (and a step) when what is exhausted changed."""
         async with database.transaction(self.sessions) as session:
             stored = await store.load(session)
-            used = [await store.used_hours(session, b, now, self.anchor) for b in stored]
+            used = [await store.used_hours(session, b, now, self.anchor, self.card_fractions) for b in stored]
         exhausted: dict[str, str] = {}
         holding: list[tuple[Budget, str]] = []
         lowering: list[Budget] = []

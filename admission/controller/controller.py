@@ -204,6 +204,7 @@ class Controller:
             registry=self.metrics.registry,
             interval=policy.reclaim_interval,
             events=self.events,
+            card_fractions=policy.card_fractions,
         )
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
         self.steps = Steps(

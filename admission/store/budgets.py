@@ -19,6 +19,7 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import Numeric, and_, cast, func, or_, select
@@ -150,8 +151,15 @@ async def load(session: AsyncSession) -> list[StoredBudget]:
     return out
 
 
-async def used_hours(session: AsyncSession, stored: StoredBudget, now: dt.datetime, anchor: float = 0.0) -> float:
-    """GPU-hours the budget's workloads held in the current period, up to ``now``."""
+async def used_hours(
+    session: AsyncSession,
+    stored: StoredBudget,
+    now: dt.datetime,
+    anchor: float = 0.0,
+    fractions: Mapping[str, Fraction] | None = None,
+) -> float:
+    """GPU-hours the budget's workloads held in the current period, up to ``now``; ``fractions``
+    (TURNSTILE_GPU_FRACTIONS) over the MIG table, as ``turnstile usage`` bills."""
     since, _ = current_period(stored.period, now, anchor)
     u = tables.UsageInterval
     b = stored.budget
@@ -165,7 +173,7 @@ async def used_hours(session: AsyncSession, stored: StoredBudget, now: dt.dateti
     )
     total = 0.0
     for resource, milli_seconds in await session.execute(query):
-        fraction = card_fraction(resource)
+        fraction = card_fraction(resource, fractions)
         if fraction and jobs.is_gpu(resource) and milli_seconds is not None:
             total += float(milli_seconds) / 1000 / 3600 * float(fraction)
     return total

@@ -194,3 +194,32 @@ def test_memory_is_shown_in_gib_hours_not_byte_hours(migrated_url: str, tmp_path
     assert table.returncode == 0, table.stderr
     (row,) = [line.split() for line in table.stdout.splitlines() if " memory " in f" {line} "]
     assert row[4:6] == ["512.00", "GiB"], row  # 256 GiB x 2 h
+
+
+def test_h200_slices_are_billed_by_their_geometry_and_a_guess_is_warned(migrated_url: str, tmp_path: Path) -> None:
+    """An hour of four H200 1g.35gb slices is one card-hour (a quarter each: only four fit), not 4/7;
+    a profile of no known card is billed g / 7 with a warning naming it and the fix."""
+    now = dt.datetime.now(dt.UTC)
+
+    async def fill() -> None:
+        engine = database.make_engine(migrated_url)
+        async with database.transaction(database.sessions(engine)) as s:
+            for resource, milli in (("nvidia.com/mig-1g.35gb", 4000), ("nvidia.com/mig-2g.30gb", 1000)):
+                s.add(
+                    tables.UsageInterval(
+                        workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="h200",
+                        resource=resource, quantity=milli, labels={},
+                        started_at=now - dt.timedelta(hours=2), ended_at=now - dt.timedelta(hours=1),
+                        running_at=now - dt.timedelta(hours=2), measured_seconds=0.0, busy_seconds=0.0,
+                    )
+                )  # fmt: skip
+        await engine.dispose()
+
+    asyncio.run(fill())
+    done = run(migrated_url, tmp_path, "--since", "1d", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    rows = {r["resource"]: r["gpuHours"] for r in json.loads(done.stdout)["rows"]}
+    assert rows == {"nvidia.com/mig-1g.35gb": 1.0, "nvidia.com/mig-2g.30gb": round(2 / 7, 4)}
+    assert done.stderr.count("warning:") == 1 and "nvidia.com/mig-2g.30gb is not a MIG profile" in done.stderr
+    said = run(migrated_url, tmp_path, "--since", "1d", "--fraction", "nvidia.com/mig-2g.30gb=1/3")
+    assert said.returncode == 0 and "warning" not in said.stderr
