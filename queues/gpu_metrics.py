@@ -13,6 +13,10 @@ The controller asks a Prometheus-compatible API for each series' mean over a rec
   it is counted as ``unjoined`` and never makes anything idle.
 
 Missing data is unknown, never idle: a pod without a series has no figure.
+
+When a run ends, its whole interval is measured at once from a range query's answer (``Samples``:
+each pod's points at the query's step, ``run_mean``): the mean of its pods' points between its
+start and its end, however short the run was.
 """
 
 from __future__ import annotations
@@ -70,6 +74,42 @@ def combine(engine_active: Iterable[Mapping[str, Any]], gpu_util: Iterable[Mappi
         values = per_pod[ENGINE_ACTIVE].get(pod) or per_pod[GPU_UTIL][pod]
         reading.by_pod[pod] = sum(values) / len(values)
     return reading
+
+
+@dataclass(slots=True)
+class Samples:
+    """Each pod's utilisation points (time, fraction) from a range query, engine activity winning
+    over utilisation where a pod has both, as in ``combine``."""
+
+    by_pod: dict[PodKey, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def run_mean(self, pods: Iterable[PodKey], since: float, until: float) -> float | None:
+        """The mean of ``pods``' points within ``[since, until]``; None when there is none."""
+        values = [v for p in pods for t, v in self.by_pod.get(p, ()) if since <= t <= until]
+        return sum(values) / len(values) if values else None
+
+
+def combine_ranges(engine_active: Iterable[Mapping[str, Any]], gpu_util: Iterable[Mapping[str, Any]]) -> Samples:
+    """One ``Samples`` from two range queries' results (``{metric: {labels}, values: [[time,
+    "number"], ...]}``; ``gpu_util`` already a fraction)."""
+    per_pod: dict[str, dict[PodKey, list[tuple[float, float]]]] = {ENGINE_ACTIVE: {}, GPU_UTIL: {}}
+    for name, result in ((ENGINE_ACTIVE, engine_active), (GPU_UTIL, gpu_util)):
+        for series in result:
+            labels = series.get("metric") or {}
+            pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
+            points = series.get("values")
+            if pod is None or not isinstance(points, list):
+                continue
+            into = per_pod[name].setdefault(pod, [])
+            for point in points:
+                value = _number(point)
+                at = _number([None, point[0]]) if value is not None else None
+                if value is not None and at is not None:
+                    into.append((at, min(1.0, max(0.0, value))))
+    samples = Samples()
+    for pod in set(per_pod[ENGINE_ACTIVE]) | set(per_pod[GPU_UTIL]):
+        samples.by_pod[pod] = per_pod[ENGINE_ACTIVE].get(pod) or per_pod[GPU_UTIL][pod]
+    return samples
 
 
 def _number(value: Any) -> float | None:

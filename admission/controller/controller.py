@@ -143,6 +143,7 @@ class Controller:
         self.inventory = self.placement.inventory
         # the ledger's started and used GPU-hours: jobs seen running, DCGM read through Prometheus
         self.meter = Meter(self.jobs, self.inventory.pods_of)
+        self.inventory.seen = self.meter.pod_seen
         # idle-GPU reclaim: DCGM's series through Prometheus, joined to workloads by their pods
         self.reclaimer = Reclaimer(
             prometheus=Prometheus(policy.prometheus_url, timeout=policy.prometheus_timeout)

@@ -91,6 +91,8 @@ class NodeInventory:
         self.external: dict[str, dict[str, int]] = {}  # node -> what external pods use there
         self.by_workload: dict[str, dict[str, PlacedPod]] = {}  # workload key -> pod uid -> placed pod
         self.named: dict[str, dict[str, tuple[str, str]]] = {}  # workload key -> pod uid -> (namespace, name)
+        # told of each live pod of a workload as it is seen (the ledger keeps a run's pods to measure it whole)
+        self.seen: Callable[[str, tuple[str, str]], None] = lambda _key, _pod: None
         self.node_informer = Informer(kube, NODES, self._on_node)
         self.pod_informer = Informer(kube, ALL_PODS, self._on_pod)
         self.tasks: list[asyncio.Task[None]] = []
@@ -212,7 +214,8 @@ class NodeInventory:
                 del self.named[key]
             return
         meta = obj.get("metadata") or {}
-        named[uid] = (str(meta.get("namespace") or "default"), str(meta.get("name")))
+        named[uid] = pod = (str(meta.get("namespace") or "default"), str(meta.get("name")))
+        self.seen(key, pod)
 
     def _placed_pod(self, kind: str, uid: str, key: str, obj: Obj) -> None:
         pods_of = self.by_workload.setdefault(key, {})

@@ -14,7 +14,14 @@ what the controller observes, and this module turns observations into ledger upd
   rows' ``measured_seconds``, and that times its mean to ``busy_seconds``. A workload without
   figures adds nothing: missing data is unknown, never idle.
 
-The step drains both into one fenced transaction after its commit (``Steps._save_meter``); a
+- *used, exactly, when a run ends*: the periodic reads measure a run to the read, and a run shorter
+  than a read not at all. When a run ends (its workload released, evicted or admitted anew), its
+  pods and interval are kept (``ended``); the next read asks Prometheus for its whole interval
+  (``utilisation.Prometheus.measure``), and the run's rows get that: measured for all the time
+  they ran, busy by the mean (``store.usage.set_run_utilisation``), replacing what the periodic
+  reads had added. A run with no point in Prometheus keeps what it had (unknown, never idle).
+
+The step drains them into one fenced transaction after its commit (``Steps._save_meter``); a
 failed write ends the term as any failed write does, and the next term starts over from what the
 store holds (a read lost that way is unmeasured, never counted twice).
 """
@@ -26,7 +33,11 @@ from dataclasses import dataclass, field
 
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
+from admission.controller.utilisation import RunWindow
 from queues.gpu_metrics import PodKey, Reading
+
+MAX_ENDED = 100_000  # ended runs waiting to be measured (Prometheus away): the oldest are dropped beyond
+TRIES = 3  # reads a run with no points yet is asked for again (its last samples may not be scraped yet)
 
 
 @dataclass(slots=True)
@@ -39,12 +50,25 @@ class Span:
 
 
 @dataclass(slots=True)
+class Run:
+    """A workload's job running under one admission: since when, its ledger row, the pods seen."""
+
+    token: str
+    since: float
+    row_id: int
+    pods: set[PodKey] = field(default_factory=set)
+
+
+@dataclass(slots=True)
 class Meter:
     jobs: JobCache
     pods_of: Callable[[str], Iterable[PodKey]]
-    running: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (admission token, running since)
+    running: dict[str, Run] = field(default_factory=dict)  # workload key -> its run
     stamps: dict[str, float] = field(default_factory=dict)  # key -> running since: to store
     spans: list[Span] = field(default_factory=list)  # reads not yet accounted
+    ended: dict[RunWindow, int] = field(default_factory=dict)  # runs to measure whole -> tries left
+    exact: list[tuple[RunWindow, float]] = field(default_factory=list)  # (run, its mean): to store
+    early: dict[str, set[PodKey]] = field(default_factory=dict)  # pods seen before their run was
     _term: Term | None = None
 
     def observe(self, term: Term, uids: Iterable[str], now: float) -> None:
@@ -59,37 +83,81 @@ class Meter:
             held = term.held(row.key)
             token = admission_token(held) if held is not None else None
             view = self.jobs.views.get(uid)
+            run = self.running.get(row.key)
             if token is None or view is None or view.suspended or view.admission != token:
-                if token is None or (row.key in self.running and self.running[row.key][0] != token):
-                    self.running.pop(row.key, None)
+                if run is not None and (token is None or run.token != token):
+                    self._end(row.key, now)
                 continue
-            if self.running.get(row.key, ("", 0.0))[0] != token:
-                self.running[row.key] = (token, now)
+            if run is None or run.token != token:
+                if run is not None:
+                    self._end(row.key, now)
+                self.running[row.key] = run = Run(token, now, row.id, self.early.pop(row.key, set()))
                 self.stamps[row.key] = now
+            run.pods.update(self.pods_of(row.key))
+
+    def pod_seen(self, key: str, pod: PodKey) -> None:
+        """A live pod of workload ``key`` was seen (``inventory.NodeInventory``): part of its run,
+        or of the run about to be seen (kept until the next drain if its workload is held)."""
+        run = self.running.get(key)
+        if run is not None:
+            run.pods.add(pod)
+        else:
+            self.early.setdefault(key, set()).add(pod)
+
+    def _end(self, key: str, now: float) -> None:
+        """A run ended: measure it whole at the next read (pods looked up one last time)."""
+        run = self.running.pop(key)
+        run.pods.update(self.pods_of(key))
+        if run.pods and now > run.since:
+            self.ended[RunWindow(run.row_id, frozenset(run.pods), run.since, now)] = TRIES
+            while len(self.ended) > MAX_ENDED:
+                del self.ended[next(iter(self.ended))]
+
+    def to_measure(self) -> list[RunWindow]:
+        """The ended runs for the next read to measure whole."""
+        return list(self.ended)
+
+    def measured(self, asked: Iterable[RunWindow], means: dict[int, float]) -> None:
+        """What a read found for ended runs (row id -> mean): kept for the next step to store; a
+        run without points is asked again, a few times."""
+        for run in asked:
+            if run.row_id in means:
+                self.exact.append((run, means[run.row_id]))
+                self.ended.pop(run, None)
+            elif run in self.ended:
+                self.ended[run] -= 1
+                if self.ended[run] <= 0:
+                    del self.ended[run]
 
     def read(self, span: Span) -> None:
         """A utilisation read arrived (the next step accounts it)."""
         self.spans.append(span)
 
-    def drain(self, term: Term) -> tuple[list[tuple[int, float]], list[tuple[int, float, float]]]:
-        """What to store: (row id, running since) of newly running workloads, and (row id, seconds
-        measured, busy seconds) from the reads since the last drain."""
+    def drain(
+        self, term: Term, now: float
+    ) -> tuple[list[tuple[int, float]], list[tuple[int, float, float]], list[tuple[RunWindow, float]]]:
+        """What to store: (row id, running since) of newly running workloads, (row id, seconds
+        measured, busy seconds) from the reads since the last drain, and ended runs measured whole
+        (run, mean)."""
         stamps = [(row.id, at) for key, at in self.stamps.items() if (row := term.by_key.get(key)) is not None]
         self.stamps = {}
+        for key, run in list(self.running.items()):
+            held = term.held(key)
+            if held is None or term.by_key.get(key) is None or admission_token(held) != run.token:
+                self._end(key, now)  # (released or admitted again: a new run, seen anew)
         measured: dict[int, list[float]] = {}
         spans, self.spans = self.spans, []
         for span in spans:
-            for key, (token, since) in list(self.running.items()):
-                held = term.held(key)
-                row = term.by_key.get(key)
-                if held is None or row is None or admission_token(held) != token:
-                    del self.running[key]  # (released or admitted again: a new run, seen anew)
-                    continue
-                seconds = span.until - max(span.since, since)
-                mean = span.reading.mean(self.pods_of(key)) if seconds > 0 else None
+            for key, run in self.running.items():
+                seconds = span.until - max(span.since, run.since)
+                pods = self.pods_of(key)
+                mean = span.reading.mean(pods) if seconds > 0 else None
                 if mean is None:
                     continue
-                acc = measured.setdefault(row.id, [0.0, 0.0])
+                run.pods.update(pods)
+                acc = measured.setdefault(run.row_id, [0.0, 0.0])
                 acc[0] += seconds
                 acc[1] += seconds * mean
-        return stamps, [(row_id, s, busy) for row_id, (s, busy) in measured.items()]
+        self.early = {key: pods for key, pods in self.early.items() if term.held(key) is not None}
+        exact, self.exact = self.exact, []
+        return stamps, [(row_id, s, busy) for row_id, (s, busy) in measured.items()], exact

@@ -9,7 +9,8 @@ annotation every admitted job's pods carry (``admission.controller.inventory``),
 step decides with engine core's own model (``queues.reclaim_model``): warn (an Event
 ``GPUIdle``), or evict with reason ``GPUIdle`` and requeue or deactivate, only when someone
 waits for the quota if the policy says so. The same loop reads each pod's mean since the last
-read for the ledger's used GPU-hours whenever Prometheus is set (``admission.controller.metering``).
+read for the ledger's used GPU-hours whenever Prometheus is set, and measures the runs that ended
+since over their whole intervals (``admission.controller.metering``).
 
 Missing data is unknown, never idle: a workload none of whose pods has a series is not touched,
 and a Prometheus that cannot be read reclaims nothing (readiness says why; a metric counts it).
@@ -122,7 +123,22 @@ class Reclaimer:
             self.metered_at = asked
             if self.meter is not None:
                 self.meter.read(Span(metered, since, asked))
+                await self._measure_ended()
             self.wake()
+
+    async def _measure_ended(self) -> None:
+        """Runs that ended since the last read, each measured over its whole interval (the next
+        step stores them); on a failure they wait for the next read."""
+        assert self.meter is not None and self.prometheus is not None
+        ended = self.meter.to_measure()
+        if not ended:
+            return
+        try:
+            means = await self.prometheus.measure(ended)
+        except Unavailable as exc:
+            log.warning("%d ended runs not measured yet (the next read tries again): %s", len(ended), exc)
+            return
+        self.meter.measured(ended, means)
 
     def decide(self, term: Term, now: float) -> list[Decision]:
         """In a step: the evictions idle workloads earn now (warnings go to ``warned``)."""

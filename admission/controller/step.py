@@ -212,12 +212,15 @@ class Steps:
         if self.meter is None:
             return
         self.meter.observe(term, dirty, now)
-        running, measured = self.meter.drain(term)
-        if running or measured:
+        running, measured, exact = self.meter.drain(term, now)
+        if running or measured or exact:
             async with database.transaction(self.sessions) as session:
                 await lease.check(session, term.fence)
                 await ledger.set_running(session, [(row_id, timestamp(at)) for row_id, at in running])
                 await ledger.add_utilisation(session, measured)
+                await ledger.set_run_utilisation(
+                    session, [(run.row_id, timestamp(run.since), timestamp(run.until), mean) for run, mean in exact]
+                )
 
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
         """waitForPodsReady (``admission.controller.podsready``): look at the started workloads whose

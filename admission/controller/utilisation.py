@@ -7,7 +7,11 @@ controller needs no access to the nodes.
 
 Each look asks two instant queries per window, ``avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[w])``
 and ``avg_over_time(DCGM_FI_DEV_GPU_UTIL[w]) / 100``, each averaged per pod by Prometheus, and
-joins the answers to pods (``queues.gpu_metrics``). A Prometheus that is down, slow (``timeout``) or answers something
+joins the answers to pods (``queues.gpu_metrics``). When runs end, ``measure`` asks for their whole
+intervals with range queries of the same two series (``query_range``, POSTed: the pods' names are
+in the query), batched: runs of a like length share one query whose step is about a sixtieth of
+their length (at least a second), so ten thousand runs ending in a minute are a few requests.
+A Prometheus that is down, slow (``timeout``) or answers something
 that is not a query result raises ``Unavailable`` with what went wrong: the caller reclaims
 nothing on it (missing data is unknown, never idle) and says so in readiness and a metric.
 """
@@ -15,13 +19,54 @@ nothing on it (missing data is unknown, never idle) and says so in readiness and
 from __future__ import annotations
 
 import asyncio
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from queues.gpu_metrics import ENGINE_ACTIVE, GPU_UTIL, Reading, combine
+from queues.gpu_metrics import ENGINE_ACTIVE, GPU_UTIL, PodKey, Reading, Samples, combine, combine_ranges
 
 POD_LABELS = "namespace, pod, exported_namespace, exported_pod"  # what ``queues.gpu_metrics.pod_of`` reads
+
+
+POD = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+MAX_POINTS = 10_000  # points per series one range query may ask for (Prometheus refuses above 11,000)
+POINTS_PER_RUN = 60  # a run is measured at about this many points: its length / 60, at least a second
+
+
+@dataclass(frozen=True, slots=True)
+class RunWindow:
+    """A run that ended: its ledger row (workload id), its pods, and when it ran (wall seconds)."""
+
+    row_id: int
+    pods: frozenset[PodKey]
+    since: float
+    until: float
+
+    @property
+    def step(self) -> float:
+        """The query step it is measured at: a power of two seconds near a sixtieth of its length."""
+        return float(2 ** max(0, math.ceil(math.log2(max(1.0, (self.until - self.since) / POINTS_PER_RUN)))))
+
+
+def batches(runs: Sequence[RunWindow]) -> list[tuple[float, list[RunWindow]]]:
+    """Runs grouped by step, each group cut so that its window is at most ``MAX_POINTS`` steps."""
+    by_step: dict[float, list[RunWindow]] = {}
+    for run in sorted(runs, key=lambda r: r.since):
+        by_step.setdefault(run.step, []).append(run)
+    out: list[tuple[float, list[RunWindow]]] = []
+    for step, group in sorted(by_step.items()):
+        batch: list[RunWindow] = []
+        for run in group:
+            if batch and (max(run.until, *(r.until for r in batch)) - batch[0].since) / step > MAX_POINTS:
+                out.append((step, batch))
+                batch = []
+            batch.append(run)
+        out.append((step, batch))
+    return out
 
 
 class Unavailable(Exception):
@@ -51,19 +96,50 @@ class Prometheus:
         )
         return combine(active, util)
 
-    async def _query(self, query: str) -> list[Any]:
+    async def measure(self, runs: Sequence[RunWindow]) -> dict[int, float]:
+        """Each ended run's mean utilisation over its whole interval (row id -> fraction); a run
+        none of whose pods has a point in it is left out (unknown, never idle)."""
+        out: dict[int, float] = {}
+        for step, batch in batches(runs):
+            # (pod names are DNS subdomains: only a dot needs escaping, as \\. inside a PromQL string)
+            pods_named = {pod for run in batch for _, pod in run.pods if POD.match(pod)}
+            names = "|".join(sorted(pod.replace(".", "\\\\.") for pod in pods_named))
+            if not names:
+                continue
+            start, end = min(r.since for r in batch), max(r.until for r in batch)
+            window = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"}
+            by = f"avg by ({POD_LABELS})"
+            pods = f'{{exported_pod=~"{names}"}}'
+            own = f'{{pod=~"{names}"}}'  # (where the scrape honours the exporter's labels)
+            active, util = await asyncio.gather(
+                self._query(f"{by} ({ENGINE_ACTIVE}{pods} or {ENGINE_ACTIVE}{own})", window),
+                self._query(f"{by} ({GPU_UTIL}{pods} or {GPU_UTIL}{own}) / 100", window),
+            )
+            samples: Samples = combine_ranges(active, util)
+            for run in batch:
+                mean = samples.run_mean(run.pods, run.since, run.until)
+                if mean is not None:
+                    out[run.row_id] = mean
+        return out
+
+    async def _query(self, query: str, window: dict[str, str] | None = None) -> list[Any]:
+        """An instant query (a vector), or with ``window`` a range query (a matrix), POSTed."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        path, kind = ("query", "vector") if window is None else ("query_range", "matrix")
+        shown = query if len(query) < 300 else query[:300] + "..."
         try:
-            async with self._session.get(f"{self.url}/api/v1/query", params={"query": query}) as response:
+            async with self._session.post(
+                f"{self.url}/api/v1/{path}", data={"query": query, **(window or {})}
+            ) as response:
                 if response.status != 200:
                     text = (await response.text())[:200]
-                    raise Unavailable(f"{self.url} answered {response.status} to {query}: {text}")
+                    raise Unavailable(f"{self.url} answered {response.status} to {shown}: {text}")
                 body = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise Unavailable(f"{self.url}: {type(exc).__name__}: {exc}".rstrip(": ")) from exc
         data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, dict) or body.get("status") != "success" or data.get("resultType") != "vector":
-            raise Unavailable(f"{self.url} did not answer {query} with a vector: {str(body)[:200]}")
+        if not isinstance(data, dict) or body.get("status") != "success" or data.get("resultType") != kind:
+            raise Unavailable(f"{self.url} did not answer {shown} with a {kind}: {str(body)[:200]}")
         result = data.get("result")
         return result if isinstance(result, list) else []

@@ -175,6 +175,39 @@ async def add_utilisation(session: AsyncSession, measured: Sequence[tuple[int, f
         )
 
 
+async def set_run_utilisation(
+    session: AsyncSession, runs: Sequence[tuple[int, dt.datetime, dt.datetime, float]]
+) -> None:
+    """(workload id, run start, run end, mean utilisation over the run) of runs that ended,
+    measured whole: the rows of that admission that ran are measured for all the time they ran,
+    busy by the mean, replacing what the periodic reads added (``admission.controller.metering``)."""
+    if runs:
+        await session.execute(
+            _SET_RUN_UTILISATION,
+            {
+                "id": [r[0] for r in runs],
+                "since": [r[1] for r in runs],
+                "until": [r[2] for r in runs],
+                "mean": [r[3] for r in runs],
+            },
+        )
+
+
+# the run's rows: this workload's, closed, that ran, and whose hold overlaps the run (one
+# admission's rows; the next admission's are open or start after this run ended)
+_SET_RUN_UTILISATION = text(
+    """
+    UPDATE usage_ledger AS l
+    SET measured_seconds = EXTRACT(EPOCH FROM l.ended_at - l.running_at),
+        busy_seconds = EXTRACT(EPOCH FROM l.ended_at - l.running_at) * u.mean
+    FROM unnest(CAST(:id AS bigint[]), CAST(:since AS timestamptz[]), CAST(:until AS timestamptz[]),
+                CAST(:mean AS float8[])) AS u(id, since, until, mean)
+    WHERE l.workload_id = u.id AND l.ended_at IS NOT NULL AND l.running_at IS NOT NULL
+      AND l.ended_at > l.running_at AND l.started_at < u.until AND l.ended_at > u.since
+    """
+)
+
+
 _ADD_UTILISATION = text(
     """
     UPDATE usage_ledger AS l

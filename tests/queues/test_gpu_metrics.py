@@ -8,11 +8,29 @@ from typing import Any
 import pytest
 
 from queues import api, efficiency, errors, validation
-from queues.gpu_metrics import combine, pod_of
+from queues.gpu_metrics import combine, combine_ranges, pod_of
 
 
 def sample(value: str, **labels: str) -> dict[str, Any]:
     return {"metric": {"__name__": "x", **labels}, "value": [1764700000.0, value]}
+
+
+def points(*values: tuple[float, str], **labels: str) -> dict[str, Any]:
+    return {"metric": labels, "values": [[t, v] for t, v in values]}
+
+
+def test_a_run_is_the_mean_of_its_pods_points_within_it() -> None:
+    active = [
+        points((10, "0.2"), (11, "0.4"), (12, "0.6"), (20, "1.0"), pod="a", namespace="ml"),
+        points((11, "0.8"), (12, "NaN"), exported_pod="b", exported_namespace="ml", pod="exporter"),
+    ]
+    util = [points((11, "0.9"), pod="a", namespace="ml"), points((11, "0.5"), (12, "0.7"), pod="c", namespace="ml")]
+    samples = combine_ranges(active, util)
+    assert samples.run_mean([("ml", "a")], 10, 12) == pytest.approx(0.4)  # engine activity wins; 20 is after it
+    assert samples.run_mean([("ml", "a"), ("ml", "b")], 11, 12) == pytest.approx((0.4 + 0.6 + 0.8) / 3)  # NaN dropped
+    assert samples.run_mean([("ml", "c")], 0, 100) == pytest.approx(0.6)  # no engine activity: utilisation
+    assert samples.run_mean([("ml", "a")], 13, 19) is None, "no point within the run: unknown, never idle"
+    assert samples.run_mean([("ml", "gone")], 0, 100) is None
 
 
 def test_engine_activity_wins_and_a_pod_is_the_mean_of_its_gpus() -> None:
