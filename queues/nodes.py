@@ -8,6 +8,9 @@ decide scale-ups with these functions, so the two agree by construction.
   tolerations cover the node's NoSchedule/NoExecute taints and the node's free capacity holds
   its requests (as the kube-scheduler's NodeAffinity, TaintToleration and Fit filters).
 - ``pack``: first fit, in node-name order, as the simulated scheduler binds pods.
+- ``fit_error``: why a pod fits on no node, in the kube-scheduler's words (its ``FitError``:
+  ``0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: ...``), what the
+  simulated scheduler writes on the pod and in its ``FailedScheduling`` Event.
 - ``answer``: a cluster-autoscaler's verdict on a ProvisioningRequest's pods, per
   provisioning class (``check-capacity``: only what exists; ``best-effort-atomic-scale-up``:
   all the nodes it needs or none), given the free capacity less what Provisioned requests whose
@@ -32,6 +35,8 @@ UNSCHEDULABLE = "node.kubernetes.io/unschedulable"  # the taint a cordoned node 
 HOSTNAME = "kubernetes.io/hostname"
 PODS = "pods"  # a node's allocatable pod slots; each pod takes one
 MAX_PODS = 110  # the kubelet's default maxPods: a node that does not say holds this many
+NO_VICTIMS = "No preemption victims found for incoming pod"  # the kube-scheduler's preemption verdicts
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
 
 
 def with_pod_slot(requests: Mapping[str, int]) -> dict[str, int]:
@@ -131,6 +136,42 @@ def first_fit(pod: PodNeeds, nodes: Sequence[NodeInfo], free: Free) -> str | Non
             take(free[node.name], pod)
             return node.name
     return None
+
+
+def refusals(pod: PodNeeds, node: NodeInfo, free: Mapping[str, int]) -> tuple[list[str], bool]:
+    """Why the kube-scheduler's filters refuse ``node`` for ``pod``, the first refusing filter's
+    reasons in its words (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit, in
+    that order), and whether evicting pods there could help (only a lack of capacity)."""
+    unschedulable = [t for t in node.taints if t.key == UNSCHEDULABLE]
+    if unschedulable and untolerated_taint(unschedulable, pod.tolerations) is not None:
+        return ["node(s) were unschedulable"], False
+    taint = untolerated_taint([t for t in node.taints if t.key != UNSCHEDULABLE], pod.tolerations)
+    if taint is not None:
+        return [f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"], False
+    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
+        return ["node(s) didn't match Pod's node affinity/selector"], False
+    short = [r for r, v in sorted(pod.requests.items()) if free.get(r, 0) < v]
+    return ["Too many pods" if r == PODS else f"Insufficient {r}" for r in short], True
+
+
+def fit_error(pod: PodNeeds, nodes: Sequence[NodeInfo], free: Free) -> str:
+    """The kube-scheduler's message for a pod no node takes: a histogram of the filters' reasons,
+    sorted as it sorts them, then its preemption's verdict (the simulated scheduler preempts
+    nothing: no victims where capacity was short, not helpful elsewhere)."""
+    reasons: dict[str, int] = {}
+    verdicts: dict[str, int] = {}
+    for node in nodes:
+        said, helpful = refusals(pod, node, free.get(node.name, {}))
+        for reason in said:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        verdict = NO_VICTIMS if helpful else NOT_HELPFUL
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+
+    def histogram(counts: Mapping[str, int]) -> str:
+        return ", ".join(sorted(f"{n} {reason}" for reason, n in counts.items()))
+
+    head = f"0/{len(nodes)} nodes are available"
+    return f"{head}: {histogram(reasons)}. preemption: {head}: {histogram(verdicts)}."
 
 
 def book(pods: Sequence[PodNeeds], nodes: Sequence[NodeInfo], free: Free) -> None:

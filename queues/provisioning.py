@@ -363,6 +363,16 @@ class AutoscalerModel:
         """Every pod of a started workload is on a node."""
         return key in self.placed and key not in self.unplaced
 
+    def why_unplaced(self, key: str) -> str | None:
+        """Why a started workload's pods wait for a node, in the kube-scheduler's words (its first
+        waiting pod's), as the controller says it (``admission.controller.pod_waits``); None when
+        all are placed."""
+        pods = self.unplaced.get(key)
+        if not pods or not self.nodes:
+            return None
+        words = placement.fit_error(pods[0], self.nodes, self.free)
+        return f"{len(pods)} of its pods cannot be scheduled: {words}"
+
     def _place_waiting(self) -> None:
         """Place what waits for room, first come first placed (only workloads with waiting pods are
         kept in ``unplaced``: this runs at every start and stop)."""

@@ -91,16 +91,25 @@ class Retries:
         return self._evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
 
     def pods_ready_timeout(
-        self, key: str, policy: podsready.WaitForPodsReady, *, recovery: bool = False, scale: float = 1.0
+        self,
+        key: str,
+        policy: podsready.WaitForPodsReady,
+        *,
+        recovery: bool = False,
+        scale: float = 1.0,
+        why: str | None = None,
     ) -> Evict | None:
         """waitForPodsReady (``queues.podsready``): ``key`` started, but its pods were not all Ready
         in time. Release its quota and requeue it after a backoff (``scale`` time units per second),
-        or deactivate it once it has been requeued ``backoffLimitCount`` times."""
+        or deactivate it once it has been requeued ``backoffLimitCount`` times. ``why``: what the
+        cluster said of its pods (the kube-scheduler's words), added to the message."""
         wl = self.workloads.get(key)
         if wl is None or not wl.started:
             return None
         wl.retries += 1
         message = f"Exceeded the PodsReady {'recovery timeout' if recovery else 'timeout'} {key}"
+        if why:
+            message += f": {why}"
         self.checked[key] = False  # its retries, backoff and activity are stored with the eviction
         if policy.backoff_limit_count is not None and wl.retries > policy.backoff_limit_count:
             wl.active = False

@@ -142,7 +142,8 @@ class Simulation:
             while self.deadlines and self.deadlines[0][0] <= self.now:
                 _, _, epoch, key = heapq.heappop(self.deadlines)
                 if self.unready.get(key) == epoch and not self.scaler.ready(key):
-                    evict = self.sched.pods_ready_timeout(key, self.scenario.pods_ready)
+                    why = self.scaler.why_unplaced(key)
+                    evict = self.sched.pods_ready_timeout(key, self.scenario.pods_ready, why=why)
                     self._enact([evict] if evict is not None else [])
             # 2. edits
             while ei < len(edits) and edits[ei].at <= self.now:

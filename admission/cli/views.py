@@ -20,6 +20,7 @@ from admission.store import workloads as store
 from queues import api, fairsharing, quantity
 from queues.flavors import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
 from queues.model import ClusterQueue, FlavorResource, Snapshot
+from queues.podsready import PODS_UNSCHEDULABLE
 from queues.scheduler import Scheduler
 
 
@@ -391,6 +392,8 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
             )
         if r["reason"] and r["state"] in ("Pending", "QuotaReserved"):
             console.print(f"Waiting:       {r['reason']}: {r['message']}")
+        elif r["reason"] == PODS_UNSCHEDULABLE and r["state"] == "Admitted":  # (``controller.pod_waits``)
+            console.print(f"Pods waiting:  {r['message']}")
         console.print(f"Pods:          {_pods_line(r)}")
         if placed := _placement_line(r):
             console.print(f"Placement:     {placed}")

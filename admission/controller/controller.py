@@ -45,6 +45,8 @@ from admission.controller.leadership import Leadership
 from admission.controller.metering import Meter
 from admission.controller.metrics import Metrics
 from admission.controller.placement import Placement
+from admission.controller.pod_waits import INTERVAL as POD_WAITS_INTERVAL
+from admission.controller.pod_waits import PodWaits
 from admission.controller.podgroups import PodGroups
 from admission.controller.podsready import PodsReadyWatch, scaled
 from admission.controller.priorities import PriorityClasses
@@ -198,6 +200,18 @@ class Controller:
         self.metrics = Metrics(self)
         # GPU-hour budgets (``admission.controller.budgets``): measured from the ledger, held by the core's gate
         self.events = EventPoster(kube, instance=options.identity)
+        # why an admitted job's pods wait (the kube-scheduler's words): describe, an Event, waitForPodsReady
+        self.pod_waits = PodWaits(
+            kube,
+            sessions,
+            jobs=self.jobs,
+            current_term=lambda: self.term,
+            events=self.events,
+            interval=POD_WAITS_INTERVAL * options.backoff_scale,
+            grace=POD_WAITS_INTERVAL * options.backoff_scale,
+        )
+        self.pods_ready = PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale))
+        self.pods_ready.why = self.pod_waits.why
         self.budgets = BudgetKeeper(
             sessions,
             current_term=lambda: self.term,
@@ -220,7 +234,7 @@ class Controller:
             checks=self.checks,
             enactor=self.enactor,
             policy=self.policy,
-            pods_ready=PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale)),
+            pods_ready=self.pods_ready,
             reclaimer=self.reclaimer,
             meter=self.meter,
             budgets=self.budgets,
@@ -323,6 +337,7 @@ class Controller:
         tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status"))
         tasks.append(asyncio.create_task(self.reclaimer.run(), name="gpu-utilization"))
         tasks.append(asyncio.create_task(self.budgets.run(), name="gpu-budgets"))
+        tasks.append(asyncio.create_task(self.pod_waits.run(), name="pod-waits"))
         self.enactor.start()
         self.placement.start()
         self.checks.start()

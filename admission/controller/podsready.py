@@ -19,6 +19,7 @@ not stored): late rather than early.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from admission.jobs.base import JobView
 from queues.model import Workload
@@ -44,6 +45,8 @@ class PodsReadyWatch:
         self.deadlines: dict[str, tuple[float, bool]] = {}  # key -> (when it is evicted, whether recovering)
         self.lost_at: dict[str, float] = {}  # key -> when a workload that was Ready lost a pod
         self.newly_ready: dict[str, float] = {}  # key -> when first Ready: to store (the step drains it)
+        # why a workload's pods wait, as last read (``admission.controller.pod_waits``): said on eviction
+        self.why: Callable[[str], str | None] = lambda _key: None
 
     def observe(self, wl: Workload | None, view: JobView | None, now: float) -> None:
         """Look at one workload and its job as last seen."""

@@ -232,7 +232,9 @@ class Steps:
                 self.pods_ready.observe(sched.workloads.get(row.key), self.jobs.views.get(uid), now)
         out: list[Decision] = []
         for key, recovering in self.pods_ready.due(now):
-            evict = sched.pods_ready_timeout(key, self.pods_ready.policy, recovery=recovering)
+            evict = sched.pods_ready_timeout(
+                key, self.pods_ready.policy, recovery=recovering, why=self.pods_ready.why(key)
+            )
             if evict is not None:
                 out.append(evict)
         return out

@@ -14,8 +14,14 @@
   same moment).
 - Scheduler: a pending pod is bound to the first Node whose labels match its nodeSelector,
   whose NoSchedule/NoExecute taints it tolerates and whose allocatable capacity still holds
-  its requests; otherwise it stays Pending with PodScheduled=False, reason Unschedulable.
-  Without any Node, capacity is unlimited.
+  its requests; otherwise it stays Pending with PodScheduled=False, reason Unschedulable, and
+  the kube-scheduler's words as the condition's message and in a Warning Event
+  ``FailedScheduling`` on the pod (``0/4 nodes are available: 4 Insufficient nvidia.com/gpu.
+  preemption: 0/4 nodes are available: 4 No preemption victims found for incoming pod.``,
+  ``queues.nodes.fit_error``). Differences: one Event per distinct message (the real scheduler
+  retries with a backoff and its recorder counts repeats in the Event's series); it never
+  preempts, so its preemption verdict is always "No preemption victims found" where capacity was
+  short. Without any Node, capacity is unlimited.
 - Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
   annotation (times ``time_scale``), then succeeds; without the annotation it runs for
   ``default_runtime`` seconds (``sim up --default-runtime``), or forever when that is None; a pod
@@ -54,6 +60,7 @@ UNLIMITED_NODE = "sim-unlimited"
 
 PODS = next(r for r in resources.ALL if r.plural == "pods")
 NODES = next(r for r in resources.ALL if r.plural == "nodes")
+EVENTS = next(r for r in resources.ALL if r.plural == "events" and not r.group)
 JOB_RESOURCES = tuple(r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS)
 DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed", "TrainJob": "Complete"}  # Kubeflow's: Succeeded
 FOREVER = "forever"  # a RUNTIME_ANNOTATION value: the pod runs until it is deleted (a RayCluster's)
@@ -392,14 +399,16 @@ class Cluster:
         if chosen is None:
             self.unschedulable.add((ns, name))
             status = pod.setdefault("status", {})
-            set_condition(
-                status,
-                "PodScheduled",
-                "False",
-                "Unschedulable",
-                f"0/{len(nodes)} nodes are available: no node has the requested capacity, labels and tolerations",
+            infos = [nodes_model.NodeInfo.of(n) for n in nodes]
+            message = nodes_model.fit_error(nodes_model.PodNeeds.of(pod["spec"]), infos, free)
+            said: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
             )
+            if said.get("message") == message and said.get("status") == "False":
+                return  # (said already: the same verdict is neither written nor told again)
+            set_condition(status, "PodScheduled", "False", "Unschedulable", message)
             self.store.replace(PODS, ns, name, pod, subresource="status")
+            self._failed_scheduling(pod, message)
             return
         self.unschedulable.discard((ns, name))
         pod["spec"]["nodeName"] = chosen
@@ -428,6 +437,32 @@ class Cluster:
                 seconds = default if default is not None else 0.0
             delay = seconds * self.time_scale
             self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._succeed, ns, name)
+
+    def _failed_scheduling(self, pod: Obj, message: str) -> None:
+        """The kube-scheduler's Warning Event on a pod it cannot place."""
+        meta = pod["metadata"]
+        now = now_text()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "reason": "FailedScheduling",
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "default-scheduler"},
+            "reportingComponent": "default-scheduler",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.store.create(EVENTS, meta["namespace"], body, namespaces=resources.NAMESPACES)
 
     def _succeed(self, namespace: str, name: str) -> None:
         self.timers.pop(f"{namespace}/{name}", None)

@@ -724,6 +724,17 @@ async def set_admitted_reasons(session: AsyncSession, reasons: Sequence[tuple[in
         )
 
 
+async def clear_admitted_reason(session: AsyncSession, ids: Sequence[int], reason: str) -> None:
+    """Clear admitted workloads' reason where it is still ``reason`` (what was waited for is over)."""
+    if ids:
+        w = tables.Workload
+        await session.execute(
+            update(w)
+            .where(w.id.in_(list(ids)), w.state == "Admitted", w.reason == reason)
+            .values(reason=None, message=None)
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class EventRow:
     id: int

@@ -113,3 +113,15 @@ def test_finishes_come_before_submissions_at_the_same_instant() -> None:
     r = simulator.Simulation(scenario.parse(doc)).run().to_json()
     assert not [e for e in r["events"] if e["type"] == "Evicted"]
     assert ("research/prod-train", 3600) in [(e["workload"], e["t"]) for e in r["events"] if e["type"] == "Admitted"]
+
+
+def test_a_pods_ready_eviction_says_why_the_pods_wait_in_the_schedulers_words() -> None:
+    """Engine core places pods on the scenario's nodes with the kube-scheduler's filters and its
+    waitForPodsReady eviction says what the scheduler would (as the controller does)."""
+    evicted = [e for e in run("pods-ready.yaml")["events"] if e["type"] == "Evicted"]
+    assert evicted[0]["workload"] == "team/wrong-zone"
+    assert evicted[0]["message"] == (
+        "Exceeded the PodsReady timeout team/wrong-zone: 1 of its pods cannot be scheduled: 0/2 nodes are "
+        "available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: "
+        "2 Preemption is not helpful for scheduling."
+    )

@@ -5,6 +5,7 @@ a job whose pods become Ready keeps running, and that it was Ready survives a re
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from admission.sim import autoscaler as sim_autoscaler
 from admission.store import database, tables
 from queues import podsready
 from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
+from tests.admission.runner import turnstile
 
 NODES = ResourceRef("v1", "Node", "nodes", namespaced=False)
 NODE = {"labels": {"gpu": "a100"}, "capacity": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4"}}
@@ -120,3 +122,61 @@ async def test_block_admission_holds_the_next_job_until_the_last_ones_pods_are_r
 async def _admitted(w: World, name: str) -> bool:
     r = await _row(w, name)
     return r is not None and r.state == "Admitted"
+
+
+async def test_why_an_admitted_jobs_pods_wait_is_said_in_the_schedulers_words(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    """Admitted by quota (8 GPUs), its one pod asks 6 of a 4-GPU node: describe workload shows the
+    kube-scheduler's message, one Event on the job says it, waitForPodsReady's eviction says it; a
+    job whose pods get a node again has its reason cleared."""
+    slow = Policy(pods_ready=podsready.WaitForPodsReady(timeout=4.0, backoff_base_seconds=60))
+    async with world(tmp_path, migrated_url) as w:
+        await w.kube.create(NODES, None, sim_autoscaler.node_object("gpu-1", NODE))
+        await w.apply(CONFIG)
+        controller = w.start_controller("replica-1", policy=slow)
+        controller.pod_waits.interval = controller.pod_waits.grace = 0.3
+        await w.create(job("too-wide", gpus=6))
+        words = (
+            "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
+            "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        )
+
+        async def waiting() -> Any:
+            r = await _row(w, "too-wide")
+            return r if r is not None and r.state == "Admitted" and r.reason == "PodsUnschedulable" else None
+
+        r = await eventually(waiting, what="the admitted workload's pods said to wait")
+        assert r.message == f"1 of its pods cannot be scheduled (pod ml/too-wide-main-0): {words}", r.message
+        pod_events = await w.kube.request("GET", "/api/v1/namespaces/ml/events")
+        failed = [e for e in pod_events["items"] if e["reason"] == "FailedScheduling"]
+        assert [(e["involvedObject"]["kind"], e["message"], e["source"]["component"]) for e in failed] == [
+            ("Pod", words, "default-scheduler")
+        ]
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url, "TURNSTILE_HOME": str(tmp_path / "home")}
+        described = await asyncio.to_thread(turnstile, "describe", "workload", "ml/too-wide", env=env)
+        assert described.returncode == 0, described.stderr
+        assert (
+            f"Pods waiting:  1 of its pods cannot be scheduled (pod ml/too-wide-main-0): {words}"
+            in described.stdout.splitlines()
+        )
+        told = await eventually(lambda: _events(w, "too-wide", "PodsUnschedulable"), what="the job's Event")
+        assert told == [r.message]
+        (evicted,) = await eventually(lambda: _events(w, "too-wide", "PodsReadyTimeout"), timeout=15)
+        assert (
+            f"Exceeded the PodsReady timeout ml/too-wide: 1 of its pods cannot be scheduled (pod ml/too-wide-main-0): {words}"
+            in (evicted)
+        )
+
+        await w.create(job("later", gpus=6))  # waits for a node too, until one with room joins
+        await eventually(
+            lambda: _events(w, "later", "PodsUnschedulable"), timeout=15, what="the second job's pods said to wait"
+        )
+        wide = {**NODE, "capacity": {**NODE["capacity"], "nvidia.com/gpu": "8"}}
+        await w.kube.create(NODES, None, sim_autoscaler.node_object("gpu-2", wide))
+
+        async def cleared() -> Any:
+            r = await _row(w, "later")
+            return r if r is not None and r.state == "Admitted" and r.reason != "PodsUnschedulable" else None
+
+        await eventually(cleared, timeout=15, what="its reason cleared once its pod has a node")
