@@ -93,6 +93,16 @@ def _table() -> dict[str, Fraction]:
 SHARES = _table()
 
 
+USABLE = 0.88  # GiB usable per GB in a profile's name, conservatively (an H200 1g.18gb holds 16.0 GiB)
+
+
+def usable_gib(profile: str) -> float:
+    """The GPU memory a profile gives, in GiB, from its name (``1g.18gb`` -> 15.8), conservatively
+    below what ``nvidia-smi mig -lgip`` shows (16.0 GiB on an H200)."""
+    gb = profile.partition(".")[2].removesuffix("gb")
+    return float(gb) * USABLE if gb.isdigit() else 0.0
+
+
 def share(resource: str) -> Fraction | None:
     """The part of a card one unit of a MIG resource is, from the table; None for a resource that
     is not a MIG profile of a card known here."""

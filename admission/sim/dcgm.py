@@ -13,6 +13,14 @@ whose metrics are missing: unknown, never idle). MIG slices carry
 ``GPU_I_PROFILE`` and ``GPU_I_ID``, as dcgm-exporter's do. Labels are dcgm-exporter's:
 ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``, ``container``, ``namespace``, ``pod``.
 
+GPU memory: a pod (or an owner) annotated ``turnstile.dev/sim-gpu-memory-used: 9Gi`` (a quantity,
+or a trace of ``{"at", "value"}`` steps as above) gets ``DCGM_FI_DEV_FB_USED`` and
+``DCGM_FI_DEV_FB_FREE`` per GPU, in MiB as dcgm-exporter reports them: used as said (at most the
+GPU's memory), free the rest. A whole GPU's memory is its node's ``nvidia.com/gpu.memory`` label
+(MiB, as NVIDIA's GPU feature discovery labels it), else 81920 (the A100-80GB ``modelName`` says;
+a node's ``nvidia.com/gpu.product`` label names the model instead); a MIG slice's is its
+profile's (``queues.mig_profiles.usable_gib``).
+
 Served at ``/dcgm/metrics`` on the simulated API server (Prometheus's text format); the
 controller's GPU-efficiency work reads them through Prometheus (``docs/gpu-efficiency.md``).
 """
@@ -30,14 +38,23 @@ from typing import Any
 from aiohttp import web
 
 from admission.sim.objects import ApiError, ObjectStore, Resource
-from queues import quantity
+from queues import errors, mig_profiles, quantity
 
 ANNOTATION = "turnstile.dev/sim-gpu-utilization"
+MEMORY_ANNOTATION = "turnstile.dev/sim-gpu-memory-used"
 PATH = "/dcgm/metrics"
 _HELP = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("Ratio of time the graphics engine is active.", 1.0),
     "DCGM_FI_DEV_GPU_UTIL": ("GPU utilization (in %).", 100.0),
 }
+_MEMORY_HELP = {
+    "DCGM_FI_DEV_FB_USED": "Framebuffer memory used (in MiB).",
+    "DCGM_FI_DEV_FB_FREE": "Framebuffer memory free (in MiB).",
+}
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB of one GPU (NVIDIA's GPU feature discovery)
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+DEFAULT_MEMORY_MIB = 81920
+DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
 
 Owner = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 
@@ -62,7 +79,13 @@ def handler(
                         return store.get(res, str(meta.get("namespace") or ""), str(ref.get("name")))
             return None
 
-        text = exposition(store.list(pods, None)[0], owner, now=time.time(), time_scale=time_scale())
+        nodes = next(r for r in resources if r.plural == "nodes" and not r.group)
+        labels = {
+            str(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {}) for n in store.list(nodes, None)[0]
+        }
+        text = exposition(
+            store.list(pods, None)[0], owner, now=time.time(), time_scale=time_scale(), node_labels=labels
+        )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     return serve
@@ -72,28 +95,49 @@ def utilization(pod: Mapping[str, Any], owner: Owner, *, now: float = 0.0, time_
     """The pod's made-up utilisation (0..1) at wall time ``now``, or None when nothing says it: the
     annotation on the pod or on its owners up the chain (a Job's; a JobSet's through its Job; a
     Deployment's through its ReplicaSet)."""
+    value = _annotated(pod, owner, ANNOTATION, float, now=now, time_scale=time_scale)
+    return min(1.0, max(0.0, value)) if value is not None and value == value else None
+
+
+def memory_used_mib(pod: Mapping[str, Any], owner: Owner, *, now: float = 0.0, time_scale: float = 1.0) -> float | None:
+    """The pod's made-up GPU memory used per GPU (MiB) at wall time ``now``, or None when nothing says it."""
+    value = _annotated(
+        pod, owner, MEMORY_ANNOTATION, lambda raw: quantity.parse_milli(str(raw)) / 1000 / 2**20, now=now,
+        time_scale=time_scale,
+    )  # fmt: skip
+    return max(0.0, value) if value is not None and value == value else None
+
+
+def _annotated(
+    pod: Mapping[str, Any],
+    owner: Owner,
+    annotation: str,
+    parse: Callable[[Any], float],
+    *,
+    now: float,
+    time_scale: float,
+) -> float | None:
+    """An annotation's value (a constant or a trace) on the pod or its owners up the chain."""
     chain: list[Mapping[str, Any] | None] = [pod]
     while len(chain) < 4 and chain[-1] is not None:
         chain.append(owner(chain[-1]))
     for obj in chain:
-        raw = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(ANNOTATION) if obj else None
+        raw = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(annotation) if obj else None
         if raw is None:
             continue
         raw = str(raw).strip()
         try:
             if raw.startswith("["):
-                value = _step(json.loads(raw), _seconds_since_start(pod, now) / time_scale)
-            else:
-                value = float(raw)
-        except (ValueError, TypeError, KeyError, AttributeError):
+                return _step(json.loads(raw), _seconds_since_start(pod, now) / time_scale, parse)
+            return parse(raw)
+        except (ValueError, TypeError, KeyError, AttributeError, errors.Invalid):
             return None  # (unreadable: no series, as a GPU whose metrics are missing)
-        return min(1.0, max(0.0, value)) if value == value else None
     return None
 
 
-def _step(steps: list[Mapping[str, Any]], elapsed: float) -> float:
+def _step(steps: list[Mapping[str, Any]], elapsed: float, parse: Callable[[Any], float] = float) -> float:
     """A trace's value ``elapsed`` seconds into the run: the last step at or before it."""
-    ordered = sorted(((float(s["at"]), float(s["value"])) for s in steps), key=lambda s: s[0])
+    ordered = sorted(((float(s["at"]), parse(s["value"])) for s in steps), key=lambda s: s[0])
     value = ordered[0][1]
     for at, v in ordered:
         if at <= elapsed:
@@ -114,9 +158,10 @@ def exposition(
     *,
     now: float = 0.0,
     time_scale: float = 1.0,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> str:
     """The series of every running pod that requests GPUs, in Prometheus's text format."""
-    rows: dict[str, list[str]] = {name: [] for name in _HELP}
+    rows: dict[str, list[str]] = {name: [] for name in (*_HELP, *_MEMORY_HELP)}
     next_gpu: dict[str, int] = {}  # node -> the next GPU index handed out
     for pod in sorted(pods, key=lambda p: (str((p.get("spec") or {}).get("nodeName")), str(p["metadata"]["name"]))):
         spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
@@ -124,8 +169,10 @@ def exposition(
         if (pod.get("status") or {}).get("phase") != "Running" or not node:
             continue
         value = utilization(pod, owner, now=now, time_scale=time_scale)
-        if value is None:
+        used = memory_used_mib(pod, owner, now=now, time_scale=time_scale)
+        if value is None and used is None:
             continue
+        on_node = (node_labels or {}).get(str(node), {})
         for container in spec.get("containers") or []:
             limits = (container.get("resources") or {}).get("limits") or {}
             requests = (container.get("resources") or {}).get("requests") or {}
@@ -135,22 +182,43 @@ def exposition(
                 for _ in range(quantity.parse_milli(str(raw)) // 1000):
                     index = next_gpu.get(node, 0)
                     next_gpu[node] = index + 1
-                    labels = _labels(str(node), index, resource, str(container.get("name")), meta)
-                    for name, (_, scale) in _HELP.items():
-                        rows[name].append(f"{name}{{{labels}}} {value * scale:g}")
+                    model = on_node.get(GPU_PRODUCT_LABEL, DEFAULT_MODEL)
+                    labels = _labels(str(node), index, resource, str(container.get("name")), meta, model)
+                    if value is not None:
+                        for name, (_, scale) in _HELP.items():
+                            rows[name].append(f"{name}{{{labels}}} {value * scale:g}")
+                    if used is not None:
+                        total = _memory_mib(resource, on_node)
+                        rows["DCGM_FI_DEV_FB_USED"].append(f"DCGM_FI_DEV_FB_USED{{{labels}}} {min(used, total):.0f}")
+                        rows["DCGM_FI_DEV_FB_FREE"].append(
+                            f"DCGM_FI_DEV_FB_FREE{{{labels}}} {max(0.0, total - used):.0f}"
+                        )
     out = []
     for name, (text, _) in _HELP.items():
+        out += [f"# HELP {name} {text}", f"# TYPE {name} gauge", *rows[name]]
+    for name, text in _MEMORY_HELP.items():
         out += [f"# HELP {name} {text}", f"# TYPE {name} gauge", *rows[name]]
     return "\n".join(out) + "\n"
 
 
-def _labels(node: str, index: int, resource: str, container: str, meta: Mapping[str, Any]) -> str:
+def _memory_mib(resource: str, node_labels: Mapping[str, str]) -> float:
+    """One GPU's (or MIG slice's) memory in MiB."""
+    match = mig_profiles.RESOURCE.match(resource)
+    if match is not None:
+        return mig_profiles.usable_gib(match.group("profile")) * 1024
+    try:
+        return float(node_labels.get(GPU_MEMORY_LABEL, DEFAULT_MEMORY_MIB))
+    except ValueError:
+        return float(DEFAULT_MEMORY_MIB)
+
+
+def _labels(node: str, index: int, resource: str, container: str, meta: Mapping[str, Any], model: str) -> str:
     uuid = "GPU-" + hashlib.sha1(f"{node}/{index}".encode()).hexdigest()[:32]
     pairs = [
         ("gpu", str(index)),
         ("UUID", uuid),
         ("device", f"nvidia{index}"),
-        ("modelName", "NVIDIA A100-SXM4-80GB"),
+        ("modelName", model),
         ("Hostname", node),
     ]
     if resource.startswith("nvidia.com/mig-"):

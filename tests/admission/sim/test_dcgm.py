@@ -104,3 +104,27 @@ def test_a_trace_steps_with_the_pods_time_scaled_and_an_unreadable_one_is_no_dat
     assert value(19.0) == "0.9"  # 950
     pod["metadata"]["annotations"][dcgm.ANNOTATION] = '[{"at": 0}]'
     assert not any(line.startswith("DCGM") for line in dcgm.exposition([pod], lambda _p: None).splitlines())
+
+
+def test_gpu_memory_series_say_used_and_free_per_gpu_of_the_nodes_card_or_the_slice() -> None:
+    """``turnstile.dev/sim-gpu-memory-used: 9Gi`` on a job: each of its pod's GPUs reports 9216 MiB
+    used and the rest of the card free, the card's size from the node's GPU feature discovery
+    label; a MIG slice's size is its profile's; a pod with only memory said has no utilisation."""
+    job = {"metadata": {"name": "j", "annotations": {dcgm.MEMORY_ANNOTATION: "9Gi"}}}
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"nodeName": "h200-1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+        "status": {"phase": "Running"},
+    }
+    labels = {"h200-1": {dcgm.GPU_MEMORY_LABEL: "143771", dcgm.GPU_PRODUCT_LABEL: "NVIDIA-H200"}}
+    lines = dcgm.exposition([pod], lambda _p: job, node_labels=labels).splitlines()
+    used = [line for line in lines if line.startswith("DCGM_FI_DEV_FB_USED{")]
+    free = [line for line in lines if line.startswith("DCGM_FI_DEV_FB_FREE{")]
+    assert len(used) == 2 and all(u.endswith("} 9216") and 'modelName="NVIDIA-H200"' in u for u in used), used
+    assert all(f.endswith(f"}} {143771 - 9216}") for f in free), free
+    assert not any(line.startswith(("DCGM_FI_PROF", "DCGM_FI_DEV_GPU_UTIL")) for line in lines)
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-1g.18gb": "1"}
+    (slice_free,) = [
+        line for line in dcgm.exposition([pod], lambda _p: job).splitlines() if line.startswith("DCGM_FI_DEV_FB_FREE{")
+    ]
+    assert slice_free.endswith(f"}} {18 * 0.88 * 1024 - 9216:.0f}"), slice_free
