@@ -33,9 +33,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.events import EventPoster
+from admission.controller.inventory import ALL_PODS
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term
-from admission.kube.client import Kube, KubeError, ResourceRef
+from admission.kube.client import Kube, KubeError
 from admission.store import database, lease
 from admission.store import workloads as store
 from queues.pinning import WORKLOAD_ANNOTATION
@@ -43,7 +44,6 @@ from queues.podsready import PODS_UNSCHEDULABLE
 
 log = logging.getLogger(__name__)
 
-PODS = ResourceRef("v1", "Pod", "pods")
 INTERVAL = 10.0  # seconds between looks, and how long a started job's pods may be unplaced unlooked at
 REASON = PODS_UNSCHEDULABLE  # Turnstile's: the admitted workload's reason and the job's Event
 
@@ -88,6 +88,7 @@ class PodWaits:
         self.grace = grace  # seconds a started job's pods may be unplaced before they are looked at
         self.waiting: dict[str, str] = {}  # workload key -> why its pods wait, as last read
         self.stored: dict[str, tuple[int, str]] = {}  # workload key -> (row id, message) stored as its reason
+        self._term: Term | None = None  # the term ``stored`` is of
 
     def why(self, key: str) -> str | None:
         """Why ``key``'s pods wait, if they do (waitForPodsReady's eviction message says it)."""
@@ -123,7 +124,7 @@ class PodWaits:
         found: dict[str, list[tuple[str, str]]] = {}
         for namespace in sorted(set(candidates.values())):
             answer = await self.kube.request(
-                "GET", PODS.path(namespace), query={"fieldSelector": "status.phase=Pending"}
+                "GET", ALL_PODS.path(namespace), query={"fieldSelector": "status.phase=Pending"}
             )
             for pod in answer.get("items") or []:
                 meta = pod.get("metadata") or {}
@@ -142,7 +143,11 @@ class PodWaits:
         """The admitted workloads' reason: set where pods wait, cleared where they no longer do."""
         rows = {key: (row.id, message) for key, message in waiting.items() if (row := term.by_key.get(key))}
         changed = [(row_id, REASON, text) for key, (row_id, text) in rows.items() if self.stored.get(key) != rows[key]]
-        cleared = [row_id for key, (row_id, _) in self.stored.items() if key not in rows]
+        if term is not self._term:  # a new leader: what an earlier one stored may be over
+            self._term, self.stored = term, {}
+            cleared = [row.id for key, row in term.by_key.items() if key not in rows]
+        else:
+            cleared = [row_id for key, (row_id, _) in self.stored.items() if key not in rows]
         if changed or cleared:
             async with database.transaction(self.sessions) as session:
                 await lease.check(session, term.fence)

@@ -726,13 +726,16 @@ async def set_admitted_reasons(session: AsyncSession, reasons: Sequence[tuple[in
 
 async def clear_admitted_reason(session: AsyncSession, ids: Sequence[int], reason: str) -> None:
     """Clear admitted workloads' reason where it is still ``reason`` (what was waited for is over)."""
-    if ids:
-        w = tables.Workload
-        await session.execute(
-            update(w)
-            .where(w.id.in_(list(ids)), w.state == "Admitted", w.reason == reason)
-            .values(reason=None, message=None)
-        )
+    if ids:  # (an array, not an IN list: a new leader clears with every admitted workload's id)
+        await session.execute(_CLEAR_ADMITTED_REASON, {"ids": list(ids), "reason": reason})
+
+
+_CLEAR_ADMITTED_REASON = text(
+    """
+    UPDATE workloads SET reason = NULL, message = NULL
+    WHERE id = ANY(CAST(:ids AS bigint[])) AND state = 'Admitted' AND reason = :reason
+    """
+)
 
 
 @dataclass(frozen=True, slots=True)
