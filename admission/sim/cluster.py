@@ -388,19 +388,14 @@ class Cluster:
                 self._bind(pod, nodes, free)
 
     def _bind(self, pod: Obj, nodes: list[Obj], free: dict[str, dict[str, int]]) -> None:
-        chosen = (
-            UNLIMITED_NODE
-            if not nodes
-            else nodes_model.first_fit(
-                nodes_model.PodNeeds.of(pod["spec"]), [nodes_model.NodeInfo.of(n) for n in nodes], free
-            )
-        )
+        needs = nodes_model.PodNeeds.of(pod["spec"])
+        infos = [nodes_model.NodeInfo.of(n) for n in nodes]
+        chosen = UNLIMITED_NODE if not nodes else nodes_model.first_fit(needs, infos, free)
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if chosen is None:
             self.unschedulable.add((ns, name))
             status = pod.setdefault("status", {})
-            infos = [nodes_model.NodeInfo.of(n) for n in nodes]
-            message = nodes_model.fit_error(nodes_model.PodNeeds.of(pod["spec"]), infos, free)
+            message = nodes_model.fit_error(needs, infos, free)
             said: dict[str, Any] = next(
                 (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
             )
