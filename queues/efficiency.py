@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from queues import quantity
 from queues.errors import FieldError
 from queues.podsready import duration
 
@@ -62,6 +63,10 @@ class Trace:
             if hi > lo:
                 total += value * (hi - lo)
         return total / (end - start)
+
+    def peak(self, start: float, end: float) -> float:
+        """The largest value taken within [start, end] (seconds since the run started)."""
+        return max([self.at(start)] + [value for at, value in self.steps if start < at <= end])
 
     def at(self, t: float) -> float:
         value = self.steps[0][1]
@@ -151,23 +156,48 @@ def _fraction(value: Any, path: str, problems: list[FieldError]) -> float:
 
 def utilization(raw: Any, path: str, problems: list[FieldError]) -> Trace | None:
     """A job entry's ``utilization``: a fraction, or a list of ``{at, value}`` steps from ``at: 0``."""
+    return _trace(raw, path, problems, _fraction, "the utilisation from the job's start")
+
+
+def gpu_memory(raw: Any, path: str, problems: list[FieldError]) -> Trace | None:
+    """A job entry's ``gpuMemoryUsed`` (peak GPU memory per GPU): a quantity (``9Gi``), or a list of
+    ``{at, value}`` steps from ``at: 0``; the trace is in MiB (as dcgm-exporter reports it)."""
+    return _trace(raw, path, problems, _mib, "the GPU memory from the job's start")
+
+
+def _mib(value: Any, path: str, problems: list[FieldError]) -> float:
+    try:
+        milli = quantity.parse_milli(value)
+    except quantity.QuantityError as exc:
+        problems.append(FieldError(path, f"{exc} (GPU memory per GPU, e.g. 9Gi)"))
+        return 0.0
+    if milli < 0:
+        problems.append(FieldError(path, f"must be a quantity of memory >= 0 (e.g. 9Gi), not {value!r}"))
+        return 0.0
+    return milli / 1000 / 2**20
+
+
+def _trace(
+    raw: Any, path: str, problems: list[FieldError], value_of: Callable[[Any, str, list[FieldError]], float], first: str
+) -> Trace | None:
+    """A constant, or a list of ``{at, value}`` steps from ``at: 0``, each value read by ``value_of``."""
     if raw is None:
         return None
     if not isinstance(raw, list):
-        return Trace(((0.0, _fraction(raw, path, problems)),))
+        return Trace(((0.0, value_of(raw, path, problems)),))
     steps: list[tuple[float, float]] = []
     for i, step in enumerate(raw):
         where = f"{path}[{i}]"
         if not isinstance(step, Mapping) or set(step) != {"at", "value"}:
-            problems.append(FieldError(where, "must be {at: seconds since the job started, value: fraction}"))
+            problems.append(FieldError(where, "must be {at: seconds since the job started, value}"))
             continue
         at = step["at"]
         if isinstance(at, bool) or not isinstance(at, int | float) or at < 0 or (steps and at <= steps[-1][0]):
             problems.append(FieldError(f"{where}.at", f"must be a number of seconds >= 0, increasing, not {at!r}"))
             continue
-        steps.append((float(at), _fraction(step["value"], f"{where}.value", problems)))
+        steps.append((float(at), value_of(step["value"], f"{where}.value", problems)))
     if not steps or steps[0][0] != 0:
-        problems.append(FieldError(path, "needs a first step at 0 (the utilisation from the job's start)"))
+        problems.append(FieldError(path, f"needs a first step at 0 ({first})"))
         return None
     return Trace(tuple(steps))
 

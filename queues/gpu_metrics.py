@@ -17,6 +17,10 @@ Missing data is unknown, never idle: a pod without a series has no figure.
 When a run ends, its whole interval is measured at once from a range query's answer (``Samples``:
 each pod's points at the query's step, ``run_mean``): the mean of its pods' points between its
 start and its end, however short the run was.
+
+GPU memory (right-sizing, ``queues.rightsizing``): ``DCGM_FI_DEV_FB_USED`` and ``_FB_FREE`` (MiB)
+per GPU, taken per pod as its busiest GPU's (``max by`` pod): the peak and the mean of what it
+used, and that GPU's size (used + free). A pod without the series has no figure.
 """
 
 from __future__ import annotations
@@ -27,8 +31,36 @@ from typing import Any
 
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
 
 PodKey = tuple[str, str]  # (namespace, pod)
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """GPU memory of a pod's (or a workload's) busiest GPU over a window, in MiB."""
+
+    peak_mib: float
+    mean_mib: float
+    total_mib: float | None  # the GPU's size (used + free), where the exporter says it
+
+    def merged(self, other: Memory) -> Memory:
+        """Two figures of the same run (two pods, or two reads): the larger of each."""
+        totals = [t for t in (self.total_mib, other.total_mib) if t]
+        return Memory(
+            max(self.peak_mib, other.peak_mib), max(self.mean_mib, other.mean_mib), max(totals) if totals else None
+        )
+
+
+def memory_of(by_pod: Mapping[PodKey, Memory], pods: Iterable[PodKey]) -> Memory | None:
+    """The figure of a workload's pods (the busiest pod's); None if none has one."""
+    out: Memory | None = None
+    for pod in pods:
+        figure = by_pod.get(pod)
+        if figure is not None:
+            out = figure if out is None else out.merged(figure)
+    return out
 
 
 @dataclass(slots=True)
@@ -38,6 +70,7 @@ class Reading:
     by_pod: dict[PodKey, float] = field(default_factory=dict)
     series: int = 0  # series read
     unjoined: int = 0  # series naming no pod
+    memory: dict[PodKey, Memory] = field(default_factory=dict)  # GPU memory over the same window
 
     def mean(self, pods: Iterable[PodKey]) -> float | None:
         """The mean over ``pods`` that have a figure; None if none has (unknown, never idle)."""
@@ -76,40 +109,88 @@ def combine(engine_active: Iterable[Mapping[str, Any]], gpu_util: Iterable[Mappi
     return reading
 
 
+def memory(
+    peak: Iterable[Mapping[str, Any]], mean: Iterable[Mapping[str, Any]], total: Iterable[Mapping[str, Any]]
+) -> dict[PodKey, Memory]:
+    """Each pod's ``Memory`` from three instant queries' results (its busiest GPU's peak, mean and
+    size, MiB); a pod needs a peak and a mean, the size is optional."""
+    values = [_by_pod(result) for result in (peak, mean, total)]
+    return {
+        pod: Memory(values[0][pod], values[1][pod], values[2].get(pod)) for pod in values[0].keys() & values[1].keys()
+    }
+
+
+def _by_pod(result: Iterable[Mapping[str, Any]]) -> dict[PodKey, float]:
+    out: dict[PodKey, float] = {}
+    for sample in result:
+        labels = sample.get("metric") or {}
+        pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
+        value = _number(sample.get("value"))
+        if pod is not None and value is not None and value >= 0:
+            out[pod] = max(value, out.get(pod, value))
+    return out
+
+
 @dataclass(slots=True)
 class Samples:
     """Each pod's utilisation points (time, fraction) from a range query, engine activity winning
-    over utilisation where a pod has both, as in ``combine``."""
+    over utilisation where a pod has both, as in ``combine``; and its GPU memory points (time, MiB
+    used by its busiest GPU) with that GPU's size."""
 
     by_pod: dict[PodKey, list[tuple[float, float]]] = field(default_factory=dict)
+    memory: dict[PodKey, list[tuple[float, float]]] = field(default_factory=dict)
+    totals: dict[PodKey, float] = field(default_factory=dict)
 
     def run_mean(self, pods: Iterable[PodKey], since: float, until: float) -> float | None:
         """The mean of ``pods``' points within ``[since, until]``; None when there is none."""
         values = [v for p in pods for t, v in self.by_pod.get(p, ()) if since <= t <= until]
         return sum(values) / len(values) if values else None
 
+    def run_memory(self, pods: Iterable[PodKey], since: float, until: float) -> Memory | None:
+        """``pods``' GPU memory within ``[since, until]``: the peak and mean of their points, the
+        largest GPU size; None when there is no point."""
+        pods = list(pods)
+        values = [v for p in pods for t, v in self.memory.get(p, ()) if since <= t <= until]
+        if not values:
+            return None
+        totals = [t for p in pods if (t := self.totals.get(p))]
+        return Memory(max(values), sum(values) / len(values), max(totals) if totals else None)
+
+    def add_memory(self, used: Iterable[Mapping[str, Any]], total: Iterable[Mapping[str, Any]]) -> None:
+        """Two range queries' results: each pod's busiest GPU's memory used, and its size (MiB)."""
+        for pod, points in _ranges(used).items():
+            self.memory.setdefault(pod, []).extend(points)
+        for pod, points in _ranges(total).items():
+            self.totals[pod] = max([v for _, v in points] + [self.totals.get(pod, 0.0)])
+
 
 def combine_ranges(engine_active: Iterable[Mapping[str, Any]], gpu_util: Iterable[Mapping[str, Any]]) -> Samples:
     """One ``Samples`` from two range queries' results (``{metric: {labels}, values: [[time,
     "number"], ...]}``; ``gpu_util`` already a fraction)."""
-    per_pod: dict[str, dict[PodKey, list[tuple[float, float]]]] = {ENGINE_ACTIVE: {}, GPU_UTIL: {}}
-    for name, result in ((ENGINE_ACTIVE, engine_active), (GPU_UTIL, gpu_util)):
-        for series in result:
-            labels = series.get("metric") or {}
-            pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
-            points = series.get("values")
-            if pod is None or not isinstance(points, list):
-                continue
-            into = per_pod[name].setdefault(pod, [])
-            for point in points:
-                value = _number(point)
-                at = _number([None, point[0]]) if value is not None else None
-                if value is not None and at is not None:
-                    into.append((at, min(1.0, max(0.0, value))))
+    active, util = _ranges(engine_active, 1.0), _ranges(gpu_util, 1.0)
     samples = Samples()
-    for pod in set(per_pod[ENGINE_ACTIVE]) | set(per_pod[GPU_UTIL]):
-        samples.by_pod[pod] = per_pod[ENGINE_ACTIVE].get(pod) or per_pod[GPU_UTIL][pod]
+    for pod in set(active) | set(util):
+        samples.by_pod[pod] = active.get(pod) or util.get(pod, [])
     return samples
+
+
+def _ranges(result: Iterable[Mapping[str, Any]], cap: float | None = None) -> dict[PodKey, list[tuple[float, float]]]:
+    """A range query's series as each pod's (time, value) points (values clipped to [0, cap])."""
+    out: dict[PodKey, list[tuple[float, float]]] = {}
+    for series in result:
+        labels = series.get("metric") or {}
+        pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
+        points = series.get("values")
+        if pod is None or not isinstance(points, list):
+            continue
+        into = out.setdefault(pod, [])
+        for point in points:
+            value = _number(point)
+            at = _number([None, point[0]]) if value is not None else None
+            if value is not None and at is not None:
+                value = max(0.0, value)
+                into.append((at, value if cap is None else min(cap, value)))
+    return out
 
 
 def _number(value: Any) -> float | None:

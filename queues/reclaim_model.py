@@ -18,6 +18,7 @@ from queues.decisions import Decision
 from queues.efficiency import Budget, ReclaimPolicy, Trace
 from queues.gpu_units import cards
 from queues.model import Workload
+from queues.rightsizing import MemoryLedger
 from queues.scheduler import Scheduler
 
 CHECK_SECONDS = 60.0  # how often a reclaim controller looks (a Prometheus scrape's pace)
@@ -60,10 +61,18 @@ class EfficiencyModel:
         self.warnings: list[tuple[float, str, str]] = []  # (t, workload, message): the warn action's
         self.reclaimed: dict[str, int] = {}  # workload -> times requeued for idling (they do not contend)
         self.freed_gpu_seconds = 0.0  # GPU-seconds reclaimed workloads would still have held
+        self.memory: MemoryLedger | None = None  # right-sizing's ledger, when GPU memory is modelled
 
     @property
     def active(self) -> bool:
         return bool(self.policies or self.budgets)
+
+    def summary_at(self, at: float) -> dict[str, object]:
+        """``summary``'s counts and budgets, and right-sizing's verdicts where memory is modelled."""
+        out = self.summary(at=at)
+        if self.memory is not None:
+            out["rightsize"] = self.memory.summary(at)
+        return out
 
     def started(self, wl: Workload, now: float, runtime: float) -> None:
         """``wl``'s pods run from ``now`` for ``runtime`` seconds unless stopped."""
@@ -73,10 +82,15 @@ class EfficiencyModel:
         gpus = cards((r, v) for (_, r), v in wl.admission.usage.items())
         trace = self.traces.get(wl.key)
         self.runs[wl.key] = _Run(now, gpus, wl.admission.cluster_queue, wl.labels, trace, runtime)
+        if self.memory is not None:
+            self.memory.started(wl.key, now, wl.admission.cluster_queue, wl.admission.usage)
 
-    def stopped(self, key: str) -> None:
-        """``key``'s pods stopped (``reclaimed`` keeps it: a replica made to replace it inherits it)."""
+    def stopped(self, key: str, now: float | None = None) -> None:
+        """``key``'s pods stopped at ``now`` (``reclaimed`` keeps it: a replica made to replace it
+        inherits it)."""
         self.runs.pop(key, None)
+        if self.memory is not None and now is not None:
+            self.memory.stopped(key, now)
 
     # ----- budgets -------------------------------------------------------------------------
 

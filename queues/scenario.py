@@ -109,6 +109,8 @@ class Scenario:
     packing: str = "Compact"
     # GPU efficiency (``queues.efficiency``): each workload's utilisation trace, reclaim policies, budgets
     utilization: dict[str, efficiency.Trace] = field(default_factory=dict)
+    # right-sizing (``queues.rightsizing``): each workload's GPU memory per GPU (MiB), ``gpuMemoryUsed``
+    gpu_memory: dict[str, efficiency.Trace] = field(default_factory=dict)
     reclaim: tuple[efficiency.ReclaimPolicy, ...] = ()
     budgets: tuple[efficiency.Budget, ...] = ()
 
@@ -178,6 +180,7 @@ def parse(doc: Any) -> Scenario:
     raw_jobs = doc.get("jobs")
     keys: dict[str, int] = {}
     utilization: dict[str, efficiency.Trace] = {}  # workload key -> its GPU utilisation trace
+    gpu_memory: dict[str, efficiency.Trace] = {}  # workload key -> its GPU memory trace (MiB)
     if not isinstance(raw_jobs, list):
         problems.append(FieldError("jobs", "required: the timeline of job submissions (a list)"))
     elif len(raw_jobs) > MAX_JOBS:
@@ -191,12 +194,16 @@ def parse(doc: Any) -> Scenario:
                 problems.append(FieldError(path, "must be a mapping with at, runtime and object"))
                 continue
             for key in raw:
-                if key not in ("at", "runtime", "object", "utilization"):
+                if key not in ("at", "runtime", "object", "utilization", "gpuMemoryUsed"):
                     problems.append(
-                        FieldError(f"{path}.{key}", "unknown field; a job entry has at, runtime, object, utilization")
+                        FieldError(
+                            f"{path}.{key}",
+                            "unknown field; a job entry has at, runtime, object, utilization, gpuMemoryUsed",
+                        )
                     )
             at = _time(raw.get("at"), f"{path}.at", problems)
             trace = efficiency.utilization(raw.get("utilization"), f"{path}.utilization", problems)
+            used = efficiency.gpu_memory(raw.get("gpuMemoryUsed"), f"{path}.gpuMemoryUsed", problems)
             obj = raw.get("object")
             if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) in serving.KINDS:
                 for entry in _serving(i, at, raw, problems):
@@ -206,6 +213,8 @@ def parse(doc: Any) -> Scenario:
                     job_entries.append(entry)
                     if trace is not None:  # (a Deployment's replicas take it as they are made)
                         utilization[entry.job.key] = trace
+                    if used is not None:
+                        gpu_memory[entry.job.key] = used
                 continue
             if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == RAY_CLUSTER:
                 runtime: float = MAX_SECONDS  # it serves until it is deleted (a ``cancel`` edit), as in Kueue
@@ -227,6 +236,8 @@ def parse(doc: Any) -> Scenario:
                     key = f"{info.namespace}/{pods.group_name(obj)}"
                     if trace is not None:
                         utilization.setdefault(key, trace)
+                    if used is not None:
+                        gpu_memory.setdefault(key, used)
                     groups.setdefault(key, []).append((i, Part(i, at, runtime, obj), info))
                     continue
             else:
@@ -249,6 +260,8 @@ def parse(doc: Any) -> Scenario:
             job_entries.append(JobEntry(i, at, runtime, info, raw["object"]))
             if trace is not None:
                 utilization[info.key] = trace
+            if used is not None:
+                gpu_memory[info.key] = used
     for key, members in groups.items():
         group = _group(key, members, problems)
         if group is None:
@@ -315,6 +328,7 @@ def parse(doc: Any) -> Scenario:
         admission_fair,
         str(packing),
         utilization,
+        gpu_memory,
         reclaim,
         budgets,
     )

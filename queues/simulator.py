@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Mapping
 
-from queues import api, provisioning, scheduler
+from queues import api, provisioning, rightsizing, scheduler
 from queues import nodes as placement
 from queues.inventory import Inventory
 from queues.model import Admission, Config, Workload
@@ -58,6 +58,11 @@ class Simulation:
         self.sched.block_admission = scenario.pods_ready.block_admission
         # idle reclaim and GPU-hour budgets (``queues.efficiency``)
         self.efficiency = EfficiencyModel(scenario.utilization, scenario.reclaim, scenario.budgets)
+        if scenario.gpu_memory:  # right-sizing (``queues.rightsizing``)
+            offers = rightsizing.offered_in(o for o in scenario.manifests if isinstance(o, api.ClusterQueue))
+            self.efficiency.memory = rightsizing.MemoryLedger(
+                scenario.gpu_memory, scenario.utilization, offers, self._card_memory
+            )
         if scenario.budgets:
             self.sched.budget_gate = self.efficiency.gate()
             self.sched.budget_priority = self.efficiency.lowered()
@@ -166,8 +171,19 @@ class Simulation:
             if on_step is not None:
                 on_step(self)
         result = self.record.result(cycles=self.sched.cycles, explain=self.sched.explain, work=self.sched.work)
-        result.efficiency = self.efficiency.summary(at=result.makespan)
+        result.efficiency = self.efficiency.summary_at(result.makespan)
         return result
+
+    def _card_memory(self, flavor: str, resource: str) -> float:
+        """A GPU's memory (MiB) under ``flavor``: from the first scenario node its nodeLabels
+        select (``rightsizing.card_memory_mib``), as the simulated dcgm-exporter reads it."""
+        rf = self.sched.config.flavors.get(flavor)
+        wanted = rf.spec.node_labels if rf is not None else {}
+        for node in self.scenario.nodes:
+            labels = {str(k): str(v) for k, v in (node.get("labels") or {}).items()}
+            if all(labels.get(k) == v for k, v in wanted.items()):
+                return rightsizing.card_memory_mib(resource, labels)
+        return rightsizing.card_memory_mib(resource, {})
 
     def runs_or_waits(self) -> bool:
         """Whether anything still runs or waits (else reclaim checks and budget periods are moot)."""
@@ -210,7 +226,7 @@ class Simulation:
         self.sched.finish(key)
         self.scaler.stop(key)
         self.reservations.pop(key, None)
-        self.efficiency.stopped(key)
+        self.efficiency.stopped(key, self.now)
         self.record.finished(key)
 
     def _edit(self, edit: Edit) -> None:
@@ -230,7 +246,7 @@ class Simulation:
             self.sched.cancel(edit.name)
             self.scaler.stop(edit.name)
             self.reservations.pop(edit.name, None)
-            self.efficiency.stopped(edit.name)
+            self.efficiency.stopped(edit.name, self.now)
             self.record.cancelled(edit.name)
             return
         apply_edit(self.config, edit)
@@ -267,7 +283,7 @@ class Simulation:
                 self.scaler.stop(key)
                 self.reservations.pop(key, None)
                 self.record.evicted(key, d.reason, d.detail, d.by, d.message)
-                self.efficiency.stopped(key)
+                self.efficiency.stopped(key, self.now)
                 entry = self.record.by_key[key].entry
                 if entry.job.kind == "Pod" and not entry.regroups:  # (a serving group is made again: it waits)
                     # a pod cannot be suspended: it is deleted, and with it its workload, as Kueue's pod
@@ -280,7 +296,7 @@ class Simulation:
         self.sched.cancel(key)
         self.scaler.stop(key)
         self.reservations.pop(key, None)
-        self.efficiency.stopped(key)
+        self.efficiency.stopped(key, self.now)
         self.record.cancelled(key)
 
     def _start(self, key: str, admission: Admission) -> None:

@@ -217,7 +217,7 @@ def describe_cmd(kind: str, name: str, database_url: str | None) -> None:
     resolved = _kind_arg(kind)
 
     async def go(session: AsyncSession) -> str:
-        text = await views.describe(session, resolved, name)
+        text = await views.describe(session, resolved, name, fractions=_settings().card_fractions)
         if resolved == "Workload":
             return text
         return f"{text}\n{instead.mode_line(await source.get(session))}"

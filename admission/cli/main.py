@@ -16,7 +16,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from admission.cli import admin, bounds, budget, documents, running, sim, usage
+from admission.cli import admin, bounds, budget, documents, rightsize, running, sim, usage
 from queues import errors, jobs, validation
 
 
@@ -190,6 +190,7 @@ for _command in (
     admin.resume_cmd,
     admin.history_cmd,
     usage.usage_cmd,
+    rightsize.rightsize_cmd,
     budget.budget,
     sim.sim,
     running.controller_cmd,
@@ -217,7 +218,7 @@ def _core_only(parsed: Any) -> str:
     from admission.sim import efficiency
 
     if efficiency.needs_prometheus(parsed) and (why := efficiency.missing()):
-        field = "reclaim" if parsed.reclaim else "jobs[].utilization"
+        field = "reclaim" if parsed.reclaim else "jobs[].utilization" if parsed.utilization else "jobs[].gpuMemoryUsed"
         return f"{field}: {why}"
     return ""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
+from fractions import Fraction
 from io import StringIO
 from typing import Any
 
@@ -15,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.policy import parse_fair_sharing
 from admission.store import config as config_store
 from admission.store import fair_usage, tables
+from admission.store import rightsizing as rightsizing_store
 from admission.store import workload_objects as workload_objects_store
 from admission.store import workloads as store
 from queues import api, fairsharing, quantity
@@ -195,6 +198,19 @@ def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
     print_columns(headers, table_rows)
 
 
+async def _gpu_memory_lines(session: AsyncSession, key: str, fractions: Mapping[str, Fraction] | None) -> list[str]:
+    """Right-sizing's verdict on the workload's measured runs (``queues.rightsizing``), one line
+    per GPU resource; none without data."""
+    found = await rightsizing_store.measured(
+        session, since=dt.datetime(1970, 1, 1, tzinfo=dt.UTC), until=dt.datetime.now(dt.UTC), workload=key
+    )
+    if not found:
+        return []
+    judged = rightsizing_store.judge(found, await rightsizing_store.offers(session), fractions)
+    many = len(judged) > 1
+    return [f"{j.use.resource}: {j.verdict.line}" if many else j.verdict.line for j in judged]
+
+
 async def _describe_workload(
     session: AsyncSession, console: Any, r: dict[str, Any], everyone: list[dict[str, Any]]
 ) -> None:
@@ -369,7 +385,11 @@ def text_console(out: StringIO) -> Any:
     return Console(file=out, width=120, markup=False, highlight=False, soft_wrap=True)
 
 
-async def describe(session: AsyncSession, kind: str, name: str) -> str:
+async def describe(
+    session: AsyncSession, kind: str, name: str, *, fractions: Mapping[str, Fraction] | None = None
+) -> str:
+    """``describe KIND NAME``'s text; ``fractions``: GPU resources' parts of a card
+    (``TURNSTILE_GPU_FRACTIONS``) for the GPU memory line."""
     from rich.table import Table  # (only describe draws rich tables)
 
     out = StringIO()
@@ -397,6 +417,8 @@ async def describe(session: AsyncSession, kind: str, name: str) -> str:
         console.print(f"Pods:          {_pods_line(r)}")
         if placed := _placement_line(r):
             console.print(f"Placement:     {placed}")
+        for line in await _gpu_memory_lines(session, f"{r['namespace']}/{r['name']}", fractions):
+            console.print(f"GPU memory:    {line}")
         await _describe_workload(session, console, r, everyone)
         return out.getvalue().rstrip()
     key = name

@@ -12,14 +12,17 @@ what the controller observes, and this module turns observations into ledger upd
   ``TURNSTILE_PROMETHEUS_URL`` is set, policy or not) gives each pod's mean utilisation since the
   last read. A running workload whose pods have figures adds the part of that span it ran to its
   rows' ``measured_seconds``, and that times its mean to ``busy_seconds``. A workload without
-  figures adds nothing: missing data is unknown, never idle.
+  figures adds nothing: missing data is unknown, never idle. The same read gives each pod's
+  busiest GPU's memory (peak, mean, size): the run's rows keep the peak and size and add the
+  time covered and that time times the mean (right-sizing, ``queues.rightsizing``).
 
 - *used, exactly, when a run ends*: the periodic reads measure a run to the read, and a run shorter
   than a read not at all. When a run ends (its workload released, evicted or admitted anew), its
   pods and interval are kept (``ended``); the next read asks Prometheus for its whole interval
   (``utilisation.Prometheus.measure``), and the run's rows get that: measured for all the time
-  they ran, busy by the mean (``store.usage.set_run_utilisation``), replacing what the periodic
-  reads had added. A run with no point in Prometheus keeps what it had (unknown, never idle).
+  they ran, busy by the mean, GPU memory by the run's (``store.usage.set_run_measured``),
+  replacing what the periodic reads had added. A run with no point in Prometheus keeps what it
+  had (unknown, never idle).
 
 The step drains them into one fenced transaction after its commit (``Steps._save_meter``); a
 failed write ends the term as any failed write does, and the next term starts over from what the
@@ -33,8 +36,9 @@ from dataclasses import dataclass, field
 
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
-from admission.controller.utilisation import RunWindow
-from queues.gpu_metrics import PodKey, Reading
+from admission.controller.utilisation import RunFigures, RunWindow
+from admission.store.usage import Measurement
+from queues.gpu_metrics import Memory, PodKey, Reading, memory_of
 
 MAX_ENDED = 100_000  # ended runs waiting to be measured (Prometheus away): the oldest are dropped beyond
 TRIES = 3  # reads a run with no points yet is asked for again (its last samples may not be scraped yet)
@@ -67,7 +71,7 @@ class Meter:
     stamps: dict[str, float] = field(default_factory=dict)  # key -> running since: to store
     spans: list[Span] = field(default_factory=list)  # reads not yet accounted
     ended: dict[RunWindow, int] = field(default_factory=dict)  # runs to measure whole -> tries left
-    exact: list[tuple[RunWindow, float]] = field(default_factory=list)  # (run, its mean): to store
+    exact: list[tuple[RunWindow, RunFigures]] = field(default_factory=list)  # (run, its figures): to store
     early: dict[str, set[PodKey]] = field(default_factory=dict)  # pods seen before their run was
     _term: Term | None = None
 
@@ -117,12 +121,12 @@ class Meter:
         """The ended runs for the next read to measure whole."""
         return list(self.ended)
 
-    def measured(self, asked: Iterable[RunWindow], means: dict[int, float]) -> None:
-        """What a read found for ended runs (row id -> mean): kept for the next step to store; a
-        run without points is asked again, a few times."""
+    def measured(self, asked: Iterable[RunWindow], found: dict[int, RunFigures]) -> None:
+        """What a read found for ended runs (row id -> figures): kept for the next step to store;
+        a run without points is asked again, a few times."""
         for run in asked:
-            if run.row_id in means:
-                self.exact.append((run, means[run.row_id]))
+            if run.row_id in found:
+                self.exact.append((run, found[run.row_id]))
                 self.ended.pop(run, None)
             elif run in self.ended:
                 self.ended[run] -= 1
@@ -135,29 +139,54 @@ class Meter:
 
     def drain(
         self, term: Term, now: float
-    ) -> tuple[list[tuple[int, float]], list[tuple[int, float, float]], list[tuple[RunWindow, float]]]:
-        """What to store: (row id, running since) of newly running workloads, (row id, seconds
-        measured, busy seconds) from the reads since the last drain, and ended runs measured whole
-        (run, mean)."""
+    ) -> tuple[list[tuple[int, float]], list[Measurement], list[tuple[RunWindow, RunFigures]]]:
+        """What to store: (row id, running since) of newly running workloads, what the reads since
+        the last drain measured of running ones, and ended runs measured whole."""
         stamps = [(row.id, at) for key, at in self.stamps.items() if (row := term.by_key.get(key)) is not None]
         self.stamps = {}
         for key, run in list(self.running.items()):
             held = term.held(key)
             if held is None or term.by_key.get(key) is None or admission_token(held) != run.token:
                 self._end(key, now)  # (released or admitted again: a new run, seen anew)
-        measured: dict[int, list[float]] = {}
+        measured: dict[int, _Sum] = {}
         spans, self.spans = self.spans, []
         for span in spans:
             for key, run in self.running.items():
                 seconds = span.until - max(span.since, run.since)
+                if seconds <= 0:
+                    continue
                 pods = self.pods_of(key)
-                mean = span.reading.mean(pods) if seconds > 0 else None
-                if mean is None:
+                mean = span.reading.mean(pods)
+                memory = memory_of(span.reading.memory, pods)
+                if mean is None and memory is None:
                     continue
                 run.pods.update(pods)
-                acc = measured.setdefault(run.row_id, [0.0, 0.0])
-                acc[0] += seconds
-                acc[1] += seconds * mean
+                measured.setdefault(run.row_id, _Sum()).add(seconds, mean, memory)
         self.early = {key: pods for key, pods in self.early.items() if term.held(key) is not None}
         exact, self.exact = self.exact, []
-        return stamps, [(row_id, s, busy) for row_id, (s, busy) in measured.items()], exact
+        return stamps, [total.measurement(row_id) for row_id, total in measured.items()], exact
+
+
+@dataclass(slots=True)
+class _Sum:
+    """What the reads since the last drain measured of one run."""
+
+    seconds: float = 0.0
+    busy: float = 0.0
+    memory_seconds: float = 0.0
+    mib_seconds: float = 0.0
+    memory: Memory | None = None
+
+    def add(self, seconds: float, mean: float | None, memory: Memory | None) -> None:
+        if mean is not None:
+            self.seconds += seconds
+            self.busy += seconds * mean
+        if memory is not None:
+            self.memory_seconds += seconds
+            self.mib_seconds += seconds * memory.mean_mib
+            self.memory = memory if self.memory is None else self.memory.merged(memory)
+
+    def measurement(self, row_id: int) -> Measurement:
+        peak = self.memory.peak_mib if self.memory else None
+        total = self.memory.total_mib if self.memory else None
+        return Measurement(row_id, self.seconds, self.busy, self.memory_seconds, self.mib_seconds, peak, total)

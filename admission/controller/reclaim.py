@@ -110,7 +110,7 @@ class Reclaimer:
             since = max(self.metered_at, asked - MAX_METERED) if self.metered_at else asked - self.interval
             try:
                 readings = {w: await self.prometheus.read(w) for w in sorted({p.window for p in policies})}
-                metered = await self.prometheus.read(asked - since)
+                metered = await self.prometheus.read(asked - since, with_memory=self.meter is not None)
             except Unavailable as exc:  # (the next read covers the gap: nothing is lost to the ledger)
                 if self.problem is None:
                     log.warning("GPU utilisation cannot be read; nothing is reclaimed meanwhile: %s", exc)
@@ -134,11 +134,11 @@ class Reclaimer:
         if not ended:
             return
         try:
-            means = await self.prometheus.measure(ended)
+            found = await self.prometheus.measure(ended)
         except Unavailable as exc:
             log.warning("%d ended runs not measured yet (the next read tries again): %s", len(ended), exc)
             return
-        self.meter.measured(ended, means)
+        self.meter.measured(ended, found)
 
     def decide(self, term: Term, now: float) -> list[Decision]:
         """In a step: the evictions idle workloads earn now (warnings go to ``warned``)."""

@@ -217,9 +217,13 @@ class Steps:
             async with database.transaction(self.sessions) as session:
                 await lease.check(session, term.fence)
                 await ledger.set_running(session, [(row_id, timestamp(at)) for row_id, at in running])
-                await ledger.add_utilisation(session, measured)
-                await ledger.set_run_utilisation(
-                    session, [(run.row_id, timestamp(run.since), timestamp(run.until), mean) for run, mean in exact]
+                await ledger.add_measured(session, measured)
+                await ledger.set_run_measured(
+                    session,
+                    [
+                        ledger.RunMeasurement(run.row_id, timestamp(run.since), timestamp(run.until), f.busy, f.memory)
+                        for run, f in exact
+                    ],
                 )
 
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:

@@ -7,8 +7,10 @@ controller needs no access to the nodes.
 
 Each look asks two instant queries per window, ``avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[w])``
 and ``avg_over_time(DCGM_FI_DEV_GPU_UTIL[w]) / 100``, each averaged per pod by Prometheus, and
-joins the answers to pods (``queues.gpu_metrics``). When runs end, ``measure`` asks for their whole
-intervals with range queries of the same two series (``query_range``, POSTed: the pods' names are
+joins the answers to pods (``queues.gpu_metrics``). The ledger's read (``memory=True``) also
+asks for each pod's busiest GPU's memory: its peak, mean and size (``DCGM_FI_DEV_FB_USED`` and
+``_FB_FREE``, for right-sizing). When runs end, ``measure`` asks for their whole
+intervals with range queries of the same series (``query_range``, POSTed: the pods' names are
 in the query), batched: runs of a like length share one query whose step is about a sixtieth of
 their length (at least a second), so ten thousand runs ending in a minute are a few requests.
 A Prometheus that is down, slow (``timeout``) or answers something
@@ -27,7 +29,19 @@ from typing import Any
 
 import aiohttp
 
-from queues.gpu_metrics import ENGINE_ACTIVE, GPU_UTIL, PodKey, Reading, Samples, combine, combine_ranges
+from queues.gpu_metrics import (
+    ENGINE_ACTIVE,
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    Memory,
+    PodKey,
+    Reading,
+    Samples,
+    combine,
+    combine_ranges,
+    memory,
+)
 
 POD_LABELS = "namespace, pod, exported_namespace, exported_pod"  # what ``queues.gpu_metrics.pod_of`` reads
 
@@ -50,6 +64,14 @@ class RunWindow:
     def step(self) -> float:
         """The query step it is measured at: a power of two seconds near a sixtieth of its length."""
         return float(2 ** max(0, math.ceil(math.log2(max(1.0, (self.until - self.since) / POINTS_PER_RUN)))))
+
+
+@dataclass(frozen=True, slots=True)
+class RunFigures:
+    """What a run's whole interval shows: its mean utilisation and its GPU memory (None: no point)."""
+
+    busy: float | None
+    memory: Memory | None
 
 
 def batches(runs: Sequence[RunWindow]) -> list[tuple[float, list[RunWindow]]]:
@@ -84,22 +106,34 @@ class Prometheus:
             await self._session.close()
             self._session = None
 
-    async def read(self, window: float) -> Reading:
-        """Each pod's mean utilisation over the last ``window`` seconds."""
+    async def read(self, window: float, *, with_memory: bool = False) -> Reading:
+        """Each pod's mean utilisation over the last ``window`` seconds (and, ``with_memory``, its
+        busiest GPU's memory: peak, mean and size)."""
         span = f"{max(1, round(window))}s"
         # averaged per pod by Prometheus (a pod's GPUs are one figure anyway): the answer carries
         # four labels a series instead of a dozen, a third of the bytes to send and parse
         by = f"avg by ({POD_LABELS})"
-        active, util = await asyncio.gather(
-            self._query(f"{by} (avg_over_time({ENGINE_ACTIVE}[{span}]))"),
-            self._query(f"{by} (avg_over_time({GPU_UTIL}[{span}])) / 100"),
-        )
-        return combine(active, util)
+        queries = [
+            f"{by} (avg_over_time({ENGINE_ACTIVE}[{span}]))",
+            f"{by} (avg_over_time({GPU_UTIL}[{span}])) / 100",
+        ]
+        if with_memory:
+            top = f"max by ({POD_LABELS})"
+            queries += [
+                f"{top} (max_over_time({FB_USED}[{span}]))",
+                f"{top} (avg_over_time({FB_USED}[{span}]))",
+                f"{top} (max_over_time({FB_USED}[{span}]) + max_over_time({FB_FREE}[{span}]))",
+            ]
+        results = await asyncio.gather(*(self._query(q) for q in queries))
+        reading = combine(results[0], results[1])
+        if with_memory:
+            reading.memory = memory(results[2], results[3], results[4])
+        return reading
 
-    async def measure(self, runs: Sequence[RunWindow]) -> dict[int, float]:
-        """Each ended run's mean utilisation over its whole interval (row id -> fraction); a run
-        none of whose pods has a point in it is left out (unknown, never idle)."""
-        out: dict[int, float] = {}
+    async def measure(self, runs: Sequence[RunWindow]) -> dict[int, RunFigures]:
+        """Each ended run's mean utilisation and GPU memory over its whole interval (row id ->
+        figures); a run none of whose pods has a point in it is left out (unknown, never idle)."""
+        out: dict[int, RunFigures] = {}
         for step, batch in batches(runs):
             # (pod names are DNS subdomains: only a dot needs escaping, as \\. inside a PromQL string)
             pods_named = {pod for run in batch for _, pod in run.pods if POD.match(pod)}
@@ -108,18 +142,26 @@ class Prometheus:
                 continue
             start, end = min(r.since for r in batch), max(r.until for r in batch)
             window = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"}
-            by = f"avg by ({POD_LABELS})"
+            by, top = f"avg by ({POD_LABELS})", f"max by ({POD_LABELS})"
             pods = f'{{exported_pod=~"{names}"}}'
             own = f'{{pod=~"{names}"}}'  # (where the scrape honours the exporter's labels)
-            active, util = await asyncio.gather(
+            active, util, used, total = await asyncio.gather(
                 self._query(f"{by} ({ENGINE_ACTIVE}{pods} or {ENGINE_ACTIVE}{own})", window),
                 self._query(f"{by} ({GPU_UTIL}{pods} or {GPU_UTIL}{own}) / 100", window),
+                self._query(f"{top} ({FB_USED}{pods} or {FB_USED}{own})", window),
+                self._query(
+                    f"{top} (({FB_USED}{pods} + {FB_FREE}{pods}) or ({FB_USED}{own} + {FB_FREE}{own}))", window
+                ),
             )
             samples: Samples = combine_ranges(active, util)
+            samples.add_memory(used, total)
             for run in batch:
-                mean = samples.run_mean(run.pods, run.since, run.until)
-                if mean is not None:
-                    out[run.row_id] = mean
+                figures = RunFigures(
+                    samples.run_mean(run.pods, run.since, run.until),
+                    samples.run_memory(run.pods, run.since, run.until),
+                )
+                if figures.busy is not None or figures.memory is not None:
+                    out[run.row_id] = figures
         return out
 
     async def _query(self, query: str, window: dict[str, str] | None = None) -> list[Any]:

@@ -38,7 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from admission.sim.objects import ApiError, ObjectStore, Resource
-from queues import errors, mig_profiles, quantity
+from queues import errors, quantity, rightsizing
 
 ANNOTATION = "turnstile.dev/sim-gpu-utilization"
 MEMORY_ANNOTATION = "turnstile.dev/sim-gpu-memory-used"
@@ -51,9 +51,9 @@ _MEMORY_HELP = {
     "DCGM_FI_DEV_FB_USED": "Framebuffer memory used (in MiB).",
     "DCGM_FI_DEV_FB_FREE": "Framebuffer memory free (in MiB).",
 }
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB of one GPU (NVIDIA's GPU feature discovery)
+GPU_MEMORY_LABEL = rightsizing.GPU_MEMORY_LABEL  # MiB of one GPU (NVIDIA's GPU feature discovery)
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-DEFAULT_MEMORY_MIB = 81920
+DEFAULT_MEMORY_MIB = rightsizing.DEFAULT_MEMORY_MIB
 DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
 
 Owner = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
@@ -188,7 +188,7 @@ def exposition(
                         for name, (_, scale) in _HELP.items():
                             rows[name].append(f"{name}{{{labels}}} {value * scale:g}")
                     if used is not None:
-                        total = _memory_mib(resource, on_node)
+                        total = rightsizing.card_memory_mib(resource, on_node)
                         rows["DCGM_FI_DEV_FB_USED"].append(f"DCGM_FI_DEV_FB_USED{{{labels}}} {min(used, total):.0f}")
                         rows["DCGM_FI_DEV_FB_FREE"].append(
                             f"DCGM_FI_DEV_FB_FREE{{{labels}}} {max(0.0, total - used):.0f}"
@@ -199,17 +199,6 @@ def exposition(
     for name, text in _MEMORY_HELP.items():
         out += [f"# HELP {name} {text}", f"# TYPE {name} gauge", *rows[name]]
     return "\n".join(out) + "\n"
-
-
-def _memory_mib(resource: str, node_labels: Mapping[str, str]) -> float:
-    """One GPU's (or MIG slice's) memory in MiB."""
-    match = mig_profiles.RESOURCE.match(resource)
-    if match is not None:
-        return mig_profiles.usable_gib(match.group("profile")) * 1024
-    try:
-        return float(node_labels.get(GPU_MEMORY_LABEL, DEFAULT_MEMORY_MIB))
-    except ValueError:
-        return float(DEFAULT_MEMORY_MIB)
 
 
 def _labels(node: str, index: int, resource: str, container: str, meta: Mapping[str, Any], model: str) -> str:

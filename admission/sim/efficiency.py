@@ -6,7 +6,10 @@ decisions. So each part of a scenario becomes what a cluster has:
 
 - a job's ``utilization`` becomes the ``turnstile.dev/sim-gpu-utilization`` annotation on its
   object (a fraction, or a trace as JSON in scenario seconds), which the simulated
-  dcgm-exporter serves for its pods (``admission.sim.dcgm``, times scaled);
+  dcgm-exporter serves for its pods (``admission.sim.dcgm``, times scaled); its
+  ``gpuMemoryUsed`` becomes ``turnstile.dev/sim-gpu-memory-used`` the same way (in Mi), read into
+  the ledger for ``turnstile rightsize`` (engine cluster's summary has no ``rightsize``: the
+  ledger is where the controller keeps it);
 - a real Prometheus (the ``prometheus`` binary on PATH, ``admission.sim.prometheus``) scrapes
   that exporter as through a ServiceMonitor, and the controller reads it
   (``TURNSTILE_PROMETHEUS_URL``) every scenario minute, as a real one reads every minute;
@@ -45,7 +48,7 @@ MINUTE = 60.0  # scenario seconds between looks at utilisation and budgets (a re
 
 
 def needs_prometheus(scenario: Scenario) -> bool:
-    return bool(scenario.reclaim or scenario.utilization)
+    return bool(scenario.reclaim or scenario.utilization or scenario.gpu_memory)
 
 
 def missing() -> str:
@@ -121,6 +124,19 @@ def with_utilization(obj: dict[str, Any], trace: Trace | None) -> dict[str, Any]
         return obj
     meta = dict(obj.get("metadata") or {})
     meta["annotations"] = {**(meta.get("annotations") or {}), dcgm.ANNOTATION: utilization_annotation(trace)}
+    return {**obj, "metadata": meta}
+
+
+def with_gpu_memory(obj: dict[str, Any], trace: Trace | None) -> dict[str, Any]:
+    """``gpuMemoryUsed`` as the simulated exporter reads it: a quantity in Mi, or steps as JSON."""
+    if trace is None:
+        return obj
+    if len(trace.steps) == 1:
+        value = f"{trace.steps[0][1]:g}Mi"
+    else:
+        value = json.dumps([{"at": at, "value": f"{mib:g}Mi"} for at, mib in trace.steps])
+    meta = dict(obj.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), dcgm.MEMORY_ANNOTATION: value}
     return {**obj, "metadata": meta}
 
 

@@ -65,8 +65,9 @@ def _ref(entry: JobEntry) -> kube_client.ResourceRef:
     return BY_KIND[(entry.job.api_version, entry.job.kind)].ref
 
 
-def _job_object(entry: JobEntry, part: Part, trace: Trace | None = None) -> dict[str, Any]:
+def _job_object(entry: JobEntry, part: Part, trace: Trace | None = None, memory: Trace | None = None) -> dict[str, Any]:
     obj: dict[str, Any] = efficiency.with_utilization({k: v for k, v in part.object.items() if k != "status"}, trace)
+    obj = efficiency.with_gpu_memory(obj, memory)
     meta = dict(obj.get("metadata") or {})
     meta["namespace"] = entry.job.namespace
     if not entry.serves:  # (serving workloads run until they are stopped)
@@ -120,7 +121,9 @@ class Driver:
                 entry, part = action
                 try:
                     trace = self.scenario.utilization.get(entry.job.key)
-                    await self.stack.kube.create(_ref(entry), entry.job.namespace, _job_object(entry, part, trace))
+                    memory = self.scenario.gpu_memory.get(entry.job.key)
+                    obj = _job_object(entry, part, trace, memory)
+                    await self.stack.kube.create(_ref(entry), entry.job.namespace, obj)
                 except KubeError as exc:
                     if exc.status >= 500 or exc.status == 429:
                         raise  # the cluster failed, not the job

@@ -344,6 +344,12 @@ class UsageInterval(Base):
     # of that run: seconds DCGM data covered, and those seconds times the utilisation measured
     measured_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))
     busy_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))
+    # and its busiest GPU's memory (MiB): the peak, the GPU's size, the seconds covered and those
+    # seconds times the memory used (right-sizing)
+    memory_peak_mib: Mapped[float | None] = mapped_column(Float)
+    memory_total_mib: Mapped[float | None] = mapped_column(Float)
+    memory_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))
+    memory_mib_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))
     __table_args__ = (
         CheckConstraint("quantity >= 0", name="quantity_non_negative"),
         CheckConstraint("ended_at IS NULL OR ended_at >= started_at", name="ends_after_start"),

@@ -17,6 +17,9 @@ Three measures per row (GPU efficiency, ``docs/gpu-efficiency.md``):
   clipped share of them (utilisation is taken as even over the run). None where nothing was
   measured: missing data is unknown, never idle.
 
+Beside them, each run's GPU memory (its busiest GPU's, MiB; right-sizing, ``store.rightsizing``):
+its peak, its size, and the time covered with that time weighted by the memory used (the mean).
+
 With ``bucket``, every measure is cut into buckets of that length from ``since`` (``--plot``).
 """
 
@@ -32,8 +35,34 @@ from sqlalchemy import DateTime, Numeric, String, and_, case, cast, func, litera
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
+from queues.gpu_metrics import Memory
 
 NO_LABEL = "(none)"
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """What utilisation reads measured of one workload's run since the last: added to its open
+    rows that run (``add_measured``)."""
+
+    workload_id: int
+    seconds: float = 0.0  # the time utilisation data covered
+    busy_seconds: float = 0.0  # that time times the utilisation measured
+    memory_seconds: float = 0.0  # the time GPU memory data covered
+    memory_mib_seconds: float = 0.0  # that time times the MiB used (the mean's numerator)
+    peak_mib: float | None = None  # the peak GPU memory of its busiest GPU
+    total_mib: float | None = None  # that GPU's size
+
+
+@dataclass(frozen=True, slots=True)
+class RunMeasurement:
+    """A run that ended, measured over its whole interval (``set_run_measured``); None: no data."""
+
+    workload_id: int
+    since: dt.datetime
+    until: dt.datetime
+    busy: float | None
+    memory: Memory | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,54 +194,79 @@ _SET_RUNNING = text(
 )
 
 
-async def add_utilisation(session: AsyncSession, measured: Sequence[tuple[int, float, float]]) -> None:
-    """(workload id, seconds measured, those seconds times the utilisation measured): added to the
-    workloads' open rows that are running (*used* hours)."""
+async def add_measured(session: AsyncSession, measured: Sequence[Measurement]) -> None:
+    """What reads measured, added to the workloads' open rows that are running (*used* hours and
+    GPU memory)."""
     if measured:
         await session.execute(
-            _ADD_UTILISATION,
-            {"id": [m[0] for m in measured], "seconds": [m[1] for m in measured], "busy": [m[2] for m in measured]},
+            _ADD_MEASURED,
+            {
+                "id": [m.workload_id for m in measured],
+                "seconds": [m.seconds for m in measured],
+                "busy": [m.busy_seconds for m in measured],
+                "mem_s": [m.memory_seconds for m in measured],
+                "mib_s": [m.memory_mib_seconds for m in measured],
+                "peak": [m.peak_mib for m in measured],
+                "total": [m.total_mib for m in measured],
+            },
         )
 
 
-async def set_run_utilisation(
-    session: AsyncSession, runs: Sequence[tuple[int, dt.datetime, dt.datetime, float]]
-) -> None:
-    """(workload id, run start, run end, mean utilisation over the run) of runs that ended,
-    measured whole: the rows of that admission that ran are measured for all the time they ran,
-    busy by the mean, replacing what the periodic reads added (``admission.controller.metering``)."""
+async def set_run_measured(session: AsyncSession, runs: Sequence[RunMeasurement]) -> None:
+    """Runs that ended, measured whole: the rows of that admission that ran are measured for all
+    the time they ran, busy by the mean, and their GPU memory by the run's (replacing what the
+    periodic reads added; the peak is the larger of the two, a read's max may catch what the run's
+    steps skip) (``admission.controller.metering``). A figure that is None leaves its columns."""
     if runs:
         await session.execute(
-            _SET_RUN_UTILISATION,
+            _SET_RUN_MEASURED,
             {
-                "id": [r[0] for r in runs],
-                "since": [r[1] for r in runs],
-                "until": [r[2] for r in runs],
-                "mean": [r[3] for r in runs],
+                "id": [r.workload_id for r in runs],
+                "since": [r.since for r in runs],
+                "until": [r.until for r in runs],
+                "mean": [r.busy for r in runs],
+                "peak": [r.memory.peak_mib if r.memory else None for r in runs],
+                "mib": [r.memory.mean_mib if r.memory else None for r in runs],
+                "total": [r.memory.total_mib if r.memory else None for r in runs],
             },
         )
 
 
 # the run's rows: this workload's, closed, that ran, and whose hold overlaps the run (one
 # admission's rows; the next admission's are open or start after this run ended)
-_SET_RUN_UTILISATION = text(
+_SET_RUN_MEASURED = text(
     """
     UPDATE usage_ledger AS l
-    SET measured_seconds = EXTRACT(EPOCH FROM l.ended_at - l.running_at),
-        busy_seconds = EXTRACT(EPOCH FROM l.ended_at - l.running_at) * u.mean
+    SET measured_seconds = CASE WHEN u.mean IS NULL THEN l.measured_seconds
+                                ELSE EXTRACT(EPOCH FROM l.ended_at - l.running_at) END,
+        busy_seconds = CASE WHEN u.mean IS NULL THEN l.busy_seconds
+                            ELSE EXTRACT(EPOCH FROM l.ended_at - l.running_at) * u.mean END,
+        memory_seconds = CASE WHEN u.mib IS NULL THEN l.memory_seconds
+                              ELSE EXTRACT(EPOCH FROM l.ended_at - l.running_at) END,
+        memory_mib_seconds = CASE WHEN u.mib IS NULL THEN l.memory_mib_seconds
+                                  ELSE EXTRACT(EPOCH FROM l.ended_at - l.running_at) * u.mib END,
+        memory_peak_mib = GREATEST(l.memory_peak_mib, u.peak),
+        memory_total_mib = GREATEST(l.memory_total_mib, u.total)
     FROM unnest(CAST(:id AS bigint[]), CAST(:since AS timestamptz[]), CAST(:until AS timestamptz[]),
-                CAST(:mean AS float8[])) AS u(id, since, until, mean)
+                CAST(:mean AS float8[]), CAST(:peak AS float8[]), CAST(:mib AS float8[]),
+                CAST(:total AS float8[])) AS u(id, since, until, mean, peak, mib, total)
     WHERE l.workload_id = u.id AND l.ended_at IS NOT NULL AND l.running_at IS NOT NULL
       AND l.ended_at > l.running_at AND l.started_at < u.until AND l.ended_at > u.since
     """
 )
 
 
-_ADD_UTILISATION = text(
+# (GREATEST ignores NULLs: a read without memory figures leaves the peak as it was)
+_ADD_MEASURED = text(
     """
     UPDATE usage_ledger AS l
-    SET measured_seconds = l.measured_seconds + u.seconds, busy_seconds = l.busy_seconds + u.busy
-    FROM unnest(CAST(:id AS bigint[]), CAST(:seconds AS float8[]), CAST(:busy AS float8[])) AS u(id, seconds, busy)
+    SET measured_seconds = l.measured_seconds + u.seconds, busy_seconds = l.busy_seconds + u.busy,
+        memory_seconds = l.memory_seconds + u.mem_s, memory_mib_seconds = l.memory_mib_seconds + u.mib_s,
+        memory_peak_mib = GREATEST(l.memory_peak_mib, u.peak),
+        memory_total_mib = GREATEST(l.memory_total_mib, u.total)
+    FROM unnest(CAST(:id AS bigint[]), CAST(:seconds AS float8[]), CAST(:busy AS float8[]),
+                CAST(:mem_s AS float8[]), CAST(:mib_s AS float8[]), CAST(:peak AS float8[]),
+                CAST(:total AS float8[])) AS u(id, seconds, busy, mem_s, mib_s, peak, total)
     WHERE l.workload_id = u.id AND l.ended_at IS NULL AND l.running_at IS NOT NULL
     """
 )

@@ -1,0 +1,174 @@
+"""``turnstile rightsize``: measured GPU work that a smaller MIG slice the install offers would have held.
+
+``spec/cli.md``: ``turnstile rightsize [--since 30d] [--by ...] [-o table|json]``. Each workload
+whose GPU memory was measured (the ledger's peak and size of its busiest GPU, and its mean
+utilisation; ``admission.store.rightsizing``) is judged by ``queues.rightsizing``:
+
+    ml-a/train-small  team-a  nvidia.com/gpu  12.00  10.29  peaked at 9.1 GiB of 141 GiB, 31 % busy:
+                                                             a 1g.18gb slice would do; 6/7 of a card freed
+
+The list has the workloads a slice would have fitted, most GPU-hours saved first (``--limit``;
+``--all`` adds every measured workload with its verdict); ``--by namespace|clusterqueue|label:KEY``
+adds totals per group. GPU-hours are whole cards (``queues.gpu_units``; ``--fraction`` and
+``TURNSTILE_GPU_FRACTIONS`` as for ``turnstile usage``). Workloads without memory data are not
+judged: never a suggestion without data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import click
+
+from admission.cli.admin import _exec, _settings, database_option, parse_since
+from admission.store import rightsizing as store
+from admission.store import usage as ledger
+from admission.store.rightsizing import Judged, judge
+from queues import gpu_units
+
+
+def as_json(item: Judged) -> dict[str, Any]:
+    use, v = item.use, item.verdict
+    return {
+        "namespace": use.namespace,
+        "workload": use.workload.partition("/")[2] or use.workload,
+        "clusterQueue": use.cluster_queue,
+        "resource": use.resource,
+        "gpuHours": round(item.card_hours, 6),
+        "peakGiB": round(use.peak_mib / 1024, 2),
+        "gpuMemoryGiB": None if use.total_mib is None else round(use.total_mib / 1024, 2),
+        "meanGiB": None if use.mean_mib is None else round(use.mean_mib / 1024, 2),
+        "busy": None if use.busy is None else round(use.busy, 4),
+        "suggestion": v.profile,
+        "freedPerGpu": str(v.freed) if v.suggests else None,
+        "gpuHoursSaved": round(v.saved_hours, 6),
+        "message": v.line,
+    }
+
+
+@click.command("rightsize")
+@click.option("--since", default="30d", show_default=True, help="How far back: 12h, 7d, 30d.")
+@click.option("--by", default=None, help="Also total per group: namespace, clusterqueue or label:KEY (label:team).")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Workloads listed at most.")
+@click.option("--all", "show_all", is_flag=True, help="List every measured workload, with or without a suggestion.")
+@click.option(
+    "--fraction",
+    "fractions",
+    multiple=True,
+    metavar="RESOURCE=FRACTION",
+    help="A GPU resource's part of a card (nvidia.com/mig-1g.10gb=1/4), as for turnstile usage.",
+)
+@database_option
+def rightsize_cmd(
+    since: str,
+    by: str | None,
+    output: str,
+    limit: int,
+    show_all: bool,
+    fractions: tuple[str, ...],
+    database_url: str | None,
+) -> None:
+    """Workloads (and groups) whose measured GPU memory and utilisation fit a smaller MIG slice the
+    install offers, with the GPU-hours that would have been saved."""
+    if by is not None:
+        try:
+            by = ledger.parse_by(by)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).removeprefix(f"--by {by!r}: "), param_hint="--by") from exc
+    try:
+        cards = {**_settings().card_fractions, **gpu_units.parse_fractions(fractions)}
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fraction") from exc
+    start, until = parse_since(since), dt.datetime.now(dt.UTC)
+
+    async def read(session: Any) -> tuple[list[store.WorkloadMemory], tuple[str, ...]]:
+        return await store.measured(session, since=start, until=until, by=by), await store.offers(session)
+
+    found, offers = _exec(read, database_url=database_url)
+    judged = judge(found, offers, cards)
+    fitting = sorted((j for j in judged if j.verdict.suggests), key=lambda j: -j.verdict.saved_hours)
+    listed = fitting if not show_all else sorted(judged, key=lambda j: (-j.verdict.saved_hours, -j.card_hours))
+    groups = _groups(judged) if by is not None else []
+    total = {
+        "workloadsMeasured": len({(j.use.namespace, j.use.workload) for j in judged}),
+        "workloadsFitting": len({(j.use.namespace, j.use.workload) for j in fitting}),
+        "gpuHours": round(sum(j.card_hours for j in judged), 6),
+        "gpuHoursSaved": round(sum(j.verdict.saved_hours for j in judged), 6),
+    }
+    if output == "json":
+        body = {
+            "since": start.isoformat(),
+            "until": until.isoformat(),
+            "offered": list(offers),
+            "workloads": [as_json(j) for j in listed[:limit]],
+            "total": total,
+        }
+        if by is not None:
+            body["by"], body["groups"] = by, groups
+        click.echo(json.dumps(body, indent=2))
+        return
+    window = f"{start:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC"
+    if not judged:
+        click.echo(
+            f"no GPU memory measured between {window}: the controller reads it from dcgm-exporter "
+            "(DCGM_FI_DEV_FB_USED) through TURNSTILE_PROMETHEUS_URL; without data nothing is suggested"
+        )
+        return
+    if not offers:
+        click.echo(
+            "note: no ClusterQueue covers a MIG resource (nvidia.com/mig-*): there is no smaller slice to suggest"
+        )
+    table = [["WORKLOAD", "CLUSTERQUEUE", "RESOURCE", "GPU-HOURS", "SAVED", "VERDICT"]]
+    for j in listed[:limit]:
+        table.append(
+            [j.use.workload, j.use.cluster_queue, j.use.resource, f"{j.card_hours:,.2f}",
+             f"{j.verdict.saved_hours:,.2f}", j.verdict.line]
+        )  # fmt: skip
+    if len(table) > 1:
+        _print(table, numeric=(3, 4))
+    if groups:
+        click.echo("")
+        title = "NAMESPACE" if by == "namespace" else "CLUSTERQUEUE" if by == "clusterqueue" else str(by)[6:].upper()
+        rows = [[title, "WORKLOADS", "FITTING", "GPU-HOURS", "SAVED"]]
+        rows += [
+            [g["group"], str(g["workloads"]), str(g["fitting"]), f"{g['gpuHours']:,.2f}", f"{g['gpuHoursSaved']:,.2f}"]
+            for g in groups
+        ]
+        _print(rows, numeric=(1, 2, 3, 4))
+    shown = f" (the {limit} saving most listed)" if len(listed) > limit else ""
+    click.echo(
+        f"total: {total['workloadsFitting']} of {total['workloadsMeasured']} measured workloads would fit a smaller "
+        f"slice{shown}; {total['gpuHoursSaved']:,.2f} of {total['gpuHours']:,.2f} GPU-hours would have been freed "
+        f"({window})"
+    )
+
+
+def _groups(judged: list[Judged]) -> list[dict[str, Any]]:
+    """Totals per --by group, most saved first."""
+    out: dict[str, dict[str, Any]] = {}
+    for j in judged:
+        g = out.setdefault(
+            str(j.use.group),
+            {"group": str(j.use.group), "workloads": set(), "fitting": set(), "gpuHours": 0.0, "gpuHoursSaved": 0.0},
+        )
+        g["workloads"].add((j.use.namespace, j.use.workload))
+        if j.verdict.suggests:
+            g["fitting"].add((j.use.namespace, j.use.workload))
+        g["gpuHours"] += j.card_hours
+        g["gpuHoursSaved"] += j.verdict.saved_hours
+    rows = [
+        {**g, "workloads": len(g["workloads"]), "fitting": len(g["fitting"]), "gpuHours": round(g["gpuHours"], 6),
+         "gpuHoursSaved": round(g["gpuHoursSaved"], 6)}
+        for g in out.values()
+    ]  # fmt: skip
+    return sorted(rows, key=lambda g: (-g["gpuHoursSaved"], g["group"]))
+
+
+def _print(table: list[list[str]], *, numeric: tuple[int, ...]) -> None:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        click.echo("  ".join(cells).rstrip())
