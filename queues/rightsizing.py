@@ -92,15 +92,14 @@ def verdict(
     used = describe_use(measured)
     if measured.busy is not None and measured.busy > MAX_BUSY:
         return Verdict(f"{used}: kept as it is (busier than {MAX_BUSY:.0%} of the time, it needs its SMs)")
-    best = _smallest_fit(measured.peak_mib, offers, held, overrides)
-    if best is None:
+    step = next((s for s in ladder(measured.resource, offers, overrides) if measured.peak_mib <= s[0]), None)
+    if step is None:
         return Verdict(f"{used}: no smaller MIG slice the install offers holds it")
-    profile, share = best
-    freed = 1 - share / held
+    _, profile, freed = step
     name = mig_profiles.RESOURCE.match(profile)
     shown = name.group("profile") if name is not None else profile
     return Verdict(
-        f"{used}: a {shown} slice would do; {part_of_card(held - share)} of a card freed",
+        f"{used}: a {shown} slice would do; {part_of_card(held * freed)} of a card freed",
         profile,
         freed,
         measured.card_hours * float(freed),
@@ -129,25 +128,29 @@ def part_of_card(part: Fraction) -> str:
     return f"{float(part):.0%}"
 
 
-def _smallest_fit(
-    peak_mib: float, offers: Iterable[str], held: Fraction, overrides: Mapping[str, Fraction] | None
-) -> tuple[str, Fraction] | None:
-    """The offered MIG resource taking the least of a card (then the least memory) that holds
-    ``peak_mib`` with headroom and takes less than ``held``."""
-    need_gib = peak_mib * HEADROOM / MIB_PER_GIB
-    best: tuple[Fraction, float, str] | None = None
-    for resource in offers:
-        match = mig_profiles.RESOURCE.match(resource)
-        share = gpu_units.card_fraction(resource, overrides)
-        if match is None or share is None or share >= held:
-            continue
-        usable = mig_profiles.usable_gib(match.group("profile"))
-        if usable < need_gib:
-            continue
-        candidate = (share, usable, resource)
-        if best is None or candidate < best:
-            best = candidate
-    return None if best is None else (best[2], best[0])
+def ladder(
+    resource: str, offers: Iterable[str], overrides: Mapping[str, Fraction] | None = None
+) -> list[tuple[float, str, Fraction]]:
+    """For work holding ``resource``: steps ``(largest peak in MiB, the slice that would do, the
+    part of each card held it frees)``, ascending; a peak above the last step fits no smaller
+    slice offered. The slice for a peak is the first step at or above it: of the offered slices
+    taking less of a card than ``resource`` and holding the peak with ``HEADROOM``, the one taking
+    least of a card, then least memory (``verdict``, and ``store.rightsizing``'s query)."""
+    held = gpu_units.card_fraction(resource, overrides)
+    if held is None:
+        return []
+    candidates = []
+    for offer in offers:
+        match = mig_profiles.RESOURCE.match(offer)
+        share = gpu_units.card_fraction(offer, overrides)
+        if match is not None and share is not None and share < held:
+            usable = mig_profiles.usable_gib(match.group("profile"))
+            candidates.append((usable * MIB_PER_GIB / HEADROOM, share, usable, offer))
+    out = []
+    for top in sorted({c[0] for c in candidates}):
+        _, share, _, offer = min((c for c in candidates if c[0] >= top), key=lambda c: (c[1], c[2], c[3]))
+        out.append((top, offer, 1 - share / held))
+    return out
 
 
 def card_memory_mib(resource: str, node_labels: Mapping[str, str]) -> float:

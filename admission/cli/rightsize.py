@@ -25,7 +25,7 @@ import click
 from admission.cli.admin import _exec, _settings, database_option, parse_since
 from admission.store import rightsizing as store
 from admission.store import usage as ledger
-from admission.store.rightsizing import Judged, judge
+from admission.store.rightsizing import Judged
 from queues import gpu_units
 
 
@@ -84,26 +84,21 @@ def rightsize_cmd(
         raise click.BadParameter(str(exc), param_hint="--fraction") from exc
     start, until = parse_since(since), dt.datetime.now(dt.UTC)
 
-    async def read(session: Any) -> tuple[list[store.WorkloadMemory], tuple[str, ...]]:
-        return await store.measured(session, since=start, until=until, by=by), await store.offers(session)
+    async def read(session: Any) -> tuple[store.Report, tuple[str, ...]]:
+        offers = await store.offers(session)
+        found = await store.report(
+            session, since=start, until=until, by=by, offers=offers, fractions=cards, limit=limit, show_all=show_all
+        )
+        return found, offers
 
     found, offers = _exec(read, database_url=database_url)
-    judged = judge(found, offers, cards)
-    fitting = sorted((j for j in judged if j.verdict.suggests), key=lambda j: -j.verdict.saved_hours)
-    listed = fitting if not show_all else sorted(judged, key=lambda j: (-j.verdict.saved_hours, -j.card_hours))
-    groups = _groups(judged) if by is not None else []
-    total = {
-        "workloadsMeasured": len({(j.use.namespace, j.use.workload) for j in judged}),
-        "workloadsFitting": len({(j.use.namespace, j.use.workload) for j in fitting}),
-        "gpuHours": round(sum(j.card_hours for j in judged), 6),
-        "gpuHoursSaved": round(sum(j.verdict.saved_hours for j in judged), 6),
-    }
+    listed, groups, total = found.listed, found.groups, found.total
     if output == "json":
         body = {
             "since": start.isoformat(),
             "until": until.isoformat(),
             "offered": list(offers),
-            "workloads": [as_json(j) for j in listed[:limit]],
+            "workloads": [as_json(j) for j in listed],
             "total": total,
         }
         if by is not None:
@@ -111,7 +106,7 @@ def rightsize_cmd(
         click.echo(json.dumps(body, indent=2))
         return
     window = f"{start:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC"
-    if not judged:
+    if not total["workloadsMeasured"]:
         click.echo(
             f"no GPU memory measured between {window}: the controller reads it from dcgm-exporter "
             "(DCGM_FI_DEV_FB_USED) through TURNSTILE_PROMETHEUS_URL; without data nothing is suggested"
@@ -122,7 +117,7 @@ def rightsize_cmd(
             "note: no ClusterQueue covers a MIG resource (nvidia.com/mig-*): there is no smaller slice to suggest"
         )
     table = [["WORKLOAD", "CLUSTERQUEUE", "RESOURCE", "GPU-HOURS", "SAVED", "VERDICT"]]
-    for j in listed[:limit]:
+    for j in listed:
         table.append(
             [j.use.workload, j.use.cluster_queue, j.use.resource, f"{j.card_hours:,.2f}",
              f"{j.verdict.saved_hours:,.2f}", j.verdict.line]
@@ -138,33 +133,12 @@ def rightsize_cmd(
             for g in groups
         ]
         _print(rows, numeric=(1, 2, 3, 4))
-    shown = f" (the {limit} saving most listed)" if len(listed) > limit else ""
+    shown = f" (the {limit} saving most listed)" if total["workloadsFitting"] > limit else ""
     click.echo(
         f"total: {total['workloadsFitting']} of {total['workloadsMeasured']} measured workloads would fit a smaller "
         f"slice{shown}; {total['gpuHoursSaved']:,.2f} of {total['gpuHours']:,.2f} GPU-hours would have been freed "
         f"({window})"
     )
-
-
-def _groups(judged: list[Judged]) -> list[dict[str, Any]]:
-    """Totals per --by group, most saved first."""
-    out: dict[str, dict[str, Any]] = {}
-    for j in judged:
-        g = out.setdefault(
-            str(j.use.group),
-            {"group": str(j.use.group), "workloads": set(), "fitting": set(), "gpuHours": 0.0, "gpuHoursSaved": 0.0},
-        )
-        g["workloads"].add((j.use.namespace, j.use.workload))
-        if j.verdict.suggests:
-            g["fitting"].add((j.use.namespace, j.use.workload))
-        g["gpuHours"] += j.card_hours
-        g["gpuHoursSaved"] += j.verdict.saved_hours
-    rows = [
-        {**g, "workloads": len(g["workloads"]), "fitting": len(g["fitting"]), "gpuHours": round(g["gpuHours"], 6),
-         "gpuHoursSaved": round(g["gpuHoursSaved"], 6)}
-        for g in out.values()
-    ]  # fmt: skip
-    return sorted(rows, key=lambda g: (-g["gpuHoursSaved"], g["group"]))
 
 
 def _print(table: list[list[str]], *, numeric: tuple[int, ...]) -> None:

@@ -2,8 +2,12 @@
 
 Why in the store: ``turnstile rightsize`` looks at every GPU run of a month (a million ledger
 rows at a large install) and needs, per workload and GPU resource, the card-hours it held and its
-busiest GPU's peak memory, size and utilisation. One grouped query in PostgreSQL gives that
-(hash-aggregated, in parallel), and ``queues.rightsizing`` judges each group in Python.
+busiest GPU's peak memory, size and utilisation. ``measured`` gives those groups for
+``queues.rightsizing`` to judge in Python (``describe workload``: one workload). ``report``
+judges half a million workloads without bringing them out: the verdict's only number, the part
+of each card a slice frees, is a step function of the peak (``rightsizing.ladder``), written
+into the query as a ``CASE``; PostgreSQL sums the savings per group and in total and returns the
+workloads that save most, which Python then judges again for their lines (the same ladder).
 
 Only rows whose memory was measured count (``memory_peak_mib`` set): never a verdict without
 data, and the GPU-hours a suggestion would save are of measured runs only. A window clips each
@@ -141,3 +145,129 @@ def judge(
         if verdict is not None:
             out.append(Judged(use, card_hours, verdict))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """``turnstile rightsize``'s answer: the workloads listed, the groups, the totals."""
+
+    listed: list[Judged]
+    groups: list[dict[str, Any]]  # group, workloads, fitting, gpuHours, gpuHoursSaved
+    total: dict[str, Any]  # workloadsMeasured, workloadsFitting, gpuHours, gpuHoursSaved
+
+
+_GROUPED = """
+    SELECT {group} AS g, namespace, workload, cluster_queue, resource,
+           sum(quantity::float8 * date_part('epoch', least(coalesce(ended_at, :hi), :hi)
+               - greatest(started_at, :lo))) / 3600000.0 AS unit_hours,
+           max(memory_peak_mib) AS peak, max(memory_total_mib) AS total,
+           sum(busy_seconds) / nullif(sum(measured_seconds), 0) AS busy,
+           sum(memory_mib_seconds) / nullif(sum(memory_seconds), 0) AS mean_mib
+    FROM usage_ledger
+    WHERE started_at < :hi AND coalesce(ended_at, :hi) > :lo AND memory_peak_mib IS NOT NULL
+      AND resource = ANY(CAST(:resources AS text[]))
+    GROUP BY 1, 2, 3, 4, 5
+"""
+
+
+async def report(
+    session: AsyncSession,
+    *,
+    since: dt.datetime,
+    until: dt.datetime,
+    by: str | None,
+    offers: tuple[str, ...],
+    fractions: Mapping[str, Fraction] | None,
+    limit: int,
+    show_all: bool = False,
+) -> Report:
+    """Every measured workload within ``[since, until]`` judged in PostgreSQL (see the module
+    docstring): the ``limit`` saving most (with ``show_all``, also those saving nothing), totals,
+    and per ``by`` group."""
+    params: dict[str, Any] = {"lo": since, "hi": until}
+    resources = (
+        await session.execute(
+            text(
+                "SELECT DISTINCT resource FROM usage_ledger WHERE started_at < :hi AND coalesce(ended_at, :hi) > :lo"
+                " AND memory_peak_mib IS NOT NULL"
+            ),
+            params,
+        )
+    ).scalars()
+    shares = {r: f for r in resources if (f := gpu_units.card_fraction(r, fractions)) is not None}
+    params["resources"] = sorted(shares)
+    card, freed = ["CASE resource"], ["CASE WHEN busy > :max_busy THEN 0.0"]
+    params["max_busy"] = rightsizing.MAX_BUSY
+    for i, (resource, share) in enumerate(sorted(shares.items())):
+        params[f"r{i}"] = resource
+        card.append(f"WHEN :r{i} THEN {float(share)!r}")
+        for j, (top, _, part) in enumerate(rightsizing.ladder(resource, offers, fractions)):
+            params[f"t{i}_{j}"] = top
+            freed.append(f"WHEN resource = :r{i} AND peak <= :t{i}_{j} THEN {float(part)!r}")
+    card.append("END")
+    freed.append("ELSE 0.0 END")
+    group = "NULL::text"
+    if by is not None:
+        by = parse_by(by)
+        group = {"namespace": "namespace", "clusterqueue": "cluster_queue"}.get(by, "")
+        if not group:
+            params["label"], params["no_label"] = by[len("label:") :], NO_LABEL
+            group = "coalesce(labels ->> :label, :no_label)"
+    await session.execute(text("SET LOCAL work_mem = '64MB'"))
+    await session.execute(text("DROP TABLE IF EXISTS pg_temp.rightsize_judged"))
+    # (counted per workload with hash aggregates below: count(DISTINCT) sorts half a million rows)
+    await session.execute(
+        text(
+            f"CREATE TEMP TABLE rightsize_judged AS SELECT g.*, unit_hours * {' '.join(card)} AS card_hours,"
+            f" unit_hours * {' '.join(card)} * {' '.join(freed)} AS saved FROM ({_GROUPED.format(group=group)}) AS g"
+        ),
+        params,
+    )
+    try:
+        where = "" if show_all else "WHERE saved > 0"
+        rows = await session.execute(
+            text(
+                "SELECT g, namespace, workload, cluster_queue, resource, unit_hours, peak, total, busy, mean_mib"
+                f" FROM rightsize_judged {where} ORDER BY saved DESC, card_hours DESC, workload LIMIT :limit"
+            ),
+            {"limit": limit},
+        )
+        listed = judge(
+            (
+                WorkloadMemory(ns, name, cq, r, None if by is None else str(g), float(hours), float(peak),
+                               float(total) if total else None, busy, mean)
+                for g, ns, name, cq, r, hours, peak, total, busy, mean in rows
+            ),
+            offers,
+            fractions,
+        )  # fmt: skip
+        totals = (
+            await session.execute(
+                text(
+                    "SELECT count(*), count(*) FILTER (WHERE s > 0), coalesce(sum(h), 0), coalesce(sum(s), 0)"
+                    " FROM (SELECT sum(card_hours) AS h, sum(saved) AS s FROM rightsize_judged GROUP BY workload) AS w"
+                )
+            )
+        ).one()
+        groups = []
+        if by is not None:
+            for g, count, fitting, hours, saved in await session.execute(
+                text(
+                    "SELECT g, count(*), count(*) FILTER (WHERE s > 0), sum(h), sum(s) FROM (SELECT g, sum(card_hours)"
+                    " AS h, sum(saved) AS s FROM rightsize_judged GROUP BY g, workload) AS w GROUP BY g"
+                    " ORDER BY sum(s) DESC, g"
+                )
+            ):
+                groups.append(
+                    {"group": str(g), "workloads": count, "fitting": fitting, "gpuHours": round(hours, 6),
+                     "gpuHoursSaved": round(saved, 6)}
+                )  # fmt: skip
+    finally:
+        await session.execute(text("DROP TABLE IF EXISTS pg_temp.rightsize_judged"))
+    total = {
+        "workloadsMeasured": totals[0],
+        "workloadsFitting": totals[1],
+        "gpuHours": round(float(totals[2]), 6),
+        "gpuHoursSaved": round(float(totals[3]), 6),
+    }
+    return Report(listed, groups, total)
