@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
 from admission.store.config import load_config
-from admission.store.usage import NO_LABEL, parse_by
+from admission.store.usage import NO_LABEL, group_of, parse_by
 from queues import gpu_units, rightsizing
 from queues.rightsizing import Measured, Verdict
 
@@ -55,15 +55,7 @@ async def measured(
     """Per (workload, resource) within ``[since, until]``, the runs whose memory was measured;
     ``workload`` (its key, ``namespace/name``) narrows to one."""
     u = tables.UsageInterval
-    group: Any = literal(None, String)
-    if by is not None:
-        by = parse_by(by)
-        if by == "namespace":
-            group = u.namespace
-        elif by == "clusterqueue":
-            group = u.cluster_queue
-        else:
-            group = func.coalesce(u.labels[by[len("label:") :]].astext, literal(NO_LABEL, String))
+    group: Any = literal(None, String) if by is None else group_of(by)
     lo = literal(since, DateTime(timezone=True))
     hi = literal(until, DateTime(timezone=True))
     ends = func.coalesce(u.ended_at, hi)

@@ -97,20 +97,24 @@ def parse_by(by: str) -> str:
     raise ValueError(f"--by {by!r}: use namespace, clusterqueue or label:KEY (e.g. label:team)")
 
 
+def group_of(by: str) -> Any:
+    """The ledger column (or label) a ``--by`` grouping groups by; ``ValueError`` for no grouping."""
+    u = tables.UsageInterval
+    by = parse_by(by)
+    if by == "namespace":
+        return u.namespace
+    if by == "clusterqueue":
+        return u.cluster_queue
+    return func.coalesce(u.labels[by[len("label:") :]].astext, literal(NO_LABEL, String))
+
+
 async def report(
     session: AsyncSession, *, by: str, since: dt.datetime, until: dt.datetime, bucket: dt.timedelta | None = None
 ) -> list[UsageRow]:
     """Resource-hours per (group, ClusterQueue, flavor, resource) within ``[since, until]``, and
     per bucket of that length from ``since`` if ``bucket`` is given."""
     u = tables.UsageInterval
-    by = parse_by(by)
-    group: Any
-    if by == "namespace":
-        group = u.namespace
-    elif by == "clusterqueue":
-        group = u.cluster_queue
-    else:
-        group = func.coalesce(u.labels[by[len("label:") :]].astext, literal(NO_LABEL, String))
+    group = group_of(by)
     ends = func.coalesce(u.ended_at, until)
     lo: Any = literal(since, DateTime(timezone=True))
     hi: Any = literal(until, DateTime(timezone=True))
