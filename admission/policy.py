@@ -110,6 +110,7 @@ class Policy:
     prometheus_url: str = ""
     prometheus_timeout: float = 5.0
     reclaim_interval: float = 60.0
+    gpu_health: str = "taint"  # a GPU reporting a fatal Xid: taint | evict | off (``controller.gpu_health``)
     # a GPU resource's part of a card where the table is not to be used (TURNSTILE_GPU_FRACTIONS)
     card_fractions: Mapping[str, Fraction] = field(default_factory=dict)
 
@@ -134,6 +135,7 @@ class Policy:
             prometheus_url=settings.prometheus_url,
             prometheus_timeout=settings.prometheus_timeout,
             reclaim_interval=settings.reclaim_interval,
+            gpu_health=settings.gpu_health,
             card_fractions=settings.card_fractions,
         )
 

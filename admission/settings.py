@@ -100,6 +100,12 @@ class Settings(BaseSettings):
     reclaim_interval: float = Field(
         default=60.0, gt=0, description="seconds between looks at GPU utilisation (idle reclaim)"
     )
+    gpu_health: str = Field(
+        default="taint",
+        description="what a GPU reporting a fatal Xid (read from dcgm-exporter through TURNSTILE_PROMETHEUS_URL) "
+        "does to its node: taint (its workloads evicted with NodeFailures, the node tainted "
+        "turnstile.dev/gpu-unhealthy:NoSchedule until it clears), evict (evicted, the Node left alone) or off",
+    )
     ui_port: int = Field(
         default=8081,
         ge=0,
@@ -129,6 +135,13 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"not label keys: {', '.join(bad)}; write e.g. team,project,example.com/cost-center")
         return ",".join(keys)
+
+    @field_validator("gpu_health")
+    @classmethod
+    def _gpu_health(cls, value: str) -> str:
+        if value not in ("taint", "evict", "off"):
+            raise ValueError(f"{value!r}: use taint, evict or off")
+        return value
 
     @field_validator("gpu_fractions")
     @classmethod

@@ -25,6 +25,7 @@ used, and that GPU's size (used + free). A pod without the series has no figure.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,7 +98,7 @@ def combine(engine_active: Iterable[Mapping[str, Any]], gpu_util: Iterable[Mappi
         for sample in result:
             reading.series += 1
             labels = sample.get("metric") or {}
-            value = _number(sample.get("value"))
+            value = sample_value(sample.get("value"))
             pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
             if pod is None or value is None:
                 reading.unjoined += 1
@@ -125,7 +126,7 @@ def _by_pod(result: Iterable[Mapping[str, Any]]) -> dict[PodKey, float]:
     for sample in result:
         labels = sample.get("metric") or {}
         pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
-        value = _number(sample.get("value"))
+        value = sample_value(sample.get("value"))
         if pod is not None and value is not None and value >= 0:
             out[pod] = max(value, out.get(pod, value))
     return out
@@ -184,16 +185,18 @@ def _ranges(result: Iterable[Mapping[str, Any]], cap: float | None = None) -> di
         if pod is None or not isinstance(points, list):
             continue
         into = out.setdefault(pod, [])
-        for point in points:
-            value = _number(point)
-            at = _number([None, point[0]]) if value is not None else None
-            if value is not None and at is not None:
-                value = max(0.0, value)
-                into.append((at, value if cap is None else min(cap, value)))
+        try:  # (the common case, in one pass: [[time, "value"], ...] of finite numbers)
+            parsed = [(float(t), float(v)) for t, v in points]
+        except (TypeError, ValueError):
+            parsed = [(a, v) for point in points if (v := sample_value(point)) is not None
+                      and (a := sample_value([None, point[0]] if isinstance(point, list | tuple) and point else None))
+                      is not None]  # fmt: skip
+        top = math.inf if cap is None else cap
+        into.extend((t, min(top, max(0.0, v))) for t, v in parsed if math.isfinite(v) and math.isfinite(t))
     return out
 
 
-def _number(value: Any) -> float | None:
+def sample_value(value: Any) -> float | None:
     """A sample's value (``[time, "0.12"]``), or None if it is not a finite number."""
     if not isinstance(value, list | tuple) or len(value) != 2:
         return None

@@ -107,10 +107,13 @@ def node_object(name: str, shape: Mapping[str, Any]) -> dict[str, Any]:
 
 def cordoned(node: NodeInfo, on: bool) -> NodeInfo:
     """The node cordoned (``kubectl cordon``: the unschedulable taint) or uncordoned."""
-    taints = tuple(t for t in node.taints if t.key != UNSCHEDULABLE)
-    if on:
-        taints += (Taint(UNSCHEDULABLE, "", "NoSchedule"),)
-    return dataclasses.replace(node, taints=taints)
+    return tainted(node, UNSCHEDULABLE, Taint(UNSCHEDULABLE, "", "NoSchedule") if on else None)
+
+
+def tainted(node: NodeInfo, key: str, taint: Taint | None) -> NodeInfo:
+    """The node with its taint of ``key`` replaced by ``taint`` (None: taken off)."""
+    taints = tuple(t for t in node.taints if t.key != key)
+    return dataclasses.replace(node, taints=(*taints, taint) if taint is not None else taints)
 
 
 def eligible(pod: PodNeeds, node: NodeInfo) -> bool:

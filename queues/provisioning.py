@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from queues import api, jobs
 from queues import nodes as placement
+from queues.nodes import UNSCHEDULABLE
+from queues.selectors import Taint
 
 if TYPE_CHECKING:  # the model builds on this module (a ClusterQueue's checks decide if it is active)
     from queues.model import Admission, Config, Flavor, Workload
@@ -322,13 +324,22 @@ class AutoscalerModel:
 
     def cordon(self, name: str, on: bool) -> placement.NodeInfo | None:
         """``kubectl cordon``/``uncordon``: pods there keep running, new ones go elsewhere."""
+        return self.taint(name, UNSCHEDULABLE, Taint(UNSCHEDULABLE, "", "NoSchedule") if on else None)
+
+    def taint(self, name: str, key: str, taint: Taint | None) -> placement.NodeInfo | None:
+        """The node's taint of ``key`` set to ``taint`` (None: taken off; pods waiting for room
+        may go there now): pods there keep running, new ones that do not tolerate it go elsewhere."""
         for i, node in enumerate(self.nodes):
             if node.name == name:
-                self.nodes[i] = placement.cordoned(node, on)
-                if not on:
+                self.nodes[i] = placement.tainted(node, key, taint)
+                if taint is None:
                     self._place_waiting()
                 return self.nodes[i]
         return None
+
+    def workloads_on(self, name: str) -> list[str]:
+        """The workloads with a pod bound to node ``name``."""
+        return sorted(key for key, pods in self.placed.items() if any(node == name for node, _ in pods))
 
     def remove_node(self, name: str) -> None:
         """The node is deleted: its pods are gone, and their owners' new pods wait for room."""

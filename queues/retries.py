@@ -17,6 +17,7 @@ from queues import jobs, podsready, provisioning
 from queues.decisions import ADMISSION_CHECK, NO_MATCHING_WORKLOAD, NODE_FAILURES, Decision, Evict
 from queues.efficiency import GPU_IDLE
 from queues.flavors import WAITING_FOR_QUOTA
+from queues.gpu_health import GPU_UNHEALTHY
 from queues.inventory import Inventory
 from queues.model import Workload
 from queues.queueing import PendingQueues
@@ -148,6 +149,18 @@ class Retries:
                 out.append(self._evict(wl, NODE_FAILURES, "NodeDeleted", None, message=message))
         if self.inventory is not None:
             self.inventory.remove(node)
+        return out
+
+    def node_failed(self, node: str, keys: Iterable[str], fault: str) -> list[Decision]:
+        """``node``'s GPUs report a fatal fault (``queues.gpu_health``; ``fault`` says which): the
+        workloads whose pods run there are evicted and requeued (``NodeFailures``, detail
+        ``GPUUnhealthy``), to be admitted again on healthy nodes."""
+        out: list[Decision] = []
+        for key in sorted(keys):
+            wl = self.workloads.get(key)
+            if wl is not None and wl.admission is not None:
+                message = f"{fault}, where its pods ran; it is requeued"
+                out.append(self._evict(wl, NODE_FAILURES, GPU_UNHEALTHY, None, message=message))
         return out
 
     def node_unusable(self, node: str, keys: Iterable[str]) -> list[Decision]:

@@ -283,7 +283,8 @@ def parse(doc: Any) -> Scenario:
     node_names = {str(n["name"]) for n in nodes}
     for edit in edits:
         if edit.kind == "Node" and edit.name not in node_names:
-            where = f"edits[{edit.index}].{'delete.name' if edit.action == 'delete' else edit.action}"
+            field = {"delete": "delete.name", "gpuXid": "node"}.get(edit.action, edit.action)
+            where = f"edits[{edit.index}].{field}"
             problems.append(FieldError(where, f"no node {edit.name!r} in nodes"))
     packing = doc.get("topologyPacking", topology.COMPACT)
     if packing not in topology.PACKINGS:

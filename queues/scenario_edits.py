@@ -1,7 +1,8 @@
 """The admin actions of a scenario's timeline (``edits:``), and the readers the scenario file shares.
 
 An edit applies or deletes a Kueue object, cancels a job (the user deletes it), scales a Deployment,
-or cordons, uncordons or deletes a node (``delete: {kind: Node, name}``), at a time in scenario
+or cordons, uncordons or deletes a node (``delete: {kind: Node, name}``), or makes a node's GPUs
+report an Xid (``{node, gpuXid: 79}``; 0 clears it: ``queues.gpu_health``), at a time in scenario
 seconds; ``edits`` reads the list, reporting every problem at its path (``edits[2].apply.spec``).
 """
 
@@ -15,18 +16,19 @@ from queues import api, errors
 from queues.errors import FieldError
 
 MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
-ACTIONS = ("apply", "delete", "cancel", "scale", "cordon", "uncordon")
+ACTIONS = ("apply", "delete", "cancel", "scale", "cordon", "uncordon", "gpuXid")
 
 
 @dataclass(frozen=True, slots=True)
 class Edit:
     index: int
     at: float
-    action: str  # apply | delete | cancel | scale | cordon | uncordon
+    action: str  # apply | delete | cancel | scale | cordon | uncordon | gpuXid
     obj: api.KueueObject | None = None
     kind: str = ""
     name: str = ""  # "ns/name" for LocalQueue, cancel and scale
     replicas: int = 0  # scale: the Deployment's replicas from then on
+    xid: int = 0  # gpuXid: the Xid the node's GPUs report from then on (0: none)
 
 
 def seconds(value: Any, path: str, problems: list[FieldError], *, positive: bool = False) -> float:
@@ -62,7 +64,7 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
             continue
         at = seconds(item.get("at"), f"{path}.at", problems)
         actions = [a for a in ACTIONS if a in item]
-        unknown = [k for k in item if k not in ("at", *ACTIONS, "replicas")]
+        unknown = [k for k in item if k not in ("at", *ACTIONS, "replicas", "node")]
         for key in unknown:
             problems.append(
                 FieldError(f"{path}.{key}", f"unknown field; an edit has at and one of {', '.join(ACTIONS)}")
@@ -73,6 +75,11 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
         if ("replicas" in item) != (actions[0] == "scale"):
             problems.append(FieldError(f"{path}.replicas", "scale (and only scale) takes replicas"))
             continue
+        if ("node" in item) != (actions[0] == "gpuXid"):
+            problems.append(
+                FieldError(f"{path}.node", "gpuXid (and only gpuXid) takes node: the node whose GPUs report it")
+            )
+            continue
         action = actions[0]
         if action == "apply":
             obj = manifest(item["apply"], f"{path}.apply", problems)
@@ -80,6 +87,14 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
                 if isinstance(obj, api.WorkloadPriorityClass):
                     priority_classes.add(obj.name)
                 out.append(Edit(i, at, "apply", obj=obj, kind=obj.kind, name=obj.key))
+        elif action == "gpuXid":
+            xid, node = item["gpuXid"], item["node"]
+            if isinstance(xid, bool) or not isinstance(xid, int) or xid < 0:
+                problems.append(FieldError(f"{path}.gpuXid", f"must be an Xid number (79), or 0 to clear, not {xid!r}"))
+            elif not isinstance(node, str) or not node:
+                problems.append(FieldError(f"{path}.node", "must name a node of the scenario's nodes"))
+            else:
+                out.append(Edit(i, at, "gpuXid", kind="Node", name=node, xid=xid))
         elif action in ("cordon", "uncordon"):
             if not isinstance(item[action], str) or not item[action]:
                 problems.append(FieldError(f"{path}.{action}", "must name a node of the scenario's nodes"))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Mapping
 
-from queues import api, provisioning, rightsizing, scheduler
+from queues import api, gpu_health, provisioning, rightsizing, scheduler
 from queues import nodes as placement
 from queues.inventory import Inventory
 from queues.model import Admission, Config, Workload
@@ -33,6 +33,7 @@ from queues.reclaim_model import EfficiencyModel
 from queues.recorder import Recorder, Result, Track
 from queues.replicas import Replicas
 from queues.scenario import Edit, JobEntry, Scenario
+from queues.selectors import Taint
 
 __all__ = ["Recorder", "Replicas", "Result", "Simulation", "Track", "apply_edit"]
 
@@ -261,7 +262,11 @@ class Simulation:
 
     def _node_edit(self, edit: Edit) -> None:
         """A node cordoned or uncordoned (what runs there stays), or deleted (what was placed there
-        by topology is evicted and placed again; other pods wait for room elsewhere)."""
+        by topology is evicted and placed again; other pods wait for room elsewhere), or its GPUs
+        report an Xid (``_gpu_xid``)."""
+        if edit.action == "gpuXid":
+            self._gpu_xid(edit.name, edit.xid)
+            return
         if edit.action == "delete":
             self._enact(self.sched.node_lost(edit.name))
             self.scaler.remove_node(edit.name)
@@ -269,6 +274,28 @@ class Simulation:
         node = self.scaler.cordon(edit.name, edit.action == "cordon")
         if node is not None and self.inventory is not None:
             self.inventory.put(node)
+
+    def _gpu_xid(self, name: str, xid: int) -> None:
+        """The node's GPUs report ``xid`` from now on, as the controller with its default
+        ``TURNSTILE_GPU_HEALTH=taint`` acts on it (``queues.gpu_health``): a fatal one taints the
+        node ``turnstile.dev/gpu-unhealthy:NoSchedule`` and evicts what runs there
+        (``NodeFailures``); one that is not (or 0) takes the taint off."""
+        node = next((n for n in self.scaler.nodes if n.name == name), None)
+        gpus = max(1, node.allocatable.get("nvidia.com/gpu", 0) // 1000) if node is not None else 1
+        found = [
+            f for i in range(gpus) if (f := gpu_health.xid_fault(name, str(i), gpu_health.simulated_uuid(name, i), xid))
+        ]
+        taint = Taint(gpu_health.TAINT, gpu_health.taint_value(found), "NoSchedule") if found else None
+        tainted = self.scaler.taint(name, gpu_health.TAINT, taint)
+        if tainted is not None and self.inventory is not None:
+            self.inventory.put(tainted)
+        if found:
+            keys = set(self.scaler.workloads_on(name)) | {
+                key
+                for key, wl in self.sched.workloads.items()
+                if wl.admission is not None and any(name in nodes for nodes in wl.admission.placement.values())
+            }
+            self._enact(self.sched.node_failed(name, keys, gpu_health.describe(found)))
 
     def _enact(self, decisions: list[scheduler.Decision]) -> None:
         for d in decisions:

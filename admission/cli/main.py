@@ -218,7 +218,15 @@ def _core_only(parsed: Any) -> str:
     from admission.sim import efficiency
 
     if efficiency.needs_prometheus(parsed) and (why := efficiency.missing()):
-        field = "reclaim" if parsed.reclaim else "jobs[].utilization" if parsed.utilization else "jobs[].gpuMemoryUsed"
+        field = (
+            "reclaim"
+            if parsed.reclaim
+            else "jobs[].utilization"
+            if parsed.utilization
+            else "jobs[].gpuMemoryUsed"
+            if parsed.gpu_memory
+            else "edits[].gpuXid"
+        )
         return f"{field}: {why}"
     return ""
 

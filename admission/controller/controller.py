@@ -40,6 +40,7 @@ from admission.controller.checks import Checks
 from admission.controller.declared import Declared
 from admission.controller.enactor import POLL_SECONDS, Enactor
 from admission.controller.events import EventPoster, events_of
+from admission.controller.gpu_health import GpuHealth
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
 from admission.controller.metering import Meter
@@ -147,6 +148,11 @@ class Controller:
         self.meter = Meter(self.jobs, self.inventory.pods_of)
         self.inventory.seen = self.meter.pod_seen
         # idle-GPU reclaim: DCGM's series through Prometheus, joined to workloads by their pods
+        self.events = EventPoster(kube, instance=options.identity)
+        # GPUs reporting a fatal Xid (read with the utilisation): their nodes' work requeued, the nodes tainted
+        self.gpu_health = GpuHealth(
+            kube, mode=policy.gpu_health, events=self.events, inventory=self.inventory, wake=self.changes.wake.set
+        )
         self.reclaimer = Reclaimer(
             prometheus=Prometheus(policy.prometheus_url, timeout=policy.prometheus_timeout)
             if policy.prometheus_url
@@ -158,6 +164,7 @@ class Controller:
             interval=policy.reclaim_interval,
             scale=options.backoff_scale,
             meter=self.meter,
+            health=self.gpu_health,
         )
         self.enactor = Enactor(
             kube,
@@ -198,8 +205,6 @@ class Controller:
         self.readiness.add("nodes", self.inventory.probe, gates=False)
         self.readiness.add("gpu-utilization", self.reclaimer.probe, gates=False)
         self.metrics = Metrics(self)
-        # GPU-hour budgets (``admission.controller.budgets``): measured from the ledger, held by the core's gate
-        self.events = EventPoster(kube, instance=options.identity)
         # why an admitted job's pods wait (the kube-scheduler's words): describe, an Event, waitForPodsReady
         self.pod_waits = PodWaits(
             kube,
@@ -212,6 +217,7 @@ class Controller:
         )
         self.pods_ready = PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale))
         self.pods_ready.why = self.pod_waits.why
+        # GPU-hour budgets (``admission.controller.budgets``): measured from the ledger, held by the core's gate
         self.budgets = BudgetKeeper(
             sessions,
             current_term=lambda: self.term,

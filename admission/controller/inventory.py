@@ -17,7 +17,10 @@ cluster without TAS pays nothing for them):
   idle reclaim joins GPU metrics to workloads (``admission.controller.reclaim``).
 
 The informers also start, for that index, once a ClusterQueue has an idle-reclaim policy, and
-whenever GPU utilisation is read (``TURNSTILE_PROMETHEUS_URL``: the ledger's used GPU-hours).
+whenever GPU utilisation is read (``TURNSTILE_PROMETHEUS_URL``: the ledger's used GPU-hours). The
+index knows which node each pod is bound to: GPU health (``admission.controller.gpu_health``)
+evicts the workloads on a node whose GPU reports a fatal Xid, and placement sees that node with
+the ``turnstile.dev/gpu-unhealthy`` taint until it recovers.
 
 Each term gets an ``Inventory`` of its own (``fresh``): what the informers know, with the term's
 admissions' placements held on top; ``pending`` until both informers have listed, so nothing is
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,10 +40,12 @@ from admission.kube import client as kube_client
 from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
 from queues import efficiency, jobs, pods
+from queues.gpu_health import TAINT as GPU_TAINT
 from queues.inventory import Inventory
 from queues.model import Config
 from queues.nodes import UNSCHEDULABLE, NodeInfo, with_pod_slot
 from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION, rank_of
+from queues.selectors import Taint
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +97,8 @@ class NodeInventory:
         self.external: dict[str, dict[str, int]] = {}  # node -> what external pods use there
         self.by_workload: dict[str, dict[str, PlacedPod]] = {}  # workload key -> pod uid -> placed pod
         self.named: dict[str, dict[str, tuple[str, str]]] = {}  # workload key -> pod uid -> (namespace, name)
+        self.where: dict[str, tuple[str, str]] = {}  # pod uid -> (workload key, node) of its live bound pods
+        self.unhealthy: set[str] = set()  # nodes whose GPUs report a fatal fault (``gpu_health``)
         # told of each live pod of a workload as it is seen (the ledger keeps a run's pods to measure it whole)
         self.seen: Callable[[str, tuple[str, str]], None] = lambda _key, _pod: None
         self.node_informer = Informer(kube, NODES, self._on_node)
@@ -114,6 +122,32 @@ class NodeInventory:
     def bound_on(self, key: str, node: str) -> int:
         """How many of workload ``key``'s placed pods are bound to ``node`` and alive."""
         return sum(1 for p in self.by_workload.get(key, {}).values() if p.live and p.spec.get("nodeName") == node)
+
+    def workloads_on(self, node: str) -> list[str]:
+        """The workloads with a live pod bound to ``node`` (GPU health evicts them)."""
+        return sorted({key for key, bound in self.where.values() if bound == node})
+
+    def set_unhealthy(self, node: str, on: bool) -> None:
+        """``node``'s GPUs report a fatal fault (``admission.controller.gpu_health``): Turnstile's
+        placement treats it as tainted ``turnstile.dev/gpu-unhealthy:NoSchedule`` until cleared."""
+        if on:
+            self.unhealthy.add(node)
+        else:
+            self.unhealthy.discard(node)
+        info = self.nodes.get(node)
+        inventory = self.current()
+        if info is not None and inventory is not None:
+            inventory.put(self._seen_as(info))
+
+    def tainted_with(self, key: str) -> set[str]:
+        """The nodes whose Node object carries a taint of ``key``."""
+        return {name for name, info in self.nodes.items() if any(t.key == key for t in info.taints)}
+
+    def _seen_as(self, info: NodeInfo) -> NodeInfo:
+        """A node as placement sees it: with the GPU-health taint while its GPUs are unhealthy."""
+        if info.name not in self.unhealthy or any(t.key == GPU_TAINT for t in info.taints):
+            return info
+        return dataclasses.replace(info, taints=(*info.taints, Taint(GPU_TAINT, "", "NoSchedule")))
 
     def pods_of(self, key: str) -> list[tuple[str, str]]:
         """The live pods of workload ``key``: (namespace, name)."""
@@ -157,7 +191,7 @@ class NodeInventory:
         """An inventory for a new term: the nodes and external use as known now."""
         inventory = Inventory(None if self.synced() else NOT_LISTED)
         for info in self.nodes.values():
-            inventory.put(info)
+            inventory.put(self._seen_as(info))
         for name, used in self.external.items():
             inventory.set_external(name, used)
         return inventory
@@ -184,7 +218,7 @@ class NodeInventory:
             return
         self.nodes[name] = node
         if inventory is not None:
-            inventory.put(node)
+            inventory.put(self._seen_as(node))
         if old is not None and _unschedulable(node) and not _unschedulable(old):
             log.info("node %s was cordoned; placements whose pods have not started there are placed again", name)
             self.cordoned(name)
@@ -210,11 +244,14 @@ class NodeInventory:
         named = self.named.setdefault(key, {})
         if kind == "DELETED" or pods.done(obj):
             named.pop(uid, None)
+            self.where.pop(uid, None)
             if not named:
                 del self.named[key]
             return
         meta = obj.get("metadata") or {}
         named[uid] = pod = (str(meta.get("namespace") or "default"), str(meta.get("name")))
+        if node := (obj.get("spec") or {}).get("nodeName"):
+            self.where[uid] = (key, str(node))
         self.seen(key, pod)
 
     def _placed_pod(self, kind: str, uid: str, key: str, obj: Obj) -> None:

@@ -9,8 +9,9 @@ annotation every admitted job's pods carry (``admission.controller.inventory``),
 step decides with engine core's own model (``queues.reclaim_model``): warn (an Event
 ``GPUIdle``), or evict with reason ``GPUIdle`` and requeue or deactivate, only when someone
 waits for the quota if the policy says so. The same loop reads each pod's mean since the last
-read for the ledger's used GPU-hours whenever Prometheus is set, and measures the runs that ended
-since over their whole intervals (``admission.controller.metering``).
+read for the ledger's used GPU-hours whenever Prometheus is set, measures the runs that ended
+since over their whole intervals (``admission.controller.metering``), and asks which GPUs report
+a fatal fault (``admission.controller.gpu_health``).
 
 Missing data is unknown, never idle: a workload none of whose pods has a series is not touched,
 and a Prometheus that cannot be read reclaims nothing (readiness says why; a metric counts it).
@@ -27,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from admission.controller.gpu_health import GpuHealth
 from admission.controller.inventory import NodeInventory
 from admission.controller.jobcache import JobCache
 from admission.controller.metering import Meter, Span
@@ -58,6 +60,7 @@ class Reclaimer:
         interval: float = 60.0,
         scale: float = 1.0,
         meter: Meter | None = None,
+        health: GpuHealth | None = None,
     ) -> None:
         self.prometheus = prometheus
         self.pods = pods
@@ -71,6 +74,7 @@ class Reclaimer:
         self.problem: str | None = None  # why utilisation cannot be read now (readiness)
         self.failures = 0
         self.meter = meter  # the ledger's used hours: every read since the last one goes to it
+        self.health = health if health is not None and health.on else None  # GPU faults, read with the rest
         self.metered_at = 0.0  # wall time of the last read it was given
         self.warned: list[tuple[str, str]] = []  # (workload, message): warnings the step has to say
         self._model: tuple[object, tuple[ReclaimPolicy, ...], EfficiencyModel] | None = None
@@ -111,6 +115,7 @@ class Reclaimer:
             try:
                 readings = {w: await self.prometheus.read(w) for w in sorted({p.window for p in policies})}
                 metered = await self.prometheus.read(asked - since, with_memory=self.meter is not None)
+                faults = await self.prometheus.faults() if self.health is not None else {}
             except Unavailable as exc:  # (the next read covers the gap: nothing is lost to the ledger)
                 if self.problem is None:
                     log.warning("GPU utilisation cannot be read; nothing is reclaimed meanwhile: %s", exc)
@@ -121,6 +126,8 @@ class Reclaimer:
                 log.info("GPU utilisation is read again")
             self.problem, self.readings, self.read_at = None, readings, asked
             self.metered_at = asked
+            if self.health is not None:
+                self.health.read(faults)
             if self.meter is not None:
                 self.meter.read(Span(metered, since, asked))
                 await self._measure_ended()

@@ -249,6 +249,8 @@ class Steps:
         if self.reclaimer is None:
             return []
         decisions = self.reclaimer.decide(term, now)
+        if self.reclaimer.health is not None:  # (GPUs reporting a fatal Xid: their nodes' work requeued)
+            decisions.extend(self.reclaimer.health.decide(term))
         warned, self.reclaimer.warned = self.reclaimer.warned, []
         for key, message in warned:
             wl = term.scheduler.workloads.get(key)

@@ -11,8 +11,10 @@ joins the answers to pods (``queues.gpu_metrics``). The ledger's read (``memory=
 asks for each pod's busiest GPU's memory: its peak, mean and size (``DCGM_FI_DEV_FB_USED`` and
 ``_FB_FREE``, for right-sizing). When runs end, ``measure`` asks for their whole
 intervals with range queries of the same series (``query_range``, POSTed: the pods' names are
-in the query), batched: runs of a like length share one query whose step is about a sixtieth of
-their length (at least a second), so ten thousand runs ending in a minute are a few requests.
+in the query; past a thousand pods, every pod's series, which costs Prometheus less than a regex
+of thousands of names), batched: runs of a like length share one query whose step is about a
+sixtieth of their length (at least a second), so ten thousand runs ending in a minute are a few
+requests.
 A Prometheus that is down, slow (``timeout``) or answers something
 that is not a query result raises ``Unavailable`` with what went wrong: the caller reclaims
 nothing on it (missing data is unknown, never idle) and says so in readiness and a metric.
@@ -21,6 +23,7 @@ nothing on it (missing data is unknown, never idle) and says so in readiness and
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -29,6 +32,8 @@ from typing import Any
 
 import aiohttp
 
+from queues import gpu_health
+from queues.gpu_health import ECC_DBE, ROW_REMAP_FAILURE, XID_ERRORS, Fault
 from queues.gpu_metrics import (
     ENGINE_ACTIVE,
     FB_FREE,
@@ -49,6 +54,8 @@ POD_LABELS = "namespace, pod, exported_namespace, exported_pod"  # what ``queues
 POD = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 MAX_POINTS = 10_000  # points per series one range query may ask for (Prometheus refuses above 11,000)
 POINTS_PER_RUN = 60  # a run is measured at about this many points: its length / 60, at least a second
+MAX_NAMED = 1_000  # pods one range query names; a batch with more asks for every pod's series
+LARGE = 1 << 20  # bytes of an answer decoded in a thread rather than on the event loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +89,40 @@ def batches(runs: Sequence[RunWindow]) -> list[tuple[float, list[RunWindow]]]:
     out: list[tuple[float, list[RunWindow]]] = []
     for step, group in sorted(by_step.items()):
         batch: list[RunWindow] = []
+        until = 0.0  # the latest end in the batch
         for run in group:
-            if batch and (max(run.until, *(r.until for r in batch)) - batch[0].since) / step > MAX_POINTS:
+            if batch and (max(run.until, until) - batch[0].since) / step > MAX_POINTS:
                 out.append((step, batch))
-                batch = []
+                batch, until = [], 0.0
             batch.append(run)
+            until = max(until, run.until)
         out.append((step, batch))
+    return out
+
+
+def _for_pods(metrics: Sequence[str], names: str | None) -> str:
+    """The sum of ``metrics`` for the pods the regex ``names`` names, by ``exported_pod`` or by
+    ``pod`` (where the scrape honours the exporter's labels); every pod's with None."""
+    if names is None:
+        return " + ".join(metrics)
+    exported = " + ".join(f'{m}{{exported_pod=~"{names}"}}' for m in metrics)
+    own = " + ".join(f'{m}{{pod=~"{names}"}}' for m in metrics)
+    return f"({exported}) or ({own})"
+
+
+def _figures(batch: Sequence[RunWindow], *results: list[Any]) -> dict[int, RunFigures]:
+    """Each run's figures from the four range queries' results (in a thread: it is the bulk of
+    the work when thousands of runs end)."""
+    active, util, used, total = results
+    samples: Samples = combine_ranges(active, util)
+    samples.add_memory(used, total)
+    out: dict[int, RunFigures] = {}
+    for run in batch:
+        figures = RunFigures(
+            samples.run_mean(run.pods, run.since, run.until), samples.run_memory(run.pods, run.since, run.until)
+        )
+        if figures.busy is not None or figures.memory is not None:
+            out[run.row_id] = figures
     return out
 
 
@@ -130,6 +165,14 @@ class Prometheus:
             reading.memory = memory(results[2], results[3], results[4])
         return reading
 
+    async def faults(self) -> dict[str, list[Fault]]:
+        """Each node's GPUs' fatal faults now (``queues.gpu_health``): the last Xid, uncorrectable
+        ECC errors and row-remap failures of every GPU reporting one."""
+        xids, dbe, remap = await asyncio.gather(
+            self._query(f"{XID_ERRORS} > 0"), self._query(f"{ECC_DBE} > 0"), self._query(f"{ROW_REMAP_FAILURE} > 0")
+        )
+        return gpu_health.faults(xids, dbe, remap)
+
     async def measure(self, runs: Sequence[RunWindow]) -> dict[int, RunFigures]:
         """Each ended run's mean utilisation and GPU memory over its whole interval (row id ->
         figures); a run none of whose pods has a point in it is left out (unknown, never idle)."""
@@ -143,25 +186,16 @@ class Prometheus:
             start, end = min(r.since for r in batch), max(r.until for r in batch)
             window = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"}
             by, top = f"avg by ({POD_LABELS})", f"max by ({POD_LABELS})"
-            pods = f'{{exported_pod=~"{names}"}}'
-            own = f'{{pod=~"{names}"}}'  # (where the scrape honours the exporter's labels)
+            # past MAX_NAMED pods, every pod's series: a regex of thousands of names costs
+            # Prometheus more than the larger answer costs here
+            named = names if len(pods_named) <= MAX_NAMED else None
             active, util, used, total = await asyncio.gather(
-                self._query(f"{by} ({ENGINE_ACTIVE}{pods} or {ENGINE_ACTIVE}{own})", window),
-                self._query(f"{by} ({GPU_UTIL}{pods} or {GPU_UTIL}{own}) / 100", window),
-                self._query(f"{top} ({FB_USED}{pods} or {FB_USED}{own})", window),
-                self._query(
-                    f"{top} (({FB_USED}{pods} + {FB_FREE}{pods}) or ({FB_USED}{own} + {FB_FREE}{own}))", window
-                ),
+                self._query(f"{by} ({_for_pods([ENGINE_ACTIVE], named)})", window),
+                self._query(f"{by} ({_for_pods([GPU_UTIL], named)}) / 100", window),
+                self._query(f"{top} ({_for_pods([FB_USED], named)})", window),
+                self._query(f"{top} ({_for_pods([FB_USED, FB_FREE], named)})", window),
             )
-            samples: Samples = combine_ranges(active, util)
-            samples.add_memory(used, total)
-            for run in batch:
-                figures = RunFigures(
-                    samples.run_mean(run.pods, run.since, run.until),
-                    samples.run_memory(run.pods, run.since, run.until),
-                )
-                if figures.busy is not None or figures.memory is not None:
-                    out[run.row_id] = figures
+            out.update(await asyncio.to_thread(_figures, batch, active, util, used, total))
         return out
 
     async def _query(self, query: str, window: dict[str, str] | None = None) -> list[Any]:
@@ -177,7 +211,9 @@ class Prometheus:
                 if response.status != 200:
                     text = (await response.text())[:200]
                     raise Unavailable(f"{self.url} answered {response.status} to {shown}: {text}")
-                body = await response.json(content_type=None)
+                raw = await response.read()
+            # (a large answer is decoded off the event loop: ten thousand runs' points take seconds)
+            body = json.loads(raw) if len(raw) < LARGE else await asyncio.to_thread(json.loads, raw)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise Unavailable(f"{self.url}: {type(exc).__name__}: {exc}".rstrip(": ")) from exc
         data = body.get("data") if isinstance(body, dict) else None

@@ -21,6 +21,12 @@ GPU's memory), free the rest. A whole GPU's memory is its node's ``nvidia.com/gp
 a node's ``nvidia.com/gpu.product`` label names the model instead); a MIG slice's is its
 profile's (``queues.mig_profiles.usable_gib``).
 
+GPU health: a Node annotated ``turnstile.dev/sim-gpu-xid: "79"`` gets ``DCGM_FI_DEV_XID_ERRORS``
+(the last Xid, as dcgm-exporter's gauge) for each of its GPUs (``nvidia.com/gpu`` capacity, at
+least one), labelled ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``; removing the
+annotation clears it (a real GPU keeps its last Xid until it is reset: the operator's reset is
+the annotation's removal). Nodes without it have no such series (a real exporter reports 0).
+
 Served at ``/dcgm/metrics`` on the simulated API server (Prometheus's text format); the
 controller's GPU-efficiency work reads them through Prometheus (``docs/gpu-efficiency.md``).
 """
@@ -29,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -39,9 +44,11 @@ from aiohttp import web
 
 from admission.sim.objects import ApiError, ObjectStore, Resource
 from queues import errors, quantity, rightsizing
+from queues.gpu_health import XID_ERRORS, simulated_uuid
 
 ANNOTATION = "turnstile.dev/sim-gpu-utilization"
 MEMORY_ANNOTATION = "turnstile.dev/sim-gpu-memory-used"
+XID_ANNOTATION = "turnstile.dev/sim-gpu-xid"  # on a Node: the Xid its GPUs report
 PATH = "/dcgm/metrics"
 _HELP = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("Ratio of time the graphics engine is active.", 1.0),
@@ -80,15 +87,36 @@ def handler(
             return None
 
         nodes = next(r for r in resources if r.plural == "nodes" and not r.group)
-        labels = {
-            str(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {}) for n in store.list(nodes, None)[0]
-        }
+        listed = store.list(nodes, None)[0]
+        labels = {str(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {}) for n in listed}
         text = exposition(
-            store.list(pods, None)[0], owner, now=time.time(), time_scale=time_scale(), node_labels=labels
+            store.list(pods, None)[0],
+            owner,
+            now=time.time(),
+            time_scale=time_scale(),
+            node_labels=labels,
+            xids=reported_xids(listed),
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     return serve
+
+
+def reported_xids(nodes: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Node name -> (the Xid its annotation says, its GPUs) for nodes annotated with a number."""
+    out: dict[str, tuple[int, int]] = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        raw = str((meta.get("annotations") or {}).get(XID_ANNOTATION, "")).strip()
+        if not raw.isdigit():
+            continue
+        capacity = (node.get("status") or {}).get("capacity") or {}
+        try:
+            gpus = quantity.parse_milli(str(capacity.get("nvidia.com/gpu", "1"))) // 1000
+        except quantity.QuantityError:
+            gpus = 1
+        out[str(meta.get("name"))] = (int(raw), max(1, gpus))
+    return out
 
 
 def utilization(pod: Mapping[str, Any], owner: Owner, *, now: float = 0.0, time_scale: float = 1.0) -> float | None:
@@ -159,8 +187,10 @@ def exposition(
     now: float = 0.0,
     time_scale: float = 1.0,
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
+    xids: Mapping[str, tuple[int, int]] | None = None,
 ) -> str:
-    """The series of every running pod that requests GPUs, in Prometheus's text format."""
+    """The series of every running pod that requests GPUs, and the Xids of nodes that report one
+    (``reported_xids``), in Prometheus's text format."""
     rows: dict[str, list[str]] = {name: [] for name in (*_HELP, *_MEMORY_HELP)}
     next_gpu: dict[str, int] = {}  # node -> the next GPU index handed out
     for pod in sorted(pods, key=lambda p: (str((p.get("spec") or {}).get("nodeName")), str(p["metadata"]["name"]))):
@@ -198,19 +228,29 @@ def exposition(
         out += [f"# HELP {name} {text}", f"# TYPE {name} gauge", *rows[name]]
     for name, text in _MEMORY_HELP.items():
         out += [f"# HELP {name} {text}", f"# TYPE {name} gauge", *rows[name]]
+    out += [f"# HELP {XID_ERRORS} Value of the last XID error encountered.", f"# TYPE {XID_ERRORS} gauge"]
+    for node, (xid, gpus) in sorted((xids or {}).items()):
+        model = (node_labels or {}).get(node, {}).get(GPU_PRODUCT_LABEL, DEFAULT_MODEL)
+        for index in range(gpus):
+            out.append(f"{XID_ERRORS}{{{_gpu_labels(node, index, model)}}} {xid}")
     return "\n".join(out) + "\n"
 
 
 def _labels(node: str, index: int, resource: str, container: str, meta: Mapping[str, Any], model: str) -> str:
-    uuid = "GPU-" + hashlib.sha1(f"{node}/{index}".encode()).hexdigest()[:32]
+    pairs: list[tuple[str, str]] = []
+    if resource.startswith("nvidia.com/mig-"):
+        pairs += [("GPU_I_PROFILE", resource.removeprefix("nvidia.com/mig-")), ("GPU_I_ID", str(index))]
+    pairs += [("container", container), ("namespace", str(meta.get("namespace"))), ("pod", str(meta.get("name")))]
+    return ",".join([_gpu_labels(node, index, model), *(f'{k}="{v}"' for k, v in pairs)])
+
+
+def _gpu_labels(node: str, index: int, model: str) -> str:
+    """A GPU's own labels as dcgm-exporter sets them (its UUID made up from node and index)."""
     pairs = [
         ("gpu", str(index)),
-        ("UUID", uuid),
+        ("UUID", simulated_uuid(node, index)),
         ("device", f"nvidia{index}"),
         ("modelName", model),
         ("Hostname", node),
     ]
-    if resource.startswith("nvidia.com/mig-"):
-        pairs += [("GPU_I_PROFILE", resource.removeprefix("nvidia.com/mig-")), ("GPU_I_ID", str(index))]
-    pairs += [("container", container), ("namespace", str(meta.get("namespace"))), ("pod", str(meta.get("name")))]
     return ",".join(f'{k}="{v}"' for k, v in pairs)

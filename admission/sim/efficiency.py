@@ -48,7 +48,8 @@ MINUTE = 60.0  # scenario seconds between looks at utilisation and budgets (a re
 
 
 def needs_prometheus(scenario: Scenario) -> bool:
-    return bool(scenario.reclaim or scenario.utilization or scenario.gpu_memory)
+    xids = any(edit.action == "gpuXid" for edit in scenario.edits)
+    return bool(scenario.reclaim or scenario.utilization or scenario.gpu_memory or xids)
 
 
 def missing() -> str:

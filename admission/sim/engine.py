@@ -30,7 +30,7 @@ from admission.kube import client as kube_client
 from admission.kube.client import KubeError
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.sim import cluster as sim_cluster
-from admission.sim import efficiency
+from admission.sim import dcgm, efficiency
 from admission.sim.replica_names import ReplicaNames
 from admission.sim.stack import ACTOR, NODES, Stack, fresh_database, running
 from admission.store import config as config_store
@@ -148,11 +148,16 @@ class Driver:
     async def _edit(self, edit: Edit) -> None:
         sessions = self.stack.controller.sessions
         if edit.kind == "Node":  # as kubectl cordon / uncordon / delete node
-            if edit.action == "delete":
+            if edit.action == "gpuXid":  # (its GPUs report it through the simulated dcgm-exporter)
+                value = str(edit.xid) if edit.xid else None
+                body: dict[str, Any] = {"metadata": {"annotations": {dcgm.XID_ANNOTATION: value}}}
+                with contextlib.suppress(KubeError):
+                    await self.stack.kube.patch(NODES, None, edit.name, body)
+            elif edit.action == "delete":
                 with contextlib.suppress(KubeError):
                     await self.stack.kube.delete(NODES, None, edit.name)
             else:
-                body = {"spec": {"unschedulable": edit.action == "cordon"}}
+                body = {"spec": {"unschedulable": edit.action == "cordon"}}  # (kubectl cordon's patch)
                 with contextlib.suppress(KubeError):
                     await self.stack.kube.patch(NODES, None, edit.name, body)
             return

@@ -76,12 +76,17 @@ def by_instant(
     return grouped(core), grouped(cluster)
 
 
+def _xids(parsed: scenario.Scenario) -> bool:
+    """GPU faults are read from Prometheus too (``gpuXid`` edits)."""
+    return any(edit.action == "gpuXid" for edit in parsed.edits)
+
+
 def time_scale(parsed: scenario.Scenario) -> float:
     if parsed.autoscaler is not None:
         # Its timers (scale-ups, backoffs, bookings) are events too, not only the inputs, and each
         # decision takes several hops (request, autoscaler, watch, step): scenario.md's default.
         return 0.02
-    if parsed.reclaim or parsed.utilization or parsed.gpu_memory or parsed.budgets:
+    if parsed.reclaim or parsed.utilization or parsed.gpu_memory or parsed.budgets or _xids(parsed):
         # Utilisation is measured from Prometheus scrapes (every scenario quarter-minute, at least
         # 100 ms), and budgets from the ledger at the controller's looks (every scenario minute, at
         # least 100 ms): a window or a period must span many of them, whatever the gaps between inputs.
