@@ -7,7 +7,8 @@ busiest GPU's peak memory, size and utilisation. ``measured`` gives those groups
 judges half a million workloads without bringing them out: the verdict's only number, the part
 of each card a slice frees, is a step function of the peak (``rightsizing.ladder``), written
 into the query as a ``CASE``; PostgreSQL sums the savings per group and in total and returns the
-workloads that save most, which Python then judges again for their lines (the same ladder).
+workloads that save most, in one statement and one pass over the ledger, and Python judges
+those again for their lines (the same ladder).
 
 Only rows whose memory was measured count (``memory_peak_mib`` set): never a verdict without
 data, and the GPU-hours a suggestion would save are of measured runs only. A window clips each
@@ -149,7 +150,7 @@ class Report:
 
 
 _GROUPED = """
-    SELECT {group} AS g, namespace, workload, cluster_queue, resource,
+    SELECT {group} AS g, workload, cluster_queue, resource,
            sum(quantity::float8 * date_part('epoch', least(coalesce(ended_at, :hi), :hi)
                - greatest(started_at, :lo))) / 3600000.0 AS unit_hours,
            max(memory_peak_mib) AS peak, max(memory_total_mib) AS total,
@@ -158,7 +159,25 @@ _GROUPED = """
     FROM usage_ledger
     WHERE started_at < :hi AND coalesce(ended_at, :hi) > :lo AND memory_peak_mib IS NOT NULL
       AND resource = ANY(CAST(:resources AS text[]))
-    GROUP BY 1, 2, 3, 4, 5
+    GROUP BY 1, 2, 3, 4
+"""
+
+# One statement, one pass over the ledger: the judged groups (j, kept in memory), the workloads
+# saving most (part 1) and the totals per group and in all (part 2, GROUPING SETS; ``whole`` marks
+# the grand total). Workloads are counted per workload with hash aggregates (w): count(DISTINCT)
+# would sort half a million rows.
+_JUDGED = """
+    WITH j AS MATERIALIZED (
+        SELECT g.*, unit_hours * {card} AS card_hours, unit_hours * {card} * {freed} AS saved
+        FROM ({grouped}) AS g
+    ), w AS (SELECT g, workload, sum(card_hours) AS h, sum(saved) AS s FROM j GROUP BY g, workload)
+    SELECT 1 AS part, 0 AS whole, g, workload, cluster_queue, resource, unit_hours, peak, total, busy, mean_mib,
+           saved, card_hours, NULL::bigint AS n, NULL::bigint AS fitting
+    FROM (SELECT * FROM j {where} ORDER BY saved DESC, card_hours DESC, workload LIMIT :limit) AS top
+    UNION ALL
+    SELECT 2, GROUPING(g), g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, sum(s), sum(h), count(*),
+           count(*) FILTER (WHERE s > 0)
+    FROM w GROUP BY GROUPING SETS ((g), ())
 """
 
 
@@ -206,60 +225,45 @@ async def report(
             params["label"], params["no_label"] = by[len("label:") :], NO_LABEL
             group = "coalesce(labels ->> :label, :no_label)"
     await session.execute(text("SET LOCAL work_mem = '64MB'"))
-    await session.execute(text("DROP TABLE IF EXISTS pg_temp.rightsize_judged"))
-    # (counted per workload with hash aggregates below: count(DISTINCT) sorts half a million rows)
-    await session.execute(
-        text(
-            f"CREATE TEMP TABLE rightsize_judged AS SELECT g.*, unit_hours * {' '.join(card)} AS card_hours,"
-            f" unit_hours * {' '.join(card)} * {' '.join(freed)} AS saved FROM ({_GROUPED.format(group=group)}) AS g"
-        ),
-        params,
+    query = _JUDGED.format(
+        card=" ".join(card),
+        freed=" ".join(freed),
+        grouped=_GROUPED.format(group=group),
+        where="" if show_all else "WHERE saved > 0",
     )
-    try:
-        where = "" if show_all else "WHERE saved > 0"
-        rows = await session.execute(
-            text(
-                "SELECT g, namespace, workload, cluster_queue, resource, unit_hours, peak, total, busy, mean_mib"
-                f" FROM rightsize_judged {where} ORDER BY saved DESC, card_hours DESC, workload LIMIT :limit"
-            ),
-            {"limit": limit},
-        )
-        listed = judge(
-            (
-                WorkloadMemory(ns, name, cq, r, None if by is None else str(g), float(hours), float(peak),
-                               float(total) if total else None, busy, mean)
-                for g, ns, name, cq, r, hours, peak, total, busy, mean in rows
-            ),
-            offers,
-            fractions,
-        )  # fmt: skip
-        totals = (
-            await session.execute(
-                text(
-                    "SELECT count(*), count(*) FILTER (WHERE s > 0), coalesce(sum(h), 0), coalesce(sum(s), 0)"
-                    " FROM (SELECT sum(card_hours) AS h, sum(saved) AS s FROM rightsize_judged GROUP BY workload) AS w"
-                )
-            )
-        ).one()
-        groups = []
-        if by is not None:
-            for g, count, fitting, hours, saved in await session.execute(
-                text(
-                    "SELECT g, count(*), count(*) FILTER (WHERE s > 0), sum(h), sum(s) FROM (SELECT g, sum(card_hours)"
-                    " AS h, sum(saved) AS s FROM rightsize_judged GROUP BY g, workload) AS w GROUP BY g"
-                    " ORDER BY sum(s) DESC, g"
-                )
-            ):
-                groups.append(
-                    {"group": str(g), "workloads": count, "fitting": fitting, "gpuHours": round(hours, 6),
-                     "gpuHoursSaved": round(saved, 6)}
-                )  # fmt: skip
-    finally:
-        await session.execute(text("DROP TABLE IF EXISTS pg_temp.rightsize_judged"))
-    total = {
-        "workloadsMeasured": totals[0],
-        "workloadsFitting": totals[1],
-        "gpuHours": round(float(totals[2]), 6),
-        "gpuHoursSaved": round(float(totals[3]), 6),
-    }
+    best: list[tuple[float, float, WorkloadMemory]] = []
+    groups: list[dict[str, Any]] = []
+    total = {"workloadsMeasured": 0, "workloadsFitting": 0, "gpuHours": 0.0, "gpuHoursSaved": 0.0}
+    for (
+        part,
+        whole,
+        g,
+        name,
+        cq,
+        r,
+        hours,
+        peak,
+        size,
+        busy,
+        mean,
+        saved,
+        card_hours,
+        n,
+        fitting,
+    ) in await session.execute(text(query), {**params, "limit": limit}):
+        if part == 1:
+            use = WorkloadMemory(
+                name.partition("/")[0], name, cq, r, None if by is None else str(g), float(hours), float(peak),
+                float(size) if size else None, busy, mean,
+            )  # fmt: skip
+            best.append((-float(saved), -float(card_hours), use))
+        elif whole:
+            total = {"workloadsMeasured": n, "workloadsFitting": fitting, "gpuHours": round(float(card_hours or 0), 6),
+                     "gpuHoursSaved": round(float(saved or 0), 6)}  # fmt: skip
+        elif by is not None:
+            groups.append({"group": str(g), "workloads": n, "fitting": fitting, "gpuHours": round(card_hours, 6),
+                           "gpuHoursSaved": round(saved, 6)})  # fmt: skip
+    best.sort(key=lambda t: (t[0], t[1], t[2].workload))
+    listed = judge((use for _, _, use in best), offers, fractions)
+    groups.sort(key=lambda g: (-g["gpuHoursSaved"], g["group"]))
     return Report(listed, groups, total)
