@@ -19,13 +19,17 @@ The rule, deliberately conservative:
   engine activity is the share of time any SM works, not the share of SMs, so a busy job on a
   seventh of the SMs would run slower; below it, memory decides;
 - **only what the install offers**: the candidates are the ``nvidia.com/mig-*`` resources some
-  ClusterQueue covers; an install without MIG flavors gets no suggestion (the line still says
-  what the job used);
+  ClusterQueue covers and, for work on whole GPUs that no slice holds, the whole-GPU flavors
+  whose ``nodeLabels`` say their GPU's memory (``nvidia.com/gpu.memory``, MiB, as NVIDIA's GPU
+  feature discovery labels nodes) and whose GPU is smaller than the one the work ran on (a
+  slice of the same card is preferred: it leaves the rest of the card to others); an install
+  offering neither gets no suggestion (the line still says what the job used);
 - **never without data**: a workload with no memory measured has no verdict at all; one whose
   utilisation was not measured is judged by memory and the line says "busy not measured".
 
 The GPU-hours saved are the card-hours held times the part of each card that would have been
-freed (1 - the slice's share / the share held).
+freed (1 - the slice's share / the share held); moved to a smaller GPU, all of the larger
+card's hours are freed (as many hours of the smaller card are used instead).
 
 Engine core keeps the same ledger from a scenario's ``gpuMemoryUsed`` and ``utilization`` traces
 (``MemoryLedger``): each run's held card-hours, peak, mean and busy share, judged the same way
@@ -35,7 +39,7 @@ in ``summary.rightsize``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from queues import api, gpu_units, mig_profiles
@@ -44,6 +48,8 @@ from queues.efficiency import Trace
 HEADROOM = 1.1  # a slice must hold the peak and a tenth more
 MAX_BUSY = 0.5  # busier than this, a GPU is not told to shrink
 MIB_PER_GIB = 1024.0
+WHOLE_USABLE = 0.95  # of a whole GPU's memory, what work can use (the driver and ECC keep the rest)
+GPU = "nvidia.com/gpu"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # a node's MiB per GPU (NVIDIA's GPU feature discovery)
 DEFAULT_MEMORY_MIB = 81920  # a GPU whose node does not say: an A100-80GB's
 
@@ -65,13 +71,49 @@ class Verdict:
     """What a workload's figures say: the line, and the slice that would do (None: none)."""
 
     line: str
-    profile: str | None = None  # the MIG resource suggested, nvidia.com/mig-1g.18gb
-    freed: Fraction = Fraction(0)  # of each card held, the part the slice would have freed
+    profile: str | None = None  # the resource suggested: nvidia.com/mig-1g.18gb, or nvidia.com/gpu of ``flavor``
+    freed: Fraction = Fraction(0)  # of each card held, the part the suggestion would have freed
     saved_hours: float = 0.0  # card-hours that would have been freed
+    flavor: str | None = None  # a smaller whole GPU's flavor, when that is the suggestion
 
     @property
     def suggests(self) -> bool:
         return self.profile is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a ``ladder``: work peaking at most ``top`` MiB fits ``resource`` (of ``flavor``,
+    a whole GPU of ``card_mib``, for work that ran on a larger one), freeing ``freed`` of each
+    card held."""
+
+    top: float
+    resource: str
+    freed: Fraction
+    flavor: str | None = None
+    card_mib: float | None = None
+
+    def fits(self, peak_mib: float, total_mib: float | None) -> bool:
+        if peak_mib > self.top:
+            return False
+        return self.card_mib is None or (total_mib is not None and total_mib > self.card_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class Offers:
+    """What the install offers to move work to: MIG resources, and whole-GPU flavors' memory."""
+
+    mig: tuple[str, ...] = ()
+    cards: Mapping[str, float] = field(default_factory=dict)  # flavor -> its GPU's memory, MiB
+
+    def __bool__(self) -> bool:
+        return bool(self.mig or self.cards)
+
+
+def offered(config_cluster_queues: Iterable[api.ClusterQueue], flavors: Mapping[str, api.ResourceFlavor]) -> Offers:
+    """The install's ``Offers``, from its ClusterQueues and ResourceFlavors."""
+    queues = list(config_cluster_queues)
+    return Offers(offered_in(queues), cards_offered(queues, flavors))
 
 
 def offered_in(cluster_queues: Iterable[api.ClusterQueue]) -> tuple[str, ...]:
@@ -81,29 +123,55 @@ def offered_in(cluster_queues: Iterable[api.ClusterQueue]) -> tuple[str, ...]:
     return tuple(sorted(r for r in covered if mig_profiles.RESOURCE.match(r)))
 
 
+def cards_offered(
+    cluster_queues: Iterable[api.ClusterQueue], flavors: Mapping[str, api.ResourceFlavor]
+) -> dict[str, float]:
+    """Flavor -> its GPU's memory (MiB) for the flavors some ClusterQueue offers ``nvidia.com/gpu``
+    of whose ``nodeLabels`` say it (``nvidia.com/gpu.memory``): the whole GPUs a job could be
+    told to use instead of a larger one."""
+    out: dict[str, float] = {}
+    for cq in cluster_queues:
+        for group in cq.spec.resource_groups:
+            for fq in group.flavors:
+                flavor = flavors.get(fq.name)
+                raw = flavor.spec.node_labels.get(GPU_MEMORY_LABEL) if flavor is not None else None
+                if raw is None or not any(r.name == GPU for r in fq.resources):
+                    continue
+                try:
+                    out[fq.name] = float(raw)
+                except ValueError:
+                    continue
+    return out
+
+
 def verdict(
-    measured: Measured, offers: Iterable[str], overrides: Mapping[str, Fraction] | None = None
+    measured: Measured,
+    offers: Iterable[str],
+    overrides: Mapping[str, Fraction] | None = None,
+    cards: Mapping[str, float] | None = None,
 ) -> Verdict | None:
-    """The verdict on ``measured`` given the MIG resources the install ``offers``; None when its
-    memory was not measured or it holds no GPU (never a suggestion without data)."""
+    """The verdict on ``measured`` given the MIG resources the install ``offers`` and its
+    whole-GPU flavors' memory (``cards``); None when its memory was not measured or it holds no
+    GPU (never a suggestion without data)."""
     held = gpu_units.card_fraction(measured.resource, overrides)
     if held is None or measured.peak_mib is None:
         return None
     used = describe_use(measured)
     if measured.busy is not None and measured.busy > MAX_BUSY:
         return Verdict(f"{used}: kept as it is (busier than {MAX_BUSY:.0%} of the time, it needs its SMs)")
-    step = next((s for s in ladder(measured.resource, offers, overrides) if measured.peak_mib <= s[0]), None)
+    steps = ladder(measured.resource, offers, overrides, cards)
+    step = next((s for s in steps if s.fits(measured.peak_mib, measured.total_mib)), None)
     if step is None:
-        return Verdict(f"{used}: no smaller MIG slice the install offers holds it")
-    _, profile, freed = step
-    name = mig_profiles.RESOURCE.match(profile)
-    shown = name.group("profile") if name is not None else profile
-    return Verdict(
-        f"{used}: a {shown} slice would do; {part_of_card(held * freed)} of a card freed",
-        profile,
-        freed,
-        measured.card_hours * float(freed),
-    )
+        return Verdict(f"{used}: nothing smaller the install offers holds it")
+    saved = measured.card_hours * float(step.freed)
+    if step.flavor is not None and step.card_mib is not None:
+        card = f" of {gib(measured.total_mib)} GiB" if measured.total_mib else ""
+        line = f"{used}: a GPU of flavor {step.flavor} ({gib(step.card_mib)} GiB) would do; the whole card{card} freed"
+        return Verdict(line, step.resource, step.freed, saved, step.flavor)
+    name = mig_profiles.RESOURCE.match(step.resource)
+    shown = name.group("profile") if name is not None else step.resource
+    line = f"{used}: a {shown} slice would do; {part_of_card(held * step.freed)} of a card freed"
+    return Verdict(line, step.resource, step.freed, saved)
 
 
 def describe_use(measured: Measured) -> str:
@@ -129,13 +197,17 @@ def part_of_card(part: Fraction) -> str:
 
 
 def ladder(
-    resource: str, offers: Iterable[str], overrides: Mapping[str, Fraction] | None = None
-) -> list[tuple[float, str, Fraction]]:
-    """For work holding ``resource``: steps ``(largest peak in MiB, the slice that would do, the
-    part of each card held it frees)``, ascending; a peak above the last step fits no smaller
-    slice offered. The slice for a peak is the first step at or above it: of the offered slices
-    taking less of a card than ``resource`` and holding the peak with ``HEADROOM``, the one taking
-    least of a card, then least memory (``verdict``, and ``store.rightsizing``'s query)."""
+    resource: str,
+    offers: Iterable[str],
+    overrides: Mapping[str, Fraction] | None = None,
+    cards: Mapping[str, float] | None = None,
+) -> list[Step]:
+    """For work holding ``resource``: the ``Step``s a peak is matched against, in order (the first
+    that ``fits`` is the suggestion; none: nothing smaller is offered). First the offered MIG
+    slices taking less of a card than ``resource``, ascending by the peak they hold: the slice for
+    a peak is, of those holding it with ``HEADROOM``, the one taking least of a card, then least
+    memory. Then, for work on whole GPUs, the whole-GPU flavors (``cards``), smallest first, each
+    only for work that ran on a larger GPU (``verdict``, and ``store.rightsizing``'s query)."""
     held = gpu_units.card_fraction(resource, overrides)
     if held is None:
         return []
@@ -149,7 +221,10 @@ def ladder(
     out = []
     for top in sorted({c[0] for c in candidates}):
         _, share, _, offer = min((c for c in candidates if c[0] >= top), key=lambda c: (c[1], c[2], c[3]))
-        out.append((top, offer, 1 - share / held))
+        out.append(Step(top, offer, 1 - share / held))
+    if resource == GPU:
+        for flavor, mib in sorted((cards or {}).items(), key=lambda fc: (fc[1], fc[0])):
+            out.append(Step(mib * WHOLE_USABLE / HEADROOM, GPU, Fraction(1), flavor, mib))
     return out
 
 
@@ -188,7 +263,7 @@ class MemoryLedger:
         self,
         memory: Mapping[str, Trace],
         utilization: Mapping[str, Trace],
-        offers: tuple[str, ...],
+        offers: Offers,
         card_memory: Callable[[str, str], float],
     ) -> None:
         self.memory, self.utilization, self.offers = memory, utilization, offers
@@ -241,7 +316,7 @@ class MemoryLedger:
                 use.busy_seconds / use.measured_seconds if use.measured_seconds else None,
                 use.mib_seconds / use.memory_seconds if use.memory_seconds else None,
             )
-            v = verdict(measured, self.offers)
+            v = verdict(measured, self.offers.mig, cards=self.offers.cards)
             if v is None:
                 continue
             rows.append(
@@ -252,12 +327,14 @@ class MemoryLedger:
                     "gpuHours": round(hours, 4),
                     "peakGiB": round(use.peak / MIB_PER_GIB, 2),
                     "suggestion": v.profile,
+                    "suggestedFlavor": v.flavor,
                     "gpuHoursSaved": round(v.saved_hours, 4),
                     "message": v.line,
                 }
             )
         return {
-            "offered": list(self.offers),
+            "offered": list(self.offers.mig),
+            "offeredFlavors": dict(self.offers.cards),
             "gpuHours": round(sum(float(str(r["gpuHours"])) for r in rows), 4),
             "gpuHoursSaved": round(sum(float(str(r["gpuHoursSaved"])) for r in rows), 4),
             "workloads": rows,

@@ -60,7 +60,10 @@ class Simulation:
         # idle reclaim and GPU-hour budgets (``queues.efficiency``)
         self.efficiency = EfficiencyModel(scenario.utilization, scenario.reclaim, scenario.budgets)
         if scenario.gpu_memory:  # right-sizing (``queues.rightsizing``)
-            offers = rightsizing.offered_in(o for o in scenario.manifests if isinstance(o, api.ClusterQueue))
+            offers = rightsizing.offered(
+                (o for o in scenario.manifests if isinstance(o, api.ClusterQueue)),
+                {o.name: o for o in scenario.manifests if isinstance(o, api.ResourceFlavor)},
+            )
             self.efficiency.memory = rightsizing.MemoryLedger(
                 scenario.gpu_memory, scenario.utilization, offers, self._card_memory
             )

@@ -1,4 +1,4 @@
-"""``turnstile rightsize``: measured GPU work that a smaller MIG slice the install offers would have held.
+"""``turnstile rightsize``: measured GPU work that a smaller MIG slice or GPU the install offers would have held.
 
 ``spec/cli.md``: ``turnstile rightsize [--since 30d] [--by ...] [-o table|json]``. Each workload
 whose GPU memory was measured (the ledger's peak and size of its busiest GPU, and its mean
@@ -27,6 +27,7 @@ from admission.store import rightsizing as store
 from admission.store import usage as ledger
 from admission.store.rightsizing import Judged
 from queues import gpu_units
+from queues.rightsizing import Offers
 
 
 def as_json(item: Judged) -> dict[str, Any]:
@@ -42,6 +43,7 @@ def as_json(item: Judged) -> dict[str, Any]:
         "meanGiB": None if use.mean_mib is None else round(use.mean_mib / 1024, 2),
         "busy": None if use.busy is None else round(use.busy, 4),
         "suggestion": v.profile,
+        "suggestedFlavor": v.flavor,
         "freedPerGpu": str(v.freed) if v.suggests else None,
         "gpuHoursSaved": round(v.saved_hours, 6),
         "message": v.line,
@@ -84,7 +86,7 @@ def rightsize_cmd(
         raise click.BadParameter(str(exc), param_hint="--fraction") from exc
     start, until = parse_since(since), dt.datetime.now(dt.UTC)
 
-    async def read(session: Any) -> tuple[store.Report, tuple[str, ...]]:
+    async def read(session: Any) -> tuple[store.Report, Offers]:
         offers = await store.offers(session)
         found = await store.report(
             session, since=start, until=until, by=by, offers=offers, fractions=cards, limit=limit, show_all=show_all
@@ -97,7 +99,8 @@ def rightsize_cmd(
         body = {
             "since": start.isoformat(),
             "until": until.isoformat(),
-            "offered": list(offers),
+            "offered": list(offers.mig),
+            "offeredFlavors": dict(offers.cards),
             "workloads": [as_json(j) for j in listed],
             "total": total,
         }
@@ -114,7 +117,8 @@ def rightsize_cmd(
         return
     if not offers:
         click.echo(
-            "note: no ClusterQueue covers a MIG resource (nvidia.com/mig-*): there is no smaller slice to suggest"
+            "note: no ClusterQueue covers a MIG resource (nvidia.com/mig-*) nor a GPU flavor whose nodeLabels say its "
+            "memory (nvidia.com/gpu.memory): there is nothing smaller to suggest"
         )
     table = [["WORKLOAD", "CLUSTERQUEUE", "RESOURCE", "GPU-HOURS", "SAVED", "VERDICT"]]
     for j in listed:

@@ -31,7 +31,7 @@ from admission.store import tables
 from admission.store.config import load_config
 from admission.store.usage import NO_LABEL, group_of, parse_by
 from queues import gpu_units, rightsizing
-from queues.rightsizing import Measured, Verdict
+from queues.rightsizing import Measured, Offers, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +106,11 @@ async def measured(
     return out
 
 
-async def offers(session: AsyncSession) -> tuple[str, ...]:
-    """The MIG resources the install's ClusterQueues cover (the slices a job could be told to use)."""
+async def offers(session: AsyncSession) -> Offers:
+    """What the install offers (``rightsizing.offered``): the MIG resources its ClusterQueues
+    cover, and its whole-GPU flavors whose nodeLabels say their GPU's memory."""
     config = await load_config(session)
-    return rightsizing.offered_in(config.cluster_queues.values())
+    return rightsizing.offered(config.cluster_queues.values(), config.flavors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +123,10 @@ class Judged:
 
 
 def judge(
-    found: Iterable[WorkloadMemory], offers: Iterable[str], fractions: Mapping[str, Fraction] | None = None
+    found: Iterable[WorkloadMemory], offers: Offers, fractions: Mapping[str, Fraction] | None = None
 ) -> list[Judged]:
     """Each measured (workload, GPU resource) with its verdict (``queues.rightsizing``); what holds
     no GPU is left out."""
-    offers = tuple(offers)
     out = []
     for use in found:
         share = gpu_units.card_fraction(use.resource, fractions)
@@ -134,7 +134,7 @@ def judge(
             continue
         card_hours = use.unit_hours * float(share)
         measured = Measured(use.resource, card_hours, use.peak_mib, use.total_mib, use.busy, use.mean_mib)
-        verdict = rightsizing.verdict(measured, offers, fractions)
+        verdict = rightsizing.verdict(measured, offers.mig, fractions, offers.cards)
         if verdict is not None:
             out.append(Judged(use, card_hours, verdict))
     return out
@@ -187,7 +187,7 @@ async def report(
     since: dt.datetime,
     until: dt.datetime,
     by: str | None,
-    offers: tuple[str, ...],
+    offers: Offers,
     fractions: Mapping[str, Fraction] | None,
     limit: int,
     show_all: bool = False,
@@ -212,9 +212,13 @@ async def report(
     for i, (resource, share) in enumerate(sorted(shares.items())):
         params[f"r{i}"] = resource
         card.append(f"WHEN :r{i} THEN {float(share)!r}")
-        for j, (top, _, part) in enumerate(rightsizing.ladder(resource, offers, fractions)):
-            params[f"t{i}_{j}"] = top
-            freed.append(f"WHEN resource = :r{i} AND peak <= :t{i}_{j} THEN {float(part)!r}")
+        for j, step in enumerate(rightsizing.ladder(resource, offers.mig, fractions, offers.cards)):
+            params[f"t{i}_{j}"] = step.top
+            smaller = ""  # (a whole GPU of a flavor: only for work that ran on a larger one)
+            if step.card_mib is not None:
+                params[f"c{i}_{j}"] = step.card_mib
+                smaller = f" AND total > :c{i}_{j}"
+            freed.append(f"WHEN resource = :r{i} AND peak <= :t{i}_{j}{smaller} THEN {float(step.freed)!r}")
     card.append("END")
     freed.append("ELSE 0.0 END")
     group = "NULL::text"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from queues import api, errors, scenario, simulator
-from queues.rightsizing import Measured, offered_in, part_of_card, verdict
+from queues.rightsizing import Measured, offered, offered_in, part_of_card, verdict
 
 H200 = 143771.0  # MiB, as nvidia-smi reads a real H200
 OFFERS = ("nvidia.com/mig-1g.18gb", "nvidia.com/mig-1g.35gb", "nvidia.com/mig-3g.71gb", "nvidia.com/mig-7g.141gb")
@@ -34,7 +34,7 @@ def test_the_smallest_offered_slice_holding_the_peak_with_headroom() -> None:
 
 def test_no_suggestion_without_room_a_smaller_slice_or_offers() -> None:
     v = verdict(whole(100.0), OFFERS)
-    assert v is not None and v.profile is None and v.line.endswith("no smaller MIG slice the install offers holds it")
+    assert v is not None and v.profile is None and v.line.endswith("nothing smaller the install offers holds it")
     assert v.saved_hours == 0
     v = verdict(whole(9.0), ())  # an install without MIG flavors
     assert v is not None and v.profile is None
@@ -55,6 +55,58 @@ def test_a_busy_gpu_is_kept_and_missing_data_is_no_verdict() -> None:
     assert verdict(Measured("cpu", 1.0, 1024.0, None, 0.1), OFFERS) is None  # no GPU
     v = verdict(whole(9.0, busy=None), OFFERS)  # utilisation not measured: memory decides, said so
     assert v is not None and v.profile is not None and "busy not measured" in v.line
+
+
+def test_a_smaller_whole_gpu_flavor_when_no_slice_holds_it() -> None:
+    cards = {"l4": 23034.0, "a100": 81920.0, "h200": 143771.0}
+    # 60 GiB: no slice holds it (a 3g.71gb gives 62.5 GiB, less the headroom): an 80 GB A100 does
+    v = verdict(whole(60.0), OFFERS[:3], cards=cards)
+    assert v is not None and v.flavor == "a100" and v.profile == "nvidia.com/gpu" and v.freed == 1
+    assert v.line == (
+        "peaked at 60 GiB of 140.4 GiB, 31 % busy: a GPU of flavor a100 (80 GiB) would do; the whole card of 140.4 GiB freed"
+    )
+    assert abs(v.saved_hours - 7.0) < 1e-9  # (all of the larger card's hours freed; as many used on the A100)
+    # a slice of the same card is preferred where one holds it
+    v = verdict(whole(12.0), OFFERS, cards=cards)
+    assert v is not None and v.flavor is None and v.profile == "nvidia.com/mig-1g.18gb"
+    # without slices, the smallest GPU that holds it: 12 GiB fits an L4 (22.5 GiB)
+    v = verdict(whole(12.0), (), cards=cards)
+    assert v is not None and v.flavor == "l4"
+    # a flavor is never suggested for work that already ran on a GPU as small, nor for a slice's work
+    on_a100 = Measured("nvidia.com/gpu", 1.0, 60 * 1024, 81920.0, 0.2)
+    v = verdict(on_a100, (), cards={"a100": 81920.0})
+    assert v is not None and v.profile is None
+    on_slice = verdict(Measured("nvidia.com/mig-3g.71gb", 1.0, 20 * 1024, 62 * 1024, 0.2), (), cards=cards)
+    assert on_slice is not None and on_slice.flavor is None and on_slice.profile is None
+
+
+def test_the_install_offers_flavors_whose_nodes_say_their_gpu_memory() -> None:
+    docs = yaml.safe_load_all(
+        """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: l4}
+spec: {nodeLabels: {nvidia.com/gpu.memory: "23034"}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: unlabelled}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: a}
+spec:
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - {name: l4, resources: [{name: nvidia.com/gpu, nominalQuota: "4"}]}
+    - {name: unlabelled, resources: [{name: nvidia.com/gpu, nominalQuota: "4"}]}
+"""
+    )
+    objs = [api.parse(d) for d in docs]
+    flavors = {o.name: o for o in objs if isinstance(o, api.ResourceFlavor)}
+    offers = offered([o for o in objs if isinstance(o, api.ClusterQueue)], flavors)
+    assert offers.mig == () and dict(offers.cards) == {"l4": 23034.0} and offers
 
 
 def test_overrides_change_what_a_slice_is_worth() -> None:

@@ -38,6 +38,11 @@ spec: {nodeLabels: {gpu: h200}}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
+metadata: {name: a100}
+spec: {nodeLabels: {gpu: a100, nvidia.com/gpu.memory: "81920"}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
 metadata: {name: h200-mig}
 spec: {nodeLabels: {gpu: h200-mig}}
 ---
@@ -48,7 +53,9 @@ spec:
   namespaceSelector: {}
   resourceGroups:
   - coveredResources: [nvidia.com/gpu]
-    flavors: [{name: h200, resources: [{name: nvidia.com/gpu, nominalQuota: "8"}]}]
+    flavors:
+    - {name: h200, resources: [{name: nvidia.com/gpu, nominalQuota: "8"}]}
+    - {name: a100, resources: [{name: nvidia.com/gpu, nominalQuota: "8"}]}
   - coveredResources: [nvidia.com/mig-1g.18gb, nvidia.com/mig-1g.35gb, nvidia.com/mig-3g.71gb]
     flavors:
     - name: h200-mig
@@ -92,6 +99,7 @@ async def test_a_job_that_peaked_at_9_gib_of_an_h200_is_told_a_1g_18gb_slice_wou
             await w.create(gpu_job("big", memory="100Gi", utilization=0.2))  # runs on
             await w.create(gpu_job("busy", memory="9Gi", utilization=0.9))
             await w.create(gpu_job("notebook", memory="12Gi", utilization=0.05))  # runs on
+            await w.create(gpu_job("mid", memory="60Gi", utilization=0.2))  # no slice holds it; an A100 does
 
             async def measured(name: str, ended: bool) -> Any:
                 row = await _row(w, name)
@@ -111,6 +119,7 @@ async def test_a_job_that_peaked_at_9_gib_of_an_h200_is_told_a_1g_18gb_slice_wou
             big = await eventually(lambda: measured("big", False), timeout=40, what="big measured while it runs")
             await eventually(lambda: measured("busy", False), timeout=40, what="busy measured while it runs")
             await eventually(lambda: measured("notebook", False), timeout=40, what="notebook measured while it runs")
+            await eventually(lambda: measured("mid", False), timeout=40, what="mid measured while it runs")
             assert small.memory_peak_mib == 9 * 1024 and small.memory_total_mib == 143771
             assert abs(small.memory_mib_seconds / small.memory_seconds - 9 * 1024) < 1
             assert big.memory_peak_mib == 100 * 1024
@@ -130,17 +139,23 @@ async def test_a_job_that_peaked_at_9_gib_of_an_h200_is_told_a_1g_18gb_slice_wou
             ), one
             assert abs(one["gpuHoursSaved"] - one["gpuHours"] * 6 / 7) < 1e-6 and one["gpuHours"] > 0
             # 100 GiB fits no offered slice (3g.71gb gives 62 GiB); a busy GPU is kept whole
-            assert verdicts["big"]["suggestion"] is None and "no smaller MIG slice" in verdicts["big"]["message"]
+            assert verdicts["big"]["suggestion"] is None and verdicts["big"]["message"].endswith(
+                "nothing smaller the install offers holds it"
+            )
+            mid = verdicts["mid"]
+            assert mid["suggestion"] == "nvidia.com/gpu" and mid["suggestedFlavor"] == "a100", mid
+            assert mid["message"].endswith("a GPU of flavor a100 (80 GiB) would do; the whole card of 140.4 GiB freed")
+            assert abs(mid["gpuHoursSaved"] - mid["gpuHours"]) < 1e-6 and body["offeredFlavors"] == {"a100": 81920.0}
             assert verdicts["busy"]["suggestion"] is None and "90 % busy: kept" in verdicts["busy"]["message"]
             (team,) = body["groups"]
-            assert team["group"] == "vision" and team["workloads"] == 4 and team["fitting"] == 2
-            saved = one["gpuHoursSaved"] + verdicts["notebook"]["gpuHoursSaved"]
+            assert team["group"] == "vision" and team["workloads"] == 5 and team["fitting"] == 3
+            saved = one["gpuHoursSaved"] + verdicts["notebook"]["gpuHoursSaved"] + mid["gpuHoursSaved"]
             assert abs(team["gpuHoursSaved"] - saved) < 1e-5
 
             table = await asyncio.to_thread(turnstile, "rightsize", "--since", "1h", env=env)
             assert table.returncode == 0, table.stderr
             assert "ml/small" in table.stdout and "ml/big" not in table.stdout, table.stdout
-            assert "2 of 4 measured workloads would fit a smaller slice" in table.stdout, table.stdout
+            assert "3 of 5 measured workloads would fit a smaller slice" in table.stdout, table.stdout
 
             # a running workload's describe says the same (a finished one is in usage and rightsize)
             for name in ("notebook", "big"):
