@@ -206,6 +206,8 @@ async def report(
         )
     ).scalars()
     shares = {r: f for r in resources if (f := gpu_units.card_fraction(r, fractions)) is not None}
+    if not shares:  # (no GPU's memory measured in the window: nothing to judge)
+        return Report([], [], {"workloadsMeasured": 0, "workloadsFitting": 0, "gpuHours": 0.0, "gpuHoursSaved": 0.0})
     params["resources"] = sorted(shares)
     card, freed = ["CASE resource"], ["CASE WHEN busy > :max_busy THEN 0.0"]
     params["max_busy"] = rightsizing.MAX_BUSY

@@ -223,3 +223,32 @@ def test_h200_slices_are_billed_by_their_geometry_and_a_guess_is_warned(migrated
     assert done.stderr.count("warning:") == 1 and "nvidia.com/mig-2g.30gb is not a MIG profile" in done.stderr
     said = run(migrated_url, tmp_path, "--since", "1d", "--fraction", "nvidia.com/mig-2g.30gb=1/3")
     assert said.returncode == 0 and "warning" not in said.stderr
+
+
+def test_rightsize_without_memory_data_suggests_nothing_and_says_why(migrated_url: str, tmp_path: Path) -> None:
+    """A ledger whose runs have no GPU memory (no dcgm-exporter data) is not judged; bad options
+    are refused with how to write them."""
+    now = dt.datetime.now(dt.UTC)
+
+    async def fill() -> None:
+        engine = database.make_engine(migrated_url)
+        async with database.transaction(database.sessions(engine)) as s:
+            s.add(
+                tables.UsageInterval(
+                    workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="a100",
+                    resource="nvidia.com/gpu", quantity=4000, labels={}, started_at=now - dt.timedelta(hours=3),
+                    ended_at=now - dt.timedelta(hours=1), running_at=now - dt.timedelta(hours=3),
+                    measured_seconds=7200.0, busy_seconds=720.0,
+                )
+            )  # fmt: skip
+        await engine.dispose()
+
+    asyncio.run(fill())
+    env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url, "TURNSTILE_HOME": str(tmp_path / "home")}
+    table = turnstile("rightsize", "--since", "1d", env=env)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith("no GPU memory measured between"), table.stdout
+    body = json.loads(turnstile("rightsize", "--since", "1d", "--by", "label:team", "-o", "json", env=env).stdout)
+    assert body["workloads"] == [] and body["groups"] == [] and body["total"]["workloadsMeasured"] == 0
+    bad = turnstile("rightsize", "--by", "team", env=env)
+    assert bad.returncode == 2 and "label:KEY" in bad.stderr, bad.stderr
