@@ -19,8 +19,10 @@ utilisation it asks which GPUs report a fatal fault (``utilisation.Prometheus.fa
 In ``taint`` and ``evict``, every workload whose pods run there is evicted and requeued, with
 Kueue's reason ``NodeFailures`` (detail ``GPUUnhealthy``) and a message naming the node, the GPU
 and the Xid; a Warning Event says it on the job (the eviction's) and on the Node
-(``GPUUnhealthy``; ``GPUHealthy`` when it clears). A workload is evicted once per fault: one
-readmitted onto the same node under ``evict`` is left to the kube-scheduler (use ``taint``).
+(``GPUUnhealthy``; ``GPUHealthy`` when it clears). A workload is evicted once per fault and
+leadership term (a step whose commit failed ends the term, and the next evicts again what still
+runs there): one readmitted onto the same node under ``evict`` is left to the kube-scheduler
+(use ``taint``).
 Missing data is never a fault: a Prometheus that cannot be read changes nothing.
 """
 
@@ -57,7 +59,10 @@ class GpuHealth:
             raise ValueError(f"TURNSTILE_GPU_HEALTH={mode!r}: use one of {', '.join(MODES)}")
         self.kube, self.mode, self.events, self.inventory, self.wake = kube, mode, events, inventory, wake
         self.faults: dict[str, list[Fault]] = {}  # node -> its GPUs' fatal faults, as last read
-        self.evicted: dict[str, set[str]] = {}  # node -> workloads evicted for its current fault
+        # node -> workloads evicted for its current fault, in this term (a step whose commit failed
+        # ends the term: the next one evicts again whatever still runs there)
+        self.evicted: dict[str, set[str]] = {}
+        self._term: Term | None = None
         self.tainted: set[str] = set()  # nodes Turnstile's taint is known to be on
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -95,6 +100,8 @@ class GpuHealth:
 
     def decide(self, term: Term) -> list[Decision]:
         """In a step: evict the workloads whose pods run on a node that reports a fault."""
+        if term is not self._term:
+            self._term, self.evicted = term, {}
         out: list[Decision] = []
         for node, found in sorted(self.faults.items()):
             done = self.evicted.setdefault(node, set())
