@@ -22,11 +22,10 @@ from typing import Any
 
 import click
 
-from admission.cli.admin import _exec, _settings, database_option, parse_since
+from admission.cli.admin import _exec, database_option, parse_since
+from admission.cli.ledger_report import card_fractions, group_title, grouping, print_table
 from admission.store import rightsizing as store
-from admission.store import usage as ledger
 from admission.store.rightsizing import Judged
-from queues import gpu_units
 from queues.rightsizing import Offers
 
 
@@ -73,17 +72,10 @@ def rightsize_cmd(
     fractions: tuple[str, ...],
     database_url: str | None,
 ) -> None:
-    """Workloads (and groups) whose measured GPU memory and utilisation fit a smaller MIG slice the
-    install offers, with the GPU-hours that would have been saved."""
-    if by is not None:
-        try:
-            by = ledger.parse_by(by)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc).removeprefix(f"--by {by!r}: "), param_hint="--by") from exc
-    try:
-        cards = {**_settings().card_fractions, **gpu_units.parse_fractions(fractions)}
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--fraction") from exc
+    """Workloads (and groups) whose measured GPU memory and utilisation fit a smaller MIG slice or
+    GPU the install offers, with the GPU-hours that would have been saved."""
+    by = grouping(by) if by is not None else None
+    cards = card_fractions(fractions)
     start, until = parse_since(since), dt.datetime.now(dt.UTC)
 
     async def read(session: Any) -> tuple[store.Report, Offers]:
@@ -127,26 +119,18 @@ def rightsize_cmd(
              f"{j.verdict.saved_hours:,.2f}", j.verdict.line]
         )  # fmt: skip
     if len(table) > 1:
-        _print(table, numeric=(3, 4))
+        print_table(table, numeric=(3, 4))
     if groups:
         click.echo("")
-        title = "NAMESPACE" if by == "namespace" else "CLUSTERQUEUE" if by == "clusterqueue" else str(by)[6:].upper()
-        rows = [[title, "WORKLOADS", "FITTING", "GPU-HOURS", "SAVED"]]
+        rows = [[group_title(str(by)), "WORKLOADS", "FITTING", "GPU-HOURS", "SAVED"]]
         rows += [
             [g["group"], str(g["workloads"]), str(g["fitting"]), f"{g['gpuHours']:,.2f}", f"{g['gpuHoursSaved']:,.2f}"]
             for g in groups
         ]
-        _print(rows, numeric=(1, 2, 3, 4))
+        print_table(rows, numeric=(1, 2, 3, 4))
     shown = f" (the {limit} saving most listed)" if total["workloadsFitting"] > limit else ""
     click.echo(
         f"total: {total['workloadsFitting']} of {total['workloadsMeasured']} measured workloads would fit a smaller "
         f"slice{shown}; {total['gpuHoursSaved']:,.2f} of {total['gpuHours']:,.2f} GPU-hours would have been freed "
         f"({window})"
     )
-
-
-def _print(table: list[list[str]], *, numeric: tuple[int, ...]) -> None:
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        click.echo("  ".join(cells).rstrip())

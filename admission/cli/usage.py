@@ -28,7 +28,8 @@ from typing import Any
 import click
 
 from admission.cli import usage_plot
-from admission.cli.admin import _exec, _settings, database_option, parse_since
+from admission.cli.admin import _exec, database_option, parse_since
+from admission.cli.ledger_report import card_fractions, group_title, grouping, print_table
 from admission.store import usage as ledger
 from queues import gpu_units
 from queues.jobs import is_gpu
@@ -172,15 +173,9 @@ def usage_cmd(
     Hours are exact: an interval cut short by a preemption counts what ran, and one still open
     counts up to now.
     """
-    try:
-        by = ledger.parse_by(by)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc).removeprefix(f"--by {by!r}: "), param_hint="--by") from exc
+    by = grouping(by)
     priced = _prices(prices)
-    try:
-        cards = {**_settings().card_fractions, **gpu_units.parse_fractions(fractions)}
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--fraction") from exc
+    cards = card_fractions(fractions)
     start, until = parse_since(since), dt.datetime.now(dt.UTC)
     if plot:
         step = usage_plot.bucket_of(start, until, every)
@@ -209,7 +204,7 @@ def usage_cmd(
     if not rows:
         click.echo(f"no usage recorded between {start:%Y-%m-%d %H:%M} and {until:%Y-%m-%d %H:%M} UTC")
         return
-    title = "NAMESPACE" if by == "namespace" else "CLUSTERQUEUE" if by == "clusterqueue" else by[6:].upper()
+    title = group_title(by)
     table = [
         [title, "CLUSTERQUEUE", "FLAVOR", "RESOURCE", "HOURS", "GPU-HOURS", "STARTED", "USED", "EFF", "COST (USD)"]
     ]
@@ -222,10 +217,7 @@ def usage_cmd(
             [r["group"], r["clusterQueue"], r["flavor"], r["resource"], _held(r["resource"], r["hours"]), whole,
              _held(r["resource"], r["startedHours"]), used, eff, cost]
         )  # fmt: skip
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        cells = [c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        click.echo("  ".join(cells).rstrip())
+    print_table(table, numeric=range(4, len(table[0])))
     gpu_hours = sum(r["gpuHours"] for r in rows if r["gpuHours"] is not None)
     costs = [r["cost"] for r in rows if r["cost"] is not None]
     gpu_rows = [r for r in rows if r["gpuHours"] is not None]

@@ -21,6 +21,7 @@ from fractions import Fraction
 import click
 
 from admission.cli import admin
+from admission.cli.ledger_report import group_title
 from admission.store import usage as ledger
 from queues import gpu_units
 
@@ -84,7 +85,7 @@ def draw(
         per_card = Decimal(fraction.numerator) / Decimal(fraction.denominator)
         for table, value in ((started, r.started), (measured, r.measured), (busy, r.busy)):
             table.setdefault(r.group, [Decimal(0)] * columns)[col] += value * per_card
-    title = "NAMESPACE" if by == "namespace" else "CLUSTERQUEUE" if by == "clusterqueue" else by[6:].upper()
+    title = group_title(by)
     every = _duration(bucket)
     head = (
         f"GPU-hours started and GPU efficiency by {title.lower()}, one column per {every}, "
