@@ -17,35 +17,13 @@ from admission.sim import autoscaler as sim_autoscaler
 from admission.sim import dcgm
 from admission.store import database, tables
 from queues.gpu_health import TAINT
-from tests.admission.controller.test_metering import scraping
+from tests.admission.controller.test_metering import CONFIG, NODE, scraping
 from tests.admission.controller.world import World, eventually, job, world
 from tests.prometheus import needs_prometheus, running
 
 pytestmark = needs_prometheus
 
 NODES = ResourceRef("v1", "Node", "nodes", namespaced=False)
-PODS = ResourceRef("v1", "Pod", "pods")
-NODE = {"labels": {"gpu": "a100"}, "capacity": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}}
-CONFIG = """
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: a100}
-spec: {nodeLabels: {gpu: a100}}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: team-a}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [nvidia.com/gpu]
-    flavors: [{name: a100, resources: [{name: nvidia.com/gpu, nominalQuota: "16"}]}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team-a, namespace: ml}
-spec: {clusterQueue: team-a}
-"""
 
 
 async def _nodes_of(w: World, name: str) -> set[str]:

@@ -11,15 +11,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from sqlalchemy import select
-
 from admission.kube.client import ResourceRef
 from admission.policy import Policy
 from admission.sim import autoscaler as sim_autoscaler
 from admission.sim import dcgm
-from admission.store import database, tables
-from tests.admission.controller.test_metering import scraping
-from tests.admission.controller.world import World, eventually, job, world
+from tests.admission.controller.test_metering import _ledger, scraping
+from tests.admission.controller.world import eventually, job, world
 from tests.admission.runner import turnstile
 from tests.prometheus import needs_prometheus, running
 
@@ -79,12 +76,6 @@ def gpu_job(name: str, *, memory: str, utilization: float, runtime: float | None
     return obj
 
 
-async def _row(w: World, name: str) -> Any:
-    async with database.transaction(w.sessions) as s:
-        rows = await s.execute(select(tables.UsageInterval).where(tables.UsageInterval.workload == f"ml/{name}"))
-        return next(iter(rows.scalars().all()), None)
-
-
 async def test_a_job_that_peaked_at_9_gib_of_an_h200_is_told_a_1g_18gb_slice_would_do(
     tmp_path: Path, migrated_url: str
 ) -> None:
@@ -102,7 +93,7 @@ async def test_a_job_that_peaked_at_9_gib_of_an_h200_is_told_a_1g_18gb_slice_wou
             await w.create(gpu_job("mid", memory="60Gi", utilization=0.2))  # no slice holds it; an A100 does
 
             async def measured(name: str, ended: bool) -> Any:
-                row = await _row(w, name)
+                row = await _ledger(w, name)
                 if row is None or row.memory_peak_mib is None or row.memory_seconds <= 0:
                     return None
                 if not ended:
