@@ -201,9 +201,7 @@ def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
 async def _gpu_memory_lines(session: AsyncSession, key: str, fractions: Mapping[str, Fraction] | None) -> list[str]:
     """Right-sizing's verdict on the workload's measured runs (``queues.rightsizing``), one line
     per GPU resource; none without data."""
-    found = await rightsizing_store.measured(
-        session, since=dt.datetime(1970, 1, 1, tzinfo=dt.UTC), until=dt.datetime.now(dt.UTC), workload=key
-    )
+    found = await rightsizing_store.of_workload(session, key)
     if not found:
         return []
     judged = rightsizing_store.judge(found, await rightsizing_store.offers(session), fractions)

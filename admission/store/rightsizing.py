@@ -2,8 +2,9 @@
 
 Why in the store: ``turnstile rightsize`` looks at every GPU run of a month (a million ledger
 rows at a large install) and needs, per workload and GPU resource, the card-hours it held and its
-busiest GPU's peak memory, size and utilisation. ``measured`` gives those groups for
-``queues.rightsizing`` to judge in Python (``describe workload``: one workload). ``report``
+busiest GPU's peak memory, size and utilisation: one grouped aggregate (``_GROUPED``). For one
+workload (``describe workload``) ``of_workload`` brings its groups out for ``queues.rightsizing``
+to judge in Python. ``report``
 judges half a million workloads without bringing them out: the verdict's only number, the part
 of each card a slice frees, is a step function of the peak (``rightsizing.ladder``), written
 into the query as a ``CASE``; PostgreSQL sums the savings per group and in total and returns the
@@ -24,12 +25,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import DateTime, Float, String, and_, cast, func, literal, select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from admission.store import tables
 from admission.store.config import load_config
-from admission.store.usage import NO_LABEL, group_of, parse_by
+from admission.store.usage import NO_LABEL, parse_by
 from queues import gpu_units, rightsizing
 from queues.rightsizing import Measured, Offers, Verdict
 
@@ -50,60 +50,26 @@ class WorkloadMemory:
     mean_mib: float | None  # mean memory of its busiest GPU over the time memory was measured
 
 
-async def measured(
-    session: AsyncSession, *, since: dt.datetime, until: dt.datetime, by: str | None = None, workload: str | None = None
-) -> list[WorkloadMemory]:
-    """Per (workload, resource) within ``[since, until]``, the runs whose memory was measured;
-    ``workload`` (its key, ``namespace/name``) narrows to one."""
-    u = tables.UsageInterval
-    group: Any = literal(None, String) if by is None else group_of(by)
-    lo = literal(since, DateTime(timezone=True))
-    hi = literal(until, DateTime(timezone=True))
-    ends = func.coalesce(u.ended_at, hi)
-    held = func.sum(
-        cast(u.quantity, Float) * func.date_part("epoch", func.least(ends, hi) - func.greatest(u.started_at, lo))
-    )
-    where = [u.started_at < hi, ends > lo, u.memory_peak_mib.is_not(None)]
-    if workload is not None:
-        where.append(u.workload == workload)
-    query = (
-        select(
-            group.label("g"),
-            u.namespace,
-            u.workload,
-            u.cluster_queue,
-            u.resource,
-            held,
-            func.max(u.memory_peak_mib),
-            func.max(u.memory_total_mib),
-            func.sum(u.busy_seconds),
-            func.sum(u.measured_seconds),
-            func.sum(u.memory_mib_seconds),
-            func.sum(u.memory_seconds),
-        )
-        .where(and_(*where))
-        .group_by(group, u.namespace, u.workload, u.cluster_queue, u.resource)
-    )
-    await session.execute(text("SET LOCAL work_mem = '64MB'"))
-    out = []
-    for g, ns, name, cq, resource, milli_seconds, peak, total, busy, seconds, mib_s, mem_s in await session.execute(
-        query
-    ):
-        out.append(
-            WorkloadMemory(
-                ns,
-                name,
-                cq,
-                resource,
-                None if by is None else str(g),
-                float(milli_seconds or 0) / 1000 / 3600,
-                float(peak),
-                float(total) if total else None,
-                float(busy) / float(seconds) if seconds else None,
-                float(mib_s) / float(mem_s) if mem_s else None,
-            )
-        )
-    return out
+async def of_workload(session: AsyncSession, key: str) -> list[WorkloadMemory]:
+    """One workload's measured runs (``namespace/name``), over all its ledger, per resource
+    (``describe workload``)."""
+    params = {"lo": dt.datetime(1970, 1, 1, tzinfo=dt.UTC), "hi": dt.datetime.now(dt.UTC), "workload": key}
+    query = _GROUPED.format(group="NULL::text", only="workload = :workload")
+    rows = await session.execute(text(query), params)
+    return [
+        _memory(None, name, cq, r, hours, peak, total, busy, mean)
+        for _, name, cq, r, hours, peak, total, busy, mean in rows
+    ]
+
+
+def _memory(
+    group: str | None, name: str, cq: str, resource: str, hours: Any, peak: Any, total: Any, busy: Any, mean: Any
+) -> WorkloadMemory:
+    """A ``_GROUPED`` row as a ``WorkloadMemory``."""
+    return WorkloadMemory(
+        name.partition("/")[0], name, cq, resource, group, float(hours or 0), float(peak),
+        float(total) if total else None, busy, mean,
+    )  # fmt: skip
 
 
 async def offers(session: AsyncSession) -> Offers:
@@ -157,8 +123,7 @@ _GROUPED = """
            sum(busy_seconds) / nullif(sum(measured_seconds), 0) AS busy,
            sum(memory_mib_seconds) / nullif(sum(memory_seconds), 0) AS mean_mib
     FROM usage_ledger
-    WHERE started_at < :hi AND coalesce(ended_at, :hi) > :lo AND memory_peak_mib IS NOT NULL
-      AND resource = ANY(CAST(:resources AS text[]))
+    WHERE started_at < :hi AND coalesce(ended_at, :hi) > :lo AND memory_peak_mib IS NOT NULL AND {only}
     GROUP BY 1, 2, 3, 4
 """
 
@@ -234,7 +199,7 @@ async def report(
     query = _JUDGED.format(
         card=" ".join(card),
         freed=" ".join(freed),
-        grouped=_GROUPED.format(group=group),
+        grouped=_GROUPED.format(group=group, only="resource = ANY(CAST(:resources AS text[]))"),
         where="" if show_all else "WHERE saved > 0",
     )
     best: list[tuple[float, float, WorkloadMemory]] = []
@@ -258,10 +223,7 @@ async def report(
         fitting,
     ) in await session.execute(text(query), {**params, "limit": limit}):
         if part == 1:
-            use = WorkloadMemory(
-                name.partition("/")[0], name, cq, r, None if by is None else str(g), float(hours), float(peak),
-                float(size) if size else None, busy, mean,
-            )  # fmt: skip
+            use = _memory(None if by is None else str(g), name, cq, r, hours, peak, size, busy, mean)
             best.append((-float(saved), -float(card_hours), use))
         elif whole:
             total = {"workloadsMeasured": n, "workloadsFitting": fitting, "gpuHours": round(float(card_hours or 0), 6),
