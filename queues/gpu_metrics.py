@@ -26,7 +26,7 @@ used, and that GPU's size (used + free). A pod without the series has no figure.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,11 +95,8 @@ def combine(engine_active: Iterable[Mapping[str, Any]], gpu_util: Iterable[Mappi
     reading = Reading()
     per_pod: dict[str, dict[PodKey, list[float]]] = {ENGINE_ACTIVE: {}, GPU_UTIL: {}}
     for name, result in ((ENGINE_ACTIVE, engine_active), (GPU_UTIL, gpu_util)):
-        for sample in result:
+        for pod, value in _joined(result):
             reading.series += 1
-            labels = sample.get("metric") or {}
-            value = sample_value(sample.get("value"))
-            pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
             if pod is None or value is None:
                 reading.unjoined += 1
                 continue
@@ -122,14 +119,20 @@ def memory(
 
 
 def _by_pod(result: Iterable[Mapping[str, Any]]) -> dict[PodKey, float]:
+    """An instant query's result as each pod's largest value (what names no pod is left out)."""
     out: dict[PodKey, float] = {}
-    for sample in result:
-        labels = sample.get("metric") or {}
-        pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
-        value = sample_value(sample.get("value"))
+    for pod, value in _joined(result):
         if pod is not None and value is not None and value >= 0:
             out[pod] = max(value, out.get(pod, value))
     return out
+
+
+def _joined(result: Iterable[Mapping[str, Any]]) -> Iterator[tuple[PodKey | None, float | None]]:
+    """An instant query's samples as (the pod it is about, its value); None where there is none."""
+    for sample in result:
+        labels = sample.get("metric") or {}
+        pod = pod_of({str(k): str(v) for k, v in labels.items()}) if isinstance(labels, Mapping) else None
+        yield pod, sample_value(sample.get("value"))
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ controller needs no access to the nodes.
 
 Each look asks two instant queries per window, ``avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[w])``
 and ``avg_over_time(DCGM_FI_DEV_GPU_UTIL[w]) / 100``, each averaged per pod by Prometheus, and
-joins the answers to pods (``queues.gpu_metrics``). The ledger's read (``memory=True``) also
+joins the answers to pods (``queues.gpu_metrics``). The ledger's read (``with_memory``) also
 asks for each pod's busiest GPU's memory: its peak, mean and size (``DCGM_FI_DEV_FB_USED`` and
 ``_FB_FREE``, for right-sizing). When runs end, ``measure`` asks for their whole
 intervals with range queries of the same series (``query_range``, POSTed: the pods' names are
