@@ -2,14 +2,16 @@
 
 Why in the store: ``turnstile rightsize`` looks at every GPU run of a month (a million ledger
 rows at a large install) and needs, per workload and GPU resource, the card-hours it held and its
-busiest GPU's peak memory, size and utilisation: one grouped aggregate (``_GROUPED``). For one
-workload (``describe workload``) ``of_workload`` brings its groups out for ``queues.rightsizing``
-to judge in Python. ``report``
-judges half a million workloads without bringing them out: the verdict's only number, the part
-of each card a slice frees, is a step function of the peak (``rightsizing.ladder``), written
-into the query as a ``CASE``; PostgreSQL sums the savings per group and in total and returns the
-workloads that save most, in one statement and one pass over the ledger, and Python judges
-those again for their lines (the same ladder).
+busiest GPU's peak memory, size and utilisation: one grouped aggregate (``_GROUPED``; a workload
+that moved ClusterQueue is judged on all its runs of a resource, under the last queue by name).
+For one workload (``describe workload``) ``of_workload`` brings its groups out for
+``queues.rightsizing`` to judge in Python. ``report`` judges half a million workloads without
+bringing them out: the verdict's only number, the part of each card a slice frees, is a step
+function of the peak (``rightsizing.ladder``), written into the query as a ``CASE``; PostgreSQL
+sums the savings per group and in total and names the workloads that save most, in one statement
+and one pass over the ledger (one aggregate per workload, its resources side by side); then
+``_GROUPED`` brings out those workloads' figures and Python judges them again for their lines
+(the same ladder).
 
 Only rows whose memory was measured count (``memory_peak_mib`` set): never a verdict without
 data, and the GPU-hours a suggestion would save are of measured runs only. A window clips each
@@ -116,7 +118,7 @@ class Report:
 
 
 _GROUPED = """
-    SELECT {group} AS g, workload, cluster_queue, resource,
+    SELECT {group} AS g, workload, max(cluster_queue) AS cluster_queue, resource,
            sum(quantity::float8 * date_part('epoch', least(coalesce(ended_at, :hi), :hi)
                - greatest(started_at, :lo))) / 3600000.0 AS unit_hours,
            max(memory_peak_mib) AS peak, max(memory_total_mib) AS total,
@@ -124,25 +126,38 @@ _GROUPED = """
            sum(memory_mib_seconds) / nullif(sum(memory_seconds), 0) AS mean_mib
     FROM usage_ledger
     WHERE started_at < :hi AND coalesce(ended_at, :hi) > :lo AND memory_peak_mib IS NOT NULL AND {only}
-    GROUP BY 1, 2, 3, 4
+    GROUP BY 1, 2, 4
 """
 
-# One statement, one pass over the ledger: the judged groups (j, kept in memory), the workloads
-# saving most (part 1) and the totals per group and in all (part 2, GROUPING SETS; ``whole`` marks
-# the grand total). Workloads are counted per workload with hash aggregates (w): count(DISTINCT)
-# would sort half a million rows.
+# One statement, one pass over the ledger. ``a`` aggregates each (group, workload) once, with what
+# each GPU resource's verdict needs side by side ({per_resource}: hours, peak, size, busy, each
+# FILTERed to its resource), so the totals count workloads without a second aggregate over half a
+# million of them; ``j`` (kept in memory) adds the card-hours and what the verdicts save (the
+# ladder's CASE); part 1 names the workloads saving most, part 2 gives the totals per group and in
+# all (GROUPING SETS; ``whole`` marks the grand total).
 _JUDGED = """
-    WITH j AS MATERIALIZED (
-        SELECT g.*, unit_hours * {card} AS card_hours, unit_hours * {card} * {freed} AS saved
-        FROM ({grouped}) AS g
-    ), w AS (SELECT g, workload, sum(card_hours) AS h, sum(saved) AS s FROM j GROUP BY g, workload)
-    SELECT 1 AS part, 0 AS whole, g, workload, cluster_queue, resource, unit_hours, peak, total, busy, mean_mib,
-           saved, card_hours, NULL::bigint AS n, NULL::bigint AS fitting
+    WITH a AS (
+        SELECT {group} AS g, workload, {per_resource}
+        FROM (SELECT *, array_position(CAST(:resources AS text[]), resource::text) AS ri FROM usage_ledger
+              WHERE started_at < :hi AND coalesce(ended_at, :hi) > :lo AND memory_peak_mib IS NOT NULL
+                    AND resource = ANY(CAST(:resources AS text[]))) AS l
+        GROUP BY 1, 2
+    ), j AS MATERIALIZED (
+        SELECT g, workload, {card_hours} AS card_hours, {saved} AS saved FROM a
+    )
+    SELECT 1 AS part, 0 AS whole, g, workload, saved, card_hours, NULL::bigint AS n, NULL::bigint AS fitting
     FROM (SELECT * FROM j {where} ORDER BY saved DESC, card_hours DESC, workload LIMIT :limit) AS top
     UNION ALL
-    SELECT 2, GROUPING(g), g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, sum(s), sum(h), count(*),
-           count(*) FILTER (WHERE s > 0)
-    FROM w GROUP BY GROUPING SETS ((g), ())
+    SELECT 2, GROUPING(g), g, NULL, sum(saved), sum(card_hours), count(*), count(*) FILTER (WHERE saved > 0)
+    FROM j GROUP BY GROUPING SETS ((g), ())
+"""
+
+# What resource {i}'s verdict needs, in ``a`` ({only}: its FILTER).
+_PER_RESOURCE = """
+    sum(quantity::float8 * date_part('epoch', least(coalesce(ended_at, :hi), :hi) - greatest(started_at, :lo)))
+        {only} / 3600000.0 AS h{i},
+    max(memory_peak_mib) {only} AS p{i}, max(memory_total_mib) {only} AS t{i},
+    sum(busy_seconds) {only} / nullif(sum(measured_seconds) {only}, 0) AS b{i}
 """
 
 
@@ -174,20 +189,20 @@ async def report(
     if not shares:  # (no GPU's memory measured in the window: nothing to judge)
         return Report([], [], {"workloadsMeasured": 0, "workloadsFitting": 0, "gpuHours": 0.0, "gpuHoursSaved": 0.0})
     params["resources"] = sorted(shares)
-    card, freed = ["CASE resource"], ["CASE WHEN busy > :max_busy THEN 0.0"]
     params["max_busy"] = rightsizing.MAX_BUSY
+    per_resource, card_hours, saved = [], [], []
     for i, (resource, share) in enumerate(sorted(shares.items())):
-        params[f"r{i}"] = resource
-        card.append(f"WHEN :r{i} THEN {float(share)!r}")
-        for j, step in enumerate(rightsizing.ladder(resource, offers.mig, fractions, offers.cards)):
-            params[f"t{i}_{j}"] = step.top
+        per_resource.append(_PER_RESOURCE.format(i=i, only=f"FILTER (WHERE ri = {i + 1})"))
+        card_hours.append(f"coalesce(h{i}, 0) * {float(share)!r}")
+        freed = [f"CASE WHEN b{i} > :max_busy THEN 0.0"]
+        for k, step in enumerate(rightsizing.ladder(resource, offers.mig, fractions, offers.cards)):
+            params[f"t{i}_{k}"] = step.top
             smaller = ""  # (a whole GPU of a flavor: only for work that ran on a larger one)
             if step.card_mib is not None:
-                params[f"c{i}_{j}"] = step.card_mib
-                smaller = f" AND total > :c{i}_{j}"
-            freed.append(f"WHEN resource = :r{i} AND peak <= :t{i}_{j}{smaller} THEN {float(step.freed)!r}")
-    card.append("END")
-    freed.append("ELSE 0.0 END")
+                params[f"c{i}_{k}"] = step.card_mib
+                smaller = f" AND t{i} > :c{i}_{k}"
+            freed.append(f"WHEN p{i} <= :t{i}_{k}{smaller} THEN {float(step.freed)!r}")
+        saved.append(f"coalesce(h{i}, 0) * {float(share)!r} * {' '.join(freed)} ELSE 0.0 END")
     group = "NULL::text"
     if by is not None:
         by = parse_by(by)
@@ -195,43 +210,37 @@ async def report(
         if not group:
             params["label"], params["no_label"] = by[len("label:") :], NO_LABEL
             group = "coalesce(labels ->> :label, :no_label)"
-    await session.execute(text("SET LOCAL work_mem = '64MB'"))
+    await session.execute(text("SET LOCAL work_mem = '256MB'"))
     query = _JUDGED.format(
-        card=" ".join(card),
-        freed=" ".join(freed),
-        grouped=_GROUPED.format(group=group, only="resource = ANY(CAST(:resources AS text[]))"),
+        group=group,
+        per_resource=",".join(per_resource),
+        card_hours=" + ".join(card_hours),
+        saved=" + ".join(f"({s})" for s in saved),
         where="" if show_all else "WHERE saved > 0",
     )
-    best: list[tuple[float, float, WorkloadMemory]] = []
+    names: list[str] = []
     groups: list[dict[str, Any]] = []
     total = {"workloadsMeasured": 0, "workloadsFitting": 0, "gpuHours": 0.0, "gpuHoursSaved": 0.0}
-    for (
-        part,
-        whole,
-        g,
-        name,
-        cq,
-        r,
-        hours,
-        peak,
-        size,
-        busy,
-        mean,
-        saved,
-        card_hours,
-        n,
-        fitting,
-    ) in await session.execute(text(query), {**params, "limit": limit}):
+    for part, whole, g, name, saved_hours, held_hours, n, fitting in await session.execute(
+        text(query), {**params, "limit": limit}
+    ):
         if part == 1:
-            use = _memory(None if by is None else str(g), name, cq, r, hours, peak, size, busy, mean)
-            best.append((-float(saved), -float(card_hours), use))
+            names.append(name)
         elif whole:
-            total = {"workloadsMeasured": n, "workloadsFitting": fitting, "gpuHours": round(float(card_hours or 0), 6),
-                     "gpuHoursSaved": round(float(saved or 0), 6)}  # fmt: skip
+            total = {"workloadsMeasured": n, "workloadsFitting": fitting, "gpuHours": round(float(held_hours or 0), 6),
+                     "gpuHoursSaved": round(float(saved_hours or 0), 6)}  # fmt: skip
         elif by is not None:
-            groups.append({"group": str(g), "workloads": n, "fitting": fitting, "gpuHours": round(card_hours, 6),
-                           "gpuHoursSaved": round(saved, 6)})  # fmt: skip
-    best.sort(key=lambda t: (t[0], t[1], t[2].workload))
-    listed = judge((use for _, _, use in best), offers, fractions)
+            groups.append({"group": str(g), "workloads": n, "fitting": fitting, "gpuHours": round(held_hours, 6),
+                           "gpuHoursSaved": round(saved_hours, 6)})  # fmt: skip
+    # The listed workloads' figures per resource (the same aggregate as ``of_workload``'s), judged
+    # in Python for their lines; most saved first: the ``limit`` (workload, resource) rows saving
+    # most are among them, as no resource saves more than its workload.
+    details = _GROUPED.format(group=group, only="workload = ANY(CAST(:names AS text[]))")
+    found = [_memory(None if by is None else str(row[0]), *row[1:]) for row in await session.execute(
+        text(details), {**params, "names": names}
+    )]  # fmt: skip
+    judged = judge(found, offers, fractions)
+    judged.sort(key=lambda j: (-j.verdict.saved_hours, -j.card_hours, j.use.workload, j.use.resource))
+    listed = [j for j in judged if show_all or j.verdict.saved_hours > 0][:limit]
     groups.sort(key=lambda g: (-g["gpuHoursSaved"], g["group"]))
     return Report(listed, groups, total)

@@ -252,3 +252,84 @@ def test_rightsize_without_memory_data_suggests_nothing_and_says_why(migrated_ur
     assert body["workloads"] == [] and body["groups"] == [] and body["total"]["workloadsMeasured"] == 0
     bad = turnstile("rightsize", "--by", "team", env=env)
     assert bad.returncode == 2 and "label:KEY" in bad.stderr, bad.stderr
+
+
+MIG_OFFERED = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: h200-mig}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq-a}
+spec:
+  resourceGroups:
+  - coveredResources: [nvidia.com/mig-1g.18gb, nvidia.com/mig-1g.35gb, nvidia.com/mig-3g.71gb]
+    flavors:
+    - name: h200-mig
+      resources:
+      - {name: nvidia.com/mig-1g.18gb, nominalQuota: "7"}
+      - {name: nvidia.com/mig-1g.35gb, nominalQuota: "4"}
+      - {name: nvidia.com/mig-3g.71gb, nominalQuota: "2"}
+"""
+
+
+def test_rightsize_judges_each_resource_of_a_workload_and_counts_workloads_once(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    """A workload holding two slice sizes gets a verdict per size but counts once; a workload that
+    moved ClusterQueue on one resource is one verdict on its whole peak; groups and totals agree."""
+    now = dt.datetime.now(dt.UTC)
+
+    def row(workload: str, cq: str, resource: str, peak_gib: float, hours_ago: float) -> tables.UsageInterval:
+        return tables.UsageInterval(
+            workload=workload, namespace=workload.partition("/")[0], cluster_queue=cq, local_queue="q",
+            flavor="h200-mig", resource=resource, quantity=1000, labels={"team": "vision"},
+            started_at=now - dt.timedelta(hours=hours_ago), ended_at=now - dt.timedelta(hours=hours_ago - 1),
+            running_at=now - dt.timedelta(hours=hours_ago), measured_seconds=3600.0, busy_seconds=360.0,
+            memory_peak_mib=peak_gib * 1024, memory_total_mib=71 * 1024, memory_seconds=3600.0,
+            memory_mib_seconds=3600.0 * peak_gib * 1024 / 2,
+        )  # fmt: skip
+
+    async def fill() -> None:
+        engine = database.make_engine(migrated_url)
+        async with database.transaction(database.sessions(engine)) as s:
+            s.add_all(
+                [
+                    row("ml/two-sizes", "cq-a", "nvidia.com/mig-3g.71gb", 20, 5),  # 3g.71gb: a 1g.35gb would do
+                    row("ml/two-sizes", "cq-a", "nvidia.com/mig-1g.35gb", 8, 5),  # 1g.35gb: a 1g.18gb would do
+                    row("ml/moved", "cq-a", "nvidia.com/mig-3g.71gb", 8, 4),  # 8 GiB here, then 25 GiB after a move:
+                    row("ml/moved", "cq-b", "nvidia.com/mig-3g.71gb", 25, 2),  # only a 1g.35gb holds its peak
+                    row("ml/full", "cq-a", "nvidia.com/mig-1g.18gb", 15, 3),  # the smallest slice: nothing smaller
+                ]
+            )
+        await engine.dispose()
+
+    asyncio.run(fill())
+    env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url, "TURNSTILE_HOME": str(tmp_path / "home")}
+    (tmp_path / "mig.yaml").write_text(MIG_OFFERED)
+    assert turnstile("apply", "-f", str(tmp_path / "mig.yaml"), env=env).returncode == 0
+    done = turnstile("rightsize", "--since", "1d", "--by", "label:team", "--all", "-o", "json", env=env)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    verdicts = {(w["workload"], w["resource"]): w["suggestion"] for w in body["workloads"]}
+    assert verdicts == {
+        ("two-sizes", "nvidia.com/mig-3g.71gb"): "nvidia.com/mig-1g.35gb",
+        ("two-sizes", "nvidia.com/mig-1g.35gb"): "nvidia.com/mig-1g.18gb",
+        ("moved", "nvidia.com/mig-3g.71gb"): "nvidia.com/mig-1g.35gb",
+        ("full", "nvidia.com/mig-1g.18gb"): None,
+    }
+    (moved,) = [w for w in body["workloads"] if w["workload"] == "moved"]
+    assert moved["peakGiB"] == 25 and moved["gpuHours"] == 1.0 and moved["clusterQueue"] == "cq-b"
+    # (an H200's 3g.71gb is half a card, a 1g.35gb a quarter, a 1g.18gb a seventh: each row an hour)
+    held = 0.5 + 0.25 + 0.5 + 0.5 + 1 / 7
+    saved = (0.5 - 0.25) + (0.25 - 1 / 7) + 2 * (0.5 - 0.25)
+    total = body["total"]
+    assert (total["workloadsMeasured"], total["workloadsFitting"]) == (3, 2), total
+    assert total["gpuHours"] == pytest.approx(held) and total["gpuHoursSaved"] == pytest.approx(saved)
+    assert [(g["group"], g["workloads"], g["fitting"]) for g in body["groups"]] == [("vision", 3, 2)]
+    assert sum(w["gpuHoursSaved"] for w in body["workloads"]) == pytest.approx(saved)
+    top = turnstile("rightsize", "--since", "1d", "--limit", "1", "-o", "json", env=env)
+    assert [(w["workload"], w["resource"]) for w in json.loads(top.stdout)["workloads"]] == [
+        ("moved", "nvidia.com/mig-3g.71gb")
+    ]  # (half a card-hour saved over its two hours; two-sizes' resources a quarter and 3/28)
