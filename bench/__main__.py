@@ -1,5 +1,5 @@
 """Figures: ``python -m bench [core|deep|fair|topology|efficiency|sim|store|controller|webhook|cluster|objects|pods|
-dashboard|chaos|all]`` (all by default)."""
+dashboard|chaos|metrics|all]`` (all by default)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,10 @@ def main() -> None:
         from bench import dashboard
 
         dashboard.main()
+    if which in ("metrics", "all"):
+        from bench import metrics_page
+
+        metrics_page.main()
     if which in ("chaos", "all"):
         from bench import chaos
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from queues import quantity
+from queues import api, quantity
 from queues.model import ClusterQueue, FlavorResource, Workload
 from queues.scheduler import Scheduler
 
@@ -88,16 +88,7 @@ def statuses(sched: Scheduler) -> tuple[dict[str, Status], dict[str, Status]]:
         }
     out_lq: dict[str, Status] = {}
     for key, lq in sched.config.local_queues.items():
-        cq_name = lq.spec.cluster_queue
-        target = sched.snapshot.queues.get(cq_name)
-        if lq.spec.stop_policy != "None":
-            condition = _condition(False, "Stopped", f"LocalQueue is stopped (stopPolicy {lq.spec.stop_policy})")
-        elif target is None:
-            condition = _condition(False, "ClusterQueueDoesNotExist", f"{CANNOT} {cq_name}")
-        elif target.inactive_reason is not None:
-            condition = _condition(False, "ClusterQueueIsInactive", f"{CANNOT} {cq_name}")
-        else:
-            condition = _condition(True, "Ready", LQ_READY)
+        condition = local_queue_condition(sched, lq)
         held = held_lq.get(key, [])
         started = [wl for wl in held if wl.started]
         out_lq[key] = {
@@ -109,3 +100,17 @@ def statuses(sched: Scheduler) -> tuple[dict[str, Status], dict[str, Status]]:
             "flavorsUsage": _flavors(_usage_of(started), None),
         }
     return out_cq, out_lq
+
+
+def local_queue_condition(sched: Scheduler, lq: api.LocalQueue) -> dict[str, str]:
+    """A LocalQueue's ``Active`` condition: stopped, its ClusterQueue missing or inactive, or ready
+    (the object's status, and ``kueue_local_queue_status``)."""
+    cq_name = lq.spec.cluster_queue
+    target = sched.snapshot.queues.get(cq_name)
+    if lq.spec.stop_policy != "None":
+        return _condition(False, "Stopped", f"LocalQueue is stopped (stopPolicy {lq.spec.stop_policy})")
+    if target is None:
+        return _condition(False, "ClusterQueueDoesNotExist", f"{CANNOT} {cq_name}")
+    if target.inactive_reason is not None:
+        return _condition(False, "ClusterQueueIsInactive", f"{CANNOT} {cq_name}")
+    return _condition(True, "Ready", LQ_READY)

@@ -27,9 +27,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from admission.controller import cohort_metrics
+from admission.controller.exposition import Exposition, escape, number
 from queues import quantity
 from queues.fairsharing import Share, share
-from queues.model import Admission, Workload
+from queues.model import Admission, FlavorResource, Workload
+from queues.status import local_queue_condition
 
 if TYPE_CHECKING:
     from admission.controller.controller import Controller
@@ -83,32 +86,6 @@ def _version() -> str:
         return "unknown"
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _num(value: float) -> str:
-    return "+Inf" if value == float("inf") else repr(float(value))
-
-
-class Exposition:
-    """Prometheus text format written directly, for the per-queue families. prometheus_client's
-    generic rendering costs ~8 µs a sample, and 1,000 ClusterQueues make ~25,000 samples."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(self, name: str, kind: str, help_text: str) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
-
-    def sample(self, name: str, labels: str, value: float) -> None:
-        self.lines.append(f"{name}{{{labels}}} {_num(value)}")
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n" if self.lines else ""
-
-
 class QueueCounter:
     """A counter per ClusterQueue (``NAME_total{cluster_queue}``), written directly like the
     other per-queue families."""
@@ -125,7 +102,7 @@ class QueueCounter:
         if self.values:
             out.family(f"{self.name}_total", "counter", self.help_text)
             for cq, value in sorted(self.values.items()):
-                out.sample(f"{self.name}_total", f'cluster_queue="{_escape(cq)}"', value)
+                out.sample(f"{self.name}_total", f'cluster_queue="{escape(cq)}"', value)
 
 
 class WaitTimes:
@@ -135,7 +112,7 @@ class WaitTimes:
 
     def __init__(self, buckets: tuple[float, ...] = WAIT_BUCKETS) -> None:
         self.bounds = [b for b in buckets if b != float("inf")]
-        self.les = [_num(b) for b in self.bounds] + ["+Inf"]
+        self.les = [number(b) for b in self.bounds] + ["+Inf"]
         self.queues: dict[str, tuple[list[int], list[float]]] = {}  # cq -> (counts per bucket, [sum])
 
     def observe(self, cluster_queue: str, seconds: float) -> None:
@@ -146,7 +123,7 @@ class WaitTimes:
     def write(self, out: Exposition) -> None:
         out.family(self.NAME, "histogram", "From queueing (or the last eviction) to admission")
         for cq, (counts, total) in sorted(self.queues.items()):
-            label = f'cluster_queue="{_escape(cq)}"'
+            label = f'cluster_queue="{escape(cq)}"'
             cumulative = 0
             for le, n in zip(self.les, counts, strict=True):
                 cumulative += n
@@ -184,8 +161,8 @@ def write_queues(
     )
     for (queue, flavor, resource, ns), value in sorted(clock.values(time.time()).items()):
         labels = (
-            f'cluster_queue="{_escape(queue)}",flavor="{_escape(flavor)}",'
-            f'resource="{_escape(resource)}",namespace="{_escape(ns)}"'
+            f'cluster_queue="{escape(queue)}",flavor="{escape(flavor)}",'
+            f'resource="{escape(resource)}",namespace="{escape(ns)}"'
         )
         out.sample("turnstile_resource_seconds_total", labels, value)
     term = controller.term
@@ -195,23 +172,28 @@ def write_queues(
     waiting = Tally(sched.pending.where.values())
     pending, active, reserving, status = (Exposition() for _ in range(4))
     nominal, borrowing, lending, usage, reservation = (Exposition() for _ in range(5))
+    running: dict[str, int] = {}  # admitted workloads per ClusterQueue
     for name, cq in sorted(sched.snapshot.queues.items()):
-        q_label = f'cluster_queue="{_escape(name)}"'
+        q_label = f'cluster_queue="{escape(name)}"'
         state = sched.pending.queues.get(name)
         aside = len(state.inadmissible) if state is not None else 0
         pending.sample("kueue_pending_workloads", f'{q_label},status="active"', max(0, waiting.get(name, 0) - aside))
         pending.sample("kueue_pending_workloads", f'{q_label},status="inadmissible"', aside)
         # Kueue's two counts: reserving quota (admission checks may still run), and admitted (started)
         started = [w for w in cq.workloads.values() if not w.checks]  # (``Workload.started``: all hold quota)
+        running[name] = len(started)
         reserving.sample("kueue_reserving_active_workloads", q_label, len(cq.workloads))
         active.sample("kueue_admitted_active_workloads", q_label, len(started))
-        in_use: dict[tuple[str, str], int] = {}
-        for w in started:
-            for fr_key, v in (w.admission.usage if w.admission is not None else {}).items():
-                in_use[fr_key] = in_use.get(fr_key, 0) + v
-        cohort = _escape(cq.cohort_name or "")
+        in_use: dict[FlavorResource, int] = {}  # (what started work holds)
+        if len(started) == len(cq.workloads):
+            in_use = cq.usage  # (all of it started: the reservation the core keeps, not a sum of 50,000)
+        else:
+            for w in started:
+                for fr_key, v in (w.admission.usage if w.admission is not None else {}).items():
+                    in_use[fr_key] = in_use.get(fr_key, 0) + v
+        cohort = escape(cq.cohort_name or "")
         for (flavor, resource), q in sorted(cq.quotas.items()):
-            fr = f'cohort="{cohort}",{q_label},flavor="{_escape(flavor)}",resource="{_escape(resource)}"'
+            fr = f'cohort="{cohort}",{q_label},flavor="{escape(flavor)}",resource="{escape(resource)}"'
             nominal.sample("kueue_cluster_queue_nominal_quota", fr, q.nominal / quantity.MILLI)
             held = cq.usage.get((flavor, resource), 0)
             reservation.sample("kueue_cluster_queue_resource_reservation", fr, held / quantity.MILLI)
@@ -229,9 +211,9 @@ def write_queues(
     shares = Exposition()
     if sched.fair_sharing is not None:  # Kueue's: ceil(weighted share); MaxInt64 for a zero weight that borrows
         for name, cq in sorted(sched.snapshot.queues.items()):
-            shares.sample("kueue_cluster_queue_weighted_share", f'cluster_queue="{_escape(name)}"', _rounded(share(cq)))
+            shares.sample("kueue_cluster_queue_weighted_share", f'cluster_queue="{escape(name)}"', _rounded(share(cq)))
         for name, cohort_node in sorted(sched.snapshot.cohorts.items()):
-            shares.sample("kueue_cohort_weighted_share", f'cohort="{_escape(name)}"', _rounded(share(cohort_node)))
+            shares.sample("kueue_cohort_weighted_share", f'cohort="{escape(name)}"', _rounded(share(cohort_node)))
     lq_families = (local or LocalQueueGauges()).families(sched)
     for family, kind, help_text, part in (
         ("kueue_pending_workloads", "gauge", "Workloads waiting, by ClusterQueue and status", pending),
@@ -247,6 +229,7 @@ def write_queues(
     ):
         out.family(family, kind, help_text)
         out.lines.extend(part.lines)
+    cohort_metrics.write_hierarchy(out, sched, running)
     if shares.lines:
         for family, help_text in (
             (
@@ -261,11 +244,16 @@ def write_queues(
 
 def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
     """Kueue's LocalQueue gauges (``name``, ``namespace``): pending (active, inadmissible), reserving
-    quota, admitted; every LocalQueue of the configuration, at 0 where nothing is."""
-    pending, reserving, admitted = Exposition(), Exposition(), Exposition()
+    quota, admitted, quota reserved and used per flavor-resource, and the ``Active`` status that the
+    LocalQueue object shows (``queues.status``); every LocalQueue of the configuration, at 0 where
+    nothing is."""
+    pending, reserving, admitted, status = Exposition(), Exposition(), Exposition(), Exposition()
+    reservation, usage = Exposition(), Exposition()
     # (namespace, LocalQueue) -> [waiting, reserving, started]: one pass over the workloads, with
-    # plain lists (/metrics must stay cheap at 100,000 workloads)
+    # plain lists (/metrics must stay cheap at 100,000 workloads); and which LocalQueue holds each
+    # ClusterQueue's quota (MIXED: several, or some of it awaits admission checks)
     counts: dict[tuple[str, str | None], list[int]] = {}
+    holder: dict[str, tuple[str, str | None]] = {}
     where = sched.pending.where
     for key, wl in sched.workloads.items():
         lq_key = (wl.namespace, wl.local_queue)
@@ -274,30 +262,79 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
             c = counts[lq_key] = [0, 0, 0]
         if wl.admission is not None:
             c[1] += 1
-            if not wl.checks:  # (``Workload.started``, inlined)
+            cq_name = wl.admission.cluster_queue
+            if wl.checks:  # (``Workload.started``, inlined)
+                holder[cq_name] = MIXED
+            else:
                 c[2] += 1
+                if holder.setdefault(cq_name, lq_key) != lq_key:
+                    holder[cq_name] = MIXED
         elif key in where:
             c[0] += 1
+    held = _local_queue_quota(sched, holder)
     aside: Tally[tuple[str, str | None]] = Tally()
     for state in sched.pending.queues.values():
         for wl in state.inadmissible.values():
             aside[(wl.namespace, wl.local_queue)] += 1
     none = [0, 0, 0]
-    for key in sorted(sched.config.local_queues):
+    for key, lq_obj in sorted(sched.config.local_queues.items()):
         namespace, _, name = key.partition("/")
         lq = (namespace, name)
-        labels = f'name="{_escape(name)}",namespace="{_escape(namespace)}"'
-        waiting, holding, started = counts.get(lq, none)
+        labels = f'name="{escape(name)}",namespace="{escape(namespace)}"'
+        waiting, holding, running = counts.get(lq, none)
         pending.sample("kueue_local_queue_pending_workloads", f'{labels},status="active"',
                        max(0, waiting - aside[lq]))  # fmt: skip
         pending.sample("kueue_local_queue_pending_workloads", f'{labels},status="inadmissible"', aside[lq])
         reserving.sample("kueue_local_queue_reserving_active_workloads", labels, holding)
-        admitted.sample("kueue_local_queue_admitted_active_workloads", labels, started)
+        admitted.sample("kueue_local_queue_admitted_active_workloads", labels, running)
+        for (flavor, resource), (reserved, used) in sorted(held.get(lq, {}).items()):
+            lq_fr = f'{labels},flavor="{escape(flavor)}",resource="{escape(resource)}"'
+            reservation.sample("kueue_local_queue_resource_reservation", lq_fr, reserved / quantity.MILLI)
+            usage.sample("kueue_local_queue_resource_usage", lq_fr, used / quantity.MILLI)
+        active = local_queue_condition(sched, lq_obj)["status"]
+        for value in ("True", "False", "Unknown"):
+            status.sample("kueue_local_queue_status", f'{labels},active="{value}"', 1.0 if value == active else 0.0)
     return [
         ("kueue_local_queue_pending_workloads", "gauge", "Workloads waiting, by LocalQueue and status", pending),
         ("kueue_local_queue_reserving_active_workloads", "gauge", "Workloads reserving quota", reserving),
         ("kueue_local_queue_admitted_active_workloads", "gauge", "Admitted workloads (their jobs started)", admitted),
+        ("kueue_local_queue_resource_reservation", "gauge", "Quota reserved, per flavor and resource", reservation),
+        ("kueue_local_queue_resource_usage", "gauge", "Quota used by admitted workloads", usage),
+        ("kueue_local_queue_status", "gauge", "1 for the LocalQueue's Active condition status", status),
     ]
+
+
+MIXED = ("", None)  # (a ClusterQueue whose quota is not all one LocalQueue's started work)
+
+
+def _local_queue_quota(
+    sched: Scheduler, holder: dict[str, tuple[str, str | None]]
+) -> dict[tuple[str, str | None], dict[FlavorResource, list[int]]]:
+    """Quota reserved and used per LocalQueue and flavor-resource (``[reserved, used]``): a
+    ClusterQueue whose admitted workloads are all one LocalQueue's and started gives it its usage
+    as it stands (``ClusterQueue.usage``, kept by the core); the others sum their workloads."""
+    held: dict[tuple[str, str | None], dict[FlavorResource, list[int]]] = {}
+    for cq_name, lq_key in holder.items():
+        cq = sched.snapshot.queues.get(cq_name)
+        if cq is None:  # (quota of a ClusterQueue that is gone is charged nowhere)
+            continue
+        if lq_key != MIXED:
+            quota = held.setdefault(lq_key, {})
+            for fr, milli in cq.usage.items():
+                if not milli:
+                    continue
+                q = quota.setdefault(fr, [0, 0])
+                q[0] += milli
+                q[1] += milli
+            continue
+        for wl in cq.workloads.values():
+            quota = held.setdefault((wl.namespace, wl.local_queue), {})
+            assert wl.admission is not None
+            for fr, milli in wl.admission.usage.items():
+                q = quota.setdefault(fr, [0, 0])
+                q[0] += milli
+                q[1] += 0 if wl.checks else milli
+    return held
 
 
 def _rounded(s: Share) -> float:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,6 +34,10 @@ CONTRACT = {
     "kueue_local_queue_pending_workloads": {"name", "namespace", "status"},
     "kueue_local_queue_reserving_active_workloads": {"name", "namespace"},
     "kueue_local_queue_admitted_active_workloads": {"name", "namespace"},
+    "kueue_local_queue_resource_reservation": {"name", "namespace", "flavor", "resource"},
+    "kueue_local_queue_resource_usage": {"name", "namespace", "flavor", "resource"},
+    "kueue_local_queue_status": {"name", "namespace", "active"},
+    "kueue_cluster_queue_info": {"cluster_queue", "parent_cohort", "root_cohort"},
     "kueue_build_info": {"git_version", "git_commit", "build_date", "go_version", "compiler", "platform"},
     "turnstile_resource_seconds_total": {"cluster_queue", "flavor", "resource", "namespace"},
 }
@@ -129,3 +135,70 @@ def test_local_queue_gauges_are_counted_at_most_every_few_seconds(monkeypatch: p
     again = gauges.families(sched)
     assert again is not first and "kueue_local_queue_pending_workloads" in "".join(again[0][3].lines)
     assert '{name="q",namespace="ns",status="active"} 2' in "".join(again[0][3].lines), again[0][3].lines
+
+
+def test_cohort_tree_and_local_queue_quota_families_follow_kueues_meanings() -> None:
+    """Kueue's hierarchy families (``kueue_cluster_queue_info``, ``kueue_cohort_info``, the
+    ``kueue_cohort_subtree_*`` gauges) and the LocalQueue quota and status gauges, from a tree:
+    org > team > a, org > b (lending 1 of its 4 GPUs), and solo in no Cohort."""
+    from admission.controller.exposition import Exposition
+    from admission.controller.metrics import LocalQueueGauges, ResourceClock, write_queues
+    from queues import api
+    from tests.queues.builders import CQ, flavor, local_queue, make_workload, scheduler
+
+    def cohort(name: str, parent: str | None = None) -> api.KueueObject:
+        spec = {"parentName": parent} if parent else {}
+        return api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name},
+                          "spec": spec})  # fmt: skip
+
+    sched = scheduler(
+        flavor("f"), cohort("org"), cohort("team", parent="org"),
+        CQ("a").cohort("team").group(("f", {"gpu": 8})),
+        CQ("b").cohort("org").group(("f", {"gpu": (4, {"lendingLimit": "1"})})),
+        CQ("solo").group(("f", {"gpu": 2})),
+        local_queue("ns", "nowhere", "gone"),
+        queues={"qa": "a", "qb": "b", "qs": "solo", "qb2": "b"},
+    )  # fmt: skip
+    make_workload("a1", queue="qa").request(gpu=6).submit(sched)
+    make_workload("b1", queue="qb").request(gpu=2).submit(sched)
+    make_workload("b2", queue="qb2").request(gpu=1).submit(sched)  # (b's quota is two LocalQueues')
+    assert len(sched.schedule()) == 3
+    sched.workloads["ns/b2"].checks = ("provision",)  # (quota reserved, an admission check still to pass)
+    out = Exposition()
+    controller = SimpleNamespace(term=SimpleNamespace(scheduler=sched))
+    write_queues(out, cast(Any, controller), ResourceClock(), LocalQueueGauges())
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(out.text()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    info = {
+        lbl["cluster_queue"]: (lbl["parent_cohort"], lbl["root_cohort"])
+        for lbl, _ in samples["kueue_cluster_queue_info"]
+    }
+    assert info == {"a": ("team", "org"), "b": ("org", "org"), "solo": ("", "")}
+    tree = {lbl["cohort"]: (lbl["parent_cohort"], lbl["root_cohort"]) for lbl, _ in samples["kueue_cohort_info"]}
+    assert tree == {"org": ("", "org"), "team": ("org", "org")}
+    gpu = {"flavor": "f", "resource": GPU}
+    # team: a's 8 GPUs; org: team's 8 and the 1 b lends (its other 3 are guaranteed to b)
+    assert value(samples, "kueue_cohort_subtree_quota", cohort="team", **gpu) == 8
+    assert value(samples, "kueue_cohort_subtree_quota", cohort="org", **gpu) == 9
+    assert value(samples, "kueue_cohort_subtree_resource_reservations", cohort="team", **gpu) == 6
+    assert value(samples, "kueue_cohort_subtree_resource_reservations", cohort="org", **gpu) == 9
+    assert value(samples, "kueue_cohort_subtree_admitted_active_workloads", cohort="team") == 1
+    assert value(samples, "kueue_cohort_subtree_admitted_active_workloads", cohort="org") == 2  # (not b2)
+    qa = {"name": "qa", "namespace": "ns"}
+    assert value(samples, "kueue_local_queue_resource_reservation", **qa, **gpu) == 6
+    assert value(samples, "kueue_local_queue_resource_usage", **qa, **gpu) == 6
+    assert value(samples, "kueue_local_queue_resource_reservation", name="qb", namespace="ns", **gpu) == 2
+    qb2 = {"name": "qb2", "namespace": "ns"}
+    assert value(samples, "kueue_local_queue_resource_reservation", **qb2, **gpu) == 1
+    assert value(samples, "kueue_local_queue_resource_usage", **qb2, **gpu) == 0  # (b2 awaits its check)
+    b = {"cluster_queue": "b", **gpu}
+    assert value(samples, "kueue_cluster_queue_resource_reservation", **b) == 3
+    assert value(samples, "kueue_cluster_queue_resource_usage", **b) == 2
+    a = {"cluster_queue": "a", **gpu}
+    assert value(samples, "kueue_cluster_queue_resource_usage", **a) == 6
+    assert not [s for s in samples["kueue_local_queue_resource_usage"] if s[0]["name"] == "qs"]  # (holds nothing)
+    assert value(samples, "kueue_local_queue_status", **qa, active="True") == 1
+    assert value(samples, "kueue_local_queue_status", **qa, active="False") == 0
+    assert value(samples, "kueue_local_queue_status", name="nowhere", namespace="ns", active="False") == 1
