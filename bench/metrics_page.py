@@ -16,7 +16,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from admission.controller.exposition import Exposition
-from admission.controller.metrics import LocalQueueGauges, ResourceClock, write_queues
+from admission.controller.local_queue_metrics import LocalQueueGauges
+from admission.controller.metrics import ResourceClock, write_queues
 from queues import api, jobs
 from queues.model import Config
 from queues.scheduler import Scheduler

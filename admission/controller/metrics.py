@@ -4,8 +4,10 @@ and Turnstile's own (``turnstile_``): the GPU-second ledger, leadership, step ti
 Queue gauges are read at scrape time from the leader's scheduling core (standbys export none, as
 Kueue's non-leaders): pending per ClusterQueue (``active`` waiting their turn, ``inadmissible``
 set aside until capacity frees), admitted workloads, nominal quota, borrowing limit and usage per
-flavor-resource, and each ClusterQueue's status. Counters and histograms are counted by the
-leader as it commits decisions; like every Prometheus counter they restart at zero with the
+flavor-resource, and each ClusterQueue's status; the Cohort tree (``cohort_metrics``) and the
+LocalQueues (``local_queue_metrics``) likewise. Counters and histograms, per ClusterQueue and per
+LocalQueue (admitted, quota reserved, evicted, finished; the waits to quota and to admission),
+are counted by the leader as it commits decisions; like every Prometheus counter they restart at zero with the
 process (``rate()`` handles that).
 
 ``turnstile_resource_seconds_total{cluster_queue,flavor,resource,namespace}`` integrates held
@@ -15,7 +17,6 @@ workload starts or stops holding quota, so a scrape costs one multiplication per
 
 from __future__ import annotations
 
-import bisect
 import importlib.metadata
 import math
 import platform
@@ -27,16 +28,15 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from admission.controller import cohort_metrics
-from admission.controller.exposition import Exposition, escape, number
+from admission.controller import cohort_metrics, exposition
+from admission.controller.exposition import Exposition, escape
+from admission.controller.local_queue_metrics import LocalQueueGauges
 from queues import quantity
 from queues.fairsharing import Share, share
 from queues.model import Admission, FlavorResource, Workload
-from queues.status import local_queue_condition
 
 if TYPE_CHECKING:
     from admission.controller.controller import Controller
-    from queues.scheduler import Scheduler
 
 Labels = tuple[str, str, str, str]  # cluster_queue, flavor, resource, namespace
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
@@ -84,70 +84,6 @@ def _version() -> str:
         return f"v{importlib.metadata.version('turnstile')}"
     except importlib.metadata.PackageNotFoundError:  # (run from a source tree that is not installed)
         return "unknown"
-
-
-class QueueCounter:
-    """A counter per ClusterQueue (``NAME_total{cluster_queue}``), written directly like the
-    other per-queue families."""
-
-    def __init__(self, name: str, help_text: str) -> None:
-        self.name = name
-        self.help_text = help_text
-        self.values: dict[str, int] = {}
-
-    def inc(self, cluster_queue: str) -> None:
-        self.values[cluster_queue] = self.values.get(cluster_queue, 0) + 1
-
-    def write(self, out: Exposition) -> None:
-        if self.values:
-            out.family(f"{self.name}_total", "counter", self.help_text)
-            for cq, value in sorted(self.values.items()):
-                out.sample(f"{self.name}_total", f'cluster_queue="{escape(cq)}"', value)
-
-
-class WaitTimes:
-    """``kueue_admission_wait_time_seconds{cluster_queue}``: a histogram per ClusterQueue."""
-
-    NAME = "kueue_admission_wait_time_seconds"
-
-    def __init__(self, buckets: tuple[float, ...] = WAIT_BUCKETS) -> None:
-        self.bounds = [b for b in buckets if b != float("inf")]
-        self.les = [number(b) for b in self.bounds] + ["+Inf"]
-        self.queues: dict[str, tuple[list[int], list[float]]] = {}  # cq -> (counts per bucket, [sum])
-
-    def observe(self, cluster_queue: str, seconds: float) -> None:
-        counts, total = self.queues.setdefault(cluster_queue, ([0] * (len(self.bounds) + 1), [0.0]))
-        counts[bisect.bisect_left(self.bounds, seconds)] += 1
-        total[0] += seconds
-
-    def write(self, out: Exposition) -> None:
-        out.family(self.NAME, "histogram", "From queueing (or the last eviction) to admission")
-        for cq, (counts, total) in sorted(self.queues.items()):
-            label = f'cluster_queue="{escape(cq)}"'
-            cumulative = 0
-            for le, n in zip(self.les, counts, strict=True):
-                cumulative += n
-                out.lines.append(f'{self.NAME}_bucket{{{label},le="{le}"}} {float(cumulative)!r}')
-            out.sample(f"{self.NAME}_count", label, cumulative)
-            out.sample(f"{self.NAME}_sum", label, total[0])
-
-
-LOCAL_QUEUE_SECONDS = 10.0  # the LocalQueue gauges are counted at most this often (a pass over every workload)
-
-
-class LocalQueueGauges:
-    """The LocalQueue families, counted at most every ``LOCAL_QUEUE_SECONDS`` per scheduler: one
-    pass over 100,000 workloads costs ~50 ms, and ``/metrics`` must stay under 100 ms; a scrape
-    in between shows the last count (Prometheus scrapes every 15-60 s)."""
-
-    def __init__(self) -> None:
-        self.counted: tuple[Scheduler, float, list[tuple[str, str, str, Exposition]]] | None = None
-
-    def families(self, sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
-        now = time.monotonic()
-        if self.counted is None or self.counted[0] is not sched or now - self.counted[1] >= LOCAL_QUEUE_SECONDS:
-            self.counted = (sched, now, _local_queues(sched))
-        return self.counted[2]
 
 
 def write_queues(
@@ -242,101 +178,6 @@ def write_queues(
             out.lines.extend(line for line in shares.lines if line.startswith(family + "{"))
 
 
-def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
-    """Kueue's LocalQueue gauges (``name``, ``namespace``): pending (active, inadmissible), reserving
-    quota, admitted, quota reserved and used per flavor-resource, and the ``Active`` status that the
-    LocalQueue object shows (``queues.status``); every LocalQueue of the configuration, at 0 where
-    nothing is."""
-    pending, reserving, admitted, status = Exposition(), Exposition(), Exposition(), Exposition()
-    reservation, usage = Exposition(), Exposition()
-    # (namespace, LocalQueue) -> [waiting, reserving, started]: one pass over the workloads, with
-    # plain lists (/metrics must stay cheap at 100,000 workloads); and which LocalQueue holds each
-    # ClusterQueue's quota (MIXED: several, or some of it awaits admission checks)
-    counts: dict[tuple[str, str | None], list[int]] = {}
-    holder: dict[str, tuple[str, str | None]] = {}
-    where = sched.pending.where
-    for key, wl in sched.workloads.items():
-        lq_key = (wl.namespace, wl.local_queue)
-        c = counts.get(lq_key)
-        if c is None:
-            c = counts[lq_key] = [0, 0, 0]
-        if wl.admission is not None:
-            c[1] += 1
-            cq_name = wl.admission.cluster_queue
-            if wl.checks:  # (``Workload.started``, inlined)
-                holder[cq_name] = MIXED
-            else:
-                c[2] += 1
-                if holder.setdefault(cq_name, lq_key) != lq_key:
-                    holder[cq_name] = MIXED
-        elif key in where:
-            c[0] += 1
-    held = _local_queue_quota(sched, holder)
-    aside: Tally[tuple[str, str | None]] = Tally()
-    for state in sched.pending.queues.values():
-        for wl in state.inadmissible.values():
-            aside[(wl.namespace, wl.local_queue)] += 1
-    none = [0, 0, 0]
-    for key, lq_obj in sorted(sched.config.local_queues.items()):
-        namespace, _, name = key.partition("/")
-        lq = (namespace, name)
-        labels = f'name="{escape(name)}",namespace="{escape(namespace)}"'
-        waiting, holding, running = counts.get(lq, none)
-        pending.sample("kueue_local_queue_pending_workloads", f'{labels},status="active"',
-                       max(0, waiting - aside[lq]))  # fmt: skip
-        pending.sample("kueue_local_queue_pending_workloads", f'{labels},status="inadmissible"', aside[lq])
-        reserving.sample("kueue_local_queue_reserving_active_workloads", labels, holding)
-        admitted.sample("kueue_local_queue_admitted_active_workloads", labels, running)
-        for (flavor, resource), (reserved, used) in sorted(held.get(lq, {}).items()):
-            lq_fr = f'{labels},flavor="{escape(flavor)}",resource="{escape(resource)}"'
-            reservation.sample("kueue_local_queue_resource_reservation", lq_fr, reserved / quantity.MILLI)
-            usage.sample("kueue_local_queue_resource_usage", lq_fr, used / quantity.MILLI)
-        active = local_queue_condition(sched, lq_obj)["status"]
-        for value in ("True", "False", "Unknown"):
-            status.sample("kueue_local_queue_status", f'{labels},active="{value}"', 1.0 if value == active else 0.0)
-    return [
-        ("kueue_local_queue_pending_workloads", "gauge", "Workloads waiting, by LocalQueue and status", pending),
-        ("kueue_local_queue_reserving_active_workloads", "gauge", "Workloads reserving quota", reserving),
-        ("kueue_local_queue_admitted_active_workloads", "gauge", "Admitted workloads (their jobs started)", admitted),
-        ("kueue_local_queue_resource_reservation", "gauge", "Quota reserved, per flavor and resource", reservation),
-        ("kueue_local_queue_resource_usage", "gauge", "Quota used by admitted workloads", usage),
-        ("kueue_local_queue_status", "gauge", "1 for the LocalQueue's Active condition status", status),
-    ]
-
-
-MIXED = ("", None)  # (a ClusterQueue whose quota is not all one LocalQueue's started work)
-
-
-def _local_queue_quota(
-    sched: Scheduler, holder: dict[str, tuple[str, str | None]]
-) -> dict[tuple[str, str | None], dict[FlavorResource, list[int]]]:
-    """Quota reserved and used per LocalQueue and flavor-resource (``[reserved, used]``): a
-    ClusterQueue whose admitted workloads are all one LocalQueue's and started gives it its usage
-    as it stands (``ClusterQueue.usage``, kept by the core); the others sum their workloads."""
-    held: dict[tuple[str, str | None], dict[FlavorResource, list[int]]] = {}
-    for cq_name, lq_key in holder.items():
-        cq = sched.snapshot.queues.get(cq_name)
-        if cq is None:  # (quota of a ClusterQueue that is gone is charged nowhere)
-            continue
-        if lq_key != MIXED:
-            quota = held.setdefault(lq_key, {})
-            for fr, milli in cq.usage.items():
-                if not milli:
-                    continue
-                q = quota.setdefault(fr, [0, 0])
-                q[0] += milli
-                q[1] += milli
-            continue
-        for wl in cq.workloads.values():
-            quota = held.setdefault((wl.namespace, wl.local_queue), {})
-            assert wl.admission is not None
-            for fr, milli in wl.admission.usage.items():
-                q = quota.setdefault(fr, [0, 0])
-                q[0] += milli
-                q[1] += 0 if wl.checks else milli
-    return held
-
-
 def _rounded(s: Share) -> float:
     """Kueue's ``roundedWeightedShare``: the weighted share rounded up; MaxInt64 when infinite."""
     return float(2**63 - 1) if math.isinf(s.value) else float(math.ceil(s.value))
@@ -356,9 +197,31 @@ class Metrics:
         )  # (Kueue's label names; go_version carries the Python version)
         build.labels(_version(), "", "", f"python{platform.python_version()}", platform.python_implementation().lower(),
                      f"{sys.platform}/{platform.machine()}").set(1)  # fmt: skip
-        self.admitted = QueueCounter("kueue_admitted_workloads", "Workloads admitted (their jobs started)")
-        # admitted at once, or once their admission checks passed
-        self.reserved = QueueCounter("kueue_quota_reserved_workloads", "Workloads that reserved quota")
+        cq, lq = ("cluster_queue",), ("name", "namespace")
+        # admitted at once, or once their admission checks passed; per ClusterQueue and LocalQueue
+        self.admitted = exposition.Counter("kueue_admitted_workloads", "Workloads admitted (their jobs started)", cq)
+        self.reserved = exposition.Counter("kueue_quota_reserved_workloads", "Workloads that reserved quota", cq)
+        self.finished = exposition.Counter("kueue_finished_workloads", "Admitted workloads whose job finished", cq)
+        self.lq_admitted = exposition.Counter("kueue_local_queue_admitted_workloads", "Workloads admitted", lq)
+        self.lq_reserved = exposition.Counter(
+            "kueue_local_queue_quota_reserved_workloads", "Workloads that reserved quota", lq
+        )
+        self.lq_evicted = exposition.Counter(
+            "kueue_local_queue_evicted_workloads", "Workloads evicted", ("name", "namespace", "reason")
+        )
+        self.lq_finished = exposition.Counter(
+            "kueue_local_queue_finished_workloads", "Admitted workloads whose job finished", lq
+        )
+        waits = "From queueing (or the last eviction) to admission"
+        self.admission_waits = exposition.Histograms("kueue_admission_wait_time_seconds", waits, cq, WAIT_BUCKETS)
+        self.lq_admission_waits = exposition.Histograms(
+            "kueue_local_queue_admission_wait_time_seconds", waits, lq, WAIT_BUCKETS
+        )
+        waits = "From queueing (or the last eviction) to quota reserved"
+        self.reserved_waits = exposition.Histograms("kueue_quota_reserved_wait_time_seconds", waits, cq, WAIT_BUCKETS)
+        self.lq_reserved_waits = exposition.Histograms(
+            "kueue_local_queue_quota_reserved_wait_time_seconds", waits, lq, WAIT_BUCKETS
+        )
         self.evicted = Counter("kueue_evicted_workloads", "Workloads evicted", ["cluster_queue", "reason"], registry=r)
         self.preempted = Counter(
             "kueue_preempted_workloads", "Workloads preempted", ["preempting_cluster_queue", "reason"], registry=r
@@ -371,7 +234,6 @@ class Metrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
-        self.waits = WaitTimes()
         self.step_seconds = Histogram(
             "turnstile_step_duration_seconds", "One scheduling step: observe, decide, commit", buckets=STEP_BUCKETS,
             registry=r,
@@ -405,9 +267,11 @@ class Metrics:
     def render(self) -> bytes:
         """The whole ``/metrics`` page: prometheus_client's metrics, then the per-queue families."""
         out = Exposition()
-        self.admitted.write(out)
-        self.reserved.write(out)
-        self.waits.write(out)
+        for counter in (self.admitted, self.reserved, self.finished, self.lq_admitted, self.lq_reserved,
+                        self.lq_evicted, self.lq_finished):  # fmt: skip
+            counter.write(out)
+        for waits in (self.admission_waits, self.reserved_waits, self.lq_admission_waits, self.lq_reserved_waits):
+            waits.write(out)
         write_queues(out, self.controller, self.clock, self.local_queues)
         self._kube_answers(out)
         return generate_latest(self.registry) + out.text().encode()
@@ -429,22 +293,40 @@ class Metrics:
     def reserved_workload(self, wl: Workload, at: float) -> None:
         """Quota reserved: it counts as used (GPU-seconds) from now, whether or not the job started."""
         assert wl.admission is not None
+        waited = max(0.0, at - wl.queue_ts)
         self.reserved.inc(wl.admission.cluster_queue)
+        self.reserved_waits.observe(waited, wl.admission.cluster_queue)
+        if wl.local_queue is not None:
+            self.lq_reserved.inc(wl.local_queue, wl.namespace)
+            self.lq_reserved_waits.observe(waited, wl.local_queue, wl.namespace)
         self.clock.start(wl, at)
 
     def admitted_workload(self, wl: Workload, at: float) -> None:
         """Admitted: the job starts (at its reservation, or once its admission checks passed)."""
         assert wl.admission is not None
+        waited = max(0.0, at - wl.queue_ts)
         self.admitted.inc(wl.admission.cluster_queue)
-        self.waits.observe(wl.admission.cluster_queue, max(0.0, at - wl.queue_ts))
+        self.admission_waits.observe(waited, wl.admission.cluster_queue)
+        if wl.local_queue is not None:
+            self.lq_admitted.inc(wl.local_queue, wl.namespace)
+            self.lq_admission_waits.observe(waited, wl.local_queue, wl.namespace)
+
+    def finished_workload(self, wl: Workload) -> None:
+        """An admitted workload's job finished (Kueue counts the ones that held quota)."""
+        if wl.admission is not None:
+            self.finished.inc(wl.admission.cluster_queue)
+            if wl.local_queue is not None:
+                self.lq_finished.inc(wl.local_queue, wl.namespace)
 
     def evicted_workload(
-        self, key: str, cluster_queue: str, reason: str, detail: str, by: str | None, at: float
+        self, wl: Workload, cluster_queue: str, reason: str, detail: str, by: str | None, at: float
     ) -> None:
         """``reason`` as Kueue's evicted reason (Preempted, ClusterQueueStopped); a preemption also
         counts for the preempting ClusterQueue ``by`` with Kueue's preemption reason (``detail``:
         InClusterQueue, InCohortReclamation, ...)."""
         self.evicted.labels(cluster_queue, reason).inc()
+        if wl.local_queue is not None:
+            self.lq_evicted.inc(wl.local_queue, wl.namespace, reason)
         if by is not None:
             self.preempted.labels(by, detail).inc()
-        self.clock.stop(key, at)
+        self.clock.stop(wl.key, at)

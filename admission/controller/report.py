@@ -50,7 +50,7 @@ class Reporter:
                 continue
             by = sched.workloads.get(e.by) if e.by else None
             by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
-            self.metrics.evicted_workload(key, e.cluster_queue, e.reason, e.detail, by_cq, at)
+            self.metrics.evicted_workload(e.workload, e.cluster_queue, e.reason, e.detail, by_cq, at)
             if info:
                 log.info(
                     "evicted %s from ClusterQueue %s: %s (%s)%s",
@@ -126,6 +126,8 @@ class Reporter:
     def finished(self, view: JobView | None, wl: Workload | None) -> None:
         """A job finished: its Event and log line (the controller releases its quota)."""
         self.events.post(view, "Finished", "the job finished; its quota is released")
+        if wl is not None:
+            self.metrics.finished_workload(wl)
         if wl is not None and log.isEnabledFor(logging.INFO):
             log.info("finished %s", wl.key, extra=_fields(wl, "Finished"))
 

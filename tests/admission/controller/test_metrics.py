@@ -38,6 +38,13 @@ CONTRACT = {
     "kueue_local_queue_resource_usage": {"name", "namespace", "flavor", "resource"},
     "kueue_local_queue_status": {"name", "namespace", "active"},
     "kueue_cluster_queue_info": {"cluster_queue", "parent_cohort", "root_cohort"},
+    "kueue_quota_reserved_workloads_total": {"cluster_queue"},
+    "kueue_quota_reserved_wait_time_seconds": {"cluster_queue"},
+    "kueue_local_queue_admitted_workloads_total": {"name", "namespace"},
+    "kueue_local_queue_quota_reserved_workloads_total": {"name", "namespace"},
+    "kueue_local_queue_evicted_workloads_total": {"name", "namespace", "reason"},
+    "kueue_local_queue_admission_wait_time_seconds": {"name", "namespace"},
+    "kueue_local_queue_quota_reserved_wait_time_seconds": {"name", "namespace"},
     "kueue_build_info": {"git_version", "git_commit", "build_date", "go_version", "compiler", "platform"},
     "turnstile_resource_seconds_total": {"cluster_queue", "flavor", "resource", "namespace"},
 }
@@ -101,6 +108,11 @@ async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
             first, "kueue_local_queue_pending_workloads", **lq, status="inadmissible"
         )
         assert lq_waiting == 2
+        assert value(first, "kueue_local_queue_admitted_workloads_total", **lq) == 3
+        assert value(first, "kueue_local_queue_quota_reserved_workloads_total", **lq) == 3
+        assert value(first, "kueue_local_queue_evicted_workloads_total", **lq, reason="Preempted") == 1
+        assert value(first, "kueue_quota_reserved_wait_time_seconds_count", **team) == 3
+        assert value(first, "kueue_local_queue_admission_wait_time_seconds_count", **lq) == 3
         assert value(first, "kueue_local_queue_reserving_active_workloads", **lq) == 2
         assert value(first, "kueue_local_queue_admitted_active_workloads", **lq) == 2
         (build,) = first["kueue_build_info"]
@@ -118,9 +130,26 @@ async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
         assert 0 < held < later and later - held >= 8 * 0.5 * 0.9  # 8 GPUs held for another half second
 
 
+async def test_a_finished_job_is_counted_per_cluster_queue_and_local_queue(tmp_path: Path, migrated_url: str) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        controller = w.start_controller("replica-1")
+        await w.create(job("quick", gpus=4, runtime=1))
+        await w.create(job("steady", gpus=4))
+
+        async def finished() -> dict[str, list[tuple[dict[str, str], float]]] | None:
+            samples = scrape(controller.metrics)
+            return samples if "kueue_finished_workloads_total" in samples else None
+
+        samples = await eventually(finished, what="quick to finish", timeout=20)
+        assert value(samples, "kueue_finished_workloads_total", cluster_queue="team-a") == 1  # (not steady)
+        assert value(samples, "kueue_local_queue_finished_workloads_total", name="team-a", namespace="ml") == 1
+        assert value(samples, "kueue_admitted_workloads_total", cluster_queue="team-a") == 2
+
+
 def test_local_queue_gauges_are_counted_at_most_every_few_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """One pass over every workload costs ~50 ms at 100,000: counted once per window per scheduler."""
-    from admission.controller import metrics as module
+    from admission.controller import local_queue_metrics as module
     from tests.queues.builders import CQ, flavor, make_workload, scheduler
 
     sched = scheduler(flavor("a100"), CQ("a").group(("a100", {"gpu": 8})), queues={"q": "a"})
@@ -142,7 +171,8 @@ def test_cohort_tree_and_local_queue_quota_families_follow_kueues_meanings() -> 
     ``kueue_cohort_subtree_*`` gauges) and the LocalQueue quota and status gauges, from a tree:
     org > team > a, org > b (lending 1 of its 4 GPUs), and solo in no Cohort."""
     from admission.controller.exposition import Exposition
-    from admission.controller.metrics import LocalQueueGauges, ResourceClock, write_queues
+    from admission.controller.local_queue_metrics import LocalQueueGauges
+    from admission.controller.metrics import ResourceClock, write_queues
     from queues import api
     from tests.queues.builders import CQ, flavor, local_queue, make_workload, scheduler
 
