@@ -23,6 +23,7 @@ from queues.status import local_queue_condition
 if TYPE_CHECKING:
     from queues.scheduler import Scheduler
 
+MIXED = ("", None)  # (a ClusterQueue whose quota is not all one LocalQueue's started work)
 LOCAL_QUEUE_SECONDS = 10.0  # the LocalQueue gauges are counted at most this often (a pass over every workload)
 
 
@@ -101,9 +102,6 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
         ("kueue_local_queue_resource_usage", "gauge", "Quota used by admitted workloads", usage),
         ("kueue_local_queue_status", "gauge", "1 for the LocalQueue's Active condition status", status),
     ]
-
-
-MIXED = ("", None)  # (a ClusterQueue whose quota is not all one LocalQueue's started work)
 
 
 def _local_queue_quota(

@@ -7,8 +7,8 @@ set aside until capacity frees), admitted workloads, nominal quota, borrowing li
 flavor-resource, and each ClusterQueue's status; the Cohort tree (``cohort_metrics``) and the
 LocalQueues (``local_queue_metrics``) likewise. Counters and histograms, per ClusterQueue and per
 LocalQueue (admitted, quota reserved, evicted, finished; the waits to quota and to admission),
-are counted by the leader as it commits decisions; like every Prometheus counter they restart at zero with the
-process (``rate()`` handles that).
+are counted by the leader as it commits decisions; like every Prometheus counter they restart at
+zero with the process (``rate()`` handles that).
 
 ``turnstile_resource_seconds_total{cluster_queue,flavor,resource,namespace}`` integrates held
 quota over time: each label set is a line ``base + rate * (t - since)``, bent whenever a
