@@ -51,25 +51,34 @@ def ledger_url(migrated_url: str) -> str:
             busy_seconds=measured[0] * 3600 * measured[1],
         )
 
-    async def fill() -> None:
-        engine = database.make_engine(migrated_url)
-        async with database.transaction(database.sessions(engine)) as s:
-            s.add_all(
-                [
-                    # 4 GPUs x 10 h, two days ago; ran after an hour's admission check, 25 % busy
-                    row("alg-2", "a100", GPU, 4000, 50, 40, ran_h=1, measured=(9, 0.25)),
-                    row("alg-2", "h100", GPU, 1000, 30, 28, ran_h=None),  # 1 GPU x 2 h, preempted before it ran
-                    row("alg-2", "a100", "cpu", 16000, 50, 40),  # 16 cores x 10 h
-                    row("vision", "a100", GPU, 8000, 5, 4),  # 8 GPUs x 1 h
-                    row("vision", "a100", GPU, 8000, 24 * 20, 24 * 19),  # three weeks ago: outside 7d
-                    row("vision", "a100-mig", MIG, 7000, 3, 1, measured=(2, 0.5)),  # 7 slices x 2 h, half busy
-                    row("vision", "a100-ts", SHARED, 4000, 3, 1),  # 4 time-sliced replicas x 2 h
-                ]
-            )
-        await engine.dispose()
-
-    asyncio.run(fill())
+    store(
+        migrated_url,
+        [
+            # 4 GPUs x 10 h, two days ago; ran after an hour's admission check, 25 % busy
+            row("alg-2", "a100", GPU, 4000, 50, 40, ran_h=1, measured=(9, 0.25)),
+            row("alg-2", "h100", GPU, 1000, 30, 28, ran_h=None),  # 1 GPU x 2 h, preempted before it ran
+            row("alg-2", "a100", "cpu", 16000, 50, 40),  # 16 cores x 10 h
+            row("vision", "a100", GPU, 8000, 5, 4),  # 8 GPUs x 1 h
+            row("vision", "a100", GPU, 8000, 24 * 20, 24 * 19),  # three weeks ago: outside 7d
+            row("vision", "a100-mig", MIG, 7000, 3, 1, measured=(2, 0.5)),  # 7 slices x 2 h, half busy
+            row("vision", "a100-ts", SHARED, 4000, 3, 1),  # 4 time-sliced replicas x 2 h
+        ],
+    )
     return migrated_url
+
+
+def store(url: str, rows: list[tables.UsageInterval]) -> None:
+    """``rows`` put into the ledger in one transaction."""
+
+    async def add() -> None:
+        engine = database.make_engine(url)
+        try:
+            async with database.transaction(database.sessions(engine)) as s:
+                s.add_all(rows)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(add())
 
 
 def run(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -176,20 +185,14 @@ def test_plot_of_gpu_hours_and_efficiency_per_team(ledger_url: str, tmp_path: Pa
 def test_memory_is_shown_in_gib_hours_not_byte_hours(migrated_url: str, tmp_path: Path) -> None:
     now = dt.datetime.now(dt.UTC)
 
-    async def fill() -> None:
-        engine = database.make_engine(migrated_url)
-        async with database.transaction(database.sessions(engine)) as s:
-            s.add(
+    store(migrated_url, [
                 tables.UsageInterval(
                     workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="a100",
                     resource="memory", quantity=256 * 2**30 * 1000, labels={},
                     started_at=now - dt.timedelta(hours=3), ended_at=now - dt.timedelta(hours=1),
                     running_at=now - dt.timedelta(hours=3), measured_seconds=0.0, busy_seconds=0.0,
                 )
-            )  # fmt: skip
-        await engine.dispose()
-
-    asyncio.run(fill())
+    ])  # fmt: skip
     table = run(migrated_url, tmp_path, "--since", "1d")
     assert table.returncode == 0, table.stderr
     (row,) = [line.split() for line in table.stdout.splitlines() if " memory " in f" {line} "]
@@ -201,21 +204,15 @@ def test_h200_slices_are_billed_by_their_geometry_and_a_guess_is_warned(migrated
     a profile of no known card is billed g / 7 with a warning naming it and the fix."""
     now = dt.datetime.now(dt.UTC)
 
-    async def fill() -> None:
-        engine = database.make_engine(migrated_url)
-        async with database.transaction(database.sessions(engine)) as s:
-            for resource, milli in (("nvidia.com/mig-1g.35gb", 4000), ("nvidia.com/mig-2g.30gb", 1000)):
-                s.add(
+    store(migrated_url, [
                     tables.UsageInterval(
                         workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="h200",
                         resource=resource, quantity=milli, labels={},
                         started_at=now - dt.timedelta(hours=2), ended_at=now - dt.timedelta(hours=1),
                         running_at=now - dt.timedelta(hours=2), measured_seconds=0.0, busy_seconds=0.0,
                     )
-                )  # fmt: skip
-        await engine.dispose()
-
-    asyncio.run(fill())
+        for resource, milli in (("nvidia.com/mig-1g.35gb", 4000), ("nvidia.com/mig-2g.30gb", 1000))
+    ])  # fmt: skip
     done = run(migrated_url, tmp_path, "--since", "1d", "-o", "json")
     assert done.returncode == 0, done.stderr
     rows = {r["resource"]: r["gpuHours"] for r in json.loads(done.stdout)["rows"]}
@@ -230,20 +227,14 @@ def test_rightsize_without_memory_data_suggests_nothing_and_says_why(migrated_ur
     are refused with how to write them."""
     now = dt.datetime.now(dt.UTC)
 
-    async def fill() -> None:
-        engine = database.make_engine(migrated_url)
-        async with database.transaction(database.sessions(engine)) as s:
-            s.add(
+    store(migrated_url, [
                 tables.UsageInterval(
                     workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="a100",
                     resource="nvidia.com/gpu", quantity=4000, labels={}, started_at=now - dt.timedelta(hours=3),
                     ended_at=now - dt.timedelta(hours=1), running_at=now - dt.timedelta(hours=3),
                     measured_seconds=7200.0, busy_seconds=720.0,
                 )
-            )  # fmt: skip
-        await engine.dispose()
-
-    asyncio.run(fill())
+    ])  # fmt: skip
     env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url, "TURNSTILE_HOME": str(tmp_path / "home")}
     table = turnstile("rightsize", "--since", "1d", env=env)
     assert table.returncode == 0, table.stderr
@@ -291,21 +282,16 @@ def test_rightsize_judges_each_resource_of_a_workload_and_counts_workloads_once(
             memory_mib_seconds=3600.0 * peak_gib * 1024 / 2,
         )  # fmt: skip
 
-    async def fill() -> None:
-        engine = database.make_engine(migrated_url)
-        async with database.transaction(database.sessions(engine)) as s:
-            s.add_all(
-                [
-                    row("ml/two-sizes", "cq-a", "nvidia.com/mig-3g.71gb", 20, 5),  # 3g.71gb: a 1g.35gb would do
-                    row("ml/two-sizes", "cq-a", "nvidia.com/mig-1g.35gb", 8, 5),  # 1g.35gb: a 1g.18gb would do
-                    row("ml/moved", "cq-a", "nvidia.com/mig-3g.71gb", 8, 4),  # 8 GiB here, then 25 GiB after a move:
-                    row("ml/moved", "cq-b", "nvidia.com/mig-3g.71gb", 25, 2),  # only a 1g.35gb holds its peak
-                    row("ml/full", "cq-a", "nvidia.com/mig-1g.18gb", 15, 3),  # the smallest slice: nothing smaller
-                ]
-            )
-        await engine.dispose()
-
-    asyncio.run(fill())
+    store(
+        migrated_url,
+        [
+            row("ml/two-sizes", "cq-a", "nvidia.com/mig-3g.71gb", 20, 5),  # 3g.71gb: a 1g.35gb would do
+            row("ml/two-sizes", "cq-a", "nvidia.com/mig-1g.35gb", 8, 5),  # 1g.35gb: a 1g.18gb would do
+            row("ml/moved", "cq-a", "nvidia.com/mig-3g.71gb", 8, 4),  # 8 GiB here, then 25 GiB after a move:
+            row("ml/moved", "cq-b", "nvidia.com/mig-3g.71gb", 25, 2),  # only a 1g.35gb holds its peak
+            row("ml/full", "cq-a", "nvidia.com/mig-1g.18gb", 15, 3),  # the smallest slice: nothing smaller
+        ],
+    )
     env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url, "TURNSTILE_HOME": str(tmp_path / "home")}
     (tmp_path / "mig.yaml").write_text(MIG_OFFERED)
     assert turnstile("apply", "-f", str(tmp_path / "mig.yaml"), env=env).returncode == 0
