@@ -18,6 +18,9 @@ NODE_FAILURES = "NodeFailures"  # a node its pods were placed on is gone (Kueue'
 # a running job's pods no longer match its admission (its parallelism was changed): Kueue's stop reason
 NO_MATCHING_WORKLOAD = "NoMatchingWorkload"
 ADMISSION_CHECK = provisioning.ADMISSION_CHECK
+# spec.active set to false (kueuectl stop workload, turnstile stop workload): Kueue's WorkloadDeactivated
+DEACTIVATED = "Deactivated"
+DEACTIVATED_MESSAGE = "The workload is deactivated"
 
 
 @dataclass(frozen=True, slots=True)

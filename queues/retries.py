@@ -5,7 +5,9 @@ Three mechanisms end a reservation without a preemption: admission checks (two-p
 (``queues.podsready``: a started workload whose pods were not Ready in time), and a lost node
 (``node_lost``: a workload placed on it by topology is placed again). The first two release the
 quota and either park the workload until its backoff ends or deactivate it; the last requeues it at
-once, as does a running job whose pods no longer match its admission (``job_changed``).
+once, as does a running job whose pods no longer match its admission (``job_changed``). A person
+can also stop one workload and let it go again (``deactivate``/``activate``: Kueue's
+``spec.active``, ``turnstile stop|resume workload``).
 ``Scheduler`` inherits these; they use its eviction, reasons and queues.
 """
 
@@ -14,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from queues import jobs, podsready, provisioning
-from queues.decisions import ADMISSION_CHECK, NO_MATCHING_WORKLOAD, NODE_FAILURES, Decision, Evict
+from queues.decisions import (
+    ADMISSION_CHECK,
+    DEACTIVATED,
+    DEACTIVATED_MESSAGE,
+    NO_MATCHING_WORKLOAD,
+    NODE_FAILURES,
+    Decision,
+    Evict,
+)
 from queues.efficiency import GPU_IDLE
 from queues.flavors import WAITING_FOR_QUOTA
 from queues.gpu_health import GPU_UNHEALTHY
@@ -33,6 +43,7 @@ class Retries:
     pending: PendingQueues
     now: float
     inventory: Inventory | None
+    _unresolved: dict[str, Workload]
 
     def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
         raise NotImplementedError
@@ -138,6 +149,43 @@ class Retries:
             wl.requeue_at = self.now + backoff
             wl.requeue_reason = WAITING_FOR_QUOTA
         return self._evict(wl, GPU_IDLE, "Deactivated" if deactivate else "Requeued", None, message=message)
+
+    def deactivate(self, key: str, message: str = DEACTIVATED_MESSAGE) -> Evict | None:
+        """``spec.active: false`` (Kueue's deactivation): ``key`` releases any quota it holds (evicted
+        with reason ``Deactivated``) and waits, parked, admitted never, until ``activate``; its
+        retries and backoff are forgotten, as Kueue clears ``requeueState``. None if it held no quota."""
+        wl = self.workloads.get(key)
+        if wl is None or not wl.active:
+            return None
+        wl.active = False
+        wl.retries, wl.requeue_at = 0, None
+        self.checked[key] = False  # (stored with the step: its activity, retries and backoff)
+        if wl.admission is not None:
+            return self._evict(wl, DEACTIVATED, "Deactivated", None, message=message)
+        self._withdraw(wl)
+        wl.queue_ts = self.now  # (as an eviction: Kueue marks a pending workload Evicted too)
+        self._enqueue(wl, message)
+        return None
+
+    def activate(self, key: str) -> bool:
+        """``spec.active: true``: a deactivated ``key`` queues again now, in line as a workload
+        evicted when it was deactivated (Kueue's ``Requeued`` reason ``Reactivated``); False if it
+        was active."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.active:
+            return False
+        wl.active = True
+        wl.retries, wl.requeue_at = 0, None
+        self.checked[key] = False
+        self._withdraw(wl)
+        self._enqueue(wl)
+        return True
+
+    def _withdraw(self, wl: Workload) -> None:
+        """Take a workload without quota out of wherever it waits (a queue, a backoff, an unknown queue)."""
+        self.pending.remove(wl)
+        self.parked.pop(wl.key, None)
+        self._unresolved.pop(wl.key, None)
 
     def node_lost(self, node: str) -> list[Decision]:
         """A node is gone: every workload placed on it by topology is evicted and requeued (Kueue's

@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.cli import bounds, documents, instead, kinds, store_commands, views
 from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
+from admission.store import activity, database, deletion, source
 from admission.store import config as config_store
-from admission.store import database, deletion, source
 from queues import api, errors, quantity, validation
 
 T = TypeVar("T")
@@ -314,10 +314,10 @@ def quota_set(
 
 def _stop_target(kind: str, name: str) -> tuple[str, str]:
     resolved = _kind_arg(kind)
-    if resolved not in ("ClusterQueue", "LocalQueue"):
-        raise click.BadParameter("stop and resume take clusterqueue or localqueue")
-    if resolved == "LocalQueue" and "/" not in name:
-        raise click.BadParameter("name a LocalQueue as NAMESPACE/NAME")
+    if resolved not in ("ClusterQueue", "LocalQueue", "Workload"):
+        raise click.BadParameter("stop and resume take clusterqueue, localqueue or workload")
+    if resolved in ("LocalQueue", "Workload") and "/" not in name:
+        raise click.BadParameter(f"name a {resolved} as NAMESPACE/NAME")
     return resolved, name
 
 
@@ -326,6 +326,9 @@ Edit = Callable[[AsyncSession], Awaitable[config_store.Outcome]]
 
 def _stop_policy(kind: str, key: str, policy: str, who: str) -> Edit:
     async def go(session: AsyncSession) -> config_store.Outcome:
+        if kind == "Workload":  # (workloads live in the database whatever declares the queues)
+            namespace, _, name = key.partition("/")
+            return await activity.request(session, namespace, name, active=policy == "None", actor=who)
         await source.require_database(session, instead.stop_policy(kind, key, policy))
         return await config_store.set_stop_policy(session, kind, key, policy, actor=who)
 
@@ -338,14 +341,19 @@ def _stop_policy(kind: str, key: str, policy: str, who: str) -> Edit:
 @click.option("--drain", is_flag=True, help="Also evict admitted workloads (HoldAndDrain); default: let them finish.")
 @database_option
 def stop_cmd(kind: str, name: str, drain: bool, database_url: str | None) -> None:
-    """Stop admitting from a ClusterQueue or LocalQueue (stopPolicy Hold, or HoldAndDrain)."""
+    """Stop admitting from a ClusterQueue or LocalQueue (stopPolicy Hold, or HoldAndDrain), or stop
+    one workload (NAMESPACE/NAME: Kueue's spec.active false; it releases its quota and waits)."""
     resolved, key = _stop_target(kind, name)
+    if resolved == "Workload" and drain:
+        raise click.BadParameter("--drain is for queues: a stopped workload always releases its quota")
     who = actor(_settings())
     policy = "HoldAndDrain" if drain else "Hold"
     outcome = _exec(_stop_policy(resolved, key, policy, who), database_url=database_url)
-    click.echo(
-        f"{kinds.singular(resolved)}/{key} stopped ({policy}){'' if outcome.result != 'unchanged' else ', unchanged'}"
-    )
+    unchanged = "" if outcome.result != "unchanged" else ", unchanged"
+    if resolved == "Workload":
+        click.echo(f"workload/{outcome.name} stopped (spec.active: false){unchanged}")
+        return
+    click.echo(f"{kinds.singular(resolved)}/{key} stopped ({policy}){unchanged}")
 
 
 @click.command("resume")
@@ -353,11 +361,13 @@ def stop_cmd(kind: str, name: str, drain: bool, database_url: str | None) -> Non
 @click.argument("name")
 @database_option
 def resume_cmd(kind: str, name: str, database_url: str | None) -> None:
-    """Resume admitting from a stopped ClusterQueue or LocalQueue."""
+    """Resume admitting from a stopped ClusterQueue or LocalQueue, or let a stopped workload
+    (NAMESPACE/NAME) queue again."""
     resolved, key = _stop_target(kind, name)
     who = actor(_settings())
     outcome = _exec(_stop_policy(resolved, key, "None", who), database_url=database_url)
-    click.echo(f"{kinds.singular(resolved)}/{key} resumed{'' if outcome.result != 'unchanged' else ', unchanged'}")
+    unchanged = "" if outcome.result != "unchanged" else ", unchanged"
+    click.echo(f"{kinds.singular(resolved)}/{outcome.name if resolved == 'Workload' else key} resumed{unchanged}")
 
 
 # ----- history ---------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Kind names as users type them (``cq``, ``clusterqueues``, ``ClusterQueue``...) and as Kueue spells them."""
+"""Kind names as users type them (``cq``, ``clusterqueues``, ``ClusterQueue``...) and as Kueue and
+kubectl spell them (``workloads.kueue.x-k8s.io``)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,14 @@ class UnknownKind(ValueError):
     pass
 
 
+GROUPS = ("kueue.x-k8s.io", "turnstile.dev")  # kubectl's fully qualified names: workloads.kueue.x-k8s.io
+
+
 def resolve(name: str) -> str:
-    kind = KINDS.get(name.lower())
+    base, _, group = name.lower().partition(".")
+    kind = KINDS.get(base) if group in ("", *GROUPS) else None
+    if kind is not None and group == "turnstile.dev" and kind != "Workload":
+        kind = None  # (Turnstile serves only workloads under its own group)
     if kind is None:
         choices = ", ".join(sorted({n for names in _ALIASES.values() for n in names if len(n) > 3}))
         raise UnknownKind(f"unknown kind {name!r}; one of: {choices}")

@@ -484,6 +484,7 @@ class Controller:
         self.changes.jobs.update(dict.fromkeys(term.rows))
         self.changes.checks.update(dict.fromkeys(self.checks.requests))
         self.changes.namespaces = False
+        self.changes.config = True  # (its first step reads the stop/resume requests no term has applied)
         self.placement.term_began()
         for uid, row in term.rows.items():  # requests to make, or to clean up, after a restart
             if uid in self.checks.requests or _has_checks(term.held(row.key)):

@@ -44,12 +44,12 @@ from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, admission_token, now_ms, timestamp
 from admission.jobs.base import JobView
 from admission.policy import DEFAULT_POLICY, Policy
+from admission.store import activity, database, fair_usage, lease
 from admission.store import config as config_store
-from admission.store import database, fair_usage, lease
 from admission.store import usage as ledger
 from admission.store import workloads as store
 from queues import efficiency, jobs, provisioning
-from queues.decisions import NO_MATCHING_WORKLOAD
+from queues.decisions import DEACTIVATED_MESSAGE, NO_MATCHING_WORKLOAD
 from queues.model import Workload
 from queues.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
 
@@ -173,7 +173,7 @@ class Steps:
         decisions.extend(decided)
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
         waiting, self.changes.preempting = self.changes.preempting, {}
-        if decisions or sched.said or sched.checked or waiting or self.pods_ready.newly_ready:
+        if decisions or sched.said or sched.checked or waiting or self.pods_ready.newly_ready or term.taken:
             touched |= await self._commit(term, decisions, at, waiting)
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
@@ -357,6 +357,7 @@ class Steps:
                 ):
                     upserts[uid] = (view, candidate)
         config = None
+        requests: list[activity.Request] = []
         stored: dict[str, tuple[int, str]] = {}
         # Most job events (status updates) change nothing in the store: no round trip for them.
         reload = self.changes.config
@@ -378,6 +379,7 @@ class Steps:
                 )
                 if reload:
                     config = await config_store.load_config(session)
+                    requests = await activity.pending(session)
             if reload:
                 self.changes.config = False  # only once the new configuration is read for sure
         decisions: list[Decision] = resized
@@ -409,7 +411,24 @@ class Steps:
         if self.changes.namespaces:
             self.changes.namespaces = False
             decisions.extend(sched.set_namespaces(dict(self.namespaces)))
+        decisions.extend(self._activity(term, requests))
         return decisions
+
+    def _activity(self, term: Term, requests: Sequence[activity.Request]) -> list[Decision]:
+        """``turnstile stop|resume workload`` (``admission.store.activity``): each request applied
+        to the core; the requests are taken by this step's commit, with what they did."""
+        sched = term.scheduler
+        out: list[Decision] = []
+        for r in requests:
+            row = term.rows.get(r.job_uid)
+            if row is not None and not r.active:
+                message = f"{DEACTIVATED_MESSAGE} (spec.active: false, by {r.actor})"
+                if (evict := sched.deactivate(row.key, message)) is not None:
+                    out.append(evict)
+            elif row is not None and sched.activate(row.key):
+                self.events.post(self.jobs.view(row.key), "Reactivated", f"The workload was reactivated by {r.actor}")
+        term.taken.extend(requests)
+        return out
 
     def _held(self, sched: Scheduler, view: JobView) -> None:
         """A job or pod without a queue that the policy holds (``admission.policy``): say why, once."""
@@ -488,6 +507,7 @@ class Steps:
         reasons = [(row_id, wl.reason, wl.message, wl.cluster_queue) for _, row_id, wl in said]
         sched.said.clear()
         checked, sched.checked = sched.checked, {}
+        taken, term.taken = term.taken, []  # (a commit that fails ends the term: the next one reads them again)
         check_states = [
             store.CheckState(
                 r.id,
@@ -515,6 +535,7 @@ class Steps:
             )
             await store.set_reasons(session, reasons)
             await store.set_checks(session, check_states, at)
+            await activity.take(session, taken)
             ready, self.pods_ready.newly_ready = self.pods_ready.newly_ready, {}
             await store.set_pods_ready(
                 session, [(row.id, timestamp(t)) for key, t in ready.items() if (row := term.by_key.get(key))]

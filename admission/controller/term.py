@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from admission.store import lease
+from admission.store import activity, lease
 from admission.store import workloads as store
 from queues import model
 from queues.fairsharing import FairSharing
@@ -70,6 +70,7 @@ class Term:
     announce: set[str] = field(default_factory=set)  # preemptors whose Admitted Event waits for their job to start
     valid_until: float = 0.0  # monotonic deadline of the lease as last renewed
     owed: list[Decision] = field(default_factory=list)  # evictions the stored state asks for (HoldAndDrain)
+    taken: list[activity.Request] = field(default_factory=list)  # stop/resume requests applied, not yet committed
     committed: dict[str, Workload] = field(default_factory=dict)  # workload key -> as last committed, if it holds quota
     _flavors: tuple[model.Config | None, dict[str, model.Flavor]] = (None, {})
 

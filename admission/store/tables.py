@@ -389,6 +389,20 @@ class DeletionRequest(Base):
     requested_at: Mapped[dt.datetime] = _now()
 
 
+class ActivityRequest(Base):
+    """A person's ``spec.active`` for one workload (``turnstile stop|resume workload``), until the
+    leader applies it: it is taken in the same transaction that stores what it did, so a request is
+    never lost to a failed step, and a newer one replaces an older one not yet taken."""
+
+    __tablename__ = "activity_requests"
+    workload_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
+    )
+    active: Mapped[bool] = mapped_column(nullable=False)
+    actor: Mapped[str] = mapped_column(String(NAME), nullable=False)
+    requested_at: Mapped[dt.datetime] = _now()
+
+
 class Setting(Base):
     """One install-wide setting, e.g. ``config_source``: where the queue configuration is declared."""
 

@@ -133,6 +133,27 @@ def test_quota_stop_resume_delete_and_history(cli, config_file: Path) -> None:  
     assert "delete  clusterqueue/dev" in cli("history").stdout
 
 
+def test_stopping_a_workload_names_it_namespaced_and_says_what_is_wrong(cli) -> None:  # type: ignore[no-untyped-def]
+    # (stopping and resuming a real one: tests/admission/controller/test_activity.py)
+    bare = cli("stop", "workload", "train")
+    assert bare.returncode == 2 and "name a Workload as NAMESPACE/NAME" in bare.stderr
+    drain = cli("stop", "wl", "ml/train", "--drain")
+    assert drain.returncode == 2 and "--drain is for queues" in drain.stderr
+    missing = cli("resume", "workloads.kueue.x-k8s.io", "ml/train")
+    assert missing.returncode == 1, missing
+    assert "workload/ml/train not found" in missing.stderr and "turnstile get workloads -n ml" in missing.stderr
+    other = cli("stop", "rf", "a100")
+    assert other.returncode == 2 and "stop and resume take clusterqueue, localqueue or workload" in other.stderr
+
+
+def test_kueue_and_kubectl_kind_names_are_understood(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("get", "workloads.kueue.x-k8s.io").stdout.strip() == "No workloads found."
+    assert cli("get", "wl.turnstile.dev").stdout.strip() == "No workloads found."
+    assert cli("get", "clusterqueues.kueue.x-k8s.io").returncode == 0
+    wrong = cli("get", "clusterqueues.turnstile.dev")
+    assert wrong.returncode == 2 and "unknown kind" in wrong.stderr
+
+
 def test_unknown_kind_is_bad_usage(cli) -> None:  # type: ignore[no-untyped-def]
     out = cli("get", "queuez")
     assert out.returncode == 2 and "unknown kind 'queuez'" in out.stderr
