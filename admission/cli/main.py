@@ -168,14 +168,18 @@ def _run_cluster(parsed: Any, *, time_scale: float, database_url: str | None, se
 
 @cli.command()
 def crds() -> None:
-    """Print the CustomResourceDefinitions of Kueue's configuration kinds (kueue.x-k8s.io/v1beta2) as
-    Turnstile serves them: `turnstile crds | kubectl apply -f -` (the install ships them too)."""
+    """Print the CustomResourceDefinitions of Kueue's configuration kinds and its Workload
+    (kueue.x-k8s.io/v1beta2) as Turnstile serves them: `turnstile crds | kubectl apply -f -` (the
+    install ships them too)."""
     import yaml
 
-    from queues import crds as definitions
+    from queues import workload_crd
 
-    header = "# Kueue's configuration kinds, v1beta2, as Turnstile serves them (written by `turnstile crds`).\n"
-    sys.stdout.write(header + yaml.safe_dump_all(definitions.crds(), sort_keys=False))
+    header = (
+        "# Kueue's configuration kinds and its Workload, v1beta2, as Turnstile serves them "
+        "(written by `turnstile crds`).\n"
+    )
+    sys.stdout.write(header + yaml.safe_dump_all(workload_crd.installed(), sort_keys=False))
 
 
 for _command in (

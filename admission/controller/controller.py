@@ -59,6 +59,7 @@ from admission.controller.runtimes import TrainingRuntimes
 from admission.controller.step import Changes, StepFailed, StepOptions, Steps
 from admission.controller.term import Term
 from admission.controller.utilisation import Prometheus
+from admission.controller.workload_projection import Projection
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
@@ -228,6 +229,8 @@ class Controller:
             card_fractions=policy.card_fractions,
         )
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
+        # one workloads.kueue.x-k8s.io object per queued job, projected from the store by the leader
+        self.projection = Projection(kube, sessions, self.jobs, lambda: self.term)
         self.steps = Steps(
             changes=self.changes,
             jobs=self.jobs,
@@ -244,6 +247,7 @@ class Controller:
             reclaimer=self.reclaimer,
             meter=self.meter,
             budgets=self.budgets,
+            projection=self.projection,
         )
         self.leadership = Leadership(
             sessions,
@@ -284,7 +288,8 @@ class Controller:
         """A CRD came, changed or went: the informers of its group look again now (a kind whose
         CRD was just installed is queued from then on, without waiting for the periodic look)."""
         group = str((obj.get("spec") or {}).get("group") or "")
-        for informer in (*self.informers, self.checks.informer, *self.declared.informers.values()):
+        others = (self.checks.informer, self.projection.informer, *self.declared.informers.values())
+        for informer in (*self.informers, *others):
             if informer.optional and informer.ref.api_version.rpartition("/")[0] == group:
                 informer.recheck()
 
@@ -344,6 +349,8 @@ class Controller:
         tasks.append(asyncio.create_task(self.reclaimer.run(), name="gpu-utilization"))
         tasks.append(asyncio.create_task(self.budgets.run(), name="gpu-budgets"))
         tasks.append(asyncio.create_task(self.pod_waits.run(), name="pod-waits"))
+        tasks.append(asyncio.create_task(self.projection.informer.run(), name="informer-workloads"))
+        tasks.append(asyncio.create_task(self.projection.run(), name="workload-objects"))
         self.enactor.start()
         self.placement.start()
         self.checks.start()
@@ -485,6 +492,7 @@ class Controller:
         self.changes.checks.update(dict.fromkeys(self.checks.requests))
         self.changes.namespaces = False
         self.changes.config = True  # (its first step reads the stop/resume requests no term has applied)
+        self.projection.term_began(term)
         self.placement.term_began()
         for uid, row in term.rows.items():  # requests to make, or to clean up, after a restart
             if uid in self.checks.requests or _has_checks(term.held(row.key)):

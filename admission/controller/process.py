@@ -53,7 +53,7 @@ from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube
 from admission.policy import DEFAULT_POLICY, Policy
-from admission.store import database, deletion
+from admission.store import activity, database, deletion
 from admission.ui.server import Dashboard
 from admission.webhook.keeper import FolderKeeper, Keeper, SecretKeeper, Serving
 from admission.webhook.registration import Registration, Scope
@@ -120,6 +120,17 @@ def deletions(controller: Controller) -> Callable[[str, str, str, str], Awaitabl
     return record
 
 
+def activity_requests(controller: Controller) -> Callable[[str, str, bool, str], Awaitable[None]]:
+    """A person's ``spec.active`` on a Workload object, from its UPDATE review, into PostgreSQL as a
+    stop/resume request (``admission.store.activity``), audited with that person."""
+
+    async def record(namespace: str, name: str, active: bool, actor: str) -> None:
+        async with database.transaction(controller.sessions) as session:
+            await activity.request(session, namespace, name, active=active, actor=actor)
+
+    return record
+
+
 def dashboard(controller: Controller) -> Dashboard:
     """The dashboard as a replica serves it: PostgreSQL, plus the leader's idle GPUs and the jobs' Events."""
     return Dashboard(controller.sessions, idle=controller.reclaimer.idle_held, job_events=controller.job_events)
@@ -157,6 +168,7 @@ async def endpoints(
         group_totals=controller.pod_groups.totals,
         runtimes=controller.runtimes.lookup,
         deletions=deletions(controller),
+        activity=activity_requests(controller),
     )
     # The aggregated API (kubectl get workloads, Kueue's visibility API) shares the webhook's port:
     # the API server presents its front-proxy certificate there, webhook calls present none.

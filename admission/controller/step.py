@@ -42,6 +42,7 @@ from admission.controller.podsready import PodsReadyWatch
 from admission.controller.reclaim import Reclaimer
 from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, admission_token, now_ms, timestamp
+from admission.controller.workload_projection import Projection
 from admission.jobs.base import JobView
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import activity, database, fair_usage, lease
@@ -49,7 +50,7 @@ from admission.store import config as config_store
 from admission.store import usage as ledger
 from admission.store import workloads as store
 from queues import efficiency, jobs, provisioning
-from queues.decisions import DEACTIVATED_MESSAGE, NO_MATCHING_WORKLOAD
+from queues.decisions import NO_MATCHING_WORKLOAD
 from queues.model import Workload
 from queues.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
 
@@ -109,6 +110,7 @@ class Steps:
         reclaimer: Reclaimer | None = None,
         meter: Meter | None = None,
         budgets: BudgetKeeper | None = None,
+        projection: Projection | None = None,
     ) -> None:
         self.changes = changes
         self.policy = policy
@@ -125,6 +127,7 @@ class Steps:
         self.reclaimer = reclaimer
         self.meter = meter
         self.budgets = budgets
+        self.projection = projection
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
         self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued, or are held
@@ -175,6 +178,8 @@ class Steps:
         waiting, self.changes.preempting = self.changes.preempting, {}
         if decisions or sched.said or sched.checked or waiting or self.pods_ready.newly_ready or term.taken:
             touched |= await self._commit(term, decisions, at, waiting)
+        if self.projection is not None:  # (the Workload objects of what changed)
+            self.projection.mark([*dirty, *(row.uid for key in touched if (row := term.by_key.get(key)))])
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
         touched.update(term.stopping)  # their job events say when the pods are gone
@@ -422,7 +427,7 @@ class Steps:
         for r in requests:
             row = term.rows.get(r.job_uid)
             if row is not None and not r.active:
-                message = f"{DEACTIVATED_MESSAGE} (spec.active: false, by {r.actor})"
+                message = f"spec.active set to false by {r.actor}"
                 if (evict := sched.deactivate(row.key, message)) is not None:
                     out.append(evict)
             elif row is not None and sched.activate(row.key):

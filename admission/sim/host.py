@@ -26,7 +26,7 @@ from admission.sim.cluster import Cluster
 from admission.sim.objects import Resource
 from admission.sim.replicas import Replicas
 from admission.webhook import certs
-from queues import crds as kueue_crds
+from queues import workload_crd
 
 
 def write_kubeconfig(path: Path, server: str, *, token: str = "turnstile-sim", ca: bytes | None = None) -> Path:
@@ -90,7 +90,9 @@ class SimHost:
         ``crds``: the operators' kinds whose CRDs are installed (default: all); ``default_runtime``:
         seconds a job without a ``turnstile.dev/sim-runtime`` annotation runs (None: forever);
         ``kueue``: Kueue's configuration kinds served as CRDs (queues as Kubernetes objects)."""
-        server = ApiServer(faults=faults, crds=crds, definitions=tuple(kueue_crds.crds()) if kueue else ())
+        # (Kueue's Workload CRD is always served: the controller keeps one object per queued job)
+        definitions = tuple(workload_crd.installed()) if kueue else (workload_crd.crd(),)
+        server = ApiServer(faults=faults, crds=crds, definitions=definitions)
         server.time_scale = time_scale
         cluster = Cluster(server.store, time_scale=time_scale, default_runtime=default_runtime)
         options = autoscaler or {}

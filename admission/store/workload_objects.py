@@ -2,7 +2,8 @@
 
 What ``kubectl get workloads`` (the controller's aggregated API, ``admission.aggregated``) and
 ``turnstile get wl -o json|yaml`` show: ``spec`` (queueName, priority, active, podSets with
-their requests as Kubernetes quantities: ``nvidia.com/gpu: "8"``, never milli-units) and
+their requests as Kubernetes quantities: ``nvidia.com/gpu: "8"``, never milli-units; ``active``
+as a person last asked it, ``admission.store.activity``) and
 ``status`` (conditions QuotaReserved, Admitted, Finished, Evicted and Preempted with Kueue's
 reasons, ``admission`` with each pod set's flavors and resource usage). Named as Kueue names
 them, ``<kind>-<job name>-<first 5 of the job's uid>``, owned by their job.
@@ -25,11 +26,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.kube.table import human_duration
-from queues import jobs, quantity
+from queues import jobs, quantity, workload_crd
 
 GROUP, VERSION = "turnstile.dev", "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 RETENTION = dt.timedelta(days=7)
+JOB_UID_LABEL = workload_crd.JOB_UID_LABEL
 _UID_NAMESPACE = uuid.UUID("5e4d6c1a-7b2f-4c3e-9a8d-0f1e2d3c4b5a")  # (Turnstile's, for workload_uid)
 
 # A workload's object name, as Kueue names them and kubectl shows them: <kind>-<job name>-<first 5
@@ -51,7 +53,8 @@ def object_name(kind: str, name: str, job_uid: str) -> str:
 _COLUMNS = f"""
     w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
     w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
-    w.assigned_flavors, w.checks, w.active, w.labels,
+    w.assigned_flavors, w.checks, w.labels,
+    COALESCE((SELECT r.active FROM activity_requests r WHERE r.workload_id = w.id), w.active) AS active,
     {OBJECT_NAME} AS object_name
 """
 _VISIBLE = "(w.state <> 'Finished' OR w.finished_at > now() - make_interval(secs => :retention))"
@@ -108,6 +111,15 @@ async def get(session: AsyncSession, namespace: str, name: str) -> dict[str, Any
     rows = list((await session.execute(text(query), params)).mappings())
     items = await _objects(session, rows)
     return items[0] if items else None
+
+
+async def by_job_uids(session: AsyncSession, uids: list[str]) -> dict[str, dict[str, Any]]:
+    """The workloads of these jobs (by job uid) that are still shown (not finished, or finished
+    within ``RETENTION``); a job missing from the answer has none."""
+    query = f"SELECT {_COLUMNS} FROM workloads w WHERE {_VISIBLE} AND w.job_uid = ANY(:uids)"
+    params = {"uids": list(uids), "retention": RETENTION.total_seconds()}
+    rows = list((await session.execute(text(query), params)).mappings())
+    return {obj["metadata"]["labels"][JOB_UID_LABEL]: obj for obj in await _objects(session, rows)}
 
 
 async def _objects(session: AsyncSession, rows: list[Any]) -> list[dict[str, Any]]:
@@ -238,7 +250,7 @@ def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
             "namespace": row["namespace"],
             "uid": workload_uid(row["job_uid"], row["id"]),
             "creationTimestamp": _time(row["created_at"]),
-            "labels": {"kueue.x-k8s.io/job-uid": row["job_uid"]},
+            "labels": {JOB_UID_LABEL: row["job_uid"]},
             "ownerReferences": [owner],
         },
         "spec": spec,

@@ -22,6 +22,9 @@ webhooks, and an outage refuses nothing else:
    (``admission.webhook.queue_objects``: validated as ``turnstile apply`` validates, the editor
    stamped for the audit). They need no database, so Fail never blocks an edit while it is away;
    ``vqueue.deletion.turnstile.dev`` (Ignore) hears their deletions, to audit who deleted.
+6. ``vworkload.workloads.turnstile.dev``: Kueue's Workload objects (the leader's projection,
+   ``admission.webhook.workload_objects``): a person may change only ``spec.active``, written as a
+   stop/resume request (Fail: while the database is away that edit is refused, nothing else is).
 
 Pods owned by a job kind Turnstile integrates (the Job controller's, the operators') are never sent
 (``matchConditions``): their job is what is queued, and an outage must not stop a Job from making
@@ -59,7 +62,7 @@ from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
 from admission.policy import Policy
-from queues import api, crds, jobs, managed
+from queues import api, crds, jobs, managed, workload_crd
 from queues.model import Config
 from queues.selectors import LabelSelector
 
@@ -90,8 +93,11 @@ HOOKS: dict[str, tuple[str, str, str, str]] = {
     "vqueue.config.turnstile.dev": (VALIDATE, "/validate", "config", "Fail"),
     # their deletion, for the audit log's "who" (Ignore: an outage never blocks a deletion)
     "vqueue.deletion.turnstile.dev": (VALIDATE, "/validate", "deletion", "Ignore"),
+    # Kueue's Workload objects (the leader's projection): only spec.active may change, and is recorded
+    "vworkload.workloads.turnstile.dev": (VALIDATE, "/validate", "workloads", "Fail"),
 }
-QUEUE_OBJECT_SCOPES = ("config", "deletion")  # hooks for Kueue's queue objects: no namespace or object selector
+# hooks for Kueue's objects: no namespace or object selector
+QUEUE_OBJECT_SCOPES = ("config", "deletion", "workloads")
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +203,13 @@ def config_rules(operations: Sequence[str] = ("CREATE", "UPDATE")) -> list[dict[
     ]  # fmt: skip
 
 
+# Kueue's Workload objects (``admission.webhook.workload_objects``)
+WORKLOAD_RULES = [
+    {"apiGroups": [workload_crd.GROUP], "apiVersions": [workload_crd.VERSION], "operations": ["CREATE", "UPDATE"],
+     "resources": [workload_crd.PLURAL], "scope": "Namespaced"},
+]  # fmt: skip
+
+
 # Plain Pods and the serving kinds that make them (``admission.webhook.pods``)
 POD_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
@@ -253,7 +266,9 @@ def configurations(
                 "timeoutSeconds": 10,
                 "clientConfig": client_config,
             }
-            if kind in QUEUE_OBJECT_SCOPES:  # every queue object, wherever it lives
+            if kind == "workloads":
+                hook["rules"] = WORKLOAD_RULES
+            elif kind in QUEUE_OBJECT_SCOPES:  # every queue object, wherever it lives
                 hook["rules"] = config_rules() if kind == "config" else config_rules(["DELETE"])
             else:
                 hook["rules"] = rules(integrations)
@@ -286,6 +301,8 @@ MANIFEST_HEADER = """\
 #   *.config      Kueue's queue objects (kueue.x-k8s.io/v1beta2), validated and their editor stamped;
 #                 answered without the database, so Fail never blocks an admin's edit while it is away
 #   *.deletion    their deletions (Ignore), for the audit log's "who deleted it"
+#   *.workloads   Kueue's Workload objects (Turnstile's projection of its database): only spec.active may
+#                 change, and is recorded as a stop/resume request; while that cannot be written, refused
 # Jobs of every integrated kind, Pods, Deployments, StatefulSets, LeaderWorkerSets. Never sent (match-
 # Conditions): pods whose controller is a job kind (their job is queued), and pod updates that change
 # neither scheduling gates nor labels (the Job controller's finalizer removal), so an outage never

@@ -4,7 +4,9 @@ Answers come from an in-memory configuration (``config_source``), refreshed by t
 controller on NOTIFY: never a database round trip per request. Until a configuration has
 been loaded the server answers 503, so the API server (failurePolicy Fail) refuses the job
 rather than letting it start unsuspended; readiness says the same. Kueue's queue objects
-(``kueue.x-k8s.io``) are answered without it (``admission.webhook.queue_objects``). Malformed bodies get 400
+(``kueue.x-k8s.io``) are answered without it (``admission.webhook.queue_objects``), and so are its
+Workload objects (``admission.webhook.workload_objects``: only ``spec.active`` may change, and that
+is written as a request to the leader). Malformed bodies get 400
 and oversized ones 413, each with a ``kind: Status``; DELETE is always allowed (a queue object's
 DELETE tells ``deletions`` who asked, for the audit log). A review that
 fails inside Turnstile (a bug, or an object shaped as no schema allows) is refused, never allowed
@@ -24,7 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from admission.policy import HOLD, Policy
-from admission.webhook import pods, queue_objects, review
+from admission.webhook import pods, queue_objects, review, workload_objects
 from queues import jobs, trainjobs
 from queues.model import Config
 
@@ -63,8 +65,10 @@ class WebhookServer:
         group_totals: pods.GroupTotals = lambda _ns, _group: set(),
         runtimes: trainjobs.Runtimes | None = None,
         deletions: Deletions | None = None,
+        activity: workload_objects.Activity | None = None,
     ) -> None:
         self.config_source = config_source
+        self.activity = activity  # where a person's spec.active on a Workload becomes a stop/resume request
         self.deletions = deletions  # where who deleted a queue object is written (for the audit log)
         self.runtimes = runtimes  # a TrainJob's training runtime (the controller's informers keep them)
         # what is queued or held (a job naming a LocalQueue that does not exist: hold, Kueue's, or refuse)
@@ -133,9 +137,16 @@ class WebhookServer:
             return _status(400, f"not an AdmissionReview admission.k8s.io/v1: {exc!r}"[:1000])
         self.reviews += 1
         answer = review.Answer()
-        if operation == "DELETE" and queue_objects.is_queue_object(req.get("kind")) and isinstance(old, dict):
+        if workload_objects.is_workload(req.get("kind")):  # (Kueue's Workload objects, the leader's projection)
+            if not mutating and isinstance(obj, dict):
+                try:
+                    answer = await workload_objects.review(operation, obj, old, req.get("userInfo"), self.activity)
+                except Exception:  # a bug: refuse (fail closed), never let an edit through unrecorded
+                    log.exception("review of a Workload object failed")
+                    answer = review.Answer(allowed=False, message="turnstile could not review this Workload (a bug)")
+        elif operation == "DELETE" and queue_objects.is_queue_object(req.get("kind")) and isinstance(old, dict):
             await self._deleted(req, old)
-        if operation != "DELETE" and isinstance(obj, dict) and queue_objects.is_queue_object(req.get("kind")):
+        elif operation != "DELETE" and isinstance(obj, dict) and queue_objects.is_queue_object(req.get("kind")):
             if operation == "CREATE" and (req.get("kind") or {}).get("kind") == "LocalQueue":
                 self._saw_local_queue(f"{namespace}/{(obj.get('metadata') or {}).get('name')}")
             try:

@@ -342,7 +342,8 @@ subjects: [{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}]
 
 
 async def test_workloads_and_pending_positions_through_the_api_server(tmp_path: Path, migrated_url: str) -> None:
-    """kubectl get workloads -A and Kueue's visibility API, served by the replicas through an
+    """kubectl get workloads.turnstile.dev -A (plain ``workloads`` are Kueue's objects, as with Kueue,
+    tests/e2e/test_workload_objects.py) and Kueue's visibility API, served by the replicas through an
     APIService, authorized by the API server's RBAC; when no replica answers, only that group fails."""
     async with cluster(tmp_path, migrated_url) as (host, kube, port):
         async with replica(host, migrated_url, tmp_path / "certs", port, cert_secret=None, names=NAMES):
@@ -358,7 +359,7 @@ async def test_workloads_and_pending_positions_through_the_api_server(tmp_path: 
             await eventually(lambda: _admitted(kube, "team-b", 4), what="four admitted", timeout=20)
 
             # Everyone's workloads, in Kueue's columns and ours, paged as kubectl pages them.
-            code, out, err = await kubectl(host.kubeconfig, "get", "workloads", "-A", "--chunk-size", "1")
+            code, out, err = await kubectl(host.kubeconfig, "get", "workloads.turnstile.dev", "-A", "--chunk-size", "1")
             assert code == 0, err
             lines = out.splitlines()
             assert lines[0].split()[:4] == ["NAMESPACE", "NAME", "QUEUE", "RESERVED"], out
@@ -390,11 +391,11 @@ async def test_workloads_and_pending_positions_through_the_api_server(tmp_path: 
             code, _, err = await kubectl(host.kubeconfig, "apply", "-f", "-", stdin=VIEWER)
             assert code == 0, err
             alice = host.kubeconfig_for("alice", tmp_path / "alice.kubeconfig")
-            code, out, err = await kubectl(alice, "get", "workloads", "-n", "default")
+            code, out, err = await kubectl(alice, "get", "workloads.turnstile.dev", "-n", "default")
             assert code == 0 and len(out.splitlines()) == 6, (out, err)
-            code, _, err = await kubectl(alice, "get", "workloads", "-A")
+            code, _, err = await kubectl(alice, "get", "workloads.turnstile.dev", "-A")
             assert code != 0 and 'User "alice" cannot list resource "workloads"' in err, err
-            code, _, err = await kubectl(alice, "get", "workloads", "-n", "kube-system")
+            code, _, err = await kubectl(alice, "get", "workloads.turnstile.dev", "-n", "kube-system")
             assert code != 0 and "forbidden" in err, err
             mine = "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/default/localqueues/team-b/pendingworkloads"
             code, out, err = await kubectl(alice, "get", "--raw", mine)
@@ -403,7 +404,7 @@ async def test_workloads_and_pending_positions_through_the_api_server(tmp_path: 
             assert code != 0, "the ClusterQueue's view needs a cluster-wide grant"
 
         # No replica answers: that group is unavailable, and nothing else breaks.
-        code, _, err = await kubectl(host.kubeconfig, "get", "workloads", "-A")
+        code, _, err = await kubectl(host.kubeconfig, "get", "workloads.turnstile.dev", "-A")
         assert code != 0 and "the server is currently unable to handle the request" in err, err
         code, out, err = await kubectl(host.kubeconfig, "get", "cq")
         assert code == 0 and "team-a" in out, err

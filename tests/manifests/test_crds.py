@@ -9,7 +9,7 @@ import pytest
 import yaml
 from openapi_schema_validator import OAS30Validator
 
-from queues import api, crds
+from queues import api, crds, workload_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "manifests" / "base" / "crds.yaml"
@@ -17,7 +17,7 @@ SHIPPED = ROOT / "manifests" / "base" / "crds.yaml"
 
 def test_the_shipped_crds_are_written_from_the_models() -> None:
     shipped = [d for d in yaml.safe_load_all(SHIPPED.read_text()) if d]
-    assert shipped == crds.crds(), "run `make manifests` (turnstile crds > manifests/base/crds.yaml)"
+    assert shipped == workload_crd.installed(), "run `make manifests` (turnstile crds > manifests/base/crds.yaml)"
 
 
 def _structural_problems(node: Any, path: str) -> list[str]:
@@ -45,6 +45,32 @@ def test_every_schema_is_structural_with_kueues_names(kind: str) -> None:
     assert version["name"] == "v1beta2" and version["served"] and version["storage"]
     assert "status" in version["subresources"]
     assert _structural_problems(version["schema"]["openAPIV3Schema"], kind) == []
+
+
+def test_the_workload_crd_is_structural_and_takes_what_the_projection_writes() -> None:
+    crd = workload_crd.crd()
+    (version,) = crd["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    assert _structural_problems(schema, "Workload") == []
+    assert crd["spec"]["names"]["shortNames"] == ["kwl", "kueueworkload", "kueueworkloads"]  # Kueue's
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Queue", "Reserved in", "Admitted", "Finished", "Age"
+    ]  # fmt: skip
+    written = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "job-train-1a2b3"},
+        "spec": {"active": True, "queueName": "team-a", "priority": 0,
+                 "podSets": [{"name": "main", "count": 2, "template": {"spec": {"containers": []}}}]},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                                   "message": "", "lastTransitionTime": "2026-12-05T00:00:00Z"}],
+                   "admission": {"clusterQueue": "team-a", "podSetAssignments": [
+                       {"name": "main", "count": 2, "flavors": {"nvidia.com/gpu": "a100"},
+                        "resourceUsage": {"nvidia.com/gpu": "16"}}]}},
+    }  # fmt: skip
+    OAS30Validator(schema).validate(written)
+    wrong = {**written, "spec": {**written["spec"], "podSets": [{"name": "Main!", "template": {}}]}}
+    assert not OAS30Validator(schema).is_valid(wrong)
 
 
 def test_short_names_and_printer_columns_are_kueues() -> None:

@@ -175,6 +175,13 @@ def test_webhooks_are_what_the_code_registers_and_fail_closed_only_for_queued_jo
                 assert rule["operations"] == ["DELETE"] and hook["failurePolicy"] == "Ignore"
                 assert config["kind"] == "ValidatingWebhookConfiguration"
                 continue
+            if hook["name"].endswith(".workloads.turnstile.dev"):
+                # Kueue's Workload objects only (Turnstile's projection): creates and edits, never deletions
+                (rule,) = hook["rules"]
+                assert (rule["apiGroups"], rule["resources"]) == (["kueue.x-k8s.io"], ["workloads"])
+                assert rule["operations"] == ["CREATE", "UPDATE"] and config["kind"] == "ValidatingWebhookConfiguration"
+                assert "namespaceSelector" not in hook and "objectSelector" not in hook
+                continue
             if hook["name"].endswith(".config.turnstile.dev"):
                 # Kueue's queue objects, all of them: answered without the database or a configuration
                 (rule,) = hook["rules"]

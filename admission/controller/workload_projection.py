@@ -1,0 +1,228 @@
+"""Workloads as Kueue's own objects: one ``workloads.kueue.x-k8s.io`` per queued job, kept by the leader.
+
+Why: kueuectl, KueueViz and every script or dashboard built on Kueue read Workload objects.
+PostgreSQL stays the source of truth; these objects are its projection (``spec`` and ``status``
+as ``admission.store.workload_objects`` reads them, named ``job-<name>-<uid prefix>``, owned by
+the job so Kubernetes' garbage collector removes them with it).
+
+Kept current as the queue objects' status is (``admission.controller.queuestatus``): each step
+marks the jobs it touched; a pass every ``INTERVAL`` seconds reads those workloads from the
+store in one query and writes only what differs from what the cluster shows (the informer's
+copy): a create, a merge patch of ``spec`` (its ``active``), a patch of the ``status``
+subresource. Writes are rate-limited by a token bucket (``RATE`` per second, bursts of
+``BURST``); what a pass could not write waits for the next. A new term marks every job, and
+every object the informer lists, so whatever was lost while no one led (an object deleted, a
+write that failed) is rebuilt; an object with no workload behind it (its job gone, or finished
+longer ago than the store shows) is deleted.
+
+What a person may change is ``spec.active`` (the webhook turns it into a stop/resume request,
+``admission.store.activity``, and refuses every other ``spec`` change). An object deleted while
+its workload is live is made again at the next pass; the job keeps its place (Kueue would also
+evict and requeue it under the new Workload: not yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.controller.jobcache import JobCache
+from admission.controller.term import Term
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, KubeError, Obj, ResourceRef
+from admission.kube.informer import Informer
+from admission.store import database
+from admission.store import workload_objects as store
+from queues import workload_crd
+
+log = logging.getLogger(__name__)
+
+WORKLOADS = ResourceRef(f"{workload_crd.GROUP}/{workload_crd.VERSION}", workload_crd.KIND, workload_crd.PLURAL)
+API_VERSION = WORKLOADS.api_version
+INTERVAL = 0.5  # seconds between passes
+RATE = 500.0  # object writes per second, sustained (Kueue's client allows 1,000 requests per second)
+BURST = 1000
+PAGE = 500  # workloads read from the store per query
+
+
+def desired(obj: Obj) -> Obj:
+    """A workload as the store shows it (``store.to_object``), as the Workload object to keep."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": workload_crd.KIND,
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": dict(meta["labels"]),
+            "ownerReferences": list(meta["ownerReferences"]),
+        },
+        "spec": obj["spec"],
+        "status": obj["status"],
+    }
+
+
+class Projection:
+    """The leader's Workload objects: marked by steps, written in coalesced, rate-limited passes."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        sessions: async_sessionmaker[AsyncSession],
+        jobs: JobCache,
+        current_term: Callable[[], Term | None],
+        *,
+        rate: float = RATE,
+        burst: int = BURST,
+    ) -> None:
+        self.kube, self.sessions, self.jobs, self.current_term = kube, sessions, jobs, current_term
+        self.informer = Informer(kube, WORKLOADS, self._on_object, label_selector=store.JOB_UID_LABEL, optional=True)
+        self.objects: dict[str, Obj] = {}  # job uid -> its Workload object as the cluster has it
+        self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> job uid
+        self.dirty: dict[str, None] = {}  # job uids whose object may differ from the store
+        self.wake = asyncio.Event()
+        self.rate, self.burst = rate, burst
+        self.tokens, self.refilled = float(burst), time.monotonic()
+        self.writes = 0  # objects created, patched or deleted (bench: the write rate)
+        self.written: dict[str, tuple[Any, Any]] = {}  # job uid -> (spec, status) this replica last wrote
+
+    # ----- inputs ----------------------------------------------------------------------------------
+
+    def mark(self, uids: Iterable[str]) -> None:
+        """These jobs' workloads may have changed: their objects are looked at in the next pass."""
+        before = len(self.dirty)
+        self.dirty.update(dict.fromkeys(uids))
+        if len(self.dirty) != before:
+            self.wake.set()
+
+    def term_began(self, term: Term) -> None:
+        """Rebuild: every workload of the term, and every object listed (orphans are deleted)."""
+        self.mark(term.rows)
+        self.mark(list(self.objects))
+
+    def _on_object(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        where = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        # (a deletion noticed on a relist carries only namespace and name: its job by name)
+        uid = str((meta.get("labels") or {}).get(store.JOB_UID_LABEL) or "") or self.by_name.get(where, "")
+        if not uid:
+            return
+        if kind == "DELETED":
+            if self.objects.get(uid, {}).get("metadata", {}).get("name") == where[1]:
+                self.objects.pop(uid, None)
+            self.by_name.pop(where, None)
+            self.mark([uid])  # (made again if its workload is live)
+            return
+        self.objects[uid] = obj
+        self.by_name[where] = uid
+        if _shown(obj) != self.written.get(uid):
+            self.mark([uid])  # changed by someone else (or not yet written by this replica)
+
+    # ----- passes ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Passes while leading, until cancelled; a failed pass is logged and its jobs kept dirty."""
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            await asyncio.sleep(INTERVAL)
+            term = self.current_term()
+            if term is None or not self.informer.synced.is_set():
+                continue  # (the next term marks everything again)
+            try:
+                await self.write(term)
+            except database.ERRORS as exc:
+                log.warning("Workload objects not written (the database): %s", database.describe_error(exc))
+                await asyncio.sleep(1.0)
+                self.wake.set()
+            except Exception:  # a bug must not stop the projection for good
+                log.exception("writing Workload objects failed")
+                await asyncio.sleep(1.0)
+                self.wake.set()
+
+    def _take(self) -> list[str]:
+        now = time.monotonic()
+        self.tokens = min(float(self.burst), self.tokens + (now - self.refilled) * self.rate)
+        self.refilled = now
+        n = min(len(self.dirty), int(self.tokens), PAGE)
+        uids = list(self.dirty)[:n]
+        for uid in uids:
+            del self.dirty[uid]
+        return uids
+
+    async def write(self, term: Term) -> None:
+        """One pass: the marked jobs' objects made to match the store (as many as the bucket allows)."""
+        while self.current_term() is term and (uids := self._take()):
+            async with database.transaction(self.sessions) as session:
+                found = await store.by_job_uids(session, uids)
+            for uid in uids:
+                want = found.get(uid)
+                try:
+                    if want is None or uid not in self.jobs.views:
+                        await self._delete(uid)
+                    else:
+                        await self._put(uid, desired(want))
+                except KubeError as exc:
+                    if exc.status in (0, 409, 429) or exc.status >= 500:
+                        self.dirty[uid] = None  # (tried again in a later pass)
+                    else:
+                        log.warning("Workload object of job %s: %s", uid, exc)
+            if self.dirty:
+                self.wake.set()
+                return
+
+    async def _delete(self, uid: str) -> None:
+        have = self.objects.get(uid)
+        if have is None:
+            return
+        meta = have["metadata"]
+        self.writes += 1
+        try:
+            await self.kube.delete(WORKLOADS, meta["namespace"], meta["name"])
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    async def _put(self, uid: str, want: Obj) -> None:
+        meta = want["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        have = self.objects.get(uid)
+        if have is not None and (have["metadata"].get("name") != name or _fixed(have) != _fixed(want)):
+            # Its job now asks for other pod sets (or priority, queue): as Kueue, a new Workload (the
+            # webhook lets nobody change a Workload's spec but its active flag, this replica neither).
+            await self._delete(uid)
+            self.objects.pop(uid, None)
+            have = None
+        if have is None:
+            self.writes += 1
+            have = await self.kube.create(WORKLOADS, namespace, {k: v for k, v in want.items() if k != "status"})
+        if (spec := _merge(have.get("spec"), want["spec"])) is not None:
+            self.writes += 1
+            have = await self.kube.patch(WORKLOADS, namespace, name, {"spec": spec})
+        if (status := _merge(have.get("status"), want["status"])) is not None:
+            self.writes += 1
+            path = WORKLOADS.path(namespace, name, "status")
+            have = await self.kube.request("PATCH", path, body={"status": status}, content_type=kube_client.MERGE_PATCH)
+        self.written[uid] = _shown(have)
+
+
+def _merge(have: Any, want: Obj) -> Obj | None:
+    """The merge patch that turns ``have`` into ``want`` (what is gone set to null); None if equal."""
+    have = have if isinstance(have, dict) else {}
+    if have == want:
+        return None
+    return {**{k: None for k in have if k not in want}, **want}
+
+
+def _fixed(obj: Obj) -> dict[str, Any]:
+    """What of a Workload's spec only its job decides (all but ``active``)."""
+    return {k: v for k, v in (obj.get("spec") or {}).items() if k != "active"}
+
+
+def _shown(obj: Obj) -> tuple[Any, Any]:
+    return (obj.get("spec"), obj.get("status"))

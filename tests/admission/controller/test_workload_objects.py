@@ -1,0 +1,120 @@
+"""Kueue's Workload objects (``workloads.kueue.x-k8s.io``), kept by the leader from PostgreSQL.
+
+One object per queued job, named as Kueue names it and owned by the job, its status following
+the workload (pending with its reason, then quota reserved and admitted with its flavors, then
+finished); made again when deleted or lost while no replica led; gone with its job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from admission.controller.workload_projection import WORKLOADS
+from admission.kube.client import KubeError
+from tests.admission.controller.test_restart import running
+from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
+
+
+async def _objects(w: World) -> dict[str, dict[str, Any]]:
+    listed = await w.kube.request("GET", WORKLOADS.path("ml"))
+    return {o["metadata"]["name"]: o for o in listed.get("items") or []}
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+async def _one(w: World, prefix: str, check: Any = None) -> dict[str, Any] | None:
+    for name, obj in (await _objects(w)).items():
+        if name.startswith(prefix) and (check is None or check(obj)):
+            return obj
+    return None
+
+
+async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes_with_it(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        w.start_controller("replica-1")
+        first = await w.create(job("train", gpus=8, runtime=200))
+        await w.create(job("waits", gpus=8))
+        obj = await eventually(
+            lambda: _one(w, "job-train-", lambda o: (_condition(o, "Admitted") or {}).get("status") == "True"),
+            what="train's Workload admitted",
+        )
+        assert obj["metadata"]["name"] == f"job-train-{first['metadata']['uid'][:5]}"
+        owner = obj["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "Job", "train", first["metadata"]["uid"], True
+        )  # fmt: skip
+        assert obj["spec"]["queueName"] == "team-a" and obj["spec"]["active"] is True
+        assert obj["spec"]["podSets"][0]["count"] == 1
+        admission = obj["status"]["admission"]
+        assert admission["clusterQueue"] == "team-a"
+        assert admission["podSetAssignments"][0]["flavors"] == {"nvidia.com/gpu": "a100"}
+        assert admission["podSetAssignments"][0]["resourceUsage"] == {"nvidia.com/gpu": "8"}
+
+        waiting = await eventually(lambda: _one(w, "job-waits-"), what="waits' Workload")
+        reserved = _condition(waiting, "QuotaReserved")
+        assert reserved is not None and reserved["status"] == "False" and "admission" not in waiting["status"]
+
+        # Deleted by someone while its job waits: made again (a new object) at the next pass.
+        name, uid = waiting["metadata"]["name"], waiting["metadata"]["uid"]
+        await w.kube.delete(WORKLOADS, "ml", name)
+        again = await eventually(
+            lambda: _one(w, name, lambda o: o["metadata"]["uid"] != uid), what="waits' Workload made again"
+        )
+        assert again["spec"]["queueName"] == "team-a"
+
+        # train finishes: Finished; waits is admitted in its place.
+        await eventually(
+            lambda: _one(w, "job-train-", lambda o: (_condition(o, "Finished") or {}).get("status") == "True"),
+            timeout=20,
+            what="train's Workload finished",
+        )
+        await eventually(lambda: running(w, "waits"), timeout=20, what="waits to run")
+        await eventually(lambda: _one(w, "job-waits-", lambda o: "admission" in o["status"]), what="waits' admission")
+
+        # The job deleted: its Workload goes with it.
+        await w.kube.delete(JOBS, "ml", "train")
+        await eventually(lambda: _gone(w, "job-train-"), what="train's Workload deleted with its job")
+
+
+async def _gone(w: World, prefix: str) -> bool:
+    return await _one(w, prefix) is None
+
+
+async def test_objects_lost_while_no_controller_ran_are_made_again_by_the_next_leader(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        first = w.start_controller("replica-1")
+        await w.create(job("a", gpus=4))
+        await w.create(job("b", gpus=4))
+        await eventually(lambda: _count(w, 2), what="two Workload objects")
+        await w.stop_controller(first)
+        for name in list(await _objects(w)):
+            await w.kube.delete(WORKLOADS, "ml", name)
+        try:
+            await w.kube.create(
+                WORKLOADS,
+                "ml",
+                {"metadata": {"name": "job-stale-00000", "labels": {"kueue.x-k8s.io/job-uid": "no-such-job"}},
+                 "spec": {"podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]}},
+            )  # fmt: skip
+        except KubeError as exc:  # (the webhook may refuse objects it did not make)
+            assert exc.status == 403, exc
+        w.start_controller("replica-2")
+        await eventually(lambda: _names(w, {"job-a-", "job-b-"}), what="both made again, nothing else")
+
+
+async def _count(w: World, n: int) -> bool:
+    return len(await _objects(w)) == n
+
+
+async def _names(w: World, prefixes: set[str]) -> bool:
+    names = list(await _objects(w))
+    return len(names) == len(prefixes) and all(any(n.startswith(p) for n in names) for p in prefixes)
