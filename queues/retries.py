@@ -7,7 +7,8 @@ Three mechanisms end a reservation without a preemption: admission checks (two-p
 quota and either park the workload until its backoff ends or deactivate it; the last requeues it at
 once, as does a running job whose pods no longer match its admission (``job_changed``). A person
 can also stop one workload and let it go again (``deactivate``/``activate``: Kueue's
-``spec.active``, ``turnstile stop|resume workload``).
+``spec.active``, ``turnstile stop|resume workload``), or delete its Workload object
+(``workload_lost``: requeued, as Kueue requeues a job whose Workload is missing).
 ``Scheduler`` inherits these; they use its eviction, reasons and queues.
 """
 
@@ -180,6 +181,16 @@ class Retries:
         self._withdraw(wl)
         self._enqueue(wl)
         return True
+
+    def workload_lost(self, key: str) -> Evict | None:
+        """Someone deleted ``key``'s Workload object while it held quota: as Kueue, which stops a job
+        whose Workload is missing (``NoMatchingWorkload``) and queues it under a new one, release
+        its quota and queue it again. A waiting workload keeps its place (only its object is new)."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.admission is None:
+            return None
+        message = "its Workload object was deleted; it is queued again under a new one"
+        return self._evict(wl, NO_MATCHING_WORKLOAD, "WorkloadDeleted", None, message=message)
 
     def _withdraw(self, wl: Workload) -> None:
         """Take a workload without quota out of wherever it waits (a queue, a backoff, an unknown queue)."""

@@ -230,7 +230,7 @@ class Controller:
         )
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
         # one workloads.kueue.x-k8s.io object per queued job, projected from the store by the leader
-        self.projection = Projection(kube, sessions, self.jobs, lambda: self.term)
+        self.projection = Projection(kube, sessions, self.jobs, lambda: self.term, lost=self._on_object_lost)
         self.steps = Steps(
             changes=self.changes,
             jobs=self.jobs,
@@ -282,6 +282,10 @@ class Controller:
 
     def _on_check(self, uid: str) -> None:
         self.changes.checks[uid] = None
+        self.changes.wake.set()
+
+    def _on_object_lost(self, uid: str) -> None:
+        self.changes.objects_lost[uid] = None
         self.changes.wake.set()
 
     def _on_crd(self, kind: str, obj: Obj) -> None:

@@ -74,6 +74,7 @@ class Changes:
     # (None: it no longer waits), as the enactor found; a step stores and announces it
     preempting: dict[str, list[str] | None] = field(default_factory=dict)
     nodes_lost: dict[str, None] = field(default_factory=dict)  # nodes deleted (``admission.controller.inventory``)
+    objects_lost: dict[str, None] = field(default_factory=dict)  # job uids whose Workload object someone deleted
     # nodes cordoned -> workloads placed there whose pods there had not started
     nodes_unusable: dict[str, set[str]] = field(default_factory=dict)
 
@@ -158,6 +159,11 @@ class Steps:
         term.owed = []
         decisions.extend(self._check_verdicts(term))
         decisions.extend(self._pods_ready(term, dirty, now))
+        deleted, self.changes.objects_lost = self.changes.objects_lost, {}
+        for uid in deleted:  # (a job being deleted takes its Workload with it: that is no loss)
+            row = term.rows.get(uid)
+            if row is not None and uid in self.jobs.views and (evict := sched.workload_lost(row.key)) is not None:
+                decisions.append(evict)
         lost, self.changes.nodes_lost = self.changes.nodes_lost, {}
         for node in lost:  # what was placed there is evicted (NodeFailures) and placed again
             decisions.extend(sched.node_lost(node))

@@ -16,9 +16,9 @@ write that failed) is rebuilt; an object with no workload behind it (its job gon
 longer ago than the store shows) is deleted.
 
 What a person may change is ``spec.active`` (the webhook turns it into a stop/resume request,
-``admission.store.activity``, and refuses every other ``spec`` change). An object deleted while
-its workload is live is made again at the next pass; the job keeps its place (Kueue would also
-evict and requeue it under the new Workload: not yet).
+``admission.store.activity``, and refuses every other ``spec`` change). An object someone deletes
+while its workload is live is made again at the next pass, and the step is told (``lost``): as
+Kueue, a workload that held quota is evicted (``NoMatchingWorkload``) and queued again.
 """
 
 from __future__ import annotations
@@ -77,10 +77,13 @@ class Projection:
         jobs: JobCache,
         current_term: Callable[[], Term | None],
         *,
+        lost: Callable[[str], None] = lambda _uid: None,
         rate: float = RATE,
         burst: int = BURST,
     ) -> None:
         self.kube, self.sessions, self.jobs, self.current_term = kube, sessions, jobs, current_term
+        self.lost = lost  # told of a job whose Workload object someone else deleted
+        self.deleting: set[str] = set()  # job uids whose object this replica is deleting
         self.informer = Informer(kube, WORKLOADS, self._on_object, label_selector=store.JOB_UID_LABEL, optional=True)
         self.objects: dict[str, Obj] = {}  # job uid -> its Workload object as the cluster has it
         self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> job uid
@@ -116,6 +119,10 @@ class Projection:
             if self.objects.get(uid, {}).get("metadata", {}).get("name") == where[1]:
                 self.objects.pop(uid, None)
             self.by_name.pop(where, None)
+            if uid in self.deleting:
+                self.deleting.discard(uid)
+            elif not self.informer.absent:  # (not the CRD uninstalled, nor our list refused)
+                self.lost(uid)
             self.mark([uid])  # (made again if its workload is live)
             return
         self.objects[uid] = obj
@@ -182,9 +189,11 @@ class Projection:
             return
         meta = have["metadata"]
         self.writes += 1
+        self.deleting.add(uid)
         try:
             await self.kube.delete(WORKLOADS, meta["namespace"], meta["name"])
         except KubeError as exc:
+            self.deleting.discard(uid)  # (404: already gone, its DELETED event said so)
             if exc.status != 404:
                 raise
 

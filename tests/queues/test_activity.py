@@ -66,3 +66,16 @@ def test_a_workload_whose_queue_is_missing_can_be_stopped_and_stays_out_when_the
     s.activate(lost.key)
     s.schedule()
     assert admitted(s) == {lost.key: "a"}
+
+
+def test_a_workload_whose_object_was_deleted_is_requeued_if_it_held_quota_and_keeps_its_place_if_not() -> None:
+    s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 8})), queues={"q": "a"})
+    held = make_workload("held").request(gpu=8).submit(s, now=0.0)
+    s.schedule()
+    waiting = make_workload("waiting").request(gpu=8).submit(s, now=1.0)
+    assert s.workload_lost(waiting.key) is None and waiting.queue_ts == 1.0, "a waiting one keeps its place"
+    s.now = 2.0
+    evict = s.workload_lost(held.key)
+    assert evict is not None and (evict.reason, evict.detail) == ("NoMatchingWorkload", "WorkloadDeleted")
+    s.schedule()
+    assert admitted(s) == {waiting.key: "a"}, "queued again behind what waited"

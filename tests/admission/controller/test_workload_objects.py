@@ -2,7 +2,8 @@
 
 One object per queued job, named as Kueue names it and owned by the job, its status following
 the workload (pending with its reason, then quota reserved and admitted with its flavors, then
-finished); made again when deleted or lost while no replica led; gone with its job.
+finished); made again when deleted (a job that held quota is queued again, as Kueue does) or lost
+while no replica led; gone with its job.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
         await w.apply(CONFIG)
         w.start_controller("replica-1")
         first = await w.create(job("train", gpus=8, runtime=200))
-        await w.create(job("waits", gpus=8))
+        await w.create(job("waits", gpus=8, runtime=200))
         obj = await eventually(
             lambda: _one(w, "job-train-", lambda o: (_condition(o, "Admitted") or {}).get("status") == "True"),
             what="train's Workload admitted",
@@ -68,18 +69,32 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
         )
         assert again["spec"]["queueName"] == "team-a"
 
-        # train finishes: Finished; waits is admitted in its place.
+        # Deleted while its job runs: as Kueue, the job is stopped and queued again under a new
+        # Workload (NoMatchingWorkload); waits, queued earlier, takes the quota.
+        train = await _one(w, "job-train-")
+        assert train is not None
+        await w.kube.delete(WORKLOADS, "ml", train["metadata"]["name"])
+        await eventually(lambda: running(w, "waits"), timeout=20, what="waits to run in train's quota")
+        assert (await w.get("train"))["spec"]["suspend"] is True
+
+        def requeued(o: dict[str, Any]) -> bool:
+            evicted = _condition(o, "Evicted") or {}
+            new = o["metadata"]["uid"] != train["metadata"]["uid"]
+            return new and (evicted.get("status"), evicted.get("reason")) == ("True", "NoMatchingWorkload")
+
+        await eventually(lambda: _one(w, "job-train-", requeued), what="train's new Workload, evicted")
+
+        # waits finishes: Finished; train is admitted again.
         await eventually(
-            lambda: _one(w, "job-train-", lambda o: (_condition(o, "Finished") or {}).get("status") == "True"),
+            lambda: _one(w, "job-waits-", lambda o: (_condition(o, "Finished") or {}).get("status") == "True"),
             timeout=20,
-            what="train's Workload finished",
+            what="waits' Workload finished",
         )
-        await eventually(lambda: running(w, "waits"), timeout=20, what="waits to run")
-        await eventually(lambda: _one(w, "job-waits-", lambda o: "admission" in o["status"]), what="waits' admission")
+        await eventually(lambda: running(w, "train"), timeout=20, what="train to run again")
 
         # The job deleted: its Workload goes with it.
-        await w.kube.delete(JOBS, "ml", "train")
-        await eventually(lambda: _gone(w, "job-train-"), what="train's Workload deleted with its job")
+        await w.kube.delete(JOBS, "ml", "waits")
+        await eventually(lambda: _gone(w, "job-waits-"), what="waits' Workload deleted with its job")
 
 
 async def _gone(w: World, prefix: str) -> bool:
