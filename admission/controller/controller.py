@@ -230,7 +230,9 @@ class Controller:
         )
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
         # one workloads.kueue.x-k8s.io object per queued job, projected from the store by the leader
-        self.projection = Projection(kube, sessions, self.jobs, lambda: self.term, lost=self._on_object_lost)
+        self.projection = Projection(
+            kube, sessions, self.jobs, lambda: self.term, lost=self._on_object_lost, events=self.events
+        )
         self.steps = Steps(
             changes=self.changes,
             jobs=self.jobs,

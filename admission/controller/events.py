@@ -128,14 +128,25 @@ class EventPoster:
         self._queue(Event(involved, view.namespace, type, reason, message))
 
     def post_on(
-        self, api_version: str, kind: str, name: str, namespace: str | None, reason: str, message: str, *, type: str
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None,
+        reason: str,
+        message: str,
+        *,
+        type: str,
+        uid: str | None = None,
     ) -> None:
-        """An Event on any object (a ClusterQueue, a Namespace). A cluster-scoped object's Events
-        live in ``default``, as the API server requires of an Event whose involvedObject has no
-        namespace."""
+        """An Event on any object (a ClusterQueue, a Namespace, a Workload: with its ``uid``, as
+        ``kubectl describe`` finds them). A cluster-scoped object's Events live in ``default``, as
+        the API server requires of an Event whose involvedObject has no namespace."""
         involved = {"apiVersion": api_version, "kind": kind, "name": name}
         if namespace:
             involved["namespace"] = namespace
+        if uid:
+            involved["uid"] = uid
         self._queue(Event(involved, namespace or "default", type, reason, message))
 
     def _queue(self, event: Event) -> None:

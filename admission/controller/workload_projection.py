@@ -15,6 +15,9 @@ every object the informer lists, so whatever was lost while no one led (an objec
 write that failed) is rebuilt; an object with no workload behind it (its job gone, or finished
 longer ago than the store shows) is deleted.
 
+Kueue's Events go on the objects too, from their conditions' transitions (``_post``): beside the
+job's own, so ``kubectl describe workload`` tells what Kueue's would.
+
 What a person may change is ``spec.active`` (the webhook turns it into a stop/resume request,
 ``admission.store.activity``, and refuses every other ``spec`` change). An object someone deletes
 while its workload is live is made again at the next pass, and the step is told (``lost``): as
@@ -31,6 +34,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.events import EventPoster
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term
 from admission.kube import client as kube_client
@@ -78,11 +82,13 @@ class Projection:
         current_term: Callable[[], Term | None],
         *,
         lost: Callable[[str], None] = lambda _uid: None,
+        events: EventPoster | None = None,
         rate: float = RATE,
         burst: int = BURST,
     ) -> None:
         self.kube, self.sessions, self.jobs, self.current_term = kube, sessions, jobs, current_term
         self.lost = lost  # told of a job whose Workload object someone else deleted
+        self.events = events  # Kueue's Events on the objects, from their conditions' transitions
         self.deleting: set[str] = set()  # job uids whose object this replica is deleting
         self.informer = Informer(kube, WORKLOADS, self._on_object, label_selector=store.JOB_UID_LABEL, optional=True)
         self.objects: dict[str, Obj] = {}  # job uid -> its Workload object as the cluster has it
@@ -215,9 +221,38 @@ class Projection:
             have = await self.kube.patch(WORKLOADS, namespace, name, {"spec": spec})
         if (status := _merge(have.get("status"), want["status"])) is not None:
             self.writes += 1
+            before = have.get("status") or {}
             path = WORKLOADS.path(namespace, name, "status")
             have = await self.kube.request("PATCH", path, body={"status": status}, content_type=kube_client.MERGE_PATCH)
+            self._post(have, before)
         self.written[uid] = _shown(have)
+
+    def _post(self, obj: Obj, before: Obj) -> None:
+        """Kueue's Events on a Workload, for the conditions its status now changed: ``QuotaReserved``,
+        ``Admitted``, ``Preempted``, ``EvictedDueTo<reason>`` when they become true, ``Pending``
+        (a Warning) when the reason it waits for changes (not for new numbers in the message)."""
+        if self.events is None:
+            return
+        meta = obj["metadata"]
+        old = {c["type"]: c for c in before.get("conditions") or []}
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            was = old.get(c["type"]) or {}
+            if (was.get("status"), was.get("reason")) == (c["status"], c["reason"]):
+                continue
+            kind, reason = c["type"], c["reason"]
+            if c["status"] == "True" and kind in ("QuotaReserved", "Admitted", "Preempted"):
+                event, type_ = kind, "Normal"
+            elif c["status"] == "True" and kind == "Evicted":
+                event, type_ = f"EvictedDueTo{reason}", "Normal"
+            elif c["status"] == "False" and kind == "QuotaReserved":
+                event, type_ = "Pending", "Warning"
+            else:
+                continue
+            message = c["message"]
+            if kind == "Admitted":  # (Kueue's words)
+                message = f"Admitted by ClusterQueue {(obj['status'].get('admission') or {}).get('clusterQueue')}"
+            name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid")
+            self.events.post_on(API_VERSION, workload_crd.KIND, name, namespace, event, message, type=type_, uid=uid)
 
 
 def _merge(have: Any, want: Obj) -> Obj | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.controller.workload_projection import WORKLOADS
-from admission.kube.client import KubeError
+from admission.kube.client import EVENTS, KubeError
 from tests.admission.controller.test_restart import running
 from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
 
@@ -57,7 +57,17 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
         assert admission["podSetAssignments"][0]["flavors"] == {"nvidia.com/gpu": "a100"}
         assert admission["podSetAssignments"][0]["resourceUsage"] == {"nvidia.com/gpu": "8"}
 
+        # Kueue's Events on the object itself, as kubectl describe workload finds them (by uid)
+        assert await eventually(
+            lambda: _events_on(w, obj, {"QuotaReserved", "Admitted"}), what="QuotaReserved and Admitted Events"
+        ) == {
+            ("QuotaReserved", "Quota reserved in ClusterQueue team-a"),
+            ("Admitted", "Admitted by ClusterQueue team-a"),
+        }
+
         waiting = await eventually(lambda: _one(w, "job-waits-"), what="waits' Workload")
+        pending = await eventually(lambda: _events_on(w, waiting, {"Pending"}), what="a Pending Event on waits")
+        assert all("nvidia.com/gpu" in message for _, message in pending), pending
         reserved = _condition(waiting, "QuotaReserved")
         assert reserved is not None and reserved["status"] == "False" and "admission" not in waiting["status"]
 
@@ -95,6 +105,14 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
         # The job deleted: its Workload goes with it.
         await w.kube.delete(JOBS, "ml", "waits")
         await eventually(lambda: _gone(w, "job-waits-"), what="waits' Workload deleted with its job")
+
+
+async def _events_on(w: World, obj: dict[str, Any], reasons: set[str]) -> set[tuple[str, str]] | None:
+    meta = obj["metadata"]
+    selector = f"involvedObject.kind=Workload,involvedObject.name={meta['name']},involvedObject.uid={meta['uid']}"
+    listed = await w.kube.request("GET", EVENTS.path("ml"), query={"fieldSelector": selector})
+    found = {(e["reason"], e["message"]) for e in listed.get("items") or [] if e["reason"] in reasons}
+    return found if {r for r, _ in found} == reasons else None
 
 
 async def _gone(w: World, prefix: str) -> bool:
