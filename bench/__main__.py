@@ -1,5 +1,5 @@
-"""Figures: ``python -m bench [core|deep|fair|topology|efficiency|sim|store|controller|webhook|cluster|objects|pods|
-dashboard|chaos|metrics|all]`` (all by default)."""
+"""Figures: ``python -m bench [core|deep|fair|topology|efficiency|sim|store|controller|webhook|cluster|objects|
+workloads|pods|dashboard|chaos|metrics|all]`` (all by default)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,10 @@ def main() -> None:
         from bench import queue_objects
 
         queue_objects.main()
+    if which in ("workloads", "all"):
+        from bench import workload_objects
+
+        workload_objects.main()
     if which in ("pods", "all"):
         from bench import pods
 

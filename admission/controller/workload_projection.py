@@ -27,9 +27,12 @@ Kueue, a workload that held quota is evicted (``NoMatchingWorkload``) and queued
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -71,6 +74,44 @@ def desired(obj: Obj) -> Obj:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What this replica keeps of one Workload object: enough to tell whether it matches the store
+    (digests), never the object itself (100,000 of them would be most of the controller's memory)."""
+
+    name: str
+    namespace: str
+    uid: str
+    fixed: int  # digest of the spec but ``active`` (what only the job decides)
+    active: bool
+    status: int  # digest of the status
+    status_keys: frozenset[str]  # (a merge patch sets the ones gone to null)
+    conditions: tuple[tuple[str, str, str], ...]  # (type, status, reason): Events for their transitions
+
+    @classmethod
+    def of(cls, obj: Obj) -> Shown:
+        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        conditions = tuple(
+            (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
+            for c in status.get("conditions") or []
+            if isinstance(c, dict)
+        )
+        return cls(
+            str(meta.get("name") or ""),
+            str(meta.get("namespace") or ""),
+            str(meta.get("uid") or ""),
+            _digest(_fixed(spec)),
+            spec.get("active", True) is not False,
+            _digest(status),
+            frozenset(status),
+            conditions,
+        )
+
+    def same(self, other: Shown | None) -> bool:
+        """The same content (whatever the object's uid)."""
+        return other is not None and (self.fixed, self.active, self.status) == (other.fixed, other.active, other.status)
+
+
 class Projection:
     """The leader's Workload objects: marked by steps, written in coalesced, rate-limited passes."""
 
@@ -90,15 +131,16 @@ class Projection:
         self.lost = lost  # told of a job whose Workload object someone else deleted
         self.events = events  # Kueue's Events on the objects, from their conditions' transitions
         self.deleting: set[str] = set()  # job uids whose object this replica is deleting
+        self.was_absent = False  # the CRD was not served at the last pass
         self.informer = Informer(kube, WORKLOADS, self._on_object, label_selector=store.JOB_UID_LABEL, optional=True)
-        self.objects: dict[str, Obj] = {}  # job uid -> its Workload object as the cluster has it
+        self.objects: dict[str, Shown] = {}  # job uid -> its Workload object as the cluster has it
         self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> job uid
         self.dirty: dict[str, None] = {}  # job uids whose object may differ from the store
         self.wake = asyncio.Event()
         self.rate, self.burst = rate, burst
         self.tokens, self.refilled = float(burst), time.monotonic()
         self.writes = 0  # objects created, patched or deleted (bench: the write rate)
-        self.written: dict[str, tuple[Any, Any]] = {}  # job uid -> (spec, status) this replica last wrote
+        self.written: dict[str, Shown] = {}  # job uid -> the object as this replica last wrote it
 
     # ----- inputs ----------------------------------------------------------------------------------
 
@@ -122,7 +164,7 @@ class Projection:
         if not uid:
             return
         if kind == "DELETED":
-            if self.objects.get(uid, {}).get("metadata", {}).get("name") == where[1]:
+            if (known := self.objects.get(uid)) is not None and known.name == where[1]:
                 self.objects.pop(uid, None)
             self.by_name.pop(where, None)
             if uid in self.deleting:
@@ -131,10 +173,11 @@ class Projection:
                 self.lost(uid)
             self.mark([uid])  # (made again if its workload is live)
             return
-        self.objects[uid] = obj
+        shown = self.objects[uid] = Shown.of(obj)
         self.by_name[where] = uid
-        if _shown(obj) != self.written.get(uid):
-            self.mark([uid])  # changed by someone else (or not yet written by this replica)
+        if not shown.same(self.written.get(uid)):
+            self.written.pop(uid, None)  # changed by someone else (or not written by this replica): look again
+            self.mark([uid])
 
     # ----- passes ----------------------------------------------------------------------------------
 
@@ -145,8 +188,15 @@ class Projection:
             self.wake.clear()
             await asyncio.sleep(INTERVAL)
             term = self.current_term()
+            if self.informer.absent:
+                self.dirty.clear()  # no CRD: nothing to keep
+                self.was_absent = True
+                continue
             if term is None or not self.informer.synced.is_set():
                 continue  # (the next term marks everything again)
+            if self.was_absent:  # the CRD was installed meanwhile: every workload's object is due
+                self.was_absent = False
+                self.term_began(term)
             try:
                 await self.write(term)
             except database.ERRORS as exc:
@@ -193,21 +243,25 @@ class Projection:
         have = self.objects.get(uid)
         if have is None:
             return
-        meta = have["metadata"]
         self.writes += 1
         self.deleting.add(uid)
+        self.written.pop(uid, None)
         try:
-            await self.kube.delete(WORKLOADS, meta["namespace"], meta["name"])
+            await self.kube.delete(WORKLOADS, have.namespace, have.name)
         except KubeError as exc:
             self.deleting.discard(uid)  # (404: already gone, its DELETED event said so)
             if exc.status != 404:
                 raise
 
     async def _put(self, uid: str, want: Obj) -> None:
-        meta = want["metadata"]
+        meta, status = want["metadata"], want["status"]
         namespace, name = meta["namespace"], meta["name"]
+        wanted = Shown.of(want)
         have = self.objects.get(uid)
-        if have is not None and (have["metadata"].get("name") != name or _fixed(have) != _fixed(want)):
+        mine = self.written.get(uid)
+        if have is not None and mine is not None and mine.uid == have.uid:
+            have = mine  # (what this replica wrote last: the informer's copy may not have caught up)
+        if have is not None and (have.name != name or have.fixed != wanted.fixed):
             # Its job now asks for other pod sets (or priority, queue): as Kueue, a new Workload (the
             # webhook lets nobody change a Workload's spec but its active flag, this replica neither).
             await self._delete(uid)
@@ -215,29 +269,28 @@ class Projection:
             have = None
         if have is None:
             self.writes += 1
-            have = await self.kube.create(WORKLOADS, namespace, {k: v for k, v in want.items() if k != "status"})
-        if (spec := _merge(have.get("spec"), want["spec"])) is not None:
+            have = Shown.of(await self.kube.create(WORKLOADS, namespace, {**want, "status": {}}))
+        if have.active != wanted.active:
             self.writes += 1
-            have = await self.kube.patch(WORKLOADS, namespace, name, {"spec": spec})
-        if (status := _merge(have.get("status"), want["status"])) is not None:
+            have = Shown.of(await self.kube.patch(WORKLOADS, namespace, name, {"spec": {"active": wanted.active}}))
+        if have.status != wanted.status:
             self.writes += 1
-            before = have.get("status") or {}
+            patch = {**{k: None for k in have.status_keys - wanted.status_keys}, **status}
             path = WORKLOADS.path(namespace, name, "status")
-            have = await self.kube.request("PATCH", path, body={"status": status}, content_type=kube_client.MERGE_PATCH)
-            self._post(have, before)
-        self.written[uid] = _shown(have)
+            obj = await self.kube.request("PATCH", path, body={"status": patch}, content_type=kube_client.MERGE_PATCH)
+            self._post(obj, have)
+        self.written[uid] = dataclasses.replace(wanted, uid=have.uid)
 
-    def _post(self, obj: Obj, before: Obj) -> None:
+    def _post(self, obj: Obj, before: Shown) -> None:
         """Kueue's Events on a Workload, for the conditions its status now changed: ``QuotaReserved``,
         ``Admitted``, ``Preempted``, ``EvictedDueTo<reason>`` when they become true, ``Pending``
         (a Warning) when the reason it waits for changes (not for new numbers in the message)."""
         if self.events is None:
             return
         meta = obj["metadata"]
-        old = {c["type"]: c for c in before.get("conditions") or []}
+        old = {kind: (status, reason) for kind, status, reason in before.conditions}
         for c in (obj.get("status") or {}).get("conditions") or []:
-            was = old.get(c["type"]) or {}
-            if (was.get("status"), was.get("reason")) == (c["status"], c["reason"]):
+            if old.get(c["type"]) == (c["status"], c["reason"]):
                 continue
             kind, reason = c["type"], c["reason"]
             if c["status"] == "True" and kind in ("QuotaReserved", "Admitted", "Preempted"):
@@ -255,18 +308,10 @@ class Projection:
             self.events.post_on(API_VERSION, workload_crd.KIND, name, namespace, event, message, type=type_, uid=uid)
 
 
-def _merge(have: Any, want: Obj) -> Obj | None:
-    """The merge patch that turns ``have`` into ``want`` (what is gone set to null); None if equal."""
-    have = have if isinstance(have, dict) else {}
-    if have == want:
-        return None
-    return {**{k: None for k in have if k not in want}, **want}
-
-
-def _fixed(obj: Obj) -> dict[str, Any]:
+def _fixed(spec: Obj) -> dict[str, Any]:
     """What of a Workload's spec only its job decides (all but ``active``)."""
-    return {k: v for k, v in (obj.get("spec") or {}).items() if k != "active"}
+    return {k: v for k, v in spec.items() if k != "active"}
 
 
-def _shown(obj: Obj) -> tuple[Any, Any]:
-    return (obj.get("spec"), obj.get("status"))
+def _digest(value: Any) -> int:
+    return hash(json.dumps(value, sort_keys=True, separators=(",", ":")))

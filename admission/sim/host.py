@@ -26,6 +26,7 @@ from admission.sim.cluster import Cluster
 from admission.sim.objects import Resource
 from admission.sim.replicas import Replicas
 from admission.webhook import certs
+from queues import crds as kueue_crds
 from queues import workload_crd
 
 
@@ -85,13 +86,15 @@ class SimHost:
         crds: tuple[Resource, ...] = resources.OPERATORS,
         default_runtime: float | None = None,
         kueue: bool = False,
+        workloads: bool = True,
     ) -> SimHost:
         """Serve a fresh simulated cluster; ``autoscaler`` takes scenario.md's ``autoscaler:`` fields;
         ``crds``: the operators' kinds whose CRDs are installed (default: all); ``default_runtime``:
         seconds a job without a ``turnstile.dev/sim-runtime`` annotation runs (None: forever);
-        ``kueue``: Kueue's configuration kinds served as CRDs (queues as Kubernetes objects)."""
+        ``kueue``: Kueue's configuration kinds served as CRDs (queues as Kubernetes objects);
+        ``workloads``: Kueue's Workload CRD served (as the install has it; False: a cluster without it)."""
         # (Kueue's Workload CRD is always served: the controller keeps one object per queued job)
-        definitions = tuple(workload_crd.installed()) if kueue else (workload_crd.crd(),)
+        definitions = (*(kueue_crds.crds() if kueue else ()), *((workload_crd.crd(),) if workloads else ()))
         server = ApiServer(faults=faults, crds=crds, definitions=definitions)
         server.time_scale = time_scale
         cluster = Cluster(server.store, time_scale=time_scale, default_runtime=default_runtime)
