@@ -8,9 +8,9 @@ the job so Kubernetes' garbage collector removes them with it).
 Kept current as the queue objects' status is (``admission.controller.queuestatus``): each step
 marks the jobs it touched; a pass every ``INTERVAL`` seconds reads those workloads from the
 store in one query and writes only what differs from what the cluster shows (the informer's
-copy): a create, a merge patch of ``spec`` (its ``active``), a patch of the ``status``
-subresource. Writes are rate-limited by a token bucket (``RATE`` per second, bursts of
-``BURST``); what a pass could not write waits for the next. A new term marks every job, and
+copy, kept as digests: ``Shown``): a create, a merge patch of ``spec`` (its ``active``), a patch
+of the ``status`` subresource. Objects written are rate-limited by a token bucket (``RATE`` per
+second, bursts of ``BURST``); what a pass could not write waits for the next. A new term marks every job, and
 every object the informer lists, so whatever was lost while no one led (an object deleted, a
 write that failed) is rebuilt; an object with no workload behind it (its job gone, or finished
 longer ago than the store shows) is deleted.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import logging
 import time
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 WORKLOADS = ResourceRef(f"{workload_crd.GROUP}/{workload_crd.VERSION}", workload_crd.KIND, workload_crd.PLURAL)
 API_VERSION = WORKLOADS.api_version
 INTERVAL = 0.5  # seconds between passes
-RATE = 500.0  # object writes per second, sustained (Kueue's client allows 1,000 requests per second)
+RATE = 500.0  # objects looked at and written per second, sustained (Kueue's client allows 1,000 requests/s)
 BURST = 1000
 PAGE = 500  # workloads read from the store per query
 
@@ -213,7 +214,8 @@ class Projection:
         self.tokens = min(float(self.burst), self.tokens + (now - self.refilled) * self.rate)
         self.refilled = now
         n = min(len(self.dirty), int(self.tokens), PAGE)
-        uids = list(self.dirty)[:n]
+        self.tokens -= n  # (a workload's object costs one to three writes: at most RATE objects a second)
+        uids = list(itertools.islice(self.dirty, n))
         for uid in uids:
             del self.dirty[uid]
         return uids
