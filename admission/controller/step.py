@@ -182,10 +182,12 @@ class Steps:
         decisions.extend(decided)
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
         waiting, self.changes.preempting = self.changes.preempting, {}
+        said = set(sched.said)  # (waiting workloads whose reason changed: their objects' QuotaReserved)
         if decisions or sched.said or sched.checked or waiting or self.pods_ready.newly_ready or term.taken:
             touched |= await self._commit(term, decisions, at, waiting)
         if self.projection is not None:  # (the Workload objects of what changed)
-            self.projection.mark([*dirty, *(row.uid for key in touched if (row := term.by_key.get(key)))])
+            keys = touched | said
+            self.projection.mark([*dirty, *(row.uid for key in keys if (row := term.by_key.get(key)))])
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
         touched.update(term.stopping)  # their job events say when the pods are gone
