@@ -56,6 +56,7 @@ INTERVAL = 0.5  # seconds between passes
 RATE = 500.0  # objects looked at and written per second, sustained (Kueue's client allows 1,000 requests/s)
 BURST = 1000
 PAGE = 500  # workloads read from the store per query
+WORKERS = 16  # objects written at once (one object's writes are in order; the API server takes many)
 
 
 def desired(obj: Obj) -> Obj:
@@ -225,21 +226,25 @@ class Projection:
         while self.current_term() is term and (uids := self._take()):
             async with database.transaction(self.sessions) as session:
                 found = await store.by_job_uids(session, uids)
-            for uid in uids:
-                want = found.get(uid)
-                try:
-                    if want is None or uid not in self.jobs.views:
-                        await self._delete(uid)
-                    else:
-                        await self._put(uid, desired(want))
-                except KubeError as exc:
-                    if exc.status in (0, 409, 429) or exc.status >= 500:
-                        self.dirty[uid] = None  # (tried again in a later pass)
-                    else:
-                        log.warning("Workload object of job %s: %s", uid, exc)
+            gate = asyncio.Semaphore(WORKERS)
+            # (one object's writes stay in order; WORKERS objects are written at once)
+            await asyncio.gather(*(self._one(uid, found.get(uid), gate) for uid in uids))
             if self.dirty:
                 self.wake.set()
                 return
+
+    async def _one(self, uid: str, want: Obj | None, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            try:
+                if want is None or uid not in self.jobs.views:
+                    await self._delete(uid)
+                else:
+                    await self._put(uid, desired(want))
+            except KubeError as exc:
+                if exc.status in (0, 409, 429) or exc.status >= 500:
+                    self.dirty[uid] = None  # (tried again in a later pass)
+                else:
+                    log.warning("Workload object of job %s: %s", uid, exc)
 
     async def _delete(self, uid: str) -> None:
         have = self.objects.get(uid)
