@@ -38,6 +38,7 @@ class Evict:
     by: str | None = None
     released: Admission | None = None  # the admission the eviction ended
     message: str = ""  # why, for a person (GPUIdle: the utilisation measured)
+    ready_at: float | None = None  # when all its pods were Ready in the admission it ended (metrics)
 
     @property
     def cluster_queue(self) -> str:

@@ -138,6 +138,9 @@ class Workload:
     # when all its pods were first Ready, in this admission
     started_at: float | None = None
     ready_at: float | None = None
+    # seconds its job ran (admitted, checks passed) in the admissions that ended: Kueue's
+    # ``accumulatedPastExecutionTimeSeconds`` (kept in PostgreSQL, ``workloads.executed_seconds``)
+    past_run: float = 0.0
     # the workload whose preemption evicted it, until it is admitted again (``preemption.in_chain``)
     evicted_by: Workload | None = None
     # its own priority while a spent GPU-hour budget runs it lower (``queues.budget_priority``)

@@ -408,12 +408,12 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         return Admit(wl, assignment, admission)
 
     def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
-        released = wl.admission
+        released, ready_at = wl.admission, wl.ready_at
         self._release(wl)  # (its admission checks go with the reservation)
         wl.queue_ts = self.now
         self._say(wl, flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
         self._enqueue(wl, message)
-        return Evict(wl, reason, detail, by, released, message)
+        return Evict(wl, reason, detail, by, released, message, ready_at)
 
     def _say(self, wl: Workload, reason: str, message: str) -> None:
         if (wl.reason, wl.message) != (reason, message):
@@ -438,6 +438,8 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         cq = self.snapshot.queues.get(wl.admission.cluster_queue)
         self._record_usage(wl, wl.admission.cluster_queue, wl.admission.usage, -1)
         self.snapshot.remove_workload(wl)
+        if wl.started_at is not None:  # (the time its job ran in this admission)
+            wl.past_run += max(0.0, self.now - wl.started_at)
         wl.admission = None
         wl.admitted_at = wl.started_at = wl.ready_at = None
         wl.checks = ()  # checks belong to a reservation

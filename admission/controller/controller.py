@@ -142,7 +142,11 @@ class Controller:
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
         # placement by topology: Nodes and Pods (watched once a flavor names a Topology), the ungater
         self.placement = Placement(
-            kube, self.changes, current_term=lambda: self.term, pods_always=bool(policy.prometheus_url)
+            kube,
+            self.changes,
+            current_term=lambda: self.term,
+            pods_always=bool(policy.prometheus_url),
+            ungated=lambda *ungated: self.metrics.workloads.gate_removed(*ungated),
         )
         self.inventory = self.placement.inventory
         # the ledger's started and used GPU-hours: jobs seen running, DCGM read through Prometheus
@@ -175,6 +179,7 @@ class Controller:
             on_waiting=self._on_waiting,
             inventory=self.inventory,
             poll=POLL_SECONDS * options.backoff_scale,
+            ungated=lambda *ungated: self.metrics.workloads.gate_removed(*ungated),
         )
         self.checks = Checks(
             kube,
@@ -231,7 +236,13 @@ class Controller:
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
         # one workloads.kueue.x-k8s.io object per queued job, projected from the store by the leader
         self.projection = Projection(
-            kube, sessions, self.jobs, lambda: self.term, lost=self._on_object_lost, events=self.events
+            kube,
+            sessions,
+            self.jobs,
+            lambda: self.term,
+            lost=self._on_object_lost,
+            events=self.events,
+            created=self.metrics.workloads.object_created,
         )
         self.steps = Steps(
             changes=self.changes,

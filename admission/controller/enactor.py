@@ -54,8 +54,10 @@ class Enactor:
         on_waiting: Callable[[str, list[str] | None], None] = lambda key, victims: None,
         inventory: NodeInventory | None = None,
         poll: float = POLL_SECONDS,
+        ungated: Callable[[str, str, bool, float], None] = lambda gate, cluster_queue, group, seconds: None,
     ) -> None:
         self.kube = kube
+        self.ungated = ungated  # told (gate, ClusterQueue, in a pod group, seconds since admission) per pod let go
         self.poll = poll  # seconds between looks at a stopping job's pods (scaled like the backoffs)
         self.listed_at: dict[str, float] = {}  # stopping job -> when its pods were last listed (monotonic)
         self.inventory = inventory  # the nodes plain pods placed by topology are pinned to
@@ -227,7 +229,9 @@ class Enactor:
                     continue  # no slot left for it in the placement: it stays held
                 selector.update(pinning.node_selector(self.inventory, nodes[pod.name]))
             patch = pods.ungate_patch(pod.obj, selector, info.tolerations, notes)
-            await self._pod_write(view, "PATCH", pod, patch)
+            if await self._pod_write(view, "PATCH", pod, patch) and held.started_at is not None:
+                waited = time.time() - held.started_at  # (a group's pods are named apart from it)
+                self.ungated(pods.GATE, held.admission.cluster_queue, view.name != pod.name, waited)
 
     def _pins(self, term: Term, held: Workload, group: tuple[PodRef, ...]) -> dict[str, str]:
         """Pod name -> node, for the held pods of ``held``'s pod sets placed by topology."""
@@ -247,7 +251,8 @@ class Enactor:
             out.update(pinning.assign(term, self.inventory, held, pod_set, slots))
         return out
 
-    async def _pod_write(self, view: JobView, method: str, pod: PodRef, patch: list[Obj] | None = None) -> None:
+    async def _pod_write(self, view: JobView, method: str, pod: PodRef, patch: list[Obj] | None = None) -> bool:
+        """Delete or patch one pod of ``view``; False if it was gone (or replaced) already."""
         path = PODS.path(view.namespace, pod.name)
         try:
             if method == "DELETE":  # only the pod we mean, not one re-created under its name
@@ -257,12 +262,13 @@ class Enactor:
                 await self.kube.request("PATCH", path, body=patch, content_type=kube_client.JSON_PATCH)
         except KubeError as exc:
             if exc.status == 404 or (exc.status == 409 and method == "DELETE"):
-                return  # gone, or replaced by another of its name: its events say what to do next
+                return False  # gone, or replaced by another of its name: its events say what to do next
             if exc.temporary:
                 raise Retry(str(exc), after=exc.retry_after) from exc
             _refused(f"Pod {view.namespace}/{pod.name}", exc)
             raise Retry(f"{exc} (looking again)") from exc
         self.patches += 1
+        return True
 
     def _victims_running(self, term: Term, key: str, held: Workload) -> bool:
         """Whether pods of workloads preempted in ``held``'s quota tree still run (then it waits,

@@ -1,6 +1,10 @@
 """Kueue's LocalQueue gauges on ``/metrics``: per LocalQueue (``name``, ``namespace``) the workloads
 waiting (active, inadmissible), reserving quota and admitted, the quota reserved and used per
-flavor-resource, and the ``Active`` status the LocalQueue object shows (``queues.status``).
+flavor-resource, the ``Active`` status the LocalQueue object shows (``queues.status``) and, with
+admission fair sharing, the usage it orders by; and beside them the one ClusterQueue gauge that
+needs the same pass, ``kueue_cluster_queue_resource_pending{cluster_queue,resource}`` (what the
+waiting workloads request, before any flavor is chosen; 0 for each resource the ClusterQueue
+covers, as Kueue seeds it).
 
 Why a module of its own: unlike the ClusterQueue gauges, which the core keeps per ClusterQueue,
 these need a pass over every workload (~40 ms at 100,000), so they are counted at most every
@@ -16,13 +20,14 @@ from collections import Counter as Tally
 from typing import TYPE_CHECKING
 
 from admission.controller.exposition import Exposition, escape
-from queues import quantity
-from queues.model import FlavorResource
+from queues import jobs, quantity
+from queues.model import FlavorResource, weight_of
 from queues.status import local_queue_condition
 
 if TYPE_CHECKING:
     from queues.scheduler import Scheduler
 
+FAIR_USAGE = "Admission fair sharing: the LocalQueue's weighted decayed usage, over its weight"
 MIXED = ("", None)  # (a ClusterQueue whose quota is not all one LocalQueue's started work)
 LOCAL_QUEUE_SECONDS = 10.0  # the LocalQueue gauges are counted at most this often (a pass over every workload)
 
@@ -55,6 +60,10 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
     counts: dict[tuple[str, str | None], list[int]] = {}
     holder: dict[str, tuple[str, str | None]] = {}
     where = sched.pending.where
+    # waiting workloads per (ClusterQueue, id of their pod sets): the workloads of one job template
+    # share their pod sets, so what they request is added up once per template
+    alike: dict[tuple[str, int], int] = {}
+    templates: dict[int, tuple[jobs.PodSet, ...]] = {}
     for key, wl in sched.workloads.items():
         lq_key = (wl.namespace, wl.local_queue)
         c = counts.get(lq_key)
@@ -69,9 +78,21 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
                 c[2] += 1
                 if holder.setdefault(cq_name, lq_key) != lq_key:
                     holder[cq_name] = MIXED
-        elif key in where:
+        elif (cq_waiting := where.get(key)) is not None:
             c[0] += 1
+            shape = (cq_waiting, id(wl.pod_sets))  # (what they request is added up per template after)
+            n = alike.get(shape)
+            if n is None:
+                alike[shape] = 1
+                templates[shape[1]] = wl.pod_sets
+            else:
+                alike[shape] = n + 1
     held = _local_queue_quota(sched, holder)
+    wanted: dict[str, dict[str, int]] = {}  # ClusterQueue -> resource -> milli-units its waiting workloads request
+    for (cq_waiting, pod_sets_id), n in alike.items():
+        into = wanted.setdefault(cq_waiting, {})
+        for resource, milli in _requests(templates[pod_sets_id]).items():
+            into[resource] = into.get(resource, 0) + milli * n
     aside: Tally[tuple[str, str | None]] = Tally()
     for state in sched.pending.queues.values():
         for wl in state.inadmissible.values():
@@ -94,6 +115,22 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
         active = local_queue_condition(sched, lq_obj)["status"]
         for value in ("True", "False", "Unknown"):
             status.sample("kueue_local_queue_status", f'{labels},active="{value}"', 1.0 if value == active else 0.0)
+    fair = Exposition()
+    if sched.usage is not None:  # admission fair sharing: each LocalQueue's usage, in a ClusterQueue that orders by it
+        now = time.time()
+        for key, lq_obj in sorted(sched.config.local_queues.items()):
+            cq_name = lq_obj.spec.cluster_queue
+            if cq_name in sched.pending.fair_queues:
+                namespace, _, name = key.partition("/")
+                lq_usage = sched.usage.weighted(key, weight_of(lq_obj.spec.fair_sharing), now)
+                labels = f'name="{escape(name)}",namespace="{escape(namespace)}",cluster_queue="{escape(cq_name)}"'
+                fair.sample("kueue_local_queue_admission_fair_sharing_usage", labels, lq_usage)
+    pending_quota = Exposition()
+    for cq_name, cq in sorted(sched.snapshot.queues.items()):
+        asked = dict.fromkeys(sorted({resource for _, resource in cq.quotas}), 0) | wanted.get(cq_name, {})
+        for resource, milli in sorted(asked.items()):
+            labels = f'cluster_queue="{escape(cq_name)}",resource="{escape(resource)}"'
+            pending_quota.sample("kueue_cluster_queue_resource_pending", labels, milli / quantity.MILLI)
     return [
         ("kueue_local_queue_pending_workloads", "gauge", "Workloads waiting, by LocalQueue and status", pending),
         ("kueue_local_queue_reserving_active_workloads", "gauge", "Workloads reserving quota", reserving),
@@ -101,7 +138,19 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
         ("kueue_local_queue_resource_reservation", "gauge", "Quota reserved, per flavor and resource", reservation),
         ("kueue_local_queue_resource_usage", "gauge", "Quota used by admitted workloads", usage),
         ("kueue_local_queue_status", "gauge", "1 for the LocalQueue's Active condition status", status),
+        *([("kueue_local_queue_admission_fair_sharing_usage", "gauge", FAIR_USAGE, fair)] if fair.lines else []),
+        ("kueue_cluster_queue_resource_pending", "gauge", "What waiting workloads request", pending_quota),
     ]
+
+
+def _requests(pod_sets: tuple[jobs.PodSet, ...]) -> dict[str, int]:
+    """What a workload requests in all (milli-units per resource), before any flavor is chosen."""
+    out: dict[str, int] = {}
+    for ps in pod_sets:
+        for resource, milli in ps.requests.items():
+            if milli:
+                out[resource] = out.get(resource, 0) + milli * ps.count
+    return out
 
 
 def _local_queue_quota(

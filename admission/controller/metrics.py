@@ -23,14 +23,15 @@ import platform
 import sys
 import time
 from collections import Counter as Tally
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from admission.controller import cohort_metrics, exposition
+from admission.controller import cohort_metrics
 from admission.controller.exposition import Exposition, escape
 from admission.controller.local_queue_metrics import LocalQueueGauges
+from admission.controller.workload_metrics import WorkloadMetrics
 from queues import quantity
 from queues.fairsharing import Share, share
 from queues.model import Admission, FlavorResource, Workload
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from admission.controller.controller import Controller
 
 Labels = tuple[str, str, str, str]  # cluster_queue, flavor, resource, namespace
-WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, float("inf"))
 
 
@@ -87,9 +87,14 @@ def _version() -> str:
 
 
 def write_queues(
-    out: Exposition, controller: Controller, clock: ResourceClock, local: LocalQueueGauges | None = None
+    out: Exposition,
+    controller: Controller,
+    clock: ResourceClock,
+    local: LocalQueueGauges | None = None,
+    finished: Mapping[tuple[str, str, str], int] | None = None,
 ) -> None:
-    """The ledger clock, and the leader's queue gauges (a standby has none), as Kueue names them."""
+    """The ledger clock, and the leader's queue gauges (a standby has none), as Kueue names them;
+    ``finished``: the finished Workload objects per (ClusterQueue, namespace, LocalQueue)."""
     out.family(
         "turnstile_resource_seconds_total",
         "counter",
@@ -166,6 +171,7 @@ def write_queues(
         out.family(family, kind, help_text)
         out.lines.extend(part.lines)
     cohort_metrics.write_hierarchy(out, sched, running)
+    _finished_objects(out, finished or {})
     if shares.lines:
         for family, help_text in (
             (
@@ -176,6 +182,24 @@ def write_queues(
         ):
             out.family(family, "gauge", help_text)
             out.lines.extend(line for line in shares.lines if line.startswith(family + "{"))
+
+
+def _finished_objects(out: Exposition, finished: Mapping[tuple[str, str, str], int]) -> None:
+    """Kueue's gauges of the finished Workload objects there are (they stay while their job does,
+    ``admission.store.workload_objects.RETENTION`` at most), per ClusterQueue and per LocalQueue."""
+    by_cq: Tally[str] = Tally()
+    for (cq, _, _), n in finished.items():
+        by_cq[cq] += n
+    out.family("kueue_finished_workloads", "gauge", "Finished Workload objects, per ClusterQueue")
+    for cq, n in sorted(by_cq.items()):
+        out.sample("kueue_finished_workloads", f'cluster_queue="{escape(cq)}"', n)
+    by_lq: Tally[tuple[str, str]] = Tally()
+    for (_, ns, lq), n in finished.items():
+        if lq:
+            by_lq[(ns, lq)] += n
+    out.family("kueue_local_queue_finished_workloads", "gauge", "Finished Workload objects, per LocalQueue")
+    for (ns, lq), n in sorted(by_lq.items()):
+        out.sample("kueue_local_queue_finished_workloads", f'name="{escape(lq)}",namespace="{escape(ns)}"', n)
 
 
 def _rounded(s: Share) -> float:
@@ -197,31 +221,7 @@ class Metrics:
         )  # (Kueue's label names; go_version carries the Python version)
         build.labels(_version(), "", "", f"python{platform.python_version()}", platform.python_implementation().lower(),
                      f"{sys.platform}/{platform.machine()}").set(1)  # fmt: skip
-        cq, lq = ("cluster_queue",), ("name", "namespace")
-        # admitted at once, or once their admission checks passed; per ClusterQueue and LocalQueue
-        self.admitted = exposition.Counter("kueue_admitted_workloads", "Workloads admitted (their jobs started)", cq)
-        self.reserved = exposition.Counter("kueue_quota_reserved_workloads", "Workloads that reserved quota", cq)
-        self.finished = exposition.Counter("kueue_finished_workloads", "Admitted workloads whose job finished", cq)
-        self.lq_admitted = exposition.Counter("kueue_local_queue_admitted_workloads", "Workloads admitted", lq)
-        self.lq_reserved = exposition.Counter(
-            "kueue_local_queue_quota_reserved_workloads", "Workloads that reserved quota", lq
-        )
-        self.lq_evicted = exposition.Counter(
-            "kueue_local_queue_evicted_workloads", "Workloads evicted", ("name", "namespace", "reason")
-        )
-        self.lq_finished = exposition.Counter(
-            "kueue_local_queue_finished_workloads", "Admitted workloads whose job finished", lq
-        )
-        waits = "From queueing (or the last eviction) to admission"
-        self.admission_waits = exposition.Histograms("kueue_admission_wait_time_seconds", waits, cq, WAIT_BUCKETS)
-        self.lq_admission_waits = exposition.Histograms(
-            "kueue_local_queue_admission_wait_time_seconds", waits, lq, WAIT_BUCKETS
-        )
-        waits = "From queueing (or the last eviction) to quota reserved"
-        self.reserved_waits = exposition.Histograms("kueue_quota_reserved_wait_time_seconds", waits, cq, WAIT_BUCKETS)
-        self.lq_reserved_waits = exposition.Histograms(
-            "kueue_local_queue_quota_reserved_wait_time_seconds", waits, lq, WAIT_BUCKETS
-        )
+        self.workloads = WorkloadMetrics()  # Kueue's per-workload counters and waits
         self.evicted = Counter("kueue_evicted_workloads", "Workloads evicted", ["cluster_queue", "reason"], registry=r)
         self.preempted = Counter(
             "kueue_preempted_workloads", "Workloads preempted", ["preempting_cluster_queue", "reason"], registry=r
@@ -267,12 +267,8 @@ class Metrics:
     def render(self) -> bytes:
         """The whole ``/metrics`` page: prometheus_client's metrics, then the per-queue families."""
         out = Exposition()
-        for counter in (self.admitted, self.reserved, self.finished, self.lq_admitted, self.lq_reserved,
-                        self.lq_evicted, self.lq_finished):  # fmt: skip
-            counter.write(out)
-        for waits in (self.admission_waits, self.reserved_waits, self.lq_admission_waits, self.lq_reserved_waits):
-            waits.write(out)
-        write_queues(out, self.controller, self.clock, self.local_queues)
+        self.workloads.write(out)
+        write_queues(out, self.controller, self.clock, self.local_queues, self.controller.projection.finished)
         self._kube_answers(out)
         return generate_latest(self.registry) + out.text().encode()
 
@@ -292,41 +288,18 @@ class Metrics:
 
     def reserved_workload(self, wl: Workload, at: float) -> None:
         """Quota reserved: it counts as used (GPU-seconds) from now, whether or not the job started."""
-        assert wl.admission is not None
-        waited = max(0.0, at - wl.queue_ts)
-        self.reserved.inc(wl.admission.cluster_queue)
-        self.reserved_waits.observe(waited, wl.admission.cluster_queue)
-        if wl.local_queue is not None:
-            self.lq_reserved.inc(wl.local_queue, wl.namespace)
-            self.lq_reserved_waits.observe(waited, wl.local_queue, wl.namespace)
+        self.workloads.reserved_workload(wl, at)
         self.clock.start(wl, at)
 
-    def admitted_workload(self, wl: Workload, at: float) -> None:
-        """Admitted: the job starts (at its reservation, or once its admission checks passed)."""
-        assert wl.admission is not None
-        waited = max(0.0, at - wl.queue_ts)
-        self.admitted.inc(wl.admission.cluster_queue)
-        self.admission_waits.observe(waited, wl.admission.cluster_queue)
-        if wl.local_queue is not None:
-            self.lq_admitted.inc(wl.local_queue, wl.namespace)
-            self.lq_admission_waits.observe(waited, wl.local_queue, wl.namespace)
-
-    def finished_workload(self, wl: Workload) -> None:
-        """An admitted workload's job finished (Kueue counts the ones that held quota)."""
-        if wl.admission is not None:
-            self.finished.inc(wl.admission.cluster_queue)
-            if wl.local_queue is not None:
-                self.lq_finished.inc(wl.local_queue, wl.namespace)
-
     def evicted_workload(
-        self, wl: Workload, cluster_queue: str, reason: str, detail: str, by: str | None, at: float
-    ) -> None:
+        self, wl: Workload, cluster_queue: str, reason: str, detail: str, by: str | None, at: float,
+        ready_at: float | None = None,
+    ) -> None:  # fmt: skip
         """``reason`` as Kueue's evicted reason (Preempted, ClusterQueueStopped); a preemption also
         counts for the preempting ClusterQueue ``by`` with Kueue's preemption reason (``detail``:
-        InClusterQueue, InCohortReclamation, ...)."""
+        InClusterQueue, InCohortReclamation, ...); ``ready_at``: when its pods were all Ready."""
         self.evicted.labels(cluster_queue, reason).inc()
-        if wl.local_queue is not None:
-            self.lq_evicted.inc(wl.local_queue, wl.namespace, reason)
+        self.workloads.evicted_workload(wl, cluster_queue, reason, detail, at, ready_at)
         if by is not None:
             self.preempted.labels(by, detail).inc()
         self.clock.stop(wl.key, at)

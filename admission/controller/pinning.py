@@ -19,6 +19,7 @@ suspended and its pods deleted by the enactor, and its gated pods are left alone
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from admission.controller.inventory import NodeInventory, PlacedPod
@@ -68,9 +69,16 @@ def _slot(pod: PlacedPod, hosts: Mapping[str, str]) -> PodSlot:
 
 class Pinner:
     def __init__(
-        self, kube: Kube, inventory: NodeInventory, *, current_term: Callable[[], Term | None], workers: int = 4
+        self,
+        kube: Kube,
+        inventory: NodeInventory,
+        *,
+        current_term: Callable[[], Term | None],
+        workers: int = 4,
+        ungated: Callable[[str, str, bool, float], None] = lambda gate, cluster_queue, group, seconds: None,
     ) -> None:
         self.kube = kube
+        self.ungated = ungated  # told (gate, ClusterQueue, in a pod group, seconds since admission) per pod let go
         self.inventory = inventory
         self.current_term = current_term
         self.queue = WorkQueue(self.pin, workers=workers, name="pin")
@@ -105,19 +113,23 @@ class Pinner:
                 patch = pods.ungate_patch(
                     {"spec": pod.spec}, node_selector(self.inventory, node), (), {}, TOPOLOGY_GATE
                 )
-                await self._patch(pod.namespace, name, patch)
+                if await self._patch(pod.namespace, name, patch) and held.started_at is not None:
+                    # (a job's pod: never in a plain-pod group, Kueue's ``is_group``)
+                    self.ungated(TOPOLOGY_GATE, held.admission.cluster_queue, False, time.time() - held.started_at)
 
-    async def _patch(self, namespace: str, name: str, patch: list[kube_client.Obj]) -> None:
+    async def _patch(self, namespace: str, name: str, patch: list[kube_client.Obj]) -> bool:
+        """Ungate one pod; False if it is gone."""
         try:
             answer = await self.kube.request(
                 "PATCH", PODS.path(namespace, name), body=patch, content_type=kube_client.JSON_PATCH
             )
         except KubeError as exc:
             if exc.status == 404:
-                return  # gone: its controller makes another, which is pinned in its turn
+                return False  # gone: its controller makes another, which is pinned in its turn
             if exc.temporary:
                 raise Retry(str(exc), after=exc.retry_after) from exc
             raise Retry(f"{exc} (looking again)") from exc
         self.pinned += 1
         if isinstance(answer, dict):
             self.inventory.observe(answer)  # (so the next look does not hand its slot out again)
+        return True

@@ -29,7 +29,13 @@ from queues.model import Config
 
 class Placement:
     def __init__(
-        self, kube: Kube, changes: Changes, *, current_term: Callable[[], Term | None], pods_always: bool = False
+        self,
+        kube: Kube,
+        changes: Changes,
+        *,
+        current_term: Callable[[], Term | None],
+        pods_always: bool = False,
+        ungated: Callable[[str, str, bool, float], None] = lambda gate, cluster_queue, group, seconds: None,
     ) -> None:
         self.changes = changes
         self.current_term = current_term
@@ -41,7 +47,7 @@ class Placement:
             cordoned=self._cordoned,
             pods_always=pods_always,
         )
-        self.pinner = Pinner(kube, self.inventory, current_term=current_term)
+        self.pinner = Pinner(kube, self.inventory, current_term=current_term, ungated=ungated)
 
     def start(self) -> None:
         self.pinner.start()

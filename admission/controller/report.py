@@ -18,7 +18,7 @@ from admission.jobs.base import JobView
 from admission.store import workloads as store
 from queues import efficiency, podsready
 from queues.model import Workload
-from queues.scheduler import Evict
+from queues.scheduler import Evict, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Reporter:
                 continue
             by = sched.workloads.get(e.by) if e.by else None
             by_cq = by.admission.cluster_queue if by is not None and by.admission is not None else None
-            self.metrics.evicted_workload(e.workload, e.cluster_queue, e.reason, e.detail, by_cq, at)
+            self.metrics.evicted_workload(e.workload, e.cluster_queue, e.reason, e.detail, by_cq, at, e.ready_at)
             if info:
                 log.info(
                     "evicted %s from ClusterQueue %s: %s (%s)%s",
@@ -78,7 +78,7 @@ class Reporter:
             assert wl.admission is not None
             self.metrics.reserved_workload(wl, at)
             if not wl.checks:
-                self.metrics.admitted_workload(wl, at)
+                self.metrics.workloads.admitted_workload(wl, at, cohorts_above(sched, wl))
             if (v := view(wl.key)) is not None:
                 self.events.forget(v.uid)  # a later wait is a first wait again
             flavors = sorted({f for per_res in wl.admission.flavors.values() for f in per_res.values()})
@@ -112,7 +112,7 @@ class Reporter:
                 self.events.post(view(wl.key), "Admitted", f"admitted by {where}")
         for wl in started:
             if wl.admission is not None:
-                self.metrics.admitted_workload(wl, at)
+                self.metrics.workloads.admitted_workload(wl, at, cohorts_above(sched, wl))
                 self.events.post(
                     view(wl.key),
                     "Admitted",
@@ -123,13 +123,24 @@ class Reporter:
             if debug and (waiting := sched.workloads.get(key)) is not None:
                 log.debug("%s waits: %s: %s", key, reason, message, extra=_fields(waiting, "Pending", reason=reason))
 
-    def finished(self, view: JobView | None, wl: Workload | None) -> None:
-        """A job finished: its Event and log line (the controller releases its quota)."""
+    def finished(self, view: JobView | None, wl: Workload | None, at: float) -> None:
+        """A job finished: its Event and log line (the controller releases its quota next)."""
         self.events.post(view, "Finished", "the job finished; its quota is released")
         if wl is not None:
-            self.metrics.finished_workload(wl)
+            self.metrics.workloads.finished_workload(wl, at)
         if wl is not None and log.isEnabledFor(logging.INFO):
             log.info("finished %s", wl.key, extra=_fields(wl, "Finished"))
+
+
+def cohorts_above(sched: Scheduler, wl: Workload) -> list[str]:
+    """Every Cohort above ``wl``'s ClusterQueue (``kueue_cohort_subtree_admitted_workloads_total``)."""
+    cq = sched.snapshot.queues.get(wl.admission.cluster_queue) if wl.admission is not None else None
+    out: list[str] = []
+    node = cq.parent if cq is not None else None
+    while node is not None:
+        out.append(node.name)
+        node = node.parent
+    return out
 
 
 def _fields(wl: Workload, decision: str, **more: object) -> dict[str, object]:

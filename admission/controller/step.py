@@ -397,9 +397,10 @@ class Steps:
                 self.changes.config = False  # only once the new configuration is read for sure
         decisions: list[Decision] = resized
         for row in finishes["JobFinished"]:
-            self.reporter.finished(self.jobs.views.get(row.uid), sched.workloads.get(row.key))
+            self.reporter.finished(self.jobs.views.get(row.uid), sched.workloads.get(row.key), at.timestamp())
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
             self.metrics.clock.stop(row.key, at.timestamp())
+            self.metrics.workloads.forget(row.key)
             self.events.forget(row.uid)
             sched.finish(row.key)
             term.settle(row.key)
@@ -502,7 +503,7 @@ class Steps:
             if was_admitted and key in last_evict:
                 e = last_evict[key]
                 changed = e.workload.pod_sets if e.reason == NO_MATCHING_WORKLOAD else None
-                evictions.append(store.Evict(row.id, e.reason, e.detail, e.by, changed))
+                evictions.append(store.Evict(row.id, e.reason, e.detail, e.by, changed, e.workload.past_run))
             if wl.admission is not None and (not was_admitted or key in last_evict):
                 admissions.append(store.Admit(row.id, wl.admission, wl.checks))
                 admitted_now[row.id] = wl
@@ -556,6 +557,9 @@ class Steps:
             preempting = self._preempting(term, waiting or {})
             await store.set_admitted_reasons(session, [(row_id, r, m) for row_id, _, r, m in preempting])
             await self._save_usage(term, session)
+        for key, t in ready.items():  # (the first time all its pods were Ready in this admission)
+            if (became := sched.workloads.get(key)) is not None:
+                self.metrics.workloads.ready_workload(became, t)
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
         began = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
         self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), began)

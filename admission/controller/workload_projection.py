@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import itertools
 import json
 import logging
 import time
+from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +91,8 @@ class Shown:
     status: int  # digest of the status
     status_keys: frozenset[str]  # (a merge patch sets the ones gone to null)
     conditions: tuple[tuple[str, str, str], ...]  # (type, status, reason): Events for their transitions
+    # where it counts in ``kueue_finished_workloads`` (cluster_queue, namespace, queue name), if finished
+    finished: tuple[str, str, str] | None = None
 
     @classmethod
     def of(cls, obj: Obj) -> Shown:
@@ -98,15 +102,21 @@ class Shown:
             for c in status.get("conditions") or []
             if isinstance(c, dict)
         )
+        namespace = str(meta.get("namespace") or "")
+        finished = None
+        if any(kind == "Finished" and value == "True" for kind, value, _ in conditions):
+            cluster_queue = str((status.get("admission") or {}).get("clusterQueue") or "")
+            finished = (cluster_queue, namespace, str(spec.get("queueName") or ""))
         return cls(
             str(meta.get("name") or ""),
-            str(meta.get("namespace") or ""),
+            namespace,
             str(meta.get("uid") or ""),
             _digest(_fixed(spec)),
             spec.get("active", True) is not False,
             _digest(status),
             frozenset(status),
             conditions,
+            finished,
         )
 
     def same(self, other: Shown | None) -> bool:
@@ -126,16 +136,21 @@ class Projection:
         *,
         lost: Callable[[str], None] = lambda _uid: None,
         events: EventPoster | None = None,
+        created: Callable[[str, float], None] = lambda _kind, _seconds: None,
         rate: float = RATE,
         burst: int = BURST,
     ) -> None:
         self.kube, self.sessions, self.jobs, self.current_term = kube, sessions, jobs, current_term
         self.lost = lost  # told of a job whose Workload object someone else deleted
         self.events = events  # Kueue's Events on the objects, from their conditions' transitions
+        self.created = created  # told (job kind, seconds) from a job's creation to its object's
         self.deleting: set[str] = set()  # job uids whose object this replica is deleting
         self.was_absent = False  # the CRD was not served at the last pass
         self.informer = Informer(kube, WORKLOADS, self._on_object, label_selector=store.JOB_UID_LABEL, optional=True)
         self.objects: dict[str, Shown] = {}  # job uid -> its Workload object as the cluster has it
+        # the finished objects there are, per (cluster_queue, namespace, queue name): Kueue's
+        # ``kueue_finished_workloads`` and ``kueue_local_queue_finished_workloads`` gauges
+        self.finished: Tally[tuple[str, str, str]] = Tally()
         self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> job uid
         self.dirty: dict[str, None] = {}  # job uids whose object may differ from the store
         self.wake = asyncio.Event()
@@ -167,7 +182,7 @@ class Projection:
             return
         if kind == "DELETED":
             if (known := self.objects.get(uid)) is not None and known.name == where[1]:
-                self.objects.pop(uid, None)
+                self._keep(uid, None)
             self.by_name.pop(where, None)
             if uid in self.deleting:
                 self.deleting.discard(uid)
@@ -175,11 +190,24 @@ class Projection:
                 self.lost(uid)
             self.mark([uid])  # (made again if its workload is live)
             return
-        shown = self.objects[uid] = Shown.of(obj)
+        shown = Shown.of(obj)
+        self._keep(uid, shown)
         self.by_name[where] = uid
         if not shown.same(self.written.get(uid)):
             self.written.pop(uid, None)  # changed by someone else (or not written by this replica): look again
             self.mark([uid])
+
+    def _keep(self, uid: str, shown: Shown | None) -> None:
+        """The object of job ``uid`` is now ``shown`` (None: gone), its finished count kept with it."""
+        old = self.objects.pop(uid, None) if shown is None else self.objects.get(uid)
+        if old is not None and old.finished is not None:
+            self.finished[old.finished] -= 1
+            if not self.finished[old.finished]:
+                del self.finished[old.finished]
+        if shown is not None:
+            self.objects[uid] = shown
+            if shown.finished is not None:
+                self.finished[shown.finished] += 1
 
     # ----- passes ----------------------------------------------------------------------------------
 
@@ -272,11 +300,12 @@ class Projection:
             # Its job now asks for other pod sets (or priority, queue): as Kueue, a new Workload (the
             # webhook lets nobody change a Workload's spec but its active flag, this replica neither).
             await self._delete(uid)
-            self.objects.pop(uid, None)
+            self._keep(uid, None)
             have = None
         if have is None:
             self.writes += 1
             have = Shown.of(await self.kube.create(WORKLOADS, namespace, {**want, "status": {}}))
+            self._creation_latency(uid)
         if have.active != wanted.active:
             self.writes += 1
             have = Shown.of(await self.kube.patch(WORKLOADS, namespace, name, {"spec": {"active": wanted.active}}))
@@ -287,6 +316,16 @@ class Projection:
             obj = await self.kube.request("PATCH", path, body={"status": patch}, content_type=kube_client.MERGE_PATCH)
             self._post(obj, have)
         self.written[uid] = dataclasses.replace(wanted, uid=have.uid)
+
+    def _creation_latency(self, uid: str) -> None:
+        view = self.jobs.views.get(uid)
+        if view is not None and view.created:
+            try:
+                created = dt.datetime.fromisoformat(view.created.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return
+            kind = view.info.kind if view.info is not None else view.integration.ref.kind
+            self.created(kind, time.time() - created)
 
     def _post(self, obj: Obj, before: Shown) -> None:
         """Kueue's Events on a Workload, for the conditions its status now changed: ``QuotaReserved``,

@@ -87,6 +87,7 @@ class JobView:
     # the Kubernetes object Events and owner references name: the job itself, or a group's first pod
     object_name: str = ""
     object_uid: str = ""
+    created: str = ""  # metadata.creationTimestamp (kueue_workload_creation_latency_seconds)
     key: str = field(init=False)  # namespace/name, the workload's key (made once: it is used everywhere)
 
     def __post_init__(self) -> None:
@@ -310,6 +311,7 @@ class Integration:
             external=self.external.keep(obj) if self.external is not None else None,
             keep_until=annotations.get(KEEP_UNTIL),
             source=source,
+            created=str(meta.get("creationTimestamp") or ""),
         )
 
     def patch(

@@ -82,6 +82,7 @@ def view(
         pods=refs,
         object_name=str(first.get("name")),
         object_uid=str(first.get("uid")),
+        created=str(first.get("creationTimestamp") or ""),
     )
 
 

@@ -223,6 +223,8 @@ class Workload(Base):
     active: Mapped[bool] = mapped_column(nullable=False, server_default=text("true"))
     # waitForPodsReady: when every pod of the admitted job was first Ready (None: not yet, this admission)
     pods_ready_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    # seconds its job ran in the admissions that ended (Kueue's accumulatedPastExecutionTimeSeconds)
+    executed_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))
     __table_args__ = (
         CheckConstraint(f"state IN {WORKLOAD_STATES!r}", name="state"),
         CheckConstraint("(state = 'Admitted') = (admitted_at IS NOT NULL)", name="admitted_has_time"),

@@ -53,7 +53,7 @@ def object_name(kind: str, name: str, job_uid: str) -> str:
 _COLUMNS = f"""
     w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
     w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
-    w.assigned_flavors, w.checks, w.labels,
+    w.assigned_flavors, w.checks, w.labels, w.executed_seconds,
     COALESCE((SELECT r.active FROM activity_requests r WHERE r.workload_id = w.id), w.active) AS active,
     {OBJECT_NAME} AS object_name
 """
@@ -227,8 +227,10 @@ def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
                 )
             )
     status: dict[str, Any] = {"conditions": conditions}
-    if reserved:
-        status["admission"] = _admission(row, pod_sets)
+    if reserved or (state == "Finished" and row["assigned_flavors"] and row["cluster_queue"]):
+        status["admission"] = _admission(row, pod_sets)  # (a finished one keeps what it ran with, as Kueue's)
+    if row["executed_seconds"] >= 1:  # (what its job ran in its admissions that ended: evicted ones)
+        status["accumulatedPastExecutionTimeSeconds"] = int(row["executed_seconds"])
     owner = {
         "apiVersion": row["api_version"],
         "kind": row["kind"],

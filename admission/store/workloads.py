@@ -174,6 +174,7 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
                 w.active,
                 w.reason,
                 w.pods_ready_at,
+                w.executed_seconds,
             )
             .where(w.state != "Finished")
             .order_by(w.id)
@@ -221,6 +222,7 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
             retries=r.retries,
             requeue_at=_epoch(r.requeue_at) if r.requeue_at is not None else None,
             active=r.active,
+            past_run=float(r.executed_seconds),
         )
         if r.reason == podsready.REASON:
             wl.requeue_reason = podsready.REASON
@@ -262,6 +264,7 @@ class Evict:
     detail: str | None = None
     by: str | None = None  # the preempting workload
     pod_sets: tuple[jobs.PodSet, ...] | None = None  # its job's pod sets now, if they changed (NoMatchingWorkload)
+    executed: float = 0.0  # seconds its job has run in every admission so far, this one included
 
 
 @dataclass(slots=True)
@@ -395,6 +398,9 @@ async def commit_cycle(
         )
         queues = {int(i): cq for i, cq in evicted.all()}
         result.evicted = sorted(queues)
+        ran = [(e.workload_id, e.executed) for e in evictions if e.executed > 0 and e.workload_id in queues]
+        if ran:  # (what its job ran so far, Kueue's accumulatedPastExecutionTimeSeconds)
+            await session.execute(_EXECUTED, {"id": [i for i, _ in ran], "s": [s for _, s in ran]})
         for e in evictions:  # a changed job: requeued as it now is, in the transaction that releases it
             if e.pod_sets is not None and e.workload_id in queues:
                 # (``||``: the pod sets replaced, what is stored beside them kept)
@@ -680,6 +686,14 @@ async def set_pods_ready(session: AsyncSession, ready: Sequence[tuple[int, dt.da
         return
     await session.execute(_SET_PODS_READY, {"id": [wid for wid, _ in ready], "at": [at for _, at in ready]})
 
+
+_EXECUTED = text(
+    """
+    UPDATE workloads AS w SET executed_seconds = u.s
+    FROM unnest(CAST(:id AS bigint[]), CAST(:s AS float8[])) AS u(id, s)
+    WHERE w.id = u.id
+    """
+)
 
 _SET_PODS_READY = text(
     """

@@ -4,6 +4,7 @@ follow what happened (admissions, a preemption, quota in use, who waits), and GP
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -46,6 +47,11 @@ CONTRACT = {
     "kueue_local_queue_admission_wait_time_seconds": {"name", "namespace"},
     "kueue_local_queue_quota_reserved_wait_time_seconds": {"name", "namespace"},
     "kueue_build_info": {"git_version", "git_commit", "build_date", "go_version", "compiler", "platform"},
+    "kueue_evicted_workloads_once_total": {"cluster_queue", "reason", "underlying_cause"},
+    "kueue_admission_checks_wait_time_seconds": {"cluster_queue"},
+    "kueue_local_queue_admission_checks_wait_time_seconds": {"name", "namespace"},
+    "kueue_cluster_queue_resource_pending": {"cluster_queue", "resource"},
+    "kueue_pods_ready_to_evicted_time_seconds": {"cluster_queue", "reason", "underlying_cause"},
     "turnstile_resource_seconds_total": {"cluster_queue", "flavor", "resource", "namespace"},
 }
 GPU = "nvidia.com/gpu"
@@ -115,6 +121,15 @@ async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
         assert value(first, "kueue_local_queue_admission_wait_time_seconds_count", **lq) == 3
         assert value(first, "kueue_local_queue_reserving_active_workloads", **lq) == 2
         assert value(first, "kueue_local_queue_admitted_active_workloads", **lq) == 2
+        once = {"reason": "Preempted", "underlying_cause": ""}
+        assert value(first, "kueue_evicted_workloads_once_total", **team, **once) == 1
+        assert value(first, "kueue_admission_checks_wait_time_seconds_count", **team) == 3  # (no checks: 0 s each)
+        assert value(first, "kueue_admission_checks_wait_time_seconds_bucket", **team, le="1.0") == 3
+        assert value(first, "kueue_local_queue_admission_checks_wait_time_seconds_count", **lq) == 3
+        # what waits asks for before a flavor is chosen: c and the preempted one, 4 GPUs each
+        assert value(first, "kueue_cluster_queue_resource_pending", **team, resource=GPU) == 8
+        # the preempted job's pods had all been Ready: how long they were, until the eviction
+        assert value(first, "kueue_pods_ready_to_evicted_time_seconds_count", **team, **once) == 1
         (build,) = first["kueue_build_info"]
         assert build[1] == 1 and build[0]["git_version"].startswith("v"), build
         assert value(first, "kueue_cluster_queue_status", **team, status="active") == 1
@@ -134,6 +149,7 @@ async def test_a_finished_job_is_counted_per_cluster_queue_and_local_queue(tmp_p
     async with world(tmp_path, migrated_url) as w:
         await w.apply(CONFIG)
         controller = w.start_controller("replica-1")
+        began = time.monotonic()
         await w.create(job("quick", gpus=4, runtime=1))
         await w.create(job("steady", gpus=4))
 
@@ -142,9 +158,29 @@ async def test_a_finished_job_is_counted_per_cluster_queue_and_local_queue(tmp_p
             return samples if "kueue_finished_workloads_total" in samples else None
 
         samples = await eventually(finished, what="quick to finish", timeout=20)
-        assert value(samples, "kueue_finished_workloads_total", cluster_queue="team-a") == 1  # (not steady)
-        assert value(samples, "kueue_local_queue_finished_workloads_total", name="team-a", namespace="ml") == 1
-        assert value(samples, "kueue_admitted_workloads_total", cluster_queue="team-a") == 2
+        team, lq = {"cluster_queue": "team-a"}, {"name": "team-a", "namespace": "ml"}
+        assert value(samples, "kueue_finished_workloads_total", **team) == 1  # (not steady)
+        assert value(samples, "kueue_local_queue_finished_workloads_total", **lq) == 1
+        assert value(samples, "kueue_admitted_workloads_total", **team) == 2
+        # what its job ran, admission to completion (its pods' second is 10 ms at the world's time scale)
+        assert value(samples, "kueue_execution_time_seconds_count", **team) == 1
+        assert 0.01 <= value(samples, "kueue_execution_time_seconds_sum", **team) < time.monotonic() - began
+        assert value(samples, "kueue_local_queue_execution_time_seconds_count", **lq) == 1
+        # both jobs' pods were Ready once: from queueing, and from admission
+        for name in ("ready_wait_time_seconds", "admitted_until_ready_wait_time_seconds"):
+            assert value(samples, f"kueue_{name}_count", **team) == 2, name
+            assert value(samples, f"kueue_local_queue_{name}_count", **lq) == 2, name
+
+        async def object_finished() -> dict[str, list[tuple[dict[str, str], float]]] | None:
+            samples = scrape(controller.metrics)
+            return samples if "kueue_finished_workloads" in samples else None
+
+        # the finished Workload object stays while its job does: Kueue's gauges of them
+        samples = await eventually(object_finished, what="quick's Workload object to show it finished")
+        assert value(samples, "kueue_finished_workloads", **team) == 1
+        assert value(samples, "kueue_local_queue_finished_workloads", **lq) == 1
+        # each job's Workload object was made once: from the job's creation (whole seconds) to it
+        assert value(samples, "kueue_workload_creation_latency_seconds_count", job_kind="Job") == 2
 
 
 def test_local_queue_gauges_are_counted_at_most_every_few_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,3 +268,56 @@ def test_cohort_tree_and_local_queue_quota_families_follow_kueues_meanings() -> 
     assert value(samples, "kueue_local_queue_status", **qa, active="True") == 1
     assert value(samples, "kueue_local_queue_status", **qa, active="False") == 0
     assert value(samples, "kueue_local_queue_status", name="nowhere", namespace="ns", active="False") == 1
+
+
+def test_pending_requests_cohort_admissions_and_admission_fair_sharing_usage_follow_kueues_meanings() -> None:
+    """``kueue_cluster_queue_resource_pending`` (what waits asks for, before a flavor is chosen; 0
+    for a covered resource nothing asks for), ``kueue_cohort_subtree_admitted_workloads_total`` (an
+    admission counts in every Cohort above its ClusterQueue) and, with admission fair sharing,
+    ``kueue_local_queue_admission_fair_sharing_usage`` (the usage the ClusterQueue orders by)."""
+    from admission.controller.exposition import Exposition
+    from admission.controller.local_queue_metrics import LocalQueueGauges
+    from admission.controller.report import cohorts_above
+    from admission.controller.workload_metrics import WorkloadMetrics
+    from queues import api
+    from queues.model import Config
+    from queues.scheduler import Scheduler
+    from queues.usage_history import AdmissionFairSharing
+    from tests.queues.builders import CQ, flavor, local_queue, make_workload
+
+    def parse(kind: str, name: str, spec: dict[str, Any]) -> api.KueueObject:
+        return api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": {"name": name},
+                          "spec": spec})  # fmt: skip
+
+    built = CQ("a").cohort("team").group(("f", {"gpu": 8})).build()
+    scope = {"admissionMode": "UsageBasedAdmissionFairSharing"}
+    fair = built.model_copy(update={"spec": built.spec.model_copy(update={"admission_scope": scope})})
+    objects = [
+        flavor("f"), parse("Cohort", "org", {}), parse("Cohort", "team", {"parentName": "org"}), fair,
+        CQ("solo").group(("f", {"gpu": 2})).build(),
+        local_queue("ns", "qa", "a"), local_queue("ns", "qs", "solo"),
+    ]  # fmt: skip
+    sched = Scheduler(Config.of(objects), admission_fair_sharing=AdmissionFairSharing(half_life=60.0))
+    make_workload("a1", queue="qa").request(gpu=6).submit(sched)
+    make_workload("a2", queue="qa").request(gpu=5).submit(sched)  # (does not fit: it waits)
+    assert len(sched.schedule()) == 1
+    admitted = sched.workloads["ns/a1"]
+    assert cohorts_above(sched, admitted) == ["team", "org"]
+    counters = WorkloadMetrics()
+    counters.admitted_workload(admitted, 1.0, cohorts_above(sched, admitted))
+    families = LocalQueueGauges().families(sched)
+    out = Exposition()
+    counters.write(out)
+    for name, kind, help_text, part in families:
+        out.family(name, kind, help_text)
+        out.lines.extend(part.lines)
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(out.text()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    assert value(samples, "kueue_cohort_subtree_admitted_workloads_total", cohort="team") == 1
+    assert value(samples, "kueue_cohort_subtree_admitted_workloads_total", cohort="org") == 1
+    assert value(samples, "kueue_cluster_queue_resource_pending", cluster_queue="a", resource=GPU) == 5
+    assert value(samples, "kueue_cluster_queue_resource_pending", cluster_queue="solo", resource=GPU) == 0
+    (usage,) = samples["kueue_local_queue_admission_fair_sharing_usage"]  # (qs's ClusterQueue does not order by it)
+    assert usage[0] == {"name": "qa", "namespace": "ns", "cluster_queue": "a"} and usage[1] > 0, usage

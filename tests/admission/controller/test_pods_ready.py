@@ -58,8 +58,11 @@ async def test_a_job_no_node_can_take_is_evicted_requeued_then_deactivated(tmp_p
         r = await eventually(deactivated, timeout=15, what="deactivated after its second timeout")
         assert (r.state, r.reason, r.retries) == ("Pending", "Inactive", 2)
         assert "requeued 1 times, the limit (backoffLimitCount)" in r.message
-        current = await w.kube.get(JOBS, "ml", "too-wide")
-        assert current["spec"]["suspend"] is True, "its job is suspended and its pods gone"
+
+        async def suspended() -> bool:  # (the enactor suspends it once the eviction is committed)
+            return (await w.kube.get(JOBS, "ml", "too-wide"))["spec"]["suspend"] is True
+
+        await eventually(suspended, what="its job suspended and its pods gone")
         async with database.transaction(w.sessions) as s:
             history = (
                 await s.execute(

@@ -8,6 +8,8 @@ while no replica led; gone with its job.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +41,13 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
     async with world(tmp_path, migrated_url) as w:
         await w.apply(CONFIG)
         w.start_controller("replica-1")
-        first = await w.create(job("train", gpus=8, runtime=200))
+        first = await w.create(job("train", gpus=8, runtime=2000))  # (20 s at the time scale: it outlives the test)
         await w.create(job("waits", gpus=8, runtime=200))
         obj = await eventually(
             lambda: _one(w, "job-train-", lambda o: (_condition(o, "Admitted") or {}).get("status") == "True"),
             what="train's Workload admitted",
         )
+        admitted_at = time.monotonic()
         assert obj["metadata"]["name"] == f"job-train-{first['metadata']['uid'][:5]}"
         owner = obj["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
@@ -82,7 +85,8 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
         # Deleted while its job runs: as Kueue, the job is stopped and queued again under a new
         # Workload (NoMatchingWorkload); waits, queued earlier, takes the quota.
         train = await _one(w, "job-train-")
-        assert train is not None
+        assert train is not None and "accumulatedPastExecutionTimeSeconds" not in train["status"]
+        await asyncio.sleep(max(0.0, 1.2 - (time.monotonic() - admitted_at)))  # (it has run a second)
         await w.kube.delete(WORKLOADS, "ml", train["metadata"]["name"])
         await eventually(lambda: running(w, "waits"), timeout=20, what="waits to run in train's quota")
         assert (await w.get("train"))["spec"]["suspend"] is True
@@ -92,14 +96,17 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
             new = o["metadata"]["uid"] != train["metadata"]["uid"]
             return new and (evicted.get("status"), evicted.get("reason")) == ("True", "NoMatchingWorkload")
 
-        await eventually(lambda: _one(w, "job-train-", requeued), what="train's new Workload, evicted")
+        again = await eventually(lambda: _one(w, "job-train-", requeued), what="train's new Workload, evicted")
+        # what it ran before, as Kueue's accumulatedPastExecutionTimeSeconds (whole seconds)
+        assert again["status"]["accumulatedPastExecutionTimeSeconds"] >= 1, again["status"]
 
         # waits finishes: Finished; train is admitted again.
-        await eventually(
+        done = await eventually(
             lambda: _one(w, "job-waits-", lambda o: (_condition(o, "Finished") or {}).get("status") == "True"),
             timeout=20,
             what="waits' Workload finished",
         )
+        assert done["status"]["admission"]["clusterQueue"] == "team-a"  # (what it ran with, kept as Kueue's)
         await eventually(lambda: running(w, "train"), timeout=20, what="train to run again")
 
         # The job deleted: its Workload goes with it.
