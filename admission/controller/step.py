@@ -131,6 +131,7 @@ class Steps:
         self.projection = projection
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
+        self.stored: list[str] = []  # job uids whose workload row the last observation wrote (or finished)
         self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued, or are held
 
     async def run(self, term: Term) -> None:
@@ -183,11 +184,16 @@ class Steps:
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
         waiting, self.changes.preempting = self.changes.preempting, {}
         said = set(sched.said)  # (waiting workloads whose reason changed: their objects' QuotaReserved)
+        committed: set[str] = set()
         if decisions or sched.said or sched.checked or waiting or self.pods_ready.newly_ready or term.taken:
-            touched |= await self._commit(term, decisions, at, waiting)
-        if self.projection is not None:  # (the Workload objects of what changed)
-            keys = touched | said
-            self.projection.mark([*dirty, *(row.uid for key in keys if (row := term.by_key.get(key)))])
+            committed = await self._commit(term, decisions, at, waiting)
+            touched |= committed
+        if self.projection is not None:
+            # The Workload objects of what the store now holds differently: jobs stored, finished
+            # or gone, and workloads decided, said or (no longer) preempting; not every job event
+            # (most are status updates that change nothing an object shows).
+            keys = committed | said | set(waiting)
+            self.projection.mark([*self.stored, *(row.uid for key in keys if (row := term.by_key.get(key)))])
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
         touched.update(term.stopping)  # their job events say when the pods are gone
@@ -325,11 +331,13 @@ class Steps:
         dequeues: list[Row] = []
         upserts: dict[str, tuple[JobView, Workload]] = {}
         resized: list[Decision] = []  # admitted workloads whose running job changed (``Scheduler.job_changed``)
+        self.stored = []
         for uid in dirty:
             view = self.jobs.views.get(uid)
             row = term.rows.get(uid)
             if view is None or view.finished:
                 self.unreadable.discard(uid)
+                self.stored.append(uid)  # (its Workload object finishes or goes)
                 if row is not None:
                     finishes["JobDeleted" if view is None else "JobFinished"].append(row)
                 continue
@@ -395,6 +403,8 @@ class Steps:
                     requests = await activity.pending(session)
             if reload:
                 self.changes.config = False  # only once the new configuration is read for sure
+        self.stored.extend(r.uid for r in dequeues)
+        self.stored.extend(uid for uid in upserts if uid in stored)
         decisions: list[Decision] = resized
         for row in finishes["JobFinished"]:
             self.reporter.finished(self.jobs.views.get(row.uid), sched.workloads.get(row.key), at.timestamp())
