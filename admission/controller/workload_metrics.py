@@ -50,11 +50,11 @@ def underlying_cause(detail: str) -> str:
 
 
 class _Twins:
-    """One of Kueue's histograms per ClusterQueue and its ``local_queue_`` twin."""
+    """One of Kueue's histograms per ClusterQueue (``name``) and its ``local_queue_`` twin."""
 
     def __init__(self, name: str, help_text: str, buckets: tuple[float, ...] = WAIT_BUCKETS) -> None:
-        self.cq = exposition.Histograms(f"kueue_{name}", help_text, CQ, buckets)
-        self.lq = exposition.Histograms(f"kueue_local_queue_{name}", help_text, LQ, buckets)
+        self.cq = exposition.Histograms(name, help_text, CQ, buckets)
+        self.lq = exposition.Histograms(name.replace("kueue_", "kueue_local_queue_", 1), help_text, LQ, buckets)
 
     def observe(self, seconds: float, wl: Workload, cluster_queue: str) -> None:
         seconds = max(0.0, seconds)
@@ -84,17 +84,17 @@ class WorkloadMetrics:
             "kueue_cohort_subtree_admitted_workloads", "Workloads admitted under the Cohort", ("cohort",)
         )
         self.evicted_for: dict[str, set[tuple[str, str]]] = {}  # workload key -> (reason, cause) counted once
-        self.admission_waits = _Twins("admission_wait_time_seconds", "From queueing (or requeueing) to admission")
+        self.admission_waits = _Twins("kueue_admission_wait_time_seconds", "From queueing (or requeueing) to admission")
         self.reserved_waits = _Twins(
-            "quota_reserved_wait_time_seconds", "From queueing (or requeueing) to quota reserved"
+            "kueue_quota_reserved_wait_time_seconds", "From queueing (or requeueing) to quota reserved"
         )
-        self.checks_waits = _Twins("admission_checks_wait_time_seconds", "From quota reserved to admission")
-        self.ready_waits = _Twins("ready_wait_time_seconds", "From queueing (or requeueing) to every pod Ready")
+        self.checks_waits = _Twins("kueue_admission_checks_wait_time_seconds", "From quota reserved to admission")
+        self.ready_waits = _Twins("kueue_ready_wait_time_seconds", "From queueing (or requeueing) to every pod Ready")
         self.admitted_ready_waits = _Twins(
-            "admitted_until_ready_wait_time_seconds", "From admission to every pod Ready"
+            "kueue_admitted_until_ready_wait_time_seconds", "From admission to every pod Ready"
         )
         self.execution = _Twins(
-            "execution_time_seconds", "What a finished workload's job ran, first admission to completion"
+            "kueue_execution_time_seconds", "What a finished workload's job ran, first admission to completion"
         )
         self.ready_to_evicted = exposition.Histograms(
             "kueue_pods_ready_to_evicted_time_seconds",
