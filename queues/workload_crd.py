@@ -5,7 +5,7 @@ leader keeps one such object per queued job, a projection of what PostgreSQL hol
 (``admission.controller.workload_projection``), so the definition must accept what Kueue's does.
 
 Written from Kueue's API types (``apis/kueue/v1beta2/workload_types.go``): the same names, short
-names (``kwl``; ``wl`` stays Turnstile's aggregated ``workloads.turnstile.dev``), printer columns,
+name (``wl``; Turnstile's aggregated ``workloads.turnstile.dev`` answers to ``twl``), printer columns,
 ``spec`` and ``status`` fields with their types, enums and bounds, and the rules a user's edit
 meets in the API server (a podSet's ``minCount`` at most its ``count``; ``priorityClassRef`` only
 with ``priority``). Two places are looser than Kueue's: a pod set's ``template`` and a topology
@@ -26,7 +26,7 @@ Schema = dict[str, Any]
 GROUP, VERSION, PLURAL, KIND = "kueue.x-k8s.io", "v1beta2", "workloads", "Workload"
 NAME = f"{PLURAL}.{GROUP}"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # (Kueue's label on a Workload: the uid of the job it is for)
-SHORT_NAMES = ("kwl", "kueueworkload", "kueueworkloads")
+SHORT_NAMES = ("wl",)  # Kueue's: +kubebuilder:resource:shortName={wl}
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 

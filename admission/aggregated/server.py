@@ -51,7 +51,7 @@ def _resources(group_version: str, resources: list[dict[str, Any]]) -> dict[str,
 WORKLOAD_RESOURCES = _resources(
     f"{objects.GROUP}/{objects.VERSION}",
     [{"name": "workloads", "singularName": "workload", "namespaced": True, "kind": "Workload",
-      "verbs": ["get", "list"], "shortNames": ["wl"]}],
+      "verbs": ["get", "list"], "shortNames": ["twl"]}],
 )  # fmt: skip
 VISIBILITY_RESOURCES = [
     {"name": "clusterqueues", "singularName": "clusterqueue", "namespaced": False, "kind": "ClusterQueue",

@@ -49,12 +49,33 @@ def underlying_cause(detail: str) -> str:
     return detail if detail == podsready.LIMIT_EXCEEDED else ""
 
 
+def _local_queue_twin(name: str) -> str:
+    return name.replace("kueue_", "kueue_local_queue_", 1)
+
+
+class _CountedTwins:
+    """One of Kueue's counters per ClusterQueue and its ``local_queue_`` twin."""
+
+    def __init__(self, name: str, help_text: str) -> None:
+        self.cq = exposition.Counter(name, help_text, CQ)
+        self.lq = exposition.Counter(_local_queue_twin(name), help_text, LQ)
+
+    def inc(self, wl: Workload, cluster_queue: str) -> None:
+        self.cq.inc(cluster_queue)
+        if wl.local_queue is not None:
+            self.lq.inc(wl.local_queue, wl.namespace)
+
+    def write(self, out: Exposition) -> None:
+        self.cq.write(out)
+        self.lq.write(out)
+
+
 class _Twins:
-    """One of Kueue's histograms per ClusterQueue (``name``) and its ``local_queue_`` twin."""
+    """One of Kueue's histograms per ClusterQueue and its ``local_queue_`` twin."""
 
     def __init__(self, name: str, help_text: str, buckets: tuple[float, ...] = WAIT_BUCKETS) -> None:
         self.cq = exposition.Histograms(name, help_text, CQ, buckets)
-        self.lq = exposition.Histograms(name.replace("kueue_", "kueue_local_queue_", 1), help_text, LQ, buckets)
+        self.lq = exposition.Histograms(_local_queue_twin(name), help_text, LQ, buckets)
 
     def observe(self, seconds: float, wl: Workload, cluster_queue: str) -> None:
         seconds = max(0.0, seconds)
@@ -62,19 +83,20 @@ class _Twins:
         if wl.local_queue is not None:
             self.lq.observe(seconds, wl.local_queue, wl.namespace)
 
+    def write(self, out: Exposition) -> None:
+        self.cq.write(out)
+        self.lq.write(out)
+
 
 class WorkloadMetrics:
     """The counters and histograms; the reporter tells it each committed moment."""
 
     def __init__(self) -> None:
         counter = exposition.Counter
-        self.admitted = counter("kueue_admitted_workloads", "Workloads admitted (their jobs started)", CQ)
-        self.reserved = counter("kueue_quota_reserved_workloads", "Workloads that reserved quota", CQ)
-        self.finished = counter("kueue_finished_workloads", "Admitted workloads whose job finished", CQ)
-        self.lq_admitted = counter("kueue_local_queue_admitted_workloads", "Workloads admitted", LQ)
-        self.lq_reserved = counter("kueue_local_queue_quota_reserved_workloads", "Workloads that reserved quota", LQ)
+        self.admitted = _CountedTwins("kueue_admitted_workloads", "Workloads admitted (their jobs started)")
+        self.reserved = _CountedTwins("kueue_quota_reserved_workloads", "Workloads that reserved quota")
+        self.finished = _CountedTwins("kueue_finished_workloads", "Admitted workloads whose job finished")
         self.lq_evicted = counter("kueue_local_queue_evicted_workloads", "Workloads evicted", (*LQ, "reason"))
-        self.lq_finished = counter("kueue_local_queue_finished_workloads", "Admitted workloads whose job finished", LQ)
         self.evicted_once = counter(
             "kueue_evicted_workloads_once",
             "Workloads evicted, each counted once per reason",
@@ -116,13 +138,11 @@ class WorkloadMetrics:
         )
 
     def write(self, out: Exposition) -> None:
-        for counter in (self.admitted, self.reserved, self.finished, self.lq_admitted, self.lq_reserved,
-                        self.lq_evicted, self.lq_finished, self.evicted_once, self.cohort_admitted):  # fmt: skip
+        for twins in (self.admitted, self.reserved, self.finished, self.admission_waits, self.reserved_waits,
+                      self.checks_waits, self.ready_waits, self.admitted_ready_waits, self.execution):  # fmt: skip
+            twins.write(out)
+        for counter in (self.lq_evicted, self.evicted_once, self.cohort_admitted):
             counter.write(out)
-        for twins in (self.admission_waits, self.reserved_waits, self.checks_waits, self.ready_waits,
-                      self.admitted_ready_waits, self.execution):  # fmt: skip
-            twins.cq.write(out)
-            twins.lq.write(out)
         for histogram in (self.ready_to_evicted, self.creation, self.gate_removal):
             histogram.write(out)
 
@@ -131,18 +151,14 @@ class WorkloadMetrics:
     def reserved_workload(self, wl: Workload, at: float) -> None:
         assert wl.admission is not None
         cq = wl.admission.cluster_queue
-        self.reserved.inc(cq)
-        if wl.local_queue is not None:
-            self.lq_reserved.inc(wl.local_queue, wl.namespace)
+        self.reserved.inc(wl, cq)
         self.reserved_waits.observe(at - wl.queue_ts, wl, cq)
 
     def admitted_workload(self, wl: Workload, at: float, cohorts: Iterable[str] = ()) -> None:
         """Admitted (its job starts): ``cohorts``, every Cohort above its ClusterQueue."""
         assert wl.admission is not None
         cq = wl.admission.cluster_queue
-        self.admitted.inc(cq)
-        if wl.local_queue is not None:
-            self.lq_admitted.inc(wl.local_queue, wl.namespace)
+        self.admitted.inc(wl, cq)
         self.admission_waits.observe(at - wl.queue_ts, wl, cq)
         reserved = wl.admitted_at if wl.admitted_at is not None else at
         self.checks_waits.observe(at - reserved, wl, cq)
@@ -176,9 +192,7 @@ class WorkloadMetrics:
         if wl.admission is None:
             return
         cq = wl.admission.cluster_queue
-        self.finished.inc(cq)
-        if wl.local_queue is not None:
-            self.lq_finished.inc(wl.local_queue, wl.namespace)
+        self.finished.inc(wl, cq)
         ran = wl.past_run + (max(0.0, at - wl.started_at) if wl.started_at is not None else 0.0)
         self.execution.observe(ran, wl, cq)
 

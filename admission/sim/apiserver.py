@@ -474,24 +474,22 @@ class ApiServer:
     # ----- verbs ---------------------------------------------------------------------------
 
     def _list(self, request: web.Request, res: Resource, namespace: str | None) -> dict[str, Any]:
-        items, rv = self.store.list(
-            res, namespace, labels=request.query.get("labelSelector", ""), fields=request.query.get("fieldSelector", "")
-        )
-        start = 0
-        token = request.query.get("continue")
-        if token:
-            try:
-                start = int(json.loads(base64.urlsafe_b64decode(token))["start"])
-            except (ValueError, KeyError, TypeError):
-                raise ApiError(400, "BadRequest", "invalid continue token") from None
-        limit = int(request.query.get("limit") or 0)
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if limit and start + limit < len(items):
-            meta["continue"] = base64.urlsafe_b64encode(json.dumps({"start": start + limit}).encode()).decode()
-            meta["remainingItemCount"] = len(items) - start - limit
-            items = items[start : start + limit]
-        else:
-            items = items[start:]
+        after, since = self._continue_from(request.query.get("continue"))
+        try:
+            limit = int(request.query.get("limit") or 0)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"invalid limit {request.query.get('limit')!r}") from None
+        labels, fields = request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")
+        page = self.store.page(res, namespace, labels=labels, fields=fields, after=after, limit=max(limit, 0))
+        # As the real server, every page of one list carries the first page's resourceVersion: a
+        # watch started from the last page replays whatever changed while the pages were read.
+        meta: dict[str, Any] = {"resourceVersion": str(since or page.rv)}
+        if page.last is not None:
+            token = {"v": "meta.k8s.io/v1", "rv": since or page.rv, "start": f"{page.last[0]}/{page.last[1]}\x00"}
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
+            if not labels and not fields:  # the real server counts what is left only for an unfiltered list
+                meta["remainingItemCount"] = page.remaining
+        items = page.items
         if res not in self.custom:
             # As the real server: a built-in kind's list carries TypeMeta once, on the list; its
             # items have none (a custom resource's items keep theirs). Clients must take the kind
@@ -500,6 +498,23 @@ class ApiServer:
                 item.pop("apiVersion", None)
                 item.pop("kind", None)
         return {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta, "items": items}
+
+    def _continue_from(self, token: str | None) -> tuple[tuple[str, str] | None, int]:
+        """The key a continue token resumes after and the resourceVersion of its first page."""
+        if not token:
+            return None, 0
+        try:
+            parsed = json.loads(base64.urlsafe_b64decode(token))
+            rv, start = int(parsed["rv"]), str(parsed["start"]).rstrip("\x00")
+            namespace, _, name = start.rpartition("/")
+        except (ValueError, KeyError, TypeError):
+            raise ApiError(400, "BadRequest", "continue key is not valid: invalid continue token") from None
+        if rv < self.store.horizon:
+            raise ApiError(
+                410, "Expired", "The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter.",
+            )  # fmt: skip
+        return (namespace, name), rv
 
     async def _patched(self, request: web.Request, res: Resource, current: Obj) -> Obj:
         """The object after applying the request's patch (merge, JSON, or strategic for built-ins)."""

@@ -368,7 +368,7 @@ async def test_workloads_and_pending_positions_through_the_api_server(tmp_path: 
             assert [r[5] for r in rows if r[3] == "team-b"].count("Admitted") == 4, out  # (Finished is empty)
             assert any("Pending" in r and "team-b" in r for r in rows), out
             # One, as Kueue shows it: GPUs as "4", never milli-units.
-            code, out, err = await kubectl(host.kubeconfig, "get", "wl", "-n", "default", rows[0][1], "-o", "json")
+            code, out, err = await kubectl(host.kubeconfig, "get", "twl", "-n", "default", rows[0][1], "-o", "json")
             assert code == 0, err
             one = json.loads(out)
             assert one["kind"] == "Workload" and one["spec"]["queueName"] == "team-b"

@@ -82,7 +82,7 @@ async def test_a_kueue_operator_stops_resumes_and_deletes_workloads_with_kubectl
             return objects if len(objects) == 5 and len(admitted) == 4 else None
 
         objects = await eventually(shown, what="five Workload objects, four admitted", timeout=20)
-        code, out, err = await kubectl(host.kubeconfig, "get", "kwl", "-n", "default")
+        code, out, err = await kubectl(host.kubeconfig, "get", "wl", "-n", "default")
         assert code == 0, err
         assert out.splitlines()[0].split() == ["NAME", "QUEUE", "RESERVED", "IN", "ADMITTED", "FINISHED", "AGE"]
         running = next(n for n, o in objects.items() if _condition(o, "Admitted") == "True/Admitted")
@@ -96,7 +96,7 @@ async def test_a_kueue_operator_stops_resumes_and_deletes_workloads_with_kubectl
         assert code == 0, err
         alice = host.kubeconfig_for("alice", tmp_path / "alice.kubeconfig")
         stop = json.dumps({"spec": {"active": False}})
-        code, _, err = await kubectl(alice, "patch", "kwl", running, "-n", "default", "--type", "merge", "-p", stop)
+        code, _, err = await kubectl(alice, "patch", "wl", running, "-n", "default", "--type", "merge", "-p", stop)
         assert code == 0, err
         await eventually(lambda: _suspended(kube, running_job), what="the stopped job suspended", timeout=20)
         await eventually(lambda: _not_suspended(kube, waiting_job), what="the waiting job started", timeout=20)
@@ -112,14 +112,14 @@ async def test_a_kueue_operator_stops_resumes_and_deletes_workloads_with_kubectl
 
         # Only spec.active may change; nobody makes a Workload by hand.
         other = json.dumps({"spec": {"priority": 1000}})
-        code, _, err = await kubectl(alice, "patch", "kwl", running, "-n", "default", "--type", "merge", "-p", other)
+        code, _, err = await kubectl(alice, "patch", "wl", running, "-n", "default", "--type", "merge", "-p", other)
         assert code != 0 and "spec.priority cannot be changed" in err, err
         code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=BY_HAND)
         assert code != 0 and "Turnstile makes Workloads from queued jobs" in err, err
 
         # Resumed: it queues again (the quota it had is taken now: it waits).
         resume = json.dumps({"spec": {"active": True}})
-        code, _, err = await kubectl(alice, "patch", "kwl", running, "-n", "default", "--type", "merge", "-p", resume)
+        code, _, err = await kubectl(alice, "patch", "wl", running, "-n", "default", "--type", "merge", "-p", resume)
         assert code == 0, err
         back = await eventually(
             lambda: _when(host.kubeconfig, running, lambda o: o["spec"]["active"] is True
@@ -129,7 +129,7 @@ async def test_a_kueue_operator_stops_resumes_and_deletes_workloads_with_kubectl
         assert await _suspended(kube, running_job)
 
         # Deleted while its job waits: a new Workload object of the same name.
-        code, _, err = await kubectl(alice, "delete", "kwl", running, "-n", "default")
+        code, _, err = await kubectl(alice, "delete", "wl", running, "-n", "default")
         assert code == 0, err
         uid = back["metadata"]["uid"]
         again = await eventually(

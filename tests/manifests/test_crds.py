@@ -52,7 +52,7 @@ def test_the_workload_crd_is_structural_and_takes_what_the_projection_writes() -
     (version,) = crd["spec"]["versions"]
     schema = version["schema"]["openAPIV3Schema"]
     assert _structural_problems(schema, "Workload") == []
-    assert crd["spec"]["names"]["shortNames"] == ["kwl", "kueueworkload", "kueueworkloads"]  # Kueue's
+    assert crd["spec"]["names"]["shortNames"] == ["wl"]  # Kueue's
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Queue", "Reserved in", "Admitted", "Finished", "Age"
     ]  # fmt: skip

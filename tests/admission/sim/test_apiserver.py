@@ -159,6 +159,37 @@ async def test_label_selectors_and_pagination(cluster: tuple[ApiServer, client.A
     assert [j.metadata.name for j in one.items] == ["j2"]
 
 
+async def test_pages_resume_after_the_last_key_even_when_objects_come_and_go(
+    cluster: tuple[ApiServer, client.ApiClient],
+) -> None:
+    """As the real server's continue token: a page starts after the last key of the one before, so
+    objects created or deleted between pages never make a kept object appear twice or be skipped;
+    every page carries the first page's resourceVersion; a compacted one answers 410 Expired."""
+    server, api = cluster
+    batch = client.BatchV1Api(api)
+    for i in range(10):
+        await batch.create_namespaced_job("default", job(f"j{i}"))
+    first = await batch.list_namespaced_job("default", limit=4)
+    assert [j.metadata.name for j in first.items] == ["j0", "j1", "j2", "j3"]
+    assert first.metadata.remaining_item_count == 6
+    await batch.delete_namespaced_job("j1", "default")  # already read: must not shift the next page
+    await batch.create_namespaced_job("default", job("j00"))  # sorts before the resume point: not seen
+    second = await batch.list_namespaced_job("default", limit=4, _continue=first.metadata._continue)
+    assert [j.metadata.name for j in second.items] == ["j4", "j5", "j6", "j7"]
+    assert second.metadata.resource_version == first.metadata.resource_version
+    rest = await batch.list_namespaced_job("default", limit=4, _continue=second.metadata._continue)
+    assert [j.metadata.name for j in rest.items] == ["j8", "j9"] and not rest.metadata._continue
+    filtered = await batch.list_namespaced_job("default", limit=2, label_selector="app!=none")
+    assert filtered.metadata._continue and filtered.metadata.remaining_item_count is None
+    server.store.compact()
+    with pytest.raises(ApiException) as expired:
+        await batch.list_namespaced_job("default", limit=4, _continue=first.metadata._continue)
+    assert expired.value.status == 410 and json.loads(expired.value.body)["reason"] == "Expired"
+    with pytest.raises(ApiException) as bad:
+        await batch.list_namespaced_job("default", limit=4, _continue="not-a-token")
+    assert bad.value.status == 400
+
+
 async def test_events_are_selected_by_the_fields_kubectl_describe_uses(
     cluster: tuple[ApiServer, client.ApiClient],
 ) -> None:
