@@ -252,7 +252,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
             "   # as user alice (audited: turnstile history)"
         )
         click.echo("  kubectl create -f examples/queues/job.yaml && kubectl get jobs -w")
-        click.echo("  kubectl get workloads -A   # Kueue's Workload objects (kubectl get wl -A: state, flavor, reason)")
+        click.echo("  kubectl get workloads -A   # Kueue's Workload objects (twl: state, flavor, reason)")
         click.echo("Ctrl-C stops everything.")
 
     policy = Policy.from_settings(settings, lambda _ns: None)
