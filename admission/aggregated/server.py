@@ -97,9 +97,15 @@ def _cells(obj: dict[str, Any]) -> list[Any]:
 
 class AggregatedApi:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], front_proxy: FrontProxy, authorizer: Authorizer
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        front_proxy: FrontProxy,
+        authorizer: Authorizer,
+        *,
+        pods_ready: bool = False,
     ) -> None:
         self.sessions = sessions
+        self.pods_ready = pods_ready  # waitForPodsReady is on: the workloads carry Kueue's PodsReady condition
         self.front_proxy = front_proxy
         self.authorizer = authorizer
         self.requests = 0
@@ -162,7 +168,9 @@ class AggregatedApi:
         token = request.query.get("continue")
         try:
             async with database.transaction(self.sessions) as session:
-                page = await objects.page(session, namespace=namespace, limit=limit, token=token)
+                page = await objects.page(
+                    session, namespace=namespace, limit=limit, token=token, pods_ready=self.pods_ready
+                )
         except ValueError as exc:
             return status(410, "Expired", str(exc))
         meta: dict[str, Any] = {"resourceVersion": ""}
@@ -180,7 +188,7 @@ class AggregatedApi:
         if refused is not None:
             return refused
         async with database.transaction(self.sessions) as session:
-            obj = await objects.get(session, namespace, name)
+            obj = await objects.get(session, namespace, name, pods_ready=self.pods_ready)
         if obj is None:
             return status(404, "NotFound", f'workloads.{objects.GROUP} "{name}" not found')
         if table.wants_table(request.headers.get("Accept", "")):

@@ -243,6 +243,7 @@ class Controller:
             lost=self._on_object_lost,
             events=self.events,
             created=self.metrics.workloads.object_created,
+            pods_ready=self.policy.pods_ready.enable,
         )
         self.steps = Steps(
             changes=self.changes,

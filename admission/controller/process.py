@@ -173,7 +173,9 @@ async def endpoints(
     # The aggregated API (kubectl get workloads, Kueue's visibility API) shares the webhook's port:
     # the API server presents its front-proxy certificate there, webhook calls present none.
     front_proxy = FrontProxy(controller.kube)
-    AggregatedApi(controller.sessions, front_proxy, Authorizer(controller.kube)).routes(server.app)
+    AggregatedApi(
+        controller.sessions, front_proxy, Authorizer(controller.kube), pods_ready=controller.policy.pods_ready.enable
+    ).routes(server.app)
     webhook = web.AppRunner(server.app, handle_signals=False)
     listening = {"tls": False}
 

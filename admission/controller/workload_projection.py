@@ -139,11 +139,13 @@ class Projection:
         created: Callable[[str, float], None] = lambda _kind, _seconds: None,
         rate: float = RATE,
         burst: int = BURST,
+        pods_ready: bool = False,
     ) -> None:
         self.kube, self.sessions, self.jobs, self.current_term = kube, sessions, jobs, current_term
         self.lost = lost  # told of a job whose Workload object someone else deleted
         self.events = events  # Kueue's Events on the objects, from their conditions' transitions
         self.created = created  # told (job kind, seconds) from a job's creation to its object's
+        self.pods_ready = pods_ready  # waitForPodsReady is on: the objects carry Kueue's PodsReady condition
         self.deleting: set[str] = set()  # job uids whose object this replica is deleting
         self.was_absent = False  # the CRD was not served at the last pass
         self.informer = Informer(kube, WORKLOADS, self._on_object, label_selector=store.JOB_UID_LABEL, optional=True)
@@ -253,7 +255,7 @@ class Projection:
         """One pass: the marked jobs' objects made to match the store (as many as the bucket allows)."""
         while self.current_term() is term and (uids := self._take()):
             async with database.transaction(self.sessions) as session:
-                found = await store.by_job_uids(session, uids)
+                found = await store.by_job_uids(session, uids, pods_ready=self.pods_ready)
             gate = asyncio.Semaphore(WORKERS)
             # (one object's writes stay in order; WORKERS objects are written at once)
             await asyncio.gather(*(self._one(uid, found.get(uid), gate) for uid in uids))

@@ -53,7 +53,7 @@ def object_name(kind: str, name: str, job_uid: str) -> str:
 _COLUMNS = f"""
     w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
     w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
-    w.assigned_flavors, w.checks, w.labels, w.executed_seconds,
+    w.assigned_flavors, w.checks, w.labels, w.executed_seconds, w.retries, w.requeue_at, w.pods_ready_at,
     COALESCE((SELECT r.active FROM activity_requests r WHERE r.workload_id = w.id), w.active) AS active,
     {OBJECT_NAME} AS object_name
 """
@@ -80,8 +80,16 @@ def _after(token: str | None) -> tuple[str, str, int]:
         raise ValueError("the continue token is not one this server gave; list again from the start") from exc
 
 
-async def page(session: AsyncSession, *, namespace: str | None, limit: int | None, token: str | None = None) -> Page:
-    """One page of workloads (all of them without ``limit``), in (namespace, name) order."""
+async def page(
+    session: AsyncSession,
+    *,
+    namespace: str | None,
+    limit: int | None,
+    token: str | None = None,
+    pods_ready: bool = False,
+) -> Page:
+    """One page of workloads (all of them without ``limit``), in (namespace, name) order.
+    ``pods_ready``: waitForPodsReady is on (the objects then carry Kueue's ``PodsReady`` condition)."""
     ns, name, wid = _after(token)
     where = [_VISIBLE, "(w.namespace, w.name, w.id) > (:ns, :name, :wid)"]
     if namespace is not None:
@@ -95,12 +103,12 @@ async def page(session: AsyncSession, *, namespace: str | None, limit: int | Non
     rows = list((await session.execute(text(query), params)).mappings())
     more = limit is not None and len(rows) > limit
     rows = rows[:limit] if limit is not None else rows
-    items = await _objects(session, rows)
+    items = await _objects(session, rows, pods_ready)
     last = rows[-1] if rows else None
     return Page(items, _token(last["namespace"], last["name"], last["id"]) if more and last else None)
 
 
-async def get(session: AsyncSession, namespace: str, name: str) -> dict[str, Any] | None:
+async def get(session: AsyncSession, namespace: str, name: str, *, pods_ready: bool = False) -> dict[str, Any] | None:
     """The workload ``name`` (its object name, or its job's name) in ``namespace``."""
     query = (
         f"SELECT {_COLUMNS} FROM workloads w WHERE {_VISIBLE} AND w.namespace = :namespace "
@@ -109,20 +117,20 @@ async def get(session: AsyncSession, namespace: str, name: str) -> dict[str, Any
     )
     params = {"namespace": namespace, "name": name, "retention": RETENTION.total_seconds()}
     rows = list((await session.execute(text(query), params)).mappings())
-    items = await _objects(session, rows)
+    items = await _objects(session, rows, pods_ready)
     return items[0] if items else None
 
 
-async def by_job_uids(session: AsyncSession, uids: list[str]) -> dict[str, dict[str, Any]]:
+async def by_job_uids(session: AsyncSession, uids: list[str], *, pods_ready: bool = False) -> dict[str, dict[str, Any]]:
     """The workloads of these jobs (by job uid) that are still shown (not finished, or finished
     within ``RETENTION``); a job missing from the answer has none."""
     query = f"SELECT {_COLUMNS} FROM workloads w WHERE {_VISIBLE} AND w.job_uid = ANY(:uids)"
     params = {"uids": list(uids), "retention": RETENTION.total_seconds()}
     rows = list((await session.execute(text(query), params)).mappings())
-    return {obj["metadata"]["labels"][JOB_UID_LABEL]: obj for obj in await _objects(session, rows)}
+    return {obj["metadata"]["labels"][JOB_UID_LABEL]: obj for obj in await _objects(session, rows, pods_ready)}
 
 
-async def _objects(session: AsyncSession, rows: list[Any]) -> list[dict[str, Any]]:
+async def _objects(session: AsyncSession, rows: list[Any], pods_ready: bool) -> list[dict[str, Any]]:
     evictions: dict[int, Any] = {}
     if rows:
         found = await session.execute(
@@ -133,7 +141,7 @@ async def _objects(session: AsyncSession, rows: list[Any]) -> list[dict[str, Any
             {"ids": [r["id"] for r in rows]},
         )
         evictions = {e["workload_id"]: e for e in found.mappings()}
-    return [to_object(r, evictions.get(r["id"])) for r in rows]
+    return [to_object(r, evictions.get(r["id"]), pods_ready=pods_ready) for r in rows]
 
 
 def _json(value: Any) -> Any:
@@ -184,8 +192,9 @@ def _admission(row: Any, pod_sets: list[dict[str, Any]]) -> dict[str, Any]:
     return {"clusterQueue": row["cluster_queue"], "podSetAssignments": assignments}
 
 
-def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
-    """One workload row (with its latest eviction, if any) as a Kueue-shaped Workload."""
+def to_object(row: Any, eviction: Any = None, *, pods_ready: bool = False) -> dict[str, Any]:
+    """One workload row (with its latest eviction, if any) as a Kueue-shaped Workload; with
+    ``pods_ready`` (waitForPodsReady on) its ``PodsReady`` condition too, as Kueue sets it only then."""
     pod_sets = _pod_sets(_json(row["pod_sets"]))
     state, reason, message = row["state"], row["reason"] or "", row["message"] or ""
     reserved = state == "Admitted"
@@ -209,6 +218,8 @@ def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
                 row["admitted_at"],
             )
         )
+    if pods_ready and (ready := _pods_ready(row, started)) is not None:
+        conditions.append(ready)
     if state == "Finished":
         conditions.append(_condition("Finished", True, reason or "JobFinished", message, row["finished_at"]))
     if eviction is not None:
@@ -229,6 +240,11 @@ def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
     status: dict[str, Any] = {"conditions": conditions}
     if reserved or (state == "Finished" and row["assigned_flavors"] and row["cluster_queue"]):
         status["admission"] = _admission(row, pod_sets)  # (a finished one keeps what it ran with, as Kueue's)
+    if row["retries"]:  # (Kueue's: how often it was requeued with a backoff, and until when it waits)
+        requeue: dict[str, Any] = {"count": int(row["retries"])}
+        if state == "Pending" and row["requeue_at"] is not None:
+            requeue["requeueAt"] = _time(row["requeue_at"])
+        status["requeueState"] = requeue
     if row["executed_seconds"] >= 1:  # (what its job ran in its admissions that ended: evicted ones)
         status["accumulatedPastExecutionTimeSeconds"] = int(row["executed_seconds"])
     owner = {
@@ -258,6 +274,22 @@ def to_object(row: Any, eviction: Any = None) -> dict[str, Any]:
         "spec": spec,
         "status": status,
     }
+
+
+def _pods_ready(row: Any, started: bool) -> dict[str, Any] | None:
+    """Kueue's ``PodsReady`` condition: True (``Started``) once every pod of the running job was
+    Ready in this admission (kept when it finishes); False (``WaitForStart``) while it is not,
+    admitted or not; none on a finished workload that never was. Kueue's ``WaitForRecovery``, for
+    one that was Ready and lost a pod, is not shown (when that happened is not stored): it stays
+    ``Started`` until the recovery timeout evicts it."""
+    if row["pods_ready_at"] is not None and (started or row["state"] == "Finished"):
+        return _condition(
+            "PodsReady", True, "Started", "All pods reached readiness and the workload is running", row["pods_ready_at"]
+        )
+    if row["state"] == "Finished":
+        return None
+    since = row["admitted_at"] if started else row["created_at"]
+    return _condition("PodsReady", False, "WaitForStart", "Not all pods are ready or succeeded", since)
 
 
 def _priority_class_ref(row: Any) -> dict[str, str] | None:

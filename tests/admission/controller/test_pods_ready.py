@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from admission.controller.workload_projection import WORKLOADS
 from admission.kube.client import ResourceRef
 from admission.policy import Policy
 from admission.sim import autoscaler as sim_autoscaler
@@ -30,6 +31,18 @@ FAST = Policy(
 async def _row(w: World, name: str) -> Any:
     async with database.transaction(w.sessions) as s:
         return (await s.execute(select(tables.Workload).where(tables.Workload.name == name))).scalar_one_or_none()
+
+
+async def _workload_object(w: World, job_name: str) -> Any:
+    """The job's Kueue Workload object (``job-<name>-<uid prefix>``), if written yet."""
+    listed = await w.kube.request("GET", WORKLOADS.path("ml"))
+    found = [o for o in listed.get("items") or [] if o["metadata"]["name"].startswith(f"job-{job_name}-")]
+    return found[0] if found else None
+
+
+def _condition(obj: Any, kind: str) -> tuple[str, str, str]:
+    found = next((c for c in obj["status"].get("conditions") or [] if c["type"] == kind), None)
+    return (found["status"], found["reason"], found["message"]) if found else ("", "", "")
 
 
 async def _events(w: World, name: str, reason: str) -> list[str]:
@@ -58,6 +71,14 @@ async def test_a_job_no_node_can_take_is_evicted_requeued_then_deactivated(tmp_p
         r = await eventually(deactivated, timeout=15, what="deactivated after its second timeout")
         assert (r.state, r.reason, r.retries) == ("Pending", "Inactive", 2)
         assert "requeued 1 times, the limit (backoffLimitCount)" in r.message
+
+        async def shown_requeued() -> Any:  # its Kueue Workload object: requeueState and PodsReady
+            obj = await _workload_object(w, "too-wide")
+            return obj if obj is not None and (obj["status"].get("requeueState") or {}).get("count") == 2 else None
+
+        obj = await eventually(shown_requeued, what="the Workload object's requeueState.count 2")
+        assert _condition(obj, "PodsReady")[:3] == ("False", "WaitForStart", "Not all pods are ready or succeeded")
+        assert _condition(obj, "Evicted")[:2] == ("True", "PodsReadyTimeout")
 
         async def suspended() -> bool:  # (the enactor suspends it once the eviction is committed)
             return (await w.kube.get(JOBS, "ml", "too-wide"))["spec"]["suspend"] is True
@@ -92,6 +113,14 @@ async def test_a_ready_job_runs_on_and_its_readiness_is_stored(tmp_path: Path, m
 
         r = await eventually(ready, what="its pods Ready, recorded")
         assert r.state == "Admitted"
+
+        async def shown_ready() -> Any:
+            obj = await _workload_object(w, "fits")
+            return obj if obj is not None and _condition(obj, "PodsReady")[0] == "True" else None
+
+        obj = await eventually(shown_ready, what="the Workload object's PodsReady True")
+        assert _condition(obj, "PodsReady")[1:] == ("Started", "All pods reached readiness and the workload is running")
+        assert "requeueState" not in obj["status"]
         await asyncio.sleep(2.5)  # past the timeout: nothing happens to a Ready job
         assert (await _row(w, "fits")).state == "Admitted"
         assert not await _events(w, "fits", "PodsReadyTimeout")
