@@ -16,6 +16,7 @@ from admission.controller.metrics import Metrics
 from admission.controller.term import Term
 from admission.jobs.base import JobView
 from admission.store import workloads as store
+from admission.store.workload_objects import object_name
 from queues import efficiency, podsready
 from queues.model import Workload
 from queues.scheduler import Evict, Scheduler
@@ -63,7 +64,9 @@ class Reporter:
                 )
             if e.by:
                 self.events.post(
-                    view(key), "Preempted", f"preempted by {e.by} ({e.detail}); it waits to be admitted again"
+                    view(key),
+                    "Preempted",
+                    f"preempted by {self.workload_name(e.by)} ({e.detail}); it waits to be admitted again",
                 )
             else:  # (waitForPodsReady's has its own reason, as Kueue's; the message says what happens next)
                 reason = e.reason if e.reason in (podsready.REASON, efficiency.GPU_IDLE) else "Evicted"
@@ -122,6 +125,14 @@ class Reporter:
             self.events.pending(view(key), reason, message)
             if debug and (waiting := sched.workloads.get(key)) is not None:
                 log.debug("%s waits: %s: %s", key, reason, message, extra=_fields(waiting, "Pending", reason=reason))
+
+    def workload_name(self, key: str) -> str:
+        """A workload as Events name it: ``namespace/`` and its Workload object's name, the one
+        kubectl, the CLI and the visibility API show (the job's key if the job is not known)."""
+        view = self.view(key)
+        if view is None:
+            return key
+        return f"{view.namespace}/{object_name(view.integration.ref.kind, view.name, view.uid)}"
 
     def finished(self, view: JobView | None, wl: Workload | None, at: float) -> None:
         """A job finished: its Event and log line (the controller releases its quota next)."""

@@ -141,7 +141,25 @@ async def _objects(session: AsyncSession, rows: list[Any], pods_ready: bool) -> 
             {"ids": [r["id"] for r in rows]},
         )
         evictions = {e["workload_id"]: e for e in found.mappings()}
-    return [to_object(r, evictions.get(r["id"]), pods_ready=pods_ready) for r in rows]
+    names = await _object_names(session, {e["by_workload"] for e in evictions.values() if e["by_workload"]})
+    return [to_object(r, evictions.get(r["id"]), pods_ready=pods_ready, names=names) for r in rows]
+
+
+async def _object_names(session: AsyncSession, keys: set[str]) -> dict[str, str]:
+    """``namespace/job`` keys (the store's name for a workload, e.g. a preemptor) as ``namespace/``
+    and their Workload object's name, the one kubectl and the CLI show (the latest of that name)."""
+    if not keys:
+        return {}
+    pairs = [key.split("/", 1) for key in keys if "/" in key]
+    found = await session.execute(
+        text(
+            f"SELECT DISTINCT ON (w.namespace, w.name) w.namespace, w.name, {OBJECT_NAME} AS object_name "
+            "FROM workloads w JOIN unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS k(ns, name) "
+            "ON w.namespace = k.ns AND w.name = k.name ORDER BY w.namespace, w.name, w.id DESC"
+        ),
+        {"ns": [p[0] for p in pairs], "names": [p[1] for p in pairs]},
+    )
+    return {f"{r['namespace']}/{r['name']}": f"{r['namespace']}/{r['object_name']}" for r in found.mappings()}
 
 
 def _json(value: Any) -> Any:
@@ -192,9 +210,12 @@ def _admission(row: Any, pod_sets: list[dict[str, Any]]) -> dict[str, Any]:
     return {"clusterQueue": row["cluster_queue"], "podSetAssignments": assignments}
 
 
-def to_object(row: Any, eviction: Any = None, *, pods_ready: bool = False) -> dict[str, Any]:
+def to_object(
+    row: Any, eviction: Any = None, *, pods_ready: bool = False, names: dict[str, str] | None = None
+) -> dict[str, Any]:
     """One workload row (with its latest eviction, if any) as a Kueue-shaped Workload; with
-    ``pods_ready`` (waitForPodsReady on) its ``PodsReady`` condition too, as Kueue sets it only then."""
+    ``pods_ready`` (waitForPodsReady on) its ``PodsReady`` condition too, as Kueue sets it only then;
+    ``names``: workload keys as their Workload objects are named (``_object_names``)."""
     pod_sets = _pod_sets(_json(row["pod_sets"]))
     state, reason, message = row["state"], row["reason"] or "", row["message"] or ""
     reserved = state == "Admitted"
@@ -227,7 +248,8 @@ def to_object(row: Any, eviction: Any = None, *, pods_ready: bool = False) -> di
         why = eviction["reason"] or "Preempted"
         conditions.append(_condition("Evicted", evicted, why, message if evicted else "", eviction["at"]))
         if eviction["reason"] == "Preempted":
-            by = eviction["by_workload"] or "another workload"
+            by = eviction["by_workload"]
+            by = (names or {}).get(by, by) if by else "another workload"
             conditions.append(
                 _condition(
                     "Preempted",

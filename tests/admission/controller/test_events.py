@@ -7,8 +7,9 @@ from typing import Any
 
 from admission.controller import events as module
 from admission.controller.events import EventPoster
+from admission.controller.workload_projection import WORKLOADS
 from admission.jobs import BY_KIND
-from tests.admission.controller.world import CONFIG, eventually, job, world
+from tests.admission.controller.world import CONFIG, JOBS, eventually, job, world
 
 
 async def events(w: Any) -> list[tuple[str, str, str]]:
@@ -52,7 +53,21 @@ async def test_events_tell_the_story_of_each_job_without_a_flood(tmp_path: Path,
             lambda: story(lambda s: any(r == "Preempted" for _, r, _ in s)), what="a preemption", timeout=20
         )
         (victim, message) = next((who, m) for who, r, m in seen if r == "Preempted")
-        assert victim in ("steady", "waits") and "preempted by ml/urgent (InClusterQueue)" in message
+        urgent = (await w.kube.get(JOBS, "ml", "urgent"))["metadata"]["uid"]
+        # named as kubectl, the CLI and the visibility API name it: its Workload object's name
+        assert victim in ("steady", "waits") and f"preempted by ml/job-urgent-{urgent[:5]} (InClusterQueue)" in message
+
+        async def preempted_condition() -> str | None:  # the victim's Workload object names urgent's alike
+            listed = await w.kube.request("GET", WORKLOADS.path("ml"))
+            for obj in listed.get("items") or []:
+                if obj["metadata"]["name"].startswith(f"job-{victim}-"):
+                    for c in obj["status"].get("conditions") or []:
+                        if c["type"] == "Preempted":
+                            return str(c["message"])
+            return None
+
+        said = await eventually(preempted_condition, what="the victim's Workload object Preempted")
+        assert f"Preempted to accommodate a workload (ml/job-urgent-{urgent[:5]})" in said, said
         await eventually(lambda: story(lambda s: "Admitted" in reasons(s, "urgent")), what="urgent admitted")
 
 
