@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.cli import bounds, documents, instead, kinds, store_commands, views
 from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
-from admission.store import activity, database, deletion, source
+from admission.store import activity, database, deletion, source, workload_objects
 from admission.store import config as config_store
 from queues import api, errors, quantity, validation
 
@@ -410,7 +410,16 @@ def history_cmd(target: str | None, since: str, database_url: str | None) -> Non
         raw_kind, name = target.split("/", 1)
         kind = _kind_arg(raw_kind)
     start = parse_since(since)
-    entries = _exec(lambda s: config_store.history(s, kind=kind, name=name, since=start), database_url=database_url)
+
+    async def read(session: AsyncSession) -> list[config_store.HistoryEntry]:
+        named = name
+        if kind == "Workload" and named and "/" in named:  # its job's name, or its Workload object's
+            namespace, short = named.split("/", 1)
+            obj = await workload_objects.get(session, namespace, short)
+            named = f"{namespace}/{obj['metadata']['name']}" if obj is not None else named
+        return await config_store.history(session, kind=kind, name=named, since=start)
+
+    entries = _exec(read, database_url=database_url)
     if not entries:
         click.echo(f"no edits since {start:%Y-%m-%d %H:%M} UTC")
         return

@@ -241,7 +241,8 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
             f"webhook: https://127.0.0.1:{ep.webhook_port}   metrics: http://127.0.0.1:{ep.metrics_port}/metrics"
         )
         click.echo(f"dashboard: http://127.0.0.1:{ep.ui_port}/ui/   (read-only, live)")
-        click.echo(f"database: {urls.masked(url).split('?')[0]}")
+        # (whole: the embedded server's socket directory is in the query; the CLI finds it unasked)
+        click.echo(f"database: {urls.masked(url)}   (the turnstile CLI finds it without TURNSTILE_DATABASE_URL)")
         click.echo("try:")
         click.echo(f"  export KUBECONFIG={host.kubeconfig}")
         click.echo("  kubectl apply -f examples/queues/gpu-teams.yaml   # or your own Kueue v1beta2 YAML")

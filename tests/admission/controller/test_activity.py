@@ -105,6 +105,7 @@ async def test_a_stopped_workload_frees_its_quota_stays_stopped_across_a_restart
         assert left == [], "applied requests are taken"
         history = (await _cli(w, "history", f"workload/ml/{name}")).stdout
         assert f"alice  update  workload/ml/{name}" in history and "+  active: false" in history, history
+        assert (await _cli(w, "history", "workload/ml/train")).stdout == history  # by its job's name too
         assert sorted((who, after["spec"]["active"]) for who, after in audited) == [
             ("alice", False),
             ("alice", False),
