@@ -58,6 +58,7 @@ class Intake:
             created=now,
             queue_ts=now,
             labels=job.labels,  # shared: a JobInfo's maps are never changed
+            priority_class=self.priority_class_of(job),
         )
 
     def priority_of(self, job: jobs.JobInfo) -> int:
@@ -70,6 +71,17 @@ class Intake:
         if job.priority_class_name is not None:
             return self.pod_priorities.get(job.priority_class_name, (0, False))[0]
         return next((value for value, default in self.pod_priorities.values() if default), 0)
+
+    def priority_class_of(self, job: jobs.JobInfo) -> str:
+        """The name of the class ``priority_of`` took the priority from, as Kueue's
+        ``priorityClassRef``: the WorkloadPriorityClass, the pod template's PriorityClass, or the
+        ``globalDefault`` PriorityClass; "" if none."""
+        wpc = job.priority_class
+        if wpc is not None and wpc in self.config.priority_classes:
+            return wpc
+        if job.priority_class_name is not None:
+            return job.priority_class_name
+        return next((name for name, (_, default) in self.pod_priorities.items() if default), "")
 
     def set_pod_priorities(self, classes: Mapping[str, tuple[int, bool]]) -> None:
         """Kubernetes PriorityClasses as the cluster has them: (value, globalDefault) by name. They

@@ -121,6 +121,8 @@ class Workload:
     created: float
     queue_ts: float
     labels: Mapping[str, str] = field(default_factory=dict)
+    # the class its priority came from (Kueue's ``spec.priorityClassRef.name``; metrics' priority_class)
+    priority_class: str = ""
     cluster_queue: str | None = None
     admission: Admission | None = None
     admitted_at: float | None = None

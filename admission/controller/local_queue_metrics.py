@@ -7,14 +7,17 @@ waiting workloads request, before any flavor is chosen; 0 for each resource the 
 covers, as Kueue seeds it).
 
 Why a module of its own: unlike the ClusterQueue gauges, which the core keeps per ClusterQueue,
-these need a pass over every workload (~40 ms at 100,000), so they are counted at most every
-``LOCAL_QUEUE_SECONDS`` and a scrape in between shows the last count (Prometheus scrapes every
-15-60 s); and the quota in use is taken from what the core keeps wherever it can
+these need a pass over every workload (100-150 ms at 100,000 on a 2-core machine), so they are
+counted at most every ``LOCAL_QUEUE_SECONDS``, a scrape in between shows the last count
+(Prometheus scrapes every 15-60 s), and a scrape that finds the count stale answers with it and
+has it recounted just after, off its own answer (only a term's first scrape waits for a count);
+and the quota in use is taken from what the core keeps wherever it can
 (``_local_queue_quota``), not summed over every admitted workload.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter as Tally
 from typing import TYPE_CHECKING
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 FAIR_USAGE = "Admission fair sharing: the LocalQueue's weighted decayed usage, over its weight"
 MIXED = ("", None)  # (a ClusterQueue whose quota is not all one LocalQueue's started work)
 LOCAL_QUEUE_SECONDS = 10.0  # the LocalQueue gauges are counted at most this often (a pass over every workload)
+RECOUNT_AFTER = 0.05  # seconds after a scrape that found them stale (its answer is sent by then)
 
 
 class LocalQueueGauges:
@@ -39,21 +43,38 @@ class LocalQueueGauges:
 
     def __init__(self) -> None:
         self.counted: tuple[Scheduler, float, list[tuple[str, str, str, Exposition]]] | None = None
+        self.recounting = False  # a recount is scheduled on the event loop
 
-    def families(self, sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
+    def families(self, sched: Scheduler, role: str = "") -> list[tuple[str, str, str, Exposition]]:
+        """The last count; a stale one is recounted after this scrape is answered (on the running
+        event loop; at once without one). (A scheduler is one term's: while it is counted, this
+        replica leads, so ``role`` holds.)"""
         now = time.monotonic()
-        if self.counted is None or self.counted[0] is not sched or now - self.counted[1] >= LOCAL_QUEUE_SECONDS:
-            self.counted = (sched, now, _local_queues(sched))
+        if self.counted is None or self.counted[0] is not sched:
+            self.recount(sched, role)
+        elif now - self.counted[1] >= LOCAL_QUEUE_SECONDS and not self.recounting:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.recount(sched, role)
+            else:
+                self.recounting = True
+                loop.call_later(RECOUNT_AFTER, self.recount, sched, role)
+        assert self.counted is not None
         return self.counted[2]
 
+    def recount(self, sched: Scheduler, role: str) -> None:
+        self.recounting = False
+        self.counted = (sched, time.monotonic(), _local_queues(sched, role))
 
-def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
+
+def _local_queues(sched: Scheduler, role: str) -> list[tuple[str, str, str, Exposition]]:
     """Kueue's LocalQueue gauges (``name``, ``namespace``): pending (active, inadmissible), reserving
     quota, admitted, quota reserved and used per flavor-resource, and the ``Active`` status that the
     LocalQueue object shows (``queues.status``); every LocalQueue of the configuration, at 0 where
     nothing is."""
-    pending, reserving, admitted, status = Exposition(), Exposition(), Exposition(), Exposition()
-    reservation, usage = Exposition(), Exposition()
+    pending, reserving, admitted, status = (Exposition(role) for _ in range(4))
+    reservation, usage = Exposition(role), Exposition(role)
     # (namespace, LocalQueue) -> [waiting, reserving, started]: one pass over the workloads, with
     # plain lists (/metrics must stay cheap at 100,000 workloads); and which LocalQueue holds each
     # ClusterQueue's quota (MIXED: several, or some of it awaits admission checks)
@@ -115,7 +136,7 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
         active = local_queue_condition(sched, lq_obj)["status"]
         for value in ("True", "False", "Unknown"):
             status.sample("kueue_local_queue_status", f'{labels},active="{value}"', 1.0 if value == active else 0.0)
-    fair = Exposition()
+    fair = Exposition(role)
     if sched.usage is not None:  # admission fair sharing: each LocalQueue's usage, in a ClusterQueue that orders by it
         now = time.time()
         for key, lq_obj in sorted(sched.config.local_queues.items()):
@@ -125,7 +146,7 @@ def _local_queues(sched: Scheduler) -> list[tuple[str, str, str, Exposition]]:
                 lq_usage = sched.usage.weighted(key, weight_of(lq_obj.spec.fair_sharing), now)
                 labels = f'name="{escape(name)}",namespace="{escape(namespace)}",cluster_queue="{escape(cq_name)}"'
                 fair.sample("kueue_local_queue_admission_fair_sharing_usage", labels, lq_usage)
-    pending_quota = Exposition()
+    pending_quota = Exposition(role)
     for cq_name, cq in sorted(sched.snapshot.queues.items()):
         asked = dict.fromkeys(sorted({resource for _, resource in cq.quotas}), 0) | wanted.get(cq_name, {})
         for resource, milli in sorted(asked.items()):

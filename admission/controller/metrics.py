@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from admission.controller import cohort_metrics
 from admission.controller.exposition import Exposition, escape
 from admission.controller.local_queue_metrics import LocalQueueGauges
-from admission.controller.workload_metrics import WorkloadMetrics
+from admission.controller.workload_metrics import WorkloadMetrics, underlying_cause
 from queues import quantity
 from queues.fairsharing import Share, share
 from queues.model import Admission, FlavorResource, Workload
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from admission.controller.controller import Controller
 
 Labels = tuple[str, str, str, str]  # cluster_queue, flavor, resource, namespace
+ROLE_LABEL = "replica_role"  # Kueue's, on every kueue_ family but build_info
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, float("inf"))
 
 
@@ -111,8 +112,8 @@ def write_queues(
         return
     sched = term.scheduler
     waiting = Tally(sched.pending.where.values())
-    pending, active, reserving, status = (Exposition() for _ in range(4))
-    nominal, borrowing, lending, usage, reservation = (Exposition() for _ in range(5))
+    pending, active, reserving, status = (Exposition(out.role) for _ in range(4))
+    nominal, borrowing, lending, usage, reservation = (Exposition(out.role) for _ in range(5))
     running: dict[str, int] = {}  # admitted workloads per ClusterQueue
     for name, cq in sorted(sched.snapshot.queues.items()):
         q_label = f'cluster_queue="{escape(name)}"'
@@ -149,13 +150,13 @@ def write_queues(
             now = "terminating"
         for st in ("pending", "active", "terminating"):
             status.sample("kueue_cluster_queue_status", f'{q_label},status="{st}"', 1.0 if st == now else 0.0)
-    shares = Exposition()
+    shares = Exposition(out.role)
     if sched.fair_sharing is not None:  # Kueue's: ceil(weighted share); MaxInt64 for a zero weight that borrows
         for name, cq in sorted(sched.snapshot.queues.items()):
             shares.sample("kueue_cluster_queue_weighted_share", f'cluster_queue="{escape(name)}"', _rounded(share(cq)))
         for name, cohort_node in sorted(sched.snapshot.cohorts.items()):
             shares.sample("kueue_cohort_weighted_share", f'cohort="{escape(name)}"', _rounded(share(cohort_node)))
-    lq_families = (local or LocalQueueGauges()).families(sched)
+    lq_families = (local or LocalQueueGauges()).families(sched, out.role)
     for family, kind, help_text, part in (
         ("kueue_pending_workloads", "gauge", "Workloads waiting, by ClusterQueue and status", pending),
         ("kueue_reserving_active_workloads", "gauge", "Workloads reserving quota", reserving),
@@ -222,15 +223,21 @@ class Metrics:
         build.labels(_version(), "", "", f"python{platform.python_version()}", platform.python_implementation().lower(),
                      f"{sys.platform}/{platform.machine()}").set(1)  # fmt: skip
         self.workloads = WorkloadMetrics()  # Kueue's per-workload counters and waits
-        self.evicted = Counter("kueue_evicted_workloads", "Workloads evicted", ["cluster_queue", "reason"], registry=r)
-        self.preempted = Counter(
-            "kueue_preempted_workloads", "Workloads preempted", ["preempting_cluster_queue", "reason"], registry=r
+        role = ROLE_LABEL
+        self.evicted = Counter(
+            "kueue_evicted_workloads",
+            "Workloads evicted",
+            ["cluster_queue", "reason", "underlying_cause", "priority_class", role],
+            registry=r,
         )
-        self.attempts = Counter("kueue_admission_attempts", "Scheduling attempts", ["result"], registry=r)
+        self.preempted = Counter(
+            "kueue_preempted_workloads", "Workloads preempted", ["preempting_cluster_queue", "reason", role], registry=r
+        )
+        self.attempts = Counter("kueue_admission_attempts", "Scheduling attempts", ["result", role], registry=r)
         self.attempt_seconds = Histogram(
             "kueue_admission_attempt_duration_seconds",
             "Time of a scheduling attempt",
-            ["result"],
+            ["result", role],
             buckets=STEP_BUCKETS,
             registry=r,
         )
@@ -266,11 +273,16 @@ class Metrics:
 
     def render(self) -> bytes:
         """The whole ``/metrics`` page: prometheus_client's metrics, then the per-queue families."""
-        out = Exposition()
+        out = Exposition(self.role())
         self.workloads.write(out)
         write_queues(out, self.controller, self.clock, self.local_queues, self.controller.projection.finished)
         self._kube_answers(out)
         return generate_latest(self.registry) + out.text().encode()
+
+    def role(self) -> str:
+        """Kueue's ``replica_role``: ``leader`` while this replica holds the scheduler lease, else
+        ``follower`` (Turnstile always elects a leader: never Kueue's ``standalone``)."""
+        return "leader" if self.controller.term is not None else "follower"
 
     def _kube_answers(self, out: Exposition) -> None:
         """``turnstile_kube_responses_total{method,code}``: what the API server answered this
@@ -283,8 +295,9 @@ class Metrics:
 
     def attempt(self, admitted: int, seconds: float) -> None:
         result = "success" if admitted else "inadmissible"
-        self.attempts.labels(result).inc()
-        self.attempt_seconds.labels(result).observe(seconds)
+        role = self.role()
+        self.attempts.labels(result, role).inc()
+        self.attempt_seconds.labels(result, role).observe(seconds)
 
     def reserved_workload(self, wl: Workload, at: float) -> None:
         """Quota reserved: it counts as used (GPU-seconds) from now, whether or not the job started."""
@@ -298,8 +311,9 @@ class Metrics:
         """``reason`` as Kueue's evicted reason (Preempted, ClusterQueueStopped); a preemption also
         counts for the preempting ClusterQueue ``by`` with Kueue's preemption reason (``detail``:
         InClusterQueue, InCohortReclamation, ...); ``ready_at``: when its pods were all Ready."""
-        self.evicted.labels(cluster_queue, reason).inc()
+        cause = underlying_cause(detail)
+        self.evicted.labels(cluster_queue, reason, cause, wl.priority_class, self.role()).inc()
         self.workloads.evicted_workload(wl, cluster_queue, reason, detail, at, ready_at)
         if by is not None:
-            self.preempted.labels(by, detail).inc()
+            self.preempted.labels(by, detail, self.role()).inc()
         self.clock.stop(wl.key, at)

@@ -40,7 +40,8 @@ WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400,
 # (Kueue's: 0.01 s doubling eleven times; its gate removal histogram uses Prometheus' defaults)
 LATENCY_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, float("inf"))
 GATE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
-CQ, LQ = ("cluster_queue",), ("name", "namespace")
+# (Kueue's labels on the per-workload families: the queue, and the class the priority came from)
+CQ, LQ = ("cluster_queue", "priority_class"), ("name", "namespace", "priority_class")
 
 
 def underlying_cause(detail: str) -> str:
@@ -61,9 +62,9 @@ class _CountedTwins:
         self.lq = exposition.Counter(_local_queue_twin(name), help_text, LQ)
 
     def inc(self, wl: Workload, cluster_queue: str) -> None:
-        self.cq.inc(cluster_queue)
+        self.cq.inc(cluster_queue, wl.priority_class)
         if wl.local_queue is not None:
-            self.lq.inc(wl.local_queue, wl.namespace)
+            self.lq.inc(wl.local_queue, wl.namespace, wl.priority_class)
 
     def write(self, out: Exposition) -> None:
         self.cq.write(out)
@@ -79,9 +80,9 @@ class _Twins:
 
     def observe(self, seconds: float, wl: Workload, cluster_queue: str) -> None:
         seconds = max(0.0, seconds)
-        self.cq.observe(seconds, cluster_queue)
+        self.cq.observe(seconds, cluster_queue, wl.priority_class)
         if wl.local_queue is not None:
-            self.lq.observe(seconds, wl.local_queue, wl.namespace)
+            self.lq.observe(seconds, wl.local_queue, wl.namespace, wl.priority_class)
 
     def write(self, out: Exposition) -> None:
         self.cq.write(out)
@@ -96,14 +97,20 @@ class WorkloadMetrics:
         self.admitted = _CountedTwins("kueue_admitted_workloads", "Workloads admitted (their jobs started)")
         self.reserved = _CountedTwins("kueue_quota_reserved_workloads", "Workloads that reserved quota")
         self.finished = _CountedTwins("kueue_finished_workloads", "Admitted workloads whose job finished")
-        self.lq_evicted = counter("kueue_local_queue_evicted_workloads", "Workloads evicted", (*LQ, "reason"))
+        self.lq_evicted = counter(
+            "kueue_local_queue_evicted_workloads",
+            "Workloads evicted",
+            ("name", "namespace", "reason", "underlying_cause", "priority_class"),
+        )
         self.evicted_once = counter(
             "kueue_evicted_workloads_once",
             "Workloads evicted, each counted once per reason",
-            ("cluster_queue", "reason", "underlying_cause"),
+            ("cluster_queue", "reason", "underlying_cause", "priority_class"),
         )
         self.cohort_admitted = counter(
-            "kueue_cohort_subtree_admitted_workloads", "Workloads admitted under the Cohort", ("cohort",)
+            "kueue_cohort_subtree_admitted_workloads",
+            "Workloads admitted under the Cohort",
+            ("cohort", "priority_class"),
         )
         self.evicted_for: dict[str, set[tuple[str, str]]] = {}  # workload key -> (reason, cause) counted once
         self.admission_waits = _Twins("kueue_admission_wait_time_seconds", "From queueing (or requeueing) to admission")
@@ -163,7 +170,7 @@ class WorkloadMetrics:
         reserved = wl.admitted_at if wl.admitted_at is not None else at
         self.checks_waits.observe(at - reserved, wl, cq)
         for cohort in cohorts:
-            self.cohort_admitted.inc(cohort)
+            self.cohort_admitted.inc(cohort, wl.priority_class)
 
     def ready_workload(self, wl: Workload, at: float) -> None:
         """Every pod of an admitted workload Ready, the first time in this admission."""
@@ -178,11 +185,11 @@ class WorkloadMetrics:
     ) -> None:
         cause = underlying_cause(detail)
         if wl.local_queue is not None:
-            self.lq_evicted.inc(wl.local_queue, wl.namespace, reason)
+            self.lq_evicted.inc(wl.local_queue, wl.namespace, reason, cause, wl.priority_class)
         seen = self.evicted_for.setdefault(wl.key, set())
         if (reason, cause) not in seen:
             seen.add((reason, cause))
-            self.evicted_once.inc(cluster_queue, reason, cause)
+            self.evicted_once.inc(cluster_queue, reason, cause, wl.priority_class)
         if ready_at is not None:
             self.ready_to_evicted.observe(max(0.0, at - ready_at), cluster_queue, reason, cause)
 

@@ -198,15 +198,17 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
         usage.setdefault(wid, {})[(flavor, resource)] = int(qty)
     out = StoreSnapshot(config, [])
     # Workloads of one job template share their pod sets: decode each distinct JSON text once.
-    decoded: dict[str, tuple[tuple[jobs.PodSet, ...], tuple[object, ...]]] = {}
+    decoded: dict[str, tuple[tuple[jobs.PodSet, ...], tuple[object, ...], str]] = {}
     for r in rows:
         shared = decoded.get(r.pod_sets)
         if shared is None:
-            pod_sets = pod_sets_from_json(json.loads(r.pod_sets))
+            body = json.loads(r.pod_sets)
+            pod_sets = pod_sets_from_json(body)
             probe = Workload(
                 key="", seq=0, namespace="", local_queue=None, priority=0, pod_sets=pod_sets, created=0.0, queue_ts=0.0
             )
-            shared = decoded[r.pod_sets] = (pod_sets, probe.shape)
+            shared = decoded[r.pod_sets] = (pod_sets, probe.shape, str(body.get("priorityClassName") or ""))
+        labels = r.labels or {}
         wl = Workload(
             key=f"{r.namespace}/{r.name}",
             seq=r.id,
@@ -217,7 +219,10 @@ async def load_snapshot(session: AsyncSession) -> StoreSnapshot:
             shape=shared[1],
             created=_epoch(r.created_at),
             queue_ts=_epoch(r.queue_ts),
-            labels=r.labels or {},
+            labels=labels,
+            # (the class it was given: its WorkloadPriorityClass label, else its pods' PriorityClass;
+            # one that took the globalDefault PriorityClass shows "" after a restart)
+            priority_class=str(labels.get(jobs.PRIORITY_LABEL) or shared[2]),
             cluster_queue=r.cluster_queue,
             retries=r.retries,
             requeue_at=_epoch(r.requeue_at) if r.requeue_at is not None else None,

@@ -4,8 +4,9 @@ from typing import Any
 
 import pytest
 
-from queues import errors, jobs
-from queues.model import SharedShapes
+from queues import api, errors, jobs
+from queues.model import Config, SharedShapes
+from queues.scheduler import Scheduler
 
 GPU = "nvidia.com/gpu"
 
@@ -164,3 +165,27 @@ def test_shared_shapes_hold_one_copy_per_template_and_stay_bounded() -> None:
     assert len(shapes) == 2
     fresh = pod_sets("1")
     assert shapes.share(fresh)[0] is fresh
+
+
+def test_a_workload_names_the_class_its_priority_came_from() -> None:
+    """Kueue's priorityClassRef (metrics' priority_class): the WorkloadPriorityClass the label names
+    if it exists, else the pod template's PriorityClass, else the globalDefault one, else none."""
+    wpc = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                     "metadata": {"name": "urgent"}, "value": 1000})  # fmt: skip
+    sched = Scheduler(Config.of([wpc]))
+    sched.set_pod_priorities({"batch": (10, False), "everyone": (1, True)})
+
+    def made(labels: dict[str, str], pod_class: str | None = None) -> tuple[str, int]:
+        spec: dict[str, Any] = {"containers": [{"name": "c"}]}
+        if pod_class is not None:
+            spec["priorityClassName"] = pod_class
+        job = obj("batch/v1", "Job", {"template": {"spec": spec}})
+        job["metadata"]["labels"] = labels
+        wl = sched.workload_for(jobs.read_job(job), seq=1, now=0.0)
+        return wl.priority_class, wl.priority
+
+    assert made({jobs.PRIORITY_LABEL: "urgent"}, "batch") == ("urgent", 1000)
+    assert made({jobs.PRIORITY_LABEL: "missing"}, "batch") == ("batch", 10)
+    assert made({}) == ("everyone", 1)
+    sched.set_pod_priorities({})
+    assert made({}) == ("", 0)

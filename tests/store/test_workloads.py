@@ -314,3 +314,6 @@ async def test_workload_objects_name_the_priority_class_that_gave_the_priority(
         "job-1": {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "batch-high"},
         "job-2": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "urgent"},
     }, refs
+    async with database.transaction(sessions) as s:  # the same class, restored (metrics' priority_class)
+        restored = {wl.key: wl.priority_class for wl in (await store.load_snapshot(s)).workloads}
+    assert restored == {"team/job-0": "", "team/job-1": "batch-high", "team/job-2": "urgent"}, restored

@@ -18,9 +18,9 @@ from tests.admission.controller.world import CONFIG, eventually, job, world
 # spec/cli.md: the metric names and labels Kueue's dashboards use, and Turnstile's ledger metric.
 CONTRACT = {
     "kueue_pending_workloads": {"cluster_queue", "status"},
-    "kueue_admitted_workloads_total": {"cluster_queue"},
-    "kueue_admission_wait_time_seconds": {"cluster_queue"},
-    "kueue_evicted_workloads_total": {"cluster_queue", "reason"},
+    "kueue_admitted_workloads_total": {"cluster_queue", "priority_class"},
+    "kueue_admission_wait_time_seconds": {"cluster_queue", "priority_class"},
+    "kueue_evicted_workloads_total": {"cluster_queue", "reason", "underlying_cause", "priority_class"},
     "kueue_preempted_workloads_total": {"preempting_cluster_queue", "reason"},
     "kueue_admission_attempts_total": {"result"},
     "kueue_admission_attempt_duration_seconds": {"result"},
@@ -39,17 +39,17 @@ CONTRACT = {
     "kueue_local_queue_resource_usage": {"name", "namespace", "flavor", "resource"},
     "kueue_local_queue_status": {"name", "namespace", "active"},
     "kueue_cluster_queue_info": {"cluster_queue", "parent_cohort", "root_cohort"},
-    "kueue_quota_reserved_workloads_total": {"cluster_queue"},
-    "kueue_quota_reserved_wait_time_seconds": {"cluster_queue"},
-    "kueue_local_queue_admitted_workloads_total": {"name", "namespace"},
-    "kueue_local_queue_quota_reserved_workloads_total": {"name", "namespace"},
-    "kueue_local_queue_evicted_workloads_total": {"name", "namespace", "reason"},
-    "kueue_local_queue_admission_wait_time_seconds": {"name", "namespace"},
-    "kueue_local_queue_quota_reserved_wait_time_seconds": {"name", "namespace"},
+    "kueue_quota_reserved_workloads_total": {"cluster_queue", "priority_class"},
+    "kueue_quota_reserved_wait_time_seconds": {"cluster_queue", "priority_class"},
+    "kueue_local_queue_admitted_workloads_total": {"name", "namespace", "priority_class"},
+    "kueue_local_queue_quota_reserved_workloads_total": {"name", "namespace", "priority_class"},
+    "kueue_local_queue_evicted_workloads_total": {"name", "namespace", "reason", "underlying_cause", "priority_class"},
+    "kueue_local_queue_admission_wait_time_seconds": {"name", "namespace", "priority_class"},
+    "kueue_local_queue_quota_reserved_wait_time_seconds": {"name", "namespace", "priority_class"},
     "kueue_build_info": {"git_version", "git_commit", "build_date", "go_version", "compiler", "platform"},
-    "kueue_evicted_workloads_once_total": {"cluster_queue", "reason", "underlying_cause"},
-    "kueue_admission_checks_wait_time_seconds": {"cluster_queue"},
-    "kueue_local_queue_admission_checks_wait_time_seconds": {"name", "namespace"},
+    "kueue_evicted_workloads_once_total": {"cluster_queue", "reason", "underlying_cause", "priority_class"},
+    "kueue_admission_checks_wait_time_seconds": {"cluster_queue", "priority_class"},
+    "kueue_local_queue_admission_checks_wait_time_seconds": {"name", "namespace", "priority_class"},
     "kueue_cluster_queue_resource_pending": {"cluster_queue", "resource"},
     "kueue_pods_ready_to_evicted_time_seconds": {"cluster_queue", "reason", "underlying_cause"},
     "turnstile_resource_seconds_total": {"cluster_queue", "flavor", "resource", "namespace"},
@@ -67,9 +67,11 @@ def scrape(metrics: Metrics) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def value(samples: dict[str, list[tuple[dict[str, str], float]]], metric: str, /, **labels: str) -> float:
+    """The sum of the samples with these labels (as PromQL's ``sum``: the per-workload families are
+    split by ``priority_class`` too); at least one must be there."""
     found = [v for lbl, v in samples.get(metric, []) if labels.items() <= lbl.items()]
-    assert len(found) == 1, (metric, labels, samples.get(metric))
-    return found[0]
+    assert found, (metric, labels, samples.get(metric))
+    return sum(found)
 
 
 async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
@@ -92,10 +94,22 @@ async def test_metrics_have_kueues_names_and_follow_admissions_and_preemption(
         for name, labels in CONTRACT.items():
             samples = first.get(name) or first.get(f"{name}_count")
             assert samples, f"{name} is missing"
-            assert all(labels == set(lbl) - {"le"} for lbl, _ in samples), (name, samples)
+            assert all(labels == set(lbl) - {"le", "replica_role"} for lbl, _ in samples), (name, samples)
+        # Kueue's replica_role on every kueue_ family but build_info: this replica leads
+        roles = {lbl.get("replica_role") for name, ss in first.items() if name.startswith("kueue_") for lbl, _ in ss}
+        assert roles == {"leader", None} and all("replica_role" not in lbl for lbl, _ in first["kueue_build_info"])
+        assert all(
+            lbl.get("replica_role") == "leader"
+            for name, ss in first.items()
+            if name.startswith("kueue_") and name != "kueue_build_info"
+            for lbl, _ in ss
+        )
         team = {"cluster_queue": "team-a"}
         gpu = {"cluster_queue": "team-a", "flavor": "a100", "resource": GPU}
         assert value(first, "kueue_admitted_workloads_total", **team) == 3  # a, b, then urgent
+        # split by the class each took its priority from (Kueue's priority_class): urgent's WorkloadPriorityClass
+        assert value(first, "kueue_admitted_workloads_total", **team, priority_class="high") == 1
+        assert value(first, "kueue_admitted_workloads_total", **team, priority_class="") == 2
         assert value(first, "kueue_evicted_workloads_total", **team, reason="Preempted") == 1
         assert value(first, "kueue_preempted_workloads_total", preempting_cluster_queue="team-a") == 1
         assert value(first, "kueue_admission_wait_time_seconds_count", **team) == 3
@@ -150,7 +164,9 @@ async def test_a_finished_job_is_counted_per_cluster_queue_and_local_queue(tmp_p
         await w.apply(CONFIG)
         controller = w.start_controller("replica-1")
         began = time.monotonic()
-        await w.create(job("quick", gpus=4, runtime=1))
+        # (runs 0.5 s at the world's time scale: long enough for its pods to be seen Ready; a job
+        # done in 10 ms can finish between two looks and is then never counted Ready)
+        await w.create(job("quick", gpus=4, runtime=50))
         await w.create(job("steady", gpus=4))
 
         async def finished() -> dict[str, list[tuple[dict[str, str], float]]] | None:
@@ -162,7 +178,7 @@ async def test_a_finished_job_is_counted_per_cluster_queue_and_local_queue(tmp_p
         assert value(samples, "kueue_finished_workloads_total", **team) == 1  # (not steady)
         assert value(samples, "kueue_local_queue_finished_workloads_total", **lq) == 1
         assert value(samples, "kueue_admitted_workloads_total", **team) == 2
-        # what its job ran, admission to completion (its pods' second is 10 ms at the world's time scale)
+        # what its job ran, admission to completion
         assert value(samples, "kueue_execution_time_seconds_count", **team) == 1
         assert 0.01 <= value(samples, "kueue_execution_time_seconds_sum", **team) < time.monotonic() - began
         assert value(samples, "kueue_local_queue_execution_time_seconds_count", **lq) == 1
@@ -199,6 +215,26 @@ def test_local_queue_gauges_are_counted_at_most_every_few_seconds(monkeypatch: p
     now[0] += module.LOCAL_QUEUE_SECONDS
     again = gauges.families(sched)
     assert again is not first and "kueue_local_queue_pending_workloads" in "".join(again[0][3].lines)
+    assert '{name="q",namespace="ns",status="active"} 2' in "".join(again[0][3].lines), again[0][3].lines
+
+
+async def test_a_scrape_that_finds_the_local_queue_count_stale_is_answered_before_the_recount() -> None:
+    """On the event loop, the pass over every workload runs just after the stale scrape's answer."""
+    from admission.controller import local_queue_metrics as module
+    from tests.queues.builders import CQ, flavor, make_workload, scheduler
+
+    sched = scheduler(flavor("a100"), CQ("a").group(("a100", {"gpu": 8})), queues={"q": "a"})
+    make_workload("one").request(gpu=1).submit(sched)
+    gauges = module.LocalQueueGauges()
+    first = gauges.families(sched)  # (a term's first scrape counts at once)
+    make_workload("two").request(gpu=1).submit(sched)
+    assert gauges.counted is not None  # made stale (the event loop's clock is time.monotonic: not patched)
+    gauges.counted = (sched, gauges.counted[1] - module.LOCAL_QUEUE_SECONDS, first)
+    assert gauges.families(sched) is first and gauges.recounting  # answered with the last count
+    assert gauges.families(sched) is first  # (one recount scheduled, not one per scrape)
+    await asyncio.sleep(module.RECOUNT_AFTER * 2)
+    again = gauges.families(sched)
+    assert again is not first and not gauges.recounting
     assert '{name="q",namespace="ns",status="active"} 2' in "".join(again[0][3].lines), again[0][3].lines
 
 

@@ -172,8 +172,13 @@ async def test_a_job_starts_once_its_nodes_exist_and_quota_pending_jobs_never_re
         assert (shown["state"], shown["reason"]) == ("QuotaReserved", provisioning.WAITING_FOR_CAPACITY)
         assert "State:         QuotaReserved" in described and "second-capacity-1" in described
         page = controller.metrics.render().decode()
-        assert 'kueue_quota_reserved_workloads_total{cluster_queue="team-a"} 2.0' in page
-        assert 'kueue_admitted_workloads_total{cluster_queue="team-a"} 1.0' in page  # second has not started
+        assert (
+            'kueue_quota_reserved_workloads_total{cluster_queue="team-a",priority_class="",replica_role="leader"} 2.0'
+            in page
+        )
+        assert (
+            'kueue_admitted_workloads_total{cluster_queue="team-a",priority_class="",replica_role="leader"} 1.0' in page
+        )  # second has not started
         assert (await w.get("second"))["spec"]["suspend"] is True and pods_of(w, "second") == []
         (pr,) = requests_of(w, second["metadata"]["uid"])
         assert pr["metadata"]["name"] == "second-capacity-1"
