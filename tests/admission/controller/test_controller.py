@@ -112,7 +112,9 @@ async def test_a_preemptor_says_it_waits_for_its_victims_to_stop(tmp_path: Path,
         assert requests["nvidia.com/gpu"] == "4", requests
         conditions = {c["type"]: c for c in low["status"]["conditions"]}
         assert (
-            conditions["Preempted"]["reason"] == "InClusterQueue" and "ml/urgent" in conditions["Preempted"]["message"]
+            conditions["Preempted"]["reason"] == "InClusterQueue"
+            and "(ml/job-urgent-"
+            in conditions["Preempted"]["message"]  # (urgent's Workload object, as kubectl names it)
         )
         assert low["metadata"]["ownerReferences"][0]["kind"] == "Job"
         assert "priorityClassRef" not in low["spec"], low["spec"]  # (no class gave low its priority)
