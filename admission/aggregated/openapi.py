@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from admission.controller import visibility
-from admission.store import workload_objects as objects
+from admission.store import workload_shape as shape
 
 VISIBILITY_VERSION = "v1beta2"  # (the preferred one)
 VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")  # Kueue serves both; v0.15-v0.19 clients ask v1beta1
@@ -43,7 +43,7 @@ def _gvk(group: str, version: str, kind: str) -> list[dict[str, str]]:
 
 def schemas() -> dict[str, dict[str, Any]]:
     """Definition name (Kubernetes' reverse-domain convention) -> schema, for both group-versions."""
-    wl = f"dev.turnstile.{objects.VERSION}.Workload"
+    wl = f"dev.turnstile.{shape.VERSION}.Workload"
     summary = f"io.x-k8s.kueue.visibility.{VISIBILITY_VERSION}.PendingWorkloadsSummary"
     return {
         wl: {
@@ -63,7 +63,7 @@ def schemas() -> dict[str, dict[str, Any]]:
                     "reasons, and admission (clusterQueue, podSetAssignments)",
                 },
             },
-            "x-kubernetes-group-version-kind": _gvk(objects.GROUP, objects.VERSION, "Workload"),
+            "x-kubernetes-group-version-kind": _gvk(shape.GROUP, shape.VERSION, "Workload"),
         },
         f"{wl}List": {
             "type": "object",
@@ -73,7 +73,7 @@ def schemas() -> dict[str, dict[str, Any]]:
                 "items": {"type": "array", "items": {"$ref": f"#/definitions/{wl}"}},
             },
             "required": ["items"],
-            "x-kubernetes-group-version-kind": _gvk(objects.GROUP, objects.VERSION, "WorkloadList"),
+            "x-kubernetes-group-version-kind": _gvk(shape.GROUP, shape.VERSION, "WorkloadList"),
         },
         summary: {
             "type": "object",
@@ -117,7 +117,7 @@ def _get(summary: str, ref: str, version3: bool) -> dict[str, Any]:
 def _paths(group_version: str, version3: bool) -> dict[str, Any]:
     defs = list(schemas())
     wl, wl_list, summary = defs[0], defs[1], defs[2]
-    if group_version == f"{objects.GROUP}/{objects.VERSION}":
+    if group_version == f"{shape.GROUP}/{shape.VERSION}":
         base = f"/apis/{group_version}"
         return {
             f"{base}/workloads": _get("list Workloads in every namespace", wl_list, version3),
@@ -135,8 +135,8 @@ def _paths(group_version: str, version3: bool) -> dict[str, Any]:
     }
 
 
-GROUP_VERSIONS = (f"{objects.GROUP}/{objects.VERSION}", *(f"{visibility.GROUP}/{v}" for v in VISIBILITY_VERSIONS))
-INFO = {"title": "Turnstile", "version": objects.VERSION}
+GROUP_VERSIONS = (f"{shape.GROUP}/{shape.VERSION}", *(f"{visibility.GROUP}/{v}" for v in VISIBILITY_VERSIONS))
+INFO = {"title": "Turnstile", "version": shape.VERSION}
 
 
 def v2() -> dict[str, Any]:

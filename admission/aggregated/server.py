@@ -35,10 +35,11 @@ from admission.kube import table
 from admission.kube.client import KubeError
 from admission.store import database
 from admission.store import workload_objects as objects
+from admission.store import workload_shape as shape
 
 VISIBILITY = visibility.GROUP
 VISIBILITY_VERSIONS = openapi.VISIBILITY_VERSIONS  # v1beta2 and v1beta1: the same answers
-WORKLOADS = f"/apis/{objects.GROUP}/{objects.VERSION}"
+WORKLOADS = f"/apis/{shape.GROUP}/{shape.VERSION}"
 MAX_PAGE = 5000  # objects per page at most, whatever the client asks
 
 Handler = Callable[[web.Request, User], Awaitable[web.StreamResponse]]
@@ -49,7 +50,7 @@ def _resources(group_version: str, resources: list[dict[str, Any]]) -> dict[str,
 
 
 WORKLOAD_RESOURCES = _resources(
-    f"{objects.GROUP}/{objects.VERSION}",
+    f"{shape.GROUP}/{shape.VERSION}",
     [{"name": "workloads", "singularName": "workload", "namespaced": True, "kind": "Workload",
       "verbs": ["get", "list"], "shortNames": ["twl"]}],
 )  # fmt: skip
@@ -79,7 +80,7 @@ COLUMNS = [
 
 
 def _cells(obj: dict[str, Any]) -> list[Any]:
-    s = objects.summary(obj)
+    s = shape.summary(obj)
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
     return [
         obj["metadata"]["name"],
@@ -91,7 +92,7 @@ def _cells(obj: dict[str, Any]) -> list[Any]:
         int(s["priority"]),
         s["flavors"],
         s["reason"],
-        objects.age(obj),
+        shape.age(obj),
     ]
 
 
@@ -155,7 +156,7 @@ class AggregatedApi:
 
     async def _list(self, request: web.Request, user: User) -> web.StreamResponse:
         namespace = request.match_info.get("namespace")
-        refused = await self._authorize(user, Access("list", objects.GROUP, "workloads", namespace or ""))
+        refused = await self._authorize(user, Access("list", shape.GROUP, "workloads", namespace or ""))
         if refused is not None:
             return refused
         if request.query.get("watch") in ("1", "true"):
@@ -179,18 +180,18 @@ class AggregatedApi:
         if table.wants_table(request.headers.get("Accept", "")):
             include = request.query.get("includeObject", "Metadata")
             return web.json_response(table.table(COLUMNS, _cells, page.items, include=include, metadata=meta))
-        body = {"apiVersion": objects.API_VERSION, "kind": "WorkloadList", "metadata": meta, "items": page.items}
+        body = {"apiVersion": shape.API_VERSION, "kind": "WorkloadList", "metadata": meta, "items": page.items}
         return web.json_response(body)
 
     async def _get(self, request: web.Request, user: User) -> web.StreamResponse:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
-        refused = await self._authorize(user, Access("get", objects.GROUP, "workloads", namespace, name))
+        refused = await self._authorize(user, Access("get", shape.GROUP, "workloads", namespace, name))
         if refused is not None:
             return refused
         async with database.transaction(self.sessions) as session:
             obj = await objects.get(session, namespace, name, pods_ready=self.pods_ready)
         if obj is None:
-            return status(404, "NotFound", f'workloads.{objects.GROUP} "{name}" not found')
+            return status(404, "NotFound", f'workloads.{shape.GROUP} "{name}" not found')
         if table.wants_table(request.headers.get("Accept", "")):
             include = request.query.get("includeObject", "Metadata")
             return web.json_response(table.table(COLUMNS, _cells, [obj], include=include, metadata={}))

@@ -48,6 +48,7 @@ from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
 from admission.store import database
 from admission.store import workload_objects as store
+from admission.store.workload_shape import JOB_UID_LABEL
 from queues import workload_crd
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ WORKERS = 16  # objects written at once (one object's writes are in order; the A
 
 
 def desired(obj: Obj) -> Obj:
-    """A workload as the store shows it (``store.to_object``), as the Workload object to keep."""
+    """A workload as the store shows it (``workload_shape.to_object``), as the Workload object to keep."""
     meta = obj["metadata"]
     return {
         "apiVersion": API_VERSION,
@@ -148,7 +149,7 @@ class Projection:
         self.pods_ready = pods_ready  # waitForPodsReady is on: the objects carry Kueue's PodsReady condition
         self.deleting: set[str] = set()  # job uids whose object this replica is deleting
         self.was_absent = False  # the CRD was not served at the last pass
-        self.informer = Informer(kube, WORKLOADS, self._on_object, label_selector=store.JOB_UID_LABEL, optional=True)
+        self.informer = Informer(kube, WORKLOADS, self._on_object, label_selector=JOB_UID_LABEL, optional=True)
         self.objects: dict[str, Shown] = {}  # job uid -> its Workload object as the cluster has it
         # the finished objects there are, per (cluster_queue, namespace, queue name): Kueue's
         # ``kueue_finished_workloads`` and ``kueue_local_queue_finished_workloads`` gauges
@@ -179,7 +180,7 @@ class Projection:
         meta = obj.get("metadata") or {}
         where = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         # (a deletion noticed on a relist carries only namespace and name: its job by name)
-        uid = str((meta.get("labels") or {}).get(store.JOB_UID_LABEL) or "") or self.by_name.get(where, "")
+        uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "") or self.by_name.get(where, "")
         if not uid:
             return
         if kind == "DELETED":
