@@ -281,14 +281,22 @@ async def _describe_workload(
                 plan = f"none possible ({assignment.message})"
             console.print(f"Preemption:    {plan}")
     history = await store.events(session, workload_id=int(r["id"]))
+    named = await workload_objects_store.object_names(session, {e.by for e in history if e.by})
     if history:
         table = Table(title="History", title_justify="left")
         for col in ("time (UTC)", "event", "ClusterQueue", "why"):
             table.add_column(col)
         for e in history:
-            why = " ".join(x for x in (e.reason, e.detail, f"by {e.by}" if e.by else None) if x)
+            why = event_why(e, named)
             table.add_row(f"{e.at:%Y-%m-%d %H:%M:%S}", e.type, e.cluster_queue or "", why)
         console.print(table)
+
+
+def event_why(e: store.EventRow, named: dict[str, str]) -> str:
+    """A history line's why: reason, detail, and the preemptor by its Workload object's name (as
+    kubectl and Events name it; ``named`` from ``workload_objects.object_names``)."""
+    by = f"by {named.get(e.by, e.by)}" if e.by else None
+    return " ".join(x for x in (e.reason, e.detail, by) if x)
 
 
 def _may_borrow(cq: ClusterQueue | None, fr: FlavorResource, nominal: int) -> str:

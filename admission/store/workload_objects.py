@@ -127,13 +127,14 @@ async def _objects(session: AsyncSession, rows: list[Any], pods_ready: bool) -> 
             {"ids": [r["id"] for r in rows]},
         )
         evictions = {e["workload_id"]: e for e in found.mappings()}
-    names = await _object_names(session, {e["by_workload"] for e in evictions.values() if e["by_workload"]})
+    names = await object_names(session, {e["by_workload"] for e in evictions.values() if e["by_workload"]})
     return [to_object(r, evictions.get(r["id"]), pods_ready=pods_ready, names=names) for r in rows]
 
 
-async def _object_names(session: AsyncSession, keys: set[str]) -> dict[str, str]:
+async def object_names(session: AsyncSession, keys: set[str]) -> dict[str, str]:
     """``namespace/job`` keys (the store's name for a workload, e.g. a preemptor) as ``namespace/``
-    and their Workload object's name, the one kubectl and the CLI show (the latest of that name)."""
+    and their Workload object's name, the one kubectl and the CLI show (the latest of that name);
+    a key with no workload is left out."""
     if not keys:
         return {}
     pairs = [key.split("/", 1) for key in keys if "/" in key]

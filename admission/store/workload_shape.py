@@ -86,7 +86,7 @@ def to_object(
 ) -> dict[str, Any]:
     """One workload row (with its latest eviction, if any) as a Kueue-shaped Workload; with
     ``pods_ready`` (waitForPodsReady on) its ``PodsReady`` condition too, as Kueue sets it only then;
-    ``names``: workload keys as their Workload objects are named (``_object_names``)."""
+    ``names``: workload keys as their Workload objects are named (``workload_objects.object_names``)."""
     pod_sets = _pod_sets(json_value(row["pod_sets"]))
     state, reason, message = row["state"], row["reason"] or "", row["message"] or ""
     reserved = state == "Admitted"

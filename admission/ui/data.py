@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.cli import views
 from admission.store import config as config_store
-from admission.store import tables
+from admission.store import tables, workload_objects
 from admission.store import usage as usage_store
 from admission.store import workloads as store
 from queues import fairsharing, jobs
@@ -183,8 +183,10 @@ async def workload(session: AsyncSession, name: str) -> dict[str, Any]:
     if rows:
         row = max(rows, key=lambda r: int(r["id"]))
         history.append({"at": row["created_at"].isoformat(), "type": "Created", "why": ""})
-        for e in await store.events(session, workload_id=int(row["id"])):
-            why = " ".join(x for x in (e.reason, e.detail, f"by {e.by}" if e.by else None) if x)
+        events = await store.events(session, workload_id=int(row["id"]))
+        named = await workload_objects.object_names(session, {e.by for e in events if e.by})
+        for e in events:
+            why = views.event_why(e, named)
             where = f"ClusterQueue {e.cluster_queue}" if e.cluster_queue else ""
             history.append({"at": e.at.isoformat(), "type": e.type, "why": why, "where": where})
     return {"workload": name, "describe": described, "history": history}

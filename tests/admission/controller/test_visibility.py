@@ -111,5 +111,6 @@ async def test_describe_workload_answers_why_it_waits(tmp_path: Path, migrated_u
         assert needs.replace("│", " ").split() == ["nvidia.com/gpu", "8", "a100", "8", "8", "0", "-"], out
         history = out[out.index("History") :]
         assert history.index("Admitted") < history.index("Evicted"), out
-        assert "Preempted InClusterQueue by ml/c" in history, out
+        c_object = f"job-c-{(await w.get('c'))['metadata']['uid'][:5]}"
+        assert f"Preempted InClusterQueue by ml/{c_object}" in history, out  # (named as kubectl names it)
         assert "Preemption:    none possible" in out, out  # b has its priority and c a higher one
