@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contract pytest hunt bench lock manifests clean
+.PHONY: demo test lint typecheck contract pytest hunt bench lock manifests schemas clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo needs only the product (a plain install): not the test tools.
+DEMO_STAMP := $(VENV)/.installed-demo
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/turnstile demo
 
 lint: $(STAMP)
@@ -52,3 +58,7 @@ lock: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# The simulated API server's bundled Kubernetes schemas, from kubernetes-validate (tests check they match).
+schemas: $(STAMP)
+	$(BIN)/python -m admission.sim.kube_schemas

@@ -28,7 +28,8 @@ from admission.store import workloads as store
 from queues import quantity, scenario, simulator
 from queues.scheduler import Scheduler
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu-teams.yaml"
+# the story ships inside the package (a plain `pip install` runs the demo); examples/gpu-teams.yaml links to it
+EXAMPLE = Path(__file__).resolve().with_name("gpu-teams.yaml")
 DEMO_SECONDS = 60.0
 DASHBOARD_PORT = 8081
 

@@ -6,10 +6,9 @@ update, with ``oldSelf`` the value before), and an object failing any rule is re
 rule's message and its field path: ``spec: Invalid value: "object": borrowingLimit must be nil
 when cohort is empty``. Kueue's CRDs (and Turnstile's, ``queues.crds``) rely on them.
 
-Evaluated with cel-python (installed with Turnstile's ``test`` extra, as ``make test`` and
-``make demo`` do). Without it the rules are not evaluated, a difference the simulated cluster
-then has from a real one (docs/simulated-cluster.md). Inside lists, transition rules are not
-evaluated (the real server correlates old and new items only for map-typed lists).
+Evaluated with cel-python (a dependency of Turnstile: a plain ``pip install`` evaluates them, as
+``turnstile demo`` and ``sim up`` must). Inside lists, transition rules are not evaluated (the real
+server correlates old and new items only for map-typed lists).
 
 The same evaluator serves admission webhooks' ``matchConditions`` (``condition``).
 """
@@ -19,14 +18,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-try:
-    import celpy
-    from celpy.adapter import json_to_cel
-    from celpy.evaluation import CELEvalError
-
-    AVAILABLE = True
-except ImportError:  # pragma: no cover - the test extra installs it
-    AVAILABLE = False
+import celpy
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 
 Obj = dict[str, Any]
 
@@ -50,8 +44,6 @@ def _holds(rule: str, value: Any, old: Any) -> bool:
 def compile_error(expression: str) -> str | None:
     """Why ``expression`` does not compile (None: it does). Compiling is what the real server does
     when a webhook configuration is written; the program is kept, so requests only evaluate it."""
-    if not AVAILABLE:
-        return None
     try:
         _program(expression)
     except Exception as exc:  # celpy's CELParseError and friends
@@ -81,7 +73,7 @@ def condition(expression: str, bound: Obj) -> bool:
 
 def violations(schema: Obj, value: Any, old: Any = None, path: str = "") -> list[tuple[str, str]]:
     """Every (field path, message) of a rule ``value`` breaks, walking ``schema`` beside it."""
-    if not AVAILABLE or value is None or not isinstance(schema, dict):
+    if value is None or not isinstance(schema, dict):
         return []
     out: list[tuple[str, str]] = []
     for rule in schema.get("x-kubernetes-validations") or []:

@@ -1,7 +1,7 @@
 """What the API server refuses: schema violations of built-in kinds and the Job's update rules.
 
-Built-in objects are checked against Kubernetes' own OpenAPI schemas (kubernetes-validate,
-strict: unknown fields are errors). A Job's pod template is immutable, except its scheduling
+Built-in objects are checked against Kubernetes' own OpenAPI schemas (v1.30, strict: unknown
+fields are errors; bundled, ``admission.sim.kube_schemas``). A Job's pod template is immutable, except its scheduling
 directives (node selector, affinity, tolerations, scheduling gates, labels, annotations) while
 the Job is suspended and has never started; its selector and completions never change.
 Errors are 422 ``Invalid`` with a cause per field, as the real server sends them.
@@ -15,13 +15,11 @@ from typing import Any
 
 import jsonschema
 import referencing
-from kubernetes_validate import utils as kv_utils
 
-from admission.sim import cel
+from admission.sim import cel, kube_schemas
 from admission.sim.objects import ApiError, Obj, Resource, clone
 from queues import jobs, validation
 
-KUBERNETES_VERSION = "1.30"
 MUTABLE_WHILE_SUSPENDED = (
     ("metadata", "labels"),
     ("metadata", "annotations"),
@@ -48,25 +46,20 @@ def invalid(res: Resource, name: str, causes: list[tuple[str, str]]) -> ApiError
     )
 
 
-@functools.cache
-def _definitions(schema_dir: str) -> Any:
-    return kv_utils.schema_contents(f"kubernetes-json-schema/{schema_dir}/_definitions.json", KUBERNETES_VERSION)
+def _definitions() -> Any:
+    return kube_schemas.contents("_definitions.json")
 
 
 @functools.cache
 def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
-    """kubernetes-validate's strict schema for a kind, compiled once (it re-reads its files per call)."""
-    version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= KUBERNETES_VERSION][-1]
+    """Kubernetes' strict schema for a kind (``admission.sim.kube_schemas``), compiled once."""
     api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    schema_dir = f"v{version}-local-strict"
     try:
-        contents = kv_utils.schema_contents(
-            f"kubernetes-json-schema/{schema_dir}/{kind.lower()}-{api}.json", KUBERNETES_VERSION
-        )
+        contents = kube_schemas.contents(f"{kind.lower()}-{api}.json")
     except FileNotFoundError:
         return None
     registry: referencing.Registry[Any] = referencing.Resource.from_contents(contents) @ referencing.Registry()
-    registry = referencing.Resource.from_contents(_definitions(schema_dir)) @ registry
+    registry = referencing.Resource.from_contents(_definitions()) @ registry
     return jsonschema.validators.Draft202012Validator(contents, registry=registry, format_checker=INTEGERS)
 
 
@@ -121,8 +114,7 @@ def _path(parts: Any) -> str:
 @functools.cache
 def _kinds() -> dict[tuple[str, str, str], str]:
     """(group, version, kind) -> the definition of that kind in Kubernetes' schemas."""
-    version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= KUBERNETES_VERSION][-1]
-    defs = _definitions(f"v{version}-local-strict")["$defs"]
+    defs = _definitions()["$defs"]
     out = {}
     for name, definition in defs.items():
         for gvk in definition.get("x-kubernetes-group-version-kind") or []:
@@ -136,8 +128,7 @@ def resolve(node: Any) -> dict[str, Any]:
         return {}
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= KUBERNETES_VERSION][-1]
-        found = _definitions(f"v{version}-local-strict")["$defs"].get(ref[len("#/$defs/") :])
+        found = _definitions()["$defs"].get(ref[len("#/$defs/") :])
         return found if isinstance(found, dict) else {}
     return node
 

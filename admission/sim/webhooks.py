@@ -160,7 +160,7 @@ class Webhooks:
         self, hook: Obj, res: Resource, operation: str, namespace: str, obj: Obj, old: Obj | None, sub: str
     ) -> bool:
         conditions = hook.get("matchConditions") or []
-        if not conditions or not cel.AVAILABLE:
+        if not conditions:
             return True
         request = {
             "operation": operation,

@@ -12,10 +12,8 @@ import pytest_asyncio
 
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, ResourceRef
-from admission.sim import cel
 from admission.sim.host import SimHost
 
-pytestmark = pytest.mark.skipif(not cel.AVAILABLE, reason="cel-python is not installed")
 CQS = ResourceRef("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
 LQS = ResourceRef("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues")
 TOPOLOGIES = ResourceRef("kueue.x-k8s.io/v1beta2", "Topology", "topologies", namespaced=False)
