@@ -67,7 +67,7 @@ def simulate(
     max_seconds: float,
     max_memory: float,
 ) -> None:
-    """Replay a scenario FILE and report what the admission controller decided (scenario.md)."""
+    """Replay a scenario FILE and report what the admission controller decided (docs/scenario-format.md)."""
     limit = bounds.Bounds(max_seconds, int(max_memory * bounds.GIB))
     hint = "simulate fewer jobs (or a shorter timeline), or raise the bound"
     # (engine cluster is bounded in time by its own cancellation, which stops its processes on the way out)

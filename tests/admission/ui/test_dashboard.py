@@ -4,7 +4,7 @@ against a controller on the simulated cluster with queues and jobs.
 The page loads without console errors, shows the cohort tree with quota bars and a pending job
 with its position and reason, updates by itself when that job is admitted, shows a workload's
 timeline, reconnects after its server restarts, and shows hostile text as text. With
-``TURNSTILE_UPDATE_SCREENSHOTS=1`` the screenshots the README shows are written to
+``TURNSTILE_UPDATE_SCREENSHOTS=1`` the screenshots docs/dashboard.md shows are written to
 ``docs/images``.
 """
 
