@@ -4,9 +4,9 @@ One object, built from the settings (``Policy.from_settings``) and shared by the
 holds objects at creation) and the controller (which tells a held object why, by an Event), so both
 decide alike: ``missing_local_queue`` (a job naming a LocalQueue that does not exist: hold or
 refuse), ``manage_jobs_without_queue_name`` with ``managed_jobs_namespace_selector`` and
-``managed_resources`` (``queues.managed``), ``wait_for_pods_ready`` (``queues.podsready``: when a
+``managed_resources`` (``queues.podsets.managed``), ``wait_for_pods_ready`` (``queues.cycle.podsready``: when a
 started workload whose pods are not Ready gives its quota back), ``fair_sharing``
-(``queues.fairsharing``) and ``admission_fair_sharing`` (``queues.usage_history``), both read by the
+(``queues.cycle.fairsharing``) and ``admission_fair_sharing`` (``queues.cycle.usage_history``), both read by the
 controller's scheduler. Namespace labels come from the
 controller's namespace informer, which every replica runs.
 """
@@ -20,10 +20,12 @@ from typing import Any
 
 import yaml
 
-from queues import errors, fairsharing, jobs, managed, podsready, usage_history
+from queues import errors
+from queues.cycle import fairsharing, podsready, usage_history
 from queues.model import Config
+from queues.placement.topology import COMPACT
+from queues.podsets import jobs, managed
 from queues.selectors import LabelSelector
-from queues.topology import COMPACT
 
 HOLD, REFUSE = "hold", "refuse"
 
@@ -103,9 +105,9 @@ class Policy:
     namespace_labels: Callable[[str], Mapping[str, str] | None] = field(default=lambda _ns: None)
     pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
     fair_sharing: fairsharing.FairSharing | None = None  # Kueue's fairSharing configuration; None: off
-    # Kueue's admissionFairSharing configuration (``queues.usage_history``); None: off
+    # Kueue's admissionFairSharing configuration (``queues.cycle.usage_history``); None: off
     admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
-    topology_packing: str = COMPACT  # how TAS pod sets are packed (``queues.topology``: Compact or Kueue)
+    topology_packing: str = COMPACT  # how TAS pod sets are packed (``queues.placement.topology``: Compact or Kueue)
     # idle reclaim (``admission.controller.reclaim``): where GPU utilisation is read, how often
     prometheus_url: str = ""
     prometheus_timeout: float = 5.0

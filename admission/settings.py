@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from queues import gpu_units
+from queues.gpus import gpu_units
 
 
 def normalise_database_url(url: str) -> str:

@@ -38,7 +38,7 @@ from admission.sim.host import SimHost
 from admission.store import config as config_store
 from admission.store import database, embedded
 from bench.procs import ControllerProcess, cpu_seconds, memory_mb, postgres_cpu
-from queues import api
+from queues.kueue import api
 
 FLAVOR = """
 apiVersion: kueue.x-k8s.io/v1beta1

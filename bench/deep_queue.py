@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from queues import scenario, simulator
+from queues.simulation import scenario, simulator
 
 
 def generate(jobs: int) -> dict[str, Any]:

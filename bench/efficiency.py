@@ -8,7 +8,7 @@ reclaim below 30 % over 30 minutes after 10 minutes of grace with ``requeue`` (w
 idle jobs held (burned doing nothing), the mean and p95 wait of the busy jobs, and the wall time
 to simulate.
 
-Then right-sizing (``queues.rightsizing``) on the no-reclaim week: each job also gets a peak GPU
+Then right-sizing (``queues.gpus.rightsizing``) on the no-reclaim week: each job also gets a peak GPU
 memory per GPU (``gpuMemoryUsed``, from its own seed so the week is the same: idle notebooks
 4-20 GiB; busy jobs a third 6-15 GiB, the rest 20-78 GiB of an 80 GB A100) and the ClusterQueue
 offers A100 MIG slices (1g.10gb, 2g.20gb, 3g.40gb); printed: how many jobs a smaller slice would
@@ -21,7 +21,7 @@ import random
 import time
 from typing import Any
 
-from queues import scenario, simulator
+from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"
 GPUS = 64

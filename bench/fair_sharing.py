@@ -3,7 +3,7 @@
 Figures: makespan against the fluid bound, the wall time to simulate, and the fairness achieved
 (also on the baseline with one queue per cohort loaded three times over, since the symmetric
 baseline never borrows):
-each ClusterQueue's weighted share (``queues.fairsharing``) is followed over the whole run in both
+each ClusterQueue's weighted share (``queues.cycle.fairsharing``) is followed over the whole run in both
 modes; printed are the spread of the time-mean shares of the queues that borrow (max / min within
 a cohort, worst cohort), the highest share any queue reached, and the average wait per class. On
 the skewed baseline, Turnstile's usage-aware fair sharing (``fairSharing.usageHalfLifeTime``) runs
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from bench import kueue_perf
-from queues import scenario, simulator
+from queues.simulation import scenario, simulator
 
 SKEW = {"-cq-0": 3, "-cq-1": 2}  # a cohort's first two queues: three and two times their load
 

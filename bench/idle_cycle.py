@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
-from queues import api, jobs
-from queues.fairsharing import FairSharing
+from queues.cycle.fairsharing import FairSharing
+from queues.cycle.scheduler import Scheduler
+from queues.kueue import api
 from queues.model import Config
-from queues.scheduler import Scheduler
+from queues.podsets import jobs
 
 
 def build(pending: int = 100_000, queues: int = 100, fair_sharing: FairSharing | None = None) -> Scheduler:

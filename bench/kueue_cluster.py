@@ -24,7 +24,7 @@ import yaml
 from admission.sim import engine
 from bench import kueue_perf
 from bench.procs import PostgresMeter
-from queues import scenario
+from queues.simulation import scenario
 
 
 def main(time_scale: float = 1.0) -> None:

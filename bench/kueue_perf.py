@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from queues import scenario, simulator
+from queues.simulation import scenario, simulator
 
 
 @dataclass(frozen=True)

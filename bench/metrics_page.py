@@ -18,9 +18,10 @@ from typing import Any
 from admission.controller.exposition import Exposition
 from admission.controller.local_queue_metrics import LocalQueueGauges
 from admission.controller.metrics import ResourceClock, write_queues
-from queues import api, jobs
+from queues.cycle.scheduler import Scheduler
+from queues.kueue import api
 from queues.model import Config
-from queues.scheduler import Scheduler
+from queues.podsets import jobs
 
 QUEUES, WORKLOADS = 1_000, 100_000
 

@@ -30,7 +30,8 @@ from admission.store import config as config_store
 from admission.store import database, embedded
 from bench import webhook
 from bench.procs import ControllerProcess, cpu_seconds, postgres_cpu, route_webhook
-from queues import api, pods
+from queues.kueue import api
+from queues.podsets import pods
 
 DEPLOYMENTS = kube_client.ResourceRef("apps/v1", "Deployment", "deployments")
 

@@ -18,8 +18,9 @@ from admission.settings import normalise_database_url
 from admission.store import config as config_store
 from admission.store import database, embedded
 from admission.store import workloads as store
-from queues import api, jobs
+from queues.kueue import api
 from queues.model import Admission
+from queues.podsets import jobs
 
 NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 

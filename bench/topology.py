@@ -13,7 +13,7 @@
 Jobs: 1, 2 and 4 GPUs in one pod; 8, 16 and 32 GPUs as pods of 4 GPUs (so an 8-GPU job can be
 split over two nodes); arrivals and runtimes from a fixed seed, about 90 % of the GPUs asked for.
 Printed per run: GPU utilisation, p50/p95 wait per job size, the share of 8-GPU jobs on one node
-and of 32-GPU jobs within one rack, fragmentation (``queues.locality``) and the wall time to
+and of 32-GPU jobs within one rack, fragmentation (``queues.placement.locality``) and the wall time to
 simulate. Then the cost of one placement on 1,000 nodes (p50/p99 over random occupancies).
 """
 
@@ -24,9 +24,10 @@ import statistics
 import time
 from typing import Any
 
-from queues import scenario, simulator, topology
-from queues.nodes import NodeInfo, PodNeeds, node_object
-from queues.topology_requests import PREFERRED, REQUIRED, Request
+from queues.placement import topology
+from queues.placement.nodes import NodeInfo, PodNeeds, node_object
+from queues.placement.topology_requests import PREFERRED, REQUIRED, Request
+from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"
 RACK = "cloud.provider.com/topology-rack"

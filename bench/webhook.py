@@ -39,7 +39,7 @@ import yaml
 from aiohttp import web
 from admission.webhook import certs
 from admission.webhook.server import WebhookServer
-from queues import api
+from queues.kueue import api
 from queues.model import Config
 
 folder, port = Path(sys.argv[1]), int(sys.argv[2])

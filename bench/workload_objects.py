@@ -40,7 +40,7 @@ from admission.store import config as config_store
 from admission.store import database, embedded
 from bench.controller import FLAVOR, _queue
 from bench.procs import ControllerProcess, cpu_seconds
-from queues import api, workload_crd
+from queues.kueue import api, workload_crd
 
 QUEUES, PER_QUEUE, QUOTA, RUNTIME = 1000, 5, 2, 3.0
 OBJECTS = 100_000

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from queues import provisioning
-from queues.flavors import Assignment
+from queues.cycle import provisioning
+from queues.cycle.flavors import Assignment
 from queues.model import Admission, Workload
 
 PREEMPTED = "Preempted"

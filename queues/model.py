@@ -13,13 +13,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from queues import api, jobs, nodes, provisioning, selectors
-from queues.inventory import Inventory
+from queues import selectors
+from queues.cycle import provisioning
+from queues.kueue import api
+from queues.placement import nodes
+from queues.placement.inventory import Inventory
+from queues.placement.topology import COMPACT
+from queues.podsets import jobs
 from queues.quotas import CohortNode, FlavorResource, Node, Quota, Usage
-from queues.topology import COMPACT
 
 if TYPE_CHECKING:
-    from queues.fairsharing import FairSharing
+    from queues.cycle.fairsharing import FairSharing
 
 __all__ = ["CohortNode", "FlavorResource", "Node", "Quota", "Usage"]  # (the quota tree, re-exported)
 
@@ -37,7 +41,7 @@ class Flavor:
     node_labels: Mapping[str, str]
     taints: tuple[selectors.Taint, ...]
     tolerations: tuple[selectors.Toleration, ...]
-    topology: str | None = None  # spec.topologyName: a TAS flavor (``queues.topology``)
+    topology: str | None = None  # spec.topologyName: a TAS flavor (``queues.placement.topology``)
     levels: tuple[str, ...] = ()  # that Topology's levels; () while it does not exist
 
     @classmethod
@@ -136,7 +140,7 @@ class Workload:
     requeue_at: float | None = None
     active: bool = True
     requeue_reason: str = "WaitingForCapacity"  # what it waits for while it backs off (PodsReadyTimeout)
-    # waitForPodsReady (``queues.podsready``): when its job started (quota held, checks passed) and
+    # waitForPodsReady (``queues.cycle.podsready``): when its job started (quota held, checks passed) and
     # when all its pods were first Ready, in this admission
     started_at: float | None = None
     ready_at: float | None = None
@@ -145,7 +149,7 @@ class Workload:
     past_run: float = 0.0
     # the workload whose preemption evicted it, until it is admitted again (``preemption.in_chain``)
     evicted_by: Workload | None = None
-    # its own priority while a spent GPU-hour budget runs it lower (``queues.budget_priority``)
+    # its own priority while a spent GPU-hour budget runs it lower (``queues.cycle.budget_priority``)
     own_priority: int | None = None
 
     @property
@@ -229,9 +233,9 @@ class Snapshot:
         packing: str = COMPACT,
     ) -> None:
         self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration; None: off
-        # the nodes, for TAS flavors (``queues.inventory``); None: no node is known
+        # the nodes, for TAS flavors (``queues.placement.inventory``); None: no node is known
         self.inventory = inventory
-        self.packing = packing  # how TAS pod sets are packed (``queues.topology``)
+        self.packing = packing  # how TAS pod sets are packed (``queues.placement.topology``)
         self.flavors: dict[str, Flavor] = {
             name: Flavor.from_api(rf, config.topologies) for name, rf in config.flavors.items()
         }

@@ -6,7 +6,7 @@ node lends its parent everything above its *guaranteed* quota (``subtree - lendi
 or nothing is guaranteed without a lending limit), and its usage counts against the parent
 only beyond that guaranteed part. ``available`` is what a node can still take: its unused
 guaranteed quota plus what its parent can give, capped by its borrowing limit. Each node also
-has its fair-sharing ``weight`` (``spec.fairSharing.weight``, default 1; ``queues.fairsharing``).
+has its fair-sharing ``weight`` (``spec.fairSharing.weight``, default 1; ``queues.cycle.fairsharing``).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class CohortNode(Node):
         super().__init__(name, quotas)
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueue] = []
-        self.lendable: dict[str, int] | None = None  # fair sharing's, per resource (``queues.fairsharing``)
+        self.lendable: dict[str, int] | None = None  # fair sharing's, per resource (``queues.cycle.fairsharing``)
 
     def height(self) -> int:
         """The distance to the furthest leaf (a ClusterQueue child counts 1)."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from queues import api, quantity
+from queues import quantity
+from queues.cycle.scheduler import Scheduler
+from queues.kueue import api
 from queues.model import ClusterQueue, FlavorResource, Workload
-from queues.scheduler import Scheduler
 
 Status = dict[str, Any]
 

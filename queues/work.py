@@ -9,7 +9,7 @@ them beside its times.
 
 - ``cycles``: scheduling cycles run (``Scheduler.cycle``);
 - ``nominations``: heads nominated (a remembered failure counts: it is a nomination that was cheap);
-- ``assignments``: flavor assignments computed (``queues.flavors.assign``: the costly part);
+- ``assignments``: flavor assignments computed (``queues.cycle.flavors.assign``: the costly part);
 - ``requeues``: set-aside workloads put back in their queue's line (``PendingQueues.requeue``).
 """
 

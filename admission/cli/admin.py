@@ -21,7 +21,8 @@ from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
 from admission.store import config as config_store
 from admission.store import database, deletion, source
-from queues import api, errors, validation
+from queues import errors
+from queues.kueue import api, validation
 
 T = TypeVar("T")
 

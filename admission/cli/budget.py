@@ -4,7 +4,7 @@
 ``--period monthly|720h``, ``--when-exhausted wait|lower-priority --priority N``), ``list`` shows
 each with what it used this period, ``delete`` removes one. Every edit is audited (``turnstile
 history``, kind ``GPUBudget``); the controller enforces them (new work of an exhausted budget waits
-with reason ``BudgetExhausted``, or runs at the budget's priority: ``queues.budget_priority``).
+with reason ``BudgetExhausted``, or runs at the budget's priority: ``queues.cycle.budget_priority``).
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ from admission.controller.controller import Controller
 from admission.sim import engine
 from admission.store import database
 from admission.store import workloads as store
-from queues import quantity, scenario, simulator
-from queues.scheduler import Scheduler
+from queues import quantity
+from queues.cycle.scheduler import Scheduler
+from queues.simulation import scenario, simulator
 
 # the story ships inside the package (a plain `pip install` runs the demo); examples/gpu-teams.yaml links to it
 EXAMPLE = Path(__file__).resolve().with_name("gpu-teams.yaml")

@@ -14,7 +14,8 @@ import json
 import shlex
 from typing import Any
 
-from queues import api, quantity
+from queues import quantity
+from queues.kueue import api
 
 
 def _target(kind: str, key: str) -> str:

@@ -16,7 +16,7 @@ import click
 
 from admission.cli.admin import _settings
 from admission.store import usage as ledger
-from queues import gpu_units
+from queues.gpus import gpu_units
 
 
 def grouping(by: str) -> str:

@@ -85,7 +85,10 @@ def _simulate(
     limit: bounds.Bounds,
 ) -> None:
     from admission.cli import documents, report  # the simulator loads only for the commands that need it
-    from queues import errors, jobs, scenario, simulator, validation
+    from queues import errors
+    from queues.kueue import validation
+    from queues.podsets import jobs
+    from queues.simulation import scenario, simulator
 
     try:
         doc = documents.load_single(file)
@@ -187,7 +190,7 @@ def crds() -> None:
     install ships them too)."""
     import yaml
 
-    from queues import workload_crd
+    from queues.kueue import workload_crd
 
     header = (
         "# Kueue's configuration kinds and its Workload, v1beta2, as Turnstile serves them "

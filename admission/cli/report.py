@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from queues import locality
-from queues.simulator import Result
+from queues.placement import locality
+from queues.simulation.simulator import Result
 
 
 def console() -> Console:
@@ -109,7 +109,7 @@ def render(result: Result, console: Console, *, engine: str = "core") -> None:
 
 
 def _placement(placement: dict[str, Any], console: Console) -> None:
-    """Where GPU jobs landed (``queues.locality``): why topology-aware placement helps, per job size."""
+    """Where GPU jobs landed (``queues.placement.locality``): why topology-aware placement helps, per job size."""
     util, frag = placement["gpuUtilization"], placement["fragmentation"]
     title = (
         f"Placement (GPU utilisation {_fmt(None if util is None else util * 100)}%; while jobs waited, "

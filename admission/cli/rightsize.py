@@ -2,14 +2,14 @@
 
 ``spec/cli.md``: ``turnstile rightsize [--since 30d] [--by ...] [-o table|json]``. Each workload
 whose GPU memory was measured (the ledger's peak and size of its busiest GPU, and its mean
-utilisation; ``admission.store.rightsizing``) is judged by ``queues.rightsizing``:
+utilisation; ``admission.store.rightsizing``) is judged by ``queues.gpus.rightsizing``:
 
     ml-a/train-small  team-a  nvidia.com/gpu  12.00  10.29  peaked at 9.1 GiB of 141 GiB, 31 % busy:
                                                              a 1g.18gb slice would do; 6/7 of a card freed
 
 The list has the workloads a slice would have fitted, most GPU-hours saved first (``--limit``;
 ``--all`` adds every measured workload with its verdict); ``--by namespace|clusterqueue|label:KEY``
-adds totals per group. GPU-hours are whole cards (``queues.gpu_units``; ``--fraction`` and
+adds totals per group. GPU-hours are whole cards (``queues.gpus.gpu_units``; ``--fraction`` and
 ``TURNSTILE_GPU_FRACTIONS`` as for ``turnstile usage``). Workloads without memory data are not
 judged: never a suggestion without data.
 """
@@ -26,7 +26,7 @@ from admission.cli.admin import _exec, database_option, parse_since
 from admission.cli.ledger_report import card_fractions, group_title, grouping, print_table
 from admission.store import rightsizing as store
 from admission.store.rightsizing import Judged
-from queues.rightsizing import Offers
+from queues.gpus.rightsizing import Offers
 
 
 def as_json(item: Judged) -> dict[str, Any]:

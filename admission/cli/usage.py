@@ -3,7 +3,7 @@
 ``spec/cli.md``: ``--by namespace|clusterqueue|label:KEY``, ``--since 30d``, ``--price
 FLAVOR=USD_PER_GPU_HOUR`` (repeatable; prices GPU resources of that flavor), ``-o table|json|csv``.
 Turnstile's additions: each GPU row's ``gpuHours`` in whole cards (a MIG slice by its geometry, a
-time-sliced replica a fraction of one, ``queues.gpu_units``; ``--fraction`` and
+time-sliced replica a fraction of one, ``queues.gpus.gpu_units``; ``--fraction`` and
 ``TURNSTILE_GPU_FRACTIONS`` override; a MIG profile of no known card is warned of), which a
 flavor's price applies to, and ``--price RESOURCE=USD`` per resource-hour.
 
@@ -31,8 +31,8 @@ from admission.cli import usage_plot
 from admission.cli.admin import _exec, database_option, parse_since
 from admission.cli.ledger_report import card_fractions, group_title, grouping, print_table
 from admission.store import usage as ledger
-from queues import gpu_units
-from queues.jobs import is_gpu
+from queues.gpus import gpu_units
+from queues.podsets.jobs import is_gpu
 
 _FIELDS = (
     "group",

@@ -23,7 +23,7 @@ import click
 from admission.cli import admin
 from admission.cli.ledger_report import group_title
 from admission.store import usage as ledger
-from queues import gpu_units
+from queues.gpus import gpu_units
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 UNMEASURED = "·"

@@ -20,11 +20,13 @@ from admission.store import fair_usage, tables
 from admission.store import rightsizing as rightsizing_store
 from admission.store import workload_objects as workload_objects_store
 from admission.store import workloads as store
-from queues import api, fairsharing, quantity
-from queues.flavors import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
+from queues import quantity
+from queues.cycle import fairsharing
+from queues.cycle.flavors import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
+from queues.cycle.podsready import PODS_UNSCHEDULABLE
+from queues.cycle.scheduler import Scheduler
+from queues.kueue import api
 from queues.model import ClusterQueue, FlavorResource, Snapshot
-from queues.podsready import PODS_UNSCHEDULABLE
-from queues.scheduler import Scheduler
 
 
 async def queue_counts(session: AsyncSession) -> dict[str, Any]:
@@ -199,7 +201,7 @@ def print_workloads(rows: list[dict[str, Any]], output: str) -> None:
 
 
 async def _gpu_memory_lines(session: AsyncSession, key: str, fractions: Mapping[str, Fraction] | None) -> list[str]:
-    """Right-sizing's verdict on the workload's measured runs (``queues.rightsizing``), one line
+    """Right-sizing's verdict on the workload's measured runs (``queues.gpus.rightsizing``), one line
     per GPU resource; none without data."""
     found = await rightsizing_store.of_workload(session, key)
     if not found:
@@ -358,7 +360,7 @@ async def _history(session: AsyncSession, queue: str) -> str:
 
 
 async def _fair_share(session: AsyncSession, cluster_queue: str) -> str:
-    """The ClusterQueue's weight and Dominant Resource Share in its cohort now (``queues.fairsharing``),
+    """The ClusterQueue's weight and Dominant Resource Share in its cohort now (``queues.cycle.fairsharing``),
     as the controller's fair sharing compares them."""
     config = await config_store.load_config(session)
     s = fairsharing.shares_with(config, await store.held_usage(session))[cluster_queue]

@@ -4,7 +4,7 @@ Every ``interval`` the leader reads the budgets (``admission.store.budgets``) an
 in its current period, from the usage ledger. An exhausted budget holds the new workloads it
 covers back with reason ``BudgetExhausted`` (the scheduling core's ``budget_gate``, the same
 gate engine core uses), or, with ``--when-exhausted lower-priority``, queues it at the budget's
-priority (``queues.budget_priority``); the message says how much was used and when the period ends; running
+priority (``queues.cycle.budget_priority``); the message says how much was used and when the period ends; running
 work is never stopped by a budget. When a period ends, or a budget is raised or deleted, the gate
 opens at the next look and every queue looks again.
 
@@ -33,10 +33,11 @@ from admission.controller.events import EventPoster
 from admission.controller.term import Term
 from admission.store import budgets as store
 from admission.store import database
-from queues import api, budget_priority, crds
-from queues.efficiency import Budget
+from queues.cycle import budget_priority
+from queues.gpus.efficiency import Budget
+from queues.gpus.reclaim_model import WARN_AT
+from queues.kueue import api, crds
 from queues.model import Workload
-from queues.reclaim_model import WARN_AT
 
 log = logging.getLogger(__name__)
 

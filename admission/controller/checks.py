@@ -1,6 +1,6 @@
 """ProvisioningRequests for workloads that hold quota with admission checks still to pass.
 
-Two-phase admission (``queues.provisioning`` has the semantics). For a workload whose quota
+Two-phase admission (``queues.cycle.provisioning`` has the semantics). For a workload whose quota
 reservation must pass ProvisioningRequest checks, this keeps, per check, one
 ``autoscaling.x-k8s.io/v1`` ProvisioningRequest named ``<job>-<check>-<attempt>`` and a
 ``PodTemplate`` per pod set that needs capacity (the job's own template with the flavor's node
@@ -27,8 +27,9 @@ from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodSetInfo, pointer_get
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
-from queues import jobs, layouts, provisioning, trainjobs
+from queues.cycle import provisioning
 from queues.model import Workload
+from queues.podsets import jobs, layouts, trainjobs
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from queues.model import ClusterQueue, FlavorResource
 from queues.quotas import CohortNode
 
 if TYPE_CHECKING:
-    from queues.scheduler import Scheduler
+    from queues.cycle.scheduler import Scheduler
 
 FAMILIES = (
     ("kueue_cluster_queue_info", "A ClusterQueue's place in the Cohort tree (1; join by labels)"),

@@ -69,8 +69,8 @@ from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import config as config_store
 from admission.store import database, fair_usage, lease, notify
 from admission.store import workloads as store
-from queues import pods
 from queues.model import Config, Workload
+from queues.podsets import pods
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,8 @@ from admission.kube.informer import Informer
 from admission.store import config as config_store
 from admission.store import database, deletion, source
 from admission.webhook.queue_objects import declared, editor
-from queues import api, crds, errors
+from queues import errors
+from queues.kueue import api, crds
 
 log = logging.getLogger(__name__)
 

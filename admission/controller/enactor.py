@@ -33,9 +33,10 @@ from admission.jobs.base import ADMISSION_ANNOTATION, JobView, PodRef, PodSetInf
 from admission.jobs.pods import POD
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
-from queues import pods, provisioning
+from queues.cycle import provisioning
 from queues.model import Admission, Workload
-from queues.pinning import PODSET_ANNOTATION, WORKLOAD_ANNOTATION, PodSlot, pinned_node, rank_of
+from queues.placement.pinning import PODSET_ANNOTATION, WORKLOAD_ANNOTATION, PodSlot, pinned_node, rank_of
+from queues.podsets import pods
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ crash or hang, and the kube-scheduler keeps sending it more. dcgm-exporter repor
 last Xid (and uncorrectable ECC errors, row-remap failures), and the leader already reads
 Prometheus every ``TURNSTILE_RECLAIM_INTERVAL`` (``admission.controller.reclaim``): with the
 utilisation it asks which GPUs report a fatal fault (``utilisation.Prometheus.faults``;
-``queues.gpu_health`` says which are fatal and in what words). Then, by
+``queues.gpus.gpu_health`` says which are fatal and in what words). Then, by
 ``TURNSTILE_GPU_HEALTH``:
 
 - ``taint`` (the default): the node is tainted ``turnstile.dev/gpu-unhealthy:NoSchedule``
@@ -37,7 +37,7 @@ from admission.controller.inventory import NODES, NodeInventory
 from admission.controller.term import Term
 from admission.kube.client import Kube, KubeError
 from queues.decisions import Decision
-from queues.gpu_health import GPU_UNHEALTHY, TAINT, Fault, describe, taint_value
+from queues.gpus.gpu_health import GPU_UNHEALTHY, TAINT, Fault, describe, taint_value
 
 log = logging.getLogger(__name__)
 

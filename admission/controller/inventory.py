@@ -1,11 +1,11 @@
 """The controller's node inventory: Nodes and the pods on them, for topology-aware placement.
 
-Placement by topology (``queues.tas``) needs, for every node, its allocatable capacity, labels,
+Placement by topology (``queues.placement.tas``) needs, for every node, its allocatable capacity, labels,
 taints and what pods Turnstile did not place use there (Kueue's TAS cache keeps the same). This
 module feeds that from two informers, started only once a ResourceFlavor names a Topology (a
 cluster without TAS pays nothing for them):
 
-- Nodes: each becomes a ``queues.nodes.NodeInfo`` (a cordoned node carries the unschedulable
+- Nodes: each becomes a ``queues.placement.nodes.NodeInfo`` (a cordoned node carries the unschedulable
   taint, so nothing new is placed there; what runs there stays, as in Kueue, but a workload
   whose pods placed there have not started would wait for ever: it is evicted and placed again,
   ``NodeFailures``/``NodeUnschedulable``). A deleted node is *lost*: the next step evicts every
@@ -39,12 +39,13 @@ from dataclasses import dataclass
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
-from queues import efficiency, jobs, pods
-from queues.gpu_health import TAINT as GPU_TAINT
-from queues.inventory import Inventory
+from queues.gpus import efficiency
+from queues.gpus.gpu_health import TAINT as GPU_TAINT
 from queues.model import Config
-from queues.nodes import UNSCHEDULABLE, NodeInfo, with_pod_slot
-from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION, rank_of
+from queues.placement.inventory import Inventory
+from queues.placement.nodes import UNSCHEDULABLE, NodeInfo, with_pod_slot
+from queues.placement.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION, rank_of
+from queues.podsets import jobs, pods
 from queues.selectors import Taint
 
 log = logging.getLogger(__name__)

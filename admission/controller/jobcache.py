@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from admission.jobs.base import Integration, JobView
 from admission.kube.client import Obj
-from queues import trainjobs
 from queues.model import SharedShapes
+from queues.podsets import trainjobs
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,13 @@ from collections import Counter as Tally
 from typing import TYPE_CHECKING
 
 from admission.controller.exposition import Exposition, escape
-from queues import jobs, quantity
+from queues import quantity
 from queues.model import FlavorResource, weight_of
+from queues.podsets import jobs
 from queues.status import local_queue_condition
 
 if TYPE_CHECKING:
-    from queues.scheduler import Scheduler
+    from queues.cycle.scheduler import Scheduler
 
 FAIR_USAGE = "Admission fair sharing: the LocalQueue's weighted decayed usage, over its weight"
 MIXED = ("", None)  # (a ClusterQueue whose quota is not all one LocalQueue's started work)

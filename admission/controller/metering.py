@@ -14,7 +14,7 @@ what the controller observes, and this module turns observations into ledger upd
   rows' ``measured_seconds``, and that times its mean to ``busy_seconds``. A workload without
   figures adds nothing: missing data is unknown, never idle. The same read gives each pod's
   busiest GPU's memory (peak, mean, size): the run's rows keep the peak and size and add the
-  time covered and that time times the mean (right-sizing, ``queues.rightsizing``).
+  time covered and that time times the mean (right-sizing, ``queues.gpus.rightsizing``).
 
 - *used, exactly, when a run ends*: the periodic reads measure a run to the read, and a run shorter
   than a read not at all. When a run ends (its workload released, evicted or admitted anew), its
@@ -38,7 +38,7 @@ from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
 from admission.controller.utilisation import RunFigures, RunWindow
 from admission.store.usage import Measurement
-from queues.gpu_metrics import Memory, PodKey, Reading, memory_of
+from queues.gpus.gpu_metrics import Memory, PodKey, Reading, memory_of
 
 MAX_ENDED = 100_000  # ended runs waiting to be measured (Prometheus away): the oldest are dropped beyond
 TRIES = 3  # reads a run with no points yet is asked for again (its last samples may not be scraped yet)

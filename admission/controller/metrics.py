@@ -33,7 +33,7 @@ from admission.controller.exposition import Exposition, escape
 from admission.controller.local_queue_metrics import LocalQueueGauges
 from admission.controller.workload_metrics import WorkloadMetrics, underlying_cause
 from queues import quantity
-from queues.fairsharing import Share, share
+from queues.cycle.fairsharing import Share, share
 from queues.model import Admission, FlavorResource, Workload
 
 if TYPE_CHECKING:

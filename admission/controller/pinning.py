@@ -5,7 +5,7 @@ as Kueue's TAS does it: the job starts with the ``kueue.x-k8s.io/topology`` sche
 its placed templates (``admission.controller.enactor``), so its controller makes the pods but
 the kube-scheduler leaves them alone; as they appear (``admission.controller.inventory``) this
 gives each a ``kubernetes.io/hostname`` nodeSelector for its node, in rank order
-(``queues.pinning``), and removes the gate in the same patch (guarded by a ``test``, so a pod is
+(``queues.placement.pinning``), and removes the gate in the same patch (guarded by a ``test``, so a pod is
 never pinned twice). A gated pod may gain nodeSelector entries (``ValidatePodUpdate``), so this
 works on a real API server as on the simulated one.
 
@@ -27,10 +27,10 @@ from admission.controller.term import Term, admission_token
 from admission.controller.workqueue import Retry, WorkQueue
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
-from queues import pods
 from queues.model import Workload
-from queues.nodes import HOSTNAME
-from queues.pinning import TOPOLOGY_GATE, PodSlot, hostname, node_order, pin, pinned_node
+from queues.placement.nodes import HOSTNAME
+from queues.placement.pinning import TOPOLOGY_GATE, PodSlot, hostname, node_order, pin, pinned_node
+from queues.podsets import pods
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The pieces are elsewhere: the node inventory (``admission.controller.inventory``: Nodes and Pods
 informers), the ungater (``admission.controller.pinning``) and the decisions
-(``queues.tas``, ``queues.retries``). This joins them to a replica's life:
+(``queues.placement.tas``, ``queues.cycle.retries``). This joins them to a replica's life:
 
 - the informers start once the configuration needs them (a ResourceFlavor names a Topology, or
   a ClusterQueue reclaims idle GPUs, whose pods the inventory indexes); a term gets an inventory
@@ -23,8 +23,8 @@ from admission.controller.pinning import Pinner
 from admission.controller.step import Changes
 from admission.controller.term import Term
 from admission.kube.client import Kube
-from queues.inventory import Inventory
 from queues.model import Config
+from queues.placement.inventory import Inventory
 
 
 class Placement:

@@ -39,8 +39,8 @@ from admission.controller.term import Term
 from admission.kube.client import Kube, KubeError
 from admission.store import database, lease
 from admission.store import workloads as store
-from queues.pinning import WORKLOAD_ANNOTATION
-from queues.podsready import PODS_UNSCHEDULABLE
+from queues.cycle.podsready import PODS_UNSCHEDULABLE
+from queues.placement.pinning import WORKLOAD_ANNOTATION
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def unschedulable(pod: Mapping[str, Any]) -> str | None:
 
 def summary(pods: list[tuple[str, str]]) -> str:
     """``4 of its pods cannot be scheduled (pod ml/train-0): <the first pod's message>``, as engine
-    core says it without the pod's name (``queues.provisioning.AutoscalerModel.why_unplaced``)."""
+    core says it without the pod's name (``queues.cycle.provisioning.AutoscalerModel.why_unplaced``)."""
     (name, message) = pods[0]
     return f"{len(pods)} of its pods cannot be scheduled (pod {name}): {message}"
 

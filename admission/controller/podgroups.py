@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from admission.controller.jobcache import JobCache
 from admission.jobs import pods as pod_integration
 from admission.kube.client import Obj
-from queues import errors, jobs, pods
+from queues import errors
+from queues.podsets import jobs, pods
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Kubernetes PriorityClasses as the cluster has them: a job's priority when it names no WorkloadPriorityClass.
 
-Kueue's order (``queues.scheduler.Scheduler.priority_of``): a workload's WorkloadPriorityClass
+Kueue's order (``queues.cycle.scheduler.Scheduler.priority_of``): a workload's WorkloadPriorityClass
 label, else its pod template's ``priorityClassName`` (a ``scheduling.k8s.io/v1`` PriorityClass),
 else the PriorityClass marked ``globalDefault``, else 0. Every replica watches them (a built-in
 kind: always served); the leader's scheduler gets each change at once, and a new term gets them
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from admission.kube.client import Kube, Obj, ResourceRef
 from admission.kube.informer import Informer
-from queues.scheduler import Scheduler
+from queues.cycle.scheduler import Scheduler
 
 PRIORITY_CLASSES = ResourceRef("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 

@@ -2,11 +2,11 @@
 
 A ClusterQueue opts in with the annotation ``turnstile.dev/idle-reclaim``, a JSON object of a
 scenario's ``reclaim`` entry's fields (``{"threshold": 0.3, "window": "30m", "grace": "10m",
-"action": "requeue", "onlyWhenContended": true, "maxKeep": "24h"}``; ``queues.efficiency``).
+"action": "requeue", "onlyWhenContended": true, "maxKeep": "24h"}``; ``queues.gpus.efficiency``).
 Every ``interval`` the leader reads each pod's mean GPU utilisation over each policy's window
 (``utilisation.Prometheus``), joins pods to workloads by the ``turnstile.dev/workload``
 annotation every admitted job's pods carry (``admission.controller.inventory``), and the next
-step decides with engine core's own model (``queues.reclaim_model``): warn (an Event
+step decides with engine core's own model (``queues.gpus.reclaim_model``): warn (an Event
 ``GPUIdle``), or evict with reason ``GPUIdle`` and requeue or deactivate, only when someone
 waits for the quota if the policy says so. The same loop reads each pod's mean since the last
 read for the ledger's used GPU-hours whenever Prometheus is set, measures the runs that ended
@@ -35,11 +35,11 @@ from admission.controller.metering import Meter, Span
 from admission.controller.term import Term, admission_token
 from admission.controller.utilisation import Prometheus, Unavailable
 from admission.jobs.base import KEEP_UNTIL
-from queues import efficiency
 from queues.decisions import Decision
-from queues.efficiency import ReclaimPolicy
-from queues.gpu_metrics import Reading
-from queues.reclaim_model import EfficiencyModel
+from queues.gpus import efficiency
+from queues.gpus.efficiency import ReclaimPolicy
+from queues.gpus.gpu_metrics import Reading
+from queues.gpus.reclaim_model import EfficiencyModel
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Kubeflow Trainer's training runtimes as the cluster has them: where a TrainJob's pods come from.
 
-A TrainJob's pod sets are its runtime's JobSet template (``queues.trainjobs``), so every replica
+A TrainJob's pod sets are its runtime's JobSet template (``queues.podsets.trainjobs``), so every replica
 watches ``ClusterTrainingRuntimes`` and namespaced ``TrainingRuntimes`` (optional kinds: a cluster
 without Kubeflow Trainer has neither, and nothing waits for them). The job views (``JobCache``) and
 the webhook look runtimes up here. A TrainJob seen before its runtime (or whose runtime changed) is
@@ -15,7 +15,7 @@ from typing import Any
 from admission.jobs.base import Integration
 from admission.kube.client import Kube, Obj, ResourceRef
 from admission.kube.informer import Informer
-from queues import trainjobs
+from queues.podsets import trainjobs
 
 GROUP = trainjobs.API_VERSION
 CLUSTER_RUNTIMES = ResourceRef(GROUP, trainjobs.CLUSTER_RUNTIME, "clustertrainingruntimes", namespaced=False)

@@ -49,10 +49,12 @@ from admission.store import activity, database, fair_usage, lease
 from admission.store import config as config_store
 from admission.store import usage as ledger
 from admission.store import workloads as store
-from queues import efficiency, jobs, provisioning
+from queues.cycle import provisioning
+from queues.cycle.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
 from queues.decisions import NO_MATCHING_WORKLOAD
+from queues.gpus import efficiency
 from queues.model import Workload
-from queues.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
+from queues.podsets import jobs
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +294,7 @@ class Steps:
 
     def _check_verdicts(self, term: Term) -> list[Decision]:
         """Admission checks whose ProvisioningRequests changed: what their conditions mean for the
-        workloads (``queues.provisioning.verdict``), as scheduler decisions."""
+        workloads (``queues.cycle.provisioning.verdict``), as scheduler decisions."""
         sched = term.scheduler
         dirty, self.changes.checks = self.changes.checks, {}
         out: list[Decision] = []

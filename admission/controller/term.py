@@ -1,7 +1,7 @@
 """One leadership term: the scheduler's state while this replica holds the lease.
 
 A term starts from PostgreSQL (the truth): the configuration, every unfinished workload and
-its admission. It keeps the scheduling core (``queues.scheduler.Scheduler``) in step with the
+its admission. It keeps the scheduling core (``queues.cycle.scheduler.Scheduler``) in step with the
 store, maps workloads to their rows and jobs, and tracks quota trees where an evicted job
 still runs (``stopping``): no admission in such a tree starts until those pods are gone.
 When the term ends (the lease is lost, the process stops) all of it is dropped; the next
@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from admission.store import activity, lease
 from admission.store import workloads as store
 from queues import model
-from queues.fairsharing import FairSharing
-from queues.inventory import Inventory
+from queues.cycle.fairsharing import FairSharing
+from queues.cycle.scheduler import Decision, Scheduler
+from queues.cycle.usage_history import AdmissionFairSharing
 from queues.model import Workload
-from queues.scheduler import Decision, Scheduler
-from queues.topology import COMPACT
-from queues.usage_history import AdmissionFairSharing
+from queues.placement.inventory import Inventory
+from queues.placement.topology import COMPACT
 
 
 def now_ms() -> float:

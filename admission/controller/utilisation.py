@@ -7,7 +7,7 @@ controller needs no access to the nodes.
 
 Each look asks two instant queries per window, ``avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[w])``
 and ``avg_over_time(DCGM_FI_DEV_GPU_UTIL[w]) / 100``, each averaged per pod by Prometheus, and
-joins the answers to pods (``queues.gpu_metrics``). The ledger's read (``with_memory``) also
+joins the answers to pods (``queues.gpus.gpu_metrics``). The ledger's read (``with_memory``) also
 asks for each pod's busiest GPU's memory: its peak, mean and size (``DCGM_FI_DEV_FB_USED`` and
 ``_FB_FREE``, for right-sizing). When runs end, ``measure`` asks for their whole
 intervals with range queries of the same series (``query_range``, POSTed: the pods' names are
@@ -32,9 +32,9 @@ from typing import Any
 
 import aiohttp
 
-from queues import gpu_health
-from queues.gpu_health import ECC_DBE, ROW_REMAP_FAILURE, XID_ERRORS, Fault
-from queues.gpu_metrics import (
+from queues.gpus import gpu_health
+from queues.gpus.gpu_health import ECC_DBE, ROW_REMAP_FAILURE, XID_ERRORS, Fault
+from queues.gpus.gpu_metrics import (
     ENGINE_ACTIVE,
     FB_FREE,
     FB_USED,
@@ -48,7 +48,7 @@ from queues.gpu_metrics import (
     memory,
 )
 
-POD_LABELS = "namespace, pod, exported_namespace, exported_pod"  # what ``queues.gpu_metrics.pod_of`` reads
+POD_LABELS = "namespace, pod, exported_namespace, exported_pod"  # what ``queues.gpus.gpu_metrics.pod_of`` reads
 
 
 POD = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -166,7 +166,7 @@ class Prometheus:
         return reading
 
     async def faults(self) -> dict[str, list[Fault]]:
-        """Each node's GPUs' fatal faults now (``queues.gpu_health``): the last Xid, uncorrectable
+        """Each node's GPUs' fatal faults now (``queues.gpus.gpu_health``): the last Xid, uncorrectable
         ECC errors and row-remap failures of every GPU reporting one."""
         xids, dbe, remap = await asyncio.gather(
             self._query(f"{XID_ERRORS} > 0"), self._query(f"{ECC_DBE} > 0"), self._query(f"{ROW_REMAP_FAILURE} > 0")

@@ -1,7 +1,7 @@
 """Job integrations: one small module per kind, each an ``Integration`` (see ``base``).
 
 ``INTEGRATIONS`` lists every kind the controller watches and the webhook suspends; adding a
-kind is a module here plus one line below (and its pod sets in ``queues.jobs.KINDS``).
+kind is a module here plus one line below (and its pod sets in ``queues.podsets.jobs.KINDS``).
 """
 
 from __future__ import annotations

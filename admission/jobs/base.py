@@ -2,7 +2,7 @@
 
 An ``Integration`` knows where its kind lives in the API, which field suspends it, which
 conditions mean it is over, and how to count its active pods; the pod sets themselves come
-from the pure core (``queues.jobs.read_job``). ``view`` reduces a job object to the few
+from the pure core (``queues.podsets.jobs.read_job``). ``view`` reduces a job object to the few
 fields the controller keeps in memory (``JobView``), so tens of thousands of jobs cost little.
 ``patch`` builds the single RFC 6902 patch that runs a job with its flavors' scheduling
 directives (``run``) or suspends it and restores its own (``restore``): one mechanism for
@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.kube.client import Obj, ResourceRef
-from queues import errors, jobs, pods, trainjobs
+from queues import errors
 from queues.model import SharedShapes
-from queues.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION
+from queues.placement.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION
+from queues.podsets import jobs, pods, trainjobs
 
 ADMISSION_ANNOTATION = "turnstile.dev/admission"  # on a running job: which admission started it
 KEEP_UNTIL = "turnstile.dev/keep-until"  # on a job: idle reclaim leaves it alone until then (RFC 3339)
@@ -35,7 +36,7 @@ class PodSetInfo:
     node_selector: Mapping[str, str]
     tolerations: Sequence[Mapping[str, Any]]
     annotations: Mapping[str, str] = field(default_factory=dict)
-    topology_gate: bool = False  # placed by topology: its pods are pinned to their nodes (``queues.pinning``)
+    topology_gate: bool = False  # placed by topology: its pods are pinned to their nodes (``queues.placement.pinning``)
 
 
 # Pod template annotations Turnstile sets when the job starts and that a restore removes: an

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from admission.jobs.base import Integration
 from admission.kube.client import Obj, ResourceRef
-from queues.jobs import JobInfo
+from queues.podsets.jobs import JobInfo
 
 
 def _active(obj: Obj) -> int:

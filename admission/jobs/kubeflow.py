@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from admission.jobs.base import Integration, condition_true
 from admission.kube.client import Obj, ResourceRef
-from queues.jobs import JobInfo
+from queues.podsets.jobs import JobInfo
 
 
 def _active(obj: Obj) -> int:

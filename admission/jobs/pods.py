@@ -1,6 +1,6 @@
 """Plain Pods (``v1`` Pod): the integration for pods Turnstile holds by a scheduling gate.
 
-Unlike a job, a pod workload may be many objects (a pod group, ``queues.pods``), and is held and
+Unlike a job, a pod workload may be many objects (a pod group, ``queues.podsets.pods``), and is held and
 started pod by pod: ``view`` builds one ``JobView`` over the workload's pods, with ``pods`` set, so
 the enactor ungates or deletes each of them; everything else (store rows, the core, Events, the
 ledger) treats it as any job. What its fields mean here:
@@ -19,7 +19,8 @@ from collections.abc import Sequence
 
 from admission.jobs.base import ADMISSION_ANNOTATION, Integration, JobView, PodRef, condition_true
 from admission.kube.client import Obj, ResourceRef
-from queues import errors, jobs, pods
+from queues import errors
+from queues.podsets import jobs, pods
 
 POD = Integration(ResourceRef("v1", "Pod", "pods"), (), lambda obj: 0)
 FRAMEWORK = "pod"  # Kueue's framework name for plain pods

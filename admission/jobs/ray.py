@@ -1,4 +1,4 @@
-"""KubeRay's RayJob and RayCluster (``ray.io/v1``): ``spec.suspend``; pod sets in ``queues.layouts``.
+"""KubeRay's RayJob and RayCluster (``ray.io/v1``): ``spec.suspend``; pod sets in ``queues.podsets.layouts``.
 
 How each says it is over and whether its pods still run, from KubeRay's status (as Kueue reads it):
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from admission.jobs.base import Integration
 from admission.kube.client import Obj, ResourceRef
-from queues.jobs import JobInfo
+from queues.podsets.jobs import JobInfo
 
 _IDLE = ("", "New", "Suspended", "Complete", "Failed")
 

@@ -1,7 +1,7 @@
 """Kubeflow Trainer's TrainJob (``trainer.kubeflow.org/v1alpha1``): ``spec.suspend``; finished when
 Complete or Failed; active and Ready child Jobs per replicated job in ``status.jobsStatus``.
 
-Its pod sets are read through the training runtime it names (``queues.trainjobs``; the controller
+Its pod sets are read through the training runtime it names (``queues.podsets.trainjobs``; the controller
 keeps the runtimes, ``admission.controller.runtimes``). Its pod templates live in that runtime, not
 in the TrainJob, so the flavors' node labels, tolerations and pod annotations are written where
 Trainer lets another manager write them: Turnstile's entry of ``spec.runtimePatches`` (manager
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from admission.jobs.base import ExternalTemplates, Integration, JobView, PodSetInfo
 from admission.kube.client import Obj, ResourceRef
-from queues import jobs, trainjobs
+from queues.podsets import jobs, trainjobs
 
 
 def _statuses(obj: Obj) -> list[Obj]:

@@ -96,7 +96,7 @@ class ApiServer:
     ) -> None:
         """``served``: the built-in kinds; ``crds``: the operators' kinds installed as CRDs at start
         (a cluster without some operators: leave them out, and POST their CRDs later);
-        ``definitions``: more CRDs, whole (Kueue's configuration kinds, ``queues.crds``)."""
+        ``definitions``: more CRDs, whole (Kueue's configuration kinds, ``queues.kueue.crds``)."""
         self.faults = faults or Faults()
         self.time_scale = 1.0  # wall seconds per simulated second (``SimHost`` sets it)
         self.store = store or ObjectStore()

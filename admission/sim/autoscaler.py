@@ -21,7 +21,7 @@ from typing import Any
 from admission.sim import resources
 from admission.sim.cluster import NODES, PODS, free_capacity, set_condition
 from admission.sim.objects import ApiError, Obj, ObjectStore, Watcher
-from queues import nodes as nodes_model
+from queues.placement import nodes as nodes_model
 
 CHECK_CAPACITY = nodes_model.CHECK_CAPACITY
 ATOMIC_SCALE_UP = nodes_model.ATOMIC_SCALE_UP

@@ -4,7 +4,7 @@ A custom resource's schema may carry CEL rules at any level; each is evaluated w
 bound to the value at that level (a *transition rule*, one that names ``oldSelf``, only on an
 update, with ``oldSelf`` the value before), and an object failing any rule is refused with the
 rule's message and its field path: ``spec: Invalid value: "object": borrowingLimit must be nil
-when cohort is empty``. Kueue's CRDs (and Turnstile's, ``queues.crds``) rely on them.
+when cohort is empty``. Kueue's CRDs (and Turnstile's, ``queues.kueue.crds``) rely on them.
 
 Evaluated with cel-python (a dependency of Turnstile: a plain ``pip install`` evaluates them, as
 ``turnstile demo`` and ``sim up`` must). Inside lists, transition rules are not evaluated (the real

@@ -18,7 +18,7 @@
   the kube-scheduler's words as the condition's message and in a Warning Event
   ``FailedScheduling`` on the pod (``0/4 nodes are available: 4 Insufficient nvidia.com/gpu.
   preemption: 0/4 nodes are available: 4 No preemption victims found for incoming pod.``,
-  ``queues.nodes.fit_error``). Differences: one Event per distinct message (the real scheduler
+  ``queues.placement.nodes.fit_error``). Differences: one Event per distinct message (the real scheduler
   retries with a backoff and its recorder counts repeats in the Event's series); it never
   preempts, so its preemption verdict is always "No preemption victims found" where capacity was
   short. Without any Node, capacity is unlimited.
@@ -47,8 +47,9 @@ from typing import Any
 from admission.sim import defaults, resources, statuses
 from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
 from admission.sim.statuses import now_text, set_condition
-from queues import errors, jobs
-from queues import nodes as nodes_model
+from queues import errors
+from queues.placement import nodes as nodes_model
+from queues.podsets import jobs
 
 __all__ = ["NODES", "PODS", "Cluster", "free_capacity", "set_condition"]
 
@@ -130,7 +131,7 @@ class Cluster:
     # ----- operators -------------------------------------------------------------------------
 
     def runtime(self, kind: str, namespace: str | None, name: str) -> Obj | None:
-        """A Kubeflow Trainer runtime, as the Trainer controller finds a TrainJob's (``queues.trainjobs``)."""
+        """A Kubeflow Trainer runtime, as the Trainer controller finds a TrainJob's (``queues.podsets.trainjobs``)."""
         res = next((r for r in resources.ALL if r.kind == kind and r.group == "trainer.kubeflow.org"), None)
         if res is None:
             return None
@@ -474,7 +475,7 @@ class Cluster:
 def _rank_labels(job: Obj, ps_name: str, index: int) -> dict[str, str]:
     """A pod's rank, where its real controller writes it (label and annotation alike): an Indexed
     Job's completion index, a Kubeflow replica's index, a JobSet's job index and the completion
-    index within that Job (``queues.pinning`` reads them)."""
+    index within that Job (``queues.placement.pinning`` reads them)."""
     kind = jobs.kind_of(job)
     spec = job.get("spec") or {}
     if kind is None:

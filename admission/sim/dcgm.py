@@ -19,7 +19,7 @@ or a trace of ``{"at", "value"}`` steps as above) gets ``DCGM_FI_DEV_FB_USED`` a
 GPU's memory), free the rest. A whole GPU's memory is its node's ``nvidia.com/gpu.memory`` label
 (MiB, as NVIDIA's GPU feature discovery labels it), else 81920 (the A100-80GB ``modelName`` says;
 a node's ``nvidia.com/gpu.product`` label names the model instead); a MIG slice's is its
-profile's (``queues.mig_profiles.usable_gib``).
+profile's (``queues.gpus.mig_profiles.usable_gib``).
 
 GPU health: a Node annotated ``turnstile.dev/sim-gpu-xid: "79"`` gets ``DCGM_FI_DEV_XID_ERRORS``
 (the last Xid, as dcgm-exporter's gauge) for each of its GPUs (``nvidia.com/gpu`` capacity, at
@@ -43,8 +43,9 @@ from typing import Any
 from aiohttp import web
 
 from admission.sim.objects import ApiError, ObjectStore, Resource
-from queues import errors, quantity, rightsizing
-from queues.gpu_health import XID_ERRORS, simulated_uuid
+from queues import errors, quantity
+from queues.gpus import rightsizing
+from queues.gpus.gpu_health import XID_ERRORS, simulated_uuid
 
 ANNOTATION = "turnstile.dev/sim-gpu-utilization"
 MEMORY_ANNOTATION = "turnstile.dev/sim-gpu-memory-used"

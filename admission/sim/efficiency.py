@@ -38,10 +38,10 @@ from admission.controller.controller import Controller
 from admission.sim import dcgm
 from admission.sim import prometheus as sim_prometheus
 from admission.store import budgets as budget_store
-from queues import api
-from queues.efficiency import GPU_IDLE, POLICY_ANNOTATION, Budget, ReclaimPolicy, Trace
-from queues.gpu_units import cards
-from queues.scenario import Scenario
+from queues.gpus.efficiency import GPU_IDLE, POLICY_ANNOTATION, Budget, ReclaimPolicy, Trace
+from queues.gpus.gpu_units import cards
+from queues.kueue import api
+from queues.simulation.scenario import Scenario
 
 ACTOR = "turnstile-simulate"
 MINUTE = 60.0  # scenario seconds between looks at utilisation and budgets (a real controller's default)

@@ -36,11 +36,12 @@ from admission.sim.stack import ACTOR, NODES, Stack, fresh_database, running
 from admission.store import config as config_store
 from admission.store import database, deletion
 from admission.store import workloads as store
-from queues import jobs, scheduler, serving
-from queues.efficiency import BUDGET_EXHAUSTED, Trace
+from queues.cycle import scheduler
+from queues.gpus.efficiency import BUDGET_EXHAUSTED, Trace
 from queues.model import Admission, Config, Workload
-from queues.scenario import Edit, JobEntry, Part, Scenario
-from queues.simulator import Recorder, Result, apply_edit
+from queues.podsets import jobs, serving
+from queues.simulation.scenario import Edit, JobEntry, Part, Scenario
+from queues.simulation.simulator import Recorder, Result, apply_edit
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from admission.sim.cluster import Cluster
 from admission.sim.objects import Resource
 from admission.sim.replicas import Replicas
 from admission.webhook import certs
-from queues import crds as kueue_crds
-from queues import workload_crd
+from queues.kueue import crds as kueue_crds
+from queues.kueue import workload_crd
 
 
 def write_kubeconfig(path: Path, server: str, *, token: str = "turnstile-sim", ca: bytes | None = None) -> Path:

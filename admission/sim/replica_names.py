@@ -1,7 +1,7 @@
 """Which pod of a Deployment is which replica of a scenario, for engine cluster's report.
 
 Engine core names a Deployment's replicas ``<namespace>/<deployment>-<k>``, in the order its
-ReplicaSet makes them (``queues.replicas.Replicas``); in the cluster they are pods with generated
+ReplicaSet makes them (``queues.simulation.replicas.Replicas``); in the cluster they are pods with generated
 names (``<deployment>-<hash>-<random>``), each its own workload. ``ReplicaNames`` watches the
 simulated cluster's store for the pods of the scenario's Deployments (by the service label the
 webhook puts on them) and numbers them as they are made, so both engines report the same names.
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from admission.sim.objects import ObjectStore, Watcher
 from admission.sim.replicas import PODS
-from queues import pods
-from queues.scenario import JobEntry
+from queues.podsets import pods
+from queues.simulation.scenario import JobEntry
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from admission.sim import resources
 from admission.sim.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
-from queues import serving
+from queues.podsets import serving
 
 if TYPE_CHECKING:
     from admission.sim.apiserver import ApiServer

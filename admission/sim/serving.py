@@ -44,7 +44,7 @@ from admission.sim.replicas import (
     replicas_of,
     template_hash,
 )
-from queues import serving as queues_serving
+from queues.podsets import serving as queues_serving
 
 LWS = next(r for r in resources.OPERATORS if r.kind == "LeaderWorkerSet")
 ISVC = next(r for r in resources.OPERATORS if r.kind == "InferenceService")

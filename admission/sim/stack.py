@@ -38,9 +38,9 @@ from admission.store import config as config_store
 from admission.store import database, embedded, notify
 from admission.webhook import certs, registration
 from admission.webhook.server import WebhookServer
-from queues import trainjobs
 from queues.model import Config
-from queues.scenario import Scenario
+from queues.podsets import trainjobs
+from queues.simulation.scenario import Scenario
 
 ACTOR = "turnstile-simulate"
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime as dt
 
 from admission.sim.objects import Obj
-from queues import errors, jobs, trainjobs
+from queues import errors
+from queues.podsets import jobs, trainjobs
 
 POD_SET_LABEL = "turnstile.dev/pod-set"
 

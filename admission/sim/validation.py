@@ -18,7 +18,8 @@ import referencing
 
 from admission.sim import cel, kube_schemas
 from admission.sim.objects import ApiError, Obj, Resource, clone
-from queues import jobs, validation
+from queues.kueue import validation
+from queues.podsets import jobs
 
 MUTABLE_WHILE_SUSPENDED = (
     ("metadata", "labels"),
@@ -174,7 +175,7 @@ def object_rules(res: Resource, obj: Obj) -> None:
     """What the real server checks on every object of these kinds beyond its schema: the name (a
     namespace's a DNS label, a Job's at most 63 characters since it becomes the job-name label,
     others a DNS subdomain), label keys and values, annotation keys and their 256 KiB in total; and
-    for Pods and Jobs the containers' resources (``queues.jobs.api_problems``). 422 with every cause."""
+    for Pods and Jobs the containers' resources (``queues.podsets.jobs.api_problems``). 422 with every cause."""
     causes: list[tuple[str, str]] = []
     meta = obj.get("metadata") or {}
     name = str(meta.get("name") or "")

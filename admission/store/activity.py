@@ -4,7 +4,7 @@
 while the leader keeps the scheduler's state in memory. So a request is a row
 (``activity_requests``, one per workload: the newest wins) written with its audit entry and a
 configuration NOTIFY in one transaction; the leader reads the requests when it is told (or when a
-term begins), applies them to the core (``queues.retries``: ``deactivate`` evicts with reason
+term begins), applies them to the core (``queues.cycle.retries``: ``deactivate`` evicts with reason
 ``Deactivated`` and parks the workload; ``activate`` queues it again) and takes the rows in the
 transaction that stores their effect. A step that fails leaves the rows for the next term.
 

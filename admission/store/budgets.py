@@ -4,11 +4,11 @@ A budget caps the GPU-hours a ClusterQueue's workloads, or the jobs carrying a l
 label: ``TURNSTILE_LEDGER_LABELS``, since the ledger is what is measured), may hold per period.
 Periods are calendar months in UTC (``monthly``, the default) or fixed spans counted from the
 Unix epoch (``720h``, ``168h``). What a budget used is what the ledger's intervals held inside the current
-period, MIG slices and shared GPUs as their part of a card (``queues.gpu_units``), the same
+period, MIG slices and shared GPUs as their part of a card (``queues.gpus.gpu_units``), the same
 arithmetic as ``turnstile usage``'s ``gpuHours``.
 
 Once spent, a budget holds its new work back, or runs it at its ``lower_priority``
-(``queues.budget_priority``). Edits are audited like every admin edit (``audit_log``, kind
+(``queues.cycle.budget_priority``). Edits are audited like every admin edit (``audit_log``, kind
 ``GPUBudget``); a budget is refused, with what is wrong, if it is negative or names no
 ClusterQueue and no label.
 """
@@ -27,10 +27,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
-from queues import jobs
-from queues.efficiency import Budget
-from queues.gpu_units import card_fraction
-from queues.podsready import duration
+from queues.cycle.podsready import duration
+from queues.gpus.efficiency import Budget
+from queues.gpus.gpu_units import card_fraction
+from queues.podsets import jobs
 
 MONTHLY = "monthly"
 KIND = "GPUBudget"  # how the audit log names a budget's edits

@@ -18,7 +18,8 @@ from sqlalchemy import Text, cast, delete, func, insert, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
-from queues import api, errors
+from queues import errors
+from queues.kueue import api
 from queues.model import Config
 
 CONFIG_LOCK = 0x7475726E  # "turn": serialises configuration edits

@@ -1,6 +1,6 @@
 """Fair sharing's history in PostgreSQL: each queue's decayed usage.
 
-The scheduling core keeps the histories (``queues.usage_history``: LocalQueues' for admission fair
+The scheduling core keeps the histories (``queues.cycle.usage_history``: LocalQueues' for admission fair
 sharing, keys ``namespace/name``; ClusterQueues' for usage-aware fair sharing, keys their names)
 and says which moved (``UsageHistory.changed``); the controller's step writes those rows in a
 fenced transaction, and a new term reads them all back before it restores the admitted workloads.
@@ -22,8 +22,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import lease, tables
-from queues import fairsharing
-from queues.fairsharing import FairSharing
+from queues.cycle import fairsharing
+from queues.cycle.fairsharing import FairSharing
 
 SETTING = "fair_sharing"  # the controller's fairSharing block as JSON; "" when off
 History = dict[str, tuple[dict[str, float], float]]  # queue key -> (consumed, as of epoch seconds)

@@ -5,7 +5,7 @@ rows at a large install) and needs, per workload and GPU resource, the card-hour
 busiest GPU's peak memory, size and utilisation: one grouped aggregate (``_GROUPED``; a workload
 that moved ClusterQueue is judged on all its runs of a resource, under the last queue by name).
 For one workload (``describe workload``) ``of_workload`` brings its groups out for
-``queues.rightsizing`` to judge in Python. ``report`` judges half a million workloads without
+``queues.gpus.rightsizing`` to judge in Python. ``report`` judges half a million workloads without
 bringing them out: the verdict's only number, the part of each card a slice frees, is a step
 function of the peak (``rightsizing.ladder``), written into the query as a ``CASE``; PostgreSQL
 sums the savings per group and in total and names the workloads that save most, in one statement
@@ -32,8 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store.config import load_config
 from admission.store.usage import NO_LABEL, parse_by
-from queues import gpu_units, rightsizing
-from queues.rightsizing import Measured, Offers, Verdict
+from queues.gpus import gpu_units, rightsizing
+from queues.gpus.rightsizing import Measured, Offers, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ class Judged:
 def judge(
     found: Iterable[WorkloadMemory], offers: Offers, fractions: Mapping[str, Fraction] | None = None
 ) -> list[Judged]:
-    """Each measured (workload, GPU resource) with its verdict (``queues.rightsizing``); what holds
+    """Each measured (workload, GPU resource) with its verdict (``queues.gpus.rightsizing``); what holds
     no GPU is left out."""
     out = []
     for use in found:

@@ -293,7 +293,7 @@ class GpuBudget(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(nullable=False, server_default=text("'{}'::jsonb"))
     gpu_hours: Mapped[Decimal] = mapped_column(Numeric, nullable=False)
     period: Mapped[str] = mapped_column(String(32), nullable=False)  # monthly, or a duration (720h)
-    # once spent: NULL holds new work back; a number runs it at that priority (``queues.budget_priority``)
+    # once spent: NULL holds new work back; a number runs it at that priority (``queues.cycle.budget_priority``)
     lower_priority: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
     __table_args__ = (
@@ -368,7 +368,7 @@ class UsageInterval(Base):
 
 
 class UsageHistory(Base):
-    """A queue's decayed usage (``queues.usage_history``) as of ``updated_at``: a LocalQueue's
+    """A queue's decayed usage (``queues.cycle.usage_history``) as of ``updated_at``: a LocalQueue's
     (``namespace/name``; admission fair sharing, per resource) or a ClusterQueue's (its name;
     usage-aware fair sharing, per ``flavor/resource``), in whole units, so a restart or a fail-over
     keeps the history."""

@@ -35,7 +35,7 @@ from sqlalchemy import DateTime, Numeric, String, and_, case, cast, func, litera
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
-from queues.gpu_metrics import Memory
+from queues.gpus.gpu_metrics import Memory
 
 NO_LABEL = "(none)"
 

@@ -19,7 +19,9 @@ import uuid
 from typing import Any
 
 from admission.kube.table import human_duration
-from queues import jobs, quantity, workload_crd
+from queues import quantity
+from queues.kueue import workload_crd
+from queues.podsets import jobs
 
 GROUP, VERSION = "turnstile.dev", "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -23,8 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
 from admission.store import lease, tables
-from queues import jobs, podsready, selectors
+from queues import selectors
+from queues.cycle import podsready
 from queues.model import Admission, Config, Snapshot, Workload
+from queues.podsets import jobs
 
 UPSERT_CHUNK = 10_000
 LEDGER_LABELS = ("team", "project")

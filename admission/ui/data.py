@@ -30,9 +30,10 @@ from admission.store import config as config_store
 from admission.store import tables, workload_objects
 from admission.store import usage as usage_store
 from admission.store import workloads as store
-from queues import fairsharing, jobs
-from queues.gpu_units import card_fraction
+from queues.cycle import fairsharing
+from queues.gpus.gpu_units import card_fraction
 from queues.model import Config
+from queues.podsets import jobs
 
 PAGE = 50
 

@@ -18,7 +18,7 @@ nothing and never finishes by its pods; a LeaderWorkerSet's pods are grouped per
 and its workers, ``leaderworkerset-<name>-<index>``, total count its ``size``): one workload per
 group. The pods are labelled with the service they serve (``turnstile.dev/service``) and its
 ``turnstile.dev/min-replicas`` (from the parent's annotation): batch work of equal priority does not
-preempt a service below it (``queues.preemption``). A KServe InferenceService needs nothing of its
+preempt a service below it (``queues.cycle.preemption``). A KServe InferenceService needs nothing of its
 own: its predictor Deployment carries its labels. ``validate_parent``: a queued StatefulSet scales
 only to and from 0 (Kueue's rule: a group's size is fixed while it runs); the queue of a running
 serving object cannot change.
@@ -34,8 +34,9 @@ from admission.jobs.pods import POD
 from admission.policy import Policy
 from admission.webhook import review
 from admission.webhook.review import Answer, Obj
-from queues import errors, jobs, pods, serving
+from queues import errors
 from queues.model import Config
+from queues.podsets import jobs, pods, serving
 
 PARENTS = {"Deployment": "deployment", "StatefulSet": "statefulset", "LeaderWorkerSet": "leaderworkerset"}
 LWS_GROUP = "leaderworkerset.x-k8s.io"

@@ -1,7 +1,7 @@
 """What the webhook answers for Kueue's queue objects (``kueue.x-k8s.io``) created or edited in the cluster.
 
 - **Validating**: the object is checked with the very code ``turnstile apply`` uses
-  (``queues.api.parse``), so ``kubectl apply`` of an invalid ClusterQueue is refused with every
+  (``queues.kueue.api.parse``), so ``kubectl apply`` of an invalid ClusterQueue is refused with every
   problem and its field path, and nothing is stored. An update that changes nothing an admin
   declared (status, finalizers, the edit annotations) is not judged again, so an object stored
   under older rules can still be finalized and deleted. A LocalQueue's ClusterQueue cannot change,
@@ -20,7 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from admission.webhook.review import Answer
-from queues import api, errors, jobs, validation
+from queues import errors
+from queues.kueue import api, validation
+from queues.podsets import jobs
 
 Obj = dict[str, Any]
 

@@ -62,8 +62,9 @@ from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
 from admission.policy import Policy
-from queues import api, crds, jobs, managed, workload_crd
+from queues.kueue import api, crds, workload_crd
 from queues.model import Config
+from queues.podsets import jobs, managed
 from queues.selectors import LabelSelector
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,7 @@ def object_selector(scope: str) -> dict[str, Any]:
 
 
 def config_rules(operations: Sequence[str] = ("CREATE", "UPDATE")) -> list[dict[str, Any]]:
-    """Kueue's queue kinds, as served by ``queues.crds`` (v1beta2), cluster-scoped and namespaced."""
+    """Kueue's queue kinds, as served by ``queues.kueue.crds`` (v1beta2), cluster-scoped and namespaced."""
     plurals = [plural for plural, _, _, _ in crds.KINDS.values()]
     return [
         {"apiGroups": [api.GROUP], "apiVersions": [crds.VERSION], "operations": list(operations),

@@ -26,8 +26,10 @@ from typing import Any
 from admission.jobs import BY_KIND
 from admission.jobs.base import KEEP_UNTIL, Integration
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
-from queues import errors, flavors, jobs, managed, trainjobs
+from queues import errors
+from queues.cycle import flavors
 from queues.model import Config, Snapshot, Workload
+from queues.podsets import jobs, managed, trainjobs
 
 Obj = dict[str, Any]
 

@@ -27,8 +27,8 @@ from aiohttp import web
 
 from admission.policy import HOLD, Policy
 from admission.webhook import pods, queue_objects, review, workload_objects
-from queues import jobs, trainjobs
 from queues.model import Config
+from queues.podsets import jobs, trainjobs
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from admission.webhook.review import Answer
-from queues import workload_crd
+from queues.kueue import workload_crd
 
 Obj = dict[str, Any]
 

@@ -32,7 +32,7 @@ def test_every_command_is_reachable_through_the_group() -> None:
         assert isinstance(main.cli.get_command(ctx, name), click.Command), name
 
 
-_HEAVY = ("sqlalchemy", "pydantic", "admission.store", "admission.settings", "queues.scheduler", "rich")
+_HEAVY = ("sqlalchemy", "pydantic", "admission.store", "admission.settings", "queues.cycle.scheduler", "rich")
 
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["stop", "--help"]])

@@ -7,7 +7,7 @@ import pytest
 
 from admission.policy import Policy, parse_selector
 from admission.webhook import registration
-from queues import api
+from queues.kueue import api
 from queues.model import Config
 
 CONFIG = Config.of(

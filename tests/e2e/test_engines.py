@@ -18,7 +18,8 @@ from typing import Any
 
 from admission.cli import documents
 from admission.sim import engine as cluster_engine
-from queues import api, scenario, simulator
+from queues.kueue import api
+from queues.simulation import scenario, simulator
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob("*.yaml"))
 # seconds between the closest inputs of a scenario (0.25 s was too little once the examples grew to

@@ -27,7 +27,7 @@ from admission.store import config as config_store
 from admission.store import database
 from admission.webhook import registration
 from admission.webhook.keeper import SECRETS
-from queues import api
+from queues.kueue import api
 from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, kubectl
 

@@ -17,7 +17,7 @@ from admission.sim import stack as system
 from admission.store import database
 from admission.store import usage as ledger
 from admission.store import workloads as store
-from queues import scenario
+from queues.simulation import scenario
 from tests.e2e.test_engines import EXAMPLES
 
 EXAMPLE = next(p for p in EXAMPLES if p.name == "priority-preemption.yaml")

@@ -9,7 +9,8 @@ import copy
 from typing import Any
 
 from admission.sim import engine as cluster_engine
-from queues import nodes, scenario, simulator
+from queues.placement import nodes
+from queues.simulation import scenario, simulator
 from tests.e2e.test_engines import by_instant, decisions, time_scale
 from tests.queues import test_provisioning as core
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from openapi_schema_validator import OAS30Validator
 
-from queues import api, crds, workload_crd
+from queues.kueue import api, crds, workload_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "manifests" / "base" / "crds.yaml"

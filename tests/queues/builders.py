@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from queues import api, jobs
+from queues.cycle.scheduler import Scheduler
+from queues.kueue import api
 from queues.model import Config, Workload
-from queues.scheduler import Scheduler
+from queues.podsets import jobs
 
 GPU = "nvidia.com/gpu"
 _ALIASES = {"gpu": GPU, "cpu": "cpu", "memory": "memory", "pods": "pods"}

@@ -1,4 +1,4 @@
-"""Admission fair sharing (``queues.usage_history``): Kueue's decayed LocalQueue usage, entry
+"""Admission fair sharing (``queues.cycle.usage_history``): Kueue's decayed LocalQueue usage, entry
 penalty and order within a ClusterQueue; bad configuration named by field."""
 
 from __future__ import annotations
@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from queues import api, errors, scenario, simulator, usage_history, validation
+from queues import errors
+from queues.cycle import usage_history
+from queues.kueue import api, validation
+from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"
 

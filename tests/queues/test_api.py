@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from queues import api, errors
+from queues import errors
+from queues.kueue import api
 
 
 def cq(spec: dict[str, Any], version: str = "v1beta1", name: str = "team-a") -> dict[str, Any]:

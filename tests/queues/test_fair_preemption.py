@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from queues import fairsharing, jobs, quantity
+from queues import quantity
+from queues.cycle import fairsharing
+from queues.cycle.scheduler import Evict, Scheduler
 from queues.model import Admission, Config
-from queues.scheduler import Evict, Scheduler
+from queues.podsets import jobs
 from tests.queues.builders import CQ, flavor, local_queue
 
 POLICY = {

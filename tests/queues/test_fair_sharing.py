@@ -1,5 +1,5 @@
 """Fair sharing in the core: Kueue's Dominant Resource Share and the tournament that orders a cycle
-(``queues.fairsharing``), and the configuration block as scenario files and the controller give it."""
+(``queues.cycle.fairsharing``), and the configuration block as scenario files and the controller give it."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from queues import api, errors, fairsharing
-from queues.fairsharing import Share, compare, share
+from queues import errors
+from queues.cycle import fairsharing
+from queues.cycle.fairsharing import Share, compare, share
+from queues.cycle.scheduler import Scheduler
+from queues.kueue import api
 from queues.model import Config
-from queues.scheduler import Scheduler
 from tests.queues.builders import CQ, GPU, flavor, local_queue, make_workload
 
 ON = fairsharing.FairSharing()

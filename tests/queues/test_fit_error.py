@@ -1,9 +1,9 @@
-"""Why a pod fits on no node, in the kube-scheduler's words (``queues.nodes.fit_error``)."""
+"""Why a pod fits on no node, in the kube-scheduler's words (``queues.placement.nodes.fit_error``)."""
 
 from __future__ import annotations
 
-from queues import nodes
-from queues.nodes import NodeInfo, PodNeeds
+from queues.placement import nodes
+from queues.placement.nodes import NodeInfo, PodNeeds
 
 
 def node(name: str, gpus: int, *, labels: dict[str, str] | None = None, **spec: object) -> NodeInfo:

@@ -1,4 +1,4 @@
-"""Which GPU reports are fatal and how they are said (``queues.gpu_health``)."""
+"""Which GPU reports are fatal and how they are said (``queues.gpus.gpu_health``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from queues import errors, scenario, simulator
-from queues.gpu_health import FATAL, Fault, describe, faults
+from queues import errors
+from queues.gpus.gpu_health import FATAL, Fault, describe, faults
+from queues.simulation import scenario, simulator
 
 
 def _sample(value: str, **labels: str) -> dict[str, object]:

@@ -1,5 +1,5 @@
-"""Joining dcgm-exporter's series to pods (``queues.gpu_metrics``) and a ClusterQueue's
-idle-reclaim annotation (``queues.efficiency.annotation_policy``)."""
+"""Joining dcgm-exporter's series to pods (``queues.gpus.gpu_metrics``) and a ClusterQueue's
+idle-reclaim annotation (``queues.gpus.efficiency.annotation_policy``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from queues import api, efficiency, errors, validation
-from queues.gpu_metrics import combine, combine_ranges, pod_of
+from queues import errors
+from queues.gpus import efficiency
+from queues.gpus.gpu_metrics import combine, combine_ranges, pod_of
+from queues.kueue import api, validation
 
 
 def sample(value: str, **labels: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from queues import gpu_units, mig_profiles
+from queues.gpus import gpu_units, mig_profiles
 
 # A real H200's profiles (nvidia-smi mig -lgip): how many of each fit on one card
 H200_INSTANCES = {"1g.18gb": 7, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1}

@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
-from queues import api, jobs, quantity
+from queues import quantity
+from queues.cycle.scheduler import Evict, Scheduler
+from queues.kueue import api
 from queues.model import Admission, Config
-from queues.scheduler import Evict, Scheduler
+from queues.podsets import jobs
 from tests.queues.builders import CQ, GPU, flavor, local_queue
 
 ANY = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}

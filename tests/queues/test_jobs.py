@@ -4,9 +4,11 @@ from typing import Any
 
 import pytest
 
-from queues import api, errors, jobs
+from queues import errors
+from queues.cycle.scheduler import Scheduler
+from queues.kueue import api
 from queues.model import Config, SharedShapes
-from queues.scheduler import Scheduler
+from queues.podsets import jobs
 
 GPU = "nvidia.com/gpu"
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from queues import api, validation
-from queues.flavors import Mode
-from queues.scheduler import Evict
+from queues.cycle.flavors import Mode
+from queues.cycle.scheduler import Evict
+from queues.kueue import api, validation
 from tests.queues.builders import CQ, GPU, flavor, make_workload
 from tests.queues.builders import scheduler as make_scheduler
 
@@ -202,7 +202,7 @@ def test_a_strict_fifo_head_holds_against_borrowers_that_come_later() -> None:
 
 
 def test_fields_accepted_but_not_acted_on_are_named_never_ignored() -> None:
-    from queues import validation
+    from queues.kueue import validation
 
     prc = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ProvisioningRequestConfig",
                      "metadata": {"name": "p"}, "spec": {"provisioningClassName": "check-capacity.autoscaling.x-k8s.io",
@@ -236,7 +236,7 @@ def test_a_misspelled_metadata_field_is_refused_naming_it() -> None:
 
 def test_a_zero_request_does_not_change_a_pods_role_hash() -> None:
     """Pod groups recorded by earlier versions keep their roles: the hash leaves zero requests out."""
-    from queues import pods
+    from queues.podsets import pods
 
     def pod(requests: dict[str, str]) -> dict[str, Any]:
         return {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]}}

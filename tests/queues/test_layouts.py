@@ -1,4 +1,4 @@
-"""Pod sets of the Ray, newer Kubeflow and partially admitted kinds (``queues.layouts``), as Kueue reads them."""
+"""Pod sets of the Ray, newer Kubeflow and partially admitted kinds (``queues.podsets.layouts``), as Kueue reads them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from queues import errors, jobs
+from queues import errors
+from queues.podsets import jobs
 
 GPU = "nvidia.com/gpu"
 

@@ -1,11 +1,12 @@
-"""Partial admission (``queues.partial``): the most pods that fit, down to the job's minimum, as Kueue's."""
+"""Partial admission (``queues.podsets.partial``): the most pods that fit, down to the job's minimum, as Kueue's."""
 
 from __future__ import annotations
 
 import pytest
 
-from queues import jobs, model, partial
-from queues.scheduler import Scheduler
+from queues import model
+from queues.cycle.scheduler import Scheduler
+from queues.podsets import jobs, partial
 from tests.queues.builders import CQ, GPU, flavor, make_workload
 from tests.queues.builders import scheduler as make_scheduler
 

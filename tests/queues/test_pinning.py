@@ -1,11 +1,11 @@
-"""Pinning a placed pod set's pods to nodes (``queues.pinning``) and the inventory's bookkeeping
-(``queues.inventory``) when holds, nodes and other pods' use arrive in any order."""
+"""Pinning a placed pod set's pods to nodes (``queues.placement.pinning``) and the inventory's bookkeeping
+(``queues.placement.inventory``) when holds, nodes and other pods' use arrive in any order."""
 
 from __future__ import annotations
 
-from queues.inventory import Inventory
-from queues.nodes import NodeInfo
-from queues.pinning import PodSlot, node_order, pin, pinned_node, rank_of
+from queues.placement.inventory import Inventory
+from queues.placement.nodes import NodeInfo
+from queues.placement.pinning import PodSlot, node_order, pin, pinned_node, rank_of
 
 RACK = "cloud.provider.com/topology-rack"
 HOST = "kubernetes.io/hostname"

@@ -12,8 +12,9 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from queues import flavors, scenario, simulator
+from queues.cycle import flavors
 from queues.model import Workload
+from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"
 POLICIES_WITHIN = ["Never", "LowerPriority", "LowerOrNewerEqualPriority"]

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
-from queues import api, nodes, provisioning, scenario, simulator
+from queues.cycle import provisioning
+from queues.kueue import api
+from queues.placement import nodes
+from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"
 NODE = {"labels": {"pool": "a100"}, "capacity": {"cpu": "96", GPU: "8"}}

@@ -1,11 +1,11 @@
-"""Set-aside workloads by class (``queues.queueing``): a release looks at each class's first only,
+"""Set-aside workloads by class (``queues.cycle.queueing``): a release looks at each class's first only,
 and the order workloads are tried in is still queue order."""
 
 from __future__ import annotations
 
-from queues import jobs
+from queues.cycle.queueing import PendingQueues
 from queues.model import Workload
-from queues.queueing import PendingQueues
+from queues.podsets import jobs
 
 
 def wl(name: str, ts: float, seq: int, priority: int = 0) -> Workload:

@@ -1,4 +1,4 @@
-"""Right-sizing's verdicts (``queues.rightsizing``): memory decides, utilisation guards, only
+"""Right-sizing's verdicts (``queues.gpus.rightsizing``): memory decides, utilisation guards, only
 what the install offers, never a verdict without data."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from queues import api, errors, scenario, simulator
-from queues.rightsizing import Measured, offered, offered_in, part_of_card, verdict
+from queues import errors
+from queues.gpus.rightsizing import Measured, offered, offered_in, part_of_card, verdict
+from queues.kueue import api
+from queues.simulation import scenario, simulator
 
 H200 = 143771.0  # MiB, as nvidia-smi reads a real H200
 OFFERS = ("nvidia.com/mig-1g.18gb", "nvidia.com/mig-1g.35gb", "nvidia.com/mig-3g.71gb", "nvidia.com/mig-7g.141gb")

@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from queues import errors, scenario
+from queues import errors
+from queues.simulation import scenario
 
 JOB = {
     "apiVersion": "batch/v1",

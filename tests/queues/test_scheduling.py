@@ -4,8 +4,10 @@ from typing import Any
 
 import pytest
 
-from queues import api, jobs, scheduler
+from queues.cycle import scheduler
+from queues.kueue import api
 from queues.model import Config
+from queues.podsets import jobs
 from tests.queues.builders import CQ, GPU, admitted, flavor, local_queue, make_workload
 from tests.queues.builders import scheduler as make_scheduler
 
@@ -385,7 +387,7 @@ def test_default_local_queue_catches_unlabelled_jobs() -> None:
     builder = make_workload("x").request(gpu=1)
     job = builder.job()
     del job["metadata"]["labels"]
-    from queues import jobs
+    from queues.podsets import jobs
 
     wl = s.workload_for(jobs.read_job(job), seq=1, now=0)
     s.submit(wl)

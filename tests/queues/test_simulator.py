@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from queues import scenario, simulator
+from queues.simulation import scenario, simulator
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -1,4 +1,4 @@
-"""Topology-aware placement (``queues.topology``, ``queues.tas``): Kueue's TAS algorithm on its
+"""Topology-aware placement (``queues.placement.topology``, ``queues.placement.tas``): Kueue's TAS algorithm on its
 own KEP examples, then admission by topology in engine core."""
 
 from __future__ import annotations
@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
-from queues import errors, scenario, simulator, topology
-from queues.inventory import Inventory
+from queues import errors
+from queues.cycle.scheduler import Admit, Scheduler
 from queues.model import Config
-from queues.nodes import NodeInfo, PodNeeds, node_object
-from queues.scheduler import Admit, Scheduler
-from queues.topology_requests import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, Request, request_of
+from queues.placement import topology
+from queues.placement.inventory import Inventory
+from queues.placement.nodes import NodeInfo, PodNeeds, node_object
+from queues.placement.topology_requests import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, Request, request_of
+from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"
 RACK = "cloud.provider.com/topology-rack"
@@ -347,7 +349,7 @@ def test_the_report_says_where_jobs_landed() -> None:
 
 
 def test_node_occupancy_over_time_for_the_plot() -> None:
-    from queues import locality
+    from queues.placement import locality
 
     doc = _doc([_job("eight", 0, 1, 8, runtime=50), _job("four", 50, 1, 4, runtime=50)], racks=1, per_rack=2)
     sim = simulator.Simulation(scenario.parse(doc))

@@ -1,4 +1,4 @@
-"""A TrainJob's pod sets through its training runtime (``queues.trainjobs``), as Kueue reads them."""
+"""A TrainJob's pod sets through its training runtime (``queues.podsets.trainjobs``), as Kueue reads them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from queues import errors, jobs, trainjobs
+from queues import errors
+from queues.podsets import jobs, trainjobs
 
 GPU = "nvidia.com/gpu"
 

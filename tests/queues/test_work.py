@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bench import deep_queue, kueue_perf
-from queues import scenario, simulator
+from queues.simulation import scenario, simulator
 from queues.work import Work
 
 

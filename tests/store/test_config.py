@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.store import config as config_store
 from admission.store import database, deletion, tables
-from queues import api
+from queues.kueue import api
 
 
 def cq(name: str, gpus: str = "8", **spec: Any) -> api.KueueObject:

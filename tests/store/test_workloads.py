@@ -18,8 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.store import config as config_store
 from admission.store import database, lease, tables
 from admission.store import workloads as store
-from queues import api, jobs
+from queues.kueue import api
 from queues.model import Admission
+from queues.podsets import jobs
 
 GPU = "nvidia.com/gpu"
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)

@@ -13,7 +13,7 @@ import pytest
 from admission.cli import views
 from admission.policy import DEFAULT_POLICY, parse_admission_fair_sharing
 from admission.store import database, fair_usage
-from queues import usage_history
+from queues.cycle import usage_history
 from tests.admission.controller.world import GPU, JOBS, eventually, job, world
 
 CONFIG = """

@@ -13,7 +13,7 @@ from admission.cli import views
 from admission.controller.metrics import Metrics
 from admission.policy import DEFAULT_POLICY, parse_fair_sharing
 from admission.store import fair_usage
-from queues import fairsharing
+from queues.cycle import fairsharing
 from tests.admission.controller.test_metrics import scrape, value
 from tests.admission.controller.world import eventually, job, world
 

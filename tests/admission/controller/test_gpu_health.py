@@ -16,7 +16,7 @@ from admission.policy import Policy
 from admission.sim import autoscaler as sim_autoscaler
 from admission.sim import dcgm
 from admission.store import database, tables
-from queues.gpu_health import TAINT
+from queues.gpus.gpu_health import TAINT
 from tests.admission.controller.test_metering import CONFIG, NODE, scraping
 from tests.admission.controller.world import World, eventually, job, world
 from tests.prometheus import needs_prometheus, running

@@ -20,7 +20,7 @@ from admission.kube.client import ResourceRef
 from admission.kube.informer import Informer
 from admission.sim import resources
 from admission.store import database, tables
-from queues import jobs
+from queues.podsets import jobs
 from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
 
 GPU_POD = {

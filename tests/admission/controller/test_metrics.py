@@ -245,7 +245,7 @@ def test_cohort_tree_and_local_queue_quota_families_follow_kueues_meanings() -> 
     from admission.controller.exposition import Exposition
     from admission.controller.local_queue_metrics import LocalQueueGauges
     from admission.controller.metrics import ResourceClock, write_queues
-    from queues import api
+    from queues.kueue import api
     from tests.queues.builders import CQ, flavor, local_queue, make_workload, scheduler
 
     def cohort(name: str, parent: str | None = None) -> api.KueueObject:
@@ -315,10 +315,10 @@ def test_pending_requests_cohort_admissions_and_admission_fair_sharing_usage_fol
     from admission.controller.local_queue_metrics import LocalQueueGauges
     from admission.controller.report import cohorts_above
     from admission.controller.workload_metrics import WorkloadMetrics
-    from queues import api
+    from queues.cycle.scheduler import Scheduler
+    from queues.cycle.usage_history import AdmissionFairSharing
+    from queues.kueue import api
     from queues.model import Config
-    from queues.scheduler import Scheduler
-    from queues.usage_history import AdmissionFairSharing
     from tests.queues.builders import CQ, flavor, local_queue, make_workload
 
     def parse(kind: str, name: str, spec: dict[str, Any]) -> api.KueueObject:

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 
 from admission.store import database, tables
-from queues import jobs
+from queues.podsets import jobs
 from tests.admission.controller.world import CONFIG, JOBS, eventually, job, world
 from tests.admission.runner import turnstile
 

@@ -21,7 +21,7 @@ from admission.kube.informer import Informer
 from admission.sim import autoscaler as sim_autoscaler
 from admission.sim import cluster as sim_cluster
 from admission.store import database, tables
-from queues import provisioning
+from queues.cycle import provisioning
 from tests.admission.controller.world import GPU, World, eventually, job, world
 
 NODES = ResourceRef("v1", "Node", "nodes", namespaced=False)

@@ -27,7 +27,7 @@ from admission.sim.host import SimHost
 from admission.sim.objects import Resource
 from admission.store import config as config_store
 from admission.store import database
-from queues import api
+from queues.kueue import api
 
 JOBS = ResourceRef("batch/v1", "Job", "jobs")
 GPU = "nvidia.com/gpu"

@@ -1,5 +1,5 @@
 """The simulated API server evaluates CRDs' CEL rules as the real one does, and Kueue's (as
-written by ``queues.crds``) refuse what Kueue's CRDs refuse, with no webhook installed."""
+written by ``queues.kueue.crds``) refuse what Kueue's CRDs refuse, with no webhook installed."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ import pytest
 
 from admission.sim.engine import replay
 from admission.store.workloads import EventRow
-from queues import scenario
-from queues.simulator import Recorder
+from queues.simulation import scenario
+from queues.simulation.simulator import Recorder
 
 AT = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 DOC: dict[str, Any] = {

@@ -17,8 +17,9 @@ from admission.store import database
 from admission.store import workloads as store
 from admission.ui import data
 from admission.ui.server import Dashboard
-from queues import api, jobs
+from queues.kueue import api
 from queues.model import Admission
+from queues.podsets import jobs
 
 CONFIG = """
 apiVersion: kueue.x-k8s.io/v1beta2

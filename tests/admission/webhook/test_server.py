@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from admission.webhook import certs
 from admission.webhook.server import MAX_BODY, WebhookServer
-from queues import api
+from queues.kueue import api
 from queues.model import Config
 
 CONFIG = """

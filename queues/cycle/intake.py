@@ -1,0 +1,168 @@
+"""Intake: a job becomes a pending workload and finds the ClusterQueue it waits in.
+
+Resolving a workload's priority (Kueue's WorkloadPriorityClass, else the pod's Kubernetes
+PriorityClass, else the global default) and its queue (the LocalQueue named by its label or the
+namespace's ``default``, that LocalQueue's ClusterQueue, stop policies, the namespace selector)
+happens here, with the reason and a message the user can act on when it cannot wait anywhere yet;
+a parked workload (deactivated, or backing off) says why instead. ``Scheduler`` inherits these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from queues.cycle import budget_priority, flavors
+from queues.cycle.queueing import PendingQueues
+from queues.model import ClusterQueue, Config, SharedShapes, Snapshot, Workload
+from queues.podsets import jobs
+
+LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
+CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
+INACTIVE = "Inactive"
+NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+
+WAITING_FOR_TURN = "waiting for its turn in the queue"
+
+
+class Intake:
+    """A job's workload and the queue it waits in (a ``Scheduler`` base)."""
+
+    config: Config
+    snapshot: Snapshot
+    namespaces: dict[str, Mapping[str, str]]
+    shapes: SharedShapes
+    pod_priorities: dict[str, tuple[int, bool]]
+    parked: dict[str, Workload]
+    pending: PendingQueues
+    now: float
+    _unresolved: dict[str, Workload]
+    budget_priority: budget_priority.Lowered | None  # (a spent budget's lower priority)
+
+    def _say(self, wl: Workload, reason: str, message: str) -> None:
+        raise NotImplementedError
+
+    def workload_for(self, job: jobs.JobInfo, *, seq: int, now: float) -> Workload:
+        """A new pending workload for ``job``, with its LocalQueue and priority resolved."""
+        queue = job.queue_name
+        if queue is None and f"{job.namespace}/{jobs.DEFAULT_QUEUE}" in self.config.local_queues:
+            queue = jobs.DEFAULT_QUEUE
+        priority = self.priority_of(job)
+        pod_sets, shape = self.shapes.share(job.pod_sets)
+        return Workload(
+            key=job.key,
+            seq=seq,
+            namespace=job.namespace,
+            local_queue=queue,
+            priority=priority,
+            pod_sets=pod_sets,
+            shape=shape,
+            created=now,
+            queue_ts=now,
+            labels=job.labels,  # shared: a JobInfo's maps are never changed
+            priority_class=self.priority_class_of(job),
+        )
+
+    def priority_of(self, job: jobs.JobInfo) -> int:
+        """As Kueue: the WorkloadPriorityClass the job's label names; else the Kubernetes
+        PriorityClass its pod template names (``priorityClassName``); else the PriorityClass marked
+        ``globalDefault``; else 0."""
+        wpc = job.priority_class
+        if wpc is not None and wpc in self.config.priority_classes:
+            return self.config.priority_classes[wpc].value
+        if job.priority_class_name is not None:
+            return self.pod_priorities.get(job.priority_class_name, (0, False))[0]
+        return next((value for value, default in self.pod_priorities.values() if default), 0)
+
+    def priority_class_of(self, job: jobs.JobInfo) -> str:
+        """The name of the class ``priority_of`` took the priority from, as Kueue's
+        ``priorityClassRef``: the WorkloadPriorityClass, the pod template's PriorityClass, or the
+        ``globalDefault`` PriorityClass; "" if none."""
+        wpc = job.priority_class
+        if wpc is not None and wpc in self.config.priority_classes:
+            return wpc
+        if job.priority_class_name is not None:
+            return job.priority_class_name
+        return next((name for name, (_, default) in self.pod_priorities.items() if default), "")
+
+    def set_pod_priorities(self, classes: Mapping[str, tuple[int, bool]]) -> None:
+        """Kubernetes PriorityClasses as the cluster has them: (value, globalDefault) by name. They
+        set the priority of workloads created from now on (as in Kueue, a workload keeps its own)."""
+        self.pod_priorities = dict(classes)
+
+    def _enqueue(self, wl: Workload, why: str = "") -> None:
+        # Parked (deactivated, or waiting out a backoff): what was said when it was parked stays.
+        if not wl.active:
+            self.parked[wl.key] = wl
+            if why or wl.reason != INACTIVE:
+                self._say(wl, INACTIVE, f"deactivated: {why or 'an admission check rejected it'}")
+            return
+        if wl.requeue_at is not None and wl.requeue_at > self.now:
+            self.parked[wl.key] = wl
+            if why or wl.reason != wl.requeue_reason:
+                self._say(
+                    wl,
+                    wl.requeue_reason,
+                    f"{why + '; ' if why else ''}queues again after a {wl.requeue_at - self.now:.0f}s backoff"
+                    + (f" (retry {wl.retries})" if wl.retries else ""),
+                )
+            return
+        cq, reason, message = self._resolve(wl)
+        wl.cluster_queue = cq.name if cq is not None else wl.cluster_queue
+        if reason is not None:
+            self._say(wl, reason, message)
+            self._unresolved[wl.key] = wl
+            return
+        assert cq is not None
+        self._unresolved.pop(wl.key, None)
+        if wl.reason != flavors.WAITING_FOR_QUOTA:
+            self._say(wl, flavors.WAITING_FOR_QUOTA, WAITING_FOR_TURN)
+        budget_priority.apply(wl, self.budget_priority)  # (queued while a budget is spent: lower)
+        self.pending.push(cq.name, wl)
+
+    def _resolve(self, wl: Workload) -> tuple[ClusterQueue | None, str | None, str]:
+        """The ClusterQueue ``wl`` waits in, or the reason it cannot wait anywhere yet."""
+        if wl.local_queue is None:
+            return (
+                None,
+                LOCAL_QUEUE_NOT_FOUND,
+                (
+                    f"the job has no {jobs.QUEUE_LABEL} label and namespace {wl.namespace} has no LocalQueue "
+                    f"named {jobs.DEFAULT_QUEUE}; add the label or create that LocalQueue"
+                ),
+            )
+        lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
+        if lq is None:
+            existing = sorted(k.split("/", 1)[1] for k in self.config.local_queues if k.startswith(f"{wl.namespace}/"))
+            hint = (
+                f"LocalQueues in {wl.namespace}: {', '.join(existing)}"
+                if existing
+                else (f"namespace {wl.namespace} has no LocalQueues")
+            )
+            return None, LOCAL_QUEUE_NOT_FOUND, f"LocalQueue {wl.namespace}/{wl.local_queue} does not exist ({hint})"
+        cq_name = lq.spec.cluster_queue
+        cq = self.snapshot.queues.get(cq_name)
+        if cq is None:
+            wl.cluster_queue = cq_name
+            return (
+                None,
+                CLUSTER_QUEUE_NOT_FOUND,
+                (f"LocalQueue {wl.namespace}/{wl.local_queue} points to ClusterQueue {cq_name}, which does not exist"),
+            )
+        if lq.spec.stop_policy != "None":
+            return (
+                cq,
+                INACTIVE,
+                (
+                    f"LocalQueue {wl.namespace}/{wl.local_queue} is stopped (stopPolicy {lq.spec.stop_policy}); "
+                    f"`turnstile resume localqueue {wl.namespace}/{wl.local_queue}`"
+                ),
+            )
+        if cq.inactive_reason is not None:
+            return cq, INACTIVE, f"ClusterQueue {cq.name} is inactive ({cq.inactive_reason}): {cq.inactive_message}"
+        if not cq.admits_namespace(self.namespaces.get(wl.namespace, {})):
+            return (
+                cq,
+                NAMESPACE_NOT_ALLOWED,
+                (f"namespace {wl.namespace} does not match the namespaceSelector of ClusterQueue {cq.name}"),
+            )
+        return cq, None, ""

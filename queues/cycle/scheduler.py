@@ -1,0 +1,464 @@
+"""The scheduling cycle: decide which pending workloads to admit and which to preempt.
+
+``Scheduler`` keeps the configuration, the snapshot of quota usage and the pending queues,
+and decides; it performs no I/O. Callers (the simulator, the controller) feed it events
+(``submit``, ``finish``, ``cancel``, ``set_config``) and enact the decisions ``schedule``
+returns. Decisions are applied to the in-memory state at once ("assume"); a caller that
+fails to enact one undoes it with ``forget_admission``.
+
+One cycle, as Kueue's ``schedule()``:
+
+1. take the head of every ClusterQueue that has one worth trying;
+2. nominate: assign flavors to each head against the snapshot;
+3. order the entries: 1. how far up the cohort tree they borrow, 2. higher priority, 3. earlier
+   queue-order timestamp, 4. submission order; with fair sharing on, by Kueue's tournament of
+   Dominant Resource Shares instead (``queues.cycle.fairsharing``);
+4. walk them: admit what fits (re-checking when an earlier entry changed the same quota
+   tree), issue preemptions for what fits only by preempting (once per quota tree and
+   cycle), and set aside what cannot fit, with its reason.
+
+``schedule`` runs cycles until one changes nothing; unlike Kueue's, a cycle admits every
+workload that fits, in Kueue's order. Its bases hold the rest: ``Intake`` (a job's workload,
+priority and queue), ``Nomination`` (a head's flavor assignment and victims, failures of
+identical workloads remembered), ``Explanations`` (why
+a workload waits, what admitting it would take), ``Retries`` (admission checks' verdicts,
+waitForPodsReady), ``Reservations`` (a blocked head's hold on quota, a victim's settling) and
+``UsageOrdering`` (orders by usage history: admission fair sharing, usage-aware fair sharing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from queues.cycle import budget_priority, fairsharing, flavors, preemption, provisioning
+from queues.cycle.explanations import Explanations
+from queues.cycle.fairsharing import FairSharing
+from queues.cycle.flavors import Assignment, Mode
+from queues.cycle.intake import Intake
+from queues.cycle.nomination import Nomination
+from queues.cycle.queueing import PendingQueues
+from queues.cycle.reservations import SETTLE_SECONDS, Reservations, Reserved
+from queues.cycle.retries import Retries
+from queues.cycle.usage_history import AdmissionFairSharing, UsageHistory, UsageOrdering
+from queues.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
+from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload, pod_requests
+from queues.placement.inventory import Inventory
+from queues.placement.topology import COMPACT
+
+__all__ = [
+    "ADMISSION_CHECK",
+    "CLUSTER_QUEUE_STOPPED",
+    "PREEMPTED",
+    "SETTLE_SECONDS",
+    "Admit",
+    "Decision",
+    "Evict",
+    "Scheduler",
+]
+
+
+MAX_CYCLES_PER_CALL = 1_000_000
+
+
+class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOrdering):
+    """Decides admissions and preemptions; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        fair_sharing: FairSharing | None = None,
+        admission_fair_sharing: AdmissionFairSharing | None = None,
+        inventory: Inventory | None = None,
+        packing: str = COMPACT,
+    ) -> None:
+        self.config = config
+        self.namespaces: dict[str, Mapping[str, str]] = dict(namespaces or {})
+        self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration (``queues.cycle.fairsharing``)
+        # the nodes TAS flavors place on (``queues.placement.inventory``); the caller fills it
+        self.inventory = inventory
+        self.snapshot = Snapshot(config, fair_sharing, inventory, packing)
+        self._inventory_seen = -1
+        self.pending = PendingQueues()
+        # admission fair sharing (``queues.cycle.usage_history``): each LocalQueue's decayed usage
+        self.usage = UsageHistory(admission_fair_sharing) if admission_fair_sharing is not None else None
+        # usage-aware fair sharing (Turnstile's ``fairSharing.usageHalfLifeTime``): each ClusterQueue's decayed usage
+        half_life = fair_sharing.usage_half_life if fair_sharing is not None else 0.0
+        self.queue_usage = (
+            UsageHistory(AdmissionFairSharing(half_life, sampling_interval=0.0), by_flavor=True) if half_life else None
+        )
+        self.pending.lane_usage = self._lane_usage
+        self._mark_fair_queues()
+        self.workloads: dict[str, Workload] = {}
+        self.now = 0.0
+        self._generation: dict[str, int] = {}
+        self._nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]] = {}
+        self._holders: set[str] = set()  # (``Reservations``)
+        self._unresolved: dict[str, Workload] = {}
+        self.parked: dict[str, Workload] = {}  # waiting out an admission check's backoff, or deactivated
+        self.work = self.pending.work  # (what the core did: ``queues.work``)
+        self.cap_hits = 0
+        self.settle_seconds = SETTLE_SECONDS
+        self.budget_gate = None  # (``Nomination``: a GPU-hour budget holding new work back)
+        # waitForPodsReady.blockAdmission: admit nothing while an admitted workload is not Ready
+        self.block_admission = False
+        self.budget_priority: budget_priority.Lowered | None = None  # (or running it lower: ``Intake``)
+        self._preempted_at: dict[str, float] = {}  # (``Reservations``)
+        self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
+        # keys whose admission-check state changed -> whether the job may start now; the caller drains it
+        self.checked: dict[str, bool] = {}
+        self.shapes = SharedShapes()
+        # Kubernetes PriorityClasses (scheduling.k8s.io): name -> (value, globalDefault)
+        self.pod_priorities: dict[str, tuple[int, bool]] = {}
+
+    # ----- inputs -------------------------------------------------------------------------
+
+    def submit(self, wl: Workload) -> None:
+        self.workloads[wl.key] = wl
+        self._enqueue(wl)
+
+    def finish(self, key: str) -> Workload | None:
+        """The job ended (or was deleted): release its quota and forget it."""
+        wl = self.workloads.pop(key, None)
+        if wl is None:
+            return None
+        self._unresolved.pop(key, None)
+        self.parked.pop(key, None)
+        self.pending.remove(wl)
+        if wl.admission is not None:
+            self._release(wl)
+        return wl
+
+    cancel = finish
+
+    def reprioritize(self) -> None:
+        """A budget that lowers priority was spent or renewed (``queues.cycle.budget_priority``): waiting
+        work it covers queues again at the priority it has now; admitted work it lowered gets its
+        own back once no spent budget lowers it (running work keeps what it was admitted with)."""
+        for key, cq in list(self.pending.where.items()):
+            wl = self.workloads.get(key)
+            if wl is not None and budget_priority.wanted(wl, self.budget_priority) != wl.priority:
+                self.pending.remove(wl)
+                budget_priority.apply(wl, self.budget_priority)
+                self.pending.push(cq, wl)
+        lowered = self.budget_priority
+        for wl in self.workloads.values():
+            if wl.admission is not None and wl.own_priority is not None and (lowered is None or lowered(wl) is None):
+                budget_priority.restore(wl)
+
+    def use_inventory(self, inventory: Inventory) -> None:
+        """Place by topology from now on, on ``inventory``'s nodes (the controller's, once a TAS
+        flavor is configured); what admitted workloads were placed on is held there."""
+        if self.inventory is inventory:
+            return
+        self.inventory = self.snapshot.inventory = inventory
+        for wl in self.workloads.values():
+            held = wl.admission is not None and wl.admission.placement
+            if held and wl.admission is not None and wl.admission.cluster_queue in self.snapshot.queues:
+                inventory.hold(wl.admission.placement, pod_requests(wl), 1)
+        self._inventory_seen = -1
+        self._nofit_cache.clear()
+
+    def set_config(self, config: Config) -> list[Decision]:
+        """New admin configuration: rebuild quotas, keep admitted work, re-resolve the waiting;
+        returns the evictions the new configuration asks for (``HoldAndDrain``)."""
+        self.config = config
+        for name in sorted(config.terminating - self._queues_in_use()):
+            config.cluster_queues.pop(name, None)
+            config.terminating.discard(name)
+        for wl in self.workloads.values():
+            if wl.admission is not None and wl.admission.placement:
+                self.snapshot.remove_workload(wl)  # (its node capacity is held again below)
+        self.snapshot = Snapshot(config, self.fair_sharing, self.inventory, self.snapshot.packing)
+        self._mark_fair_queues()
+        self._nofit_cache.clear()
+        self._generation.clear()
+        self._holders.clear()
+        for wl in self.workloads.values():
+            if wl.admission is not None:
+                self.snapshot.add_workload(wl)
+        decisions: list[Decision] = []
+        for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
+            if wl.admission is None:
+                continue
+            cq = self.snapshot.queues.get(wl.admission.cluster_queue)
+            if wl.checks and cq is not None:
+                # A check the ClusterQueue no longer names (or that no longer applies) is not waited for.
+                applies = provisioning.checks_to_pass(config, cq.spec, wl.pod_sets, wl.admission)
+                still = tuple(c for c in wl.checks if c in applies)
+                if still != wl.checks:
+                    wl.checks = still
+                    self.checked[wl.key] = not still
+                    if not still:
+                        self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
+            lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
+            if cq is not None and cq.spec.stop_policy == "HoldAndDrain":
+                decisions.append(self._evict(wl, CLUSTER_QUEUE_STOPPED, "ClusterQueueStopped", None))
+            elif lq is not None and lq.spec.stop_policy == "HoldAndDrain":
+                decisions.append(self._evict(wl, CLUSTER_QUEUE_STOPPED, "LocalQueueStopped", None))
+        for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
+            if wl.admission is None:
+                self.pending.remove(wl)
+                self._enqueue(wl)
+        for name in self.snapshot.queues:
+            self.pending.requeue(name)
+        self._hold_usage()
+        return decisions
+
+    def _queues_in_use(self) -> set[str]:
+        return {wl.admission.cluster_queue for wl in self.workloads.values() if wl.admission is not None}
+
+    def _empty_terminating(self) -> bool:
+        return bool(self.config.terminating - self._queues_in_use())
+
+    def set_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> list[Decision]:
+        """Namespace labels changed (namespaceSelector): the waiting workloads of the namespaces that
+        came, went or changed their labels are resolved again (admitted ones keep their quota, as
+        Kueue's; quotas do not depend on namespaces, so nothing else is rebuilt: a cluster creating
+        1,000 namespaces must not rebuild 1,000 ClusterQueues for each). Decides nothing itself."""
+        changed = {n for n in self.namespaces.keys() | namespaces.keys() if self.namespaces.get(n) != namespaces.get(n)}
+        self.namespaces = dict(namespaces)
+        for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
+            if wl.admission is None and wl.namespace in changed:
+                self.pending.remove(wl)
+                self._enqueue(wl)
+        return []
+
+    # ----- the cycle ---------------------------------------------------------------------
+
+    def schedule(self, max_decisions: int | None = None) -> list[Decision]:
+        """Run cycles until one changes nothing; return the decisions, in order.
+
+        With ``max_decisions``, stop after the cycle that reaches it: the next call goes on with
+        the very same cycles, so a caller can commit and enact a large backlog in slices.
+        """
+        out: list[Decision] = []
+        self._wake_parked()
+        self._wake_settled()
+        # Every cycle admits, evicts or sets aside at least one workload; the bound only guards
+        # against a bug turning into a hang (``cap_hits`` counts it, tests assert it stays 0).
+        limit = min(MAX_CYCLES_PER_CALL, 8 * len(self.workloads) + 64)
+        for i in range(limit + 1):
+            if i == limit:
+                self.cap_hits += 1
+                break
+            if self.config.terminating and self._empty_terminating():
+                out.extend(self.set_config(self.config))
+            changed, decisions = self.cycle()
+            out.extend(decisions)
+            if not changed or (max_decisions is not None and len(out) >= max_decisions):
+                break
+        return out
+
+    def _not_ready(self) -> Workload | None:
+        """An admitted workload whose pods have not all been Ready yet (blockAdmission), if any."""
+        return next((w for w in self.workloads.values() if w.admission is not None and w.ready_at is None), None)
+
+    def _blocked_by(self, unready: Workload) -> None:
+        """Every queue's head is told why nothing is admitted now."""
+        for name in sorted(self.pending.active):
+            head = self.pending.head(name)
+            if head is not None:
+                self._say(
+                    head,
+                    flavors.WAITING_FOR_QUOTA,
+                    f"admission waits until {unready.key}'s pods are Ready (waitForPodsReady.blockAdmission)",
+                )
+
+    @property
+    def cycles(self) -> int:
+        return self.work.cycles
+
+    def cycle(self) -> tuple[bool, list[Decision]]:
+        self.work.cycles += 1
+        if self.inventory is not None and self.inventory.version != self._inventory_seen:
+            self._inventory_seen = self.inventory.version
+            self._nodes_freed()
+        changed = False
+        decisions: list[Decision] = []
+        if self.block_admission and (unready := self._not_ready()) is not None:
+            self._blocked_by(unready)
+            return False, decisions
+        # 1. heads
+        heads: list[tuple[Workload, ClusterQueue]] = []
+        touched: set[str] = set()
+        reserved: Reserved = []  # undone when the cycle ends
+        self._wake_holders()
+        for name in sorted(self.pending.active):
+            cq = self.snapshot.queues.get(name)
+            first = True
+            while True:
+                wl = self.pending.head(name)
+                if cq is None or wl is None:
+                    self.pending.active.discard(name)
+                    break
+                # A head identical to one that could not fit since the last release fails the same
+                # way: set it aside now instead of spending a whole cycle on it (BestEffortFIFO).
+                known = None if cq.strict_fifo else self._known_failure(wl, cq)
+                if known is None or known.mode not in (Mode.NO_FIT, Mode.NO_CANDIDATES):
+                    if not first:
+                        # Kueue would try this head a cycle later, when the one set aside holds
+                        # nothing any more (it went to the inadmissible list): drop its hold.
+                        self._unhold(cq, reserved)
+                    heads.append((wl, cq))
+                    break
+                if first:  # the queue's head this cycle: it holds what it would use, as in step 4
+                    self._hold(cq, known, reserved, touched)
+                first = False
+                changed = self._inadmissible(wl, cq, known) or changed
+        # 2. nominate
+        entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
+        # 3. order: by borrowing level, priority, FIFO; with fair sharing, by tournament of shares
+        entries.sort(key=lambda e: (e[2].borrow_level, -e[0].priority, e[0].queue_ts, e[0].seq))
+        ordered: Iterable[tuple[Workload, ClusterQueue, Assignment]] = entries
+        if self.fair_sharing is not None:
+            ordered = fairsharing.fair_order(
+                entries,
+                lambda e: e[1],
+                lambda e: e[2].usage,
+                lambda e: (-e[0].priority, e[0].queue_ts, e[0].seq),
+                self._queue_history if self.queue_usage is not None else None,
+            )
+        # 4. admit, preempt, or set aside
+        for wl, cq, assignment in ordered:
+            tree = cq.tree_key
+            if tree in touched:
+                assignment = self._assign(wl, cq)
+                if assignment.mode == Mode.FIT:  # (a failure found for it in step 2 no longer holds)
+                    self._nofit_cache.pop(self._class_key(wl, cq), None)
+                holders = sorted({r[0].name for r in reserved if r[0].tree_key == tree and r[0] is not cq})
+                if assignment.mode != Mode.FIT and holders:
+                    # a blocked head holds this capacity for the cycle (Kueue: skipped, tried again)
+                    self._say(
+                        wl,
+                        flavors.WAITING_FOR_QUOTA,
+                        f"the quota it needs is held by the head of ClusterQueue {', '.join(holders)}, "
+                        "which waits for it",
+                    )
+                    # its failure was found under the hold, which is gone next cycle: not remembered
+                    self._nofit_cache.pop(self._class_key(wl, cq), None)
+                    continue
+            self._hold(cq, assignment, reserved, touched)
+            if assignment.mode == Mode.FIT:
+                decisions.append(self._admit(wl, cq, assignment))
+                touched.add(tree)
+                changed = True
+            elif assignment.mode.preempts and tree in touched:
+                continue  # another entry changed this tree this cycle; retry next cycle
+            elif assignment.mode.preempts and wl.key in self._preempted_at:
+                self._say(wl, assignment.reason, "preempted a moment ago: it preempts others once its pods stopped")
+                changed = self._settle(wl, cq) or changed
+            elif (victims := self._victims(wl, cq, assignment)) is not None and not victims:
+                changed = self._inadmissible(wl, cq, assignment) or changed
+            elif victims:
+                for t in victims:
+                    decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
+                    self._preempted_at[t.workload.key] = self.now
+                    t.workload.evicted_by = wl
+                # The victims released their quota at once; the preemptor takes it in the same
+                # step, so nothing requeued by the release (or the victims themselves) takes it first.
+                self.work.assignments += 1
+                assignment = flavors.assign(self.snapshot, cq, wl, None, assignment.counts)
+                if assignment.mode == Mode.FIT:
+                    decisions.append(self._admit(wl, cq, assignment))
+                touched.add(tree)
+                changed = True
+            else:
+                changed = self._inadmissible(wl, cq, assignment) or changed
+        for cq, hold in reserved:
+            cq.add_usage(hold, -1)
+        return changed, decisions
+
+    def _inadmissible(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
+        message = assignment.message
+        if assignment.mode == Mode.NO_CANDIDATES and wl.evicted_by is not None:
+            message += f"; it preempts nobody on the chain that evicted it (from {wl.evicted_by.key})"
+        self._say(wl, assignment.reason, message)
+        if cq.strict_fifo:
+            self.pending.block(cq.name, self._generation.get(cq.tree_key, 0))
+            if assignment.mode == Mode.NO_CANDIDATES and not preemption.can_always_reclaim(cq):
+                self._holders.add(cq.name)
+            else:
+                self._holders.discard(cq.name)
+            return False
+        self.pending.set_aside(cq.name, wl, self._class_key(wl, cq))
+        return True
+
+    # ----- applying decisions ------------------------------------------------------------
+
+    def _admit(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> Admit:
+        self.pending.remove(wl)
+        self._holders.discard(cq.name)
+        admission = Admission(
+            cq.name,
+            assignment.flavors,
+            dict(assignment.usage),
+            assignment.borrowing,
+            dict(assignment.counts),
+            dict(assignment.placement),
+        )
+        wl.admission = admission
+        wl.admitted_at = self.now
+        wl.evicted_by = None
+        self._record_usage(wl, cq.name, admission.usage, 1)
+        wl.checks = provisioning.checks_to_pass(self.config, cq.spec, wl.running_pod_sets, admission)
+        if wl.checks:
+            self._say(
+                wl,
+                provisioning.WAITING_FOR_CAPACITY,
+                f"quota reserved in ClusterQueue {cq.name}; waiting for admission check(s) {', '.join(wl.checks)}",
+            )
+        else:
+            wl.started_at = self.now
+            self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
+        self.snapshot.add_workload(wl)
+        return Admit(wl, assignment, admission)
+
+    def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
+        released, ready_at = wl.admission, wl.ready_at
+        self._release(wl)  # (its admission checks go with the reservation)
+        wl.queue_ts = self.now
+        self._say(wl, flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
+        self._enqueue(wl, message)
+        return Evict(wl, reason, detail, by, released, message, ready_at)
+
+    def _say(self, wl: Workload, reason: str, message: str) -> None:
+        if (wl.reason, wl.message) != (reason, message):
+            wl.reason, wl.message = reason, message
+            self.said.add(wl.key)
+
+    def restore(self, workloads: Iterable[Workload]) -> list[Decision]:
+        """Take over workloads as stored (admitted ones keep their admission); like ``set_config``,
+        returns the evictions the configuration asks for."""
+        for wl in workloads:
+            self.workloads[wl.key] = wl
+        return self.set_config(self.config)
+
+    def forget_admission(self, wl: Workload) -> None:
+        """Undo an admission the caller could not enact (e.g. the job vanished)."""
+        if wl.admission is not None:
+            self._release(wl)
+            self._enqueue(wl)
+
+    def _release(self, wl: Workload) -> None:
+        assert wl.admission is not None
+        cq = self.snapshot.queues.get(wl.admission.cluster_queue)
+        self._record_usage(wl, wl.admission.cluster_queue, wl.admission.usage, -1)
+        self.snapshot.remove_workload(wl)
+        if wl.started_at is not None:  # (the time its job ran in this admission)
+            wl.past_run += max(0.0, self.now - wl.started_at)
+        wl.admission = None
+        wl.admitted_at = wl.started_at = wl.ready_at = None
+        wl.checks = ()  # checks belong to a reservation
+        if cq is not None:
+            self._bump(cq)
+
+    def _bump(self, cq: ClusterQueue) -> None:
+        """Capacity was freed in ``cq``'s tree: give every waiting workload there another look."""
+        tree = cq.tree_key
+        self._generation[tree] = self._generation.get(tree, 0) + 1
+        for other in self.snapshot.queues_in_tree(cq):
+            self.pending.requeue(other.name)
+
+    # ----- where a workload waits ----------------------------------------------------------

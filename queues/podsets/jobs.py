@@ -1,0 +1,454 @@
+"""Reading job objects into pod sets: what a job asks of the queue.
+
+Pure functions over the job as a user would ``kubectl apply`` it (a dict), shared by the
+simulator, the controller and the webhook. Which kinds exist and where each keeps its pod
+templates is ``queues.podsets.layouts``; here a template becomes a ``PodSet`` with requests.
+
+A pod's request is Kubernetes' effective request: the sum of its containers (plus
+restartable "sidecar" init containers), or the largest init container if larger, plus the
+pod overhead; a container's limits stand in for requests it does not set.
+
+Partial admission (Kueue's, KEP-420): a batch Job annotated ``kueue.x-k8s.io/job-min-parallelism``
+may be admitted with fewer pods than its parallelism, down to that minimum; its pod set carries
+``min_count``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues import errors, quantity, selectors
+from queues.errors import FieldError
+from queues.placement import topology_requests
+from queues.placement.topology_requests import Request
+from queues.podsets import layouts, trainjobs
+from queues.podsets.layouts import KINDS, POD, Kind
+
+__all__ = ["KINDS", "POD", "Kind"]  # re-exported: callers name kinds through ``jobs``
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"  # partial admission of a batch Job
+COMPLETIONS_EQUAL_PARALLELISM = "kueue.x-k8s.io/job-completions-equal-parallelism"
+ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # Kueue's workload slices: not implemented here (said, not ignored)
+POD_READY_TIMEOUT = "kueue.x-k8s.io/pods-ready-timeout"  # (alpha per-workload waitForPodsReady timeout)
+
+
+def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
+    """Kueue's annotations (or labels) on a job that Turnstile does not act on, each said with what
+    happens instead: a job that asks for them is still admitted, never silently treated otherwise."""
+    meta = obj.get("metadata") or {}
+    marks = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+    out = []
+    if str(marks.get(ELASTIC_JOB, "")).lower() == "true":
+        out.append(
+            f"metadata.annotations[{ELASTIC_JOB}]: elastic jobs (workload slices) are not supported yet; "
+            "the job is admitted at its size now, and a change of parallelism evicts and requeues it"
+        )
+    if POD_READY_TIMEOUT in marks:
+        out.append(
+            f"metadata.annotations[{POD_READY_TIMEOUT}]: not read; the waitForPodsReady timeout of the "
+            "configuration applies"
+        )
+    return out
+
+
+DEFAULT_QUEUE = "default"
+
+Requests = dict[str, int]  # resource name -> milli-units
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """Identical pods of one workload: ``count`` pods each requesting ``requests``."""
+
+    name: str
+    count: int
+    requests: Mapping[str, int]
+    constraints: selectors.NodeConstraints = field(default_factory=selectors.NodeConstraints)
+    tolerations: tuple[selectors.Toleration, ...] = ()
+    min_count: int | None = None  # partial admission: the fewest pods it may be admitted with
+    topology: Request | None = None  # its pod template's podset-*-topology annotations (``queues.placement.topology``)
+
+    def total(self) -> Requests:
+        return {r: v * self.count for r, v in self.requests.items() if v}
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """What the queue needs to know about one job."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    pod_sets: tuple[PodSet, ...]
+    template_paths: Mapping[str, str] = field(default_factory=dict)  # pod set -> JSON pointer of its pod template
+    priority_class_name: str | None = None  # the first pod template's spec.priorityClassName (Kubernetes')
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def queue_name(self) -> str | None:
+        return self.labels.get(QUEUE_LABEL) or self.annotations.get(QUEUE_LABEL) or None
+
+    @property
+    def priority_class(self) -> str | None:
+        """The WorkloadPriorityClass the job names (Kueue's label)."""
+        return self.labels.get(PRIORITY_LABEL) or None
+
+
+def supported_kinds() -> list[str]:
+    """The kinds a scenario's job entry may be: the integrated jobs, a Pod, a Deployment."""
+    return [*(f"{k.api_version} {k.kind}" for k in KINDS.values()), "v1 Pod", "apps/v1 Deployment"]
+
+
+def with_counts(pod_sets: tuple[PodSet, ...], counts: Mapping[str, int]) -> tuple[PodSet, ...]:
+    """The pod sets with some counts replaced (a partial admission's)."""
+    if not counts:
+        return pod_sets
+    return tuple(dataclasses.replace(ps, count=counts[ps.name]) if ps.name in counts else ps for ps in pod_sets)
+
+
+def kind_of(obj: Mapping[str, Any]) -> Kind | None:
+    return KINDS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+
+
+def read_job(obj: Any, kind: Kind | None = None, runtimes: trainjobs.Runtimes | None = None) -> JobInfo:
+    """A job object's identity and pod sets, or ``errors.Invalid`` listing every problem.
+
+    ``kind`` is the kind the caller read the object as (an informer knows the resource it
+    listed; a webhook has the review's kind): a real API server's list items carry no
+    ``apiVersion``/``kind``, so only a file a user wrote is read by its own TypeMeta. ``runtimes``
+    finds the training runtime a TrainJob names (``queues.podsets.trainjobs``)."""
+    if not isinstance(obj, Mapping):
+        raise errors.Invalid([FieldError("", "must be a Kubernetes object (a mapping)")])
+    kind = kind or kind_of(obj)
+    if kind is None:
+        raise errors.Invalid(
+            [
+                FieldError(
+                    "kind",
+                    f"{obj.get('apiVersion')} {obj.get('kind')} is not an integrated job kind; "
+                    f"use one of: {', '.join(supported_kinds())}",
+                )
+            ]
+        )
+    problems: list[FieldError] = []
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise errors.Invalid([FieldError("metadata", "required: a job needs metadata.name")])
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError("metadata.name", "required: the job's name"))
+    namespace = meta.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        problems.append(FieldError("metadata.namespace", "must be a string"))
+    labels = _string_map(meta.get("labels"), "metadata.labels", problems)
+    annotations = _string_map(meta.get("annotations"), "metadata.annotations", problems)
+    spec = obj.get("spec")
+    pod_sets: list[PodSet] = []
+    template_paths: dict[str, str] = {}
+    pod_priority: str | None = None
+    if not isinstance(spec, Mapping):
+        problems.append(FieldError("spec", "required: the job's spec"))
+    else:
+        found = layouts.templates(kind, obj, problems, runtimes) if kind is not POD else iter([("main", 1, obj, "")])
+        for ps_name, count, template, path in found:
+            spec_path = f"{path}.spec" if path else "spec"
+            ps = _pod_set(ps_name, count, template["spec"], spec_path, problems)
+            if ps is not None and (meta := template.get("metadata")) and isinstance(meta, Mapping):
+                ps = _with_topology(ps, meta.get("annotations"), path or "", problems)
+            if pod_priority is None and isinstance(template["spec"].get("priorityClassName"), str):
+                pod_priority = template["spec"]["priorityClassName"] or None
+            if ps is not None:
+                pod_sets.append(ps)
+                if path is not None:
+                    template_paths[ps_name] = sys.intern(json_pointer(path))
+        if not pod_sets and not problems:
+            problems.append(FieldError("spec", "the job defines no pods"))
+        if len(pod_sets) > layouts.MAX_POD_SETS:
+            problems.append(
+                FieldError(
+                    "spec",
+                    f"the job has {len(pod_sets)} pod sets ({', '.join(p.name for p in pod_sets)}); a workload holds "
+                    f"at most {layouts.MAX_POD_SETS} (as Kueue's): merge groups of identical pods",
+                )
+            )
+        if kind.layout == "job" and pod_sets and MIN_PARALLELISM in annotations:
+            pod_sets[0] = _partial(pod_sets[0], annotations[MIN_PARALLELISM], problems)
+    if problems:
+        raise errors.Invalid(problems)
+    return JobInfo(
+        api_version=kind.api_version,
+        kind=kind.kind,
+        namespace=sys.intern(str(namespace)),
+        name=str(name),
+        labels=labels,
+        annotations=annotations,
+        pod_sets=tuple(pod_sets),
+        template_paths=template_paths,
+        priority_class_name=pod_priority,
+    )
+
+
+def _partial(ps: PodSet, raw: str, problems: list[FieldError]) -> PodSet:
+    """The Job's pod set with its ``min_count`` from the annotation: a whole number from 1 to the
+    Job's pods count (a running Job admitted partially has parallelism = what it was admitted with,
+    so equal is fine here; a new Job must ask for fewer, which the webhook checks)."""
+    where = f"metadata.annotations[{MIN_PARALLELISM}]"
+    try:
+        value = int(raw)
+    except ValueError:
+        problems.append(FieldError(where, f"must be a whole number of pods, not {raw!r}"))
+        return ps
+    if not 1 <= value <= ps.count:
+        problems.append(
+            FieldError(where, f"must be between 1 and the Job's parallelism {ps.count} (it is {value}); lower it")
+        )
+        return ps
+    return PodSet(ps.name, ps.count, ps.requests, ps.constraints, ps.tolerations, value)
+
+
+def creation_problems(info: JobInfo) -> list[FieldError]:
+    """What Kueue's webhook refuses when such a job is created, beyond reading it: a minimum
+    parallelism must be below the Job's parallelism (otherwise it could never run partially)."""
+    out = []
+    for ps in info.pod_sets:
+        if ps.min_count is not None and ps.min_count >= ps.count:
+            out.append(
+                FieldError(
+                    f"metadata.annotations[{MIN_PARALLELISM}]",
+                    f"must be less than the Job's parallelism {ps.count} (it is {ps.min_count}); a Job that may "
+                    "start with fewer pods names the fewest it can run with",
+                )
+            )
+    return out
+
+
+def pointer_token(key: str) -> str:
+    """One RFC 6901 reference token: ``~`` and ``/`` escaped (``turnstile.dev~1admission``)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def json_pointer(path: str) -> str:
+    """A field path as reported in errors (``spec.replicatedJobs[0].template``) as an RFC 6901 pointer."""
+    parts = re.sub(r"\[(\d+)\]", r".\1", path).split(".")
+    return "".join("/" + pointer_token(p) for p in parts if p)
+
+
+def _string_map(value: Any, path: str, problems: list[FieldError]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(FieldError(path, "must be a map of strings"))
+        return {}
+    out = {}
+    for k, v in value.items():
+        if not isinstance(v, str):
+            problems.append(FieldError(f"{path}[{k}]", f"must be a string, not {v!r} (quote it in YAML)"))
+        else:
+            out[sys.intern(str(k))] = sys.intern(v)  # keys and values repeat across thousands of jobs
+    return out
+
+
+def pod_templates(
+    obj: Mapping[str, Any], kind: Kind | None = None, runtimes: trainjobs.Runtimes | None = None
+) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """(pod set name, pod count, pod template) of every pod set of a job, for whatever runs its pods
+    (a TrainJob's with Turnstile's runtime patch applied, as the Trainer makes them)."""
+    kind = kind or kind_of(obj)
+    spec = obj.get("spec")
+    if kind is None or not isinstance(spec, Mapping):
+        return []
+    problems: list[FieldError] = []
+    found = [
+        (name, count, template)
+        for name, count, template, _ in layouts.templates(kind, obj, problems, runtimes, patched=True)
+    ]
+    if problems:
+        raise errors.Invalid(problems)
+    return found
+
+
+def _container_requests(container: Any, path: str, problems: list[FieldError]) -> Requests:
+    if not isinstance(container, Mapping):
+        problems.append(FieldError(path, "must be a container"))
+        return {}
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        problems.append(FieldError(f"{path}.resources", "must be a mapping with requests and limits"))
+        return {}
+    out: Requests = {}
+    for section in ("limits", "requests"):  # requests win over limits
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            problems.append(FieldError(f"{path}.resources.{section}", "must be a map of resource quantities"))
+            continue
+        for res, raw in values.items():
+            try:
+                milli = quantity.parse_milli(raw)
+            except quantity.QuantityError as exc:
+                problems.append(FieldError(f"{path}.resources.{section}.{res}", str(exc)))
+                continue
+            if milli < 0:
+                problems.append(FieldError(f"{path}.resources.{section}.{res}", "must not be negative"))
+                continue
+            if section == "limits" and milli % quantity.MILLI and _is_extended(str(res)):
+                problems.append(FieldError(f"{path}.resources.{section}.{res}", "must be a whole number"))
+            out[sys.intern(str(res))] = milli
+    return out
+
+
+def _resource_rules(resources: Any, path: str) -> list[FieldError]:
+    """The API server's rules for one container's resources (``ValidateResourceRequirements``):
+    quantities are >= 0; an extended resource (``nvidia.com/gpu``: not overcommitable) is a whole
+    number, needs a limit, and a request must equal it."""
+    out: list[FieldError] = []
+    if not isinstance(resources, Mapping):
+        return out
+    parsed: dict[str, dict[str, int]] = {}
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            continue
+        for res, raw in values.items():
+            where = f"{path}.{section}.{res}"
+            try:
+                milli = quantity.parse_milli(raw)
+            except quantity.QuantityError as exc:
+                out.append(FieldError(where, str(exc)))
+                continue
+            if milli < 0:
+                out.append(FieldError(where, "must be greater than or equal to 0"))
+            elif _is_extended(str(res)) and milli % quantity.MILLI:
+                out.append(FieldError(where, "must be an integer"))
+            parsed.setdefault(section, {})[str(res)] = milli
+    limits, requests = parsed.get("limits", {}), parsed.get("requests", {})
+    for res, milli in requests.items():
+        if not _is_extended(res):
+            if res in limits and milli > limits[res]:
+                limit = quantity.format_milli(limits[res])
+                out.append(FieldError(f"{path}.requests", f"must be less than or equal to {res} limit of {limit}"))
+        elif res not in limits:
+            out.append(FieldError(f"{path}.limits", f"Limit must be set for non overcommitable resources ({res})"))
+        elif milli != limits[res]:
+            limit = quantity.format_milli(limits[res])
+            out.append(FieldError(f"{path}.requests", f"must be equal to {res} limit of {limit}"))
+    return out
+
+
+def api_problems(obj: Mapping[str, Any], kind: Kind | None = None) -> list[FieldError]:
+    """What a real API server refuses in a job's pod templates (for a custom kind: in the pods its
+    operator would create): the resource rules of every container. Empty when it would accept it."""
+    kind = kind or kind_of(obj)
+    spec = obj.get("spec")
+    if kind is None or not isinstance(spec, Mapping):
+        return []
+    problems: list[FieldError] = []
+    out: list[FieldError] = []
+    for _, _, template, path in layouts.templates(kind, obj, problems):
+        if path is None:
+            continue  # made by the kind's operator from its own defaults
+        pod = template.get("spec") or {}
+        for section in ("containers", "initContainers"):
+            for i, c in enumerate(pod.get(section) or []):
+                if isinstance(c, Mapping):
+                    out.extend(_resource_rules(c.get("resources"), f"{path}.spec.{section}[{i}].resources"))
+    return out
+
+
+def pod_problems(pod_spec: Mapping[str, Any], path: str = "spec") -> list[FieldError]:
+    """The same rules for a Pod's own spec."""
+    out: list[FieldError] = []
+    for section in ("containers", "initContainers"):
+        for i, c in enumerate(pod_spec.get(section) or []):
+            if isinstance(c, Mapping):
+                out.extend(_resource_rules(c.get("resources"), f"{path}.{section}[{i}].resources"))
+    return out
+
+
+def is_gpu(resource: str) -> bool:
+    """A whole GPU or part of one (a MIG slice, a time-sliced replica): what GPU-hours and the GPU
+    warnings count (``queues.gpus.gpu_units`` says how much of a card each is)."""
+    return resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu") or resource.startswith(
+        "nvidia.com/mig-"
+    )
+
+
+def _is_extended(resource: str) -> bool:
+    return "/" in resource and not resource.startswith("kubernetes.io/")
+
+
+def _add(into: Requests, other: Mapping[str, int]) -> None:
+    for res, v in other.items():
+        into[res] = into.get(res, 0) + v
+
+
+def pod_requests(pod_spec: Mapping[str, Any], path: str, problems: list[FieldError]) -> Requests:
+    """The effective request of one pod, as the kube-scheduler computes it."""
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        problems.append(FieldError(f"{path}.containers", "required: at least one container"))
+        return {}
+    total: Requests = {}
+    for i, c in enumerate(containers):
+        _add(total, _container_requests(c, f"{path}.containers[{i}]", problems))
+    sidecars: Requests = {}
+    init_peak: Requests = {}
+    for i, c in enumerate(pod_spec.get("initContainers") or []):
+        req = _container_requests(c, f"{path}.initContainers[{i}]", problems)
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            _add(sidecars, req)
+            continue
+        for res, v in req.items():
+            init_peak[res] = max(init_peak.get(res, 0), v + sidecars.get(res, 0))
+    _add(total, sidecars)
+    for res, v in init_peak.items():
+        total[res] = max(total.get(res, 0), v)
+    overhead = pod_spec.get("overhead") or {}
+    if isinstance(overhead, Mapping):
+        for res, raw in overhead.items():
+            try:
+                total[str(res)] = total.get(str(res), 0) + quantity.parse_milli(raw)
+            except quantity.QuantityError as exc:
+                problems.append(FieldError(f"{path}.overhead.{res}", str(exc)))
+    return total  # (a zero request stays: the queue still assigns it a flavor, as Kueue's)
+
+
+def _with_topology(ps: PodSet, annotations: Any, path: str, problems: list[FieldError]) -> PodSet:
+    """The pod set with what its template's annotations ask of a topology (``queues.placement.topology_requests``)."""
+    if not isinstance(annotations, Mapping) or not any(a in annotations for a in topology_requests.ANNOTATIONS):
+        return ps
+    plain = {str(k): str(v) for k, v in annotations.items()}
+    request, wrong = topology_requests.request_of(plain, ps.count, path or "metadata")
+    problems.extend(wrong)
+    return dataclasses.replace(ps, topology=request) if request is not None else ps
+
+
+def _pod_set(
+    name: str, count: int, pod_spec: Mapping[str, Any], path: str, problems: list[FieldError]
+) -> PodSet | None:
+    before = len(problems)
+    requests = pod_requests(pod_spec, path, problems)
+    tolerations = tuple(
+        selectors.Toleration.from_dict(t) for t in pod_spec.get("tolerations") or () if isinstance(t, Mapping)
+    )
+    if len(problems) > before:
+        return None
+    return PodSet(
+        name=name,
+        count=count,
+        requests=requests,
+        constraints=selectors.NodeConstraints.from_pod_spec(pod_spec),
+        tolerations=tolerations,
+    )

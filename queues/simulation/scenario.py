@@ -1,0 +1,397 @@
+"""Scenario files (``shared/spec/scenario.md``) read into typed, validated form.
+
+``parse`` takes the document as loaded from YAML and returns a ``Scenario`` or raises
+``errors.Invalid`` with every problem found, each with its path inside the file
+(``jobs[3].object.spec.template.spec.containers[0].resources.requests.cpu``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues import errors
+from queues.cycle import fairsharing, podsready, usage_history
+from queues.errors import FieldError
+from queues.gpus import efficiency
+from queues.kueue import api
+from queues.placement import topology
+from queues.podsets import jobs, pods, serving
+from queues.simulation import scenario_kinds as other_kinds
+from queues.simulation import scenario_nodes
+from queues.simulation.scenario_edits import MAX_SECONDS, Edit
+from queues.simulation.scenario_edits import edits as _edits
+from queues.simulation.scenario_edits import manifest as _manifest
+from queues.simulation.scenario_edits import seconds as _time
+
+__all__ = ["MAX_SECONDS", "Edit", "JobEntry", "Part", "Scenario", "parse"]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One object of a workload made of several (a pod group's pods): created at its own time."""
+
+    index: int
+    at: float
+    runtime: float
+    object: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobEntry:
+    """One workload of the timeline: a job, a Pod, or a pod group (``parts``: its pods, each an entry
+    of the file; the group is submitted when its last pod is, and runs as long as its longest)."""
+
+    index: int
+    at: float
+    runtime: float
+    job: jobs.JobInfo
+    object: Mapping[str, Any]
+    parts: tuple[Part, ...] = ()
+    # a Deployment: how many replicas it asks for (its pods are workloads ``<name>-<k>``, made as
+    # its ReplicaSet makes them: at creation, on scale-out, and to replace an evicted one); ``job``
+    # is one replica's pod, named like the Deployment
+    replicas: int | None = None
+    regroups: bool = False  # a serving group: an eviction deletes it and its owner makes it again
+    creates: bool = True  # False: another entry's object makes it (a LeaderWorkerSet's later groups)
+    position: int = 0  # among the workloads of one object (a LeaderWorkerSet's groups), in order
+
+    @property
+    def seq(self) -> int:
+        """Its place among equals in a queue: file order, then its position in its object."""
+        return self.index * 1000 + self.position
+
+    @property
+    def serves(self) -> bool:
+        """A serving replica: it runs until it is stopped (scaled in, evicted), never by itself."""
+        return self.runtime >= MAX_SECONDS
+
+    def replica(self, k: int, at: float) -> JobEntry:
+        """The entry of its ``k``-th replica (made at ``at``): a Pod workload ``<name>-<k>``."""
+        job = dataclasses.replace(self.job, name=f"{self.job.name}-{k}")
+        return JobEntry(self.index, at, self.runtime, job, self.object)
+
+    @property
+    def objects(self) -> tuple[Part, ...]:
+        """What a cluster is given, each at its time: the parts, or the object itself."""
+        return self.parts or (Part(self.index, self.at, self.runtime, self.object),)
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    description: str
+    manifests: list[api.KueueObject]
+    namespaces: dict[str, dict[str, str]]
+    jobs: list[JobEntry]
+    edits: list[Edit]
+    nodes: list[Mapping[str, Any]] = field(default_factory=list)
+    autoscaler: Mapping[str, Any] | None = None
+    # Kubernetes PriorityClasses among the manifests: name -> (value, globalDefault)
+    pod_priorities: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    # Kueue's waitForPodsReady configuration (``queues.cycle.podsready``): on by default, as in Kueue
+    pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
+    # Kubeflow Trainer runtimes among the manifests (a TrainJob's pods): (kind, namespace, name) -> object
+    runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
+    # Kueue's fairSharing configuration (``queues.cycle.fairsharing``): off unless the block is given
+    fair_sharing: fairsharing.FairSharing | None = None
+    # Kueue's admissionFairSharing configuration (``queues.cycle.usage_history``): off unless given
+    admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
+    # how TAS pod sets are packed: Compact (Turnstile's) or Kueue (``queues.placement.topology``)
+    packing: str = "Compact"
+    # GPU efficiency (``queues.gpus.efficiency``): each workload's utilisation trace, reclaim policies, budgets
+    utilization: dict[str, efficiency.Trace] = field(default_factory=dict)
+    # right-sizing (``queues.gpus.rightsizing``): each workload's GPU memory per GPU (MiB), ``gpuMemoryUsed``
+    gpu_memory: dict[str, efficiency.Trace] = field(default_factory=dict)
+    reclaim: tuple[efficiency.ReclaimPolicy, ...] = ()
+    budgets: tuple[efficiency.Budget, ...] = ()
+
+
+_TOP_FIELDS = {
+    "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady",
+    "fairSharing", "admissionFairSharing", "topologyPacking", "reclaim", "budgets",
+}  # fmt: skip
+
+
+MAX_JOBS = 250_000  # a scenario bigger than Kueue's large-scale benchmark (50,000) five times over
+
+
+def parse(doc: Any) -> Scenario:
+    """The scenario in ``doc`` or ``errors.Invalid`` listing every problem with its path."""
+    if not isinstance(doc, Mapping):
+        raise errors.Invalid([FieldError("", "a scenario must be a YAML mapping with name, manifests and jobs")])
+    problems: list[FieldError] = []
+    for key in doc:
+        if key not in _TOP_FIELDS:
+            problems.append(FieldError(str(key), f"unknown field; a scenario has {', '.join(sorted(_TOP_FIELDS))}"))
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError("name", "required: the scenario's name, used in reports"))
+    description = doc.get("description") or ""
+    manifests: list[api.KueueObject] = []
+    pod_priorities: dict[str, tuple[int, bool]] = {}
+    runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = {}
+    raw_manifests = doc.get("manifests")
+    seen: dict[tuple[str, str], str] = {}
+    if not isinstance(raw_manifests, list):
+        problems.append(FieldError("manifests", "required: a list of Kueue objects"))
+    else:
+        for i, raw in enumerate(raw_manifests):
+            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) == other_kinds.PRIORITY_CLASS:
+                other_kinds.priority_class(raw, f"manifests[{i}]", pod_priorities, problems)
+                continue
+            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) in other_kinds.TRAINING_RUNTIMES:
+                other_kinds.runtime(raw, f"manifests[{i}]", runtimes, problems)
+                continue
+            obj = _manifest(raw, f"manifests[{i}]", problems)
+            if obj is None:
+                continue
+            ident = (obj.kind, obj.key)
+            if ident in seen:
+                problems.append(
+                    FieldError(
+                        f"manifests[{i}].metadata.name", f"duplicate {obj.kind} {obj.key!r} (also {seen[ident]})"
+                    )
+                )
+            seen[ident] = f"manifests[{i}]"
+            manifests.append(obj)
+    namespaces: dict[str, dict[str, str]] = {}
+    for i, ns in enumerate(doc.get("namespaces") or []):
+        if not isinstance(ns, Mapping) or not isinstance(ns.get("name"), str):
+            problems.append(FieldError(f"namespaces[{i}].name", "required: the namespace's name"))
+            continue
+        labels = ns.get("labels") or {}
+        if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
+            problems.append(FieldError(f"namespaces[{i}].labels", "must be a map of strings (quote numbers)"))
+            continue
+        namespaces[ns["name"]] = {str(k): v for k, v in labels.items()}
+    priority_classes = {o.name for o in manifests if isinstance(o, api.WorkloadPriorityClass)}
+    edits = _edits(doc.get("edits"), problems, priority_classes)
+    job_entries: list[JobEntry] = []
+    groups: dict[str, list[tuple[int, Part, jobs.JobInfo]]] = {}  # namespace/group -> its pods, in file order
+    raw_jobs = doc.get("jobs")
+    keys: dict[str, int] = {}
+    utilization: dict[str, efficiency.Trace] = {}  # workload key -> its GPU utilisation trace
+    gpu_memory: dict[str, efficiency.Trace] = {}  # workload key -> its GPU memory trace (MiB)
+    if not isinstance(raw_jobs, list):
+        problems.append(FieldError("jobs", "required: the timeline of job submissions (a list)"))
+    elif len(raw_jobs) > MAX_JOBS:
+        problems.append(
+            FieldError("jobs", f"{len(raw_jobs):,} jobs; a scenario holds at most {MAX_JOBS:,} (split the timeline)")
+        )
+    else:
+        for i, raw in enumerate(raw_jobs):
+            path = f"jobs[{i}]"
+            if not isinstance(raw, Mapping):
+                problems.append(FieldError(path, "must be a mapping with at, runtime and object"))
+                continue
+            for key in raw:
+                if key not in ("at", "runtime", "object", "utilization", "gpuMemoryUsed"):
+                    problems.append(
+                        FieldError(
+                            f"{path}.{key}",
+                            "unknown field; a job entry has at, runtime, object, utilization, gpuMemoryUsed",
+                        )
+                    )
+            at = _time(raw.get("at"), f"{path}.at", problems)
+            trace = efficiency.utilization(raw.get("utilization"), f"{path}.utilization", problems)
+            used = efficiency.gpu_memory(raw.get("gpuMemoryUsed"), f"{path}.gpuMemoryUsed", problems)
+            obj = raw.get("object")
+            if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) in serving.KINDS:
+                for entry in _serving(i, at, raw, problems):
+                    if entry.job.key in keys:
+                        problems.append(FieldError(f"{path}.object.metadata.name", f"duplicate {entry.job.key}"))
+                    keys[entry.job.key] = i
+                    job_entries.append(entry)
+                    if trace is not None:  # (a Deployment's replicas take it as they are made)
+                        utilization[entry.job.key] = trace
+                    if used is not None:
+                        gpu_memory[entry.job.key] = used
+                continue
+            if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == RAY_CLUSTER:
+                runtime: float = MAX_SECONDS  # it serves until it is deleted (a ``cancel`` edit), as in Kueue
+                if "runtime" in raw:
+                    problems.append(FieldError(f"{path}.runtime", "a RayCluster runs until it is deleted: remove "
+                                               "runtime (a cancel edit deletes it)"))  # fmt: skip
+            else:
+                runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)
+            is_pod = isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == ("v1", "Pod")
+            try:
+                info = jobs.read_job(obj, jobs.POD if is_pod else None, lambda k, ns, n: runtimes.get((k, ns, n)))
+            except errors.Invalid as exc:
+                problems.extend(e.under(f"{path}.object") for e in exc.errors)
+                continue
+            # as a user would kubectl apply it: what the API server refuses is refused here too
+            if is_pod and isinstance(obj, Mapping):
+                problems.extend(e.under(f"{path}.object") for e in jobs.pod_problems(obj.get("spec") or {}))
+                if pods.group_name(obj) is not None:
+                    key = f"{info.namespace}/{pods.group_name(obj)}"
+                    if trace is not None:
+                        utilization.setdefault(key, trace)
+                    if used is not None:
+                        gpu_memory.setdefault(key, used)
+                    groups.setdefault(key, []).append((i, Part(i, at, runtime, obj), info))
+                    continue
+            else:
+                problems.extend(e.under(f"{path}.object") for e in jobs.api_problems(raw["object"]))
+                problems.extend(e.under(f"{path}.object") for e in jobs.creation_problems(info))
+            if info.key in keys:
+                problems.append(
+                    FieldError(
+                        f"{path}.object.metadata.name", f"duplicate job {info.key} (also jobs[{keys[info.key]}])"
+                    )
+                )
+            keys[info.key] = i
+            if info.priority_class is not None and info.priority_class not in priority_classes:
+                problems.append(
+                    FieldError(
+                        f"{path}.object.metadata.labels[{jobs.PRIORITY_LABEL}]",
+                        f"WorkloadPriorityClass {info.priority_class!r} is not defined in manifests or edits",
+                    )
+                )
+            job_entries.append(JobEntry(i, at, runtime, info, raw["object"]))
+            if trace is not None:
+                utilization[info.key] = trace
+            if used is not None:
+                gpu_memory[info.key] = used
+    for key, members in groups.items():
+        group = _group(key, members, problems)
+        if group is None:
+            continue
+        entry = group
+        if key in keys:
+            problems.append(FieldError(f"jobs[{entry.index}].object.metadata.labels[{pods.GROUP_LABEL}]",
+                                       f"pod group {key} has the name of jobs[{keys[key]}]"))  # fmt: skip
+        keys[key] = entry.index
+        job_entries.append(entry)
+    job_entries.sort(key=lambda e: e.index)
+    deployments = {e.job.key for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == DEPLOYMENT}
+    for edit in edits:
+        if edit.action == "scale" and edit.name not in deployments:
+            problems.append(FieldError(f"edits[{edit.index}].scale", f"no Deployment {edit.name!r} in jobs"))
+        if edit.action == "cancel" and edit.name not in keys:
+            problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
+    nodes = scenario_nodes.parse(doc.get("nodes"), problems)
+    node_names = {str(n["name"]) for n in nodes}
+    for edit in edits:
+        if edit.kind == "Node" and edit.name not in node_names:
+            field = {"delete": "delete.name", "gpuXid": "node"}.get(edit.action, edit.action)
+            where = f"edits[{edit.index}].{field}"
+            problems.append(FieldError(where, f"no node {edit.name!r} in nodes"))
+    packing = doc.get("topologyPacking", topology.COMPACT)
+    if packing not in topology.PACKINGS:
+        problems.append(FieldError("topologyPacking", f"must be {' or '.join(topology.PACKINGS)}, not {packing!r}"))
+        packing = topology.COMPACT
+    autoscaler = doc.get("autoscaler")
+    if autoscaler is not None and not isinstance(autoscaler, Mapping):
+        problems.append(FieldError("autoscaler", "must be a mapping"))
+        autoscaler = None
+    pods_ready = podsready.WaitForPodsReady()
+    try:
+        pods_ready = podsready.parse(doc.get("waitForPodsReady"))
+    except errors.Invalid as exc:
+        problems.extend(exc.errors)
+    fair = None
+    try:
+        fair = fairsharing.parse(doc.get("fairSharing"))
+    except errors.Invalid as exc:
+        problems.extend(exc.errors)
+    admission_fair = None
+    try:
+        admission_fair = usage_history.parse(doc.get("admissionFairSharing"))
+    except errors.Invalid as exc:
+        problems.extend(exc.errors)
+    reclaim = efficiency.reclaim(doc.get("reclaim"), problems)
+    budgets = efficiency.budgets(doc.get("budgets"), problems)
+    if problems:
+        raise errors.Invalid(problems)
+    return Scenario(
+        str(name),
+        str(description),
+        manifests,
+        namespaces,
+        job_entries,
+        edits,
+        nodes,
+        autoscaler,
+        pod_priorities,
+        pods_ready,
+        runtimes,
+        fair,
+        admission_fair,
+        str(packing),
+        utilization,
+        gpu_memory,
+        reclaim,
+        budgets,
+    )
+
+
+DEPLOYMENT = ("apps/v1", "Deployment")
+RAY_CLUSTER = ("ray.io/v1", "RayCluster")
+
+
+def _serving(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldError]) -> list[JobEntry]:
+    """The workloads of a serving object (``queues.podsets.serving``): they run until stopped, so no runtime."""
+    path = f"jobs[{i}]"
+    if "runtime" in raw:
+        problems.append(FieldError(f"{path}.runtime", "serving workloads run until they are stopped: remove runtime"))
+    obj: Mapping[str, Any] = raw["object"]
+    before = len(problems)
+    found = serving.read(f"{path}.object", obj, problems)
+    for where, template in _templates(obj):
+        problems.extend(e.under(f"{path}.object.{where}") for e in jobs.pod_problems(template))
+    if len(problems) > before:
+        return []
+    return [
+        JobEntry(i, at, MAX_SECONDS, info, obj, replicas=replicas, regroups=regroups, creates=n == 0, position=n)
+        for n, (info, replicas, regroups) in enumerate(found)
+    ]
+
+
+def _templates(obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(path, pod spec) of a serving object's pod templates, for the API server's resource rules."""
+    if (obj.get("apiVersion"), obj.get("kind")) == serving.INFERENCE_SERVICE:
+        return [("spec.predictor", serving.predictor(obj)["spec"]["template"]["spec"])]
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    lwt = spec.get("leaderWorkerTemplate") if isinstance(spec.get("leaderWorkerTemplate"), Mapping) else {}
+    assert isinstance(lwt, Mapping)
+    found = [("spec.template.spec", (spec.get("template") or {}).get("spec"))]
+    found += [
+        (f"spec.leaderWorkerTemplate.{k}.spec", (lwt.get(k) or {}).get("spec"))
+        for k in ("leaderTemplate", "workerTemplate")
+    ]
+    return [(p, t) for p, t in found if isinstance(t, Mapping)]
+
+
+def _group(key: str, members: list[tuple[int, Part, jobs.JobInfo]], problems: list[FieldError]) -> JobEntry | None:
+    """A pod group's pods as one entry, or None (with the problems) when they cannot be one."""
+    namespace, _, name = key.partition("/")
+    first = members[0][0]
+    group = pods.Group(namespace, name, tuple(part.object for _, part, _ in members))
+    found = pods.group_problems(group)
+    if not found:
+        total = pods.total_count(group.pods[0])
+        if len(members) != total:
+            where = ", ".join(f"jobs[{i}]" for i, _, _ in members)
+            found.append(
+                FieldError(
+                    f"metadata.annotations[{pods.TOTAL_ANNOTATION}]",
+                    f"group {name} counts {total} pods but the timeline creates {len(members)} ({where})",
+                )
+            )
+    if found:
+        problems.extend(e.under(f"jobs[{first}].object") for e in found)
+        return None
+    parts = tuple(part for _, part, _ in members)
+    return JobEntry(
+        index=first,
+        at=max(p.at for p in parts),
+        runtime=max(p.runtime for p in parts),
+        job=pods.group_info(group),
+        object=parts[0].object,
+        parts=parts,
+    )

@@ -1,0 +1,50 @@
+"""The manifests of a scenario that are not Kueue objects: Kubernetes PriorityClasses (a pod's
+``priorityClassName``) and Kubeflow Trainer's training runtimes (a TrainJob's pods), read into
+what the scheduling core needs of them, every problem at its path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from queues.errors import FieldError
+from queues.podsets import trainjobs
+
+PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
+TRAINING_RUNTIMES = {(trainjobs.API_VERSION, trainjobs.CLUSTER_RUNTIME), (trainjobs.API_VERSION, trainjobs.RUNTIME)}
+
+
+def priority_class(
+    raw: Mapping[str, Any], path: str, into: dict[str, tuple[int, bool]], problems: list[FieldError]
+) -> None:
+    """A Kubernetes PriorityClass (a pod's ``priorityClassName``): its value and globalDefault."""
+    name = (raw.get("metadata") or {}).get("name") if isinstance(raw.get("metadata"), Mapping) else None
+    value = raw.get("value")
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError(f"{path}.metadata.name", "required: the PriorityClass's name"))
+    elif isinstance(value, bool) or not isinstance(value, int) or not -(2**31) <= value <= 1_000_000_000:
+        problems.append(FieldError(f"{path}.value", f"must be a whole number up to 1000000000, not {value!r}"))
+    elif name in into:
+        problems.append(FieldError(f"{path}.metadata.name", f"duplicate PriorityClass {name!r}"))
+    else:
+        into[name] = (value, raw.get("globalDefault") is True)
+
+
+def runtime(
+    raw: Mapping[str, Any],
+    path: str,
+    into: dict[tuple[str, str | None, str], Mapping[str, Any]],
+    problems: list[FieldError],
+) -> None:
+    """A Kubeflow Trainer (Cluster)TrainingRuntime, for the TrainJobs that name it."""
+    meta: Mapping[str, Any] = raw["metadata"] if isinstance(raw.get("metadata"), Mapping) else {}
+    name, kind = meta.get("name"), str(raw.get("kind"))
+    namespace = (meta.get("namespace") or "default") if kind == trainjobs.RUNTIME else None
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError(f"{path}.metadata.name", f"required: the {kind}'s name"))
+    elif (kind, namespace, name) in into:
+        problems.append(FieldError(f"{path}.metadata.name", f"duplicate {kind} {name!r}"))
+    elif not isinstance(((raw.get("spec") or {}).get("template") or {}).get("spec"), Mapping):
+        problems.append(FieldError(f"{path}.spec.template.spec", "required: the JobSet template of the runtime"))
+    else:
+        into[(kind, namespace, name)] = raw
