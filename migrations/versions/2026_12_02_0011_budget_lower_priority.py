@@ -2,7 +2,7 @@
 
 Why: holding a team's work back while GPUs sit free wastes them; ``lower_priority`` (NULL: hold,
 as before) is the priority the budget's new work runs at once it is spent, so it queues behind
-and is preempted by work of a higher priority (``queues.budget_priority``).
+and is preempted by work of a higher priority (``queues.cycle.budget_priority``).
 
 Locking risk: ADD COLUMN of a nullable column without a default is a catalog-only change
 (brief ACCESS EXCLUSIVE lock on a small table, no rewrite).
