@@ -108,7 +108,7 @@ class Policy:
     # Kueue's admissionFairSharing configuration (``queues.cycle.usage_history``); None: off
     admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
     topology_packing: str = COMPACT  # how TAS pod sets are packed (``queues.placement.topology``: Compact or Kueue)
-    # idle reclaim (``admission.controller.reclaim``): where GPU utilisation is read, how often
+    # idle reclaim (``admission.controller.features.reclaim``): where GPU utilisation is read, how often
     prometheus_url: str = ""
     prometheus_timeout: float = 5.0
     reclaim_interval: float = 60.0

@@ -32,9 +32,9 @@ import sqlalchemy as sa
 import yaml
 
 from admission.kube import client as kube_client
-from admission.sim import cluster as sim_cluster
-from admission.sim import resources as sim_resources
 from admission.sim.host import SimHost
+from admission.sim.operators import cluster as sim_cluster
+from admission.sim.server import resources as sim_resources
 from admission.store import config as config_store
 from admission.store import database, embedded
 from bench.procs import ControllerProcess, cpu_seconds, memory_mb, postgres_cpu

@@ -15,9 +15,9 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from admission.controller.exposition import Exposition
-from admission.controller.local_queue_metrics import LocalQueueGauges
-from admission.controller.metrics import ResourceClock, write_queues
+from admission.controller.monitoring.exposition import Exposition
+from admission.controller.monitoring.local_queue_metrics import LocalQueueGauges
+from admission.controller.monitoring.metrics import ResourceClock, write_queues
 from queues.cycle.scheduler import Scheduler
 from queues.kueue import api
 from queues.model import Config

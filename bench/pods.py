@@ -24,8 +24,8 @@ from typing import Any
 from admission.kube import client as kube_client
 from admission.kube.client import Kube
 from admission.sim.host import SimHost
-from admission.sim.objects import Watcher
-from admission.sim.replicas import PODS
+from admission.sim.operators.replicas import PODS
+from admission.sim.server.objects import Watcher
 from admission.store import config as config_store
 from admission.store import database, embedded
 from bench import webhook

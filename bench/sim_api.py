@@ -9,8 +9,8 @@ import tracemalloc
 
 from aiohttp import ClientSession, web
 
-from admission.sim import resources
-from admission.sim.apiserver import ApiServer
+from admission.sim.server import resources
+from admission.sim.server.apiserver import ApiServer
 
 CONFIGMAPS = next(r for r in resources.ALL if r.plural == "configmaps")
 JOBS = next(r for r in resources.ALL if r.plural == "jobs")

@@ -3,7 +3,7 @@
 A dcgm-exporter-shaped page with one GPU per pod (``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` and
 ``DCGM_FI_DEV_GPU_UTIL``: 20,000 series, labelled as through a ServiceMonitor) is scraped by
 Debian's ``prometheus`` every second; once a window's samples are in, one pass is timed as the
-controller runs it (``admission.controller.utilisation.Prometheus.read``: both queries, the
+controller runs it (``admission.controller.features.utilisation.Prometheus.read``: both queries, the
 answers parsed and joined to pods) and then the join of every pod to its workload (1,250
 workloads of 8 pods) as ``Reading.mean`` does it. Goal: one pass under 1 s.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from admission.controller.utilisation import Prometheus, RunWindow, batches
+from admission.controller.features.utilisation import Prometheus, RunWindow, batches
 from admission.sim.prometheus import binary, running
 
 PODS = 10_000

@@ -30,12 +30,12 @@ from typing import Any
 import sqlalchemy as sa
 import yaml
 
-from admission.controller.workload_projection import WORKLOADS
+from admission.controller.objects.workload_projection import WORKLOADS
 from admission.kube import client as kube_client
 from admission.kube.client import KubeError
-from admission.sim import cluster as sim_cluster
-from admission.sim import resources as sim_resources
 from admission.sim.host import SimHost
+from admission.sim.operators import cluster as sim_cluster
+from admission.sim.server import resources as sim_resources
 from admission.store import config as config_store
 from admission.store import database, embedded
 from bench.controller import FLAVOR, _queue

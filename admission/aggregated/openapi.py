@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.controller import visibility
+from admission.controller.objects import visibility
 from admission.store import workload_shape as shape
 
 VISIBILITY_VERSION = "v1beta2"  # (the preferred one)

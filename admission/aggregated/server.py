@@ -29,8 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.aggregated import openapi
 from admission.aggregated.auth import Access, Authorizer, FrontProxy, User
-from admission.controller import visibility
-from admission.controller.visibility import status
+from admission.controller.objects import visibility
+from admission.controller.objects.visibility import status
 from admission.kube import table
 from admission.kube.client import KubeError
 from admission.store import database

@@ -194,9 +194,9 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     from admission.jobs import INTEGRATIONS
     from admission.kube import client as kube_client
     from admission.policy import Policy
-    from admission.sim import dcgm
     from admission.sim import prometheus as sim_prometheus
     from admission.sim.host import SimHost
+    from admission.sim.operators import dcgm
     from admission.store import config as config_store
     from admission.store import database, source, urls
     from admission.webhook import certs, registration

@@ -5,7 +5,7 @@ Every replica runs the informers (jobs of every integrated kind, the pods the we
 namespaces, PriorityClasses, and Kueue's queue objects where the cluster serves them), the
 configuration listener (for the webhook it serves) and leader election
 (``admission.controller.leadership``). The leader also reconciles the queue objects into PostgreSQL
-(``admission.controller.declared``) and writes their status (``admission.controller.queuestatus``).
+(``admission.controller.objects.declared``) and writes their status (``admission.controller.objects.queuestatus``).
 The replica holding the scheduler lease also runs a *term* (``admission.controller.term``): a
 scheduling core rebuilt from PostgreSQL, driven by steps (``admission.controller.step``) whenever
 something changed.
@@ -35,31 +35,31 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.budgets import BudgetKeeper
-from admission.controller.checks import Checks
-from admission.controller.declared import Declared
 from admission.controller.enactor import POLL_SECONDS, Enactor
 from admission.controller.events import EventPoster, events_of
-from admission.controller.gpu_health import GpuHealth
+from admission.controller.features.budgets import BudgetKeeper
+from admission.controller.features.checks import Checks
+from admission.controller.features.gpu_health import GpuHealth
+from admission.controller.features.metering import Meter
+from admission.controller.features.placement import Placement
+from admission.controller.features.pod_waits import INTERVAL as POD_WAITS_INTERVAL
+from admission.controller.features.pod_waits import PodWaits
+from admission.controller.features.podsready import PodsReadyWatch, scaled
+from admission.controller.features.reclaim import Reclaimer
+from admission.controller.features.utilisation import Prometheus
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
-from admission.controller.metering import Meter
-from admission.controller.metrics import Metrics
-from admission.controller.placement import Placement
-from admission.controller.pod_waits import INTERVAL as POD_WAITS_INTERVAL
-from admission.controller.pod_waits import PodWaits
+from admission.controller.monitoring.metrics import Metrics
+from admission.controller.objects.declared import Declared
+from admission.controller.objects.queuestatus import StatusWriter
+from admission.controller.objects.workload_projection import Projection
 from admission.controller.podgroups import PodGroups
-from admission.controller.podsready import PodsReadyWatch, scaled
 from admission.controller.priorities import PriorityClasses
-from admission.controller.queuestatus import StatusWriter
 from admission.controller.readiness import DatabaseHealth, Readiness
-from admission.controller.reclaim import Reclaimer
 from admission.controller.report import Reporter
 from admission.controller.runtimes import TrainingRuntimes
 from admission.controller.step import Changes, StepFailed, StepOptions, Steps
 from admission.controller.term import Term
-from admission.controller.utilisation import Prometheus
-from admission.controller.workload_projection import Projection
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
@@ -223,7 +223,8 @@ class Controller:
         )
         self.pods_ready = PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale))
         self.pods_ready.why = self.pod_waits.why
-        # GPU-hour budgets (``admission.controller.budgets``): measured from the ledger, held by the core's gate
+        # GPU-hour budgets (``admission.controller.features.budgets``): measured from the ledger, held by
+        # the core's gate
         self.budgets = BudgetKeeper(
             sessions,
             current_term=lambda: self.term,

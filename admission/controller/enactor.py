@@ -24,8 +24,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from admission.controller import pinning
-from admission.controller.inventory import NodeInventory
+from admission.controller.features import pinning
+from admission.controller.features.inventory import NodeInventory
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
 from admission.controller.workqueue import Retry, WorkQueue
@@ -349,7 +349,7 @@ class Enactor:
         annotations that make its pods consume the capacity its ProvisioningRequests booked, the
         workload's name (``turnstile.dev/workload``), and, for a pod set placed by topology, the
         gate and pod set annotation that get each pod pinned to its node
-        (``admission.controller.pinning``)."""
+        (``admission.controller.features.pinning``)."""
         flavors = term.flavors()
         notes = provisioning.pod_annotations(term.scheduler.config, wl)
         out = []

@@ -45,8 +45,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from admission.aggregated.auth import Authorizer, FrontProxy
 from admission.aggregated.server import AggregatedApi
-from admission.controller import visibility
 from admission.controller.controller import Controller, Options
+from admission.controller.objects import visibility
 from admission.controller.readiness import Readiness
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from admission.controller.events import EventPoster
-from admission.controller.metrics import Metrics
+from admission.controller.monitoring.metrics import Metrics
 from admission.controller.term import Term
 from admission.jobs.base import JobView
 from admission.store import workloads as store

@@ -31,18 +31,18 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.budgets import BudgetKeeper
-from admission.controller.checks import Checks
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
+from admission.controller.features.budgets import BudgetKeeper
+from admission.controller.features.checks import Checks
+from admission.controller.features.metering import Meter
+from admission.controller.features.podsready import PodsReadyWatch
+from admission.controller.features.reclaim import Reclaimer
 from admission.controller.jobcache import JobCache
-from admission.controller.metering import Meter
-from admission.controller.metrics import Metrics
-from admission.controller.podsready import PodsReadyWatch
-from admission.controller.reclaim import Reclaimer
+from admission.controller.monitoring.metrics import Metrics
+from admission.controller.objects.workload_projection import Projection
 from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, admission_token, now_ms, timestamp
-from admission.controller.workload_projection import Projection
 from admission.jobs.base import JobView
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import activity, database, fair_usage, lease
@@ -75,7 +75,9 @@ class Changes:
     # admitted workloads whose job waits for preempted workloads' pods to stop -> those workloads
     # (None: it no longer waits), as the enactor found; a step stores and announces it
     preempting: dict[str, list[str] | None] = field(default_factory=dict)
-    nodes_lost: dict[str, None] = field(default_factory=dict)  # nodes deleted (``admission.controller.inventory``)
+    nodes_lost: dict[str, None] = field(
+        default_factory=dict
+    )  # nodes deleted (``admission.controller.features.inventory``)
     objects_lost: dict[str, None] = field(default_factory=dict)  # job uids whose Workload object someone deleted
     # nodes cordoned -> workloads placed there whose pods there had not started
     nodes_unusable: dict[str, set[str]] = field(default_factory=dict)
@@ -227,7 +229,7 @@ class Steps:
             h.changed.clear()
 
     async def _save_meter(self, term: Term, dirty: dict[str, None], now: float) -> None:
-        """The ledger's started and used hours (``admission.controller.metering``): jobs seen
+        """The ledger's started and used hours (``admission.controller.features.metering``): jobs seen
         running under their admission now, and what the utilisation reads since the last step
         measured; in their own fenced transaction, after the commit that made the admissions."""
         if self.meter is None:
@@ -248,7 +250,7 @@ class Steps:
                 )
 
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
-        """waitForPodsReady (``admission.controller.podsready``): look at the started workloads whose
+        """waitForPodsReady (``admission.controller.features.podsready``): look at the started workloads whose
         jobs changed; evict those whose pods were not all Ready in time."""
         sched = term.scheduler
         for uid in dirty:
@@ -265,7 +267,7 @@ class Steps:
         return out
 
     def _reclaim(self, term: Term, now: float) -> list[Decision]:
-        """Idle reclaim (``admission.controller.reclaim``): the evictions idle workloads earn;
+        """Idle reclaim (``admission.controller.features.reclaim``): the evictions idle workloads earn;
         warnings are said as Events at once (they change nothing to commit)."""
         if self.reclaimer is None:
             return []

@@ -2,7 +2,7 @@
 
 kubectl asks for ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and prints whatever
 columns the server sends; ``kubectl get -A`` adds the NAMESPACE column from each row's object
-metadata. Both the simulated API server (``admission.sim.tables``) and the controller's
+metadata. Both the simulated API server (``admission.sim.server.tables``) and the controller's
 aggregated API (``admission.aggregated``) answer with these.
 """
 

@@ -6,7 +6,7 @@ decisions. So each part of a scenario becomes what a cluster has:
 
 - a job's ``utilization`` becomes the ``turnstile.dev/sim-gpu-utilization`` annotation on its
   object (a fraction, or a trace as JSON in scenario seconds), which the simulated
-  dcgm-exporter serves for its pods (``admission.sim.dcgm``, times scaled); its
+  dcgm-exporter serves for its pods (``admission.sim.operators.dcgm``, times scaled); its
   ``gpuMemoryUsed`` becomes ``turnstile.dev/sim-gpu-memory-used`` the same way (in Mi), read into
   the ledger for ``turnstile rightsize`` (engine cluster's summary has no ``rightsize``: the
   ledger is where the controller keeps it);
@@ -35,8 +35,8 @@ from urllib.parse import urlparse
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.controller.controller import Controller
-from admission.sim import dcgm
 from admission.sim import prometheus as sim_prometheus
+from admission.sim.operators import dcgm
 from admission.store import budgets as budget_store
 from queues.gpus.efficiency import GPU_IDLE, POLICY_ANNOTATION, Budget, ReclaimPolicy, Trace
 from queues.gpus.gpu_units import cards

@@ -29,8 +29,9 @@ from admission.jobs.pods import POD
 from admission.kube import client as kube_client
 from admission.kube.client import KubeError
 from admission.policy import DEFAULT_POLICY, Policy
-from admission.sim import cluster as sim_cluster
-from admission.sim import dcgm, efficiency
+from admission.sim import efficiency
+from admission.sim.operators import cluster as sim_cluster
+from admission.sim.operators import dcgm
 from admission.sim.replica_names import ReplicaNames
 from admission.sim.stack import ACTOR, NODES, Stack, fresh_database, running
 from admission.store import config as config_store

@@ -19,12 +19,13 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from admission.sim import cronjobs, resources, serving
-from admission.sim.apiserver import ApiServer, Faults
-from admission.sim.autoscaler import Autoscaler
-from admission.sim.cluster import Cluster
-from admission.sim.objects import Resource
-from admission.sim.replicas import Replicas
+from admission.sim.operators import cronjobs, serving
+from admission.sim.operators.autoscaler import Autoscaler
+from admission.sim.operators.cluster import Cluster
+from admission.sim.operators.replicas import Replicas
+from admission.sim.server import resources
+from admission.sim.server.apiserver import ApiServer, Faults
+from admission.sim.server.objects import Resource
 from admission.webhook import certs
 from queues.kueue import crds as kueue_crds
 from queues.kueue import workload_crd

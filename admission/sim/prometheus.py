@@ -1,7 +1,7 @@
 """A real Prometheus on loopback, scraping the simulated cluster's dcgm-exporter.
 
 Why: the controller reads GPU utilisation through a Prometheus-compatible API, never from the
-nodes (``admission.controller.utilisation``). ``turnstile sim up`` starts Debian's (or any)
+nodes (``admission.controller.features.utilisation``). ``turnstile sim up`` starts Debian's (or any)
 ``prometheus`` binary found on PATH against the simulated exporter and points the controller at
 it, so idle reclaim and the ledger's used GPU-hours work in the playground as in a cluster; the
 tests use the same code. The scrape renames the target's ``pod``/``namespace`` labels to

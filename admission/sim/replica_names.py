@@ -13,8 +13,8 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from admission.sim.objects import ObjectStore, Watcher
-from admission.sim.replicas import PODS
+from admission.sim.operators.replicas import PODS
+from admission.sim.server.objects import ObjectStore, Watcher
 from queues.podsets import pods
 from queues.simulation.scenario import JobEntry
 

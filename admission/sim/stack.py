@@ -32,8 +32,9 @@ from admission.jobs import INTEGRATIONS
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
 from admission.policy import DEFAULT_POLICY, Policy
-from admission.sim import autoscaler, efficiency
+from admission.sim import efficiency
 from admission.sim.host import SimHost
+from admission.sim.operators import autoscaler
 from admission.store import config as config_store
 from admission.store import database, embedded, notify
 from admission.webhook import certs, registration

@@ -6,7 +6,7 @@ One source of truth per install, so the two paths never disagree:
   Kueue's CRDs): ``turnstile apply/quota/stop/resume/delete`` write PostgreSQL, as always;
 - ``kubernetes`` (a cluster serving Kueue's CRDs, ``kueue.x-k8s.io/v1beta2``): the objects in
   the cluster are what admins declare (kubectl, Argo CD, Flux, RBAC). The controller reconciles
-  each into PostgreSQL through the same validated, audited path (``admission.controller.declared``)
+  each into PostgreSQL through the same validated, audited path (``admission.controller.objects.declared``)
   and the CLI's writing commands refuse, naming the kubectl command to run instead.
 
 The controller switches an install to ``kubernetes`` when it finds the CRDs served (first

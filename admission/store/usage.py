@@ -220,7 +220,7 @@ async def set_run_measured(session: AsyncSession, runs: Sequence[RunMeasurement]
     """Runs that ended, measured whole: the rows of that admission that ran are measured for all
     the time they ran, busy by the mean, and their GPU memory by the run's (replacing what the
     periodic reads added; the peak is the larger of the two, a read's max may catch what the run's
-    steps skip) (``admission.controller.metering``). A figure that is None leaves its columns."""
+    steps skip) (``admission.controller.features.metering``). A figure that is None leaves its columns."""
     if runs:
         await session.execute(
             _SET_RUN_MEASURED,

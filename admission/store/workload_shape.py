@@ -1,7 +1,7 @@
 """A stored workload row as Kubernetes shows it: Kueue's ``Workload`` shape.
 
 Why a module of its own: the same rendering serves Kueue's objects the leader projects into the
-cluster (``admission.controller.workload_projection``), the aggregated ``workloads.turnstile.dev``
+cluster (``admission.controller.objects.workload_projection``), the aggregated ``workloads.turnstile.dev``
 (``admission.aggregated``) and ``turnstile get wl -o yaml``; it is pure (a row in, a dict out),
 while ``admission.store.workload_objects`` holds the queries that find the rows. ``spec``
 (queueName, priority, priorityClassRef, active, podSets with their requests as Kubernetes

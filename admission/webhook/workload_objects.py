@@ -1,6 +1,6 @@
 """What the webhook answers for Kueue's Workload objects (``workloads.kueue.x-k8s.io``).
 
-The objects are the leader's projection of PostgreSQL (``admission.controller.workload_projection``),
+The objects are the leader's projection of PostgreSQL (``admission.controller.objects.workload_projection``),
 so a person's edit either becomes a request the leader honours or is refused with the reason:
 
 - **``spec.active``** changed (``kubectl patch``, ``kubectl kueue stop|resume workload``): written as

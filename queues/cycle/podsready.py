@@ -38,7 +38,7 @@ from queues.errors import FieldError
 
 REASON = "PodsReadyTimeout"  # the eviction's reason (Kueue's WorkloadEvictedByPodsReadyTimeout)
 LIMIT_EXCEEDED = "RequeuingLimitExceeded"  # the detail of the eviction that deactivates it
-# an admitted workload whose started pods the kube-scheduler cannot place (``admission.controller.pod_waits``)
+# an admitted workload whose started pods the kube-scheduler cannot place (``admission.controller.features.pod_waits``)
 PODS_UNSCHEDULABLE = "PodsUnschedulable"
 
 _FIELDS = {"enable", "timeout", "recoveryTimeout", "blockAdmission", "requeuingStrategy"}

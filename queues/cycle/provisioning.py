@@ -245,7 +245,7 @@ def pods_of(wl: Workload, admission: Admission, flavors: Mapping[str, Flavor]) -
 
 @dataclass
 class AutoscalerModel:
-    """The simulated cluster's nodes and cluster-autoscaler (``admission.sim.autoscaler``), in
+    """The simulated cluster's nodes and cluster-autoscaler (``admission.sim.operators.autoscaler``), in
     scenario time: pods of running workloads placed first fit in node-name order, requests
     answered by ``nodes.answer``, scale-ups completing ``delay`` seconds later, a Provisioned
     request's booking expiring ``booking_expiry`` seconds later unless its job started."""
@@ -377,7 +377,7 @@ class AutoscalerModel:
 
     def why_unplaced(self, key: str) -> str | None:
         """Why a started workload's pods wait for a node, in the kube-scheduler's words (its first
-        waiting pod's), as the controller says it (``admission.controller.pod_waits``); None when
+        waiting pod's), as the controller says it (``admission.controller.features.pod_waits``); None when
         all are placed."""
         pods = self.unplaced.get(key)
         if not pods or not self.nodes:

@@ -18,8 +18,8 @@
   the next period; running work is never stopped by a budget.
 
 Engine core models them (``queues.gpus.reclaim_model``); the controller reclaims with the same model,
-from a ClusterQueue's ``POLICY_ANNOTATION`` and DCGM readings (``admission.controller.reclaim``),
-and enforces budgets kept in PostgreSQL with the same gate (``admission.controller.budgets``).
+from a ClusterQueue's ``POLICY_ANNOTATION`` and DCGM readings (``admission.controller.features.reclaim``),
+and enforces budgets kept in PostgreSQL with the same gate (``admission.controller.features.budgets``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Kubernetes. dcgm-exporter reports the last Xid each GPU saw (``DCGM_FI_DEV_XID_E
 of the Xid's number) and, where the exporter's counters are on, uncorrectable (double-bit) ECC
 errors (``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL``) and row-remap failures
 (``DCGM_FI_DEV_ROW_REMAP_FAILURE``). The controller reads them through Prometheus
-(``admission.controller.gpu_health``) and engine core from a scenario's ``gpuXid`` edits; both
+(``admission.controller.features.gpu_health``) and engine core from a scenario's ``gpuXid`` edits; both
 ask this module whether a report is fatal and say it in the same words:
 
     node gpu-1 GPU 0 (GPU-3f2a...) reported Xid 79 (GPU has fallen off the bus)

@@ -1,7 +1,7 @@
 """dcgm-exporter's GPU utilisation series, as a Prometheus query returns them, joined to pods.
 
 The controller asks a Prometheus-compatible API for each series' mean over a reclaim window
-(``admission.controller.utilisation``); this turns the answers into one figure per pod:
+(``admission.controller.features.utilisation``); this turns the answers into one figure per pod:
 
 - ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (a fraction; whole GPUs and MIG instances alike) where a pod
   has it, else ``DCGM_FI_DEV_GPU_UTIL`` / 100 (older GPUs, or a profile the exporter does not

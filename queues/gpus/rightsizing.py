@@ -3,7 +3,7 @@
 Why measured, not estimated: a model's weights and KV cache say what a job *might* need; the
 GPU's framebuffer (dcgm-exporter's ``DCGM_FI_DEV_FB_USED``) says what it *did* need. The leader
 keeps each run's peak GPU memory (of its busiest GPU), the card's size and its mean utilisation
-on the ledger (``admission.controller.metering``); this module turns one workload's figures into a
+on the ledger (``admission.controller.features.metering``); this module turns one workload's figures into a
 verdict, the same one for ``turnstile rightsize``, ``describe workload``, the dashboard and
 engine core's summary:
 

@@ -2,7 +2,7 @@
 
 Why: kueuectl, KueueViz and every script built on Kueue read ``workloads.kueue.x-k8s.io``. The
 leader keeps one such object per queued job, a projection of what PostgreSQL holds
-(``admission.controller.workload_projection``), so the definition must accept what Kueue's does.
+(``admission.controller.objects.workload_projection``), so the definition must accept what Kueue's does.
 
 Written from Kueue's API types (``apis/kueue/v1beta2/workload_types.go``): the same names, short
 name (``wl``; Turnstile's aggregated ``workloads.turnstile.dev`` answers to ``twl``), printer columns,

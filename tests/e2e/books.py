@@ -21,7 +21,7 @@ from sqlalchemy import func, select, text
 
 from admission.jobs.base import ADMISSION_ANNOTATION
 from admission.kube.client import KubeError
-from admission.sim import cluster as sim_cluster
+from admission.sim.operators import cluster as sim_cluster
 from admission.store import database, tables
 from queues import quantity
 from tests.admission.controller.world import JOBS, World, job

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from admission.sim import cluster as sim_cluster
+from admission.sim.operators import cluster as sim_cluster
 from admission.store import database, tables
 from tests.admission.controller.world import CONFIG, World, job, world
 from tests.e2e import books

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from admission.sim.cronjobs import CRONJOBS, JOBS
 from admission.sim.host import SimHost
+from admission.sim.operators.cronjobs import CRONJOBS, JOBS
 from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, kubectl, turnstile
 from tests.e2e.test_pods import cluster, create

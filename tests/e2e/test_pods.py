@@ -18,9 +18,9 @@ import pytest
 
 from admission.jobs import INTEGRATIONS
 from admission.kube.client import Kube
-from admission.sim import resources
 from admission.sim.host import SimHost
-from admission.sim.replicas import PODS
+from admission.sim.operators.replicas import PODS
+from admission.sim.server import resources
 from admission.webhook import registration
 from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, kubectl, turnstile

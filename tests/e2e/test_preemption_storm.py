@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 
 from admission.kube import client as kube_client
 from admission.kube.client import KubeError
-from admission.sim import cluster as sim_cluster
+from admission.sim.operators import cluster as sim_cluster
 from admission.store import database, tables
 from tests.admission.controller.world import JOBS, eventually, job, world
 from tests.e2e.books import pod_gpus

@@ -116,7 +116,7 @@ def test_rbac_is_least_privilege() -> None:
         status = f"{integration.ref.plural}/status"  # the enactor clears status.startTime
         rules = [r for r in cluster_rules if group in r["apiGroups"] and status in r["resources"]]
         assert rules and "patch" in rules[0]["verbs"], status
-    # the ProvisioningRequest admission check (admission.controller.checks): watched, made, deleted
+    # the ProvisioningRequest admission check (admission.controller.features.checks): watched, made, deleted
     for group, resource, verbs in (
         ("autoscaling.x-k8s.io", "provisioningrequests", {"get", "list", "watch", "create", "delete"}),
         ("", "podtemplates", {"create", "delete"}),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from admission.controller.declared import Declared
+from admission.controller.objects.declared import Declared
 from admission.controller.readiness import DatabaseHealth
 from admission.kube import client as kube_client
 from admission.kube.client import Kube

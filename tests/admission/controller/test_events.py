@@ -7,7 +7,7 @@ from typing import Any
 
 from admission.controller import events as module
 from admission.controller.events import EventPoster
-from admission.controller.workload_projection import WORKLOADS
+from admission.controller.objects.workload_projection import WORKLOADS
 from admission.jobs import BY_KIND
 from tests.admission.controller.world import CONFIG, JOBS, eventually, job, world
 

@@ -13,8 +13,8 @@ from sqlalchemy import select
 
 from admission.kube.client import ResourceRef
 from admission.policy import Policy
-from admission.sim import autoscaler as sim_autoscaler
-from admission.sim import dcgm
+from admission.sim.operators import autoscaler as sim_autoscaler
+from admission.sim.operators import dcgm
 from admission.store import database, tables
 from queues.gpus.gpu_health import TAINT
 from tests.admission.controller.test_metering import CONFIG, NODE, scraping

@@ -18,7 +18,7 @@ from admission.jobs.base import PodSetInfo, pointer_get
 from admission.kube import client as kube_client
 from admission.kube.client import ResourceRef
 from admission.kube.informer import Informer
-from admission.sim import resources
+from admission.sim.server import resources
 from admission.store import database, tables
 from queues.podsets import jobs
 from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world

@@ -15,11 +15,11 @@ from urllib.parse import urlparse
 import aiohttp
 from sqlalchemy import select
 
-from admission.controller.utilisation import MAX_POINTS, RunWindow, batches
+from admission.controller.features.utilisation import MAX_POINTS, RunWindow, batches
 from admission.kube.client import ResourceRef
 from admission.policy import Policy
-from admission.sim import autoscaler as sim_autoscaler
-from admission.sim import dcgm
+from admission.sim.operators import autoscaler as sim_autoscaler
+from admission.sim.operators import dcgm
 from admission.store import database, tables
 from tests.admission.controller.world import World, eventually, job, world
 from tests.admission.runner import turnstile

@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from admission.controller.metrics import Metrics
+from admission.controller.monitoring.metrics import Metrics
 from tests.admission.controller.world import CONFIG, eventually, job, world
 
 # spec/cli.md: the metric names and labels Kueue's dashboards use, and Turnstile's ledger metric.
@@ -201,7 +201,7 @@ async def test_a_finished_job_is_counted_per_cluster_queue_and_local_queue(tmp_p
 
 def test_local_queue_gauges_are_counted_at_most_every_few_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """One pass over every workload costs ~50 ms at 100,000: counted once per window per scheduler."""
-    from admission.controller import local_queue_metrics as module
+    from admission.controller.monitoring import local_queue_metrics as module
     from tests.queues.builders import CQ, flavor, make_workload, scheduler
 
     sched = scheduler(flavor("a100"), CQ("a").group(("a100", {"gpu": 8})), queues={"q": "a"})
@@ -220,7 +220,7 @@ def test_local_queue_gauges_are_counted_at_most_every_few_seconds(monkeypatch: p
 
 async def test_a_scrape_that_finds_the_local_queue_count_stale_is_answered_before_the_recount() -> None:
     """On the event loop, the pass over every workload runs just after the stale scrape's answer."""
-    from admission.controller import local_queue_metrics as module
+    from admission.controller.monitoring import local_queue_metrics as module
     from tests.queues.builders import CQ, flavor, make_workload, scheduler
 
     sched = scheduler(flavor("a100"), CQ("a").group(("a100", {"gpu": 8})), queues={"q": "a"})
@@ -242,9 +242,9 @@ def test_cohort_tree_and_local_queue_quota_families_follow_kueues_meanings() -> 
     """Kueue's hierarchy families (``kueue_cluster_queue_info``, ``kueue_cohort_info``, the
     ``kueue_cohort_subtree_*`` gauges) and the LocalQueue quota and status gauges, from a tree:
     org > team > a, org > b (lending 1 of its 4 GPUs), and solo in no Cohort."""
-    from admission.controller.exposition import Exposition
-    from admission.controller.local_queue_metrics import LocalQueueGauges
-    from admission.controller.metrics import ResourceClock, write_queues
+    from admission.controller.monitoring.exposition import Exposition
+    from admission.controller.monitoring.local_queue_metrics import LocalQueueGauges
+    from admission.controller.monitoring.metrics import ResourceClock, write_queues
     from queues.kueue import api
     from tests.queues.builders import CQ, flavor, local_queue, make_workload, scheduler
 
@@ -311,10 +311,10 @@ def test_pending_requests_cohort_admissions_and_admission_fair_sharing_usage_fol
     for a covered resource nothing asks for), ``kueue_cohort_subtree_admitted_workloads_total`` (an
     admission counts in every Cohort above its ClusterQueue) and, with admission fair sharing,
     ``kueue_local_queue_admission_fair_sharing_usage`` (the usage the ClusterQueue orders by)."""
-    from admission.controller.exposition import Exposition
-    from admission.controller.local_queue_metrics import LocalQueueGauges
+    from admission.controller.monitoring.exposition import Exposition
+    from admission.controller.monitoring.local_queue_metrics import LocalQueueGauges
+    from admission.controller.monitoring.workload_metrics import WorkloadMetrics
     from admission.controller.report import cohorts_above
-    from admission.controller.workload_metrics import WorkloadMetrics
     from queues.cycle.scheduler import Scheduler
     from queues.cycle.usage_history import AdmissionFairSharing
     from queues.kueue import api

@@ -11,10 +11,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from admission.controller.workload_projection import WORKLOADS
+from admission.controller.objects.workload_projection import WORKLOADS
 from admission.kube.client import ResourceRef
 from admission.policy import Policy
-from admission.sim import autoscaler as sim_autoscaler
+from admission.sim.operators import autoscaler as sim_autoscaler
 from admission.store import database, tables
 from queues.cycle import podsready
 from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world

@@ -15,11 +15,11 @@ from typing import Any
 from sqlalchemy import select
 
 from admission.cli import views
-from admission.controller.checks import JOB_UID_LABEL, Checks
+from admission.controller.features.checks import JOB_UID_LABEL, Checks
 from admission.kube.client import ResourceRef
 from admission.kube.informer import Informer
-from admission.sim import autoscaler as sim_autoscaler
-from admission.sim import cluster as sim_cluster
+from admission.sim.operators import autoscaler as sim_autoscaler
+from admission.sim.operators import cluster as sim_cluster
 from admission.store import database, tables
 from queues.cycle import provisioning
 from tests.admission.controller.world import GPU, World, eventually, job, world

@@ -16,8 +16,8 @@ from sqlalchemy import select
 
 from admission.kube.client import ResourceRef
 from admission.policy import Policy
-from admission.sim import autoscaler as sim_autoscaler
-from admission.sim import dcgm
+from admission.sim.operators import autoscaler as sim_autoscaler
+from admission.sim.operators import dcgm
 from admission.store import database, tables
 from tests.admission.controller.world import World, eventually, job, world
 from tests.prometheus import needs_prometheus, running

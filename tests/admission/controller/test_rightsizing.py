@@ -13,8 +13,8 @@ from urllib.parse import urlparse
 
 from admission.kube.client import ResourceRef
 from admission.policy import Policy
-from admission.sim import autoscaler as sim_autoscaler
-from admission.sim import dcgm
+from admission.sim.operators import autoscaler as sim_autoscaler
+from admission.sim.operators import dcgm
 from tests.admission.controller.test_metering import _ledger, scraping
 from tests.admission.controller.world import eventually, job, world
 from tests.admission.runner import turnstile

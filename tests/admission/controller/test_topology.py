@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from admission.cli import views
 from admission.kube.client import ResourceRef
-from admission.sim.cluster import PODS
+from admission.sim.operators.cluster import PODS
 from admission.store import database, tables
 from tests.admission.controller.world import World, eventually, job, world
 

@@ -12,8 +12,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from admission.controller import process, visibility
+from admission.controller import process
 from admission.controller.controller import Controller
+from admission.controller.objects import visibility
 from tests.admission.controller.world import CONFIG, eventually, job, world
 from tests.admission.runner import turnstile
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from admission.controller.workload_projection import WORKLOADS
+from admission.controller.objects.workload_projection import WORKLOADS
 from admission.kube.client import EVENTS, KubeError
 from tests.admission.controller.test_restart import running
 from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world

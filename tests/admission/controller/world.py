@@ -21,10 +21,10 @@ from admission.controller.controller import Controller, Options
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef
 from admission.policy import DEFAULT_POLICY
-from admission.sim import resources
-from admission.sim.apiserver import Faults
 from admission.sim.host import SimHost
-from admission.sim.objects import Resource
+from admission.sim.server import resources
+from admission.sim.server.apiserver import Faults
+from admission.sim.server.objects import Resource
 from admission.store import config as config_store
 from admission.store import database
 from queues.kueue import api

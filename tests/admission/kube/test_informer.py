@@ -11,8 +11,8 @@ import pytest
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
 from admission.kube.informer import BACKOFF_MAX, Informer
-from admission.sim.apiserver import Faults
 from admission.sim.host import SimHost
+from admission.sim.server.apiserver import Faults
 
 CONFIGMAPS = kube_client.ResourceRef("v1", "ConfigMap", "configmaps")
 

@@ -13,9 +13,9 @@ from aiohttp import web
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
-from admission.sim import resources
-from admission.sim.apiserver import ApiServer, bookmark_version
-from admission.sim.objects import Event, Watcher
+from admission.sim.server import resources
+from admission.sim.server.apiserver import ApiServer, bookmark_version
+from admission.sim.server.objects import Event, Watcher
 
 
 @pytest_asyncio.fixture

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest_asyncio
 
-from admission.sim import resources
-from admission.sim.autoscaler import (
+from admission.sim.operators.autoscaler import (
     ATOMIC_SCALE_UP,
     CHECK_CAPACITY,
     CONSUME_ANNOTATION,
@@ -17,8 +16,9 @@ from admission.sim.autoscaler import (
     PROVISIONING_REQUESTS,
     Autoscaler,
 )
-from admission.sim.cluster import NODES, PODS
-from admission.sim.objects import ObjectStore
+from admission.sim.operators.cluster import NODES, PODS
+from admission.sim.server import resources
+from admission.sim.server.objects import ObjectStore
 
 TEMPLATE = {"labels": {"gpu": "a100"}, "capacity": {"nvidia.com/gpu": "8", "cpu": "96"}}
 

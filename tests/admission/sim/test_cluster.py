@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest_asyncio
 
-from admission.sim import resources
-from admission.sim.cluster import NODES, PODS, Cluster
-from admission.sim.objects import ObjectStore, Resource
+from admission.sim.operators.cluster import NODES, PODS, Cluster
+from admission.sim.server import resources
+from admission.sim.server.objects import ObjectStore, Resource
 
 JOBS = next(r for r in resources.ALL if r.plural == "jobs")
 PYTORCH = next(r for r in resources.ALL if r.plural == "pytorchjobs")

@@ -1,4 +1,4 @@
-"""Cron schedules as the simulated CronJob controller reads them (``admission.sim.cronjobs.Schedule``)."""
+"""Cron schedules as the simulated CronJob controller reads them (``admission.sim.operators.cronjobs.Schedule``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from admission.sim.cronjobs import Schedule
+from admission.sim.operators.cronjobs import Schedule
 
 
 def at(text: str) -> dt.datetime:

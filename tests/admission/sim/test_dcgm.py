@@ -1,4 +1,4 @@
-"""The simulated dcgm-exporter (``admission.sim.dcgm``): dcgm-exporter's series for the GPUs of
+"""The simulated dcgm-exporter (``admission.sim.operators.dcgm``): dcgm-exporter's series for the GPUs of
 running pods, read over HTTP as Prometheus would scrape them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import urllib.request
 from pathlib import Path
 
-from admission.sim import dcgm
 from admission.sim.host import SimHost
+from admission.sim.operators import dcgm
 from tests.admission.runner import kubectl
 
 

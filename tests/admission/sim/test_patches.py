@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from admission.sim import patches, validation
-from admission.sim.objects import ApiError, Resource
+from admission.sim.server import patches, validation
+from admission.sim.server.objects import ApiError, Resource
 
 POD = {
     "spec": {

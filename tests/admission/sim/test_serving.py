@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from admission.sim.host import SimHost
-from admission.sim.replicas import DEPLOYMENTS, PODS, REPLICASETS
+from admission.sim.operators.replicas import DEPLOYMENTS, PODS, REPLICASETS
 from tests.admission.runner import KUBECTL, kubectl
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")

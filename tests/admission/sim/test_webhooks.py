@@ -14,7 +14,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
-from admission.sim.apiserver import ApiServer
+from admission.sim.server.apiserver import ApiServer
 from admission.webhook import certs
 
 

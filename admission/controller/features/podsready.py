@@ -1,0 +1,86 @@
+"""waitForPodsReady in the controller: watch started jobs until their pods are Ready, evict the late.
+
+The policy is the core's (``queues.cycle.podsready``); this module feeds it what the cluster says. Each
+step hands it the workloads whose jobs changed (``observe``): a started workload whose job's
+status says every pod is Ready (``JobView.ready``, read per kind as Kueue reads it) is Ready, and
+the first time it is, when is stored (``workloads.pods_ready_at``) so a restart knows it was. One
+that is not Ready gets a deadline: its start (the last Admitted event, kept in PostgreSQL) plus
+the timeout, or, if it was Ready and lost a pod, when that was seen plus the recovery timeout.
+``due`` hands the step the workloads past their deadline; the scheduler evicts them
+(``PodsReadyTimeout``) and the step commits that like any decision. The step wakes itself for
+the next deadline.
+
+Times are wall seconds; in ``turnstile simulate --engine cluster`` the policy's durations are
+scaled by the time scale, as the scenario's runtimes are. After a failover, a workload that lost
+a pod before it is given the full recovery timeout from the new term (when it lost the pod is
+not stored): late rather than early.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from admission.jobs.base import JobView
+from queues.cycle.podsready import WaitForPodsReady
+from queues.model import Workload
+
+
+def scaled(policy: WaitForPodsReady, scale: float) -> WaitForPodsReady:
+    """The policy with its durations in wall seconds (``scale`` wall seconds per second)."""
+    if scale == 1.0:
+        return policy
+    return dataclasses.replace(
+        policy,
+        timeout=policy.timeout * scale,
+        recovery_timeout=policy.recovery_timeout * scale,
+        backoff_base_seconds=policy.backoff_base_seconds * scale,
+        backoff_max_seconds=policy.backoff_max_seconds * scale,
+    )
+
+
+class PodsReadyWatch:
+    def __init__(self, policy: WaitForPodsReady) -> None:
+        self.policy = policy
+        self.deadlines: dict[str, tuple[float, bool]] = {}  # key -> (when it is evicted, whether recovering)
+        self.lost_at: dict[str, float] = {}  # key -> when a workload that was Ready lost a pod
+        self.newly_ready: dict[str, float] = {}  # key -> when first Ready: to store (the step drains it)
+        # why a workload's pods wait, as last read (``admission.controller.features.pod_waits``): said on eviction
+        self.why: Callable[[str], str | None] = lambda _key: None
+
+    def observe(self, wl: Workload | None, view: JobView | None, now: float) -> None:
+        """Look at one workload and its job as last seen."""
+        if wl is None:
+            return
+        key = wl.key
+        if not self.policy.enable or view is None or not wl.started or wl.started_at is None or view.finished:
+            self.forget(key)
+            return
+        if view.ready:
+            if wl.ready_at is None:
+                wl.ready_at = now
+                self.newly_ready[key] = now
+            self.lost_at.pop(key, None)
+            self.deadlines.pop(key, None)
+            return
+        if wl.ready_at is not None:
+            lost = self.lost_at.setdefault(key, max(now, wl.ready_at))
+            self.deadlines[key] = (lost + self.policy.recovery_timeout, True)
+        else:  # (from this admission's start: a workload admitted again starts afresh)
+            self.lost_at.pop(key, None)
+            self.deadlines[key] = (wl.started_at + self.policy.timeout, False)
+
+    def forget(self, key: str) -> None:
+        self.deadlines.pop(key, None)
+        self.lost_at.pop(key, None)
+        self.newly_ready.pop(key, None)
+
+    def due(self, now: float) -> list[tuple[str, bool]]:
+        """(key, recovering) of the workloads past their deadline, oldest deadline first; forgotten here."""
+        late = sorted((at, key, recovering) for key, (at, recovering) in self.deadlines.items() if at <= now)
+        for _, key, _ in late:
+            self.forget(key)
+        return [(key, recovering) for _, key, recovering in late]
+
+    def next_deadline(self) -> float | None:
+        return min((at for at, _ in self.deadlines.values()), default=None)

@@ -1,0 +1,509 @@
+"""What runs in the simulated cluster: job operators, a scheduler and a kubelet.
+
+- Operators (batch Job, the Kubeflow kinds, JobSet, RayJob, RayCluster): an unsuspended job gets
+  its pods, one per replica, named ``<job>-<podset>-<i>``; a running batch Job follows changes to
+  its ``parallelism`` at once (pods created up to it, those beyond it deleted), as the real Job
+  controller does; suspending it deletes them and sets the Suspended condition; when every pod has
+  succeeded the job completes, with the status its real controller sets (Job: Complete; Kubeflow:
+  Succeeded; JobSet: Completed; RayJob: ``jobDeploymentStatus: Complete``). A RayCluster's pods run
+  until it is deleted or suspended; its ``status.state`` is ``ready`` while they run and
+  ``suspended`` once a suspended one's pods are gone, as KubeRay's. Differences from KubeRay: a
+  RayJob's pods (head, workers, submitter) are made by the RayJob itself, without the RayCluster
+  and submitter Job KubeRay makes between them, and they all succeed after the job's runtime
+  (KubeRay's submitter succeeds and the cluster is then deleted: the same quota released at the
+  same moment).
+- Scheduler: a pending pod is bound to the first Node whose labels match its nodeSelector,
+  whose NoSchedule/NoExecute taints it tolerates and whose allocatable capacity still holds
+  its requests; otherwise it stays Pending with PodScheduled=False, reason Unschedulable, and
+  the kube-scheduler's words as the condition's message and in a Warning Event
+  ``FailedScheduling`` on the pod (``0/4 nodes are available: 4 Insufficient nvidia.com/gpu.
+  preemption: 0/4 nodes are available: 4 No preemption victims found for incoming pod.``,
+  ``queues.placement.nodes.fit_error``). Differences: one Event per distinct message (the real scheduler
+  retries with a backoff and its recorder counts repeats in the Event's series); it never
+  preempts, so its preemption verdict is always "No preemption victims found" where capacity was
+  short. Without any Node, capacity is unlimited.
+- Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
+  annotation (times ``time_scale``), then succeeds; without the annotation it runs for
+  ``default_runtime`` seconds (``sim up --default-runtime``), or forever when that is None; a pod
+  with ``restartPolicy: Always`` (a Deployment's, a bare ``kubectl run`` pod's) runs until deleted
+  unless annotated, as a server never succeeds.
+  A deleted pod terminates gracefully: it keeps running, with a deletionTimestamp, until its
+  containers stop (``termination_seconds`` after SIGTERM) or its grace period ends
+  (``metadata.deletionGracePeriodSeconds``, else ``spec.terminationGracePeriodSeconds``, 30 by
+  default), whichever is first (times ``time_scale``), holding its node's capacity meanwhile
+  (the kubelet's finalizer stands for the grace period). A batch Job counts such pods in
+  ``status.terminating``, not ``status.active``, as the real Job controller does from
+  Kubernetes 1.29 (``JobPodReplacementPolicy``); with ``job_terminating=False`` it counts them
+  nowhere, as a 1.28 server does, so only the pods themselves say they still run.
+- Garbage collection: a deleted job's pods are deleted too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from admission.sim.operators import statuses
+from admission.sim.operators.statuses import now_text, set_condition
+from admission.sim.server import defaults, resources
+from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
+from queues import errors
+from queues.placement import nodes as nodes_model
+from queues.podsets import jobs
+
+__all__ = ["NODES", "PODS", "Cluster", "free_capacity", "set_condition"]
+
+RUNTIME_ANNOTATION = "turnstile.dev/sim-runtime"
+JOB_UID_LABEL = "turnstile.dev/job-uid"
+POD_SET_LABEL = statuses.POD_SET_LABEL
+KUBELET_FINALIZER = "turnstile.dev/sim-kubelet"  # held while a deleted pod terminates
+UNLIMITED_NODE = "sim-unlimited"
+
+PODS = next(r for r in resources.ALL if r.plural == "pods")
+NODES = next(r for r in resources.ALL if r.plural == "nodes")
+EVENTS = next(r for r in resources.ALL if r.plural == "events" and not r.group)
+JOB_RESOURCES = tuple(r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS)
+DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed", "TrainJob": "Complete"}  # Kubeflow's: Succeeded
+FOREVER = "forever"  # a RUNTIME_ANNOTATION value: the pod runs until it is deleted (a RayCluster's)
+
+
+def _walk(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+class Cluster:
+    """Reacts to the store's changes like the controllers and kubelets of a real cluster."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        time_scale: float = 1.0,
+        termination_seconds: float = 1.0,
+        default_runtime: float | None = None,
+    ) -> None:
+        self.store = store
+        self.time_scale = time_scale
+        self.default_runtime = default_runtime  # seconds a pod without a sim-runtime runs (None: forever)
+        self.termination_seconds = termination_seconds  # how long a pod's containers take to stop on SIGTERM
+        self.job_terminating = True  # a Job's status.terminating is filled (1.29+); False: as 1.28
+        self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
+        self.tasks: list[asyncio.Task[None]] = []
+        self.timers: dict[str, asyncio.TimerHandle] = {}  # pod -> when it ends: its runtime, or its termination
+        self.stopping: set[str] = set()  # pods whose termination period runs
+        self.unschedulable: set[tuple[str, str]] = set()  # pods the scheduler could not place yet
+        store.index_label(JOB_UID_LABEL)
+
+    async def start(self) -> None:
+        for w in self.watchers:
+            self.store.watchers.append(w)
+            self.tasks.append(asyncio.create_task(self._consume(w)))
+
+    async def stop(self) -> None:
+        for w in self.watchers:
+            with contextlib.suppress(ValueError):
+                self.store.watchers.remove(w)
+            w.queue.put_nowait(None)
+        for timer in self.timers.values():
+            timer.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _consume(self, watcher: Watcher) -> None:
+        while (event := await watcher.queue.get()) is not None:
+            try:
+                if event.resource in JOB_RESOURCES and event.type == "DELETED":
+                    meta = event.obj["metadata"]
+                    for pod in self._pods_of(meta["uid"], meta["namespace"]):
+                        self._terminate(pod)
+                elif event.resource in JOB_RESOURCES:
+                    self.reconcile_job(
+                        event.resource, event.obj["metadata"]["namespace"], event.obj["metadata"]["name"]
+                    )
+                elif event.resource is PODS:
+                    self._on_pod(event.type, event.obj)
+                elif event.resource is NODES:
+                    self.schedule_pending()
+            except ApiError:
+                continue  # the object changed or vanished meanwhile; a later event reconciles again
+
+    # ----- operators -------------------------------------------------------------------------
+
+    def runtime(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        """A Kubeflow Trainer runtime, as the Trainer controller finds a TrainJob's (``queues.podsets.trainjobs``)."""
+        res = next((r for r in resources.ALL if r.kind == kind and r.group == "trainer.kubeflow.org"), None)
+        if res is None:
+            return None
+        try:
+            return self.store.get(res, namespace or "", name)
+        except ApiError:
+            return None
+
+    def _pods_of(self, uid: str, namespace: str) -> list[Obj]:
+        """The job's pods, in name order (from the store's index of the job-uid label)."""
+        found = [p for p in self.store.labelled(PODS, JOB_UID_LABEL, uid) if p["metadata"]["namespace"] == namespace]
+        return [clone(p) for p in sorted(found, key=lambda p: p["metadata"]["name"])]
+
+    def reconcile_job(self, res: Resource, namespace: str, name: str) -> None:
+        job = self.store.get(res, namespace, name)
+        kind = jobs.kind_of(job)
+        if kind is None:
+            return
+        status = job.setdefault("status", {})
+        done = DONE_CONDITION.get(kind.kind, "Succeeded")
+        if statuses.done(kind, status, done):
+            return
+        uid = job["metadata"]["uid"]
+        pods = self._pods_of(uid, namespace)
+        if bool(_walk(job, kind.suspend_path)):
+            for pod in pods:
+                self._terminate(pod)
+            statuses.count_pods(
+                kind,
+                job,
+                self._pods_of(uid, namespace),
+                suspended=True,
+                runtimes=self.runtime,
+                terminating_field=self.job_terminating,
+            )
+            # As the Job controller (KEP-2232): suspending clears startTime, so the job counts as never
+            # started and its scheduling directives may change before it is resumed.
+            status.pop("startTime", None)
+            set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
+            self.store.replace(res, namespace, name, job, subresource="status")
+            return
+        pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")] if pods else pods
+        if not pods and any(self._pods_of(uid, namespace)):
+            statuses.count_pods(
+                kind, job, self._pods_of(uid, namespace), runtimes=self.runtime, terminating_field=self.job_terminating
+            )  # resumed; old pods stop
+            self.store.replace(res, namespace, name, job, subresource="status")
+            return
+        if not pods:
+            try:
+                templates = jobs.pod_templates(job, kind, self.runtime)
+            except errors.Invalid:
+                return
+            runtime = (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+            if kind.kind == "RayCluster":
+                runtime = FOREVER
+            for ps_name, count, template in templates:
+                for i in range(count):
+                    pods.append(self._create_pod(job, ps_name, i, template, runtime))
+            status.setdefault("startTime", now_text())
+            if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
+                set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
+        elif kind.kind == "Job":
+            pods = self._follow_parallelism(job, kind, pods)
+        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        statuses.count_pods(kind, job, pods, runtimes=self.runtime, terminating_field=self.job_terminating)
+        if pods and succeeded == len(pods) and kind.layout == "ray":
+            status.update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", endTime=now_text())
+        elif pods and succeeded == len(pods):
+            status["completionTime"] = now_text()
+            if kind.kind == "Job":
+                set_condition(
+                    status,
+                    "SuccessCriteriaMet",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                )
+            set_condition(
+                status,
+                done,
+                "True",
+                "CompletionsReached" if kind.kind == "Job" else "Succeeded",
+                f"{kind.kind} completed",
+            )
+        self.store.replace(res, namespace, name, job, subresource="status")
+
+    def _follow_parallelism(self, job: Obj, kind: jobs.Kind, pods: list[Obj]) -> list[Obj]:
+        """As the real Job controller: a running Job whose ``parallelism`` changed gets the pods it now
+        asks for at once (created up to it), and its pods beyond it are deleted."""
+        try:
+            ((ps_name, count, template),) = jobs.pod_templates(job, kind, self.runtime)
+        except (errors.Invalid, ValueError):
+            return pods
+        prefix = f"{job['metadata']['name']}-{ps_name}-"
+        every = {p["metadata"]["name"] for p in self._pods_of(job["metadata"]["uid"], job["metadata"]["namespace"])}
+        runtime = (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+        kept = []
+        for pod in pods:
+            index = pod["metadata"]["name"].removeprefix(prefix)
+            ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            if index.isdigit() and int(index) >= count and not ended:
+                self._terminate(pod)
+            else:
+                kept.append(pod)
+        for i in range(count):
+            if f"{prefix}{i}" not in every:
+                kept.append(self._create_pod(job, ps_name, i, template, runtime))
+        return kept
+
+    def _create_pod(self, job: Obj, ps_name: str, index: int, template: Any, runtime: str | None) -> Obj:
+        meta = template.get("metadata") or {}
+        ranks = _rank_labels(job, ps_name, index)
+        labels = {
+            **(meta.get("labels") or {}),
+            "job-name": job["metadata"]["name"],
+            JOB_UID_LABEL: job["metadata"]["uid"],
+            POD_SET_LABEL: ps_name,
+            **ranks,
+        }
+        annotations = {**(meta.get("annotations") or {}), **ranks}
+        if runtime is not None:
+            annotations[RUNTIME_ANNOTATION] = runtime
+        owner = {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "name": job["metadata"]["name"],
+            "uid": job["metadata"]["uid"],
+            "controller": True,
+        }
+        body = {
+            "metadata": {
+                "name": f"{job['metadata']['name']}-{ps_name}-{index}",
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [owner],
+                "finalizers": [KUBELET_FINALIZER],
+            },
+            "spec": clone(template["spec"]),
+            "status": {"phase": "Pending"},
+        }
+        defaults.default(PODS, body)  # as a pod created through the API server
+        return self.store.create(PODS, job["metadata"]["namespace"], body, namespaces=resources.NAMESPACES)
+
+    def _terminate(self, pod: Obj) -> None:
+        """Delete a pod gracefully: it runs on, marked for deletion, for the termination period."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        timer = self.timers.pop(f"{ns}/{name}", None)
+        if timer is not None:
+            timer.cancel()
+        try:
+            self.store.delete(PODS, ns, name)
+        except ApiError:
+            return
+        self._stop_later(ns, name)
+
+    def _stop_later(self, ns: str, name: str) -> None:
+        """The kubelet stops a deleted pod's containers within its termination period, then lets it go
+        (its runtime no longer counts: it will not succeed)."""
+        key = f"{ns}/{name}"
+        timer = self.timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self.stopping.add(key)
+        delay = max(0.0, min(self.termination_seconds, self._grace(ns, name))) * self.time_scale
+        self.timers[key] = asyncio.get_running_loop().call_later(delay, self._terminated, ns, name)
+
+    def _grace(self, namespace: str, name: str) -> float:
+        """The pod's grace period: its deletion's, else its spec's (30 s by default)."""
+        try:
+            pod = self.store.get(PODS, namespace, name)
+        except ApiError:
+            return 0.0
+        for value in (
+            pod["metadata"].get("deletionGracePeriodSeconds"),
+            (pod.get("spec") or {}).get("terminationGracePeriodSeconds"),
+        ):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return float(max(0, value))
+        return 30.0
+
+    def _terminated(self, namespace: str, name: str) -> None:
+        self.timers.pop(f"{namespace}/{name}", None)
+        self.stopping.discard(f"{namespace}/{name}")
+        try:
+            pod = self.store.get(PODS, namespace, name)
+            pod["metadata"]["finalizers"] = [f for f in pod["metadata"].get("finalizers", []) if f != KUBELET_FINALIZER]
+            self.store.replace(PODS, namespace, name, pod)
+        except ApiError:
+            return
+
+    def _job_of(self, pod: Obj) -> tuple[Resource, Obj] | None:
+        for owner in pod["metadata"].get("ownerReferences") or []:
+            for res in JOB_RESOURCES:
+                if res.api_version == owner.get("apiVersion") and res.kind == owner.get("kind"):
+                    try:
+                        return res, self.store.get(res, pod["metadata"]["namespace"], owner["name"])
+                    except ApiError:
+                        return None
+        return None
+
+    # ----- scheduler and kubelet -----------------------------------------------------------------
+
+    def _on_pod(self, kind: str, pod: Obj) -> None:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if kind == "DELETED":
+            self.unschedulable.discard((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+            self.stopping.discard(key)
+            timer = self.timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            owner = self._job_of(pod)
+            if owner is not None:  # a terminated pod is gone: the job's counts change
+                self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
+            self.schedule_pending()
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            if KUBELET_FINALIZER in (pod["metadata"].get("finalizers") or []) and key not in self.stopping:
+                self._stop_later(pod["metadata"]["namespace"], pod["metadata"]["name"])  # deleted by a client
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Pending" and not pod["spec"].get("nodeName"):
+            if not pod["spec"].get("schedulingGates"):  # a gated pod is not considered by the scheduler
+                self._bind(clone(pod), *self._capacity())  # the event's object is shared with the store
+        elif phase == "Succeeded":
+            owner = self._job_of(pod)
+            if owner is not None:
+                self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
+            self.schedule_pending()
+
+    def _capacity(self) -> tuple[list[Obj], dict[str, dict[str, int]]]:
+        nodes = self.store.list(NODES, None)[0]
+        return nodes, free_capacity(nodes, self.store.list(PODS, None)[0]) if nodes else {}
+
+    def schedule_pending(self) -> None:
+        """Try again every pod the scheduler could not place (each new pod is tried on its event)."""
+        pending = []
+        for ns, name in sorted(self.unschedulable):
+            try:
+                pod = self.store.get(PODS, ns, name)
+            except ApiError:
+                self.unschedulable.discard((ns, name))
+                continue
+            if pod["spec"].get("schedulingGates"):
+                self.unschedulable.discard((ns, name))  # its ungating event tries it again
+            elif (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName"):
+                pending.append(pod)
+            else:
+                self.unschedulable.discard((ns, name))
+        if pending:
+            nodes, free = self._capacity()  # once per pass; each binding deducts its pod below
+            for pod in pending:
+                self._bind(pod, nodes, free)
+
+    def _bind(self, pod: Obj, nodes: list[Obj], free: dict[str, dict[str, int]]) -> None:
+        needs = nodes_model.PodNeeds.of(pod["spec"])
+        infos = [nodes_model.NodeInfo.of(n) for n in nodes]
+        chosen = UNLIMITED_NODE if not nodes else nodes_model.first_fit(needs, infos, free)
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if chosen is None:
+            self.unschedulable.add((ns, name))
+            status = pod.setdefault("status", {})
+            message = nodes_model.fit_error(needs, infos, free)
+            said: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+            )
+            if said.get("message") == message and said.get("status") == "False":
+                return  # (said already: the same verdict is neither written nor told again)
+            set_condition(status, "PodScheduled", "False", "Unschedulable", message)
+            self.store.replace(PODS, ns, name, pod, subresource="status")
+            self._failed_scheduling(pod, message)
+            return
+        self.unschedulable.discard((ns, name))
+        pod["spec"]["nodeName"] = chosen
+        finalizers = list(pod["metadata"].get("finalizers") or [])
+        if KUBELET_FINALIZER not in finalizers:  # from now on a deletion is graceful (see the module docstring)
+            finalizers.append(KUBELET_FINALIZER)
+        bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"], "finalizers": finalizers}})
+        status = bound.setdefault("status", {})
+        status.update(phase="Running", startTime=now_text())
+        set_condition(status, "PodScheduled", "True", "Scheduled")
+        set_condition(status, "Initialized", "True", "")
+        set_condition(status, "ContainersReady", "True", "")
+        set_condition(status, "Ready", "True", "")
+        self.store.replace(PODS, ns, name, bound, subresource="status")
+        owner = self._job_of(bound)
+        if owner is not None:  # its Ready pods count in the job's status (what PodsReady reads)
+            self.reconcile_job(owner[0], ns, owner[1]["metadata"]["name"])
+        # (a pod that restarts always, a server's, never succeeds: the default runtime is a batch pod's)
+        always = (pod["spec"].get("restartPolicy") or "Always") == "Always"
+        default = None if always else self.default_runtime
+        runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION, default)
+        if runtime is not None and runtime != FOREVER:
+            try:
+                seconds = max(0.0, float(runtime))
+            except ValueError:
+                seconds = default if default is not None else 0.0
+            delay = seconds * self.time_scale
+            self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._succeed, ns, name)
+
+    def _failed_scheduling(self, pod: Obj, message: str) -> None:
+        """The kube-scheduler's Warning Event on a pod it cannot place."""
+        meta = pod["metadata"]
+        now = now_text()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "reason": "FailedScheduling",
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "default-scheduler"},
+            "reportingComponent": "default-scheduler",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.store.create(EVENTS, meta["namespace"], body, namespaces=resources.NAMESPACES)
+
+    def _succeed(self, namespace: str, name: str) -> None:
+        self.timers.pop(f"{namespace}/{name}", None)
+        try:
+            pod = self.store.get(PODS, namespace, name)
+        except ApiError:
+            return
+        pod["status"]["phase"] = "Succeeded"
+        set_condition(pod["status"], "Ready", "False", "PodCompleted")
+        set_condition(pod["status"], "ContainersReady", "False", "PodCompleted")
+        self.store.replace(PODS, namespace, name, pod, subresource="status")
+
+
+def _rank_labels(job: Obj, ps_name: str, index: int) -> dict[str, str]:
+    """A pod's rank, where its real controller writes it (label and annotation alike): an Indexed
+    Job's completion index, a Kubeflow replica's index, a JobSet's job index and the completion
+    index within that Job (``queues.placement.pinning`` reads them)."""
+    kind = jobs.kind_of(job)
+    spec = job.get("spec") or {}
+    if kind is None:
+        return {}
+    if kind.layout == "job":
+        indexed = spec.get("completionMode") == "Indexed"
+        return {"batch.kubernetes.io/job-completion-index": str(index)} if indexed else {}
+    if kind.layout == "replicas":
+        return {"training.kubeflow.org/replica-index": str(index)}
+    if kind.layout == "jobset":
+        for rjob in spec.get("replicatedJobs") or []:
+            if isinstance(rjob, dict) and rjob.get("name") == ps_name:
+                per_job = max(1, int(((rjob.get("template") or {}).get("spec") or {}).get("parallelism") or 1))
+                return {
+                    "jobset.sigs.k8s.io/job-index": str(index // per_job),
+                    "batch.kubernetes.io/job-completion-index": str(index % per_job),
+                }
+    return {}
+
+
+def free_capacity(nodes: list[Obj], pods: list[Obj]) -> nodes_model.Free:
+    """Per node, what its allocatable capacity has left after the pods bound to it (milli-units)."""
+    free: nodes_model.Free = {}
+    for node in nodes:
+        free[node["metadata"]["name"]] = dict(nodes_model.NodeInfo.of(node).allocatable)
+    for pod in pods:
+        node_name = pod["spec"].get("nodeName")
+        if node_name in free and (pod.get("status") or {}).get("phase") in ("Pending", "Running"):
+            nodes_model.take(free[node_name], nodes_model.PodNeeds.of(pod["spec"]))
+    return free
