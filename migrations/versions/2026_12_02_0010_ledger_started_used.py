@@ -5,7 +5,7 @@ Why: a row's ``started_at``..``ended_at`` is quota *held* (requested), which inc
 an admission check or for preempted workloads to stop; ``running_at`` is when Kubernetes showed
 the job running under that admission (*started*). ``measured_seconds`` is how much of the run
 DCGM data covered and ``busy_seconds`` that time weighted by the measured utilisation (*used*),
-added by the leader after each utilisation read (``admission.controller.metering``).
+added by the leader after each utilisation read (``admission.controller.features.metering``).
 
 Locking risk: ADD COLUMN of a nullable column, or with a constant default, is a catalog-only
 change on PostgreSQL 11+ (brief ACCESS EXCLUSIVE lock, no table rewrite).

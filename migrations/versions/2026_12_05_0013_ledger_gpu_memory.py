@@ -5,7 +5,7 @@ what they used (dcgm-exporter's ``DCGM_FI_DEV_FB_USED`` and ``_FB_FREE``), so ea
 busiest GPU's peak memory and size (MiB, None where nothing was measured) and the seconds its
 memory was measured with those seconds times the MiB used (the mean's numerator), added by the
 leader after each utilisation read and set whole when the run ends
-(``admission.controller.metering``).
+(``admission.controller.features.metering``).
 
 Locking risk: ADD COLUMN of a nullable column, or with a constant default, is a catalog-only
 change on PostgreSQL 11+ (brief ACCESS EXCLUSIVE lock, no table rewrite).
