@@ -19,8 +19,8 @@ from queues.gpus import gpu_units
 
 def normalise_database_url(url: str) -> str:
     """``postgresql://`` and ``postgres://`` become ``postgresql+asyncpg://``, libpq parameters are
-    checked (``admission.store.urls``); ``ValueError`` names what is wrong, never the password."""
-    from admission.store import urls
+    checked (``admission.urls``); ``ValueError`` names what is wrong, never the password."""
+    from admission import urls
 
     return urls.normalise(url)
 

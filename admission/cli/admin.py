@@ -16,7 +16,8 @@ import click
 import yaml
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from admission.cli import bounds, documents, instead, kinds, store_commands, views
+from admission import views
+from admission.cli import bounds, documents, instead, kinds, store_commands
 from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
 from admission.store import config as config_store

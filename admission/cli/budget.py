@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.cli.admin import _exec, _settings, database_option
 from admission.cli.store_commands import actor
-from admission.cli.views import print_columns
 from admission.store import budgets as store
+from admission.views import print_columns
 
 WHICH = ("--cluster-queue", "--label")
 

@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
+from admission.app import process
 from admission.cli import documents, report
-from admission.controller import process
 from admission.controller.controller import Controller
 from admission.sim import engine
 from admission.store import database

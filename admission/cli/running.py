@@ -135,10 +135,9 @@ def controller_cmd(
 
     SIGTERM stops it cleanly: readiness false, leadership handed over at once, the webhook kept
     for --shutdown-delay seconds; set the pod's terminationGracePeriodSeconds above that."""
-    from admission import jobs
-    from admission.controller import process
+    from admission import jobs, urls
+    from admission.app import process
     from admission.policy import Policy
-    from admission.store import urls
 
     logs.configure(log_level, log_format)
     settings = Settings()
@@ -190,7 +189,8 @@ def _database_url(settings: Settings, flag: str | None) -> str:
 
 
 async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | None, default_runtime: float) -> None:
-    from admission.controller import process
+    from admission import urls
+    from admission.app import process
     from admission.jobs import INTEGRATIONS
     from admission.kube import client as kube_client
     from admission.policy import Policy
@@ -198,7 +198,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     from admission.sim.host import SimHost
     from admission.sim.operators import dcgm
     from admission.store import config as config_store
-    from admission.store import database, source, urls
+    from admission.store import database, source
     from admission.webhook import certs, registration
 
     settings = Settings()

@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from admission.controller import process
+from admission.app import process
 from admission.controller.controller import Controller, Options
 from admission.jobs import INTEGRATIONS
 from admission.kube import client as kube_client

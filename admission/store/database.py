@@ -18,8 +18,9 @@ from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from admission import urls
 from admission.settings import Settings
-from admission.store import embedded, urls
+from admission.store import embedded
 
 if TYPE_CHECKING:
     from alembic.config import Config

@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from admission.store import urls
+from admission import urls
 from admission.store.config import NOTIFY_CHANNEL
 
 LEASE_CHANNEL = "turnstile_lease"

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from admission.cli import views
+from admission import views
 from admission.store import config as config_store
 from admission.store import tables, workload_objects
 from admission.store import usage as usage_store

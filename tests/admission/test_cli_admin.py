@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.store import urls
+from admission import urls
 from tests.admission.runner import ROOT, turnstile
 
 GPU_TEAMS = ROOT / "examples" / "gpu-teams.yaml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from admission.cli import views
+from admission import views
 from tests.queues.builders import CQ, GPU, flavor, scheduler
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from admission.store import urls
+from admission import urls
 
 
 @pytest.mark.parametrize(

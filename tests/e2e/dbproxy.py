@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from admission.store import urls
+from admission import urls
 
 PASS, CUT, BLACKHOLE = "pass", "cut", "blackhole"
 

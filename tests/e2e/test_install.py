@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import yaml
 
-from admission.controller import process
+from admission.app import process
 from admission.jobs import INTEGRATIONS
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from admission.cli import views
+from admission import views
 from admission.policy import DEFAULT_POLICY, parse_admission_fair_sharing
 from admission.store import database, fair_usage
 from queues.cycle import usage_history

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from admission.cli import views
+from admission import views
 from admission.controller.monitoring.metrics import Metrics
 from admission.policy import DEFAULT_POLICY, parse_fair_sharing
 from admission.store import fair_usage

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from admission.cli import views
+from admission import views
 from admission.controller.features.checks import JOB_UID_LABEL, Checks
 from admission.kube.client import ResourceRef
 from admission.kube.informer import Informer

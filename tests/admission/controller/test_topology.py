@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from admission.cli import views
+from admission import views
 from admission.kube.client import ResourceRef
 from admission.sim.operators.cluster import PODS
 from admission.store import database, tables

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from admission.controller import process
+from admission.app import process
 from admission.controller.controller import Controller
 from admission.controller.objects import visibility
 from tests.admission.controller.world import CONFIG, eventually, job, world

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from admission.controller import process
+from admission.app import process
 from admission.controller.controller import Controller
 from tests.admission.controller.world import JOBS, World, eventually, job, world
 from tests.e2e.test_install import free_port

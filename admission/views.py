@@ -1,4 +1,5 @@
-"""What ``get`` and ``describe`` show: tables for people, Kueue's shapes for machines."""
+"""What ``get`` and ``describe`` show: tables for people, Kueue's shapes for machines; the read models
+the CLI and the dashboard share (here, below both, so the dashboard need not import the CLI)."""
 
 from __future__ import annotations
 
