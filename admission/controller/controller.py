@@ -35,17 +35,18 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.capability import Capability
 from admission.controller.enactor import POLL_SECONDS, Enactor
 from admission.controller.events import EventPoster, events_of
 from admission.controller.features.budgets import BudgetKeeper
 from admission.controller.features.checks import Checks
 from admission.controller.features.gpu_health import GpuHealth
-from admission.controller.features.metering import Meter
+from admission.controller.features.metering import Meter, Metering
 from admission.controller.features.placement import Placement
 from admission.controller.features.pod_waits import INTERVAL as POD_WAITS_INTERVAL
 from admission.controller.features.pod_waits import PodWaits
 from admission.controller.features.podsready import PodsReadyWatch, scaled
-from admission.controller.features.reclaim import Reclaimer
+from admission.controller.features.reclaim import IdleReclaim, Reclaimer
 from admission.controller.features.utilisation import Prometheus
 from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
@@ -246,6 +247,17 @@ class Controller:
             created=self.metrics.workloads.object_created,
             pods_ready=self.policy.pods_ready.enable,
         )
+        # the features behind the capability protocol (``admission.controller.capability``), in the
+        # order the step asks them: reclaim's evictions before the budgets' gate, as the core expects
+        self.capabilities: list[Capability] = [
+            IdleReclaim(self.reclaimer, events=self.events, counted=self.metrics.gpu_idle),
+            self.budgets,
+            Metering(self.meter, sessions),
+            self.pod_waits,
+            self.declared,
+            self.queue_status,
+            self.projection,
+        ]
         self.steps = Steps(
             changes=self.changes,
             jobs=self.jobs,
@@ -259,9 +271,7 @@ class Controller:
             enactor=self.enactor,
             policy=self.policy,
             pods_ready=self.pods_ready,
-            reclaimer=self.reclaimer,
-            meter=self.meter,
-            budgets=self.budgets,
+            capabilities=self.capabilities,
             projection=self.projection,
         )
         self.leadership = Leadership(
@@ -363,13 +373,8 @@ class Controller:
         # Not part of readiness: only ClusterQueues with admission checks need the CRD.
         tasks.append(asyncio.create_task(self.checks.informer.run(), name="informer-provisioningrequests"))
         tasks.append(asyncio.create_task(self.crds.run(), name="informer-customresourcedefinitions"))
-        tasks.append(asyncio.create_task(self.declared.run(), name="declared-queues"))
-        tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status"))
-        tasks.append(asyncio.create_task(self.reclaimer.run(), name="gpu-utilization"))
-        tasks.append(asyncio.create_task(self.budgets.run(), name="gpu-budgets"))
-        tasks.append(asyncio.create_task(self.pod_waits.run(), name="pod-waits"))
-        tasks.append(asyncio.create_task(self.projection.informer.run(), name="informer-workloads"))
-        tasks.append(asyncio.create_task(self.projection.run(), name="workload-objects"))
+        for capability in self.capabilities:
+            tasks.extend(asyncio.create_task(loop(), name=name) for name, loop in capability.loops())
         self.enactor.start()
         self.placement.start()
         self.checks.start()
@@ -387,8 +392,8 @@ class Controller:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.enactor.stop()
             await self.placement.stop()
-            if self.reclaimer.prometheus is not None:
-                await self.reclaimer.prometheus.close()
+            for capability in self.capabilities:
+                await capability.stop()
             await self.checks.stop()
             await self.events.stop()
             await self.leadership.release()

@@ -7,12 +7,15 @@ periodic resync), coalesced over a few milliseconds, and never waits on the API 
    uid), a finished or deleted one releases its quota and closes its ledger intervals, one whose
    queue label went away while pending leaves queueing; commit that (fenced) and feed the same
    changes to the core;
-2. turn admission checks' verdicts into decisions;
+2. turn admission checks' verdicts and pods-ready deadlines into decisions, and ask every
+   capability (``admission.controller.capability``: idle reclaim, GPU health, budgets) what it
+   decides or gates;
 3. run the core's cycles; commit their net admissions and evictions in one fenced transaction
    that re-checks every quota (``store.workloads.commit_cycle``); undo in memory what the store
    refused;
-4. ``settle`` what was committed (the enactor acts on nothing else) and ask the enactor to drive
-   every touched job to its workload's state.
+4. ``settle`` what was committed (the enactor acts on nothing else), ask the enactor to drive
+   every touched job to its workload's state, and let each capability record what it owes (the
+   ledger's started and used hours).
 
 The core applies its decisions in memory at once (principle 4: assume, then confirm). If any of
 a step's transactions fails, nothing of the step is trusted: ``StepFailed`` ends the term, and
@@ -31,13 +34,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.capability import Capability, StepContext
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
-from admission.controller.features.budgets import BudgetKeeper
 from admission.controller.features.checks import Checks
-from admission.controller.features.metering import Meter
 from admission.controller.features.podsready import PodsReadyWatch
-from admission.controller.features.reclaim import Reclaimer
 from admission.controller.jobcache import JobCache
 from admission.controller.monitoring.metrics import Metrics
 from admission.controller.objects.workload_projection import Projection
@@ -47,12 +48,10 @@ from admission.jobs.base import JobView
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import activity, database, fair_usage, lease
 from admission.store import config as config_store
-from admission.store import usage as ledger
 from admission.store import workloads as store
 from queues.cycle import provisioning
 from queues.cycle.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
 from queues.decisions import NO_MATCHING_WORKLOAD
-from queues.gpus import efficiency
 from queues.model import Workload
 from queues.podsets import jobs
 
@@ -112,9 +111,7 @@ class Steps:
         enactor: Enactor,
         policy: Policy = DEFAULT_POLICY,
         pods_ready: PodsReadyWatch | None = None,
-        reclaimer: Reclaimer | None = None,
-        meter: Meter | None = None,
-        budgets: BudgetKeeper | None = None,
+        capabilities: Sequence[Capability] = (),
         projection: Projection | None = None,
     ) -> None:
         self.changes = changes
@@ -129,9 +126,7 @@ class Steps:
         self.checks = checks
         self.enactor = enactor
         self.pods_ready = pods_ready or PodsReadyWatch(policy.pods_ready)
-        self.reclaimer = reclaimer
-        self.meter = meter
-        self.budgets = budgets
+        self.capabilities = tuple(capabilities)  # (``admission.controller.capability``: in this order)
         self.projection = projection
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
@@ -175,9 +170,9 @@ class Steps:
         unusable, self.changes.nodes_unusable = self.changes.nodes_unusable, {}
         for node, keys in unusable.items():
             decisions.extend(sched.node_unusable(node, keys))
-        decisions.extend(self._reclaim(term, now))
-        if self.budgets is not None:
-            self.budgets.apply(term)  # (an exhausted budget holds new work back; a renewed one lets it go)
+        step = StepContext(term, now, dirty)
+        for capability in self.capabilities:  # (idle reclaim, GPU health, budgets' gates...)
+            decisions.extend(capability.decide(step))
         started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
         if decided or sched.pending.where:
@@ -207,7 +202,8 @@ class Steps:
             if row is not None and (row.uid in self.checks.requests or _has_checks(term.held(key))):
                 self.checks.request(row.uid)
         await self._save_usage(term)
-        await self._save_meter(term, dirty, now)
+        for capability in self.capabilities:  # (the ledger's started and used hours...)
+            await capability.record(step)
         due = (sched.next_requeue(), sched.next_settled(), self.pods_ready.next_deadline())
         wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
@@ -228,27 +224,6 @@ class Steps:
         for h in histories:  # (a failed commit ends the term: the next one reads what was stored)
             h.changed.clear()
 
-    async def _save_meter(self, term: Term, dirty: dict[str, None], now: float) -> None:
-        """The ledger's started and used hours (``admission.controller.features.metering``): jobs seen
-        running under their admission now, and what the utilisation reads since the last step
-        measured; in their own fenced transaction, after the commit that made the admissions."""
-        if self.meter is None:
-            return
-        self.meter.observe(term, dirty, now)
-        running, measured, exact = self.meter.drain(term, now)
-        if running or measured or exact:
-            async with database.transaction(self.sessions) as session:
-                await lease.check(session, term.fence)
-                await ledger.set_running(session, [(row_id, timestamp(at)) for row_id, at in running])
-                await ledger.add_measured(session, measured)
-                await ledger.set_run_measured(
-                    session,
-                    [
-                        ledger.RunMeasurement(run.row_id, timestamp(run.since), timestamp(run.until), f.busy, f.memory)
-                        for run, f in exact
-                    ],
-                )
-
     def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
         """waitForPodsReady (``admission.controller.features.podsready``): look at the started workloads whose
         jobs changed; evict those whose pods were not all Ready in time."""
@@ -265,25 +240,6 @@ class Steps:
             if evict is not None:
                 out.append(evict)
         return out
-
-    def _reclaim(self, term: Term, now: float) -> list[Decision]:
-        """Idle reclaim (``admission.controller.features.reclaim``): the evictions idle workloads earn;
-        warnings are said as Events at once (they change nothing to commit)."""
-        if self.reclaimer is None:
-            return []
-        decisions = self.reclaimer.decide(term, now)
-        if self.reclaimer.health is not None:  # (GPUs reporting a fatal Xid: their nodes' work requeued)
-            decisions.extend(self.reclaimer.health.decide(term))
-        warned, self.reclaimer.warned = self.reclaimer.warned, []
-        for key, message in warned:
-            wl = term.scheduler.workloads.get(key)
-            cq = wl.admission.cluster_queue if wl is not None and wl.admission is not None else ""
-            self.metrics.gpu_idle.labels(cq, "warn").inc()
-            self.events.post(self.jobs.view(key), efficiency.GPU_IDLE, f"{message}; warned only", type="Warning")
-        for d in decisions:
-            if isinstance(d, Evict) and d.released is not None:
-                self.metrics.gpu_idle.labels(d.released.cluster_queue, d.detail.lower()).inc()
-        return decisions
 
     def _wake_for_requeue(self, at: float | None) -> None:
         """A step when the next workload waiting out a backoff may queue again, or the next started

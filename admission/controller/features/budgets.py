@@ -23,17 +23,19 @@ import asyncio
 import datetime as dt
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.capability import Capability, Loop, StepContext
 from admission.controller.events import EventPoster
 from admission.controller.term import Term
 from admission.store import budgets as store
 from admission.store import database
 from queues.cycle import budget_priority
+from queues.decisions import Decision
 from queues.gpus.efficiency import Budget
 from queues.gpus.reclaim_model import WARN_AT
 from queues.kueue import api, crds
@@ -47,7 +49,13 @@ WARNING = "GPUBudgetWarning"
 EXHAUSTED = "BudgetExhausted"
 
 
-class BudgetKeeper:
+class BudgetKeeper(Capability):
+    """GPU-hour budgets as a capability (``admission.controller.capability``): its look runs on every
+    replica; in the leader's step it sets the core's gate (a spent budget holds new work back, or
+    lowers its priority; a renewed one lets it go)."""
+
+    name = "gpu-budgets"
+
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
@@ -79,6 +87,13 @@ class BudgetKeeper:
         self._shown: set[str] = set()
         self.lowered: budget_priority.Lowered | None = None  # the priority spent budgets run new work at
         self._policies: list[tuple[str, int | None]] = []  # (spent budget, its lower priority) as last built
+
+    def loops(self) -> Sequence[Loop]:
+        return (("gpu-budgets", self.run),)
+
+    def decide(self, step: StepContext) -> Sequence[Decision]:
+        self.apply(step.term)
+        return ()
 
     async def run(self) -> None:
         while True:

@@ -34,9 +34,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.controller.capability import Capability, StepContext
 from admission.controller.features.utilisation import RunFigures, RunWindow
 from admission.controller.jobcache import JobCache
-from admission.controller.term import Term, admission_token
+from admission.controller.term import Term, admission_token, timestamp
+from admission.store import database, lease
+from admission.store import usage as ledger
 from admission.store.usage import Measurement
 from queues.gpus.gpu_metrics import Memory, PodKey, Reading, memory_of
 
@@ -190,3 +195,34 @@ class _Sum:
         peak = self.memory.peak_mib if self.memory else None
         total = self.memory.total_mib if self.memory else None
         return Measurement(row_id, self.seconds, self.busy, self.memory_seconds, self.mib_seconds, peak, total)
+
+
+class Metering(Capability):
+    """The meter as the kernel sees it (``admission.controller.capability``): after each step's
+    commit, the jobs seen running under their admission now and what the utilisation reads since
+    the last step measured, stored in their own fenced transaction (after the commit that made the
+    admissions, so an interval is never started before it exists)."""
+
+    name = "metering"
+
+    def __init__(self, meter: Meter, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.meter = meter
+        self.sessions = sessions
+
+    async def record(self, step: StepContext) -> None:
+        term = step.term
+        self.meter.observe(term, step.dirty, step.now)
+        running, measured, exact = self.meter.drain(term, step.now)
+        if not (running or measured or exact):
+            return
+        async with database.transaction(self.sessions) as session:
+            await lease.check(session, term.fence)
+            await ledger.set_running(session, [(row_id, timestamp(at)) for row_id, at in running])
+            await ledger.add_measured(session, measured)
+            await ledger.set_run_measured(
+                session,
+                [
+                    ledger.RunMeasurement(run.row_id, timestamp(run.since), timestamp(run.until), f.busy, f.memory)
+                    for run, f in exact
+                ],
+            )

@@ -27,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.capability import Capability, Loop
 from admission.controller.events import EventPoster
 from admission.controller.features.inventory import ALL_PODS
 from admission.controller.jobcache import JobCache
@@ -67,7 +68,7 @@ def summary(pods: list[tuple[str, str]]) -> str:
     return f"{len(pods)} of its pods cannot be scheduled (pod {name}): {message}"
 
 
-class PodWaits:
+class PodWaits(Capability):
     def __init__(
         self,
         kube: Kube,
@@ -93,6 +94,9 @@ class PodWaits:
     def why(self, key: str) -> str | None:
         """Why ``key``'s pods wait, if they do (waitForPodsReady's eviction message says it)."""
         return self.waiting.get(key)
+
+    def loops(self) -> Sequence[Loop]:
+        return (("pod-waits", self.run),)
 
     async def run(self) -> None:
         while True:

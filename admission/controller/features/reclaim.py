@@ -26,8 +26,11 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from admission.controller.capability import Capability, Loop, StepContext
+from admission.controller.events import EventPoster
 from admission.controller.features.gpu_health import GpuHealth
 from admission.controller.features.inventory import NodeInventory
 from admission.controller.features.metering import Meter, Span
@@ -35,11 +38,14 @@ from admission.controller.features.utilisation import Prometheus, Unavailable
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
 from admission.jobs.base import KEEP_UNTIL
-from queues.decisions import Decision
+from queues.decisions import Decision, Evict
 from queues.gpus import efficiency
 from queues.gpus.efficiency import ReclaimPolicy
 from queues.gpus.gpu_metrics import Reading
 from queues.gpus.reclaim_model import EfficiencyModel
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
 
 log = logging.getLogger(__name__)
 
@@ -230,3 +236,41 @@ class Reclaimer:
         if parsed.tzinfo is None:
             return False  # (no zone: not RFC 3339; said at creation too)
         return now < min(parsed.timestamp(), start + policy.max_keep)
+
+
+class IdleReclaim(Capability):
+    """Idle reclaim and GPU health as the kernel sees them (``admission.controller.capability``): the
+    reads run on every replica; in the leader's step, the evictions idle workloads and failed GPUs
+    earn, with warnings said as Events at once (they change nothing to commit), each counted in
+    ``turnstile_gpu_idle_workloads_total``."""
+
+    name = "idle-reclaim"
+
+    def __init__(self, reclaimer: Reclaimer, *, events: EventPoster, counted: Counter) -> None:
+        self.reclaimer = reclaimer
+        self.events = events
+        self.counted = counted
+
+    def loops(self) -> Sequence[Loop]:
+        return (("gpu-utilization", self.reclaimer.run),)
+
+    async def stop(self) -> None:
+        if self.reclaimer.prometheus is not None:
+            await self.reclaimer.prometheus.close()
+
+    def decide(self, step: StepContext) -> Sequence[Decision]:
+        term, reclaimer = step.term, self.reclaimer
+        decisions = reclaimer.decide(term, step.now)
+        if reclaimer.health is not None:  # (GPUs reporting a fatal Xid: their nodes' work requeued)
+            decisions.extend(reclaimer.health.decide(term))
+        warned, reclaimer.warned = reclaimer.warned, []
+        for key, message in warned:
+            wl = term.scheduler.workloads.get(key)
+            cq = wl.admission.cluster_queue if wl is not None and wl.admission is not None else ""
+            self.counted.labels(cq, "warn").inc()
+            view = reclaimer.jobs.view(key)
+            self.events.post(view, efficiency.GPU_IDLE, f"{message}; warned only", type="Warning")
+        for d in decisions:
+            if isinstance(d, Evict) and d.released is not None:
+                self.counted.labels(d.released.cluster_queue, d.detail.lower()).inc()
+        return decisions

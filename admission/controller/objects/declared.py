@@ -26,11 +26,12 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.capability import Capability, Loop
 from admission.controller.readiness import DatabaseHealth
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
@@ -86,7 +87,7 @@ def _content(obj: Obj) -> tuple[Any, ...]:
     return (declared(obj), actor_of(obj), _deleting(obj), _has_finalizer(obj))
 
 
-class Declared:
+class Declared(Capability):
     """The informers of Kueue's kinds (every replica) and the reconciliation (the leader only)."""
 
     def __init__(
@@ -145,6 +146,9 @@ class Declared:
         return self.synced() and not any(i.absent for i in self.informers.values())
 
     # ----- running -------------------------------------------------------------------------------
+
+    def loops(self) -> Sequence[Loop]:
+        return (("declared-queues", self.run),)
 
     async def run(self) -> None:
         tasks = [asyncio.create_task(i.run(), name=f"informer-{i.ref.plural}") for i in self.informers.values()]

@@ -24,9 +24,10 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from admission.controller.capability import Capability, Loop
 from admission.controller.objects.declared import Declared, Key
 from admission.controller.term import Term
 from admission.kube import client as kube_client
@@ -58,7 +59,7 @@ def _with_times(have: Obj, want: Obj) -> Obj:
     return {**want, "conditions": conditions}
 
 
-class StatusWriter:
+class StatusWriter(Capability):
     def __init__(
         self,
         kube: Kube,
@@ -78,6 +79,9 @@ class StatusWriter:
         self.sent: dict[Key, Obj] = {}  # the last status written per object (until the watch shows it)
         self.written = 0  # status writes sent (bench reads it)
         self.deferred = 0  # writes a pass left to the next for want of tokens
+
+    def loops(self) -> Sequence[Loop]:
+        return (("queue-status", self.run),)
 
     async def run(self) -> None:
         while True:

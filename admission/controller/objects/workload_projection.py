@@ -34,12 +34,13 @@ import json
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller.capability import Capability, Loop
 from admission.controller.events import EventPoster
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term
@@ -125,7 +126,7 @@ class Shown:
         return other is not None and (self.fixed, self.active, self.status) == (other.fixed, other.active, other.status)
 
 
-class Projection:
+class Projection(Capability):
     """The leader's Workload objects: marked by steps, written in coalesced, rate-limited passes."""
 
     def __init__(
@@ -213,6 +214,9 @@ class Projection:
                 self.finished[shown.finished] += 1
 
     # ----- passes ----------------------------------------------------------------------------------
+
+    def loops(self) -> Sequence[Loop]:
+        return (("informer-workloads", self.informer.run), ("workload-objects", self.run))
 
     async def run(self) -> None:
         """Passes while leading, until cancelled; a failed pass is logged and its jobs kept dirty."""
