@@ -11,12 +11,18 @@ the model; here there is one protocol, with no-op defaults instead of optional i
 - every replica: ``loops()``, its background loops (read Prometheus, write status, look at pods),
   run for the process's life and cancelled on the way out; ``stop()``, release what it holds;
 - the leader, in each step (``StepContext``): ``decide()``, before the core schedules, the
-  evictions it owes (an idle GPU, a failed one) and the gates it sets on the scheduler (a spent
-  budget holds new work); ``record()``, after the step's commit, its own fenced writes (the
-  ledger's started and used hours).
+  evictions it owes (an idle GPU, a failed one, pods not Ready in time) and the gates it sets on
+  the scheduler (a spent budget holds new work); ``owes_commit()`` and ``write_in_commit()``, what it
+  stores in the step's own fenced transaction (so it lands with the decisions, or not at all),
+  and ``committed()`` once that transaction is in; ``record()``, after the commit, writes of its
+  own in a transaction of its own (the ledger's started and used hours); ``next_wake()``, the
+  next time it needs a step though nothing else changes (a deadline).
 
-Not yet behind it (still wired by hand in ``controller`` and ``step``): admission checks,
-waitForPodsReady, placement and the Workload objects' marks; docs/architecture.md tracks them.
+Behind it: waitForPodsReady, the Workload objects (deleted ones, their loops), placement (nodes
+lost or cordoned), idle reclaim with GPU health, GPU-hour budgets, metering, pod waits, declared
+queues and their status. Still wired by hand in ``controller`` and ``step``: admission checks, the
+Workload objects' marks after a commit, placement's start and new-term hooks, and building the
+capabilities (``controller``, where ``admission.app`` should); docs/architecture.md tracks them.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
     from admission.controller.term import Term
     from queues.cycle.scheduler import Decision
 
@@ -57,5 +65,19 @@ class Capability:
         """In the leader's step, before the core schedules: evictions owed, gates set."""
         return ()
 
+    def owes_commit(self) -> bool:
+        """Whether it has something for the step's transaction (a step with nothing to commit skips it)."""
+        return False
+
+    async def write_in_commit(self, session: AsyncSession, step: StepContext) -> None:
+        """Inside the step's transaction (fenced, re-checked with the decisions): what it stores."""
+
+    def committed(self, step: StepContext) -> None:
+        """That transaction committed: what it says about it (metrics)."""
+
     async def record(self, step: StepContext) -> None:
         """In the leader's step, after its commit: this feature's own fenced writes."""
+
+    def next_wake(self) -> float | None:
+        """When it next needs a step though nothing else changes (term clock), or None."""
+        return None

@@ -45,7 +45,7 @@ from admission.controller.features.metering import Meter, Metering
 from admission.controller.features.placement import Placement
 from admission.controller.features.pod_waits import INTERVAL as POD_WAITS_INTERVAL
 from admission.controller.features.pod_waits import PodWaits
-from admission.controller.features.podsready import PodsReadyWatch, scaled
+from admission.controller.features.podsready import PodsReady, PodsReadyWatch, scaled
 from admission.controller.features.reclaim import IdleReclaim, Reclaimer
 from admission.controller.features.utilisation import Prometheus
 from admission.controller.jobcache import JobCache
@@ -242,21 +242,24 @@ class Controller:
             sessions,
             self.jobs,
             lambda: self.term,
-            lost=self._on_object_lost,
+            wake_step=self.changes.wake.set,
             events=self.events,
             created=self.metrics.workloads.object_created,
             pods_ready=self.policy.pods_ready.enable,
         )
         # the features behind the capability protocol (``admission.controller.capability``), in the
-        # order the step asks them: reclaim's evictions before the budgets' gate, as the core expects
+        # order the step asks them: pods not Ready in time, Workload objects deleted, nodes lost or
+        # cordoned, idle or failed GPUs, then the budgets' gate (the order the core's evictions had)
         self.capabilities: list[Capability] = [
+            PodsReady(self.pods_ready, jobs=self.jobs, metrics=self.metrics.workloads),
+            self.projection,
+            self.placement,
             IdleReclaim(self.reclaimer, events=self.events, counted=self.metrics.gpu_idle),
             self.budgets,
             Metering(self.meter, sessions),
             self.pod_waits,
             self.declared,
             self.queue_status,
-            self.projection,
         ]
         self.steps = Steps(
             changes=self.changes,
@@ -270,7 +273,6 @@ class Controller:
             checks=self.checks,
             enactor=self.enactor,
             policy=self.policy,
-            pods_ready=self.pods_ready,
             capabilities=self.capabilities,
             projection=self.projection,
         )
@@ -307,10 +309,6 @@ class Controller:
 
     def _on_check(self, uid: str) -> None:
         self.changes.checks[uid] = None
-        self.changes.wake.set()
-
-    def _on_object_lost(self, uid: str) -> None:
-        self.changes.objects_lost[uid] = None
         self.changes.wake.set()
 
     def _on_crd(self, kind: str, obj: Obj) -> None:
@@ -391,8 +389,7 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.enactor.stop()
-            await self.placement.stop()
-            for capability in self.capabilities:
+            for capability in self.capabilities:  # (placement's informers and ungater, Prometheus' client...)
                 await capability.stop()
             await self.checks.stop()
             await self.events.stop()

@@ -38,7 +38,6 @@ from admission.controller.capability import Capability, StepContext
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.features.checks import Checks
-from admission.controller.features.podsready import PodsReadyWatch
 from admission.controller.jobcache import JobCache
 from admission.controller.monitoring.metrics import Metrics
 from admission.controller.objects.workload_projection import Projection
@@ -77,7 +76,6 @@ class Changes:
     nodes_lost: dict[str, None] = field(
         default_factory=dict
     )  # nodes deleted (``admission.controller.features.inventory``)
-    objects_lost: dict[str, None] = field(default_factory=dict)  # job uids whose Workload object someone deleted
     # nodes cordoned -> workloads placed there whose pods there had not started
     nodes_unusable: dict[str, set[str]] = field(default_factory=dict)
 
@@ -110,7 +108,6 @@ class Steps:
         checks: Checks,
         enactor: Enactor,
         policy: Policy = DEFAULT_POLICY,
-        pods_ready: PodsReadyWatch | None = None,
         capabilities: Sequence[Capability] = (),
         projection: Projection | None = None,
     ) -> None:
@@ -125,7 +122,6 @@ class Steps:
         self.events = events
         self.checks = checks
         self.enactor = enactor
-        self.pods_ready = pods_ready or PodsReadyWatch(policy.pods_ready)
         self.capabilities = tuple(capabilities)  # (``admission.controller.capability``: in this order)
         self.projection = projection
         self.count = 0
@@ -158,20 +154,8 @@ class Steps:
         decisions.extend(term.owed)
         term.owed = []
         decisions.extend(self._check_verdicts(term))
-        decisions.extend(self._pods_ready(term, dirty, now))
-        deleted, self.changes.objects_lost = self.changes.objects_lost, {}
-        for uid in deleted:  # (a job being deleted takes its Workload with it: that is no loss)
-            row = term.rows.get(uid)
-            if row is not None and uid in self.jobs.views and (evict := sched.workload_lost(row.key)) is not None:
-                decisions.append(evict)
-        lost, self.changes.nodes_lost = self.changes.nodes_lost, {}
-        for node in lost:  # what was placed there is evicted (NodeFailures) and placed again
-            decisions.extend(sched.node_lost(node))
-        unusable, self.changes.nodes_unusable = self.changes.nodes_unusable, {}
-        for node, keys in unusable.items():
-            decisions.extend(sched.node_unusable(node, keys))
         step = StepContext(term, now, dirty)
-        for capability in self.capabilities:  # (idle reclaim, GPU health, budgets' gates...)
+        for capability in self.capabilities:  # (pods not Ready in time, lost objects and nodes, idle GPUs, budgets)
             decisions.extend(capability.decide(step))
         started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
@@ -184,8 +168,9 @@ class Steps:
         waiting, self.changes.preempting = self.changes.preempting, {}
         said = set(sched.said)  # (waiting workloads whose reason changed: their objects' QuotaReserved)
         committed: set[str] = set()
-        if decisions or sched.said or sched.checked or waiting or self.pods_ready.newly_ready or term.taken:
-            committed = await self._commit(term, decisions, at, waiting)
+        owed = any(capability.owes_commit() for capability in self.capabilities)
+        if decisions or sched.said or sched.checked or waiting or owed or term.taken:
+            committed = await self._commit(step, decisions, at, waiting)
             touched |= committed
         if self.projection is not None:
             # The Workload objects of what the store now holds differently: jobs stored, finished
@@ -204,7 +189,7 @@ class Steps:
         await self._save_usage(term)
         for capability in self.capabilities:  # (the ledger's started and used hours...)
             await capability.record(step)
-        due = (sched.next_requeue(), sched.next_settled(), self.pods_ready.next_deadline())
+        due = (sched.next_requeue(), sched.next_settled(), *(c.next_wake() for c in self.capabilities))
         wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
 
@@ -223,23 +208,6 @@ class Steps:
                 await fair_usage.save(own, rows, fence=term.fence)
         for h in histories:  # (a failed commit ends the term: the next one reads what was stored)
             h.changed.clear()
-
-    def _pods_ready(self, term: Term, dirty: dict[str, None], now: float) -> list[Decision]:
-        """waitForPodsReady (``admission.controller.features.podsready``): look at the started workloads whose
-        jobs changed; evict those whose pods were not all Ready in time."""
-        sched = term.scheduler
-        for uid in dirty:
-            row = term.rows.get(uid)
-            if row is not None:
-                self.pods_ready.observe(sched.workloads.get(row.key), self.jobs.views.get(uid), now)
-        out: list[Decision] = []
-        for key, recovering in self.pods_ready.due(now):
-            evict = sched.pods_ready_timeout(
-                key, self.pods_ready.policy, recovery=recovering, why=self.pods_ready.why(key)
-            )
-            if evict is not None:
-                out.append(evict)
-        return out
 
     def _wake_for_requeue(self, at: float | None) -> None:
         """A step when the next workload waiting out a backoff may queue again, or the next started
@@ -444,7 +412,7 @@ class Steps:
 
     async def _commit(
         self,
-        term: Term,
+        step: StepContext,
         decisions: Sequence[Decision],
         at: dt.datetime,
         waiting: dict[str, list[str] | None] | None = None,
@@ -452,6 +420,7 @@ class Steps:
         """Step 3: the net effect of the decisions in one fenced transaction; undo what it refused,
         settle the rest. ``waiting``: admitted workloads that wait for preempted ones to stop (or no
         longer do), said with them. Returns the workloads it touched."""
+        term = step.term
         sched = term.scheduler
         first: dict[str, Decision] = {}
         last_evict: dict[str, Evict] = {}
@@ -520,16 +489,13 @@ class Steps:
             await store.set_reasons(session, reasons)
             await store.set_checks(session, check_states, at)
             await activity.take(session, taken)
-            ready, self.pods_ready.newly_ready = self.pods_ready.newly_ready, {}
-            await store.set_pods_ready(
-                session, [(row.id, timestamp(t)) for key, t in ready.items() if (row := term.by_key.get(key))]
-            )
+            for capability in self.capabilities:  # (when pods were first Ready...)
+                await capability.write_in_commit(session, step)
             preempting = self._preempting(term, waiting or {})
             await store.set_admitted_reasons(session, [(row_id, r, m) for row_id, _, r, m in preempting])
             await self._save_usage(term, session)
-        for key, t in ready.items():  # (the first time all its pods were Ready in this admission)
-            if (became := sched.workloads.get(key)) is not None:
-                self.metrics.workloads.ready_workload(became, t)
+        for capability in self.capabilities:
+            capability.committed(step)
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
         began = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
         self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), began)

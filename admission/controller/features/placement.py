@@ -16,18 +16,20 @@ informers), the ungater (``admission.controller.features.pinning``) and the deci
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from admission.controller.capability import Capability, StepContext
 from admission.controller.features.inventory import NodeInventory
 from admission.controller.features.pinning import Pinner
 from admission.controller.step import Changes
 from admission.controller.term import Term
 from admission.kube.client import Kube
+from queues.decisions import Decision
 from queues.model import Config
 from queues.placement.inventory import Inventory
 
 
-class Placement:
+class Placement(Capability):
     def __init__(
         self,
         kube: Kube,
@@ -75,6 +77,18 @@ class Placement:
         if self.inventory.wanted(config) and term is not None and term.scheduler.inventory is None:
             term.scheduler.use_inventory(self.inventory.fresh())
             self.changes.wake.set()
+
+    def decide(self, step: StepContext) -> Sequence[Decision]:
+        """What was placed on a deleted node is evicted (``NodeFailures``) and placed again; what
+        was placed on a cordoned one, whose pods there had not started, is placed again."""
+        sched, out = step.term.scheduler, []
+        lost, self.changes.nodes_lost = self.changes.nodes_lost, {}
+        for node in lost:
+            out.extend(sched.node_lost(node))
+        unusable, self.changes.nodes_unusable = self.changes.nodes_unusable, {}
+        for node, keys in unusable.items():
+            out.extend(sched.node_unusable(node, keys))
+        return out
 
     def _current_inventory(self) -> Inventory | None:
         term = self.current_term()

@@ -19,11 +19,22 @@ not stored): late rather than early.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from admission.controller.capability import Capability, StepContext
+from admission.controller.jobcache import JobCache
+from admission.controller.term import timestamp
 from admission.jobs.base import JobView
+from admission.store import workloads as store
 from queues.cycle.podsready import WaitForPodsReady
+from queues.decisions import Decision
 from queues.model import Workload
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from admission.controller.monitoring.workload_metrics import WorkloadMetrics
 
 
 def scaled(policy: WaitForPodsReady, scale: float) -> WaitForPodsReady:
@@ -84,3 +95,51 @@ class PodsReadyWatch:
 
     def next_deadline(self) -> float | None:
         return min((at for at, _ in self.deadlines.values()), default=None)
+
+
+class PodsReady(Capability):
+    """waitForPodsReady as the kernel sees it (``admission.controller.capability``): in each step,
+    the started workloads whose jobs changed are looked at and those whose pods were not all Ready
+    in time evicted (``PodsReadyTimeout``); when every pod of one first was Ready is stored with
+    the step's decisions (a restart keeps the recovery timeout); the next deadline wakes a step."""
+
+    name = "pods-ready"
+
+    def __init__(self, watch: PodsReadyWatch, *, jobs: JobCache, metrics: WorkloadMetrics) -> None:
+        self.watch = watch
+        self.jobs = jobs
+        self.metrics = metrics
+        self.storing: dict[str, float] = {}  # first Ready, being stored by this step's commit
+
+    def decide(self, step: StepContext) -> Sequence[Decision]:
+        term, watch = step.term, self.watch
+        sched = term.scheduler
+        for uid in step.dirty:
+            row = term.rows.get(uid)
+            if row is not None:
+                watch.observe(sched.workloads.get(row.key), self.jobs.views.get(uid), step.now)
+        out: list[Decision] = []
+        for key, recovering in watch.due(step.now):
+            evict = sched.pods_ready_timeout(key, watch.policy, recovery=recovering, why=watch.why(key))
+            if evict is not None:
+                out.append(evict)
+        return out
+
+    def owes_commit(self) -> bool:
+        return bool(self.watch.newly_ready)
+
+    async def write_in_commit(self, session: AsyncSession, step: StepContext) -> None:
+        self.storing, self.watch.newly_ready = self.watch.newly_ready, {}
+        by_key = step.term.by_key
+        await store.set_pods_ready(
+            session, [(row.id, timestamp(t)) for key, t in self.storing.items() if (row := by_key.get(key))]
+        )
+
+    def committed(self, step: StepContext) -> None:
+        for key, t in self.storing.items():  # (the first time all its pods were Ready in this admission)
+            if (became := step.term.scheduler.workloads.get(key)) is not None:
+                self.metrics.ready_workload(became, t)
+        self.storing = {}
+
+    def next_wake(self) -> float | None:
+        return self.watch.next_deadline()

@@ -40,7 +40,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.capability import Capability, Loop
+from admission.controller.capability import Capability, Loop, StepContext
 from admission.controller.events import EventPoster
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term
@@ -50,6 +50,7 @@ from admission.kube.informer import Informer
 from admission.store import database
 from admission.store import workload_objects as store
 from admission.store.workload_shape import JOB_UID_LABEL
+from queues.decisions import Decision
 from queues.kueue import workload_crd
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class Projection(Capability):
         jobs: JobCache,
         current_term: Callable[[], Term | None],
         *,
-        lost: Callable[[str], None] = lambda _uid: None,
+        wake_step: Callable[[], None] = lambda: None,
         events: EventPoster | None = None,
         created: Callable[[str, float], None] = lambda _kind, _seconds: None,
         rate: float = RATE,
@@ -144,7 +145,8 @@ class Projection(Capability):
         pods_ready: bool = False,
     ) -> None:
         self.kube, self.sessions, self.jobs, self.current_term = kube, sessions, jobs, current_term
-        self.lost = lost  # told of a job whose Workload object someone else deleted
+        self.wake_step = wake_step  # a step is due: a Workload object someone else deleted (``deleted``)
+        self.deleted: dict[str, None] = {}  # job uids whose object someone else deleted: the next step asks
         self.events = events  # Kueue's Events on the objects, from their conditions' transitions
         self.created = created  # told (job kind, seconds) from a job's creation to its object's
         self.pods_ready = pods_ready  # waitForPodsReady is on: the objects carry Kueue's PodsReady condition
@@ -191,7 +193,8 @@ class Projection(Capability):
             if uid in self.deleting:
                 self.deleting.discard(uid)
             elif not self.informer.absent:  # (not the CRD uninstalled, nor our list refused)
-                self.lost(uid)
+                self.deleted[uid] = None
+                self.wake_step()
             self.mark([uid])  # (made again if its workload is live)
             return
         shown = Shown.of(obj)
@@ -214,6 +217,17 @@ class Projection(Capability):
                 self.finished[shown.finished] += 1
 
     # ----- passes ----------------------------------------------------------------------------------
+
+    def decide(self, step: StepContext) -> Sequence[Decision]:
+        """A workload whose object someone deleted is gone, as in Kueue (``Scheduler.workload_lost``);
+        a job being deleted takes its Workload with it, which is no loss."""
+        deleted, self.deleted = self.deleted, {}
+        term, out = step.term, []
+        for uid in deleted:
+            row = term.rows.get(uid)
+            if row is not None and uid in self.jobs.views and (evict := term.scheduler.workload_lost(row.key)):
+                out.append(evict)
+        return out
 
     def loops(self) -> Sequence[Loop]:
         return (("informer-workloads", self.informer.run), ("workload-objects", self.run))
