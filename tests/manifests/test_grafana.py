@@ -13,7 +13,7 @@ METRIC = r"(?:kueue|turnstile)_[a-z_]+"
 def test_the_grafana_dashboard_reads_only_metrics_turnstile_exports() -> None:
     dashboard = json.loads((ROOT / "manifests" / "grafana" / "turnstile-dashboard.json").read_text())
     # (the families are named in the controller's metrics modules: metrics.py, workload_metrics.py, ...)
-    source = "".join(p.read_text() for p in (ROOT / "admission" / "controller").glob("*metrics.py"))
+    source = "".join(p.read_text() for p in (ROOT / "admission" / "controller").rglob("*metrics.py"))
     exported = set(re.findall(rf'"({METRIC})"', source))
     used: set[str] = set()
     for panel in dashboard["panels"]:
