@@ -149,4 +149,6 @@ async def test_prometheus_unreachable_reclaims_nothing_and_says_so(tmp_path: Pat
         problem = await eventually(lambda: controller.reclaimer.problem, what="a readiness note")
         assert problem.startswith("GPU utilisation cannot be read: http://127.0.0.1:9"), problem
         assert "turnstile_gpu_utilization_readable 0.0" in controller.metrics.render().decode()
+        # (on a loaded machine the readiness note can come before train's row is stored: wait for the row)
+        await eventually(lambda: _row(w, "train"), what="train's workload row")
         assert (await _row(w, "notebook")).state == "Admitted" and (await _row(w, "train")).state == "Pending"
