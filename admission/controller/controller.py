@@ -5,7 +5,8 @@ Every replica runs the informers (jobs of every integrated kind, the pods the we
 namespaces, PriorityClasses, and Kueue's queue objects where the cluster serves them), the
 configuration listener (for the webhook it serves) and leader election
 (``admission.controller.leadership``). The leader also reconciles the queue objects into PostgreSQL
-(``admission.controller.objects.declared``) and writes their status (``admission.controller.objects.queuestatus``).
+(``admission.controller.objects.declared``) and writes their status
+(``admission.controller.objects.queuestatus``).
 The replica holding the scheduler lease also runs a *term* (``admission.controller.term``): a
 scheduling core rebuilt from PostgreSQL, driven by steps (``admission.controller.step``) whenever
 something changed.

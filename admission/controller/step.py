@@ -7,9 +7,9 @@ periodic resync), coalesced over a few milliseconds, and never waits on the API 
    uid), a finished or deleted one releases its quota and closes its ledger intervals, one whose
    queue label went away while pending leaves queueing; commit that (fenced) and feed the same
    changes to the core;
-2. turn admission checks' verdicts and pods-ready deadlines into decisions, and ask every
-   capability (``admission.controller.capability``: idle reclaim, GPU health, budgets) what it
-   decides or gates;
+2. turn admission checks' verdicts into decisions, and ask every capability
+   (``admission.controller.capability``: pods-ready deadlines, deleted Workload objects, lost
+   nodes, idle reclaim, GPU health, budgets) what it decides or gates;
 3. run the core's cycles; commit their net admissions and evictions in one fenced transaction
    that re-checks every quota (``store.workloads.commit_cycle``); undo in memory what the store
    refused;
@@ -73,9 +73,8 @@ class Changes:
     # admitted workloads whose job waits for preempted workloads' pods to stop -> those workloads
     # (None: it no longer waits), as the enactor found; a step stores and announces it
     preempting: dict[str, list[str] | None] = field(default_factory=dict)
-    nodes_lost: dict[str, None] = field(
-        default_factory=dict
-    )  # nodes deleted (``admission.controller.features.inventory``)
+    # nodes deleted (``admission.controller.features.inventory``)
+    nodes_lost: dict[str, None] = field(default_factory=dict)
     # nodes cordoned -> workloads placed there whose pods there had not started
     nodes_unusable: dict[str, set[str]] = field(default_factory=dict)
 
