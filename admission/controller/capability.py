@@ -52,8 +52,6 @@ class StepContext:
 class Capability:
     """One optional feature of the controller; override the hooks it uses (module docstring)."""
 
-    name = "capability"
-
     def loops(self) -> Sequence[Loop]:
         """Background loops to run on every replica while the process runs."""
         return ()

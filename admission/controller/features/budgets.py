@@ -54,8 +54,6 @@ class BudgetKeeper(Capability):
     replica; in the leader's step it sets the core's gate (a spent budget holds new work back, or
     lowers its priority; a renewed one lets it go)."""
 
-    name = "gpu-budgets"
-
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],

@@ -203,8 +203,6 @@ class Metering(Capability):
     the last step measured, stored in their own fenced transaction (after the commit that made the
     admissions, so an interval is never started before it exists)."""
 
-    name = "metering"
-
     def __init__(self, meter: Meter, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.meter = meter
         self.sessions = sessions

@@ -103,8 +103,6 @@ class PodsReady(Capability):
     in time evicted (``PodsReadyTimeout``); when every pod of one first was Ready is stored with
     the step's decisions (a restart keeps the recovery timeout); the next deadline wakes a step."""
 
-    name = "pods-ready"
-
     def __init__(self, watch: PodsReadyWatch, *, jobs: JobCache, metrics: WorkloadMetrics) -> None:
         self.watch = watch
         self.jobs = jobs

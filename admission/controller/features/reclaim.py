@@ -244,8 +244,6 @@ class IdleReclaim(Capability):
     earn, with warnings said as Events at once (they change nothing to commit), each counted in
     ``turnstile_gpu_idle_workloads_total``."""
 
-    name = "idle-reclaim"
-
     def __init__(self, reclaimer: Reclaimer, *, events: EventPoster, counted: Counter) -> None:
         self.reclaimer = reclaimer
         self.events = events

@@ -225,7 +225,9 @@ class Projection(Capability):
         term, out = step.term, []
         for uid in deleted:
             row = term.rows.get(uid)
-            if row is not None and uid in self.jobs.views and (evict := term.scheduler.workload_lost(row.key)):
+            if row is None or uid not in self.jobs.views:
+                continue
+            if (evict := term.scheduler.workload_lost(row.key)) is not None:
                 out.append(evict)
         return out
 
