@@ -336,17 +336,29 @@ class ApiServer:
         if method in ("PUT", "PATCH") and name:
             if sub == "status":
                 self.status_writes += 1
-            old = self.store.get(res, namespace, name)
-            if method == "PUT":
-                new = await self._body(request)
-            else:
-                new = await self._patched(request, res, old)
-            admitted = await self.webhooks.admit(res, "UPDATE", namespace, new, old, sub, user=user_of(request))
-            rules = self._update_rules(res, sub, mode, admitted.warnings)
-            updated = self.store.replace(res, namespace, name, admitted.obj, subresource=sub, validate=rules)
-            if res == resources.CRDS:
-                self._sync_crds()
-            return _respond(updated, admitted.warnings)
+            # A PATCH that names no resourceVersion is applied to whatever the object is when it is
+            # written: on a conflict (another writer got in while the webhooks were asked) the real
+            # server reads, patches and admits it again, up to MAX_PATCH_CONFLICTS times
+            # (GuaranteedUpdate; handlers/patch.go's maxRetryWhenPatchConflicts).
+            retries = MAX_PATCH_CONFLICTS if method == "PATCH" and not _pins_version(await self._body(request)) else 0
+            while True:
+                old = self.store.get(res, namespace, name)
+                if method == "PUT":
+                    new = await self._body(request)
+                else:
+                    new = await self._patched(request, res, old)
+                admitted = await self.webhooks.admit(res, "UPDATE", namespace, new, old, sub, user=user_of(request))
+                rules = self._update_rules(res, sub, mode, admitted.warnings)
+                try:
+                    updated = self.store.replace(res, namespace, name, admitted.obj, subresource=sub, validate=rules)
+                except ApiError as exc:
+                    if exc.code != 409 or exc.reason != "Conflict" or retries <= 0:
+                        raise
+                    retries -= 1
+                    continue
+                if res == resources.CRDS:
+                    self._sync_crds()
+                return _respond(updated, admitted.warnings)
         if method == "DELETE" and name:
             old = self.store.get(res, namespace, name)
             options = await self._body(request) if request.can_read_body else {}
@@ -535,7 +547,7 @@ class ApiServer:
             patched = patches.strategic_merge_patch(current, body, validation.kind_schema(res), validation.resolve)
         else:
             raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
-        if not isinstance(body, dict) or "resourceVersion" not in (body.get("metadata") or {}):
+        if not _pins_version(body):
             patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
         return dict(patched)
 
@@ -779,6 +791,14 @@ class ApiServer:
 
 
 DEFAULT_TOKEN = "turnstile-sim"  # the token of the kubeconfig the simulator writes: an administrator
+
+
+MAX_PATCH_CONFLICTS = 5  # the real server's maxRetryWhenPatchConflicts
+
+
+def _pins_version(body: Any) -> bool:
+    """Whether a patch names the resourceVersion it applies to (then a conflict is the client's)."""
+    return isinstance(body, dict) and "resourceVersion" in (body.get("metadata") or {})
 
 
 def user_of(request: web.Request) -> dict[str, Any]:
