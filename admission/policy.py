@@ -4,7 +4,7 @@ One object, built from the settings (``Policy.from_settings``) and shared by the
 holds objects at creation) and the controller (which tells a held object why, by an Event), so both
 decide alike: ``missing_local_queue`` (a job naming a LocalQueue that does not exist: hold or
 refuse), ``manage_jobs_without_queue_name`` with ``managed_jobs_namespace_selector`` and
-``managed_resources`` (``queues.podsets.managed``), ``wait_for_pods_ready`` (``queues.cycle.podsready``: when a
+``managed_resources`` (``queues.managed``), ``wait_for_pods_ready`` (``queues.cycle.podsready``: when a
 started workload whose pods are not Ready gives its quota back), ``fair_sharing``
 (``queues.cycle.fairsharing``) and ``admission_fair_sharing`` (``queues.cycle.usage_history``), both read by the
 controller's scheduler. Namespace labels come from the
@@ -20,11 +20,12 @@ from typing import Any
 
 import yaml
 
-from queues import errors
-from queues.cycle import fairsharing, podsready, usage_history
+from queues import errors, managed
+from queues.cycle import podsready, usage_history
+from queues.kueue import fair_sharing_config
 from queues.model import Config
 from queues.placement.topology import COMPACT
-from queues.podsets import jobs, managed
+from queues.podsets import jobs
 from queues.selectors import LabelSelector
 
 HOLD, REFUSE = "hold", "refuse"
@@ -68,11 +69,11 @@ def parse_pods_ready(text: str) -> podsready.WaitForPodsReady:
     return result
 
 
-def parse_fair_sharing(text: str) -> fairsharing.FairSharing | None:
+def parse_fair_sharing(text: str) -> fair_sharing_config.FairSharing | None:
     """Kueue's ``fairSharing`` block (``{}``: on, with the default strategies); empty: off."""
     if not text.strip():
         return None
-    result: fairsharing.FairSharing | None = _block(text, lambda raw: fairsharing.parse(raw or {}))
+    result: fair_sharing_config.FairSharing | None = _block(text, lambda raw: fair_sharing_config.parse(raw or {}))
     return result
 
 
@@ -104,7 +105,7 @@ class Policy:
     own_namespace: str = "turnstile-system"
     namespace_labels: Callable[[str], Mapping[str, str] | None] = field(default=lambda _ns: None)
     pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
-    fair_sharing: fairsharing.FairSharing | None = None  # Kueue's fairSharing configuration; None: off
+    fair_sharing: fair_sharing_config.FairSharing | None = None  # Kueue's fairSharing configuration; None: off
     # Kueue's admissionFairSharing configuration (``queues.cycle.usage_history``); None: off
     admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
     topology_packing: str = COMPACT  # how TAS pod sets are packed (``queues.placement.topology``: Compact or Kueue)

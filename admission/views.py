@@ -23,10 +23,10 @@ from admission.store import workload_objects as workload_objects_store
 from admission.store import workloads as store
 from queues import quantity
 from queues.cycle import fairsharing
-from queues.cycle.flavors import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
+from queues.cycle.assignment import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
 from queues.cycle.podsready import PODS_UNSCHEDULABLE
 from queues.cycle.scheduler import Scheduler
-from queues.kueue import api
+from queues.kueue import api, codec, fair_sharing_config
 from queues.model import ClusterQueue, FlavorResource, Snapshot
 
 
@@ -341,7 +341,7 @@ def _pods_line(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-async def controller_fair_sharing(session: AsyncSession) -> fairsharing.FairSharing | None:
+async def controller_fair_sharing(session: AsyncSession) -> fair_sharing_config.FairSharing | None:
     """The fair sharing the controller runs with, as its leader recorded it: a plan is made as it would."""
     try:
         return parse_fair_sharing(await fair_usage.get_setting(session))
@@ -465,7 +465,7 @@ async def describe(
         if history := await _history(session, obj.name):
             console.print(f"Usage history (usage-aware fair sharing): {history}")
     else:
-        console.print(yaml.safe_dump(api.to_manifest(obj, version=obj.version), sort_keys=False).rstrip())
+        console.print(yaml.safe_dump(codec.to_manifest(obj, version=obj.version), sort_keys=False).rstrip())
         if isinstance(obj, api.LocalQueue) and (history := await _history(session, obj.key)):
             console.print(f"Usage history (admission fair sharing): {history}")
     entries = await config_store.history(session, kind=kind, name=obj.key)

@@ -38,7 +38,7 @@ from admission.sim.server import resources as sim_resources
 from admission.store import config as config_store
 from admission.store import database, embedded
 from bench.procs import ControllerProcess, cpu_seconds, memory_mb, postgres_cpu
-from queues.kueue import api
+from queues.kueue import codec
 
 FLAVOR = """
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -100,7 +100,7 @@ class Bench:
 
     async def apply(self, docs: list[dict[str, Any]]) -> None:
         async with database.transaction(self.sessions) as s:
-            await config_store.apply(s, [api.parse(d) for d in docs], actor="bench")
+            await config_store.apply(s, [codec.parse(d) for d in docs], actor="bench")
 
     def unsuspended(self, namespace: str, name: str) -> bool:
         return not self.store.get(self.jobs, namespace, name)["spec"].get("suspend")

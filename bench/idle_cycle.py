@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import time
 
-from queues.cycle.fairsharing import FairSharing
 from queues.cycle.scheduler import Scheduler
-from queues.kueue import api
+from queues.kueue import api, codec
+from queues.kueue.fair_sharing_config import FairSharing
 from queues.model import Config
 from queues.podsets import jobs
 
 
 def build(pending: int = 100_000, queues: int = 100, fair_sharing: FairSharing | None = None) -> Scheduler:
     objs: list[api.KueueObject] = [
-        api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}})
+        codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}})
     ]
     for q in range(queues):
         objs.append(
-            api.parse(
+            codec.parse(
                 {
                     "apiVersion": "kueue.x-k8s.io/v1beta1",
                     "kind": "ClusterQueue",
@@ -38,7 +38,7 @@ def build(pending: int = 100_000, queues: int = 100, fair_sharing: FairSharing |
             )
         )
         objs.append(
-            api.parse(
+            codec.parse(
                 {
                     "apiVersion": "kueue.x-k8s.io/v1beta1",
                     "kind": "LocalQueue",

@@ -19,7 +19,7 @@ from admission.controller.monitoring.exposition import Exposition
 from admission.controller.monitoring.local_queue_metrics import LocalQueueGauges
 from admission.controller.monitoring.metrics import ResourceClock, write_queues
 from queues.cycle.scheduler import Scheduler
-from queues.kueue import api
+from queues.kueue import codec
 from queues.model import Config
 from queues.podsets import jobs
 
@@ -29,7 +29,7 @@ QUEUES, WORKLOADS = 1_000, 100_000
 def _objects() -> list[Any]:
     def parse(kind: str, name: str, spec: dict[str, Any], namespace: str | None = None) -> Any:
         meta = {"name": name, **({"namespace": namespace} if namespace else {})}
-        return api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": meta, "spec": spec})
+        return codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": meta, "spec": spec})
 
     quota = [{"name": "nvidia.com/gpu", "nominalQuota": "50"}, {"name": "cpu", "nominalQuota": "500"}]
     groups = [{"coveredResources": ["nvidia.com/gpu", "cpu"], "flavors": [{"name": "a100", "resources": quota}]}]

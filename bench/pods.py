@@ -30,7 +30,7 @@ from admission.store import config as config_store
 from admission.store import database, embedded
 from bench import webhook
 from bench.procs import ControllerProcess, cpu_seconds, postgres_cpu, route_webhook
-from queues.kueue import api
+from queues.kueue import codec
 from queues.podsets import pods
 
 DEPLOYMENTS = kube_client.ResourceRef("apps/v1", "Deployment", "deployments")
@@ -74,7 +74,7 @@ async def gated_pods(deployments: int, replicas: int) -> None:
     await database.upgrade(url)
     engine = database.make_engine(url)
     async with database.transaction(database.sessions(engine)) as session:
-        await config_store.apply(session, [api.parse(d) for d in _config(deployments * replicas)], actor="bench")
+        await config_store.apply(session, [codec.parse(d) for d in _config(deployments * replicas)], actor="bench")
     await engine.dispose()
     host = await SimHost.start(tmp / "kubeconfig", time_scale=1.0)
     kube = Kube(await kube_client.connect(host.kubeconfig))

@@ -18,7 +18,7 @@ from admission.settings import normalise_database_url
 from admission.store import config as config_store
 from admission.store import database, embedded
 from admission.store import workloads as store
-from queues.kueue import api
+from queues.kueue import api, codec
 from queues.model import Admission
 from queues.podsets import jobs
 
@@ -26,7 +26,7 @@ NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 
 
 def _cq(i: int) -> api.KueueObject:
-    return api.parse(
+    return codec.parse(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
             "kind": "ClusterQueue",
@@ -252,7 +252,7 @@ def _apply_figures(env: dict[str, str], queues: int = 10_000) -> None:
     path = folder / "queues.yaml"
     docs = [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a100"}}]
     for i in range(queues):
-        manifest = api.to_manifest(_cq(i), version="v1beta2")
+        manifest = codec.to_manifest(_cq(i), version="v1beta2")
         manifest["metadata"]["name"] = f"apply-{i:05d}"
         docs.append(manifest)
     path.write_text(yaml.safe_dump_all(docs))

@@ -26,7 +26,7 @@ from typing import Any
 
 from queues.placement import topology
 from queues.placement.nodes import NodeInfo, PodNeeds, node_object
-from queues.placement.topology_requests import PREFERRED, REQUIRED, Request
+from queues.podsets.topology_requests import PREFERRED, REQUIRED, Request
 from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"

@@ -44,7 +44,7 @@ from queues.model import Config
 
 folder, port = Path(sys.argv[1]), int(sys.argv[2])
 doc = yaml.safe_load(open(sys.argv[3]))
-config = Config.of([api.parse(m) for m in doc["manifests"]])
+config = Config.of([codec.parse(m) for m in doc["manifests"]])
 bundle = certs.read(folder)
 web.run_app(WebhookServer(lambda: config).app, host="127.0.0.1", port=port,
             ssl_context=bundle.server_context(folder), print=None, access_log=None)

@@ -40,7 +40,7 @@ from admission.store import config as config_store
 from admission.store import database, embedded
 from bench.controller import FLAVOR, _queue
 from bench.procs import ControllerProcess, cpu_seconds
-from queues.kueue import api, workload_crd
+from queues.kueue import codec, workload_crd
 
 QUEUES, PER_QUEUE, QUOTA, RUNTIME = 1000, 5, 2, 3.0
 OBJECTS = 100_000
@@ -128,7 +128,7 @@ async def _churn(with_objects: bool) -> None:
         for ns in names:
             docs += _queue(ns, ns, QUOTA, cohort=None)
         async with database.transaction(sessions) as s:
-            await config_store.apply(s, [api.parse(d) for d in docs], actor="bench")
+            await config_store.apply(s, [codec.parse(d) for d in docs], actor="bench")
         await asyncio.sleep(1.0)
         if with_objects:
             watching = asyncio.create_task(watch())

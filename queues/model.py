@@ -1,6 +1,8 @@
-"""The scheduler's view of the world: ClusterQueues, workloads, and a snapshot.
+"""The scheduler's view of the world: the configuration it reads and the snapshot it decides on.
 
-ClusterQueues are nodes of the quota tree (``queues.quotas``, Kueue's hierarchical cohorts).
+ClusterQueues are nodes of the quota tree (``queues.quotas``, Kueue's hierarchical cohorts); the
+workloads they hold are ``queues.workloads``. Both are re-exported here: the rest of the core
+reads the world through this module.
 
 ``Snapshot`` holds every node and the admitted workloads, and changes in place: adding or
 removing a workload updates usage up the tree in O(depth). What-if changes during
@@ -13,213 +15,32 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from queues import selectors
-from queues.cycle import provisioning
 from queues.kueue import api
+from queues.kueue.admission_checks import inactive_reason
 from queues.placement import nodes
 from queues.placement.inventory import Inventory
 from queues.placement.topology import COMPACT
-from queues.podsets import jobs
-from queues.quotas import CohortNode, FlavorResource, Node, Quota, Usage
+from queues.quotas import ClusterQueue, CohortNode, Flavor, Node, Quota, ResourceGroup, weight_of
+from queues.workloads import Admission, FlavorResource, SharedShapes, Usage, Workload, shape_of
 
 if TYPE_CHECKING:
-    from queues.cycle.fairsharing import FairSharing
+    from queues.kueue.fair_sharing_config import FairSharing
 
-__all__ = ["CohortNode", "FlavorResource", "Node", "Quota", "Usage"]  # (the quota tree, re-exported)
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceGroup:
-    resources: tuple[str, ...]
-    flavors: tuple[str, ...]
-    label_keys: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Flavor:
-    name: str
-    node_labels: Mapping[str, str]
-    taints: tuple[selectors.Taint, ...]
-    tolerations: tuple[selectors.Toleration, ...]
-    topology: str | None = None  # spec.topologyName: a TAS flavor (``queues.placement.topology``)
-    levels: tuple[str, ...] = ()  # that Topology's levels; () while it does not exist
-
-    @classmethod
-    def from_api(cls, rf: api.ResourceFlavor, topologies: Mapping[str, api.Topology] | None = None) -> Flavor:
-        topology = rf.spec.topology_name or None
-        found = (topologies or {}).get(topology) if topology else None
-        return cls(
-            name=rf.name,
-            node_labels=dict(rf.spec.node_labels),
-            taints=tuple(selectors.Taint(t.key, t.value, t.effect) for t in rf.spec.node_taints),
-            tolerations=tuple(selectors.Toleration(t.key, t.operator, t.value, t.effect) for t in rf.spec.tolerations),
-            topology=topology,
-            levels=found.levels if found is not None else (),
-        )
-
-
-@dataclass(slots=True)
-class Admission:
-    """Where a workload was admitted: its ClusterQueue, flavors per pod set, and the quota it holds."""
-
-    cluster_queue: str
-    flavors: dict[str, dict[str, str]]  # pod set -> resource -> flavor
-    usage: Usage
-    borrowing: bool
-    counts: dict[str, int] = field(default_factory=dict)  # pod set -> pods, where partially admitted
-    placement: dict[str, dict[str, int]] = field(default_factory=dict)  # TAS pod set -> node -> pods
-
-
-def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
-    """Everything about pod sets that decides where they fit, as one hashable value."""
-    return tuple(
-        (
-            ps.name,
-            ps.count,
-            tuple(sorted(ps.requests.items())),
-            ps.constraints,
-            ps.tolerations,
-            ps.min_count,
-            ps.topology,
-        )
-        for ps in pod_sets
-    )
-
-
-class SharedShapes:
-    """One copy of each distinct set of pod sets, shared by every workload (or job) that has it.
-
-    A controller holds 100,000 workloads, and most are copies of a few job templates; ``share``
-    answers new pod sets with the first-seen equal ones and their shape, so each template's
-    pod sets are held once. The table keeps the ``limit`` most recently used shapes: sharing
-    saves memory and never changes a decision.
-    """
-
-    def __init__(self, limit: int = 10_000) -> None:
-        self.limit = limit
-        self._known: dict[tuple[object, ...], tuple[tuple[jobs.PodSet, ...], tuple[object, ...]]] = {}
-
-    def share(self, pod_sets: tuple[jobs.PodSet, ...]) -> tuple[tuple[jobs.PodSet, ...], tuple[object, ...]]:
-        """``(pod_sets, shape)``: the shared pod sets equal to ``pod_sets``, and their shape."""
-        shape = shape_of(pod_sets)
-        known = self._known.pop(shape, None) or (pod_sets, shape)
-        self._known[shape] = known  # most recently used last
-        if len(self._known) > self.limit:
-            del self._known[next(iter(self._known))]
-        return known
-
-    def __len__(self) -> int:
-        return len(self._known)
-
-
-@dataclass(slots=True, eq=False)
-class Workload:
-    """A job as the queue sees it. ``seq`` is submission order, the final tie-break everywhere."""
-
-    key: str
-    seq: int
-    namespace: str
-    local_queue: str | None
-    priority: int
-    pod_sets: tuple[jobs.PodSet, ...]
-    created: float
-    queue_ts: float
-    labels: Mapping[str, str] = field(default_factory=dict)
-    # the class its priority came from (Kueue's ``spec.priorityClassRef.name``; metrics' priority_class)
-    priority_class: str = ""
-    cluster_queue: str | None = None
-    admission: Admission | None = None
-    admitted_at: float | None = None
-    reason: str = "Pending"
-    message: str = ""
-    shape: tuple[object, ...] = ()
-    # Two-phase admission: admission checks still to pass for the quota it holds (its job starts
-    # when none are left), retries so far, when it may queue again, and whether it was deactivated.
-    checks: tuple[str, ...] = ()
-    retries: int = 0
-    requeue_at: float | None = None
-    active: bool = True
-    requeue_reason: str = "WaitingForCapacity"  # what it waits for while it backs off (PodsReadyTimeout)
-    # waitForPodsReady (``queues.cycle.podsready``): when its job started (quota held, checks passed) and
-    # when all its pods were first Ready, in this admission
-    started_at: float | None = None
-    ready_at: float | None = None
-    # seconds its job ran (admitted, checks passed) in the admissions that ended: Kueue's
-    # ``accumulatedPastExecutionTimeSeconds`` (kept in PostgreSQL, ``workloads.executed_seconds``)
-    past_run: float = 0.0
-    # the workload whose preemption evicted it, until it is admitted again (``preemption.in_chain``)
-    evicted_by: Workload | None = None
-    # its own priority while a spent GPU-hour budget runs it lower (``queues.cycle.budget_priority``)
-    own_priority: int | None = None
-
-    @property
-    def running_pod_sets(self) -> tuple[jobs.PodSet, ...]:
-        """The pod sets as admitted: fewer pods where the admission was partial."""
-        return jobs.with_counts(self.pod_sets, self.admission.counts) if self.admission else self.pod_sets
-
-    @property
-    def started(self) -> bool:
-        """Quota reserved and every admission check passed: the job runs."""
-        return self.admission is not None and not self.checks
-
-    def __post_init__(self) -> None:
-        if not self.shape:
-            self.shape = shape_of(self.pod_sets)
-
-    def order_key(self) -> tuple[int, float, int]:
-        """Queue order: 1. higher priority, 2. earlier queue-order timestamp, 3. submission order."""
-        return (-self.priority, self.queue_ts, self.seq)
-
-
-class ClusterQueue(Node):
-    """One ClusterQueue: quotas, policies and the workloads it has admitted."""
-
-    def __init__(self, obj: api.ClusterQueue, flavors: Mapping[str, Flavor]) -> None:
-        spec = obj.spec
-        quotas: dict[FlavorResource, Quota] = {}
-        groups: list[ResourceGroup] = []
-        for rg in spec.resource_groups:
-            label_keys = frozenset(k for f in rg.flavors if f.name in flavors for k in flavors[f.name].node_labels)
-            groups.append(ResourceGroup(tuple(rg.covered_resources), tuple(f.name for f in rg.flavors), label_keys))
-            for fq in rg.flavors:
-                for rq in fq.resources:
-                    quotas[(fq.name, rq.name)] = Quota(rq.nominal_quota, rq.borrowing_limit, rq.lending_limit)
-        super().__init__(obj.name, quotas)
-        self.spec = spec
-        self.weight = weight_of(spec.fair_sharing)
-        self.cohort_name = spec.cohort_ref
-        self.groups = tuple(groups)
-        self.group_of: dict[str, ResourceGroup] = {r: g for g in groups for r in g.resources}
-        self.namespace_selector = (
-            None
-            if spec.namespace_selector is None
-            else selectors.LabelSelector.from_dict(spec.namespace_selector.model_dump(by_alias=True))
-        )
-        self.workloads: dict[str, Workload] = {}
-        self.tree_key = f"cq/{obj.name}"  # the quota tree it shares; set by Snapshot once linked
-        self.inactive_reason: str | None = None
-        self.inactive_message = ""
-        missing = sorted({f for g in groups for f in g.flavors if f not in flavors})
-        self.tas_only = all(flavors[f].topology for g in groups for f in g.flavors if f in flavors) and bool(groups)
-        if missing:
-            self.inactive_reason = "FlavorNotFound"
-            self.inactive_message = f"ResourceFlavor {', '.join(missing)} does not exist; create it or fix the name"
-        elif spec.stop_policy != "None":
-            self.inactive_reason = "Stopped"
-            self.inactive_message = (
-                f"stopped by the admin (stopPolicy {spec.stop_policy}); `turnstile resume clusterqueue {obj.name}`"
-            )
-
-    @property
-    def strict_fifo(self) -> bool:
-        return self.spec.queueing_strategy == "StrictFIFO"
-
-    def admits_namespace(self, labels: Mapping[str, str]) -> bool:
-        return self.namespace_selector is not None and self.namespace_selector.matches(labels)
-
-    def nominal(self, fr: FlavorResource) -> int:
-        q = self.quotas.get(fr)
-        return q.nominal if q else 0
+# the quota tree and the workloads it holds, re-exported: the model is what the cycle reads
+__all__ = [
+    "Admission",
+    "ClusterQueue",
+    "CohortNode",
+    "Flavor",
+    "FlavorResource",
+    "Node",
+    "Quota",
+    "ResourceGroup",
+    "SharedShapes",
+    "Usage",
+    "Workload",
+    "shape_of",
+]
 
 
 class Snapshot:
@@ -249,7 +70,7 @@ class Snapshot:
             if name in config.terminating:
                 cq.inactive_reason = "Terminating"
                 cq.inactive_message = "the ClusterQueue is being deleted; it waits for its admitted workloads to finish"
-            if cq.inactive_reason is None and (checks := provisioning.inactive_reason(config, cq_obj)) is not None:
+            if cq.inactive_reason is None and (checks := inactive_reason(config, cq_obj)) is not None:
                 cq.inactive_reason, cq.inactive_message = checks
             if cq.inactive_reason is None and inventory is not None and (missing := self._missing_topologies(cq)):
                 cq.inactive_reason = "TopologyNotFound"
@@ -331,13 +152,6 @@ class Snapshot:
 def pod_requests(wl: Workload) -> dict[str, Mapping[str, int]]:
     """Each pod set's requests of one pod (what placement holds on a node per pod, its pod slot too)."""
     return {ps.name: nodes.with_pod_slot(ps.requests) for ps in wl.pod_sets}
-
-
-def weight_of(fair_sharing: api.FairSharing | None) -> float:
-    """A ``spec.fairSharing.weight`` as a number (default 1)."""
-    if fair_sharing is None or fair_sharing.weight is None:
-        return 1.0
-    return fair_sharing.weight / 1000.0
 
 
 def _cohort_quotas(obj: api.Cohort) -> dict[FlavorResource, Quota]:

@@ -5,13 +5,17 @@ Every quantity in Turnstile is an ``int`` of milli-units (``"1"`` -> 1000, ``"50
 Parsing follows ``k8s.io/apimachinery/pkg/api/resource``: decimal suffixes (n u m k M G T P
 E), binary suffixes (Ki .. Ei) and decimal exponents (``1e3``); fractions below one milli are
 rounded up, as ``Quantity.MilliValue`` does. Values beyond what Kubernetes can store
-(2^63-1 in base units) are refused rather than silently clamped.
+(2^63-1 in base units) are refused rather than silently clamped. Durations (Go's ``5m``,
+``1h30m``) are read here too, for every configuration block that takes one.
 """
 
 from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from queues.errors import FieldError
 
 MILLI = 1000
 MAX_BASE_VALUE = 2**63 - 1
@@ -81,3 +85,23 @@ def format_milli(milli: int) -> str:
             if value % 10**exp == 0:
                 return f"{value // 10**exp}{suffix}"
     return str(value)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(value: Any, path: str, problems: list[FieldError]) -> float:
+    """A Go duration (``5m``, ``1h30m``, ``90s``) or a number of seconds, > 0."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and value and _DURATION.sub("", value) == "":
+        seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(value))
+    else:
+        problems.append(FieldError(path, f"must be a duration such as 5m, 1h or 90s, not {value!r}"))
+        return 0.0
+    if seconds <= 0:
+        problems.append(
+            FieldError(path, f"must be longer than 0, not {value!r}: a workload would be evicted as it starts")
+        )
+    return seconds

@@ -7,19 +7,21 @@ or nothing is guaranteed without a lending limit), and its usage counts against 
 only beyond that guaranteed part. ``available`` is what a node can still take: its unused
 guaranteed quota plus what its parent can give, capped by its borrowing limit. Each node also
 has its fair-sharing ``weight`` (``spec.fairSharing.weight``, default 1; ``queues.cycle.fairsharing``).
+
+A ClusterQueue is the tree's leaf: it lives here with its resource groups and flavors, so that a
+Cohort can name the ClusterQueues under it without the tree depending on the snapshot above it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from queues.model import ClusterQueue
+from queues import selectors
+from queues.kueue import api
+from queues.workloads import FlavorResource, Usage, Workload
 
-FlavorResource = tuple[str, str]  # (flavor, resource)
-Usage = dict[FlavorResource, int]
+__all__ = ["FlavorResource", "Usage"]  # (the quota vocabulary, re-exported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,3 +154,91 @@ class CohortNode(Node):
         for child in children:
             for fr, q in child.subtree_quota.items():
                 self.subtree_quota[fr] = self.subtree_quota.get(fr, 0) + q - child.guaranteed(fr)
+
+
+def weight_of(fair_sharing: api.FairSharing | None) -> float:
+    """A ``spec.fairSharing.weight`` as a number (default 1)."""
+    if fair_sharing is None or fair_sharing.weight is None:
+        return 1.0
+    return fair_sharing.weight / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceGroup:
+    resources: tuple[str, ...]
+    flavors: tuple[str, ...]
+    label_keys: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    name: str
+    node_labels: Mapping[str, str]
+    taints: tuple[selectors.Taint, ...]
+    tolerations: tuple[selectors.Toleration, ...]
+    topology: str | None = None  # spec.topologyName: a TAS flavor (``queues.placement.topology``)
+    levels: tuple[str, ...] = ()  # that Topology's levels; () while it does not exist
+
+    @classmethod
+    def from_api(cls, rf: api.ResourceFlavor, topologies: Mapping[str, api.Topology] | None = None) -> Flavor:
+        topology = rf.spec.topology_name or None
+        found = (topologies or {}).get(topology) if topology else None
+        return cls(
+            name=rf.name,
+            node_labels=dict(rf.spec.node_labels),
+            taints=tuple(selectors.Taint(t.key, t.value, t.effect) for t in rf.spec.node_taints),
+            tolerations=tuple(selectors.Toleration(t.key, t.operator, t.value, t.effect) for t in rf.spec.tolerations),
+            topology=topology,
+            levels=found.levels if found is not None else (),
+        )
+
+
+class ClusterQueue(Node):
+    """One ClusterQueue: quotas, policies and the workloads it has admitted."""
+
+    def __init__(self, obj: api.ClusterQueue, flavors: Mapping[str, Flavor]) -> None:
+        spec = obj.spec
+        quotas: dict[FlavorResource, Quota] = {}
+        groups: list[ResourceGroup] = []
+        for rg in spec.resource_groups:
+            label_keys = frozenset(k for f in rg.flavors if f.name in flavors for k in flavors[f.name].node_labels)
+            groups.append(ResourceGroup(tuple(rg.covered_resources), tuple(f.name for f in rg.flavors), label_keys))
+            for fq in rg.flavors:
+                for rq in fq.resources:
+                    quotas[(fq.name, rq.name)] = Quota(rq.nominal_quota, rq.borrowing_limit, rq.lending_limit)
+        super().__init__(obj.name, quotas)
+        self.spec = spec
+        self.weight = weight_of(spec.fair_sharing)
+        self.cohort_name = spec.cohort_ref
+        self.groups = tuple(groups)
+        self.group_of: dict[str, ResourceGroup] = {r: g for g in groups for r in g.resources}
+        self.namespace_selector = (
+            None
+            if spec.namespace_selector is None
+            else selectors.LabelSelector.from_dict(spec.namespace_selector.model_dump(by_alias=True))
+        )
+        self.workloads: dict[str, Workload] = {}
+        self.tree_key = f"cq/{obj.name}"  # the quota tree it shares; set by Snapshot once linked
+        self.inactive_reason: str | None = None
+        self.inactive_message = ""
+        missing = sorted({f for g in groups for f in g.flavors if f not in flavors})
+        self.tas_only = all(flavors[f].topology for g in groups for f in g.flavors if f in flavors) and bool(groups)
+        if missing:
+            self.inactive_reason = "FlavorNotFound"
+            self.inactive_message = f"ResourceFlavor {', '.join(missing)} does not exist; create it or fix the name"
+        elif spec.stop_policy != "None":
+            self.inactive_reason = "Stopped"
+            self.inactive_message = (
+                f"stopped by the admin (stopPolicy {spec.stop_policy}); `turnstile resume clusterqueue {obj.name}`"
+            )
+
+    @property
+    def strict_fifo(self) -> bool:
+        return self.spec.queueing_strategy == "StrictFIFO"
+
+    def admits_namespace(self, labels: Mapping[str, str]) -> bool:
+        return self.namespace_selector is not None and self.namespace_selector.matches(labels)
+
+    def nominal(self, fr: FlavorResource) -> int:
+        q = self.quotas.get(fr)
+        return q.nominal if q else 0

@@ -23,7 +23,7 @@ from admission.settings import Settings
 from admission.store import config as config_store
 from admission.store import database, deletion, source
 from queues import errors
-from queues.kueue import api, validation
+from queues.kueue import api, codec, validation
 
 T = TypeVar("T")
 
@@ -108,7 +108,7 @@ def parse_documents(path: str, *, verb: str = "applied") -> list[api.KueueObject
         body = doc.body if isinstance(doc.body, dict) else {}
         label = f"{body.get('kind', '?')}/{(body.get('metadata') or {}).get('name', '?')}" if body else "?"
         try:
-            obj = api.parse(doc.body)
+            obj = codec.parse(doc.body)
         except errors.Invalid as exc:
             problems += [f"{doc.where} ({label}): {e}" for e in exc.errors]
             continue
@@ -157,7 +157,7 @@ def apply_cmd(path: str, dry_run: bool, max_seconds: float, max_memory: float, d
 def convert_cmd(path: str) -> None:
     """Print Kueue objects (v1beta1 or v1beta2 YAML) as validated v1beta2, for kubectl apply -f -."""
     objects = parse_documents(path, verb="converted")
-    click.echo(yaml.safe_dump_all([api.to_manifest(o, version="v1beta2") for o in objects], sort_keys=False).rstrip())
+    click.echo(yaml.safe_dump_all([codec.to_manifest(o, version="v1beta2") for o in objects], sort_keys=False).rstrip())
 
 
 # ----- get / describe -----------------------------------------------------------------------
@@ -206,7 +206,7 @@ def get_cmd(
         views.print_objects(resolved, objs, counts)
         click.echo(instead.mode_line(declared), err=True)  # on stderr: the table stays parseable
         return
-    manifests = [api.to_manifest(o, version=o.version) for o in objs]
+    manifests = [codec.to_manifest(o, version=o.version) for o in objs]
     body: Any = manifests[0] if key else {"apiVersion": "v1", "kind": "List", "items": manifests}
     click.echo(json.dumps(body, indent=2) if output == "json" else yaml.safe_dump(body, sort_keys=False).rstrip())
 

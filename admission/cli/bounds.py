@@ -1,7 +1,8 @@
 """What one command may spend: wall time and memory, ended with a clear refusal when it is passed.
 
-Input is bounded in bytes and shape before it is read (``documents.Limits``: the bytes of a file,
-the documents in it, the items of a list, nesting, aliases). Input under those caps can still ask
+Input is bounded in bytes and shape before it is read (``yaml_builder.Limits``, named per kind
+of input in ``documents``: the bytes of a file, the documents in it, the items of a list, nesting,
+aliases). Input under those caps can still ask
 for minutes and gigabytes: tens of thousands of queue objects, a scenario of a hundred thousand
 jobs. So ``apply`` and ``simulate`` run under ``bounded``: a watchdog thread that, once the command
 has run longer than its ``--max-seconds`` or holds more memory than its ``--max-memory``, says

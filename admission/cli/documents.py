@@ -26,7 +26,7 @@ import yaml
 from yaml.events import MappingStartEvent, SequenceStartEvent
 
 from admission.cli import yaml_builder
-from admission.cli.yaml_builder import TooLarge
+from admission.cli.yaml_builder import Limits, TooLarge
 from queues import errors
 
 
@@ -47,18 +47,6 @@ class Document:
     @property
     def where(self) -> str:
         return f"{self.source}: document {self.index + 1}"
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_bytes: int  # of one file (or stdin)
-    max_nodes: int  # of one document, aliases expanded
-    max_items: int  # in one list (checked while reading: a huge timeline is refused early)
-    max_depth: int = 64  # collections nested in collections
-    max_documents: int = 20_000  # in one file (or stdin)
-
-    def describe_bytes(self) -> str:
-        return f"{self.max_bytes // (1024 * 1024)} MiB"
 
 
 # Kueue objects: each is at most 1.5 MiB once stored (Kubernetes' own limit); a file of 10,000

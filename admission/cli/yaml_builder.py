@@ -23,7 +23,8 @@ rare input keeps PyYAML's exact behaviour and common input is fast.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import yaml
 from yaml.events import (
@@ -38,9 +39,6 @@ from yaml.events import (
     StreamEndEvent,
 )
 
-if TYPE_CHECKING:
-    from admission.cli.documents import Limits
-
 _CParser: Any
 try:
     from yaml._yaml import CParser as _CParser
@@ -49,6 +47,20 @@ except ImportError:  # a PyYAML built without libyaml: no fast path
 
 STR = "tag:yaml.org,2002:str"
 MERGE = "tag:yaml.org,2002:merge"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much one input may hold (``admission.cli.documents`` names the limits of each kind)."""
+
+    max_bytes: int  # of one file (or stdin)
+    max_nodes: int  # of one document, aliases expanded
+    max_items: int  # in one list (checked while reading: a huge timeline is refused early)
+    max_depth: int = 64  # collections nested in collections
+    max_documents: int = 20_000  # in one file (or stdin)
+
+    def describe_bytes(self) -> str:
+        return f"{self.max_bytes // (1024 * 1024)} MiB"
 
 
 class Fallback(Exception):

@@ -37,6 +37,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.capability import Capability
+from admission.controller.changes import Changes
 from admission.controller.enactor import POLL_SECONDS, Enactor
 from admission.controller.events import EventPoster, events_of
 from admission.controller.features.budgets import BudgetKeeper
@@ -60,7 +61,7 @@ from admission.controller.priorities import PriorityClasses
 from admission.controller.readiness import DatabaseHealth, Readiness
 from admission.controller.report import Reporter
 from admission.controller.runtimes import TrainingRuntimes
-from admission.controller.step import Changes, StepFailed, StepOptions, Steps
+from admission.controller.step import StepFailed, StepOptions, Steps
 from admission.controller.term import Term
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration
@@ -212,7 +213,7 @@ class Controller:
         self.readiness.add("informers", self._informers_probe, gates=False, detail=self._integrations_detail)
         self.readiness.add("nodes", self.inventory.probe, gates=False)
         self.readiness.add("gpu-utilization", self.reclaimer.probe, gates=False)
-        self.metrics = Metrics(self)
+        self.metrics: Metrics = Metrics(self)
         # why an admitted job's pods wait (the kube-scheduler's words): describe, an Event, waitForPodsReady
         self.pod_waits = PodWaits(
             kube,

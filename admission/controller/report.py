@@ -17,9 +17,9 @@ from admission.controller.term import Term
 from admission.jobs.base import JobView
 from admission.store import workloads as store
 from admission.store.workload_objects import object_name
+from queues import efficiency
 from queues.cycle import podsready
 from queues.cycle.scheduler import Evict, Scheduler
-from queues.gpus import efficiency
 from queues.model import Workload
 
 log = logging.getLogger(__name__)

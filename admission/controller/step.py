@@ -30,11 +30,12 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.capability import Capability, StepContext
+from admission.controller.changes import Changes
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.features.checks import Checks
@@ -49,8 +50,8 @@ from admission.store import activity, database, fair_usage, lease
 from admission.store import config as config_store
 from admission.store import workloads as store
 from queues.cycle import provisioning
+from queues.cycle.decisions import NO_MATCHING_WORKLOAD
 from queues.cycle.scheduler import SETTLE_SECONDS, Admit, Decision, Evict, Scheduler
-from queues.decisions import NO_MATCHING_WORKLOAD
 from queues.model import Workload
 from queues.podsets import jobs
 
@@ -59,28 +60,6 @@ log = logging.getLogger(__name__)
 
 class StepFailed(Exception):
     """A step's transaction failed: the term's in-memory state can no longer be trusted."""
-
-
-@dataclass(slots=True)
-class Changes:
-    """What changed since the last step: filled by the informers and the listener, drained by a step."""
-
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    jobs: dict[str, None] = field(default_factory=dict)  # job uids, in event order
-    checks: dict[str, None] = field(default_factory=dict)  # job uids whose ProvisioningRequests changed
-    config: bool = False
-    namespaces: bool = False
-    # admitted workloads whose job waits for preempted workloads' pods to stop -> those workloads
-    # (None: it no longer waits), as the enactor found; a step stores and announces it
-    preempting: dict[str, list[str] | None] = field(default_factory=dict)
-    # nodes deleted (``admission.controller.features.inventory``)
-    nodes_lost: dict[str, None] = field(default_factory=dict)
-    # nodes cordoned -> workloads placed there whose pods there had not started
-    nodes_unusable: dict[str, set[str]] = field(default_factory=dict)
-
-    def job(self, uid: str) -> None:
-        self.jobs[uid] = None
-        self.wake.set()
 
 
 @dataclass(slots=True)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from admission.store import activity, lease
 from admission.store import workloads as store
 from queues import model
-from queues.cycle.fairsharing import FairSharing
 from queues.cycle.scheduler import Decision, Scheduler
 from queues.cycle.usage_history import AdmissionFairSharing
+from queues.kueue.fair_sharing_config import FairSharing
 from queues.model import Workload
 from queues.placement.inventory import Inventory
 from queues.placement.topology import COMPACT

@@ -38,7 +38,7 @@ from admission.controller.controller import Controller
 from admission.sim import prometheus as sim_prometheus
 from admission.sim.operators import dcgm
 from admission.store import budgets as budget_store
-from queues.gpus.efficiency import GPU_IDLE, POLICY_ANNOTATION, Budget, ReclaimPolicy, Trace
+from queues.efficiency import GPU_IDLE, POLICY_ANNOTATION, Budget, ReclaimPolicy, Trace
 from queues.gpus.gpu_units import cards
 from queues.kueue import api
 from queues.simulation.scenario import Scenario

@@ -38,7 +38,7 @@ from admission.store import config as config_store
 from admission.store import database, deletion
 from admission.store import workloads as store
 from queues.cycle import scheduler
-from queues.gpus.efficiency import BUDGET_EXHAUSTED, Trace
+from queues.efficiency import BUDGET_EXHAUSTED, Trace
 from queues.model import Admission, Config, Workload
 from queues.podsets import jobs, serving
 from queues.simulation.scenario import Edit, JobEntry, Part, Scenario

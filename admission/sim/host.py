@@ -19,12 +19,13 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from admission.sim.operators import cronjobs, serving
+from admission.sim.operators import cronjobs, dcgm, serving
 from admission.sim.operators.autoscaler import Autoscaler
 from admission.sim.operators.cluster import Cluster
 from admission.sim.operators.replicas import Replicas
 from admission.sim.server import resources
-from admission.sim.server.apiserver import ApiServer, Faults
+from admission.sim.server.apiserver import ApiServer
+from admission.sim.server.faults import Faults
 from admission.sim.server.objects import Resource
 from admission.webhook import certs
 from queues.kueue import crds as kueue_crds
@@ -71,7 +72,7 @@ class SimHost:
         self.server.webhooks.services[f"{namespace}/{name}:{port}"] = url
 
     def kubeconfig_for(self, user: str, path: Path) -> Path:
-        """A kubeconfig acting as ``user`` (its bearer token names the user, see ``apiserver.user_of``),
+        """A kubeconfig acting as ``user`` (its bearer token names the user, see ``webhooks.user_of``),
         over HTTPS: kubectl sends credentials only over TLS, as client-go does for every client."""
         return write_kubeconfig(path, self.secure_url, token=user, ca=self.ca)
 
@@ -98,6 +99,8 @@ class SimHost:
         definitions = (*(kueue_crds.crds() if kueue else ()), *((workload_crd.crd(),) if workloads else ()))
         server = ApiServer(faults=faults, crds=crds, definitions=definitions)
         server.time_scale = time_scale
+        # a dcgm-exporter's series, on the API server's port; a trace's times scaled as the kubelet's runtimes
+        server.mount(dcgm.PATH, dcgm.handler(server.store, lambda: server.served, lambda: server.time_scale))
         cluster = Cluster(server.store, time_scale=time_scale, default_runtime=default_runtime)
         options = autoscaler or {}
         scaler = Autoscaler(

@@ -27,10 +27,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
-from queues.cycle.podsready import duration
-from queues.gpus.efficiency import Budget
+from queues.efficiency import Budget
 from queues.gpus.gpu_units import card_fraction
 from queues.podsets import jobs
+from queues.quantity import duration
 
 MONTHLY = "monthly"
 KIND = "GPUBudget"  # how the audit log names a budget's edits

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
 from queues import errors
-from queues.kueue import api
+from queues.kueue import api, codec
 from queues.model import Config
 
 CONFIG_LOCK = 0x7475726E  # "turn": serialises configuration edits
@@ -54,7 +54,7 @@ class Outcome:
 
 def manifest_of(obj: api.KueueObject) -> dict[str, Any]:
     """What is stored: the object in Kueue's shape, in the API version it was applied with."""
-    return api.to_manifest(obj, version=obj.version)
+    return codec.to_manifest(obj, version=obj.version)
 
 
 async def lock(session: AsyncSession) -> None:
@@ -211,7 +211,7 @@ async def load_object(session: AsyncSession, kind: str, key: str) -> api.KueueOb
     row = await get_row(session, kind, key)
     if row is None:
         raise NotFound(f"{kind.lower()}/{key} not found")
-    return api.parse(row.manifest)
+    return codec.parse(row.manifest)
 
 
 # Parsed objects by the md5 of their stored manifest: unchanged objects are neither decoded nor
@@ -238,7 +238,7 @@ async def list_objects(session: AsyncSession, kind: str, *, namespace: str | Non
             _PARSED.clear()
         rows = await session.execute(select(digest, table.manifest).where(digest.in_(missing)))
         for d, manifest in rows:
-            _PARSED[d] = api.parse(manifest)
+            _PARSED[d] = codec.parse(manifest)
     return [_PARSED[d] for d in digests]
 
 
@@ -286,7 +286,7 @@ async def set_quota(
             f"{', '.join(known) or 'no quotas'} (edit its resourceGroups with `turnstile apply -f`)"
         )
     try:
-        updated = api.parse(manifest)
+        updated = codec.parse(manifest)
     except errors.Invalid as exc:
         raise errors.Invalid(exc.errors, subject=f"clusterqueue/{cluster_queue}") from None
     (outcome,) = await apply(session, [updated], actor=actor)
@@ -303,7 +303,7 @@ async def set_stop_policy(session: AsyncSession, kind: str, key: str, policy: st
         spec.pop("stopPolicy", None)
     else:
         spec["stopPolicy"] = policy
-    (outcome,) = await apply(session, [api.parse(manifest)], actor=actor)
+    (outcome,) = await apply(session, [codec.parse(manifest)], actor=actor)
     return outcome
 
 

@@ -22,8 +22,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import lease, tables
-from queues.cycle import fairsharing
-from queues.cycle.fairsharing import FairSharing
+from queues.kueue import fair_sharing_config
+from queues.kueue.fair_sharing_config import FairSharing
 
 SETTING = "fair_sharing"  # the controller's fairSharing block as JSON; "" when off
 History = dict[str, tuple[dict[str, float], float]]  # queue key -> (consumed, as of epoch seconds)
@@ -67,7 +67,7 @@ async def save(
 async def put_setting(session: AsyncSession, fair: FairSharing | None, *, fence: lease.Fence) -> None:
     """Record the leader's fair-sharing setting (Kueue's block, as JSON; "" when off)."""
     await lease.check(session, fence)
-    value = "" if fair is None else json.dumps(fairsharing.block(fair))
+    value = "" if fair is None else json.dumps(fair_sharing_config.block(fair))
     stmt = insert(tables.Setting).values(key=SETTING, value=value)
     await session.execute(
         stmt.on_conflict_do_update(index_elements=[tables.Setting.key], set_={"value": value, "updated_at": func.now()})

@@ -1,7 +1,7 @@
 """What the webhook answers for Kueue's queue objects (``kueue.x-k8s.io``) created or edited in the cluster.
 
 - **Validating**: the object is checked with the very code ``turnstile apply`` uses
-  (``queues.kueue.api.parse``), so ``kubectl apply`` of an invalid ClusterQueue is refused with every
+  (``queues.kueue.codec.parse``), so ``kubectl apply`` of an invalid ClusterQueue is refused with every
   problem and its field path, and nothing is stored. An update that changes nothing an admin
   declared (status, finalizers, the edit annotations) is not judged again, so an object stored
   under older rules can still be finalized and deleted. A LocalQueue's ClusterQueue cannot change,
@@ -21,7 +21,7 @@ from typing import Any
 
 from admission.webhook.review import Answer
 from queues import errors
-from queues.kueue import api, validation
+from queues.kueue import api, codec, validation
 from queues.podsets import jobs
 
 Obj = dict[str, Any]
@@ -95,7 +95,7 @@ def validate(operation: str, obj: Obj, old: Obj | None, *, admission_fair_sharin
     namespace = (body.get("metadata") or {}).get("namespace")
     subject = f"{body.get('kind')} {namespace + '/' if namespace else ''}{name}"
     try:
-        parsed = api.parse(body)  # (a Topology too: the API server stores it, Turnstile checks and warns)
+        parsed = codec.parse(body)  # (a Topology too: the API server stores it, Turnstile checks and warns)
         unused = validation.unused_fields(parsed, admission_fair_sharing=admission_fair_sharing)
         answer.warnings.extend(f"{subject}: {e}" for e in unused)
     except errors.Invalid as exc:

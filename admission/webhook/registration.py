@@ -62,9 +62,10 @@ from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
 from admission.policy import Policy
+from queues import managed
 from queues.kueue import api, crds, workload_crd
 from queues.model import Config
-from queues.podsets import jobs, managed
+from queues.podsets import jobs
 from queues.selectors import LabelSelector
 
 log = logging.getLogger(__name__)

@@ -26,10 +26,11 @@ from typing import Any
 from admission.jobs import BY_KIND
 from admission.jobs.base import KEEP_UNTIL, Integration
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
-from queues import errors
+from queues import errors, managed
 from queues.cycle import flavors
+from queues.cycle.assignment import WAITING_FOR_QUOTA, Mode
 from queues.model import Config, Snapshot, Workload
-from queues.podsets import jobs, managed, trainjobs
+from queues.podsets import jobs, trainjobs
 
 Obj = dict[str, Any]
 
@@ -238,7 +239,7 @@ def _never_fits(
         created=0.0, queue_ts=0.0,
     )  # fmt: skip
     assignment = flavors.assign(snapshot, cq, wl, None)
-    if assignment.mode == flavors.Mode.FIT or assignment.reason == flavors.WAITING_FOR_QUOTA:
+    if assignment.mode == Mode.FIT or assignment.reason == WAITING_FOR_QUOTA:
         return []  # (it fits; or, larger than the queue, it may run partially: job-min-parallelism)
     return [
         f"this job can never be admitted by ClusterQueue {cq.name} as configured, even with nothing else "

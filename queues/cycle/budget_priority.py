@@ -9,7 +9,7 @@ the budget is spent, keeps the priority it was admitted with, and every workload
 lowered gets its own priority back when the budget's next period begins (waiting ones are
 queued again in their own place).
 
-``lowered`` (the scheduler's ``budget_priority``, built by ``queues.gpus.reclaim_model`` in engine
+``lowered`` (the scheduler's ``budget_priority``, built by ``queues.simulation.reclaim_model`` in engine
 core and by the controller's ``BudgetKeeper``) says, for a workload, the lowest priority a spent
 budget that covers it asks for, or None.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from queues.gpus.efficiency import Budget
+from queues.efficiency import Budget
 from queues.model import Workload
 
 Lowered = Callable[[Workload], int | None]

@@ -7,8 +7,8 @@ make now.
 
 from __future__ import annotations
 
-from queues.cycle import flavors, preemption
-from queues.cycle.flavors import Assignment
+from queues.cycle import preemption, victims
+from queues.cycle.assignment import WAITING_FOR_QUOTA, Assignment
 from queues.cycle.intake import WAITING_FOR_TURN
 from queues.cycle.queueing import PendingQueues
 from queues.model import ClusterQueue, Snapshot, Workload
@@ -24,7 +24,7 @@ class Explanations:
     def _assign(self, wl: Workload, cq: ClusterQueue) -> Assignment:
         raise NotImplementedError
 
-    def preemption_plan(self, key: str) -> tuple[Assignment | None, list[preemption.Target]]:
+    def preemption_plan(self, key: str) -> tuple[Assignment | None, list[victims.Target]]:
         """What admitting pending ``key`` now would take, by the cycle's own search: its flavor
         assignment and, when that needs preemption, the workloads it would evict (for ``describe``)."""
         wl = self.workloads.get(key)
@@ -47,7 +47,7 @@ class Explanations:
         cq = self.snapshot.queues.get(cq_name)
         if ahead and cq is not None and cq.strict_fifo:
             head = ahead[0]
-            return flavors.WAITING_FOR_QUOTA, (
+            return WAITING_FOR_QUOTA, (
                 f"StrictFIFO ClusterQueue {cq_name}: waiting behind {head.key}, which cannot be admitted yet"
                 f" ({head.reason}: {head.message}); {len(ahead)} workload(s) ahead"
             )
@@ -55,6 +55,6 @@ class Explanations:
             suffix = f" ({len(ahead)} workload{'s' if len(ahead) != 1 else ''} ahead)" if ahead else ""
             return wl.reason, wl.message + suffix
         return (
-            flavors.WAITING_FOR_QUOTA,
+            WAITING_FOR_QUOTA,
             f"{WAITING_FOR_TURN}; {len(ahead)} workload(s) ahead in ClusterQueue {cq_name}",
         )

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator
 
-from queues.cycle import fairsharing, preemption
+from queues.cycle import victims
 from queues.cycle.fairsharing import Share, compare, share
-from queues.cycle.preemption import IN_CLUSTER_QUEUE, IN_COHORT_FAIR_SHARING, IN_COHORT_RECLAMATION, Target
+from queues.cycle.victims import IN_CLUSTER_QUEUE, IN_COHORT_FAIR_SHARING, IN_COHORT_RECLAMATION, Target
+from queues.kueue import fair_sharing_config
 from queues.model import ClusterQueue, CohortNode, FlavorResource, Node, Snapshot, Usage, Workload
 
 Strategy = Callable[[Share, Share, Share], bool]  # (preemptor's new share, target's old, target's new)
@@ -43,8 +44,8 @@ def _initial(preemptor_new: Share, target_old: Share, _target_new: Share) -> boo
 
 
 STRATEGIES: dict[str, Strategy] = {
-    fairsharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: _final,
-    fairsharing.LESS_THAN_INITIAL_SHARE: _initial,
+    fair_sharing_config.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: _final,
+    fair_sharing_config.LESS_THAN_INITIAL_SHARE: _initial,
 }
 
 
@@ -53,20 +54,20 @@ def _candidates(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, frs: Collect
     tree that borrow a needed flavor-resource, by ``reclaimWithinCohort``."""
     out: list[Workload] = []
     if cq.spec.preemption.within_cluster_queue != "Never":
-        allowed = [c for c in cq.workloads.values() if preemption.uses(c, frs)]
-        allowed = [c for c in allowed if preemption.priority_allows(cq, wl, c, True)]
+        allowed = [c for c in cq.workloads.values() if victims.uses(c, frs)]
+        allowed = [c for c in allowed if victims.priority_allows(cq, wl, c, True)]
         out += [c for c in allowed if c.priority < wl.priority]
-        out += preemption.spare_replicas(cq, wl, [c for c in allowed if c.priority == wl.priority])
+        out += victims.spare_replicas(cq, wl, [c for c in allowed if c.priority == wl.priority])
     if cq.parent is not None and cq.spec.preemption.reclaim_within_cohort != "Never":
         for other in snapshot.queues_in_tree(cq):
-            if other is cq or not preemption.over_nominal(other, frs):
+            if other is cq or not victims.over_nominal(other, frs):
                 continue
             out += [
                 c
                 for c in other.workloads.values()
-                if preemption.uses(c, frs) and preemption.priority_allows(cq, wl, c, False)
+                if victims.uses(c, frs) and victims.priority_allows(cq, wl, c, False)
             ]
-    return sorted(out, key=preemption.order_key(cq.name))
+    return sorted(out, key=victims.order_key(cq.name))
 
 
 class _Ordering:
@@ -175,13 +176,13 @@ def targets(
         for t in removed:
             snapshot.add_workload(t.workload)
         return []
-    return preemption.fill_back(snapshot, cq, usage, removed, True)
+    return victims.fill_back(snapshot, cq, usage, removed, True)
 
 
 def _fits(cq: ClusterQueue, usage: Usage) -> bool:
     cq.add_usage(usage, -1)
     try:
-        return preemption.fits(cq, usage, True)
+        return victims.fits(cq, usage, True)
     finally:
         cq.add_usage(usage, 1)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from queues.cycle import budget_priority, flavors
+from queues.cycle import budget_priority
+from queues.cycle.assignment import WAITING_FOR_QUOTA
 from queues.cycle.queueing import PendingQueues
 from queues.model import ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.podsets import jobs
@@ -114,8 +115,8 @@ class Intake:
             return
         assert cq is not None
         self._unresolved.pop(wl.key, None)
-        if wl.reason != flavors.WAITING_FOR_QUOTA:
-            self._say(wl, flavors.WAITING_FOR_QUOTA, WAITING_FOR_TURN)
+        if wl.reason != WAITING_FOR_QUOTA:
+            self._say(wl, WAITING_FOR_QUOTA, WAITING_FOR_TURN)
         budget_priority.apply(wl, self.budget_priority)  # (queued while a budget is spent: lower)
         self.pending.push(cq.name, wl)
 

@@ -15,20 +15,19 @@ freed in every tree that places by topology (``_nodes_freed``).
 
 A head that preempts gets its victims here too (``_victims``): Kueue's by quota
 (``queues.cycle.preemption``), or, where its quota fits but no topology domain holds it, those whose
-nodes would (``queues.placement.tas``); either way nobody is preempted unless the head is then placed.
+nodes would (``queues.cycle.tas``); either way nobody is preempted unless the head is then placed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from queues.cycle import flavors, preemption
-from queues.cycle.flavors import Assignment, Mode
-from queues.cycle.preemption import Target
+from queues.cycle import flavors, preemption, tas, victims
+from queues.cycle.assignment import Assignment, Mode
 from queues.cycle.queueing import PendingQueues
-from queues.gpus.efficiency import BUDGET_EXHAUSTED
+from queues.cycle.victims import Target
+from queues.efficiency import BUDGET_EXHAUSTED
 from queues.model import ClusterQueue, Snapshot, Workload
-from queues.placement import tas
 from queues.podsets import partial
 from queues.work import Work
 
@@ -41,7 +40,7 @@ class Nomination:
     _generation: dict[str, int]
     _nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]]
     work: Work
-    budget_gate: Callable[[Workload], str | None] | None  # (``queues.gpus.reclaim_model``'s gate)
+    budget_gate: Callable[[Workload], str | None] | None  # (``queues.simulation.reclaim_model``'s gate)
 
     def _bump(self, cq: ClusterQueue) -> None: ...  # (``Scheduler``)
 
@@ -52,7 +51,7 @@ class Nomination:
         ts = wl.queue_ts if cq.spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority" else None
         lane = wl.local_queue if cq.name in self.pending.fair_queues else None  # (each LocalQueue in its order)
         # (may not preempt its chain: a class of its own while that changes anything)
-        chain = wl.key if wl.evicted_by is not None and preemption.chain_holds_quota(wl) else None
+        chain = wl.key if wl.evicted_by is not None and victims.chain_holds_quota(wl) else None
         return (cq.name, wl.shape, wl.priority, ts, wl.namespace if lane else None, lane, chain)
 
     def _known_failure(self, wl: Workload, cq: ClusterQueue) -> Assignment | None:
@@ -111,7 +110,7 @@ class Nomination:
         if assignment.topology_victims:  # (its quota fits; these free the nodes it is placed on)
             return list(assignment.topology_victims)
         victims = preemption.for_assignment(self.snapshot, cq, wl, assignment)
-        if victims and not tas.fits_after(self.snapshot, cq, wl, assignment, [t.workload for t in victims]):
+        if victims and not flavors.fits_after(self.snapshot, cq, wl, assignment, [t.workload for t in victims]):
             assignment.messages = [
                 f"preempting {len(victims)} workload(s) would free the quota it needs, "
                 "but not nodes its topology can place it on"

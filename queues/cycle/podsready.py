@@ -28,13 +28,13 @@ and the backoff; ``Scheduler.pods_ready_timeout`` applies the decision.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from queues import errors
 from queues.errors import FieldError
+from queues.quantity import duration
 
 REASON = "PodsReadyTimeout"  # the eviction's reason (Kueue's WorkloadEvictedByPodsReadyTimeout)
 LIMIT_EXCEEDED = "RequeuingLimitExceeded"  # the detail of the eviction that deactivates it
@@ -43,8 +43,6 @@ PODS_UNSCHEDULABLE = "PodsUnschedulable"
 
 _FIELDS = {"enable", "timeout", "recoveryTimeout", "blockAdmission", "requeuingStrategy"}
 _STRATEGY_FIELDS = {"timestamp", "backoffLimitCount", "backoffBaseSeconds", "backoffMaxSeconds"}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,22 +80,6 @@ class WaitForPodsReady:
 
 
 DISABLED = WaitForPodsReady(enable=False)
-
-
-def duration(value: Any, path: str, problems: list[FieldError]) -> float:
-    """A Go duration (``5m``, ``1h30m``, ``90s``) or a number of seconds, > 0."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and value and _DURATION.sub("", value) == "":
-        seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(value))
-    else:
-        problems.append(FieldError(path, f"must be a duration such as 5m, 1h or 90s, not {value!r}"))
-        return 0.0
-    if seconds <= 0:
-        problems.append(
-            FieldError(path, f"must be longer than 0, not {value!r}: a workload would be evicted as it starts")
-        )
-    return seconds
 
 
 def _whole(value: Any, path: str, problems: list[FieldError], *, least: int) -> int:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from queues.kueue import api
+from queues.kueue.admission_checks import config_for
 from queues.placement import nodes as placement
 from queues.placement.nodes import UNSCHEDULABLE
 from queues.podsets import jobs
@@ -34,7 +35,6 @@ from queues.selectors import Taint
 if TYPE_CHECKING:  # the model builds on this module (a ClusterQueue's checks decide if it is active)
     from queues.model import Admission, Config, Flavor, Workload
 
-CONTROLLER_NAME = "kueue.x-k8s.io/provisioning-request"
 CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
 CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
 PARAMETER_PREFIX = "provreq.kueue.x-k8s.io/"  # job annotations passed on as request parameters
@@ -64,43 +64,6 @@ def checks_to_pass(
         if spec is None or pod_sets_needing(pod_sets, spec.managed_resources):
             out.append(rule.name)  # an inactive check keeps the job waiting, as in Kueue
     return tuple(out)
-
-
-def config_for(config: Config, check: str) -> api.ProvisioningRequestConfigSpec | None:
-    """The ProvisioningRequestConfig a provisioning AdmissionCheck points to; None when the check
-    does not exist, is not a provisioning check, or its config is missing."""
-    ac = config.admission_checks.get(check)
-    if ac is None or ac.spec.controller_name != CONTROLLER_NAME:
-        return None
-    params = ac.spec.parameters
-    if params is None or params.kind != "ProvisioningRequestConfig":
-        return None
-    prc = config.provisioning_configs.get(params.name)
-    return prc.spec if prc is not None else None
-
-
-def inactive_reason(config: Config, cq: api.ClusterQueue) -> tuple[str, str] | None:
-    """Why ``cq``'s admission checks keep it from admitting anything, as Kueue marks such a
-    ClusterQueue inactive; None when every check it names can run."""
-    for rule in cq.spec.check_rules:
-        ac = config.admission_checks.get(rule.name)
-        if ac is None:
-            return "AdmissionCheckNotFound", f"AdmissionCheck {rule.name} does not exist; create it or fix the name"
-        if ac.spec.controller_name != CONTROLLER_NAME:
-            return (
-                "AdmissionCheckInactive",
-                f"AdmissionCheck {rule.name} has controllerName {ac.spec.controller_name}; Turnstile runs only "
-                f"{CONTROLLER_NAME}",
-            )
-        if config_for(config, rule.name) is None:
-            params = ac.spec.parameters
-            named = f"ProvisioningRequestConfig {params.name}" if params else "no parameters"
-            return (
-                "AdmissionCheckInactive",
-                f"AdmissionCheck {rule.name} points to {named}, which does not exist; create it "
-                "(spec.parameters: apiGroup kueue.x-k8s.io, kind ProvisioningRequestConfig, name)",
-            )
-    return None
 
 
 def pod_sets_needing(pod_sets: Sequence[jobs.PodSet], managed: Sequence[str]) -> tuple[str, ...]:

@@ -15,14 +15,14 @@ borrows; a reclaims again...). In Kueue each link waits for the victim's pods to
 chain turns every few seconds for ever; in one Turnstile instant it would spin without end. A
 settling victim waits aside as a head that cannot be admitted does, and its queue is looked at
 again when it has settled (``next_settled`` tells the caller when). Settling slows a loop
-down to one link a second; what ends it is ``preemption.in_chain``: a workload never preempts
+down to one link a second; what ends it is ``victims.in_chain``: a workload never preempts
 the workloads whose admissions evicted it, down the chain, until it is admitted again.
 """
 
 from __future__ import annotations
 
 from queues.cycle import preemption
-from queues.cycle.flavors import Assignment, Mode
+from queues.cycle.assignment import Assignment, Mode
 from queues.cycle.queueing import PendingQueues
 from queues.model import ClusterQueue, Snapshot, Workload
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from queues.cycle import podsready, provisioning
-from queues.cycle.flavors import WAITING_FOR_QUOTA
-from queues.cycle.queueing import PendingQueues
-from queues.decisions import (
+from queues.cycle.assignment import WAITING_FOR_QUOTA
+from queues.cycle.decisions import (
     ADMISSION_CHECK,
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
@@ -28,7 +27,8 @@ from queues.decisions import (
     Decision,
     Evict,
 )
-from queues.gpus.efficiency import GPU_IDLE
+from queues.cycle.queueing import PendingQueues
+from queues.efficiency import GPU_IDLE
 from queues.gpus.gpu_health import GPU_UNHEALTHY
 from queues.model import Workload
 from queues.placement.inventory import Inventory
@@ -138,7 +138,7 @@ class Retries:
         return evict
 
     def reclaim_idle(self, key: str, message: str, *, deactivate: bool, backoff: float = 60.0) -> Evict | None:
-        """``key`` idles on its GPUs (``queues.gpus.efficiency``): evict it with reason ``GPUIdle`` and
+        """``key`` idles on its GPUs (``queues.efficiency``): evict it with reason ``GPUIdle`` and
         requeue it after ``backoff`` seconds (so what waits for its quota goes first), or
         deactivate it (it is never admitted again)."""
         wl = self.workloads.get(key)

@@ -31,16 +31,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from queues.cycle import budget_priority, fairsharing, flavors, preemption, provisioning
+from queues.cycle.assignment import WAITING_FOR_QUOTA, Assignment, Mode
+from queues.cycle.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
 from queues.cycle.explanations import Explanations
-from queues.cycle.fairsharing import FairSharing
-from queues.cycle.flavors import Assignment, Mode
 from queues.cycle.intake import Intake
 from queues.cycle.nomination import Nomination
 from queues.cycle.queueing import PendingQueues
 from queues.cycle.reservations import SETTLE_SECONDS, Reservations, Reserved
 from queues.cycle.retries import Retries
 from queues.cycle.usage_history import AdmissionFairSharing, UsageHistory, UsageOrdering
-from queues.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
+from queues.kueue.fair_sharing_config import FairSharing
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload, pod_requests
 from queues.placement.inventory import Inventory
 from queues.placement.topology import COMPACT
@@ -262,7 +262,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
             if head is not None:
                 self._say(
                     head,
-                    flavors.WAITING_FOR_QUOTA,
+                    WAITING_FOR_QUOTA,
                     f"admission waits until {unready.key}'s pods are Ready (waitForPodsReady.blockAdmission)",
                 )
 
@@ -332,7 +332,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
                     # a blocked head holds this capacity for the cycle (Kueue: skipped, tried again)
                     self._say(
                         wl,
-                        flavors.WAITING_FOR_QUOTA,
+                        WAITING_FOR_QUOTA,
                         f"the quota it needs is held by the head of ClusterQueue {', '.join(holders)}, "
                         "which waits for it",
                     )
@@ -419,7 +419,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         released, ready_at = wl.admission, wl.ready_at
         self._release(wl)  # (its admission checks go with the reservation)
         wl.queue_ts = self.now
-        self._say(wl, flavors.WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
+        self._say(wl, WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
         self._enqueue(wl, message)
         return Evict(wl, reason, detail, by, released, message, ready_at)
 

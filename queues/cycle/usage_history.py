@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queues import errors, quantity
-from queues.cycle.podsready import duration
 from queues.cycle.queueing import PendingQueues
 from queues.errors import FieldError
-from queues.model import Config, Workload, weight_of
+from queues.model import Config, Workload
+from queues.quantity import duration
+from queues.quotas import weight_of
 
 USAGE_BASED = "UsageBasedAdmissionFairSharing"  # (``queues.kueue.validation`` checks the field)
 DEFAULT_SAMPLING = 300.0  # Kueue's default usageSamplingInterval: 5m

@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from queues.efficiency import Trace
 from queues.gpus import gpu_units, mig_profiles
-from queues.gpus.efficiency import Trace
 from queues.kueue import api
 
 HEADROOM = 1.1  # a slice must hold the peak and a tenth more

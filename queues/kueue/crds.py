@@ -14,7 +14,7 @@ as ``turnstile apply`` (``queues.kueue.validation``), every error with its path.
 Short names and printer columns are Kueue's (``kubectl get cq`` shows the cohort, the queueing
 strategy, pending and admitted workloads; ``kubectl get lq`` the ClusterQueue, pending and
 admitted). Topology (levels of node labels) is served and checked by the webhook; placement by it
-is ``queues.placement.tas``.
+is ``queues.cycle.tas``.
 """
 
 from __future__ import annotations

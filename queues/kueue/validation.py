@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from queues import quantity
+from queues import efficiency, quantity
 from queues.errors import FieldError, join_path
-from queues.gpus import efficiency
 from queues.kueue import api
 
 MAX_RESOURCE_GROUPS = 16
@@ -133,7 +132,7 @@ def _cluster_queue(cq: api.ClusterQueue) -> list[FieldError]:
     spec = cq.spec
     out: list[FieldError] = []
     reclaim = cq.metadata.annotations.get(efficiency.POLICY_ANNOTATION)
-    if reclaim is not None:  # Turnstile's idle-reclaim policy (``queues.gpus.efficiency``)
+    if reclaim is not None:  # Turnstile's idle-reclaim policy (``queues.efficiency``)
         out.extend(efficiency.annotation_policy(cq.name, reclaim)[1])
     if cq.version == "v1beta2":
         if spec.cohort is not None:

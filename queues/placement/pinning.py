@@ -1,6 +1,6 @@
 """Which node each pod of a placed pod set goes to: the placement enacted, rank by rank.
 
-Placement (``queues.placement.tas``) decides how many pods of a pod set run on each node
+Placement (``queues.cycle.tas``) decides how many pods of a pod set run on each node
 (``Admission.placement``); the pods themselves are made later by the job's own controller, held
 by Kueue's ``kueue.x-k8s.io/topology`` scheduling gate. As each appears the controller pins it to
 one node (a ``kubernetes.io/hostname`` nodeSelector) and ungates it, as Kueue's TAS ungater does.

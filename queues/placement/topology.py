@@ -40,7 +40,7 @@ from typing import Any
 
 from queues import quantity
 from queues.placement.nodes import Free, NodeInfo, PodNeeds, eligible
-from queues.placement.topology_requests import Request
+from queues.podsets.topology_requests import Request
 
 HOSTNAME = "kubernetes.io/hostname"
 COMPACT = "Compact"

@@ -24,10 +24,9 @@ from typing import Any
 
 from queues import errors, quantity, selectors
 from queues.errors import FieldError
-from queues.placement import topology_requests
-from queues.placement.topology_requests import Request
-from queues.podsets import layouts, trainjobs
+from queues.podsets import layouts, topology_requests, trainjobs
 from queues.podsets.layouts import KINDS, POD, Kind
+from queues.podsets.topology_requests import Request
 
 __all__ = ["KINDS", "POD", "Kind"]  # re-exported: callers name kinds through ``jobs``
 
@@ -426,7 +425,7 @@ def pod_requests(pod_spec: Mapping[str, Any], path: str, problems: list[FieldErr
 
 
 def _with_topology(ps: PodSet, annotations: Any, path: str, problems: list[FieldError]) -> PodSet:
-    """The pod set with what its template's annotations ask of a topology (``queues.placement.topology_requests``)."""
+    """The pod set with what its template's annotations ask of a topology (``queues.podsets.topology_requests``)."""
     if not isinstance(annotations, Mapping) or not any(a in annotations for a in topology_requests.ANNOTATIONS):
         return ps
     plain = {str(k): str(v) for k, v in annotations.items()}

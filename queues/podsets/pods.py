@@ -15,7 +15,7 @@ creates its pods one by one). A serving group (``SERVING``) is never finished by
 its owner replaces them.
 
 Which pods are queued at all: those labelled with a LocalQueue, and in a managed namespace those
-that ask for a managed resource (``manageJobsWithoutQueueName``, see ``queues.podsets.managed``); never a
+that ask for a managed resource (``manageJobsWithoutQueueName``, see ``queues.managed``); never a
 pod whose controller is an integrated job (the job is queued, not its pods).
 """
 

@@ -3,12 +3,23 @@ and deletes, each a workload of its own, as the real ReplicaSet controller does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from queues.simulation.reclaim_model import EfficiencyModel
+from queues.simulation.recorder import Recorder
 from queues.simulation.scenario import JobEntry
 
-if TYPE_CHECKING:
-    from queues.simulation.simulator import Simulation
+
+class Host(Protocol):
+    """What a ReplicaSet needs of engine core's simulation (``Simulation`` is one)."""
+
+    now: float
+    efficiency: EfficiencyModel
+    record: Recorder
+
+    def _submit(self, entry: JobEntry, seq: int | None = None) -> None: ...
+
+    def cancel(self, key: str) -> None: ...
 
 
 class Replicas:
@@ -16,7 +27,7 @@ class Replicas:
     creation, on scale-out, after an eviction deleted one); on scale-in, as the real ReplicaSet
     ranks them, waiting replicas go first, newest first, then running ones, newest first."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Host) -> None:
         self.sim = sim
         self.entries: dict[str, JobEntry] = {}  # Deployment key -> its entry
         self.made: dict[str, int] = {}  # Deployment key -> replicas made so far

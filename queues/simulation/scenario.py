@@ -12,11 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import errors
-from queues.cycle import fairsharing, podsready, usage_history
+from queues import efficiency, errors
+from queues.cycle import podsready, usage_history
 from queues.errors import FieldError
-from queues.gpus import efficiency
-from queues.kueue import api
+from queues.kueue import api, fair_sharing_config
 from queues.placement import topology
 from queues.podsets import jobs, pods, serving
 from queues.simulation import scenario_kinds as other_kinds
@@ -96,12 +95,12 @@ class Scenario:
     # Kubeflow Trainer runtimes among the manifests (a TrainJob's pods): (kind, namespace, name) -> object
     runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
     # Kueue's fairSharing configuration (``queues.cycle.fairsharing``): off unless the block is given
-    fair_sharing: fairsharing.FairSharing | None = None
+    fair_sharing: fair_sharing_config.FairSharing | None = None
     # Kueue's admissionFairSharing configuration (``queues.cycle.usage_history``): off unless given
     admission_fair_sharing: usage_history.AdmissionFairSharing | None = None
     # how TAS pod sets are packed: Compact (Turnstile's) or Kueue (``queues.placement.topology``)
     packing: str = "Compact"
-    # GPU efficiency (``queues.gpus.efficiency``): each workload's utilisation trace, reclaim policies, budgets
+    # GPU efficiency (``queues.efficiency``): each workload's utilisation trace, reclaim policies, budgets
     utilization: dict[str, efficiency.Trace] = field(default_factory=dict)
     # right-sizing (``queues.gpus.rightsizing``): each workload's GPU memory per GPU (MiB), ``gpuMemoryUsed``
     gpu_memory: dict[str, efficiency.Trace] = field(default_factory=dict)
@@ -295,7 +294,7 @@ def parse(doc: Any) -> Scenario:
         problems.extend(exc.errors)
     fair = None
     try:
-        fair = fairsharing.parse(doc.get("fairSharing"))
+        fair = fair_sharing_config.parse(doc.get("fairSharing"))
     except errors.Invalid as exc:
         problems.extend(exc.errors)
     admission_fair = None

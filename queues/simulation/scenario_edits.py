@@ -14,7 +14,7 @@ from typing import Any
 
 from queues import errors
 from queues.errors import FieldError
-from queues.kueue import api
+from queues.kueue import api, codec
 
 MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
 ACTIONS = ("apply", "delete", "cancel", "scale", "cordon", "uncordon", "gpuXid")
@@ -45,7 +45,7 @@ def seconds(value: Any, path: str, problems: list[FieldError], *, positive: bool
 
 def manifest(raw: Any, path: str, problems: list[FieldError]) -> api.KueueObject | None:
     try:
-        return api.parse(raw)
+        return codec.parse(raw)
     except errors.Invalid as exc:
         problems.extend(e.under(path) for e in exc.errors)
         return None

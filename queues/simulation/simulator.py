@@ -27,12 +27,13 @@ from collections.abc import Callable, Mapping
 
 from queues.cycle import provisioning, scheduler
 from queues.gpus import gpu_health, rightsizing
-from queues.gpus.reclaim_model import EfficiencyModel
 from queues.kueue import api
+from queues.kueue.admission_checks import config_for
 from queues.model import Admission, Config, Workload
 from queues.placement import nodes as placement
 from queues.placement.inventory import Inventory
 from queues.selectors import Taint
+from queues.simulation.reclaim_model import EfficiencyModel
 from queues.simulation.recorder import Recorder, Result, Track
 from queues.simulation.replicas import Replicas
 from queues.simulation.scenario import Edit, JobEntry, Scenario
@@ -59,7 +60,7 @@ class Simulation:
         )
         self.sched.set_pod_priorities(scenario.pod_priorities)
         self.sched.block_admission = scenario.pods_ready.block_admission
-        # idle reclaim and GPU-hour budgets (``queues.gpus.efficiency``)
+        # idle reclaim and GPU-hour budgets (``queues.efficiency``)
         self.efficiency = EfficiencyModel(scenario.utilization, scenario.reclaim, scenario.budgets)
         if scenario.gpu_memory:  # right-sizing (``queues.gpus.rightsizing``)
             offers = rightsizing.offered(
@@ -164,7 +165,7 @@ class Simulation:
             while ai < len(arrivals) and arrivals[ai].at <= self.now:
                 self._submit(arrivals[ai])
                 ai += 1
-            # idle GPUs reclaimed (``queues.gpus.efficiency``), then 4. cycles
+            # idle GPUs reclaimed (``queues.efficiency``), then 4. cycles
             self._enact(self.efficiency.reclaim(self.now, self.sched))
             self._sync_inventory()
             while True:
@@ -417,7 +418,7 @@ class Simulation:
 
     def _check_lost(self, wl: Workload, check: str, condition: str, message: str) -> None:
         """The request of ``check`` got ``condition`` (Failed, BookingExpired): retry or reject."""
-        spec = provisioning.config_for(self.config, check)
+        spec = config_for(self.config, check)
         if spec is None:
             return
         attempt = wl.retries + 1

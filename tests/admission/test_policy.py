@@ -7,13 +7,13 @@ import pytest
 
 from admission.policy import Policy, parse_selector
 from admission.webhook import registration
-from queues.kueue import api
+from queues.kueue import codec
 from queues.model import Config
 
 CONFIG = Config.of(
     [
-        api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}}),
-        api.parse(
+        codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}}),
+        codec.parse(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta1",
                 "kind": "ClusterQueue",
@@ -30,7 +30,7 @@ CONFIG = Config.of(
                 },
             }
         ),
-        api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+        codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
                    "metadata": {"name": "q", "namespace": "ml"}, "spec": {"clusterQueue": "cq"}}),
     ]
 )  # fmt: skip

@@ -27,7 +27,7 @@ from admission.store import config as config_store
 from admission.store import database
 from admission.webhook import registration
 from admission.webhook.keeper import SECRETS
-from queues.kueue import api
+from queues.kueue import codec
 from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, kubectl
 
@@ -134,7 +134,7 @@ async def installed(
         for ns in ("turnstile-system", "ml", "team"):
             await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
         async with database.transaction(database.sessions(engine)) as session:
-            await config_store.apply(session, [api.parse(d) for d in yaml.safe_load_all(config)], actor="test")
+            await config_store.apply(session, [codec.parse(d) for d in yaml.safe_load_all(config)], actor="test")
         yield host, kube, engine
     finally:
         await kube.close()
@@ -204,7 +204,7 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             # A LocalQueue named default: the leader puts ml in the scope of the defaulted webhooks,
             # so an unlabelled job there is labelled and suspended (queued) like a labelled one.
             async with database.transaction(database.sessions(engine)) as session:
-                await config_store.apply(session, [api.parse(yaml.safe_load(DEFAULT_QUEUE))], actor="test")
+                await config_store.apply(session, [codec.parse(yaml.safe_load(DEFAULT_QUEUE))], actor="test")
             await eventually(lambda: _scope(kube, "ml", registration.ALL), what="ml in the defaulted webhooks' scope")
             code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(unlabelled("nolabel")))
             assert code == 0, err

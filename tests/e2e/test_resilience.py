@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from admission.sim.server.apiserver import Faults
+from admission.sim.server.faults import Faults
 from tests.admission.controller.world import CONFIG, World, eventually, world
 from tests.e2e import books
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from openapi_schema_validator import OAS30Validator
 
-from queues.kueue import api, crds, workload_crd
+from queues.kueue import codec, crds, workload_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "manifests" / "base" / "crds.yaml"
@@ -116,7 +116,7 @@ def _schema(kind: str) -> Any:
 def test_kueue_v1beta2_yaml_is_accepted_as_it_is_and_mistakes_are_not() -> None:
     cq = yaml.safe_load(KUEUE_V1BETA2)
     assert list(OAS30Validator(_schema("ClusterQueue")).iter_errors(cq)) == []
-    api.parse(cq)  # and Turnstile reads exactly that
+    codec.parse(cq)  # and Turnstile reads exactly that
     for doc in yaml.safe_load_all((ROOT / "examples" / "queues" / "gpu-teams.yaml").read_text()):
         assert list(OAS30Validator(_schema(doc["kind"])).iter_errors(doc)) == [], doc["metadata"]
     wrong = yaml.safe_load(KUEUE_V1BETA2)

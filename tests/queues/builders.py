@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from queues.cycle.scheduler import Scheduler
-from queues.kueue import api
+from queues.kueue import api, codec
 from queues.model import Config, Workload
 from queues.podsets import jobs
 
@@ -60,11 +60,11 @@ class CQ:
         return self
 
     def build(self) -> api.KueueObject:
-        return api.parse(self.body)
+        return codec.parse(self.body)
 
 
 def flavor(name: str, labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None) -> Any:
-    return api.parse(
+    return codec.parse(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
             "kind": "ResourceFlavor",
@@ -75,7 +75,7 @@ def flavor(name: str, labels: dict[str, str] | None = None, taints: list[dict[st
 
 
 def local_queue(ns: str, name: str, cq: str) -> Any:
-    return api.parse(
+    return codec.parse(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
             "kind": "LocalQueue",

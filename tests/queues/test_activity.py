@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from queues.decisions import DEACTIVATED, Evict
+from queues.cycle.decisions import DEACTIVATED, Evict
 from queues.model import Config
 from tests.queues.builders import CQ, admitted, flavor, local_queue, make_workload
 from tests.queues.builders import scheduler as make_scheduler

@@ -10,7 +10,7 @@ import pytest
 
 from queues import errors
 from queues.cycle import usage_history
-from queues.kueue import api, validation
+from queues.kueue import codec, validation
 from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"
@@ -115,7 +115,7 @@ def test_bad_configuration_is_refused_naming_the_field() -> None:
         "admissionFairSharing.usageSamplingInterval",
     ]
     with pytest.raises(errors.Invalid) as scope:
-        api.parse(
+        codec.parse(
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
              "spec": {"admissionScope": {"admissionMode": "UsageBased"}, "resourceGroups": []}}
         )  # fmt: skip

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from queues import errors
-from queues.kueue import api
+from queues.kueue import api, codec
 
 
 def cq(spec: dict[str, Any], version: str = "v1beta1", name: str = "team-a") -> dict[str, Any]:
@@ -21,27 +21,27 @@ def group(*resources: dict[str, Any], covered: list[str] | None = None, flavor: 
 
 def problems(doc: dict[str, Any]) -> list[str]:
     with pytest.raises(errors.Invalid) as info:
-        api.parse(doc)
+        codec.parse(doc)
     return [str(e) for e in info.value.errors]
 
 
 def test_v1beta1_and_v1beta2_mean_the_same() -> None:
     g = group({"name": "nvidia.com/gpu", "nominalQuota": "8", "borrowingLimit": "4"})
-    one = api.parse(cq({"cohort": "training", "resourceGroups": [g]}))
-    two = api.parse(cq({"cohortName": "training", "resourceGroups": [g]}, version="v1beta2"))
+    one = codec.parse(cq({"cohort": "training", "resourceGroups": [g]}))
+    two = codec.parse(cq({"cohortName": "training", "resourceGroups": [g]}, version="v1beta2"))
     assert isinstance(one, api.ClusterQueue) and isinstance(two, api.ClusterQueue)
     assert one.spec.cohort_ref == two.spec.cohort_ref == "training"
     assert one.spec.resource_groups == two.spec.resource_groups
-    assert api.to_manifest(one, version="v1beta2")["spec"]["cohortName"] == "training"
-    assert api.to_manifest(two, version="v1beta1")["spec"]["cohort"] == "training"
+    assert codec.to_manifest(one, version="v1beta2")["spec"]["cohortName"] == "training"
+    assert codec.to_manifest(two, version="v1beta1")["spec"]["cohort"] == "training"
 
 
 def test_round_trips_through_its_manifest() -> None:
     g = group({"name": "cpu", "nominalQuota": "256"}, {"name": "memory", "nominalQuota": "2Ti"})
-    obj = api.parse(cq({"resourceGroups": [g], "namespaceSelector": {}}))
-    again = api.parse(api.to_manifest(obj))
+    obj = codec.parse(cq({"resourceGroups": [g], "namespaceSelector": {}}))
+    again = codec.parse(codec.to_manifest(obj))
     assert again == obj
-    assert api.to_manifest(obj)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] == "2Ti"
+    assert codec.to_manifest(obj)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] == "2Ti"
 
 
 @pytest.mark.parametrize(
@@ -220,7 +220,7 @@ def test_all_kinds_parse() -> None:
             },
         },
     ]
-    parsed = [api.parse(d) for d in docs]
+    parsed = [codec.parse(d) for d in docs]
     assert [p.kind for p in parsed] == [d["kind"] for d in docs]
     prc = parsed[-1]
     assert isinstance(prc, api.ProvisioningRequestConfig)

@@ -1,4 +1,4 @@
-"""GPU efficiency in engine core (``queues.gpus.efficiency``, ``queues.gpus.reclaim_model``): idle reclaim by
+"""GPU efficiency in engine core (``queues.efficiency``, ``queues.simulation.reclaim_model``): idle reclaim by
 policy, GPU-hour budgets, and the scenario fields' errors."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from queues import errors
-from queues.gpus.efficiency import Trace
+from queues.efficiency import Trace
 from queues.simulation import scenario, simulator
 
 EXAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples/efficiency/idle-reclaim.yaml").read_text())
@@ -152,8 +152,8 @@ def test_a_run_across_a_period_boundary_counts_its_new_part_and_the_report_is_of
     """day-two runs 604800..691200: all of it is in the second weekly period (the seconds before a
     boundary are the old period's, after it the new one's), and the report gives the budget's use
     in the period the run ended in, whatever instant the clock stopped at."""
-    from queues.gpus.efficiency import Budget
-    from queues.gpus.reclaim_model import EfficiencyModel
+    from queues.efficiency import Budget
+    from queues.simulation.reclaim_model import EfficiencyModel
 
     model = EfficiencyModel({}, (), (Budget("label team=a", 10.0, 3600.0, labels=(("team", "a"),)),))
 

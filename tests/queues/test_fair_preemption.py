@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from queues import quantity
-from queues.cycle import fairsharing
 from queues.cycle.scheduler import Evict, Scheduler
+from queues.kueue import fair_sharing_config
 from queues.model import Admission, Config
 from queues.podsets import jobs
 from tests.queues.builders import CQ, flavor, local_queue
@@ -100,7 +100,7 @@ def build(case: Case) -> Scheduler:
         objects.append(CQ(name).cohort("all").group(("default", {"cpu": 3})).preemption(**POLICY).build())
         objects.append(local_queue("ns", name, name))
     objects.append(CQ("preemptible").cohort("all").group(("default", {"cpu": 0})).build())
-    s = Scheduler(Config.of(objects), fair_sharing=fairsharing.FairSharing())
+    s = Scheduler(Config.of(objects), fair_sharing=fair_sharing_config.FairSharing())
     restored = []
     for seq, (name, cq, cpus, priority) in enumerate(case.admitted, start=1):
         wl = s.workload_for(jobs.read_job(_job(name, cq, cpus)), seq=seq, now=0.0)

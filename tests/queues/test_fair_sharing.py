@@ -12,11 +12,11 @@ from queues import errors
 from queues.cycle import fairsharing
 from queues.cycle.fairsharing import Share, compare, share
 from queues.cycle.scheduler import Scheduler
-from queues.kueue import api
+from queues.kueue import codec, fair_sharing_config
 from queues.model import Config
 from tests.queues.builders import CQ, GPU, flavor, local_queue, make_workload
 
-ON = fairsharing.FairSharing()
+ON = fair_sharing_config.FairSharing()
 
 
 def cohort(name: str, weight: str | None = None, parent: str | None = None) -> Any:
@@ -25,7 +25,7 @@ def cohort(name: str, weight: str | None = None, parent: str | None = None) -> A
         spec["fairSharing"] = {"weight": weight}
     if parent:
         spec["parentName"] = parent
-    return api.parse(
+    return codec.parse(
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
     )
 
@@ -37,7 +37,7 @@ def queue(name: str, gpus: int, weight: str | None = None, parent: str = "all") 
     return cq
 
 
-def scheduler(*objects: Any, fair: fairsharing.FairSharing | None = ON) -> Scheduler:
+def scheduler(*objects: Any, fair: fair_sharing_config.FairSharing | None = ON) -> Scheduler:
     built = [o.build() if isinstance(o, CQ) else o for o in objects]
     built += [
         local_queue("ns", o.body["metadata"]["name"], o.body["metadata"]["name"]) for o in objects if isinstance(o, CQ)
@@ -65,7 +65,7 @@ def test_a_zero_weight_that_borrows_has_an_infinite_share_and_compares_last() ->
     assert compare(Share(0.0), Share(1.0)) == 0  # a zero weight that borrows nothing shares nothing
 
 
-def _scarce(fair: fairsharing.FairSharing | None, weight_a: str | None = None) -> tuple[Scheduler, Any, Any]:
+def _scarce(fair: fair_sharing_config.FairSharing | None, weight_a: str | None = None) -> tuple[Scheduler, Any, Any]:
     """a already borrows 6 of the lender's 8 GPUs; a's head (priority 10, first) and b's (priority 0)
     both want the last 2."""
     s = scheduler(queue("a", 0, weight=weight_a), queue("b", 0), queue("lender", 8), fair=fair)
@@ -124,19 +124,24 @@ def test_the_tournament_is_hierarchical_and_weights_count_at_each_cohort() -> No
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        ({}, fairsharing.FairSharing()),
-        ({"enable": True}, fairsharing.FairSharing()),
+        ({}, fair_sharing_config.FairSharing()),
+        ({"enable": True}, fair_sharing_config.FairSharing()),
         ({"enable": False}, None),
         (None, None),
-        ({"preemptionStrategies": ["LessThanInitialShare"]}, fairsharing.FairSharing(True, ("LessThanInitialShare",))),
+        (
+            {"preemptionStrategies": ["LessThanInitialShare"]},
+            fair_sharing_config.FairSharing(True, ("LessThanInitialShare",)),
+        ),
     ],
 )
-def test_the_configuration_block(raw: Any, expected: fairsharing.FairSharing | None) -> None:
-    assert fairsharing.parse(raw) == expected
+def test_the_configuration_block(raw: Any, expected: fair_sharing_config.FairSharing | None) -> None:
+    assert fair_sharing_config.parse(raw) == expected
 
 
 def test_a_bad_configuration_block_names_each_field() -> None:
     with pytest.raises(errors.Invalid) as exc:
-        fairsharing.parse({"enable": "yes", "preemptionStrategies": ["LessThanInitialShare", "Nope"], "extra": 1})
+        fair_sharing_config.parse(
+            {"enable": "yes", "preemptionStrategies": ["LessThanInitialShare", "Nope"], "extra": 1}
+        )
     text = str(exc.value)
     assert "fairSharing.enable" in text and "fairSharing.preemptionStrategies" in text and "fairSharing.extra" in text

@@ -1,5 +1,5 @@
 """Joining dcgm-exporter's series to pods (``queues.gpus.gpu_metrics``) and a ClusterQueue's
-idle-reclaim annotation (``queues.gpus.efficiency.annotation_policy``)."""
+idle-reclaim annotation (``queues.efficiency.annotation_policy``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from queues import errors
-from queues.gpus import efficiency
+from queues import efficiency, errors
 from queues.gpus.gpu_metrics import combine, combine_ranges, pod_of
-from queues.kueue import api, validation
+from queues.kueue import api, codec, validation
 
 
 def sample(value: str, **labels: str) -> dict[str, Any]:
@@ -57,7 +56,7 @@ def test_series_that_name_no_pod_or_no_number_are_not_joined() -> None:
 
 
 def cluster_queue(annotation: str) -> api.ClusterQueue:
-    obj = api.parse(
+    obj = codec.parse(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ClusterQueue",

@@ -19,7 +19,7 @@ import pytest
 
 from queues import quantity
 from queues.cycle.scheduler import Evict, Scheduler
-from queues.kueue import api
+from queues.kueue import codec
 from queues.model import Admission, Config
 from queues.podsets import jobs
 from tests.queues.builders import CQ, GPU, flavor, local_queue
@@ -39,7 +39,7 @@ def cohort(name: str, gpus: int = 0, parent: str | None = None) -> Any:
         ]
     if parent:
         spec["parentName"] = parent
-    return api.parse(
+    return codec.parse(
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
     )
 

@@ -6,7 +6,7 @@ import pytest
 
 from queues import errors
 from queues.cycle.scheduler import Scheduler
-from queues.kueue import api
+from queues.kueue import codec
 from queues.model import Config, SharedShapes
 from queues.podsets import jobs
 
@@ -172,7 +172,7 @@ def test_shared_shapes_hold_one_copy_per_template_and_stay_bounded() -> None:
 def test_a_workload_names_the_class_its_priority_came_from() -> None:
     """Kueue's priorityClassRef (metrics' priority_class): the WorkloadPriorityClass the label names
     if it exists, else the pod template's PriorityClass, else the globalDefault one, else none."""
-    wpc = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+    wpc = codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
                      "metadata": {"name": "urgent"}, "value": 1000})  # fmt: skip
     sched = Scheduler(Config.of([wpc]))
     sched.set_pod_priorities({"batch": (10, False), "everyone": (1, True)})

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from queues.cycle.flavors import Mode
+from queues.cycle.assignment import Mode
 from queues.cycle.scheduler import Evict
-from queues.kueue import api, validation
+from queues.kueue import codec, validation
 from tests.queues.builders import CQ, GPU, flavor, make_workload
 from tests.queues.builders import scheduler as make_scheduler
 
@@ -36,7 +36,7 @@ def cohort(name: str, gpus: int, parent: str | None = None) -> Any:
     }
     if parent:
         spec["parentName"] = parent
-    return api.parse(
+    return codec.parse(
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
     )
 
@@ -204,11 +204,11 @@ def test_a_strict_fifo_head_holds_against_borrowers_that_come_later() -> None:
 def test_fields_accepted_but_not_acted_on_are_named_never_ignored() -> None:
     from queues.kueue import validation
 
-    prc = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ProvisioningRequestConfig",
+    prc = codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ProvisioningRequestConfig",
                      "metadata": {"name": "p"}, "spec": {"provisioningClassName": "check-capacity.autoscaling.x-k8s.io",
                                                          "podSetUpdates": {"nodeSelector": []},
                                                          "podSetMergePolicy": "IdenticalPodTemplates"}})  # fmt: skip
-    check = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "AdmissionCheck", "metadata": {"name": "c"},
+    check = codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "AdmissionCheck", "metadata": {"name": "c"},
                        "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request", "retryDelayMinutes": 15}})  # fmt: skip
     assert [e.path for e in validation.unused_fields(prc)] == ["spec.podSetUpdates", "spec.podSetMergePolicy"]
     assert [e.path for e in validation.unused_fields(check)] == ["spec.retryDelayMinutes"]
@@ -221,13 +221,13 @@ def test_a_misspelled_metadata_field_is_refused_naming_it() -> None:
     from queues import errors
 
     with pytest.raises(errors.Invalid) as refused:
-        api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
                    "metadata": {"name": "q", "namespace": "ns", "lables": {"team": "a"}},
                    "spec": {"clusterQueue": "cq"}})  # fmt: skip
     assert [str(e) for e in refused.value.errors] == [
         "metadata.lables: unknown field; check the spelling against Kueue's API"
     ]
-    kept = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+    kept = codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
                       "metadata": {"name": "f", "finalizers": ["kueue.x-k8s.io/resource-in-use"], "uid": "u1"}})  # fmt: skip
     assert kept.metadata.finalizers == ["kueue.x-k8s.io/resource-in-use"], (
         "client-owned fields kept, server-owned dropped"
@@ -255,7 +255,7 @@ def test_every_problem_of_an_object_is_said_in_one_run() -> None:
            "spec": {"queueingStrategy": "Wrong", "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
                {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "-1"}]}]}]}}  # fmt: skip
     with pytest.raises(errors.Invalid) as refused:
-        api.parse(bad)
+        codec.parse(bad)
     paths = [e.path for e in refused.value.errors]
     assert paths == [
         "metadata.lables",
@@ -275,7 +275,7 @@ def test_every_problem_of_an_object_is_said_in_one_run() -> None:
 )
 def test_a_fractional_gpu_quota_is_warned_about(quotas: dict[str, str], warned: list[str]) -> None:
     """Pods ask for whole GPUs: a fraction of one in a quota is never used, and is said so (CPU may be fractional)."""
-    cq = api.parse(
+    cq = codec.parse(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ClusterQueue",

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from queues.cycle import flavors
+from queues.cycle.assignment import Mode
 from queues.model import Workload
 from queues.simulation import scenario, simulator
 
@@ -199,7 +200,7 @@ def check_work_conserving(sim: simulator.Simulation) -> None:
             queue_ts=wl.queue_ts,
         )
         fit = flavors.assign(sched.snapshot, cq, probe, None)
-        assert fit.mode != flavors.Mode.FIT, (sim.now, wl.key, fit.flavors)
+        assert fit.mode != Mode.FIT, (sim.now, wl.key, fit.flavors)
 
 
 # No "explain" phase: it traces every line of a failing run, which took a CI run past its time limit.

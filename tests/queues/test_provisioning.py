@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from queues.cycle import provisioning
-from queues.kueue import api
+from queues.kueue import admission_checks, api
 from queues.placement import nodes
 from queues.simulation import scenario, simulator
 
@@ -74,7 +74,7 @@ def _doc(
                 "kind": "AdmissionCheck",
                 "metadata": {"name": c["name"]},
                 "spec": {
-                    "controllerName": provisioning.CONTROLLER_NAME,
+                    "controllerName": admission_checks.CONTROLLER_NAME,
                     "parameters": {
                         "apiGroup": "kueue.x-k8s.io",
                         "kind": "ProvisioningRequestConfig",

@@ -1,4 +1,4 @@
-"""A victim's settling (``queues.cycle.reservations``) and the chain rule (``preemption.in_chain``): a
+"""A victim's settling (``queues.cycle.reservations``) and the chain rule (``victims.in_chain``): a
 preemption chain that comes back to where it began ends, instead of spinning within one instant
 or one link a second for ever. (Holds are tested with Kueue's divergences.)"""
 

@@ -11,7 +11,7 @@ import yaml
 
 from queues import errors
 from queues.gpus.rightsizing import Measured, offered, offered_in, part_of_card, verdict
-from queues.kueue import api
+from queues.kueue import api, codec
 from queues.simulation import scenario, simulator
 
 H200 = 143771.0  # MiB, as nvidia-smi reads a real H200
@@ -105,7 +105,7 @@ spec:
     - {name: unlabelled, resources: [{name: nvidia.com/gpu, nominalQuota: "4"}]}
 """
     )
-    objs = [api.parse(d) for d in docs]
+    objs = [codec.parse(d) for d in docs]
     flavors = {o.name: o for o in objs if isinstance(o, api.ResourceFlavor)}
     offers = offered([o for o in objs if isinstance(o, api.ClusterQueue)], flavors)
     assert offers.mig == () and dict(offers.cards) == {"l4": 23034.0} and offers
@@ -119,7 +119,7 @@ def test_overrides_change_what_a_slice_is_worth() -> None:
 
 
 def test_offers_are_the_mig_resources_clusterqueues_cover() -> None:
-    cq = api.parse(
+    cq = codec.parse(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ClusterQueue",

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from queues.cycle import scheduler
-from queues.kueue import api
+from queues.kueue import codec
 from queues.model import Config
 from queues.podsets import jobs
 from tests.queues.builders import CQ, GPU, admitted, flavor, local_queue, make_workload
@@ -143,7 +143,7 @@ def test_lending_limit_guarantees_the_lender_its_share() -> None:
 def test_hierarchical_cohorts_share_through_the_parent() -> None:
     objects = [
         flavor("f"),
-        api.parse(
+        codec.parse(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta1",
                 "kind": "Cohort",
@@ -151,7 +151,7 @@ def test_hierarchical_cohorts_share_through_the_parent() -> None:
                 "spec": {"parentName": "root"},
             }
         ),
-        api.parse(
+        codec.parse(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta1",
                 "kind": "Cohort",
@@ -446,7 +446,7 @@ def test_local_queue_stop_policies(policy: str, evicted: bool) -> None:
     s.schedule()
     config = s.config
     config.put(
-        api.parse(
+        codec.parse(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta1",
                 "kind": "LocalQueue",

@@ -1,4 +1,4 @@
-"""Topology-aware placement (``queues.placement.topology``, ``queues.placement.tas``): Kueue's TAS algorithm on its
+"""Topology-aware placement (``queues.placement.topology``, ``queues.cycle.tas``): Kueue's TAS algorithm on its
 own KEP examples, then admission by topology in engine core."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from queues.model import Config
 from queues.placement import topology
 from queues.placement.inventory import Inventory
 from queues.placement.nodes import NodeInfo, PodNeeds, node_object
-from queues.placement.topology_requests import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, Request, request_of
+from queues.podsets.topology_requests import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, Request, request_of
 from queues.simulation import scenario, simulator
 
 GPU = "nvidia.com/gpu"

@@ -13,11 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.store import config as config_store
 from admission.store import database, deletion, tables
-from queues.kueue import api
+from queues.kueue import api, codec
 
 
 def cq(name: str, gpus: str = "8", **spec: Any) -> api.KueueObject:
-    return api.parse(
+    return codec.parse(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
             "kind": "ClusterQueue",
@@ -115,7 +115,9 @@ async def test_deleting_a_cluster_queue_in_use_is_refused(sessions: async_sessio
 
 
 async def test_a_flavor_named_by_a_queue_is_in_use(sessions: async_sessionmaker[AsyncSession]) -> None:
-    flavor = api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a100"}})
+    flavor = codec.parse(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a100"}}
+    )
     await apply(sessions, flavor, cq("team-a"), cq("team-b"))
     with pytest.raises(config_store.Refused, match="used by clusterqueue/team-a, clusterqueue/team-b"):
         async with database.transaction(sessions) as s:
@@ -188,7 +190,7 @@ async def test_concurrent_applies_of_one_object_both_land_in_order(engine: Any) 
     # Each edit saw the previous one's result: the chain of before -> after is unbroken.
     for prev, nxt in itertools.pairwise(updates):
         assert nxt.before == prev.after
-    assert final == api.parse(updates[-1].after or {})
+    assert final == codec.parse(updates[-1].after or {})
 
 
 async def test_listeners_hear_of_committed_changes_only(

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.store import config as config_store
 from admission.store import database, lease, tables
 from admission.store import workloads as store
-from queues.kueue import api
+from queues.kueue import api, codec
 from queues.model import Admission
 from queues.podsets import jobs
 
@@ -36,7 +36,7 @@ def cq(name: str, gpus: int, cohort: str | None = "shared", borrowing_limit: int
     }
     if cohort:
         spec["cohort"] = cohort
-    return api.parse(
+    return codec.parse(
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
     )
 
@@ -103,7 +103,7 @@ async def test_snapshot_round_trips_pod_sets_and_usage(sessions: async_sessionma
 
 
 async def test_a_topology_placement_and_the_topology_round_trip(sessions: async_sessionmaker[AsyncSession]) -> None:
-    racks = api.parse(
+    racks = codec.parse(
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "racks"},
          "spec": {"levels": [{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}]}}
     )  # fmt: skip

@@ -35,11 +35,11 @@ from admission.controller.term import Term
 from admission.store import budgets as store
 from admission.store import database
 from queues.cycle import budget_priority
-from queues.decisions import Decision
-from queues.gpus.efficiency import Budget
-from queues.gpus.reclaim_model import WARN_AT
+from queues.cycle.decisions import Decision
+from queues.efficiency import Budget
 from queues.kueue import api, crds
 from queues.model import Workload
+from queues.simulation.reclaim_model import WARN_AT
 
 log = logging.getLogger(__name__)
 

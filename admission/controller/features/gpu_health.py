@@ -36,7 +36,7 @@ from admission.controller.events import EventPoster
 from admission.controller.features.inventory import NODES, NodeInventory
 from admission.controller.term import Term
 from admission.kube.client import Kube, KubeError
-from queues.decisions import Decision
+from queues.cycle.decisions import Decision
 from queues.gpus.gpu_health import GPU_UNHEALTHY, TAINT, Fault, describe, taint_value
 
 log = logging.getLogger(__name__)

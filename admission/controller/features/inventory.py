@@ -1,6 +1,6 @@
 """The controller's node inventory: Nodes and the pods on them, for topology-aware placement.
 
-Placement by topology (``queues.placement.tas``) needs, for every node, its allocatable capacity, labels,
+Placement by topology (``queues.cycle.tas``) needs, for every node, its allocatable capacity, labels,
 taints and what pods Turnstile did not place use there (Kueue's TAS cache keeps the same). This
 module feeds that from two informers, started only once a ResourceFlavor names a Topology (a
 cluster without TAS pays nothing for them):
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
-from queues.gpus import efficiency
+from queues import efficiency
 from queues.gpus.gpu_health import TAINT as GPU_TAINT
 from queues.model import Config
 from queues.placement.inventory import Inventory

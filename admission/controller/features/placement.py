@@ -2,7 +2,7 @@
 
 The pieces are elsewhere: the node inventory (``admission.controller.features.inventory``: Nodes and Pods
 informers), the ungater (``admission.controller.features.pinning``) and the decisions
-(``queues.placement.tas``, ``queues.cycle.retries``). This joins them to a replica's life:
+(``queues.cycle.tas``, ``queues.cycle.retries``). This joins them to a replica's life:
 
 - the informers start once the configuration needs them (a ResourceFlavor names a Topology, or
   a ClusterQueue reclaims idle GPUs, whose pods the inventory indexes); a term gets an inventory
@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from admission.controller.capability import Capability, StepContext
+from admission.controller.changes import Changes
 from admission.controller.features.inventory import NodeInventory
 from admission.controller.features.pinning import Pinner
-from admission.controller.step import Changes
 from admission.controller.term import Term
 from admission.kube.client import Kube
-from queues.decisions import Decision
+from queues.cycle.decisions import Decision
 from queues.model import Config
 from queues.placement.inventory import Inventory
 

@@ -27,8 +27,8 @@ from admission.controller.jobcache import JobCache
 from admission.controller.term import timestamp
 from admission.jobs.base import JobView
 from admission.store import workloads as store
+from queues.cycle.decisions import Decision
 from queues.cycle.podsready import WaitForPodsReady
-from queues.decisions import Decision
 from queues.model import Workload
 
 if TYPE_CHECKING:

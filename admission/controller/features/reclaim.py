@@ -2,11 +2,11 @@
 
 A ClusterQueue opts in with the annotation ``turnstile.dev/idle-reclaim``, a JSON object of a
 scenario's ``reclaim`` entry's fields (``{"threshold": 0.3, "window": "30m", "grace": "10m",
-"action": "requeue", "onlyWhenContended": true, "maxKeep": "24h"}``; ``queues.gpus.efficiency``).
+"action": "requeue", "onlyWhenContended": true, "maxKeep": "24h"}``; ``queues.efficiency``).
 Every ``interval`` the leader reads each pod's mean GPU utilisation over each policy's window
 (``utilisation.Prometheus``), joins pods to workloads by the ``turnstile.dev/workload``
 annotation every admitted job's pods carry (``admission.controller.features.inventory``), and the next
-step decides with engine core's own model (``queues.gpus.reclaim_model``): warn (an Event
+step decides with engine core's own model (``queues.simulation.reclaim_model``): warn (an Event
 ``GPUIdle``), or evict with reason ``GPUIdle`` and requeue or deactivate, only when someone
 waits for the quota if the policy says so. The same loop reads each pod's mean since the last
 read for the ledger's used GPU-hours whenever Prometheus is set, measures the runs that ended
@@ -38,11 +38,11 @@ from admission.controller.features.utilisation import Prometheus, Unavailable
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
 from admission.jobs.base import KEEP_UNTIL
-from queues.decisions import Decision, Evict
-from queues.gpus import efficiency
-from queues.gpus.efficiency import ReclaimPolicy
+from queues import efficiency
+from queues.cycle.decisions import Decision, Evict
+from queues.efficiency import ReclaimPolicy
 from queues.gpus.gpu_metrics import Reading
-from queues.gpus.reclaim_model import EfficiencyModel
+from queues.simulation.reclaim_model import EfficiencyModel
 
 if TYPE_CHECKING:
     from prometheus_client import Counter

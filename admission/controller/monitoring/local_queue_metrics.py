@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 
 from admission.controller.monitoring.exposition import Exposition, escape
 from queues import quantity
-from queues.model import FlavorResource, weight_of
+from queues.model import FlavorResource
 from queues.podsets import jobs
+from queues.quotas import weight_of
 from queues.status import local_queue_condition
 
 if TYPE_CHECKING:

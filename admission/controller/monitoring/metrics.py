@@ -24,7 +24,7 @@ import sys
 import time
 from collections import Counter as Tally
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -37,7 +37,59 @@ from queues.cycle.fairsharing import Share, share
 from queues.model import Admission, FlavorResource, Workload
 
 if TYPE_CHECKING:
-    from admission.controller.controller import Controller
+    from admission.controller.term import Term
+
+
+class _Counting(Protocol):
+    @property
+    def count(self) -> int: ...
+
+
+class _Healthy(Protocol):
+    @property
+    def ok(self) -> bool: ...
+
+
+class _Reading(Protocol):
+    @property
+    def failures(self) -> int: ...
+
+    @property
+    def problem(self) -> str | None: ...
+
+
+class _Finishing(Protocol):
+    @property
+    def finished(self) -> Mapping[tuple[str, str, str], int]: ...
+
+
+class _Answering(Protocol):
+    @property
+    def answers(self) -> Mapping[tuple[str, int], int]: ...
+
+
+class Replica(Protocol):
+    """What the metrics read of their replica, at each scrape (``admission.controller.controller.
+    Controller`` is one): declared here so that monitoring depends on nothing above it."""
+
+    @property
+    def term(self) -> Term | None: ...  # the leader's term; None on a follower
+
+    @property
+    def steps(self) -> _Counting: ...
+
+    @property
+    def database(self) -> _Healthy: ...
+
+    @property
+    def reclaimer(self) -> _Reading: ...  # idle reclaim's utilisation reader
+
+    @property
+    def projection(self) -> _Finishing: ...  # the Workload objects
+
+    @property
+    def kube(self) -> _Answering: ...
+
 
 Labels = tuple[str, str, str, str]  # cluster_queue, flavor, resource, namespace
 ROLE_LABEL = "replica_role"  # Kueue's, on every kueue_ family but build_info
@@ -89,7 +141,7 @@ def _version() -> str:
 
 def write_queues(
     out: Exposition,
-    controller: Controller,
+    controller: Replica,
     clock: ResourceClock,
     local: LocalQueueGauges | None = None,
     finished: Mapping[tuple[str, str, str], int] | None = None,
@@ -211,7 +263,7 @@ def _rounded(s: Share) -> float:
 class Metrics:
     """One replica's metrics; the controller reports its decisions here."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Replica) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         build = Gauge(

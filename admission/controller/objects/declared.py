@@ -40,7 +40,7 @@ from admission.store import config as config_store
 from admission.store import database, deletion, source
 from admission.webhook.queue_objects import declared, editor
 from queues import errors
-from queues.kueue import api, crds
+from queues.kueue import api, codec, crds
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class Declared(Capability):
             stored = {kind: await config_store.list_objects(session, kind) for kind in self.refs}
         missing = [obj for kind, objs in stored.items() for obj in objs if (kind, obj.key) not in self.objects]
         for obj in missing:
-            body = api.to_manifest(obj, version=crds.VERSION)
+            body = codec.to_manifest(obj, version=crds.VERSION)
             # as ``kubectl apply`` would have left it: a later ``kubectl apply`` of the same YAML
             # merges (three-way) without warning that the annotation is missing
             applied = json.dumps(body, separators=(",", ":")) + "\n"
@@ -317,7 +317,7 @@ class Declared(Capability):
         if _deleting(obj):
             return None  # another finalizer keeps it; it goes when the API server deletes it
         try:
-            parsed = api.parse(declared(obj))
+            parsed = codec.parse(declared(obj))
         except errors.Invalid as exc:
             message = "; ".join(str(e) for e in exc.errors)
             self.problems[k] = ("Invalid", message)

@@ -50,7 +50,7 @@ from admission.kube.informer import Informer
 from admission.store import database
 from admission.store import workload_objects as store
 from admission.store.workload_shape import JOB_UID_LABEL
-from queues.decisions import Decision
+from queues.cycle.decisions import Decision
 from queues.kueue import workload_crd
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.sim.server.objects import Obj, Resource
+from admission.sim.server import resources
+from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource
 
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -136,3 +137,34 @@ def qos_class(spec: Any) -> str:
             if name not in limits or str(requests.get(name, limits[name])) != str(limits[name]):
                 guaranteed = False
     return "Guaranteed" if guaranteed else ("Burstable" if any_set else "BestEffort")
+
+
+def pod_priority(store: ObjectStore, pod: Obj) -> None:
+    """The Priority admission plugin: ``spec.priority`` from the PriorityClass the pod names (or
+    the one marked ``globalDefault``); a name that does not exist, or a priority given that differs
+    from the class's, is refused, as on a real server."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    classes = {str(o["metadata"]["name"]): o for o in store.list(resources.PRIORITY_CLASSES, None)[0]}
+    name = spec.get("priorityClassName")
+    if name:
+        found = classes.get(str(name))
+        if found is None:
+            raise ApiError(
+                403, "Forbidden", f'pods "{(pod.get("metadata") or {}).get("name")}" is forbidden: '
+                f"no PriorityClass with name {name} was found",
+            )  # fmt: skip
+    else:
+        found = next((o for o in classes.values() if o.get("globalDefault")), None)
+        if found is not None:
+            spec["priorityClassName"] = found["metadata"]["name"]
+    computed = int(found.get("value") or 0) if found is not None else 0
+    given = spec.get("priority")
+    if given is not None and given != computed:
+        raise ApiError(
+            403, "Forbidden", f'pods "{(pod.get("metadata") or {}).get("name")}" is forbidden: the integer value '
+            f"of priority ({given}) must not be provided in pod spec; priority admission controller computed "
+            f"{computed} from the given PriorityClass name",
+        )  # fmt: skip
+    spec["priority"] = computed

@@ -202,3 +202,25 @@ def _remove(doc: Any, parts: list[str]) -> Any:
     else:
         del parent[parts[-1]]
     return doc
+
+
+def apply(
+    content_type: str, body: Any, current: Any, *, strategic: bool, schema: Schema | None, resolve: Resolve
+) -> Any:
+    """``current`` after the patch ``body`` of ``content_type``: a JSON merge patch, a JSON patch, or
+    (``strategic``: a built-in kind, with its ``schema``) a strategic merge patch. A custom
+    resource's strategic patch is refused 415, as the real server refuses it."""
+    if content_type == "application/merge-patch+json":
+        return dict(merge_patch(current, body))
+    if content_type == "application/json-patch+json":
+        return dict(json_patch(current, body))
+    if content_type == "application/strategic-merge-patch+json":
+        if not strategic:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json-patch+json, application/merge-patch+json",
+            )
+        return dict(strategic_merge_patch(current, body, schema, resolve))
+    raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {content_type!r}")

@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from aiohttp import web
+
 from admission.kube import table as kube_table
 from admission.kube.table import human_duration, wants_table
 from admission.sim.server.objects import Obj, Resource
@@ -251,3 +253,22 @@ def printer_for(res: Resource, crd_columns: dict[Resource, list[dict[str, Any]]]
     if res in crd_columns:
         return custom_printer(crd_columns[res])
     return PRINTERS.get((res.group, res.kind))
+
+
+def for_request(
+    request: web.Request,
+    columns: dict[Resource, list[dict[str, Any]]],
+    res: Resource,
+    objects: list[Obj],
+    meta: dict[str, Any],
+) -> Obj:
+    """``objects`` as the Table a request with ``Accept: ...;as=Table`` asks for (``includeObject``
+    honoured; ``columns``: the CRDs' additionalPrinterColumns)."""
+    printer = printer_for(res, columns)
+    include = request.query.get("includeObject") or "Metadata"
+    if include == "Object":  # (a row's object is whole, kind and apiVersion too: kubectl --sort-by decodes it)
+        objects = [{"apiVersion": res.api_version, "kind": res.kind, **o} for o in objects]
+    out = table(printer, objects, include=include, resource_version=str(meta.get("resourceVersion") or ""))
+    if meta.get("continue"):
+        out["metadata"]["continue"] = meta["continue"]
+    return out

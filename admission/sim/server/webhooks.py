@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from admission.sim.server import cel, patches
 from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource, parse_label_selector
@@ -254,3 +255,20 @@ class Webhooks:
                 raise ApiError(500, "InternalError", f'webhook "{name}" returned an unsupported patchType')
             return dict(patches.json_patch(obj, json.loads(base64.b64decode(answer["patch"]))))
         return obj
+
+
+DEFAULT_TOKEN = "turnstile-sim"  # the token of the kubeconfig the simulator writes: an administrator
+
+
+def user_of(request: web.Request) -> dict[str, Any]:
+    """Who asks (the ``userInfo`` admission webhooks see). The simulator authenticates nobody: a
+    bearer token names its user (``alice``, ``system:serviceaccount:ns:name``); the token of the
+    kubeconfig it writes is ``system:admin``. So a test (or a second kubeconfig) can act as anyone."""
+    header = request.headers.get("Authorization", "")
+    token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
+    if not token or token == DEFAULT_TOKEN:
+        return dict(ADMIN)
+    groups = ["system:authenticated"]
+    if token.startswith("system:serviceaccount:"):
+        groups.insert(0, "system:serviceaccounts")
+    return {"username": token, "groups": groups}

@@ -13,7 +13,7 @@ from admission import views
 from admission.controller.monitoring.metrics import Metrics
 from admission.policy import DEFAULT_POLICY, parse_fair_sharing
 from admission.store import fair_usage
-from queues.cycle import fairsharing
+from queues.kueue import fair_sharing_config
 from tests.admission.controller.test_metrics import scrape, value
 from tests.admission.controller.world import eventually, job, world
 
@@ -50,8 +50,8 @@ spec: {{clusterQueue: {team}}}
 
 def test_the_setting_is_kueues_block() -> None:
     assert parse_fair_sharing("") is None
-    assert parse_fair_sharing("{}") == fairsharing.FairSharing()
-    assert parse_fair_sharing("preemptionStrategies: [LessThanInitialShare]") == fairsharing.FairSharing(
+    assert parse_fair_sharing("{}") == fair_sharing_config.FairSharing()
+    assert parse_fair_sharing("preemptionStrategies: [LessThanInitialShare]") == fair_sharing_config.FairSharing(
         True, ("LessThanInitialShare",)
     )
     with pytest.raises(ValueError, match=r"fairSharing\.preemptionStrategies"):
@@ -63,7 +63,7 @@ async def test_shares_show_in_metrics_and_the_queue_borrowing_least_gets_its_quo
 ) -> None:
     async with world(tmp_path, migrated_url) as w:
         await w.apply(CONFIG)
-        policy = dataclasses.replace(DEFAULT_POLICY, fair_sharing=fairsharing.FairSharing())
+        policy = dataclasses.replace(DEFAULT_POLICY, fair_sharing=fair_sharing_config.FairSharing())
         controller = w.start_controller("replica-1", policy=policy)
         for i in range(4):
             await w.create(job(f"a{i}", gpus=2))
@@ -75,7 +75,7 @@ async def test_shares_show_in_metrics_and_the_queue_borrowing_least_gets_its_quo
         await eventually(lambda: running(("a0", "a1", "a2", "a3")), what="team-a to borrow all 8 GPUs")
         async with w.sessions() as session:  # what `turnstile describe workload` plans with
             recorded = await fair_usage.get_setting(session)
-        assert parse_fair_sharing(recorded) == fairsharing.FairSharing(), recorded
+        assert parse_fair_sharing(recorded) == fair_sharing_config.FairSharing(), recorded
         metrics = Metrics(controller)
         samples = scrape(metrics)
         # team-a borrows 4 of the 8 its cohort could lend it: 500 per mille; team-b borrows nothing

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from admission.controller.monitoring.metrics import Metrics
+from queues.kueue import codec
 from tests.admission.controller.world import CONFIG, eventually, job, world
 
 # spec/cli.md: the metric names and labels Kueue's dashboards use, and Turnstile's ledger metric.
@@ -250,7 +251,7 @@ def test_cohort_tree_and_local_queue_quota_families_follow_kueues_meanings() -> 
 
     def cohort(name: str, parent: str | None = None) -> api.KueueObject:
         spec = {"parentName": parent} if parent else {}
-        return api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name},
+        return codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name},
                           "spec": spec})  # fmt: skip
 
     sched = scheduler(
@@ -322,7 +323,7 @@ def test_pending_requests_cohort_admissions_and_admission_fair_sharing_usage_fol
     from tests.queues.builders import CQ, flavor, local_queue, make_workload
 
     def parse(kind: str, name: str, spec: dict[str, Any]) -> api.KueueObject:
-        return api.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": {"name": name},
+        return codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": {"name": name},
                           "spec": spec})  # fmt: skip
 
     built = CQ("a").cohort("team").group(("f", {"gpu": 8})).build()

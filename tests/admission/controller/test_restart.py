@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from admission.sim.server.apiserver import Faults
+from admission.sim.server.faults import Faults
 from admission.store import database, tables
 from tests.admission.controller.world import CONFIG, World, eventually, job, world
 

@@ -23,11 +23,11 @@ from admission.kube.client import Kube, ResourceRef
 from admission.policy import DEFAULT_POLICY
 from admission.sim.host import SimHost
 from admission.sim.server import resources
-from admission.sim.server.apiserver import Faults
+from admission.sim.server.faults import Faults
 from admission.sim.server.objects import Resource
 from admission.store import config as config_store
 from admission.store import database
-from queues.kueue import api
+from queues.kueue import codec
 
 JOBS = ResourceRef("batch/v1", "Job", "jobs")
 GPU = "nvidia.com/gpu"
@@ -112,7 +112,7 @@ class World:
     engines: list[AsyncEngine] = field(default_factory=list)  # the controllers' own, if any
 
     async def apply(self, text: str) -> None:
-        objects = [api.parse(doc) for doc in yaml.safe_load_all(text) if doc]
+        objects = [codec.parse(doc) for doc in yaml.safe_load_all(text) if doc]
         async with database.transaction(self.sessions) as s:
             await config_store.apply(s, objects, actor="test")
 

@@ -12,7 +12,7 @@ from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
 from admission.kube.informer import BACKOFF_MAX, Informer
 from admission.sim.host import SimHost
-from admission.sim.server.apiserver import Faults
+from admission.sim.server.faults import Faults
 
 CONFIGMAPS = kube_client.ResourceRef("v1", "ConfigMap", "configmaps")
 

@@ -14,8 +14,9 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
 from admission.sim.server import resources
-from admission.sim.server.apiserver import ApiServer, bookmark_version
+from admission.sim.server.apiserver import ApiServer
 from admission.sim.server.objects import Event, Watcher
+from admission.sim.server.watch import bookmark_version
 
 
 @pytest_asyncio.fixture

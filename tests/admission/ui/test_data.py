@@ -17,7 +17,7 @@ from admission.store import database
 from admission.store import workloads as store
 from admission.ui import data
 from admission.ui.server import Dashboard
-from queues.kueue import api
+from queues.kueue import codec
 from queues.model import Admission
 from queues.podsets import jobs
 
@@ -64,7 +64,7 @@ async def test_bars_lending_and_pending_pages(tmp_path: Path, migrated_url: str)
     sessions = database.sessions(engine)
     try:
         async with database.transaction(sessions) as s:
-            await config_store.apply(s, [api.parse(d) for d in yaml.safe_load_all(CONFIG)], actor="test")
+            await config_store.apply(s, [codec.parse(d) for d in yaml.safe_load_all(CONFIG)], actor="test")
             await store.upsert(s, [_record("big", 5), *(_record(f"p{i}", 1, priority=i % 3) for i in range(7))])
         async with database.transaction(sessions) as s:
             snap = await store.load_snapshot(s)

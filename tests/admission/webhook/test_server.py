@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from admission.webhook import certs
 from admission.webhook.server import MAX_BODY, WebhookServer
-from queues.kueue import api
+from queues.kueue import codec
 from queues.model import Config
 
 CONFIG = """
@@ -78,7 +78,7 @@ class Server:
 
     def __init__(self, folder: Path, *, missing_queue: str = "hold") -> None:
         self.bundle = certs.issue(folder, ["127.0.0.1"])
-        self.config: Config | None = Config.of([api.parse(d) for d in yaml.safe_load_all(CONFIG)])
+        self.config: Config | None = Config.of([codec.parse(d) for d in yaml.safe_load_all(CONFIG)])
         self.loop = asyncio.new_event_loop()
         self.port = 0
         started = threading.Event()

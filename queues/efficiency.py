@@ -17,7 +17,7 @@
   80 % it is said; exhausted, new workloads it covers wait with reason ``BudgetExhausted`` until
   the next period; running work is never stopped by a budget.
 
-Engine core models them (``queues.gpus.reclaim_model``); the controller reclaims with the same model,
+Engine core models them (``queues.simulation.reclaim_model``); the controller reclaims with the same model,
 from a ClusterQueue's ``POLICY_ANNOTATION`` and DCGM readings (``admission.controller.features.reclaim``),
 and enforces budgets kept in PostgreSQL with the same gate (``admission.controller.features.budgets``).
 """
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues import quantity
-from queues.cycle.podsready import duration
 from queues.errors import FieldError
+from queues.quantity import duration
 
 GPU_IDLE = "GPUIdle"  # the eviction's reason (scenario.md's additions)
 BUDGET_EXHAUSTED = "BudgetExhausted"  # a workload's pending reason

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from queues.cycle import provisioning
-from queues.cycle.flavors import Assignment
+from queues.cycle.assignment import Assignment
 from queues.model import Admission, Workload
 
 PREEMPTED = "Preempted"

@@ -1,4 +1,4 @@
-"""Engine core's model of idle-GPU reclaim and GPU-hour budgets (``queues.gpus.efficiency``).
+"""Engine core's model of idle-GPU reclaim and GPU-hour budgets (``queues.efficiency``).
 
 The simulator tells it when a workload's run starts and stops; it answers when to look next
 (``next_check``: every ``CHECK_SECONDS`` while a reclaimable workload runs, the first look exactly
@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from queues.cycle import budget_priority
+from queues.cycle.decisions import Decision
 from queues.cycle.scheduler import Scheduler
-from queues.decisions import Decision
-from queues.gpus.efficiency import Budget, ReclaimPolicy, Trace
+from queues.efficiency import Budget, ReclaimPolicy, Trace
 from queues.gpus.gpu_units import cards
 from queues.gpus.rightsizing import MemoryLedger
 from queues.model import Workload

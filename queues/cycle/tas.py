@@ -11,7 +11,7 @@ TAS flavor (Kueue's implicit default; ``Snapshot.packing`` says how, ``queues.pl
 The placement goes with the admission (``Admission.placement``) and holds node capacity in the
 inventory while the workload is admitted (``Snapshot.add_workload``). A preemption's victims
 give theirs back in the what-if, so the preemptor is placed on the nodes they free; if it still
-cannot be placed, nobody is preempted for it (``fits_after``). When its quota fits but no
+cannot be placed, nobody is preempted for it (``queues.cycle.flavors.fits_after``). When its quota fits but no
 domain holds it, lower-priority TAS work of its own ClusterQueue is preempted for it where that
 frees the right nodes (``_victims``): borrowed work in the cohort first, then its own queue's,
 as Kueue's TAS preemption does.
@@ -19,18 +19,15 @@ as Kueue's TAS preemption does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from queues.cycle import victims
+from queues.cycle.assignment import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
+from queues.cycle.victims import Target
+from queues.model import ClusterQueue, Flavor, Snapshot, Workload
 from queues.placement import topology
 from queues.placement.nodes import Free, NodeInfo, PodNeeds, with_pod_slot
 from queues.podsets import jobs
+from queues.podsets.jobs import PodSet
 from queues.selectors import NodeConstraints
-
-if TYPE_CHECKING:
-    from queues.cycle.flavors import Assignment
-    from queues.cycle.preemption import Target
-    from queues.model import ClusterQueue, Flavor, Snapshot, Workload
-    from queues.podsets.jobs import PodSet
 
 
 def uses_topology(snapshot: Snapshot, cq: ClusterQueue) -> bool:
@@ -68,8 +65,6 @@ def place(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assign
     """Place ``assignment``'s TAS pod sets (it fits by quota): fill ``assignment.placement``; or,
     when no domain holds a pod set, make it ``PREEMPT`` with ``topology_victims`` (``preempt``:
     lower-priority TAS work of its own queue whose nodes would hold it) or ``NO_FIT`` with why."""
-    from queues.cycle.flavors import TOPOLOGY_PLACEMENT_FAILED, Mode  # (flavors imports this module)
-
     if snapshot.inventory is None:
         return  # (no node is known: quota alone decides)
     placed, message = _placement(snapshot, cq, wl, assignment)
@@ -128,11 +123,9 @@ def _victims(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Ass
     cohort's borrowed work, then its own queue's lower priorities) whose nodes, once free, hold
     ``wl``: taken in order until it is placed, then every one it is still placed without is given
     back, newest taken first. [] if even all of them would not do."""
-    from queues.cycle import preemption  # (preemption imports flavors, which imports this module)
-
     found = [
         t
-        for t in preemption.candidates(cq, wl, set(assignment.usage), assignment.usage)
+        for t in victims.candidates(cq, wl, set(assignment.usage), assignment.usage)
         if t.workload.admission is not None and t.workload.admission.placement
     ]
     taken: list[Target] = []
@@ -154,23 +147,6 @@ def _victims(snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Ass
     finally:
         for cand in taken:
             snapshot.add_workload(cand.workload)
-
-
-def fits_after(
-    snapshot: Snapshot, cq: ClusterQueue, wl: Workload, assignment: Assignment, victims: list[Workload]
-) -> bool:
-    """Whether ``wl`` is placed once ``victims`` are gone (always, where no TAS flavor decides)."""
-    from queues.cycle.flavors import Mode, assign
-
-    if not uses_topology(snapshot, cq):
-        return True
-    for victim in victims:
-        snapshot.remove_workload(victim)
-    try:
-        return assign(snapshot, cq, wl, None, assignment.counts).mode == Mode.FIT
-    finally:
-        for victim in victims:
-            snapshot.add_workload(victim)
 
 
 def _tas_flavor(snapshot: Snapshot, chosen: dict[str, str]) -> Flavor | None:
