@@ -1,5 +1,6 @@
-"""What ``get`` and ``describe`` show: tables for people, Kueue's shapes for machines; the read models
-the CLI and the dashboard share (here, below both, so the dashboard need not import the CLI)."""
+"""What ``get`` and ``describe`` show: tables for people, Kueue's shapes for machines, made from the
+read models (``admission.store.read_models``). The CLI and the dashboard share it (here, below
+both, so the dashboard need not import the CLI)."""
 
 from __future__ import annotations
 
@@ -12,38 +13,21 @@ from typing import Any
 
 import click
 import yaml
-from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from admission.policy import parse_fair_sharing
 from admission.store import config as config_store
-from admission.store import fair_usage, tables
+from admission.store import fair_usage
 from admission.store import rightsizing as rightsizing_store
 from admission.store import workload_objects as workload_objects_store
 from admission.store import workloads as store
+from admission.store.read_models import controller_fair_sharing, held_by_flavor, named, workload_rows
 from queues import quantity
 from queues.cycle import fairsharing
 from queues.cycle.assignment import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
 from queues.cycle.podsready import PODS_UNSCHEDULABLE
 from queues.cycle.scheduler import Scheduler
-from queues.kueue import api, codec, fair_sharing_config
+from queues.kueue import api, codec
 from queues.model import ClusterQueue, FlavorResource, Snapshot
-
-
-async def queue_counts(session: AsyncSession) -> dict[str, Any]:
-    """Pending and admitted workloads per ClusterQueue and per LocalQueue."""
-    w = tables.Workload
-    rows = await session.execute(
-        select(w.cluster_queue, w.namespace, w.local_queue, w.state, func.count()).group_by(
-            w.cluster_queue, w.namespace, w.local_queue, w.state
-        )
-    )
-    out: dict[str, Any] = {}
-    for cq, ns, lq, state, n in rows:
-        for key in (f"cq/{cq}", f"lq/{ns}/{lq}"):
-            out.setdefault(key, {}).setdefault(state, 0)
-            out[key][state] += n
-    return out
 
 
 def _quota_summary(groups: list[api.ResourceGroup]) -> str:
@@ -123,55 +107,6 @@ def print_objects(kind: str, objs: list[api.KueueObject], counts: dict[str, Any]
     print_columns(headers, rows)
 
 
-_WORKLOAD_ROWS = text(
-    f"""
-    SELECT id, namespace, name, kind, local_queue, cluster_queue,
-           {workload_objects_store.OBJECT_NAME} AS object_name,
-           -- holding quota, its job not started yet: admission checks still to pass, or preempted
-           -- workloads' pods still stopping
-           CASE WHEN state = 'Admitted' AND (checks <> '[]'::jsonb OR reason = 'Preempting') THEN 'QuotaReserved'
-                ELSE state END AS state,
-           priority, reason, message, pod_sets, assigned_flavors, created_at,
-           CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
-             row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'
-                                ORDER BY priority DESC, queue_ts, id) END AS cq_position,
-           CASE WHEN state = 'Pending' AND local_queue IS NOT NULL THEN
-             row_number() OVER (PARTITION BY namespace, local_queue, state = 'Pending'
-                                ORDER BY priority DESC, queue_ts, id) END AS lq_position
-    FROM workloads w
-    WHERE state <> 'Finished'
-    ORDER BY namespace, name
-    """
-)
-
-
-async def workload_rows(session: AsyncSession, *, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
-    rows = [dict(r._mapping) for r in await session.execute(_WORKLOAD_ROWS)]
-    if namespace is not None:
-        rows = [r for r in rows if r["namespace"] == namespace]
-    return _named(rows, name) if name is not None else rows
-
-
-def _named(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    """The rows of workload ``name`` (``NAME`` or ``NAMESPACE/NAME``; its job's name, or its Workload
-    object's as kubectl shows it: ``job-NAME-xxxxx``)."""
-    ns, _, short = name.rpartition("/")
-    return [r for r in rows if short in (r["name"], r["object_name"]) and (not ns or r["namespace"] == ns)]
-
-
-async def workload_objects(session: AsyncSession, namespace: str | None, name: str | None) -> dict[str, Any]:
-    """One workload (``NAME`` or ``NAMESPACE/NAME``: its object's or its job's name) or a List of
-    them, as Kueue's Workload objects (``admission.store.workload_objects``)."""
-    if name is not None:
-        ns, _, short = name.rpartition("/")
-        obj = await workload_objects_store.get(session, ns or namespace or "default", short)
-        if obj is None:
-            raise config_store.NotFound(f"workload/{name} not found in namespace {ns or namespace or 'default'}")
-        return obj
-    page = await workload_objects_store.page(session, namespace=namespace, limit=None)
-    return {"apiVersion": "v1", "kind": "List", "items": page.items}
-
-
 def dump(body: dict[str, Any], output: str) -> str:
     return json.dumps(body, indent=2) if output == "json" else yaml.safe_dump(body, sort_keys=False).rstrip()
 
@@ -241,7 +176,7 @@ async def _describe_workload(
         for ps in store.pod_sets_from_json(r["pod_sets"]):
             for resource, milli in ps.total().items():
                 needs[resource] = needs.get(resource, 0) + milli
-        usage = await _usage(session, cq.name)
+        usage = await held_by_flavor(session, cq.name)
         table = Table(title=f"Needs against ClusterQueue {cq.name}", title_justify="left")
         for col in ("resource", "needs", "flavor", "nominal", "in use", "free", "may borrow"):
             table.add_column(col)
@@ -341,14 +276,6 @@ def _pods_line(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-async def controller_fair_sharing(session: AsyncSession) -> fair_sharing_config.FairSharing | None:
-    """The fair sharing the controller runs with, as its leader recorded it: a plan is made as it would."""
-    try:
-        return parse_fair_sharing(await fair_usage.get_setting(session))
-    except ValueError:
-        return None
-
-
 async def _history(session: AsyncSession, queue: str) -> str:
     """A queue's decayed usage as the controller last stored it (``admission.store.fair_usage``)."""
     stored = await fair_usage.get(session, queue)
@@ -375,16 +302,6 @@ async def _fair_share(session: AsyncSession, cluster_queue: str) -> str:
     )
 
 
-async def _usage(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, str], int]:
-    a = tables.Admission
-    rows = await session.execute(
-        select(a.flavor, a.resource, func.sum(a.quantity))
-        .where(a.cluster_queue == cluster_queue)
-        .group_by(a.flavor, a.resource)
-    )
-    return {(f, r): int(v) for f, r, v in rows}
-
-
 def text_console(out: StringIO) -> Any:
     """The console ``describe`` writes to: names and messages are text, never rich markup (a
     "[main]" must not vanish), and a line is never wrapped mid-list (the dashboard shows this
@@ -405,7 +322,7 @@ async def describe(
     console = text_console(out)
     if kind == "Workload":
         everyone = await workload_rows(session, namespace=None, name=None)
-        rows = _named(everyone, name)
+        rows = named(everyone, name)
         if not rows:
             raise config_store.NotFound(f"workload/{name} not found (finished workloads are in `turnstile usage`)")
         r = rows[0]
@@ -445,7 +362,7 @@ async def describe(
         )
         if obj.spec.cohort_ref:
             console.print(f"Fair share: {await _fair_share(session, obj.name)}")
-        usage = await _usage(session, obj.name)
+        usage = await held_by_flavor(session, obj.name)
         table = Table(title="Quota", title_justify="left")
         for col in ("flavor", "resource", "nominal", "borrowingLimit", "lendingLimit", "in use"):
             table.add_column(col)

@@ -21,7 +21,7 @@ from admission.cli import bounds, documents, instead, kinds, store_commands
 from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
 from admission.store import config as config_store
-from admission.store import database, deletion, source
+from admission.store import database, deletion, read_models, source
 from queues import errors
 from queues.kueue import api, codec, validation
 
@@ -185,10 +185,10 @@ def get_cmd(
     ns = None if all_namespaces else namespace
     if resolved == "Workload":
         if output == "table":
-            rows = _exec(lambda s: views.workload_rows(s, namespace=ns, name=name), database_url=database_url)
+            rows = _exec(lambda s: read_models.workload_rows(s, namespace=ns, name=name), database_url=database_url)
             views.print_workloads(rows, output)
         else:  # Kueue's Workload shape, as kubectl get workloads -o yaml shows it
-            found = _exec(lambda s: views.workload_objects(s, ns, name), database_url=database_url)
+            found = _exec(lambda s: read_models.workload_objects(s, ns, name), database_url=database_url)
             click.echo(views.dump(found, output))
         return
     key = f"{ns or 'default'}/{name}" if (name and resolved == "LocalQueue" and "/" not in name) else name
@@ -198,7 +198,7 @@ def get_cmd(
             objs = [await config_store.load_object(session, resolved, key)]
         else:
             objs = await config_store.list_objects(session, resolved, namespace=ns)
-        extra = await views.queue_counts(session) if resolved in ("ClusterQueue", "LocalQueue") else {}
+        extra = await read_models.queue_counts(session) if resolved in ("ClusterQueue", "LocalQueue") else {}
         return objs, extra, await source.get(session)
 
     objs, counts, declared = _exec(fetch, database_url=database_url)

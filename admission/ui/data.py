@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission import views
 from admission.store import config as config_store
-from admission.store import tables, workload_objects
+from admission.store import read_models, tables, workload_objects
 from admission.store import usage as usage_store
 from admission.store import workloads as store
 from queues.cycle import fairsharing
@@ -53,7 +53,7 @@ async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | Non
     )
     for flavor, resource, qty in await session.execute(checking):
         reserved[(flavor, resource)] = int(qty)
-    counts = await views.queue_counts(session)
+    counts = await read_models.queue_counts(session)
     queues = []
     for name, cq in sorted(config.cluster_queues.items()):
         rows = []
@@ -84,7 +84,7 @@ async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | Non
             }
         )
     _lend(queues)
-    if await views.controller_fair_sharing(session) is not None:
+    if await read_models.controller_fair_sharing(session) is not None:
         _fair_shares(config, queues, held)
     cohorts = {name: obj.spec.parent_ref for name, obj in sorted(config.cohorts.items())}
     for q in queues:
@@ -179,7 +179,7 @@ async def pending(session: AsyncSession, cluster_queue: str, offset: int = 0, li
 async def workload(session: AsyncSession, name: str) -> dict[str, Any]:
     """``describe workload``'s text and the history; ``NotFound`` if there is none."""
     described = await views.describe(session, "Workload", name)
-    rows = await views.workload_rows(session, namespace=None, name=name)  # (its job's name or its object's)
+    rows = await read_models.workload_rows(session, namespace=None, name=name)  # (its job's name or its object's)
     history = []
     if rows:
         row = max(rows, key=lambda r: int(r["id"]))

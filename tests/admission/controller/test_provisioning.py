@@ -20,7 +20,7 @@ from admission.kube.client import ResourceRef
 from admission.kube.informer import Informer
 from admission.sim.operators import autoscaler as sim_autoscaler
 from admission.sim.operators import cluster as sim_cluster
-from admission.store import database, tables
+from admission.store import database, read_models, tables
 from queues.cycle import provisioning
 from tests.admission.controller.world import GPU, World, eventually, job, world
 
@@ -167,7 +167,7 @@ async def test_a_job_starts_once_its_nodes_exist_and_quota_pending_jobs_never_re
         )
         assert "ProvisioningRequest second-capacity-1" in waiting and "adding 1 node(s)" in waiting
         async with database.transaction(w.sessions) as s:  # what `turnstile get/describe workload` show
-            (shown,) = await views.workload_rows(s, namespace="ml", name="second")
+            (shown,) = await read_models.workload_rows(s, namespace="ml", name="second")
             described = await views.describe(s, "Workload", "ml/second")
         assert (shown["state"], shown["reason"]) == ("QuotaReserved", provisioning.WAITING_FOR_CAPACITY)
         assert "State:         QuotaReserved" in described and "second-capacity-1" in described

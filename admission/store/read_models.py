@@ -1,0 +1,102 @@
+"""The read models ``get`` and ``describe`` (the CLI's and the dashboard's) query: counts per
+queue, the workload rows with their place in line, Kueue's Workload objects, what a ClusterQueue
+holds per flavor. Here, in the store, because every SQL statement lives in ``admission.store``;
+``admission.views`` turns them into text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from admission.policy import parse_fair_sharing
+from admission.store import config as config_store
+from admission.store import fair_usage, tables
+from admission.store import workload_objects as workload_objects_store
+from queues.kueue import fair_sharing_config
+
+
+async def queue_counts(session: AsyncSession) -> dict[str, Any]:
+    """Pending and admitted workloads per ClusterQueue and per LocalQueue."""
+    w = tables.Workload
+    rows = await session.execute(
+        select(w.cluster_queue, w.namespace, w.local_queue, w.state, func.count()).group_by(
+            w.cluster_queue, w.namespace, w.local_queue, w.state
+        )
+    )
+    out: dict[str, Any] = {}
+    for cq, ns, lq, state, n in rows:
+        for key in (f"cq/{cq}", f"lq/{ns}/{lq}"):
+            out.setdefault(key, {}).setdefault(state, 0)
+            out[key][state] += n
+    return out
+
+
+_WORKLOAD_ROWS = text(
+    f"""
+    SELECT id, namespace, name, kind, local_queue, cluster_queue,
+           {workload_objects_store.OBJECT_NAME} AS object_name,
+           -- holding quota, its job not started yet: admission checks still to pass, or preempted
+           -- workloads' pods still stopping
+           CASE WHEN state = 'Admitted' AND (checks <> '[]'::jsonb OR reason = 'Preempting') THEN 'QuotaReserved'
+                ELSE state END AS state,
+           priority, reason, message, pod_sets, assigned_flavors, created_at,
+           CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
+             row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'
+                                ORDER BY priority DESC, queue_ts, id) END AS cq_position,
+           CASE WHEN state = 'Pending' AND local_queue IS NOT NULL THEN
+             row_number() OVER (PARTITION BY namespace, local_queue, state = 'Pending'
+                                ORDER BY priority DESC, queue_ts, id) END AS lq_position
+    FROM workloads w
+    WHERE state <> 'Finished'
+    ORDER BY namespace, name
+    """
+)
+
+
+async def workload_rows(session: AsyncSession, *, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
+    rows = [dict(r._mapping) for r in await session.execute(_WORKLOAD_ROWS)]
+    if namespace is not None:
+        rows = [r for r in rows if r["namespace"] == namespace]
+    return named(rows, name) if name is not None else rows
+
+
+def named(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """The rows of workload ``name`` (``NAME`` or ``NAMESPACE/NAME``; its job's name, or its Workload
+    object's as kubectl shows it: ``job-NAME-xxxxx``)."""
+    ns, _, short = name.rpartition("/")
+    return [r for r in rows if short in (r["name"], r["object_name"]) and (not ns or r["namespace"] == ns)]
+
+
+async def held_by_flavor(session: AsyncSession, cluster_queue: str) -> dict[tuple[str, str], int]:
+    """What ``cluster_queue``'s admissions hold, per (flavor, resource)."""
+    a = tables.Admission
+    rows = await session.execute(
+        select(a.flavor, a.resource, func.sum(a.quantity))
+        .where(a.cluster_queue == cluster_queue)
+        .group_by(a.flavor, a.resource)
+    )
+    return {(f, r): int(v) for f, r, v in rows}
+
+
+async def workload_objects(session: AsyncSession, namespace: str | None, name: str | None) -> dict[str, Any]:
+    """One workload (``NAME`` or ``NAMESPACE/NAME``: its object's or its job's name) or a List of
+    them, as Kueue's Workload objects (``admission.store.workload_objects``)."""
+    if name is not None:
+        ns, _, short = name.rpartition("/")
+        obj = await workload_objects_store.get(session, ns or namespace or "default", short)
+        if obj is None:
+            raise config_store.NotFound(f"workload/{name} not found in namespace {ns or namespace or 'default'}")
+        return obj
+    page = await workload_objects_store.page(session, namespace=namespace, limit=None)
+    return {"apiVersion": "v1", "kind": "List", "items": page.items}
+
+
+async def controller_fair_sharing(session: AsyncSession) -> fair_sharing_config.FairSharing | None:
+    """The fair sharing the controller runs with, as its leader recorded it: a plan is made as it would."""
+    try:
+        return parse_fair_sharing(await fair_usage.get_setting(session))
+    except ValueError:
+        return None
