@@ -25,7 +25,7 @@ from admission.kube import client as kube_client
 from admission.kube.client import Kube
 from admission.sim.host import SimHost
 from admission.sim.operators.replicas import PODS
-from admission.sim.server.objects import Watcher
+from admission.sim.server.object_store import Watcher
 from admission.store import config as config_store
 from admission.store import database, embedded
 from bench import webhook

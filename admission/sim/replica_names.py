@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from admission.sim.operators.replicas import PODS
-from admission.sim.server.objects import ObjectStore, Watcher
+from admission.sim.server.object_store import ObjectStore, Watcher
 from queues.podsets import pods
 from queues.simulation.scenario import JobEntry
 

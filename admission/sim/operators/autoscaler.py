@@ -20,7 +20,8 @@ from typing import Any
 
 from admission.sim.operators.cluster import NODES, PODS, free_capacity, set_condition
 from admission.sim.server import resources
-from admission.sim.server.objects import ApiError, Obj, ObjectStore, Watcher
+from admission.sim.server.object_store import ObjectStore, Watcher
+from admission.sim.server.objects import ApiError, Obj
 from queues.placement import nodes as nodes_model
 
 CHECK_CAPACITY = nodes_model.CHECK_CAPACITY

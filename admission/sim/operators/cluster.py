@@ -47,7 +47,8 @@ from typing import Any
 from admission.sim.operators import statuses
 from admission.sim.operators.statuses import now_text, set_condition
 from admission.sim.server import defaults, resources
-from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
+from admission.sim.server.object_store import ObjectStore, Watcher
+from admission.sim.server.objects import ApiError, Obj, Resource, clone
 from queues import errors
 from queues.placement import nodes as nodes_model
 from queues.podsets import jobs

@@ -42,7 +42,8 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.sim.server.objects import ApiError, ObjectStore, Resource
+from admission.sim.server.object_store import ObjectStore
+from admission.sim.server.objects import ApiError, Resource
 from queues import errors, quantity
 from queues.gpus import rightsizing
 from queues.gpus.gpu_health import XID_ERRORS, simulated_uuid

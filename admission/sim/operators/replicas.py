@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from admission.sim.server import resources
-from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource, Watcher, clone
+from admission.sim.server.object_store import ObjectStore, Watcher
+from admission.sim.server.objects import ApiError, Obj, Resource, clone
 from queues.podsets import serving
 
 if TYPE_CHECKING:

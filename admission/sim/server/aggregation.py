@@ -31,7 +31,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource
+from admission.sim.server.object_store import ObjectStore
+from admission.sim.server.objects import ApiError, Obj, Resource
 from admission.sim.server.resources import API_SERVICES
 from admission.webhook import certs
 

@@ -35,13 +35,8 @@ from admission.sim.server import (
 )
 from admission.sim.server.catalog import Catalog, established
 from admission.sim.server.faults import Faults, inject
-from admission.sim.server.objects import (
-    ApiError,
-    Obj,
-    ObjectStore,
-    Resource,
-    clone,
-)
+from admission.sim.server.object_store import ObjectStore
+from admission.sim.server.objects import ApiError, Obj, Resource, clone
 from admission.sim.server.webhooks import user_of
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit

@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from admission.sim.server import resources
-from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource
+from admission.sim.server.object_store import ObjectStore
+from admission.sim.server.objects import ApiError, Obj, Resource
 
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 JOB_NAME = "batch.kubernetes.io/job-name"

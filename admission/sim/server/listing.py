@@ -11,7 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.sim.server.objects import ApiError, ObjectStore, Resource
+from admission.sim.server.object_store import ObjectStore
+from admission.sim.server.objects import ApiError, Resource
 
 
 def list_of(

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource
+from admission.sim.server.object_store import ObjectStore
+from admission.sim.server.objects import ApiError, Obj, Resource
 
 RBAC = "rbac.authorization.k8s.io"
 ROLES = Resource(RBAC, "v1", "roles", "Role", has_status=False)

@@ -17,16 +17,8 @@ from typing import Any
 from aiohttp import web
 
 from admission.sim.server import tables
-from admission.sim.server.objects import (
-    ApiError,
-    Event,
-    Obj,
-    ObjectStore,
-    Resource,
-    Watcher,
-    field_matcher,
-    parse_label_selector,
-)
+from admission.sim.server.object_store import ObjectStore, Watcher
+from admission.sim.server.objects import ApiError, Event, Obj, Resource, field_matcher, parse_label_selector
 
 BOOKMARK_SECONDS = 1.0
 WATCH_TRUE = ("true", "True", "1")

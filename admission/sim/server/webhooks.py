@@ -27,7 +27,8 @@ import aiohttp
 from aiohttp import web
 
 from admission.sim.server import cel, patches
-from admission.sim.server.objects import ApiError, Obj, ObjectStore, Resource, parse_label_selector
+from admission.sim.server.object_store import ObjectStore
+from admission.sim.server.objects import ApiError, Obj, Resource, parse_label_selector
 from admission.sim.server.resources import NAMESPACES
 
 MUTATING = "mutatingwebhookconfigurations"

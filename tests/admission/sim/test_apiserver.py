@@ -15,7 +15,8 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from admission.sim.server import resources
 from admission.sim.server.apiserver import ApiServer
-from admission.sim.server.objects import Event, Watcher
+from admission.sim.server.object_store import Watcher
+from admission.sim.server.objects import Event
 from admission.sim.server.watch import bookmark_version
 
 

@@ -18,7 +18,7 @@ from admission.sim.operators.autoscaler import (
 )
 from admission.sim.operators.cluster import NODES, PODS
 from admission.sim.server import resources
-from admission.sim.server.objects import ObjectStore
+from admission.sim.server.object_store import ObjectStore
 
 TEMPLATE = {"labels": {"gpu": "a100"}, "capacity": {"nvidia.com/gpu": "8", "cpu": "96"}}
 

@@ -10,7 +10,8 @@ import pytest_asyncio
 
 from admission.sim.operators.cluster import NODES, PODS, Cluster
 from admission.sim.server import resources
-from admission.sim.server.objects import ObjectStore, Resource
+from admission.sim.server.object_store import ObjectStore
+from admission.sim.server.objects import Resource
 
 JOBS = next(r for r in resources.ALL if r.plural == "jobs")
 PYTORCH = next(r for r in resources.ALL if r.plural == "pytorchjobs")
