@@ -48,7 +48,7 @@ bench: $(STAMP)
 # Files written from the code: Kueue's CRDs (tests/manifests checks they are current).
 manifests: $(STAMP)
 	$(BIN)/turnstile crds > manifests/base/crds.yaml
-	$(BIN)/python -c 'import sys; from admission.jobs import INTEGRATIONS; from admission.webhook.registration import render_manifest; sys.stdout.write(render_manifest(INTEGRATIONS))' > manifests/base/webhooks.yaml
+	$(BIN)/python -c 'import sys; from admission.jobs import INTEGRATIONS; from admission.webhook.configurations import render_manifest; sys.stdout.write(render_manifest(INTEGRATIONS))' > manifests/base/webhooks.yaml
 
 # The image's dependencies, pinned with hashes (the Dockerfile installs them with --require-hashes).
 lock: $(STAMP)

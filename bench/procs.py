@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from admission.webhook import configurations
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -176,12 +178,11 @@ async def route_webhook(host: Any, kube: Any, namespaces: tuple[str, ...]) -> in
     (and Turnstile's); returns the port the controller's webhook must listen on."""
     from admission.jobs import INTEGRATIONS
     from admission.kube import client as kube_client
-    from admission.webhook import registration
 
     port = free_port()
     host.route_service(str(SERVICE["namespace"]), str(SERVICE["name"]), 443, f"https://127.0.0.1:{port}")
     for ns in ("turnstile-system", *namespaces):
         await kube.create(kube_client.NAMESPACES, None, {"metadata": {"name": ns}})
-    for obj in registration.configurations({"service": SERVICE}, None, integrations=INTEGRATIONS):
+    for obj in configurations.configurations({"service": SERVICE}, None, integrations=INTEGRATIONS):
         await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
     return port

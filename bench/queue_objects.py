@@ -32,7 +32,7 @@ from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef
 from admission.sim.host import SimHost
 from admission.store import database, embedded
-from admission.webhook import registration
+from admission.webhook import configurations
 from bench.procs import SERVICE, ControllerProcess, cpu_seconds, route_webhook
 
 CQS = ResourceRef("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
@@ -193,7 +193,7 @@ async def _run(queues: int, jobs: int, workloads: int) -> None:
     host = await SimHost.start(tmp / "kubeconfig", time_scale=1.0, kueue=True, default_runtime=2.0)
     kube = Kube(await kube_client.connect(host.kubeconfig))
     port = await route_webhook(host, kube, ("bench",))
-    for obj in registration.api_services(SERVICE):
+    for obj in configurations.api_services(SERVICE):
         await kube.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=obj)
     controller = ControllerProcess.start(host.kubeconfig, url, tmp, webhook_port=port)
     try:

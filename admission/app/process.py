@@ -55,8 +55,9 @@ from admission.kube.client import Kube
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import activity, database, deletion
 from admission.ui.server import Dashboard
+from admission.webhook.configurations import Scope
 from admission.webhook.keeper import FolderKeeper, Keeper, SecretKeeper, Serving
-from admission.webhook.registration import Registration, Scope
+from admission.webhook.registration import Registration
 from admission.webhook.server import WebhookServer
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from admission import logs
 from admission.cli import admin
 from admission.cli.store_commands import actor
 from admission.settings import Settings
+from admission.webhook import configurations
 
 
 def bind_address_option(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -199,7 +200,7 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     from admission.sim.operators import dcgm
     from admission.store import config as config_store
     from admission.store import database, source
-    from admission.webhook import certs, registration
+    from admission.webhook import certs
 
     settings = Settings()
     url = _database_url(settings, None)
@@ -221,12 +222,12 @@ async def _up(port: int, webhook_port: int, metrics_port: int, manifests: str | 
     cert = await asyncio.to_thread(certs.ensure, home / "certs", names)
     kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
     client = {"url": f"https://127.0.0.1:{webhook_port}"}
-    for obj in registration.configurations(client, cert.ca_crt, integrations=INTEGRATIONS):
+    for obj in configurations.configurations(client, cert.ca_crt, integrations=INTEGRATIONS):
         # as a real install's manifests: the leading replica fills in the namespaces in scope
         await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{obj['kind'].lower()}s", body=obj)
     # the aggregated API (kubectl get workloads), as the install's APIServices route it
     host.route_service(str(service["namespace"]), str(service["name"]), 443, f"https://127.0.0.1:{webhook_port}")
-    for obj in registration.api_services(service, cert.ca_crt):
+    for obj in configurations.api_services(service, cert.ca_crt):
         await kube.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=obj)
     await kube.close()
 

@@ -37,7 +37,7 @@ from admission.sim.host import SimHost
 from admission.sim.operators import autoscaler
 from admission.store import config as config_store
 from admission.store import database, embedded, notify
-from admission.webhook import certs, registration
+from admission.webhook import certs, configurations, registration
 from admission.webhook.server import WebhookServer
 from queues.model import Config
 from queues.podsets import trainjobs
@@ -157,14 +157,14 @@ async def _system(
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.server_context(workdir / "certs"))
         await site.start()
         port = runner.addresses[0][1]
-        for obj in registration.configurations(
+        for obj in configurations.configurations(
             {"url": f"https://127.0.0.1:{port}"}, cert.ca_crt, integrations=INTEGRATIONS
         ):
             plural = obj["kind"].lower() + "s"
             await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=obj)
         keeper = registration.Registration(kube)
         keeper.serve_with(cert.ca_crt)
-        keeper.keep_scope(registration.Scope.of(Config.of(scenario.manifests), controller.policy))
+        keeper.keep_scope(configurations.Scope.of(Config.of(scenario.manifests), controller.policy))
         await keeper.sync()  # the namespaces labelled before the first job is created
         process.follow_scope(controller, keeper)  # edits may add or remove a namespace's default queue
         registering = asyncio.create_task(keeper.keep(), name="webhook-configurations")

@@ -25,7 +25,7 @@ from admission.kube.client import Kube, ResourceRef
 from admission.sim.host import SimHost
 from admission.store import config as config_store
 from admission.store import database
-from admission.webhook import registration
+from admission.webhook import configurations, registration
 from admission.webhook.keeper import SECRETS
 from queues.kueue import codec
 from tests.admission.controller.world import eventually
@@ -189,7 +189,7 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             assert (await kube.get(JOBS, "ml", "typo"))["spec"]["suspend"] is True
             # ml has LocalQueues but no default one: the leader labels it so that its unlabelled objects
             # asking for a GPU go through the (failing) managed webhooks, and they are held.
-            await eventually(lambda: _scope(kube, "ml", registration.EXTENDED), what="ml labelled for the webhooks")
+            await eventually(lambda: _scope(kube, "ml", configurations.EXTENDED), what="ml labelled for the webhooks")
             # Re-applying the install (an upgrade) resets the webhooks as rendered: nothing of the scope
             # lives there, so a GPU job created right after is held all the same.
             for config in hooks:
@@ -200,12 +200,12 @@ async def test_rendered_install_admits_kubectl_jobs_through_the_webhook(tmp_path
             )
             assert code == 0 and "held" in err, err
             assert (await kube.get(JOBS, "ml", "gpu-nolabel"))["spec"]["suspend"] is True
-            await eventually(lambda: _scope(kube, "team", registration.EXTENDED), what="team labelled too")
+            await eventually(lambda: _scope(kube, "team", configurations.EXTENDED), what="team labelled too")
             # A LocalQueue named default: the leader puts ml in the scope of the defaulted webhooks,
             # so an unlabelled job there is labelled and suspended (queued) like a labelled one.
             async with database.transaction(database.sessions(engine)) as session:
                 await config_store.apply(session, [codec.parse(yaml.safe_load(DEFAULT_QUEUE))], actor="test")
-            await eventually(lambda: _scope(kube, "ml", registration.ALL), what="ml in the defaulted webhooks' scope")
+            await eventually(lambda: _scope(kube, "ml", configurations.ALL), what="ml in the defaulted webhooks' scope")
             code, _, err = await kubectl(host.kubeconfig, "create", "-f", "-", stdin=json.dumps(unlabelled("nolabel")))
             assert code == 0, err
             queued = await kube.get(JOBS, "ml", "nolabel")
@@ -285,7 +285,7 @@ async def _configuration(kube: Kube, config: dict[str, Any]) -> dict[str, Any]:
 
 async def _scope(kube: Kube, namespace: str, value: str) -> bool:
     ns = await kube.get(kube_client.NAMESPACES, None, namespace)
-    return bool((ns["metadata"].get("labels") or {}).get(registration.SCOPE_LABEL) == value)
+    return bool((ns["metadata"].get("labels") or {}).get(configurations.SCOPE_LABEL) == value)
 
 
 async def test_replicas_with_their_own_certificates_are_all_trusted(tmp_path: Path, migrated_url: str) -> None:
@@ -293,7 +293,7 @@ async def test_replicas_with_their_own_certificates_are_all_trusted(tmp_path: Pa
     published caBundle trusts both (merged, never last-writer-wins), also after one exits."""
     async with installed(tmp_path, migrated_url) as (host, kube, _engine):
         ports = [free_port(), free_port()]
-        for config in registration.configurations(
+        for config in configurations.configurations(
             {"url": f"https://127.0.0.1:{ports[0]}"}, None, integrations=INTEGRATIONS
         ):
             plural = config["kind"].lower() + "s"

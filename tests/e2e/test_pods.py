@@ -21,7 +21,7 @@ from admission.kube.client import Kube
 from admission.sim.host import SimHost
 from admission.sim.operators.replicas import PODS
 from admission.sim.server import resources
-from admission.webhook import registration
+from admission.webhook import configurations
 from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, kubectl, turnstile
 from tests.e2e.test_install import free_port, installed, replica
@@ -60,7 +60,7 @@ async def configured(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, K
     """The cluster with Turnstile's webhooks registered for a replica at the port it yields."""
     port = free_port()
     async with installed(tmp_path, url, config=CONFIG) as (host, kube, _engine):
-        for config in registration.configurations(
+        for config in configurations.configurations(
             {"url": f"https://127.0.0.1:{port}"}, None, integrations=INTEGRATIONS
         ):
             await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s", body=config)

@@ -23,7 +23,7 @@ from admission.jobs import INTEGRATIONS
 from admission.kube.client import Kube, KubeError, ResourceRef
 from admission.sim.host import SimHost
 from admission.store import database, source
-from admission.webhook import registration
+from admission.webhook import configurations
 from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, ROOT, kubectl, turnstile
 from tests.e2e.dbproxy import proxied
@@ -65,13 +65,13 @@ async def cluster(tmp_path: Path, url: str) -> AsyncIterator[tuple[SimHost, Kube
     aggregated API registered for a replica at a port."""
     port = free_port()
     async with installed(tmp_path, url, config=EARLIER, kueue=True) as (host, kube, _engine):
-        for config in registration.configurations(
+        for config in configurations.configurations(
             {"url": f"https://127.0.0.1:{port}"}, None, integrations=INTEGRATIONS
         ):
             await kube.request("POST", f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s", body=config)
         # the aggregated API as the install's manifests register it (the replica publishes its CA)
         host.route_service("turnstile-system", "turnstile-webhook", 443, f"https://127.0.0.1:{port}")
-        for obj in registration.api_services(SERVICE):
+        for obj in configurations.api_services(SERVICE):
             await kube.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=obj)
         yield host, kube, port
 

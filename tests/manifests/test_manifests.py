@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from admission.jobs import INTEGRATIONS
-from admission.webhook import registration
+from admission.webhook import configurations
 
 ROOT = Path(__file__).resolve().parents[2] / "manifests"
 KUBECTL = shutil.which("kubectl")
@@ -161,10 +161,10 @@ def test_webhooks_are_what_the_code_registers_and_fail_closed_only_for_queued_jo
         render(""), "ValidatingWebhookConfiguration"
     )
     client = {"service": {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}}
-    ours = registration.configurations(client, None, integrations=INTEGRATIONS)
+    ours = configurations.configurations(client, None, integrations=INTEGRATIONS)
     assert {c["metadata"]["name"]: c["webhooks"] for c in rendered} == {
         c["metadata"]["name"]: c["webhooks"] for c in ours
-    }, "manifests/base/webhooks.yaml is written by admission.webhook.registration.configurations"
+    }, "manifests/base/webhooks.yaml is written by admission.webhook.configurations.configurations"
     for config in rendered:
         for hook in config["webhooks"]:
             assert hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 10
@@ -205,14 +205,14 @@ def test_webhooks_are_what_the_code_registers_and_fail_closed_only_for_queued_jo
                 continue
             # unlabelled objects: only in namespaces whose turnstile.dev/webhook label (the leader's, so a
             # re-applied manifest resets nothing) says so, and under Fail only what Turnstile must hold
-            (scope,) = [e for e in namespaces if e["key"] == registration.SCOPE_LABEL]
+            (scope,) = [e for e in namespaces if e["key"] == configurations.SCOPE_LABEL]
             assert scope["operator"] == "In", hook["name"]
             if hook["failurePolicy"] == "Ignore":
-                assert hook["name"] == "vjob.advised.turnstile.dev" and scope["values"] == [registration.ADVISED]
+                assert hook["name"] == "vjob.advised.turnstile.dev" and scope["values"] == [configurations.ADVISED]
             elif hook["name"].endswith(".managed.turnstile.dev"):
-                assert scope["values"] == [registration.EXTENDED] and "asks-for-an-extended-resource" in conditions
+                assert scope["values"] == [configurations.EXTENDED] and "asks-for-an-extended-resource" in conditions
             else:
-                assert hook["name"].endswith(".defaulted.turnstile.dev") and scope["values"] == [registration.ALL]
+                assert hook["name"].endswith(".defaulted.turnstile.dev") and scope["values"] == [configurations.ALL]
 
 
 def test_the_cert_manager_overlay_hands_certificates_to_cert_manager() -> None:
@@ -245,7 +245,7 @@ def test_the_prometheus_overlay_scrapes_the_metrics_service() -> None:
 def test_api_services_are_what_the_code_registers_and_route_to_the_webhook_service() -> None:
     rendered = {o["metadata"]["name"]: o["spec"] for o in by_kind(render(""), "APIService")}
     service = {"name": "turnstile-webhook", "namespace": "turnstile-system", "port": 443}
-    ours = {o["metadata"]["name"]: o["spec"] for o in registration.api_services(service)}
+    ours = {o["metadata"]["name"]: o["spec"] for o in configurations.api_services(service)}
     assert rendered == ours, "manifests/base/apiservices.yaml is written by admission.webhook.registration.api_services"
     (svc,) = [s for s in by_kind(render(""), "Service") if s["metadata"]["name"] == "turnstile-webhook"]
     assert any(p["port"] == 443 for p in svc["spec"]["ports"])
