@@ -12,16 +12,7 @@
   and submitter Job KubeRay makes between them, and they all succeed after the job's runtime
   (KubeRay's submitter succeeds and the cluster is then deleted: the same quota released at the
   same moment).
-- Scheduler: a pending pod is bound to the first Node whose labels match its nodeSelector,
-  whose NoSchedule/NoExecute taints it tolerates and whose allocatable capacity still holds
-  its requests; otherwise it stays Pending with PodScheduled=False, reason Unschedulable, and
-  the kube-scheduler's words as the condition's message and in a Warning Event
-  ``FailedScheduling`` on the pod (``0/4 nodes are available: 4 Insufficient nvidia.com/gpu.
-  preemption: 0/4 nodes are available: 4 No preemption victims found for incoming pod.``,
-  ``queues.placement.nodes.fit_error``). Differences: one Event per distinct message (the real scheduler
-  retries with a backoff and its recorder counts repeats in the Event's series); it never
-  preempts, so its preemption verdict is always "No preemption victims found" where capacity was
-  short. Without any Node, capacity is unlimited.
+- Scheduler: ``admission.sim.operators.kube_scheduler``.
 - Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
   annotation (times ``time_scale``), then succeeds; without the annotation it runs for
   ``default_runtime`` seconds (``sim up --default-runtime``), or forever when that is None; a pod
@@ -45,28 +36,22 @@ import contextlib
 from typing import Any
 
 from admission.sim.operators import statuses
+from admission.sim.operators.kube_scheduler import NODES, Scheduler, free_capacity
+from admission.sim.operators.kubelet import FOREVER, KUBELET_FINALIZER, PODS, RUNTIME_ANNOTATION, Kubelet
 from admission.sim.operators.statuses import now_text, set_condition
 from admission.sim.server import defaults, resources
 from admission.sim.server.object_store import ObjectStore, Watcher
 from admission.sim.server.objects import ApiError, Obj, Resource, clone
 from queues import errors
-from queues.placement import nodes as nodes_model
 from queues.podsets import jobs
 
-__all__ = ["NODES", "PODS", "Cluster", "free_capacity", "set_condition"]
+__all__ = ["FOREVER", "NODES", "PODS", "RUNTIME_ANNOTATION", "Cluster", "free_capacity", "set_condition"]
 
-RUNTIME_ANNOTATION = "turnstile.dev/sim-runtime"
 JOB_UID_LABEL = "turnstile.dev/job-uid"
 POD_SET_LABEL = statuses.POD_SET_LABEL
-KUBELET_FINALIZER = "turnstile.dev/sim-kubelet"  # held while a deleted pod terminates
-UNLIMITED_NODE = "sim-unlimited"
 
-PODS = next(r for r in resources.ALL if r.plural == "pods")
-NODES = next(r for r in resources.ALL if r.plural == "nodes")
-EVENTS = next(r for r in resources.ALL if r.plural == "events" and not r.group)
 JOB_RESOURCES = tuple(r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS)
 DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed", "TrainJob": "Complete"}  # Kubeflow's: Succeeded
-FOREVER = "forever"  # a RUNTIME_ANNOTATION value: the pod runs until it is deleted (a RayCluster's)
 
 
 def _walk(obj: Any, path: tuple[str, ...]) -> Any:
@@ -88,14 +73,13 @@ class Cluster:
     ) -> None:
         self.store = store
         self.time_scale = time_scale
-        self.default_runtime = default_runtime  # seconds a pod without a sim-runtime runs (None: forever)
-        self.termination_seconds = termination_seconds  # how long a pod's containers take to stop on SIGTERM
+        self.kubelet = Kubelet(
+            store, time_scale=time_scale, termination_seconds=termination_seconds, default_runtime=default_runtime
+        )
         self.job_terminating = True  # a Job's status.terminating is filled (1.29+); False: as 1.28
         self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
         self.tasks: list[asyncio.Task[None]] = []
-        self.timers: dict[str, asyncio.TimerHandle] = {}  # pod -> when it ends: its runtime, or its termination
-        self.stopping: set[str] = set()  # pods whose termination period runs
-        self.unschedulable: set[tuple[str, str]] = set()  # pods the scheduler could not place yet
+        self.scheduler = Scheduler(store, self._bound)
         store.index_label(JOB_UID_LABEL)
 
     async def start(self) -> None:
@@ -108,8 +92,7 @@ class Cluster:
             with contextlib.suppress(ValueError):
                 self.store.watchers.remove(w)
             w.queue.put_nowait(None)
-        for timer in self.timers.values():
-            timer.cancel()
+        self.kubelet.stop()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def _consume(self, watcher: Watcher) -> None:
@@ -118,7 +101,7 @@ class Cluster:
                 if event.resource in JOB_RESOURCES and event.type == "DELETED":
                     meta = event.obj["metadata"]
                     for pod in self._pods_of(meta["uid"], meta["namespace"]):
-                        self._terminate(pod)
+                        self.kubelet.terminate(pod)
                 elif event.resource in JOB_RESOURCES:
                     self.reconcile_job(
                         event.resource, event.obj["metadata"]["namespace"], event.obj["metadata"]["name"]
@@ -126,9 +109,18 @@ class Cluster:
                 elif event.resource is PODS:
                     self._on_pod(event.type, event.obj)
                 elif event.resource is NODES:
-                    self.schedule_pending()
+                    self.scheduler.schedule_pending()
             except ApiError:
                 continue  # the object changed or vanished meanwhile; a later event reconciles again
+
+    @property
+    def termination_seconds(self) -> float:
+        """How long a pod's containers take to stop on SIGTERM (tests make them ignore it)."""
+        return self.kubelet.termination_seconds
+
+    @termination_seconds.setter
+    def termination_seconds(self, seconds: float) -> None:
+        self.kubelet.termination_seconds = seconds
 
     # ----- operators -------------------------------------------------------------------------
 
@@ -160,7 +152,7 @@ class Cluster:
         pods = self._pods_of(uid, namespace)
         if bool(_walk(job, kind.suspend_path)):
             for pod in pods:
-                self._terminate(pod)
+                self.kubelet.terminate(pod)
             statuses.count_pods(
                 kind,
                 job,
@@ -236,7 +228,7 @@ class Cluster:
             index = pod["metadata"]["name"].removeprefix(prefix)
             ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             if index.isdigit() and int(index) >= count and not ended:
-                self._terminate(pod)
+                self.kubelet.terminate(pod)
             else:
                 kept.append(pod)
         for i in range(count):
@@ -278,55 +270,6 @@ class Cluster:
         defaults.default(PODS, body)  # as a pod created through the API server
         return self.store.create(PODS, job["metadata"]["namespace"], body, namespaces=resources.NAMESPACES)
 
-    def _terminate(self, pod: Obj) -> None:
-        """Delete a pod gracefully: it runs on, marked for deletion, for the termination period."""
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        if pod["metadata"].get("deletionTimestamp"):
-            return
-        timer = self.timers.pop(f"{ns}/{name}", None)
-        if timer is not None:
-            timer.cancel()
-        try:
-            self.store.delete(PODS, ns, name)
-        except ApiError:
-            return
-        self._stop_later(ns, name)
-
-    def _stop_later(self, ns: str, name: str) -> None:
-        """The kubelet stops a deleted pod's containers within its termination period, then lets it go
-        (its runtime no longer counts: it will not succeed)."""
-        key = f"{ns}/{name}"
-        timer = self.timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
-        self.stopping.add(key)
-        delay = max(0.0, min(self.termination_seconds, self._grace(ns, name))) * self.time_scale
-        self.timers[key] = asyncio.get_running_loop().call_later(delay, self._terminated, ns, name)
-
-    def _grace(self, namespace: str, name: str) -> float:
-        """The pod's grace period: its deletion's, else its spec's (30 s by default)."""
-        try:
-            pod = self.store.get(PODS, namespace, name)
-        except ApiError:
-            return 0.0
-        for value in (
-            pod["metadata"].get("deletionGracePeriodSeconds"),
-            (pod.get("spec") or {}).get("terminationGracePeriodSeconds"),
-        ):
-            if isinstance(value, int) and not isinstance(value, bool):
-                return float(max(0, value))
-        return 30.0
-
-    def _terminated(self, namespace: str, name: str) -> None:
-        self.timers.pop(f"{namespace}/{name}", None)
-        self.stopping.discard(f"{namespace}/{name}")
-        try:
-            pod = self.store.get(PODS, namespace, name)
-            pod["metadata"]["finalizers"] = [f for f in pod["metadata"].get("finalizers", []) if f != KUBELET_FINALIZER]
-            self.store.replace(PODS, namespace, name, pod)
-        except ApiError:
-            return
-
     def _job_of(self, pod: Obj) -> tuple[Resource, Obj] | None:
         for owner in pod["metadata"].get("ownerReferences") or []:
             for res in JOB_RESOURCES:
@@ -342,136 +285,34 @@ class Cluster:
     def _on_pod(self, kind: str, pod: Obj) -> None:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         if kind == "DELETED":
-            self.unschedulable.discard((pod["metadata"]["namespace"], pod["metadata"]["name"]))
-            self.stopping.discard(key)
-            timer = self.timers.pop(key, None)
-            if timer is not None:
-                timer.cancel()
+            self.scheduler.forget(pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self.kubelet.forget(key)
             owner = self._job_of(pod)
             if owner is not None:  # a terminated pod is gone: the job's counts change
                 self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
-            self.schedule_pending()
+            self.scheduler.schedule_pending()
             return
         if pod["metadata"].get("deletionTimestamp"):
-            if KUBELET_FINALIZER in (pod["metadata"].get("finalizers") or []) and key not in self.stopping:
-                self._stop_later(pod["metadata"]["namespace"], pod["metadata"]["name"])  # deleted by a client
+            if KUBELET_FINALIZER in (pod["metadata"].get("finalizers") or []) and key not in self.kubelet.stopping:
+                self.kubelet.stop_later(pod["metadata"]["namespace"], pod["metadata"]["name"])  # deleted by a client
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Pending" and not pod["spec"].get("nodeName"):
             if not pod["spec"].get("schedulingGates"):  # a gated pod is not considered by the scheduler
-                self._bind(clone(pod), *self._capacity())  # the event's object is shared with the store
+                self.scheduler.try_pod(pod)
         elif phase == "Succeeded":
             owner = self._job_of(pod)
             if owner is not None:
                 self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
-            self.schedule_pending()
+            self.scheduler.schedule_pending()
 
-    def _capacity(self) -> tuple[list[Obj], dict[str, dict[str, int]]]:
-        nodes = self.store.list(NODES, None)[0]
-        return nodes, free_capacity(nodes, self.store.list(PODS, None)[0]) if nodes else {}
-
-    def schedule_pending(self) -> None:
-        """Try again every pod the scheduler could not place (each new pod is tried on its event)."""
-        pending = []
-        for ns, name in sorted(self.unschedulable):
-            try:
-                pod = self.store.get(PODS, ns, name)
-            except ApiError:
-                self.unschedulable.discard((ns, name))
-                continue
-            if pod["spec"].get("schedulingGates"):
-                self.unschedulable.discard((ns, name))  # its ungating event tries it again
-            elif (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName"):
-                pending.append(pod)
-            else:
-                self.unschedulable.discard((ns, name))
-        if pending:
-            nodes, free = self._capacity()  # once per pass; each binding deducts its pod below
-            for pod in pending:
-                self._bind(pod, nodes, free)
-
-    def _bind(self, pod: Obj, nodes: list[Obj], free: dict[str, dict[str, int]]) -> None:
-        needs = nodes_model.PodNeeds.of(pod["spec"])
-        infos = [nodes_model.NodeInfo.of(n) for n in nodes]
-        chosen = UNLIMITED_NODE if not nodes else nodes_model.first_fit(needs, infos, free)
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        if chosen is None:
-            self.unschedulable.add((ns, name))
-            status = pod.setdefault("status", {})
-            message = nodes_model.fit_error(needs, infos, free)
-            said: dict[str, Any] = next(
-                (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
-            )
-            if said.get("message") == message and said.get("status") == "False":
-                return  # (said already: the same verdict is neither written nor told again)
-            set_condition(status, "PodScheduled", "False", "Unschedulable", message)
-            self.store.replace(PODS, ns, name, pod, subresource="status")
-            self._failed_scheduling(pod, message)
-            return
-        self.unschedulable.discard((ns, name))
-        pod["spec"]["nodeName"] = chosen
-        finalizers = list(pod["metadata"].get("finalizers") or [])
-        if KUBELET_FINALIZER not in finalizers:  # from now on a deletion is graceful (see the module docstring)
-            finalizers.append(KUBELET_FINALIZER)
-        bound = self.store.replace(PODS, ns, name, {**pod, "metadata": {**pod["metadata"], "finalizers": finalizers}})
-        status = bound.setdefault("status", {})
-        status.update(phase="Running", startTime=now_text())
-        set_condition(status, "PodScheduled", "True", "Scheduled")
-        set_condition(status, "Initialized", "True", "")
-        set_condition(status, "ContainersReady", "True", "")
-        set_condition(status, "Ready", "True", "")
-        self.store.replace(PODS, ns, name, bound, subresource="status")
-        owner = self._job_of(bound)
-        if owner is not None:  # its Ready pods count in the job's status (what PodsReady reads)
-            self.reconcile_job(owner[0], ns, owner[1]["metadata"]["name"])
-        # (a pod that restarts always, a server's, never succeeds: the default runtime is a batch pod's)
-        always = (pod["spec"].get("restartPolicy") or "Always") == "Always"
-        default = None if always else self.default_runtime
-        runtime = (pod["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION, default)
-        if runtime is not None and runtime != FOREVER:
-            try:
-                seconds = max(0.0, float(runtime))
-            except ValueError:
-                seconds = default if default is not None else 0.0
-            delay = seconds * self.time_scale
-            self.timers[f"{ns}/{name}"] = asyncio.get_running_loop().call_later(delay, self._succeed, ns, name)
-
-    def _failed_scheduling(self, pod: Obj, message: str) -> None:
-        """The kube-scheduler's Warning Event on a pod it cannot place."""
-        meta = pod["metadata"]
-        now = now_text()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-            },
-            "reason": "FailedScheduling",
-            "message": message,
-            "type": "Warning",
-            "source": {"component": "default-scheduler"},
-            "reportingComponent": "default-scheduler",
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        self.store.create(EVENTS, meta["namespace"], body, namespaces=resources.NAMESPACES)
-
-    def _succeed(self, namespace: str, name: str) -> None:
-        self.timers.pop(f"{namespace}/{name}", None)
-        try:
-            pod = self.store.get(PODS, namespace, name)
-        except ApiError:
-            return
-        pod["status"]["phase"] = "Succeeded"
-        set_condition(pod["status"], "Ready", "False", "PodCompleted")
-        set_condition(pod["status"], "ContainersReady", "False", "PodCompleted")
-        self.store.replace(PODS, namespace, name, pod, subresource="status")
+    def _bound(self, pod: Obj) -> None:
+        """A pod the scheduler bound: its Ready pods count in its job's status (what PodsReady
+        reads), and the kubelet runs it."""
+        owner = self._job_of(pod)
+        if owner is not None:
+            self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
+        self.kubelet.run(pod)
 
 
 def _rank_labels(job: Obj, ps_name: str, index: int) -> dict[str, str]:
@@ -496,15 +337,3 @@ def _rank_labels(job: Obj, ps_name: str, index: int) -> dict[str, str]:
                     "batch.kubernetes.io/job-completion-index": str(index % per_job),
                 }
     return {}
-
-
-def free_capacity(nodes: list[Obj], pods: list[Obj]) -> nodes_model.Free:
-    """Per node, what its allocatable capacity has left after the pods bound to it (milli-units)."""
-    free: nodes_model.Free = {}
-    for node in nodes:
-        free[node["metadata"]["name"]] = dict(nodes_model.NodeInfo.of(node).allocatable)
-    for pod in pods:
-        node_name = pod["spec"].get("nodeName")
-        if node_name in free and (pod.get("status") or {}).get("phase") in ("Pending", "Running"):
-            nodes_model.take(free[node_name], nodes_model.PodNeeds.of(pod["spec"]))
-    return free
