@@ -32,7 +32,7 @@ from admission.cli.admin import _exec, database_option, parse_since
 from admission.cli.ledger_report import card_fractions, group_title, grouping, print_table
 from admission.store import usage as ledger
 from queues.gpus import gpu_units
-from queues.podsets.jobs import is_gpu
+from queues.podsets.pod_resources import is_gpu
 
 _FIELDS = (
     "group",

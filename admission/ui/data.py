@@ -33,7 +33,7 @@ from admission.store import workloads as store
 from queues.cycle import fairsharing
 from queues.gpus.gpu_units import card_fraction
 from queues.model import Config
-from queues.podsets import jobs
+from queues.podsets import pod_resources
 
 PAGE = 50
 
@@ -201,7 +201,7 @@ async def usage(session: AsyncSession, *, by: str, days: float) -> dict[str, Any
     groups: dict[str, float] = {}
     for r in rows:
         fraction = card_fraction(r.resource)
-        if fraction and jobs.is_gpu(r.resource):
+        if fraction and pod_resources.is_gpu(r.resource):
             groups[r.group] = groups.get(r.group, 0.0) + float(r.hours) * float(fraction)
     return {
         "by": by,

@@ -30,7 +30,7 @@ from queues import errors, managed
 from queues.cycle import flavors
 from queues.cycle.assignment import WAITING_FOR_QUOTA, Mode
 from queues.model import Config, Snapshot, Workload
-from queues.podsets import jobs, trainjobs
+from queues.podsets import jobs, pod_resources, trainjobs
 
 Obj = dict[str, Any]
 
@@ -272,7 +272,7 @@ def _warnings(obj: Obj, queue: str | None, existing: list[str]) -> list[str]:
         for c in (template.get("spec") or {}).get("containers") or []:
             requests = ((c or {}).get("resources") or {}).get("requests") or {}
             limits = ((c or {}).get("resources") or {}).get("limits") or {}
-            gpus = [r for r in {**limits, **requests} if jobs.is_gpu(r)]
+            gpus = [r for r in {**limits, **requests} if pod_resources.is_gpu(r)]
             if gpus:
                 gpu_job = True
                 # a limit stands for the request it does not set (Kubernetes defaults one to the other)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 from queues.gpus import mig_profiles
-from queues.podsets.jobs import is_gpu
+from queues.podsets.pod_resources import is_gpu
 
 SHARED = "nvidia.com/gpu.shared"
 TIME_SLICING_REPLICAS = 4

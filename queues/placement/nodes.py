@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queues import quantity
-from queues.podsets import jobs
+from queues.podsets import pod_resources
 from queues.selectors import Taint, Toleration, untolerated_taint
 
 CHECK_CAPACITY = "check-capacity.autoscaling.x-k8s.io"
@@ -85,7 +85,7 @@ class PodNeeds:
         """From a pod spec (a Pod's, or a PodTemplate's ``template.spec``), its pod slot counted
         (as the kube-scheduler's NodeResourcesFit counts a pod against ``allocatable.pods``)."""
         return cls(
-            requests=with_pod_slot(jobs.pod_requests(pod_spec, "spec", [])),
+            requests=with_pod_slot(pod_resources.pod_requests(pod_spec, "spec", [])),
             node_selector=dict(pod_spec.get("nodeSelector") or {}),
             tolerations=tuple(Toleration.from_dict(t) for t in pod_spec.get("tolerations") or []),
         )

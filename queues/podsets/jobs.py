@@ -4,9 +4,7 @@ Pure functions over the job as a user would ``kubectl apply`` it (a dict), share
 simulator, the controller and the webhook. Which kinds exist and where each keeps its pod
 templates is ``queues.podsets.layouts``; here a template becomes a ``PodSet`` with requests.
 
-A pod's request is Kubernetes' effective request: the sum of its containers (plus
-restartable "sidecar" init containers), or the largest init container if larger, plus the
-pod overhead; a container's limits stand in for requests it does not set.
+A pod's request is Kubernetes' effective request (``queues.podsets.pod_resources``).
 
 Partial admission (Kueue's, KEP-420): a batch Job annotated ``kueue.x-k8s.io/job-min-parallelism``
 may be admitted with fewer pods than its parallelism, down to that minimum; its pod set carries
@@ -22,10 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import errors, quantity, selectors
+from queues import errors, selectors
 from queues.errors import FieldError
 from queues.podsets import layouts, topology_requests, trainjobs
 from queues.podsets.layouts import KINDS, POD, Kind
+from queues.podsets.pod_resources import Requests, pod_requests, resource_rules
 from queues.podsets.topology_requests import Request
 
 __all__ = ["KINDS", "POD", "Kind"]  # re-exported: callers name kinds through ``jobs``
@@ -58,8 +57,6 @@ def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
 
 
 DEFAULT_QUEUE = "default"
-
-Requests = dict[str, int]  # resource name -> milli-units
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,73 +276,6 @@ def pod_templates(
     return found
 
 
-def _container_requests(container: Any, path: str, problems: list[FieldError]) -> Requests:
-    if not isinstance(container, Mapping):
-        problems.append(FieldError(path, "must be a container"))
-        return {}
-    resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
-        problems.append(FieldError(f"{path}.resources", "must be a mapping with requests and limits"))
-        return {}
-    out: Requests = {}
-    for section in ("limits", "requests"):  # requests win over limits
-        values = resources.get(section) or {}
-        if not isinstance(values, Mapping):
-            problems.append(FieldError(f"{path}.resources.{section}", "must be a map of resource quantities"))
-            continue
-        for res, raw in values.items():
-            try:
-                milli = quantity.parse_milli(raw)
-            except quantity.QuantityError as exc:
-                problems.append(FieldError(f"{path}.resources.{section}.{res}", str(exc)))
-                continue
-            if milli < 0:
-                problems.append(FieldError(f"{path}.resources.{section}.{res}", "must not be negative"))
-                continue
-            if section == "limits" and milli % quantity.MILLI and _is_extended(str(res)):
-                problems.append(FieldError(f"{path}.resources.{section}.{res}", "must be a whole number"))
-            out[sys.intern(str(res))] = milli
-    return out
-
-
-def _resource_rules(resources: Any, path: str) -> list[FieldError]:
-    """The API server's rules for one container's resources (``ValidateResourceRequirements``):
-    quantities are >= 0; an extended resource (``nvidia.com/gpu``: not overcommitable) is a whole
-    number, needs a limit, and a request must equal it."""
-    out: list[FieldError] = []
-    if not isinstance(resources, Mapping):
-        return out
-    parsed: dict[str, dict[str, int]] = {}
-    for section in ("limits", "requests"):
-        values = resources.get(section) or {}
-        if not isinstance(values, Mapping):
-            continue
-        for res, raw in values.items():
-            where = f"{path}.{section}.{res}"
-            try:
-                milli = quantity.parse_milli(raw)
-            except quantity.QuantityError as exc:
-                out.append(FieldError(where, str(exc)))
-                continue
-            if milli < 0:
-                out.append(FieldError(where, "must be greater than or equal to 0"))
-            elif _is_extended(str(res)) and milli % quantity.MILLI:
-                out.append(FieldError(where, "must be an integer"))
-            parsed.setdefault(section, {})[str(res)] = milli
-    limits, requests = parsed.get("limits", {}), parsed.get("requests", {})
-    for res, milli in requests.items():
-        if not _is_extended(res):
-            if res in limits and milli > limits[res]:
-                limit = quantity.format_milli(limits[res])
-                out.append(FieldError(f"{path}.requests", f"must be less than or equal to {res} limit of {limit}"))
-        elif res not in limits:
-            out.append(FieldError(f"{path}.limits", f"Limit must be set for non overcommitable resources ({res})"))
-        elif milli != limits[res]:
-            limit = quantity.format_milli(limits[res])
-            out.append(FieldError(f"{path}.requests", f"must be equal to {res} limit of {limit}"))
-    return out
-
-
 def api_problems(obj: Mapping[str, Any], kind: Kind | None = None) -> list[FieldError]:
     """What a real API server refuses in a job's pod templates (for a custom kind: in the pods its
     operator would create): the resource rules of every container. Empty when it would accept it."""
@@ -362,66 +292,8 @@ def api_problems(obj: Mapping[str, Any], kind: Kind | None = None) -> list[Field
         for section in ("containers", "initContainers"):
             for i, c in enumerate(pod.get(section) or []):
                 if isinstance(c, Mapping):
-                    out.extend(_resource_rules(c.get("resources"), f"{path}.spec.{section}[{i}].resources"))
+                    out.extend(resource_rules(c.get("resources"), f"{path}.spec.{section}[{i}].resources"))
     return out
-
-
-def pod_problems(pod_spec: Mapping[str, Any], path: str = "spec") -> list[FieldError]:
-    """The same rules for a Pod's own spec."""
-    out: list[FieldError] = []
-    for section in ("containers", "initContainers"):
-        for i, c in enumerate(pod_spec.get(section) or []):
-            if isinstance(c, Mapping):
-                out.extend(_resource_rules(c.get("resources"), f"{path}.{section}[{i}].resources"))
-    return out
-
-
-def is_gpu(resource: str) -> bool:
-    """A whole GPU or part of one (a MIG slice, a time-sliced replica): what GPU-hours and the GPU
-    warnings count (``queues.gpus.gpu_units`` says how much of a card each is)."""
-    return resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu") or resource.startswith(
-        "nvidia.com/mig-"
-    )
-
-
-def _is_extended(resource: str) -> bool:
-    return "/" in resource and not resource.startswith("kubernetes.io/")
-
-
-def _add(into: Requests, other: Mapping[str, int]) -> None:
-    for res, v in other.items():
-        into[res] = into.get(res, 0) + v
-
-
-def pod_requests(pod_spec: Mapping[str, Any], path: str, problems: list[FieldError]) -> Requests:
-    """The effective request of one pod, as the kube-scheduler computes it."""
-    containers = pod_spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        problems.append(FieldError(f"{path}.containers", "required: at least one container"))
-        return {}
-    total: Requests = {}
-    for i, c in enumerate(containers):
-        _add(total, _container_requests(c, f"{path}.containers[{i}]", problems))
-    sidecars: Requests = {}
-    init_peak: Requests = {}
-    for i, c in enumerate(pod_spec.get("initContainers") or []):
-        req = _container_requests(c, f"{path}.initContainers[{i}]", problems)
-        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
-            _add(sidecars, req)
-            continue
-        for res, v in req.items():
-            init_peak[res] = max(init_peak.get(res, 0), v + sidecars.get(res, 0))
-    _add(total, sidecars)
-    for res, v in init_peak.items():
-        total[res] = max(total.get(res, 0), v)
-    overhead = pod_spec.get("overhead") or {}
-    if isinstance(overhead, Mapping):
-        for res, raw in overhead.items():
-            try:
-                total[str(res)] = total.get(str(res), 0) + quantity.parse_milli(raw)
-            except quantity.QuantityError as exc:
-                problems.append(FieldError(f"{path}.overhead.{res}", str(exc)))
-    return total  # (a zero request stays: the queue still assigns it a flavor, as Kueue's)
 
 
 def _with_topology(ps: PodSet, annotations: Any, path: str, problems: list[FieldError]) -> PodSet:

@@ -29,7 +29,7 @@ from typing import Any
 
 from queues import errors
 from queues.errors import FieldError
-from queues.podsets import jobs
+from queues.podsets import jobs, pod_resources
 
 GATE = "kueue.x-k8s.io/admission"  # the scheduling gate that holds a queued pod
 MANAGED_LABEL = "kueue.x-k8s.io/managed"  # on every pod Turnstile holds (the controller watches these)
@@ -104,7 +104,7 @@ def role_hash(pod: Mapping[str, Any]) -> str:
         return recorded
     spec = pod.get("spec") or {}
     problems: list[FieldError] = []
-    requests = jobs.pod_requests(spec, "spec", problems) if isinstance(spec, Mapping) else {}
+    requests = pod_resources.pod_requests(spec, "spec", problems) if isinstance(spec, Mapping) else {}
     shape = {
         # (zero requests left out: the hash recorded on pods by earlier versions stays the same)
         "requests": {r: v for r, v in requests.items() if v},

@@ -17,7 +17,7 @@ from queues.cycle import podsready, usage_history
 from queues.errors import FieldError
 from queues.kueue import api, fair_sharing_config
 from queues.placement import topology
-from queues.podsets import jobs, pods, serving
+from queues.podsets import jobs, pod_resources, pods, serving
 from queues.simulation import scenario_kinds as other_kinds
 from queues.simulation import scenario_nodes
 from queues.simulation.scenario_edits import MAX_SECONDS, Edit
@@ -224,7 +224,7 @@ def parse(doc: Any) -> Scenario:
                 continue
             # as a user would kubectl apply it: what the API server refuses is refused here too
             if is_pod and isinstance(obj, Mapping):
-                problems.extend(e.under(f"{path}.object") for e in jobs.pod_problems(obj.get("spec") or {}))
+                problems.extend(e.under(f"{path}.object") for e in pod_resources.pod_problems(obj.get("spec") or {}))
                 if pods.group_name(obj) is not None:
                     key = f"{info.namespace}/{pods.group_name(obj)}"
                     if trace is not None:
@@ -341,7 +341,7 @@ def _serving(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldErro
     before = len(problems)
     found = serving.read(f"{path}.object", obj, problems)
     for where, template in _templates(obj):
-        problems.extend(e.under(f"{path}.object.{where}") for e in jobs.pod_problems(template))
+        problems.extend(e.under(f"{path}.object.{where}") for e in pod_resources.pod_problems(template))
     if len(problems) > before:
         return []
     return [

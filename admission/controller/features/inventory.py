@@ -45,7 +45,7 @@ from queues.model import Config
 from queues.placement.inventory import Inventory
 from queues.placement.nodes import UNSCHEDULABLE, NodeInfo, with_pod_slot
 from queues.placement.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION, rank_of
-from queues.podsets import jobs, pods
+from queues.podsets import pod_resources, pods
 from queues.selectors import Taint
 
 log = logging.getLogger(__name__)
@@ -239,7 +239,7 @@ class NodeInventory:
         if kind == "DELETED" or not node or pods.done(obj):
             self._use(uid, None)
         else:
-            self._use(uid, (str(node), with_pod_slot(jobs.pod_requests(spec, "spec", []))))
+            self._use(uid, (str(node), with_pod_slot(pod_resources.pod_requests(spec, "spec", []))))
 
     def _name(self, kind: str, uid: str, key: str, obj: Obj) -> None:
         named = self.named.setdefault(key, {})

@@ -20,7 +20,7 @@ import referencing
 from admission.sim.server import cel, kube_schemas
 from admission.sim.server.objects import ApiError, Obj, Resource, clone
 from queues.kueue import validation
-from queues.podsets import jobs
+from queues.podsets import jobs, pod_resources
 
 MUTABLE_WHILE_SUSPENDED = (
     ("metadata", "labels"),
@@ -204,7 +204,7 @@ def object_rules(res: Resource, obj: Obj) -> None:
     if total > MAX_ANNOTATIONS_BYTES:
         causes.append(("metadata.annotations", f"Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"))
     if (res.group, res.kind) == ("", "Pod"):
-        causes.extend((e.path, e.message) for e in jobs.pod_problems(obj.get("spec") or {}))
+        causes.extend((e.path, e.message) for e in pod_resources.pod_problems(obj.get("spec") or {}))
     elif (res.group, res.kind) == ("batch", "Job"):
         causes.extend((e.path, e.message) for e in jobs.api_problems(obj, jobs.KINDS[("batch/v1", "Job")]))
     elif (res.group, res.kind) == ("", "Event"):
