@@ -15,72 +15,31 @@ Quantities are exact milli-units in NUMERIC(38,0) columns (never floats).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
-    ColumnElement,
     DateTime,
     Float,
     ForeignKey,
     Identity,
     Index,
     Integer,
-    MetaData,
     Numeric,
     String,
     Text,
-    any_,
     func,
-    literal,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
+from admission.store.table_base import NAME, Milli, timestamp_column
 
-NAME = 253  # Kubernetes object names (RFC 1123 subdomain)
-
-
-class Milli(TypeDecorator[int]):
-    """An exact quantity in milli-units: NUMERIC(38,0) in PostgreSQL, ``int`` in Python."""
-
-    impl = Numeric(38, 0)
-    cache_ok = True
-
-    def process_bind_param(self, value: int | None, dialect: Any) -> Decimal | None:
-        return None if value is None else Decimal(value)
-
-    def process_result_value(self, value: Any, dialect: Any) -> int | None:
-        return None if value is None else int(value)
-
-
-def _now() -> Any:
-    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
-
-
-def among(column: Any, values: Iterable[Any]) -> ColumnElement[bool]:
-    """``column = ANY($1)``: one array parameter however many values. ``IN (...)`` binds one
-    parameter per value, and PostgreSQL refuses more than 32,767 in a statement, which a cycle
-    that admits 50,000 workloads at once would exceed, forever."""
-    condition: ColumnElement[bool] = column == any_(literal(list(values), ARRAY(column.type)))
-    return condition
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSONB, int: BigInteger}
+# (re-exported: tables.Base.metadata holds every table once this module is imported; migrations read it)
+from admission.store.table_base import Base as Base
 
 
 class _Config:
@@ -88,8 +47,8 @@ class _Config:
 
     manifest: Mapped[dict[str, Any]] = mapped_column(nullable=False)
     generation: Mapped[int] = mapped_column(nullable=False, server_default=text("1"))
-    created_at: Mapped[dt.datetime] = _now()
-    updated_at: Mapped[dt.datetime] = _now()
+    created_at: Mapped[dt.datetime] = timestamp_column()
+    updated_at: Mapped[dt.datetime] = timestamp_column()
 
 
 class ResourceFlavor(_Config, Base):
@@ -209,7 +168,7 @@ class Workload(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(nullable=False, server_default=text("'{}'::jsonb"))
     state: Mapped[str] = mapped_column(String(16), nullable=False, server_default="Pending")
     queue_ts: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    created_at: Mapped[dt.datetime] = _now()
+    created_at: Mapped[dt.datetime] = timestamp_column()
     admitted_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     assigned_flavors: Mapped[dict[str, Any] | None] = mapped_column()
@@ -388,7 +347,7 @@ class DeletionRequest(Base):
     name: Mapped[str] = mapped_column(String(NAME + 64), primary_key=True)
     uid: Mapped[str] = mapped_column(String(64), nullable=False)  # the deleted object's, not a namesake's
     actor: Mapped[str] = mapped_column(String(NAME), nullable=False)
-    requested_at: Mapped[dt.datetime] = _now()
+    requested_at: Mapped[dt.datetime] = timestamp_column()
 
 
 class ActivityRequest(Base):
@@ -402,7 +361,7 @@ class ActivityRequest(Base):
     )
     active: Mapped[bool] = mapped_column(nullable=False)
     actor: Mapped[str] = mapped_column(String(NAME), nullable=False)
-    requested_at: Mapped[dt.datetime] = _now()
+    requested_at: Mapped[dt.datetime] = timestamp_column()
 
 
 class Setting(Base):
@@ -411,7 +370,7 @@ class Setting(Base):
     __tablename__ = "settings"
     key: Mapped[str] = mapped_column(String(63), primary_key=True)
     value: Mapped[str] = mapped_column(String(NAME), nullable=False)
-    updated_at: Mapped[dt.datetime] = _now()
+    updated_at: Mapped[dt.datetime] = timestamp_column()
 
 
 class LeaderLease(Base):
@@ -421,6 +380,6 @@ class LeaderLease(Base):
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
     holder: Mapped[str] = mapped_column(String(NAME), nullable=False)
     fencing_token: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    renewed_at: Mapped[dt.datetime] = _now()
+    renewed_at: Mapped[dt.datetime] = timestamp_column()
     expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     __table_args__ = (CheckConstraint("fencing_token > 0", name="token_positive"),)

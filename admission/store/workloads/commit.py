@@ -22,7 +22,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
-from admission.store import lease, tables
+from admission.store import lease, table_base, tables
 from admission.store.workloads.intake import LEDGER_LABELS, pod_sets_json
 from queues.model import Admission, Snapshot
 from queues.podsets import jobs
@@ -76,7 +76,7 @@ async def held_usage(
     a = tables.Admission
     query = select(a.cluster_queue, a.flavor, a.resource, func.sum(a.quantity))
     if cluster_queues is not None:
-        query = query.where(tables.among(a.cluster_queue, cluster_queues))
+        query = query.where(table_base.among(a.cluster_queue, cluster_queues))
     rows = await session.execute(query.group_by(a.cluster_queue, a.flavor, a.resource))
     out: dict[str, dict[tuple[str, str], int]] = {}
     for cq, flavor, resource, qty in rows:
@@ -87,12 +87,12 @@ async def held_usage(
 async def _close_intervals(session: AsyncSession, ids: Sequence[int], now: dt.datetime) -> None:
     led = tables.UsageInterval
     await session.execute(
-        update(led).where(tables.among(led.workload_id, ids), led.ended_at.is_(None)).values(ended_at=now)
+        update(led).where(table_base.among(led.workload_id, ids), led.ended_at.is_(None)).values(ended_at=now)
     )
 
 
 async def _release(session: AsyncSession, ids: Sequence[int], now: dt.datetime) -> None:
-    await session.execute(delete(tables.Admission).where(tables.among(tables.Admission.workload_id, ids)))
+    await session.execute(delete(tables.Admission).where(table_base.among(tables.Admission.workload_id, ids)))
     await _close_intervals(session, ids, now)
 
 
@@ -176,7 +176,7 @@ async def commit_cycle(
         await _release(session, ids, now)
         evicted = await session.execute(
             update(w)
-            .where(tables.among(w.id, ids), w.state == "Admitted")
+            .where(table_base.among(w.id, ids), w.state == "Admitted")
             .values(
                 state="Pending", queue_ts=now, admitted_at=None, assigned_flavors=None, checks=[], pods_ready_at=None
             )
@@ -234,7 +234,7 @@ async def commit_cycle(
                     w.state,
                     *(w.labels[k].astext.label(f"label_{i}") for i, k in enumerate(ledger_labels)),
                 )
-                .where(tables.among(w.id, [a.workload_id for a in admissions]))
+                .where(table_base.among(w.id, [a.workload_id for a in admissions]))
                 .with_for_update()
             )
         ).all()
@@ -371,7 +371,7 @@ async def finish(
     w = tables.Workload
     finished = await session.execute(
         update(w)
-        .where(tables.among(w.id, ids), w.state != "Finished")
+        .where(table_base.among(w.id, ids), w.state != "Finished")
         .values(state="Finished", finished_at=now, admitted_at=None, reason=reason, message=None)
         .returning(w.id, w.cluster_queue)
     )
@@ -393,4 +393,4 @@ async def dequeue(session: AsyncSession, ids: Sequence[int], *, fence: lease.Fen
     if fence is not None:
         await lease.check(session, fence)
     w = tables.Workload
-    await session.execute(delete(w).where(tables.among(w.id, ids), w.state == "Pending"))
+    await session.execute(delete(w).where(table_base.among(w.id, ids), w.state == "Pending"))
