@@ -29,7 +29,8 @@ from admission.controller.features.inventory import NodeInventory
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
 from admission.controller.workqueue import Retry, WorkQueue
-from admission.jobs.base import ADMISSION_ANNOTATION, JobView, PodRef, PodSetInfo
+from admission.jobs.base import JobView, PodRef, PodSetInfo
+from admission.jobs.job_fields import ADMISSION_ANNOTATION
 from admission.jobs.pods import POD
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj

@@ -16,14 +16,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from admission.jobs.job_fields import (
+    ADMISSION_ANNOTATION,
+    KEEP_UNTIL,
+    POD_ANNOTATIONS,
+    condition_true,
+    pointer_get,
+    queue_label,
+    read_from,
+    walk,
+)
 from admission.kube.client import Obj, ResourceRef
 from queues import errors
 from queues.model import SharedShapes
-from queues.placement.pinning import PODSET_ANNOTATION, TOPOLOGY_GATE, WORKLOAD_ANNOTATION
+from queues.placement.pinning import TOPOLOGY_GATE
 from queues.podsets import jobs, pods, trainjobs
-
-ADMISSION_ANNOTATION = "turnstile.dev/admission"  # on a running job: which admission started it
-KEEP_UNTIL = "turnstile.dev/keep-until"  # on a job: idle reclaim leaves it alone until then (RFC 3339)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +44,6 @@ class PodSetInfo:
     tolerations: Sequence[Mapping[str, Any]]
     annotations: Mapping[str, str] = field(default_factory=dict)
     topology_gate: bool = False  # placed by topology: its pods are pinned to their nodes (``queues.placement.pinning``)
-
-
-# Pod template annotations Turnstile sets when the job starts and that a restore removes: an
-# admission check's (the ProvisioningRequest its pods consume) and a placed pod set's (which
-# workload and pod set its pods belong to, so each is pinned to its node).
-POD_ANNOTATIONS = (
-    "autoscaling.x-k8s.io/consume-provisioning-request",
-    "autoscaling.x-k8s.io/provisioning-class-name",
-    WORKLOAD_ANNOTATION,
-    PODSET_ANNOTATION,
-)
 
 
 @dataclass(slots=True)
@@ -142,32 +138,6 @@ class PodRef:
         return self.live and not self.gated
 
 
-def _walk(obj: Any, path: Sequence[str]) -> Any:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
-    return obj
-
-
-def pointer_get(obj: Any, pointer: str) -> Any:
-    for part in pointer.strip("/").split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
-            obj = obj[int(part)]
-        elif isinstance(obj, Mapping):
-            obj = obj.get(part)
-        else:
-            return None
-    return obj
-
-
-def condition_true(obj: Obj, kinds: Sequence[str]) -> bool:
-    return any(
-        c.get("type") in kinds and c.get("status") == "True"
-        for c in (_walk(obj, ("status", "conditions")) or [])
-        if isinstance(c, Mapping)
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ExternalTemplates:
     """For a kind whose pod templates are not in the job (a TrainJob's are in its training runtime):
@@ -223,7 +193,7 @@ class Integration:
     def is_suspended(self, obj: Obj) -> bool:
         if not self.kind.suspend_path:  # a pod: held by Turnstile's scheduling gate
             return pods.gated(obj)
-        return bool(_walk(obj, self.kind.suspend_path))
+        return bool(walk(obj, self.kind.suspend_path))
 
     def finished(self, obj: Obj) -> bool:
         if self.is_finished is not None:
@@ -248,7 +218,7 @@ class Integration:
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         # (a TrainJob's pod sets come from its runtime too, an external kind's from other objects)
-        source = _source(meta) if self.external is None and self.kind.layout != "trainjob" else None
+        source = read_from(meta) if self.external is None and self.kind.layout != "trainjob" else None
         if source is not None and previous is not None and previous.source == source and previous.info is not None:
             return dataclasses.replace(
                 previous,
@@ -305,7 +275,7 @@ class Integration:
             ready=info is not None and (self.pods_ready is None or self.pods_ready(obj, info)),
             problems=problems,
             version=str(meta.get("resourceVersion") or ""),
-            queue_label=_queue_label(meta),
+            queue_label=queue_label(meta),
             directives=directives,
             template_meta=template_meta,
             gates=gates,
@@ -385,25 +355,6 @@ class Integration:
                 if view.info.annotations.get(jobs.COMPLETIONS_EQUAL_PARALLELISM) == "true":
                     ops.append({"op": "add", "path": "/spec/completions", "value": wanted})
         return ops
-
-
-def _source(meta: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(generation, hash of labels and annotations): what a view's pod sets were read from; None
-    where the object has no generation (nothing is reused)."""
-    generation = meta.get("generation")
-    if not isinstance(generation, int) or generation <= 0:
-        return None
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    try:
-        return generation, hash((frozenset(labels.items()), frozenset(annotations.items())))
-    except TypeError:  # (an unhashable value: a malformed object; read it afresh)
-        return None
-
-
-def _queue_label(meta: Mapping[str, Any]) -> str | None:
-    labels = meta.get("labels")
-    value = labels.get(jobs.QUEUE_LABEL) if isinstance(labels, Mapping) else None
-    return value if isinstance(value, str) and value else None
 
 
 def _gate_ops(view: JobView, info: PodSetInfo, spec: str) -> list[Obj]:

@@ -8,7 +8,8 @@ job's Running condition is True or a replica has succeeded (Kueue's reading).
 
 from __future__ import annotations
 
-from admission.jobs.base import Integration, condition_true
+from admission.jobs.base import Integration
+from admission.jobs.job_fields import condition_true
 from admission.kube.client import Obj, ResourceRef
 from queues.podsets.jobs import JobInfo
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from admission.jobs.base import ADMISSION_ANNOTATION, Integration, JobView, PodRef, condition_true
+from admission.jobs.base import Integration, JobView, PodRef
+from admission.jobs.job_fields import ADMISSION_ANNOTATION, condition_true
 from admission.kube.client import Obj, ResourceRef
 from queues import errors
 from queues.podsets import jobs, pods

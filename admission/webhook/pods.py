@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from admission.jobs.base import ADMISSION_ANNOTATION
+from admission.jobs.job_fields import ADMISSION_ANNOTATION
 from admission.jobs.pods import POD
 from admission.policy import Policy
 from admission.webhook import review

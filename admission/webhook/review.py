@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.jobs import BY_KIND
-from admission.jobs.base import KEEP_UNTIL, Integration
+from admission.jobs.base import Integration
+from admission.jobs.job_fields import KEEP_UNTIL
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
 from queues import errors, managed
 from queues.cycle import flavors

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import func, select, text
 
-from admission.jobs.base import ADMISSION_ANNOTATION
+from admission.jobs.job_fields import ADMISSION_ANNOTATION
 from admission.kube.client import KubeError
 from admission.sim.operators import cluster as sim_cluster
 from admission.store import database, tables

@@ -24,7 +24,8 @@ from typing import Any
 
 from admission.controller.term import Term
 from admission.controller.workqueue import Retry, WorkQueue
-from admission.jobs.base import JobView, PodSetInfo, pointer_get
+from admission.jobs.base import JobView, PodSetInfo
+from admission.jobs.job_fields import pointer_get
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
 from queues.cycle import provisioning

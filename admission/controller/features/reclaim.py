@@ -37,7 +37,7 @@ from admission.controller.features.metering import Meter, Span
 from admission.controller.features.utilisation import Prometheus, Unavailable
 from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
-from admission.jobs.base import KEEP_UNTIL
+from admission.jobs.job_fields import KEEP_UNTIL
 from queues import efficiency
 from queues.cycle.decisions import Decision, Evict
 from queues.efficiency import ReclaimPolicy

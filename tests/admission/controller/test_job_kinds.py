@@ -14,7 +14,8 @@ from sqlalchemy import select
 
 from admission.controller.controller import Controller
 from admission.jobs import BY_KIND, INTEGRATIONS
-from admission.jobs.base import PodSetInfo, pointer_get
+from admission.jobs.base import PodSetInfo
+from admission.jobs.job_fields import pointer_get
 from admission.kube import client as kube_client
 from admission.kube.client import ResourceRef
 from admission.kube.informer import Informer
