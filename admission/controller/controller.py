@@ -36,6 +36,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from admission.controller import pod_set_infos
 from admission.controller.capability import Capability
 from admission.controller.changes import Changes
 from admission.controller.enactor import POLL_SECONDS, Enactor
@@ -188,7 +189,7 @@ class Controller:
             kube,
             views=self.views,
             current_term=lambda: self.term,
-            run_infos=lambda term, wl: self.enactor.run_infos(term, wl, wl.admission) if wl.admission else [],
+            run_infos=lambda term, wl: pod_set_infos.run_infos(term, wl, wl.admission) if wl.admission else [],
             changed=self._on_check,
             runtimes=self.runtimes.lookup,
         )

@@ -19,7 +19,6 @@ derived from the store and the cluster, so after a restart it converges the same
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from collections.abc import Callable
 from admission.controller.features import pinning
 from admission.controller.features.inventory import NodeInventory
 from admission.controller.jobcache import JobCache
+from admission.controller.pod_set_infos import own_infos, pod_counts, run_infos, unplaced
 from admission.controller.term import Term, admission_token
 from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodRef, PodSetInfo
@@ -34,9 +34,8 @@ from admission.jobs.job_fields import ADMISSION_ANNOTATION
 from admission.jobs.pods import POD
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj
-from queues.cycle import provisioning
-from queues.model import Admission, Workload
-from queues.placement.pinning import PODSET_ANNOTATION, WORKLOAD_ANNOTATION, PodSlot, pinned_node, rank_of
+from queues.model import Workload
+from queues.placement.pinning import WORKLOAD_ANNOTATION, PodSlot, pinned_node, rank_of
 from queues.podsets import pods
 
 log = logging.getLogger(__name__)
@@ -166,7 +165,7 @@ class Enactor:
         if view.pods is not None:
             await self._enact_pods(term, key, view, held, token)
             return
-        own, own_counts = _own_infos(wl, view), _counts(wl, None)
+        own, own_counts = own_infos(wl, view), pod_counts(wl, None)
         if token is None or (view.admission is not None and view.admission != token):
             # Pending (or running under an admission that is no more): suspend first, then restore.
             term.blocked.pop(key, None)
@@ -187,9 +186,9 @@ class Enactor:
         assert held is not None and held.admission is not None
         if self._victims_running(term, key, held):
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
-        infos, counts = self.run_infos(term, held, held.admission), _counts(held, held.admission)
+        infos, counts = run_infos(term, held, held.admission), pod_counts(held, held.admission)
         if view.integration.external is not None:
-            infos = [_unplaced(info) for info in infos]  # (its pods are not pinned: see docs/topology.md)
+            infos = [unplaced(info) for info in infos]  # (its pods are not pinned: see docs/topology.md)
         if view.integration.external is not None and not view.carries(infos):
             # (written while it is suspended, as Trainer requires; its answer brings us back here)
             await self._patch(view, view.integration.patch(view, suspend=None, infos=infos, admission=token))
@@ -220,7 +219,7 @@ class Enactor:
         assert held is not None and held.admission is not None
         if self._victims_running(term, key, held):
             return
-        infos = {info.name: info for info in self.run_infos(term, held, held.admission)}
+        infos = {info.name: info for info in run_infos(term, held, held.admission)}
         nodes = self._pins(term, held, view.pods)
         for pod in waiting:
             info = infos.get(pod.pod_set) or next(iter(infos.values()))
@@ -345,33 +344,6 @@ class Enactor:
         finally:
             self.jobs.wrote(view, answer)
 
-    def run_infos(self, term: Term, wl: Workload, admission: Admission) -> list[PodSetInfo]:
-        """Each pod set's own directives plus those of the flavors it was admitted to, the
-        annotations that make its pods consume the capacity its ProvisioningRequests booked, the
-        workload's name (``turnstile.dev/workload``), and, for a pod set placed by topology, the
-        gate and pod set annotation that get each pod pinned to its node
-        (``admission.controller.features.pinning``)."""
-        flavors = term.flavors()
-        notes = provisioning.pod_annotations(term.scheduler.config, wl)
-        out = []
-        for ps in wl.pod_sets:
-            selector = dict(ps.constraints.node_selector)
-            tolerations = [t.to_dict() for t in ps.tolerations]
-            for name in sorted(set(admission.flavors.get(ps.name, {}).values())):
-                flavor = flavors.get(name)
-                if flavor is None:
-                    continue
-                selector.update(flavor.node_labels)
-                tolerations.extend(t.to_dict() for t in flavor.tolerations if t.to_dict() not in tolerations)
-            # every pod names its workload (idle reclaim joins GPU metrics to workloads by it);
-            # a placed pod set's also its pod set, which pinning reads
-            annotations = {**notes.get(ps.name, {}), WORKLOAD_ANNOTATION: wl.key}
-            placed = ps.name in admission.placement
-            if placed:
-                annotations[PODSET_ANNOTATION] = ps.name
-            out.append(PodSetInfo(ps.name, selector, tolerations, annotations, topology_gate=placed))
-        return out
-
 
 PODS = POD.ref
 
@@ -391,27 +363,3 @@ def _runs_for(pod: Obj, key: str, owner_uid: str | None) -> bool:
     if (meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION) == key:
         return True
     return owner_uid is not None and any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or [])
-
-
-def _unplaced(info: PodSetInfo) -> PodSetInfo:
-    """``info`` without what pins its pods to nodes."""
-    notes = {k: v for k, v in info.annotations.items() if k != PODSET_ANNOTATION}
-    return dataclasses.replace(info, annotations=notes, topology_gate=False)
-
-
-def _counts(wl: Workload, admission: Admission | None) -> dict[str, int]:
-    """The pods each partially admittable pod set runs: as admitted, or (no admission) its own count
-    to restore. A pod set that is never admitted partially keeps whatever its job says."""
-    granted = admission.counts if admission is not None else {}
-    return {ps.name: granted.get(ps.name, ps.count) for ps in wl.pod_sets if ps.min_count is not None}
-
-
-def _own_infos(wl: Workload, view: JobView | None = None) -> list[PodSetInfo]:
-    """Each pod set's own directives, which a restore puts back; none for a kind whose templates
-    are elsewhere (``Integration.external``): there a restore writes nothing of its own."""
-    if view is not None and view.integration.external is not None:
-        return [PodSetInfo(ps.name, {}, []) for ps in wl.pod_sets]
-    return [
-        PodSetInfo(ps.name, dict(ps.constraints.node_selector), [t.to_dict() for t in ps.tolerations])
-        for ps in wl.pod_sets
-    ]
