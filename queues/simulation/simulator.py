@@ -13,11 +13,8 @@ Plain Pods (``queues.podsets.pods``): an evicted pod is deleted, so its workload
 a pod group is one workload, submitted when its last pod is; a Deployment's replicas are pod
 workloads ``<name>-<k>``, made and deleted as its ReplicaSet would (``Replicas``).
 
-Two-phase admission (``queues.cycle.provisioning``): a reservation on a ClusterQueue with
-ProvisioningRequest checks asks ``AutoscalerModel`` (the simulated cluster-autoscaler's
-decisions, with the scenario's ``autoscaler:`` timing) and starts the job only once the
-request is Provisioned; a Failed request is retried with the config's backoff, then the
-workload is deactivated.
+Two-phase admission: a reservation on a ClusterQueue with ProvisioningRequest checks starts
+its job only once every request is Provisioned (``queues.simulation.check_model``).
 """
 
 from __future__ import annotations
@@ -28,11 +25,11 @@ from collections.abc import Callable, Mapping
 from queues.cycle import provisioning, scheduler
 from queues.gpus import gpu_health, rightsizing
 from queues.kueue import api
-from queues.kueue.admission_checks import config_for
-from queues.model import Admission, Config, Workload
+from queues.model import Admission, Config
 from queues.placement import nodes as placement
 from queues.placement.inventory import Inventory
 from queues.selectors import Taint
+from queues.simulation.check_model import AdmissionChecks
 from queues.simulation.reclaim_model import EfficiencyModel
 from queues.simulation.recorder import Recorder, Result, Track
 from queues.simulation.replicas import Replicas
@@ -79,13 +76,8 @@ class Simulation:
         self.now = 0.0
         self.record.configure(self.config)
         self._sync_inventory()
-        # requests a scale-up will provision: (t, order, key, reservation, check)
-        self.provisions: list[tuple[float, int, str, int, str]] = []
-        # bookings of Provisioned requests whose job has not started: (t, order, key, reservation, check)
-        self.bookings: list[tuple[float, int, str, int, str]] = []
         self.reservations: dict[str, int] = {}  # key -> number of its current quota reservation
-        # (key, check) -> its current request ("namespace/name") and the pods it asks capacity for
-        self.asked: dict[tuple[str, str], tuple[str, list[placement.PodNeeds]]] = {}
+        self.checks = AdmissionChecks(self)
         self.replicas = Replicas(self)
         # waitForPodsReady: started workloads whose pods are not all on nodes yet (key -> epoch; their
         # runtime starts when they are), and when each is evicted unless they are by then
@@ -111,10 +103,7 @@ class Simulation:
             candidates = []
             if self.finishes:
                 candidates.append(self.finishes[0][0])
-            if self.provisions:
-                candidates.append(self.provisions[0][0])
-            if self.bookings:
-                candidates.append(self.bookings[0][0])
+            candidates += self.checks.next_times()
             if ai < len(arrivals):
                 candidates.append(arrivals[ai].at)
             if ei < len(edits):
@@ -141,16 +130,7 @@ class Simulation:
                 _, _, epoch, key = heapq.heappop(self.finishes)
                 self._finish(key, epoch)
             self.scaler.due_scale_ups(self.now)
-            while self.provisions and self.provisions[0][0] <= self.now:
-                _, _, key, reservation, check = heapq.heappop(self.provisions)
-                if self.reservations.get(key) == reservation:
-                    self._check_ready(key, check)
-            while self.bookings and self.bookings[0][0] <= self.now:
-                _, _, key, reservation, check = heapq.heappop(self.bookings)
-                wl = self.sched.workloads.get(key)
-                if self.reservations.get(key) == reservation and wl is not None and not wl.started:
-                    self.scaler.unbook(key, self.asked[(key, check)][0])
-                    self._check_lost(wl, check, "BookingExpired", "no pod consumed the capacity in time")
+            self.checks.due()
             while self.deadlines and self.deadlines[0][0] <= self.now:
                 _, _, epoch, key = heapq.heappop(self.deadlines)
                 if self.unready.get(key) == epoch and not self.scaler.ready(key):
@@ -309,7 +289,7 @@ class Simulation:
             if isinstance(d, scheduler.Admit):
                 self.reservations[key] = self.reservations.get(key, 0) + 1
                 if d.workload.checks:
-                    self._request(d.workload, d.admission)
+                    self.checks.request(d.workload, d.admission)
                 else:
                     self._start(key, d.admission)
             else:
@@ -373,68 +353,6 @@ class Simulation:
                 if not track.entry.serves:
                     self.order += 1
                     heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, epoch, key))
-
-    def _request(self, wl: Workload, admission: Admission) -> None:
-        """A quota reservation with admission checks: one ProvisioningRequest per check, answered by
-        the autoscaler model as the simulated cluster-autoscaler answers it."""
-        reservation = self.reservations[wl.key]
-        for request in provisioning.requests(self.config, wl):
-            check, name, spec = request.check, request.name, request.spec
-            pods = [
-                provisioning.pod_needs(wl, admission, self.sched.snapshot.flavors, ps)
-                for ps in provisioning.pod_sets_needing(wl.pod_sets, spec.managed_resources)
-                for _ in range(next(p.count for p in wl.running_pod_sets if p.name == ps))
-            ]
-            self.asked[(wl.key, check)] = (f"{wl.namespace}/{name}", pods)
-            answer = self.scaler.ask(pods, spec.provisioning_class_name, self.now)
-            if answer.verdict == "Provisioned":
-                self._check_ready(wl.key, check)
-            elif answer.verdict == "Failed":
-                self._check_lost(wl, check, "Failed", answer.message)
-            else:
-                if answer.verdict == "ScaleUp":
-                    self.order += 1
-                    heapq.heappush(
-                        self.provisions, (self.now + self.scaler.delay, self.order, wl.key, reservation, check)
-                    )
-                self.sched.check_waiting(wl.key, provisioning.waiting_message(name, answer.message))
-            if self.reservations.get(wl.key) != reservation:
-                return  # a failure released the reservation: no further checks for it
-
-    def _check_ready(self, key: str, check: str) -> None:
-        wl = self.sched.workloads.get(key)
-        if wl is None or wl.admission is None or wl.started:
-            return  # (started: an edit took its checks away; its request is gone)
-        request, pods = self.asked[(key, check)]
-        self.scaler.provisioned(request, key, pods)  # booked until its pods exist
-        if self.sched.check_passed(key, check):
-            self._start(key, wl.admission)
-        elif wl.admission is not None and wl.checks:  # booked until the other checks pass, or it expires
-            self.order += 1
-            heapq.heappush(
-                self.bookings,
-                (self.now + self.scaler.booking_expiry, self.order, key, self.reservations[key], check),
-            )
-
-    def _check_lost(self, wl: Workload, check: str, condition: str, message: str) -> None:
-        """The request of ``check`` got ``condition`` (Failed, BookingExpired): retry or reject."""
-        spec = config_for(self.config, check)
-        if spec is None:
-            return
-        attempt = wl.retries + 1
-        verdict = provisioning.verdict(
-            [{"type": condition, "status": "True", "message": message}],
-            attempt=attempt,
-            strategy=spec.retry_strategy,
-            started=wl.started,
-        )
-        if verdict.state == provisioning.RETRY:
-            until = self.now + provisioning.backoff(attempt, spec.retry_strategy)
-            evict = self.sched.check_retry(wl.key, verdict.message, until)
-        else:
-            evict = self.sched.check_rejected(wl.key, verdict.message)
-        if evict is not None:
-            self._enact([evict])
 
 
 def apply_edit(config: Config, edit: Edit) -> None:

@@ -58,11 +58,7 @@ class ApiServer:
         self.time_scale = 1.0  # wall seconds per simulated second (``SimHost`` sets it)
         self.store = store or ObjectStore()
         self.catalog = Catalog(served)
-        self.watches = watch.Watches(
-            self.store,
-            lambda *a: tables.for_request(a[0], self.catalog.columns, *a[1:]),
-            lambda: self.faults.watch_delay,
-        )
+        self.watches = watch.Watches(self.store, self._table, lambda: self.faults.watch_delay)
         self.status_writes = 0  # PUT/PATCH of a status subresource (bench: what controllers send)
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
