@@ -1,9 +1,10 @@
 """``turnstile controller``: keep PostgreSQL and the cluster in agreement, and enact the core's
 decisions.
 
-Every replica runs the informers (jobs of every integrated kind, the pods the webhook holds,
-namespaces, PriorityClasses, and Kueue's queue objects where the cluster serves them), the
-configuration listener (for the webhook it serves) and leader election
+Every replica runs the informers (``admission.controller.cluster_watch``: jobs of every
+integrated kind, the pods the webhook holds, namespaces, PriorityClasses; and Kueue's queue
+objects where the cluster serves them), the configuration listener
+(``admission.controller.config_listener``, for the webhook it serves) and leader election
 (``admission.controller.leadership``). The leader also reconciles the queue objects into PostgreSQL
 (``admission.controller.objects.declared``) and writes their status
 (``admission.controller.objects.queuestatus``).
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +39,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.controller import pod_set_infos
 from admission.controller.capability import Capability
 from admission.controller.changes import Changes
+from admission.controller.cluster_watch import ClusterWatch
+from admission.controller.config_listener import ConfigListener
 from admission.controller.enactor import POLL_SECONDS, Enactor
 from admission.controller.events import EventPoster, events_of
 from admission.controller.features.budgets import BudgetKeeper
@@ -57,31 +59,21 @@ from admission.controller.monitoring.metrics import Metrics
 from admission.controller.objects.declared import Declared
 from admission.controller.objects.queuestatus import StatusWriter
 from admission.controller.objects.workload_projection import Projection
-from admission.controller.podgroups import PodGroups
-from admission.controller.priorities import PriorityClasses
 from admission.controller.readiness import DatabaseHealth, Readiness
 from admission.controller.report import Reporter
-from admission.controller.runtimes import TrainingRuntimes
 from admission.controller.step import StepFailed, StepOptions, Steps
 from admission.controller.term import Term
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration
-from admission.kube import client as kube_client
-from admission.kube.client import Kube, Obj
-from admission.kube.informer import Informer
+from admission.kube.client import Kube
 from admission.policy import DEFAULT_POLICY, Policy
-from admission.store import config as config_store
-from admission.store import database, fair_usage, lease, notify
+from admission.store import database, lease
 from admission.store import workloads as store
 from queues.model import Config, Workload
-from queues.podsets import pods
 
 log = logging.getLogger(__name__)
 
-PODS = kube_client.ResourceRef("v1", "Pod", "pods")
-MANAGED_PODS = f"{pods.MANAGED_LABEL}=true"  # the pods the webhook gated (it labels each)
 
-LISTEN_ERRORS: tuple[type[BaseException], ...] = (*database.ERRORS, notify.ListenerLost)
 DRAIN_SECONDS = 5.0  # at most this long for in-flight patches when the term ends on a clean stop
 
 
@@ -118,32 +110,28 @@ class Controller:
         self.options = options
         self.jobs = JobCache()  # job uid -> view, workload key -> job uid; kept by the informers and our writes
         self.views = self.jobs.views
-        self.namespaces: dict[str, dict[str, str]] = {}
+        self.changes = Changes()
+        # the jobs, namespaces, held pods, PriorityClasses, training runtimes and CRDs every replica
+        # watches (``admission.controller.cluster_watch``)
+        self.watch = ClusterWatch(
+            kube,
+            self.jobs,
+            self.changes,
+            integrations,
+            current_scheduler=lambda: self.term.scheduler if self.term is not None else None,
+            optional=lambda: (self.checks.informer, self.projection.informer, *self.declared.informers.values()),
+        )
+        self.namespaces = self.watch.namespaces
+        self.integrations = self.watch.integrations
+        self.informers = self.watch.informers
+        self.pod_groups, self.priorities, self.runtimes = (
+            self.watch.pod_groups,
+            self.watch.priorities,
+            self.watch.runtimes,
+        )
+        self.namespace_watchers = self.watch.namespace_watchers  # a namespace was added, relabelled or deleted
         # what is queued or held (the webhook answers by it, the steps tell held objects why)
         self.policy = dataclasses.replace(policy, namespace_labels=self.namespaces.get)
-        self.changes = Changes()
-        self.integrations = tuple(integrations)
-        self.informers: list[Informer] = []
-        for integration in self.integrations:
-            # A kind from a CRD may be absent (most clusters run only some operators): then it is
-            # reported once and never holds anything back; the CRD informer wakes it when installed.
-            informer = Informer(kube, integration.ref, _nothing, optional=not integration.built_in)
-            informer.handler = functools.partial(self._on_job, integration, informer)
-            self.informers.append(informer)
-        self.informers.append(Informer(kube, kube_client.NAMESPACES, self._on_namespace))
-        # plain Pods the webhook holds (``admission.controller.podgroups``) and Kubernetes'
-        # PriorityClasses (a job's priority when it names no WorkloadPriorityClass)
-        self.pod_groups = PodGroups(self.jobs, self.changes.job)
-        self.informers.append(
-            Informer(kube, PODS, lambda kind, obj: self.pod_groups.observe(kind, obj), label_selector=MANAGED_PODS)
-        )
-        self.priorities = PriorityClasses(kube, lambda: self.term.scheduler if self.term is not None else None)
-        self.informers.append(self.priorities.informer)
-        # Kubeflow Trainer's runtimes, where a TrainJob's pod sets come from
-        self.runtimes = TrainingRuntimes(kube, self._reread)
-        self.jobs.runtimes = self.runtimes.lookup
-        self.informers.extend(self.runtimes.informers)
-        self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
         # placement by topology: Nodes and Pods (watched once a flavor names a Topology), the ungater
         self.placement = Placement(
             kube,
@@ -193,16 +181,21 @@ class Controller:
             changed=self._on_check,
             runtimes=self.runtimes.lookup,
         )
-        self.config: Config | None = None  # the latest queue configuration, on every replica (webhook)
-        # called whenever the configuration or this replica's leadership changes (the webhooks' scope)
-        self.config_watchers: list[Callable[[], None]] = []
-        self.namespace_watchers: list[Callable[[], None]] = []  # a namespace was added, relabelled or deleted
+        self.database = DatabaseHealth()
+        # the latest queue configuration, on every replica (the webhook answers by it)
+        self.listener = ConfigListener(
+            sessions,
+            database_url,
+            self.database,
+            self.changes,
+            wake_election=lambda: self.leadership.wake(),
+            configured=lambda config: self.placement.configured(config),
+        )
         self.term: Term | None = None
         self.term_task: asyncio.Task[None] | None = None
         self.elect_task: asyncio.Task[None] | None = None
         self.step_failures = 0  # in a row: the pause before the next term grows with them
         self.terms_begun = 0  # terms this replica began (a failed step begins a new one from the store)
-        self.database = DatabaseHealth()
         self.readiness = Readiness()
         self.readiness.add(
             "config", lambda: None if self.config else "the queue configuration is not loaded", gates=True
@@ -211,7 +204,7 @@ class Controller:
         # queues declared as Kubernetes objects, where Kueue's CRDs are served (the leader reconciles)
         self.declared = Declared(kube, sessions, leading=self.leading, database_health=self.database)
         self.queue_status = StatusWriter(kube, self.declared, lambda: self.term)
-        self.readiness.add("informers", self._informers_probe, gates=False, detail=self._integrations_detail)
+        self.readiness.add("informers", self.watch.probe, gates=False, detail=self.watch.integrations_detail)
         self.readiness.add("nodes", self.inventory.probe, gates=False)
         self.readiness.add("gpu-utilization", self.reclaimer.probe, gates=False)
         self.metrics: Metrics = Metrics(self)
@@ -240,7 +233,7 @@ class Controller:
         )
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
         # one workloads.kueue.x-k8s.io object per queued job, projected from the store by the leader
-        self.projection = Projection(
+        self.projection: Projection = Projection(
             kube,
             sessions,
             self.jobs,
@@ -279,7 +272,7 @@ class Controller:
             capabilities=self.capabilities,
             projection=self.projection,
         )
-        self.leadership = Leadership(
+        self.leadership: Leadership = Leadership(
             sessions,
             identity=options.identity,
             ttl=options.lease_ttl,
@@ -291,20 +284,7 @@ class Controller:
             confirm=self._confirm,
         )
 
-    # ----- what the cluster says -----------------------------------------------------------------
-
-    def _on_job(self, integration: Integration, informer: Informer, kind: str, obj: Obj) -> None:
-        self.runtimes.job(integration, kind, obj)
-        if self.jobs.observe(integration, kind, obj, listed_since=informer.listing_since):
-            self.changes.job(str((obj.get("metadata") or {}).get("uid")))
-
-    def _reread(self, trainjob: Obj) -> None:
-        """A TrainJob's runtime came or changed: its pod sets are read again."""
-        uid = str((trainjob.get("metadata") or {}).get("uid"))
-        view = self.jobs.views.get(uid)
-        if view is not None:
-            self.jobs.put(uid, view.integration.view(trainjob, self.jobs.shapes, self.runtimes.lookup))
-            self.changes.job(uid)
+    # ----- what the enactor and the admission checks say ----------------------------------------
 
     def _on_waiting(self, key: str, victims: list[str] | None) -> None:
         self.changes.preempting[key] = victims
@@ -314,46 +294,12 @@ class Controller:
         self.changes.checks[uid] = None
         self.changes.wake.set()
 
-    def _on_crd(self, kind: str, obj: Obj) -> None:
-        """A CRD came, changed or went: the informers of its group look again now (a kind whose
-        CRD was just installed is queued from then on, without waiting for the periodic look)."""
-        group = str((obj.get("spec") or {}).get("group") or "")
-        others = (self.checks.informer, self.projection.informer, *self.declared.informers.values())
-        for informer in (*self.informers, *others):
-            if informer.optional and informer.ref.api_version.rpartition("/")[0] == group:
-                informer.recheck()
-
-    def _on_namespace(self, kind: str, obj: Obj) -> None:
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name"))
-        labels = dict(meta.get("labels") or {})
-        if kind == "DELETED":
-            changed = self.namespaces.pop(name, None) is not None
-        else:
-            changed = self.namespaces.get(name) != labels
-            self.namespaces[name] = labels
-        if changed:
-            self.changes.namespaces = True
-            self.changes.wake.set()
-            for watcher in self.namespace_watchers:
-                watcher()
-
     async def job_events(self, key: str) -> list[dict[str, Any]]:
         """The Kubernetes Events on workload ``key``'s job (the dashboard's workload page)."""
         return await events_of(self.kube, self.jobs.view(key), key)
 
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
-
-    def _informers_probe(self) -> str | None:
-        waiting = [i.ref.plural for i in self.informers if not i.synced.is_set()]
-        return f"not yet listed: {', '.join(waiting)}" if waiting else None
-
-    def _integrations_detail(self) -> str:
-        served = [i.ref.kind for i in self.informers[: len(self.integrations)] if not i.absent]
-        absent = [i.ref.kind for i in self.informers[: len(self.integrations)] if i.absent]
-        text = f"queueing {', '.join(served) or 'nothing'}"
-        return text + (f"; not served by this cluster (install their CRDs): {', '.join(absent)}" if absent else "")
+        return self.watch.synced()
 
     def ready(self) -> bool:
         """The whole replica is up: every readiness check passes, reported ones too."""
@@ -369,11 +315,11 @@ class Controller:
         """Informers, the configuration listener, leader election and the enactor, until cancelled
         or until ``shutdown`` has stepped down."""
         tasks = [asyncio.create_task(i.run(), name=f"informer-{i.ref.plural}") for i in self.informers]
-        tasks.append(asyncio.create_task(self._listen(), name="listen"))
+        tasks.append(asyncio.create_task(self.listener.listen(), name="listen"))
         tasks.append(asyncio.create_task(self._resync(), name="resync"))
         # Not part of readiness: only ClusterQueues with admission checks need the CRD.
         tasks.append(asyncio.create_task(self.checks.informer.run(), name="informer-provisioningrequests"))
-        tasks.append(asyncio.create_task(self.crds.run(), name="informer-customresourcedefinitions"))
+        tasks.append(asyncio.create_task(self.watch.crds.run(), name="informer-customresourcedefinitions"))
         for capability in self.capabilities:
             tasks.extend(asyncio.create_task(loop(), name=name) for name, loop in capability.loops())
         self.enactor.start()
@@ -410,49 +356,15 @@ class Controller:
         await self._end_term("stopping", drain=DRAIN_SECONDS)
         await self.leadership.release()
 
-    async def _listen(self) -> None:
-        """Configuration NOTIFY -> a fresh ``config`` (for the webhook, on every replica) and a step;
-        lease NOTIFY -> an election round now. A lost connection is noticed (``ListenerLost``) and
-        re-made; whatever changed meanwhile is loaded on reconnecting."""
-        backoff = 0.5
-        while True:
-            try:
-                names = (config_store.NOTIFY_CHANNEL, notify.LEASE_CHANNEL)
-                # (its pings tell the database's health every second, leading or not)
-                async with notify.listen(self.database_url, names, answered=self.database.succeeded) as ls:
-                    await self._load_config()  # whatever happened before or while not listening
-                    self.leadership.wake()
-                    backoff = 0.5
-                    while True:
-                        self.changes.config = True
-                        self.changes.wake.set()
-                        while True:
-                            channels = {(await ls.get())[0]} | {c for c, _ in ls.pending()}
-                            if notify.LEASE_CHANNEL in channels:
-                                self.leadership.wake()
-                            if config_store.NOTIFY_CHANNEL in channels:
-                                break
-                        await self._load_config()
-            except LISTEN_ERRORS as exc:
-                self.database.failed("listening for configuration changes", database.describe_error(exc))
-            except Exception:  # a bug must not silence configuration changes for good
-                log.exception("configuration listener failed; starting it again")
-            await asyncio.sleep(backoff)
-            backoff = min(5.0, backoff * 2)
+    @property
+    def config(self) -> Config | None:
+        """The latest queue configuration (None until it is first loaded)."""
+        return self.listener.config
 
-    async def _load_config(self) -> None:
-        async with database.transaction(self.sessions) as session:
-            self.config = await config_store.load_config(session)
-        self.database.succeeded()
-        self._tell_watchers()
-
-    def _tell_watchers(self) -> None:
-        self.placement.configured(self.config)
-        for watcher in self.config_watchers:
-            try:
-                watcher()
-            except Exception:  # a watcher's bug must not stop configuration loading
-                log.exception("configuration watcher failed")
+    @property
+    def config_watchers(self) -> list[Callable[[], None]]:
+        """Called whenever the configuration or this replica's leadership changes (the webhooks' scope)."""
+        return self.listener.watchers
 
     def leading(self) -> bool:
         return self.term is not None
@@ -461,7 +373,7 @@ class Controller:
         while True:
             await asyncio.sleep(self.options.resync)
             with contextlib.suppress(*database.ERRORS):
-                await self._load_config()
+                await self.listener.load()
             self.changes.config = True
             self.changes.jobs.update(dict.fromkeys(self.views))
             if self.term is not None:
@@ -477,35 +389,18 @@ class Controller:
     async def _begin_term(self, fence: lease.Fence, confirmed_at: float) -> bool:
         """A term from the store; False if the store could not be read (the next round tries again)."""
         try:
-            async with database.transaction(self.sessions) as session:
-                snapshot = await store.load_snapshot(session)
-                fair = self.policy.fair_sharing
-                keeps = self.policy.admission_fair_sharing or (fair is not None and fair.usage_half_life)
-                history = await fair_usage.load(session) if keeps else {}
-                await fair_usage.put_setting(session, self.policy.fair_sharing, fence=fence)  # (for describe)
+            term = await Term.from_store(
+                self.sessions,
+                fence,
+                self.policy,
+                self.namespaces,
+                scale=self.options.backoff_scale,
+                inventory=self.placement.for_term,
+            )
         except database.ERRORS as exc:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False
-        scale = self.options.backoff_scale  # fair sharing's half-lives in wall seconds, as backoffs
-        fair, afs = self.policy.fair_sharing, self.policy.admission_fair_sharing
-        if fair is not None and scale != 1.0:
-            fair = dataclasses.replace(fair, usage_half_life=fair.usage_half_life * scale)
-        if afs is not None and scale != 1.0:
-            afs = dataclasses.replace(
-                afs, half_life=afs.half_life * scale, sampling_interval=afs.sampling_interval * scale
-            )
-        term = Term.start(
-            fence,
-            snapshot,
-            dict(self.namespaces),
-            fair,
-            admission_fair_sharing=afs,
-            history=history,
-            inventory=self.placement.for_term(snapshot.config),
-            packing=self.policy.topology_packing,
-        )
         self.priorities.apply(term.scheduler)
-        term.scheduler.block_admission = self.policy.pods_ready.block_admission
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term
         self.terms_begun += 1
@@ -522,7 +417,7 @@ class Controller:
             if uid in self.checks.requests or _has_checks(term.held(row.key)):
                 self.checks.request(uid)
         log.info("leading as %s (term %d): %d workloads loaded", fence.holder, fence.token, len(term.rows))
-        self._tell_watchers()
+        self.listener.tell()
         self.declared.wake.set()  # the leader reconciles the declared queues
         self.term_task = asyncio.create_task(self._lead(term), name="lead")
         self.changes.wake.set()
@@ -544,7 +439,7 @@ class Controller:
             self.metrics.clock.stop_all(time.time())
             level = logging.INFO if why == "stopping" else logging.WARNING
             log.log(level, "no longer leading (term %d): %s", term.fence.token, why)
-            self._tell_watchers()
+            self.listener.tell()
 
     async def _lead(self, term: Term) -> None:
         wake = self.changes.wake
@@ -575,10 +470,6 @@ class Controller:
                 self.leadership.wake()
                 return
             self.step_failures = 0
-
-
-def _nothing(_kind: str, _obj: Obj) -> None:
-    """A placeholder handler, replaced once the informer exists."""
 
 
 def _has_checks(wl: Workload | None) -> bool:

@@ -17,12 +17,16 @@ was last committed (``settle``), and the enactor and the admission checks act on
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from admission.store import activity, lease
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.policy import Policy
+from admission.store import activity, database, fair_usage, lease
 from admission.store import workloads as store
 from queues import model
 from queues.cycle.scheduler import Decision, Scheduler
@@ -73,6 +77,46 @@ class Term:
     taken: list[activity.Request] = field(default_factory=list)  # stop/resume requests applied, not yet committed
     committed: dict[str, Workload] = field(default_factory=dict)  # workload key -> as last committed, if it holds quota
     _flavors: tuple[model.Config | None, dict[str, model.Flavor]] = (None, {})
+
+    @classmethod
+    async def from_store(
+        cls,
+        sessions: async_sessionmaker[AsyncSession],
+        fence: lease.Fence,
+        policy: Policy,
+        namespaces: dict[str, dict[str, str]],
+        *,
+        scale: float,
+        inventory: Callable[[model.Config], Inventory | None],
+    ) -> Term:
+        """A term rebuilt from PostgreSQL: the snapshot and fair sharing's histories (the setting
+        recorded too, for ``describe``), with the policy's half-lives in wall seconds (``scale``,
+        as the backoffs). Raises the database's errors (``database.ERRORS``)."""
+        async with database.transaction(sessions) as session:
+            snapshot = await store.load_snapshot(session)
+            fair = policy.fair_sharing
+            keeps = policy.admission_fair_sharing or (fair is not None and fair.usage_half_life)
+            history = await fair_usage.load(session) if keeps else {}
+            await fair_usage.put_setting(session, policy.fair_sharing, fence=fence)
+        afs = policy.admission_fair_sharing
+        if fair is not None and scale != 1.0:
+            fair = dataclasses.replace(fair, usage_half_life=fair.usage_half_life * scale)
+        if afs is not None and scale != 1.0:
+            afs = dataclasses.replace(
+                afs, half_life=afs.half_life * scale, sampling_interval=afs.sampling_interval * scale
+            )
+        term = cls.start(
+            fence,
+            snapshot,
+            dict(namespaces),
+            fair,
+            admission_fair_sharing=afs,
+            history=history,
+            inventory=inventory(snapshot.config),
+            packing=policy.topology_packing,
+        )
+        term.scheduler.block_admission = policy.pods_ready.block_admission
+        return term
 
     @classmethod
     def start(

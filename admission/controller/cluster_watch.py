@@ -1,0 +1,122 @@
+"""What every replica watches in the cluster, and what its events change.
+
+Informers for the jobs of every integrated kind (a kind from a CRD may be absent: most clusters
+run only some operators; it is reported once, holds nothing back, and is looked at again when its
+CRD is installed), namespaces (their labels choose queues and the webhooks' scope), the plain
+Pods the webhook holds (``admission.controller.podgroups``), Kubernetes' PriorityClasses (a job's
+priority when it names no WorkloadPriorityClass), Kubeflow Trainer's runtimes (where a TrainJob's
+pod sets come from) and the CRDs themselves. A job event updates the job cache and marks the job
+for the next step; a namespace change is told to the step and to the namespace watchers (the
+webhook registration).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+
+from admission.controller.changes import Changes
+from admission.controller.jobcache import JobCache
+from admission.controller.podgroups import PodGroups
+from admission.controller.priorities import PriorityClasses
+from admission.controller.runtimes import TrainingRuntimes
+from admission.jobs.base import Integration
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, Obj
+from admission.kube.informer import Informer
+from queues.cycle.scheduler import Scheduler
+from queues.podsets import pods
+
+PODS = kube_client.ResourceRef("v1", "Pod", "pods")
+MANAGED_PODS = f"{pods.MANAGED_LABEL}=true"  # the pods the webhook gated (it labels each)
+
+
+class ClusterWatch:
+    """The informers (``informers``: the integrations' first, in their order) and their handlers."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        jobs: JobCache,
+        changes: Changes,
+        integrations: Sequence[Integration],
+        *,
+        current_scheduler: Callable[[], Scheduler | None],
+        optional: Callable[[], Iterable[Informer]],
+    ) -> None:
+        self.jobs = jobs
+        self.changes = changes
+        self.optional = optional  # other parts' informers of kinds a CRD may serve (checks, objects)
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.namespace_watchers: list[Callable[[], None]] = []  # a namespace was added, relabelled or deleted
+        self.integrations = tuple(integrations)
+        self.informers: list[Informer] = []
+        for integration in self.integrations:
+            informer = Informer(kube, integration.ref, _nothing, optional=not integration.built_in)
+            informer.handler = functools.partial(self._on_job, integration, informer)
+            self.informers.append(informer)
+        self.informers.append(Informer(kube, kube_client.NAMESPACES, self._on_namespace))
+        self.pod_groups = PodGroups(jobs, changes.job)
+        self.informers.append(
+            Informer(kube, PODS, lambda kind, obj: self.pod_groups.observe(kind, obj), label_selector=MANAGED_PODS)
+        )
+        self.priorities = PriorityClasses(kube, current_scheduler)
+        self.informers.append(self.priorities.informer)
+        self.runtimes = TrainingRuntimes(kube, self._reread)
+        jobs.runtimes = self.runtimes.lookup
+        self.informers.extend(self.runtimes.informers)
+        self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
+
+    def _on_job(self, integration: Integration, informer: Informer, kind: str, obj: Obj) -> None:
+        self.runtimes.job(integration, kind, obj)
+        if self.jobs.observe(integration, kind, obj, listed_since=informer.listing_since):
+            self.changes.job(str((obj.get("metadata") or {}).get("uid")))
+
+    def _reread(self, trainjob: Obj) -> None:
+        """A TrainJob's runtime came or changed: its pod sets are read again."""
+        uid = str((trainjob.get("metadata") or {}).get("uid"))
+        view = self.jobs.views.get(uid)
+        if view is not None:
+            self.jobs.put(uid, view.integration.view(trainjob, self.jobs.shapes, self.runtimes.lookup))
+            self.changes.job(uid)
+
+    def _on_crd(self, kind: str, obj: Obj) -> None:
+        """A CRD came, changed or went: the informers of its group look again now (a kind whose
+        CRD was just installed is queued from then on, without waiting for the periodic look)."""
+        group = str((obj.get("spec") or {}).get("group") or "")
+        for informer in (*self.informers, *self.optional()):
+            if informer.optional and informer.ref.api_version.rpartition("/")[0] == group:
+                informer.recheck()
+
+    def _on_namespace(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name"))
+        labels = dict(meta.get("labels") or {})
+        if kind == "DELETED":
+            changed = self.namespaces.pop(name, None) is not None
+        else:
+            changed = self.namespaces.get(name) != labels
+            self.namespaces[name] = labels
+        if changed:
+            self.changes.namespaces = True
+            self.changes.wake.set()
+            for watcher in self.namespace_watchers:
+                watcher()
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def probe(self) -> str | None:
+        """Readiness: which informers have not listed yet."""
+        waiting = [i.ref.plural for i in self.informers if not i.synced.is_set()]
+        return f"not yet listed: {', '.join(waiting)}" if waiting else None
+
+    def integrations_detail(self) -> str:
+        served = [i.ref.kind for i in self.informers[: len(self.integrations)] if not i.absent]
+        absent = [i.ref.kind for i in self.informers[: len(self.integrations)] if i.absent]
+        text = f"queueing {', '.join(served) or 'nothing'}"
+        return text + (f"; not served by this cluster (install their CRDs): {', '.join(absent)}" if absent else "")
+
+
+def _nothing(_kind: str, _obj: Obj) -> None:
+    """A placeholder handler, replaced once the informer exists."""
