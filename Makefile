@@ -61,4 +61,4 @@ clean:
 
 # The simulated API server's bundled Kubernetes schemas, from kubernetes-validate (tests check they match).
 schemas: $(STAMP)
-	$(BIN)/python -m admission.sim.server.kube_schemas
+	$(BIN)/python -m admission.sim.server.schema.kube_schemas

@@ -8,12 +8,12 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.settings import Settings
 from admission.store import database, embedded
+from admission.store.database import schema_revision
 
 T = TypeVar("T")
 
@@ -32,21 +32,12 @@ def actor(settings: Settings) -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-async def _current(session: AsyncSession) -> str | None:
-    """The schema's revision; None when the database has no schema yet (not when it is unreachable)."""
-    found = await session.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
-    if not found.scalar_one():
-        return None
-    result = await session.execute(text("SELECT version_num FROM alembic_version"))
-    return result.scalar_one_or_none()
-
-
 async def revision(url: str) -> str | None:
     """The schema revision of the database at ``url`` (None: no schema yet)."""
     engine = database.make_engine(url, pool_size=1)
     try:
         async with database.sessions(engine)() as session:
-            return await _current(session)
+            return await schema_revision(session)
     finally:
         await engine.dispose()
 
@@ -71,7 +62,7 @@ def run(
         try:
             factory = database.sessions(engine)
             async with factory() as session:
-                current = await _current(session)
+                current = await schema_revision(session)
             head = database.SCHEMA_HEAD
             if current != head:
                 if not auto:

@@ -26,7 +26,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -124,19 +123,8 @@ class Leadership:
         self.fence = None
         try:
             async with database.transaction(self.sessions) as session:
-                released = await session.execute(
-                    text(
-                        "UPDATE leader_lease SET expires_at = clock_timestamp() - interval '1 millisecond' "
-                        "WHERE name = :n AND holder = :h AND fencing_token = :t"
-                    ),
-                    {"n": fence.name, "h": fence.holder, "t": fence.token},
-                )
-                if released.rowcount != 1:  # type: ignore[attr-defined]
+                if not await lease.release(session, fence, channel=notify.LEASE_CHANNEL):
                     return False
-                await session.execute(
-                    text("SELECT pg_notify(:channel, :payload)"),
-                    {"channel": notify.LEASE_CHANNEL, "payload": f"released {fence.token}"},
-                )
         except DB_ERRORS as exc:
             why = database.describe_error(exc)
             log.warning("could not release the scheduler lease (%s); a standby takes over when it expires", why)

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
@@ -174,3 +174,12 @@ def describe_error(exc: BaseException, limit: int = 300) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     line = text[0] if text else type(exc).__name__
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+async def schema_revision(session: AsyncSession) -> str | None:
+    """The schema's revision; None when the database has no schema yet (not when it is unreachable)."""
+    found = await session.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
+    if not found.scalar_one():
+        return None
+    result = await session.execute(text("SELECT version_num FROM alembic_version"))
+    return result.scalar_one_or_none()

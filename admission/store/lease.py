@@ -67,3 +67,21 @@ async def check(session: AsyncSession, fence: Fence) -> None:
     )
     if found.scalar_one_or_none() is None:
         raise Fenced(f"{fence.holder} lost the {fence.name} lease (token {fence.token}); it must stop writing")
+
+
+async def release(session: AsyncSession, fence: Fence, *, channel: str) -> bool:
+    """Give the lease up while it is still ``fence``'s (it expires a millisecond ago) and NOTIFY
+    ``channel`` so the standbys contest it at once; False if it was no longer ours."""
+    released = await session.execute(
+        text(
+            "UPDATE leader_lease SET expires_at = clock_timestamp() - interval '1 millisecond' "
+            "WHERE name = :n AND holder = :h AND fencing_token = :t"
+        ),
+        {"n": fence.name, "h": fence.holder, "t": fence.token},
+    )
+    if released.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    await session.execute(
+        text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": f"released {fence.token}"}
+    )
+    return True

@@ -100,3 +100,59 @@ async def controller_fair_sharing(session: AsyncSession) -> fair_sharing_config.
         return parse_fair_sharing(await fair_usage.get_setting(session))
     except ValueError:
         return None
+
+
+async def reserved_while_checking(session: AsyncSession) -> dict[tuple[str, str], int]:
+    """Quota held by admitted workloads whose admission checks have not all passed, per
+    (flavor, resource): reserved, not yet running (the dashboard's overview)."""
+    a, w = tables.Admission, tables.Workload
+    checking = (
+        select(a.flavor, a.resource, func.sum(a.quantity))
+        .join(w, w.id == a.workload_id)
+        .where(w.state == "Admitted", w.checks != text("'[]'::jsonb"))
+        .group_by(a.flavor, a.resource)
+    )
+    return {(flavor, resource): int(qty) for flavor, resource, qty in await session.execute(checking)}
+
+
+_PENDING = text(
+    """
+    SELECT namespace, name, kind, local_queue, priority, reason, message, queue_ts
+    FROM workloads
+    WHERE state = 'Pending' AND cluster_queue = :cq
+    ORDER BY priority DESC, queue_ts, id
+    LIMIT :limit OFFSET :offset
+    """
+)
+
+
+async def pending_page(session: AsyncSession, cluster_queue: str, *, offset: int, limit: int) -> tuple[int, list[Any]]:
+    """How many workloads wait in ``cluster_queue``, and one page of them in queue order."""
+    w = tables.Workload
+    total = await session.scalar(
+        select(func.count()).select_from(w).where(w.state == "Pending", w.cluster_queue == cluster_queue)
+    )
+    rows = await session.execute(_PENDING, {"cq": cluster_queue, "limit": limit, "offset": offset})
+    return int(total or 0), list(rows)
+
+
+async def audit_entries(session: AsyncSession, limit: int) -> list[tables.AuditEntry]:
+    """The newest ``limit`` entries of the audit log, newest first."""
+    a = tables.AuditEntry
+    return list((await session.execute(select(a).order_by(a.id.desc()).limit(limit))).scalars())
+
+
+async def change_marks(session: AsyncSession) -> tuple[int, ...]:
+    """Numbers that move whenever something the dashboard shows may have changed: the last
+    decision, the last edit, the workloads not finished, the last workload."""
+    row = (
+        await session.execute(
+            text(
+                "SELECT (SELECT coalesce(max(id), 0) FROM workload_events),"
+                " (SELECT coalesce(max(id), 0) FROM audit_log),"
+                " (SELECT count(*) FROM workloads WHERE state <> 'Finished'),"
+                " (SELECT coalesce(max(id), 0) FROM workloads)"
+            )
+        )
+    ).one()
+    return tuple(int(v) for v in row)

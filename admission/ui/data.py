@@ -22,12 +22,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission import views
 from admission.store import config as config_store
-from admission.store import read_models, tables, workload_objects
+from admission.store import read_models, workload_objects
 from admission.store import usage as usage_store
 from admission.store import workloads as store
 from queues.cycle import fairsharing
@@ -41,18 +40,8 @@ PAGE = 50
 async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | None = None) -> dict[str, Any]:
     """See the module docstring; ``idle``: (flavor, resource) -> milli-units held by idle workloads."""
     config = await config_store.load_config(session)
-    a = tables.Admission
     held = await store.held_usage(session)
-    reserved: dict[tuple[str, str], int] = {}
-    w = tables.Workload
-    checking = (
-        select(a.flavor, a.resource, func.sum(a.quantity))
-        .join(w, w.id == a.workload_id)
-        .where(w.state == "Admitted", w.checks != text("'[]'::jsonb"))
-        .group_by(a.flavor, a.resource)
-    )
-    for flavor, resource, qty in await session.execute(checking):
-        reserved[(flavor, resource)] = int(qty)
+    reserved = await read_models.reserved_while_checking(session)
     counts = await read_models.queue_counts(session)
     queues = []
     for name, cq in sorted(config.cluster_queues.items()):
@@ -143,23 +132,8 @@ def _lend(queues: list[dict[str, Any]]) -> None:
             borrowed -= r["lent"]
 
 
-_PENDING = text(
-    """
-    SELECT namespace, name, kind, local_queue, priority, reason, message, queue_ts
-    FROM workloads
-    WHERE state = 'Pending' AND cluster_queue = :cq
-    ORDER BY priority DESC, queue_ts, id
-    LIMIT :limit OFFSET :offset
-    """
-)
-
-
 async def pending(session: AsyncSession, cluster_queue: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
-    w = tables.Workload
-    total = await session.scalar(
-        select(func.count()).select_from(w).where(w.state == "Pending", w.cluster_queue == cluster_queue)
-    )
-    rows = await session.execute(_PENDING, {"cq": cluster_queue, "limit": limit, "offset": offset})
+    total, rows = await read_models.pending_page(session, cluster_queue, offset=offset, limit=limit)
     items = [
         {
             "position": offset + i + 1,
@@ -212,8 +186,7 @@ async def usage(session: AsyncSession, *, by: str, days: float) -> dict[str, Any
 
 
 async def audit(session: AsyncSession, limit: int = 100) -> list[dict[str, Any]]:
-    a = tables.AuditEntry
-    rows = (await session.execute(select(a).order_by(a.id.desc()).limit(limit))).scalars()
+    rows = await read_models.audit_entries(session, limit)
     return [
         {"at": r.at.isoformat(), "actor": r.actor, "action": r.action, "kind": r.kind, "name": r.name} for r in rows
     ]
@@ -221,14 +194,5 @@ async def audit(session: AsyncSession, limit: int = 100) -> list[dict[str, Any]]
 
 async def version(session: AsyncSession) -> str:
     """Moves whenever something the page shows may have changed (a decision, an edit, a job)."""
-    row = (
-        await session.execute(
-            text(
-                "SELECT (SELECT coalesce(max(id), 0) FROM workload_events),"
-                " (SELECT coalesce(max(id), 0) FROM audit_log),"
-                " (SELECT count(*) FROM workloads WHERE state <> 'Finished'),"
-                " (SELECT coalesce(max(id), 0) FROM workloads)"
-            )
-        )
-    ).one()
+    row = await read_models.change_marks(session)
     return "-".join(str(v) for v in row)

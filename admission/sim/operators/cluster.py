@@ -39,9 +39,10 @@ from admission.sim.operators import statuses
 from admission.sim.operators.kube_scheduler import NODES, Scheduler, free_capacity
 from admission.sim.operators.kubelet import FOREVER, KUBELET_FINALIZER, PODS, RUNTIME_ANNOTATION, Kubelet
 from admission.sim.operators.statuses import now_text, set_condition
-from admission.sim.server import defaults, resources
+from admission.sim.server import resources
 from admission.sim.server.object_store import ObjectStore, Watcher
 from admission.sim.server.objects import ApiError, Obj, Resource, clone
+from admission.sim.server.schema import defaults
 from queues import errors
 from queues.podsets import jobs
 

@@ -20,7 +20,6 @@ from aiohttp import web
 
 from admission.sim.server import (
     aggregation,
-    defaults,
     discovery,
     event_views,
     listing,
@@ -29,7 +28,6 @@ from admission.sim.server import (
     resources,
     subresources,
     tables,
-    validation,
     watch,
     webhooks,
 )
@@ -37,6 +35,7 @@ from admission.sim.server.catalog import Catalog, established
 from admission.sim.server.faults import Faults, inject
 from admission.sim.server.object_store import ObjectStore
 from admission.sim.server.objects import ApiError, Obj, Resource, clone
+from admission.sim.server.schema import defaults, validation
 from admission.sim.server.webhooks import user_of
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's default request limit

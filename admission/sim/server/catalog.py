@@ -10,8 +10,9 @@ from typing import Any
 
 from openapi_schema_validator import OAS30Validator
 
-from admission.sim.server import cel, resources, validation
+from admission.sim.server import resources
 from admission.sim.server.objects import Obj, Resource
+from admission.sim.server.schema import cel, validation
 
 
 class Catalog:

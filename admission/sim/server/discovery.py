@@ -1,6 +1,6 @@
 """Discovery, as kubectl and client libraries read it: ``/version``, ``/api``, ``/apis``, each
 group version's resource list (verbs, short names, status subresources) and the OpenAPI documents
-(``admission.sim.server.openapi`` writes them); a path not served is answered as the real server
+(``admission.sim.server.schema.openapi`` writes them); a path not served is answered as the real server
 does, in plain text.
 """
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.sim.server import openapi
 from admission.sim.server.objects import Resource
+from admission.sim.server.schema import openapi
 
 VERSION = {
     "major": "1",

@@ -26,10 +26,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from admission.sim.server import cel, patches
+from admission.sim.server import patches
 from admission.sim.server.object_store import ObjectStore
 from admission.sim.server.objects import ApiError, Obj, Resource, parse_label_selector
 from admission.sim.server.resources import NAMESPACES
+from admission.sim.server.schema import cel
 
 MUTATING = "mutatingwebhookconfigurations"
 ADMIN: Obj = {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from admission.sim.server import kube_schemas
+from admission.sim.server.schema import kube_schemas
 
 
 def test_the_bundle_is_kubernetes_validates_files_one_for_one() -> None:
@@ -20,7 +20,7 @@ def test_the_simulated_server_validates_built_in_kinds_without_kubernetes_valida
     probe = """
 import sys
 sys.modules["kubernetes_validate"] = None  # as on a plain install: importing it fails
-from admission.sim.server import validation
+from admission.sim.server.schema import validation
 from admission.sim.server.objects import ApiError, Resource
 pod = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
 good = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},

@@ -4,8 +4,9 @@ from typing import Any
 
 import pytest
 
-from admission.sim.server import patches, validation
+from admission.sim.server import patches
 from admission.sim.server.objects import ApiError, Resource
+from admission.sim.server.schema import validation
 
 POD = {
     "spec": {

@@ -10,7 +10,7 @@ instead: ``kubernetes-schemas-v1.30.0.json.gz`` (338 KB), the files of kubernete
 file name to contents. They are generated from Kubernetes' OpenAPI by yannh/kubernetes-json-schema
 (Apache-2.0, as Kubernetes).
 
-``python -m admission.sim.server.kube_schemas`` rewrites the bundle from an installed kubernetes-validate
+``python -m admission.sim.server.schema.kube_schemas`` rewrites the bundle from an installed kubernetes-validate
 (``make schemas``); ``tests/admission/sim/test_kube_schemas.py`` holds the bundle equal to it, file
 for file, so the two cannot drift apart unnoticed.
 """
@@ -32,7 +32,7 @@ BUNDLE = f"kubernetes-schemas-v{VERSION}.json.gz"
 
 @functools.cache
 def _bundle() -> dict[str, Any]:
-    with resources.files("admission.sim.server").joinpath(BUNDLE).open("rb") as raw, gzip.open(raw) as text:
+    with resources.files("admission.sim.server.schema").joinpath(BUNDLE).open("rb") as raw, gzip.open(raw) as text:
         loaded: dict[str, Any] = json.load(text)
     return loaded
 

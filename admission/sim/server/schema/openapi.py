@@ -4,7 +4,7 @@ kubectl (1.27+) validates by asking the server: it reads ``/openapi/v3`` (a root
 document per group-version), finds in the group-version's document the PATCH operation of the
 object's kind (``x-kubernetes-group-version-kind``) and, when that operation takes the
 ``fieldValidation`` query parameter, sends its writes with ``fieldValidation=Strict`` and leaves
-the checking to the server (``admission.sim.server.validation``). So plain ``kubectl create -f`` and
+the checking to the server (``admission.sim.server.schema.validation``). So plain ``kubectl create -f`` and
 ``kubectl apply -f`` work without ``--validate=false``, as on a real cluster. For a custom
 resource kubectl falls back to the Namespace document, as the real server's CRDs publish theirs.
 

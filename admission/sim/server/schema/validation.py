@@ -1,7 +1,7 @@
 """What the API server refuses: schema violations of built-in kinds and the Job's update rules.
 
 Built-in objects are checked against Kubernetes' own OpenAPI schemas (v1.30, strict: unknown
-fields are errors; bundled, ``admission.sim.server.kube_schemas``). A Job's pod template is
+fields are errors; bundled, ``admission.sim.server.schema.kube_schemas``). A Job's pod template is
 immutable, except its scheduling directives (node selector, affinity, tolerations, scheduling
 gates, labels, annotations) while the Job is suspended and has never started; its selector and
 completions never change.
@@ -17,8 +17,8 @@ from typing import Any
 import jsonschema
 import referencing
 
-from admission.sim.server import cel, kube_schemas
 from admission.sim.server.objects import ApiError, Obj, Resource, clone
+from admission.sim.server.schema import cel, kube_schemas
 from queues.kueue import validation
 from queues.podsets import jobs, pod_resources
 
@@ -54,7 +54,7 @@ def _definitions() -> Any:
 
 @functools.cache
 def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
-    """Kubernetes' strict schema for a kind (``admission.sim.server.kube_schemas``), compiled once."""
+    """Kubernetes' strict schema for a kind (``admission.sim.server.schema.kube_schemas``), compiled once."""
     api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     try:
         contents = kube_schemas.contents(f"{kind.lower()}-{api}.json")
