@@ -84,7 +84,7 @@ def _simulate(
     plot_path: str | None,
     limit: bounds.Bounds,
 ) -> None:
-    from admission.cli import documents, report  # the simulator loads only for the commands that need it
+    from admission.cli import documents  # the simulator loads only for the commands that need it
     from queues import errors
     from queues.kueue import validation
     from queues.podsets import jobs
@@ -126,9 +126,13 @@ def _simulate(
     if output == "json":
         _write_json(result.to_json(engine))
     else:
+        from admission.cli import report  # (rich: only for the text report)
+
         report.render(result, report.console(), engine=engine)
     if plot_path:
         try:
+            from admission.cli import report
+
             report.plot(result, plot_path)
         except ImportError:
             fail(["--plot needs matplotlib: pip install 'turnstile[plot]'"], 2)

@@ -52,6 +52,10 @@ class Assignment:
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # TAS pod set -> node -> pods
     # quota fits but no domain holds it: whom to preempt to free the nodes (``queues.cycle.tas``)
     topology_victims: list[Target] = field(default_factory=list)
+    # every resource group took its first compatible flavor, fitting without borrowing, and no
+    # node placement was involved: the flavor assigner would choose the same again for as long as
+    # ``usage`` still fits that way (``still_fits``), whatever else the quota tree took meanwhile
+    settled: bool = False
 
     @property
     def message(self) -> str:
@@ -61,6 +65,14 @@ class Assignment:
         """Fix the message (cached failures are reported many times)."""
         self.messages = [self.message]
         return self
+
+    def still_fits(self, cq: ClusterQueue) -> bool:
+        """Whether a ``settled`` assignment is still what the flavor assigner would make for ``cq``
+        as the snapshot is now: every flavor-resource it uses fits what is available without
+        borrowing (the first compatible flavor at (FIT, 0) is always the one chosen)."""
+        return self.settled and all(
+            value <= cq.available(fr) and cq.borrow_height(fr, value)[0] == 0 for fr, value in self.usage.items()
+        )
 
 
 # (cq, workload, fr, total request) -> whether preempting others could make room (RECLAIM, PREEMPT;

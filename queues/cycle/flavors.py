@@ -155,6 +155,8 @@ def _assign(
 ) -> Assignment:
     result = Assignment(mode=Mode.FIT, counts=dict(counts or {}))
     fair = snapshot.fair_sharing is not None
+    # (see ``Assignment.settled``; a partial admission is searched afresh: preemption may now find more)
+    settled = not potential and not counts and not tas.uses_topology(snapshot, cq)
     covers_pods = "pods" in cq.group_of
     for ps in jobs.with_counts(wl.pod_sets, counts or {}):
         requests = ps.total()
@@ -214,7 +216,9 @@ def _assign(
                         break
                 if not _should_try_next(mode, level, cq):
                     best = ((mode, level), flavor_name, preempt_frs)
+                    settled = settled and compatible == 1 and (mode, level) == (Mode.FIT, 0)
                     break
+                settled = False
                 if _preferred((mode, level), best[0] if best else None, preference):
                     best = ((mode, level), flavor_name, preempt_frs)
             if best is None or best[0][0] == Mode.NO_FIT:
@@ -237,6 +241,7 @@ def _assign(
         result.flavors[ps.name] = chosen
     if result.mode == Mode.FIT:
         result.messages.clear()
+        result.settled = settled
         if not potential:
             tas.place(snapshot, cq, wl, result, preempt=oracle is not None)
     return result

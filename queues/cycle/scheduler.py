@@ -323,7 +323,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         # 4. admit, preempt, or set aside
         for wl, cq, assignment in ordered:
             tree = cq.tree_key
-            if tree in touched:
+            if tree in touched and not (assignment.still_fits(cq) and self._held_by_budget(wl) is None):
                 assignment = self._assign(wl, cq)
                 if assignment.mode == Mode.FIT:  # (a failure found for it in step 2 no longer holds)
                     self._nofit_cache.pop(self._class_key(wl, cq), None)

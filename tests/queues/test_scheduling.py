@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from queues.cycle import scheduler
+from queues.cycle import flavors, scheduler
+from queues.cycle.assignment import Mode
 from queues.kueue import codec
 from queues.model import Config
 from queues.podsets import jobs
@@ -32,6 +33,26 @@ def test_flavors_are_tried_in_order_and_respect_quota() -> None:
     s.schedule()
     assert first.admission and first.admission.flavors == {"main": {GPU: "a100"}}
     assert second.admission and second.admission.flavors == {"main": {GPU: "h100"}}
+
+
+def test_a_settled_assignment_is_kept_only_while_the_assigner_would_make_it_again() -> None:
+    """``Assignment.settled`` (the first compatible flavor, without borrowing) lets a cycle keep a
+    head's assignment when another admission changed its quota tree; ``still_fits`` must turn false
+    the moment a fresh assignment would choose differently."""
+    s = make_scheduler(
+        flavor("a100"), flavor("h100"), CQ("a").group(("a100", {"gpu": 4}), ("h100", {"gpu": 8})), queues={"q": "a"}
+    )
+    wl = make_workload("w").request(gpu=4).submit(s)
+    cq = s.snapshot.queues["a"]
+    first = flavors.assign(s.snapshot, cq, wl, None)
+    assert (first.mode, first.settled, first.flavors) == (Mode.FIT, True, {"main": {GPU: "a100"}})
+    assert first.still_fits(cq)
+    cq.add_usage({("a100", GPU): 1000}, 1)  # another admission took one a100 meanwhile
+    assert not first.still_fits(cq)
+    again = flavors.assign(s.snapshot, cq, wl, None)
+    assert again.flavors == {"main": {GPU: "h100"}} and not again.settled  # (not the first flavor)
+    cq.add_usage({("a100", GPU): 1000}, -1)
+    assert first.still_fits(cq)
 
 
 @pytest.mark.parametrize(

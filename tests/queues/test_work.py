@@ -75,7 +75,9 @@ def _run(doc: dict[str, Any]) -> tuple[Work, int, int]:
 
 # scenario -> the most of each count per admitted workload
 CASES = {
-    "baseline-slice": (_baseline_slice, {"cycles": 0.8, "nominations": 2.5, "assignments": 4.0, "requeues": 1.2}),
+    # (2.4 assignments per admission today: a settled head is not assigned again when its tree changed,
+    # 3.2 before; 6.1 with the failure cache's class per evicted workload)
+    "baseline-slice": (_baseline_slice, {"cycles": 0.8, "nominations": 2.5, "assignments": 3.0, "requeues": 1.2}),
     "deep-queue": (
         lambda: deep_queue.generate(2000),
         {"cycles": 2.0, "nominations": 1.6, "assignments": 1.6, "requeues": 0.5},
