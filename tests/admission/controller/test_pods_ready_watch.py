@@ -1,0 +1,74 @@
+"""waitForPodsReady's deadlines in the controller (``PodsReadyWatch``), on a clock the test sets:
+when a started workload is evicted if its pods are not all Ready, when one that lost a pod is, and
+what a step is told. The whole-world tests (test_pods_ready.py) show the same through a cluster;
+these show every rule in microseconds."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from admission.controller.features.podsready import PodsReadyWatch, scaled
+from queues.cycle.podsready import WaitForPodsReady
+from queues.model import Admission, Workload
+
+POLICY = WaitForPodsReady(timeout=300.0, recovery_timeout=60.0)
+
+
+def _started(key: str, at: float) -> Workload:
+    wl = Workload(key, 1, "ml", "q", 0, (), created=0.0, queue_ts=0.0)
+    wl.admission = Admission("cq", {}, {}, borrowing=False)
+    wl.started_at = at
+    return wl
+
+
+def _job(*, ready: bool, finished: bool = False) -> Any:
+    return SimpleNamespace(ready=ready, finished=finished)  # (the two fields of JobView it reads)
+
+
+def test_a_started_workload_is_due_its_timeout_after_it_started_unless_its_pods_are_ready() -> None:
+    watch = PodsReadyWatch(POLICY)
+    late, ready = _started("ml/late", at=100.0), _started("ml/ready", at=100.0)
+    watch.observe(late, _job(ready=False), now=150.0)
+    watch.observe(ready, _job(ready=False), now=150.0)
+    assert watch.next_deadline() == 400.0  # (from its start, not from when it was seen)
+    watch.observe(ready, _job(ready=True), now=200.0)
+    assert ready.ready_at == 200.0 and watch.newly_ready == {"ml/ready": 200.0}
+    assert watch.due(399.9) == []
+    assert watch.due(400.0) == [("ml/late", False)]
+    assert watch.due(10_000.0) == [] and watch.next_deadline() is None  # (told once, then forgotten)
+
+
+def test_a_ready_workload_that_loses_a_pod_is_due_the_recovery_timeout_after_it_was_seen() -> None:
+    watch = PodsReadyWatch(POLICY)
+    wl = _started("ml/train", at=0.0)
+    watch.observe(wl, _job(ready=True), now=10.0)
+    watch.observe(wl, _job(ready=False), now=500.0)  # a pod lost
+    watch.observe(wl, _job(ready=False), now=520.0)  # (seen again: still from the first sight)
+    assert watch.next_deadline() == 560.0
+    watch.observe(wl, _job(ready=True), now=530.0)  # back in time: no deadline
+    assert watch.due(10_000.0) == []
+    watch.observe(wl, _job(ready=False), now=600.0)
+    assert watch.due(660.0) == [("ml/train", True)]
+
+
+def test_what_is_not_started_finished_or_disabled_has_no_deadline_and_due_is_oldest_first() -> None:
+    watch = PodsReadyWatch(POLICY)
+    waiting = _started("ml/checks", at=0.0)
+    waiting.checks = ("capacity",)  # quota held, its admission check not passed: not started
+    watch.observe(waiting, _job(ready=False), now=0.0)
+    watch.observe(_started("ml/done", at=0.0), _job(ready=False, finished=True), now=0.0)
+    watch.observe(_started("ml/gone", at=0.0), None, now=0.0)
+    assert watch.deadlines == {}
+    off = PodsReadyWatch(WaitForPodsReady(enable=False))
+    off.observe(_started("ml/x", at=0.0), _job(ready=False), now=0.0)
+    assert off.deadlines == {}
+    for key, at in (("ml/b", 20.0), ("ml/a", 10.0), ("ml/c", 30.0)):
+        watch.observe(_started(key, at=at), _job(ready=False), now=at)
+    assert [key for key, _ in watch.due(1_000.0)] == ["ml/a", "ml/b", "ml/c"]
+
+
+def test_scaled_durations_follow_the_time_scale() -> None:
+    policy = scaled(POLICY, 0.01)
+    assert (policy.timeout, policy.recovery_timeout) == (3.0, 0.6)
+    assert scaled(POLICY, 1.0) is POLICY
