@@ -35,7 +35,7 @@ class Replica:
         self.term: Fence | None = None
         self.said: list[str] = []
         self.confirmed: list[float] = []
-        self.lease: list[Fence | None | Exception] = []  # what each round's acquire gets, in turn
+        self.lease: list[Fence | Exception | None] = []  # what each round's acquire gets, in turn
         self.acquired = 0
 
     async def begin(self, fence: Fence, at: float) -> bool:
