@@ -76,6 +76,9 @@ class Term:
     owed: list[Decision] = field(default_factory=list)  # evictions the stored state asks for (HoldAndDrain)
     taken: list[activity.Request] = field(default_factory=list)  # stop/resume requests applied, not yet committed
     committed: dict[str, Workload] = field(default_factory=dict)  # workload key -> as last committed, if it holds quota
+    # told the key whenever what ``held`` or ``by_key`` says of it may have changed (``settle``, ``forget``):
+    # what follows every held workload looks only at those, not at all of them each step
+    listeners: list[Callable[[str], None]] = field(default_factory=list)
     _flavors: tuple[model.Config | None, dict[str, model.Flavor]] = (None, {})
 
     @classmethod
@@ -159,6 +162,8 @@ class Term:
             self.committed[key] = copy.copy(wl)
         else:
             self.committed.pop(key, None)
+        for listener in self.listeners:
+            listener(key)
 
     def held(self, key: str) -> Workload | None:
         """``key`` as last committed, if it holds quota there (None: it holds none)."""
@@ -172,6 +177,8 @@ class Term:
         row = self.rows.pop(uid, None)
         if row is not None and self.by_key.get(row.key) is row:
             del self.by_key[row.key]
+            for listener in self.listeners:
+                listener(row.key)
         return row
 
     def tree_of(self, wl: Workload) -> str | None:

@@ -78,12 +78,17 @@ class Meter:
     ended: dict[RunWindow, int] = field(default_factory=dict)  # runs to measure whole -> tries left
     exact: list[tuple[RunWindow, RunFigures]] = field(default_factory=list)  # (run, its figures): to store
     early: dict[str, set[PodKey]] = field(default_factory=dict)  # pods seen before their run was
+    # workloads whose committed state changed since the last drain (the term tells, ``Term.listeners``):
+    # only their runs can have ended; looking at every run each step cost O(running) per step
+    changed: set[str] = field(default_factory=set)
     _term: Term | None = None
 
     def observe(self, term: Term, uids: Iterable[str], now: float) -> None:
         """Look at jobs that changed (all of them when the term is new): which now run."""
         if term is not self._term:
             self._term, self.running, self.stamps = term, {}, {}
+            self.changed.clear()
+            term.listeners.append(self.changed.add)
             uids = [row.uid for row in term.by_key.values()]
         for uid in uids:
             row = term.rows.get(uid)
@@ -149,10 +154,12 @@ class Meter:
         the last drain measured of running ones, and ended runs measured whole."""
         stamps = [(row.id, at) for key, at in self.stamps.items() if (row := term.by_key.get(key)) is not None]
         self.stamps = {}
-        for key, run in list(self.running.items()):
+        running = self.running
+        for key in sorted((k for k in self.changed if k in running), key=lambda k: (running[k].since, k)):
             held = term.held(key)
-            if held is None or term.by_key.get(key) is None or admission_token(held) != run.token:
+            if held is None or term.by_key.get(key) is None or admission_token(held) != running[key].token:
                 self._end(key, now)  # (released or admitted again: a new run, seen anew)
+        self.changed.clear()
         measured: dict[int, _Sum] = {}
         spans, self.spans = self.spans, []
         for span in spans:

@@ -19,6 +19,7 @@ not stored): late rather than early.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,9 @@ class PodsReadyWatch:
     def __init__(self, policy: WaitForPodsReady) -> None:
         self.policy = policy
         self.deadlines: dict[str, tuple[float, bool]] = {}  # key -> (when it is evicted, whether recovering)
+        # the same deadlines in time order, stale entries skipped as they surface: a step asks for the
+        # next deadline and the due ones without looking at every started workload
+        self._order: list[tuple[float, str, bool]] = []
         self.lost_at: dict[str, float] = {}  # key -> when a workload that was Ready lost a pod
         self.newly_ready: dict[str, float] = {}  # key -> when first Ready: to store (the step drains it)
         # why a workload's pods wait, as last read (``admission.controller.features.pod_waits``): said on eviction
@@ -76,10 +80,15 @@ class PodsReadyWatch:
             return
         if wl.ready_at is not None:
             lost = self.lost_at.setdefault(key, max(now, wl.ready_at))
-            self.deadlines[key] = (lost + self.policy.recovery_timeout, True)
+            self._set(key, lost + self.policy.recovery_timeout, True)
         else:  # (from this admission's start: a workload admitted again starts afresh)
             self.lost_at.pop(key, None)
-            self.deadlines[key] = (wl.started_at + self.policy.timeout, False)
+            self._set(key, wl.started_at + self.policy.timeout, False)
+
+    def _set(self, key: str, at: float, recovering: bool) -> None:
+        if self.deadlines.get(key) != (at, recovering):
+            self.deadlines[key] = (at, recovering)
+            heapq.heappush(self._order, (at, key, recovering))
 
     def forget(self, key: str) -> None:
         self.deadlines.pop(key, None)
@@ -88,13 +97,20 @@ class PodsReadyWatch:
 
     def due(self, now: float) -> list[tuple[str, bool]]:
         """(key, recovering) of the workloads past their deadline, oldest deadline first; forgotten here."""
-        late = sorted((at, key, recovering) for key, (at, recovering) in self.deadlines.items() if at <= now)
-        for _, key, _ in late:
-            self.forget(key)
-        return [(key, recovering) for _, key, recovering in late]
+        late: list[tuple[str, bool]] = []
+        order = self._order
+        while order and order[0][0] <= now:
+            at, key, recovering = heapq.heappop(order)
+            if self.deadlines.get(key) == (at, recovering):  # (else: a deadline changed or dropped since)
+                late.append((key, recovering))
+                self.forget(key)
+        return late
 
     def next_deadline(self) -> float | None:
-        return min((at for at, _ in self.deadlines.values()), default=None)
+        order = self._order
+        while order and self.deadlines.get(order[0][1]) != (order[0][0], order[0][2]):
+            heapq.heappop(order)
+        return order[0][0] if order else None
 
 
 class PodsReady(Capability):

@@ -72,3 +72,18 @@ def test_scaled_durations_follow_the_time_scale() -> None:
     policy = scaled(POLICY, 0.01)
     assert (policy.timeout, policy.recovery_timeout) == (3.0, 0.6)
     assert scaled(POLICY, 1.0) is POLICY
+
+
+def test_a_deadline_that_moved_or_went_is_not_told_at_its_old_time() -> None:
+    watch = PodsReadyWatch(POLICY)
+    wl = _started("ml/moved", at=0.0)
+    watch.observe(wl, _job(ready=False), now=0.0)  # due at 300
+    watch.observe(wl, _job(ready=True), now=100.0)  # Ready: no deadline
+    watch.observe(wl, _job(ready=False), now=400.0)  # lost a pod: due at 460
+    assert watch.next_deadline() == 460.0
+    assert watch.due(300.0) == []
+    assert watch.due(460.0) == [("ml/moved", True)] and watch.due(10_000.0) == []
+    gone = _started("ml/gone", at=0.0)
+    watch.observe(gone, _job(ready=False), now=0.0)
+    watch.forget(gone.key)
+    assert watch.next_deadline() is None and watch.due(10_000.0) == []
