@@ -1,7 +1,7 @@
 """The enactor's work queue (``admission.controller.workqueue``) on fake time: retries and their
 backoff, one handler per key at a time, requests coalesced. ``looptime`` runs the event loop on a
 virtual clock, so a ten-second backoff takes no wall time and every instant is exact (times are
-taken from each test's start: the session's loop keeps one clock)."""
+taken from each test's start)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from admission.controller.workqueue import BACKOFF_MAX, BACKOFF_START, Retry, WorkQueue
 
-pytestmark = pytest.mark.looptime
+# A loop of its own per test: on the session's loop, tasks earlier tests left running keep real time going
+pytestmark = [pytest.mark.looptime, pytest.mark.asyncio(loop_scope="function")]
 
 
 class Recorder:
@@ -27,7 +28,7 @@ class Recorder:
         self.running: set[str] = set()
         self.overlaps: list[str] = []  # keys found running twice at once (must stay empty)
         self.most_at_once = 0
-        self.start = asyncio.get_running_loop().time()  # (the session's loop: its clock runs on across tests)
+        self.start = asyncio.get_running_loop().time()
 
     async def __call__(self, key: str) -> None:
         loop = asyncio.get_running_loop()
