@@ -88,9 +88,7 @@ class Steps:
         projection: Projection | None = None,
     ) -> None:
         self.changes = changes
-        self.policy = policy
         self.jobs = jobs
-        self.namespaces = namespaces
         self.sessions = sessions
         self.options = options
         self.metrics = metrics

@@ -6,21 +6,7 @@ shared with fair-sharing preemption (``queues.cycle.fair_preemption``, used inst
 sharing is on):
 
 1. Candidates, each with a *variant* that says when it may be taken and what the eviction is
-   called:
-
-   - in the preemptor's own ClusterQueue, allowed by ``withinClusterQueue`` (lower priority; or
-     equal priority and newer with ``LowerOrNewerEqualPriority``): ``InClusterQueue``;
-   - in other ClusterQueues of the cohort tree, allowed by ``reclaimWithinCohort`` (``Any``, or
-     lower priority), found by walking from the preemptor's cohort up to the root: at each cohort,
-     the ClusterQueues and sub-cohorts past their nominal quota (never the subtree already
-     visited). Once the request fits the nominal quota of the preemptor's queue or of a cohort
-     below, the preemptor has the *hierarchical advantage* over everything found further up: that
-     quota is its own subtree's, so those candidates are taken whatever the borrowing
-     (``InCohortReclamation``). The others are *priority candidates*: with ``borrowWithinCohort``,
-     lower-priority ones under its threshold may be taken while the preemptor borrows
-     (``InCohortReclaimWhileBorrowing``); the rest only if it then borrows nothing.
-2. Order: hierarchical candidates, then priority candidates, then its own queue's; within each,
-   lower priority first, then the most recently admitted, then the latest submitted.
+   called, and 2. their order: see ``queues.cycle.victims``.
 3. One or two runs, with and without borrowing allowed (as Kueue chooses them): remove candidates
    in order, skipping any whose ClusterQueue (or cohort on the way to where it was found) is by
    then back within its nominal quota, until the preemptor fits; then add back, newest-removed
