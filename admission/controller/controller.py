@@ -195,6 +195,7 @@ class Controller:
         self.term_task: asyncio.Task[None] | None = None
         self.elect_task: asyncio.Task[None] | None = None
         self.step_failures = 0  # in a row: the pause before the next term grows with them
+        self.stepping = False  # a step is being taken (``busy``)
         self.terms_begun = 0  # terms this replica began (a failed step begins a new one from the store)
         self.readiness = Readiness()
         self.readiness.add(
@@ -300,6 +301,13 @@ class Controller:
 
     def synced(self) -> bool:
         return self.watch.synced()
+
+    def busy(self) -> bool:
+        """A step is due or running, or the enactor has work in hand (engine cluster waits for
+        this to end before a scenario's next input, as engine core's cycles run until nothing
+        changes before time moves on). Timers (backoffs, retries) are not work in hand."""
+        queue = self.enactor.queue
+        return self.changes.wake.is_set() or self.stepping or bool(queue.waiting or queue.running)
 
     def ready(self) -> bool:
         """The whole replica is up: every readiness check passes, reported ones too."""
@@ -446,8 +454,9 @@ class Controller:
         while self.term is term:
             await wake.wait()
             wake.clear()
-            await asyncio.sleep(self.options.debounce)
+            self.stepping = True
             try:
+                await asyncio.sleep(self.options.debounce)
                 await self.steps.run(term)  # (most steps need no round trip: they say nothing of the database)
             except lease.Fenced as exc:
                 log.error("%s", exc)
@@ -469,6 +478,8 @@ class Controller:
                 await asyncio.sleep(pause)
                 self.leadership.wake()
                 return
+            finally:
+                self.stepping = False
             self.step_failures = 0
 
 

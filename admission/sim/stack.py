@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ from queues.podsets import trainjobs
 from queues.simulation.scenario import Scenario
 
 ACTOR = "turnstile-simulate"
+QUIET = 0.05  # wall seconds without a write to the cluster before the system counts as settled
 
 
 @dataclass(slots=True)
@@ -56,6 +58,24 @@ class Stack:
     controller: Controller
     task: asyncio.Task[None]
     webhook: web.AppRunner
+
+    def settled(self, quiet: float = QUIET) -> bool:
+        """Nothing left in hand: no write to the cluster for ``quiet`` seconds, every watch event
+        taken by its watcher (operators, kubelet, the controller's informers' streams), and the
+        controller neither due to step nor stepping nor enacting."""
+        store = self.host.server.store
+        return (
+            time.monotonic() - store.changed_at >= quiet
+            and all(w.queue.empty() for w in store.watchers)
+            and not self.controller.busy()
+        )
+
+    async def settle(self, *, limit: float, quiet: float = QUIET) -> float:
+        """Wait (at most ``limit`` seconds) until the system has ``settled``; the seconds waited."""
+        start = time.monotonic()
+        while not self.settled(quiet) and time.monotonic() - start < limit:
+            await asyncio.sleep(0.005)
+        return time.monotonic() - start
 
 
 @contextlib.asynccontextmanager

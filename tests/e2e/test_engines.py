@@ -109,39 +109,56 @@ async def test_core_and_cluster_engines_agree_on_every_example(server_url: str) 
     results = dict(zip(parsed, await asyncio.gather(*(run(p) for p in parsed.values())), strict=True))
     assert all(r.events for r in results.values())
     for name, p in parsed.items():
-        core = simulator.Simulation(p).run().to_json("core")
-        cluster = results[name].to_json("cluster")
-        assert len(decisions(cluster["events"])) == len(decisions(core["events"])), name
-        tas = frozenset(o.name for o in p.manifests if isinstance(o, api.ResourceFlavor) and o.spec.topology_name)
-        expected, got = by_instant(core["events"], cluster["events"], tas)
-        assert got == expected, name
-        # Inputs happen at their scenario times, and nothing is admitted before it was submitted. A
-        # Deployment's replicas are made by its ReplicaSet in the cluster: the same ones, never earlier.
-        submitted = {e["workload"]: e["t"] for e in cluster["events"] if e["type"] == "Submitted"}
-        asked = {e["workload"]: e["t"] for e in core["events"] if e["type"] == "Submitted"}
-        replicas = {k for k in asked if k not in {e.job.key for e in p.jobs}}
-        assert set(submitted) == set(asked), name
-        assert {k: t for k, t in submitted.items() if k not in replicas} == {
-            k: t for k, t in asked.items() if k not in replicas
-        }, name
-        made_within = 2.0 / time_scale(p)  # scenario seconds in two seconds of wall time
-        assert all(asked[k] <= submitted[k] < asked[k] + made_within for k in replicas), (name, submitted, asked)
-        assert all(e["t"] >= submitted[e["workload"]] for e in cluster["events"] if e["type"] == "Admitted"), name
-        # idle reclaim and budgets: the same acts, counted the same (engine cluster's from the controller)
-        core_reclaim, cluster_reclaim = core["summary"].get("reclaim"), cluster["summary"].get("reclaim")
-        if core_reclaim is not None:
-            counts = ("warned", "requeued", "deactivated")
-            assert {k: cluster_reclaim[k] for k in counts} == {k: core_reclaim[k] for k in counts}, name
-        budgets = [
-            (b["budget"], b["gpuHours"], b["exhausted"], b["warnedPeriods"]) for b in core["summary"].get("budgets", [])
-        ]
-        assert [(b["budget"], b["gpuHours"], b["exhausted"], b["warnedPeriods"])
-                for b in cluster["summary"].get("budgets", [])] == budgets, name  # fmt: skip
-        states = {k: w["state"] for k, w in cluster["workloads"].items()}
-        assert states == {k: w["state"] for k, w in core["workloads"].items()}, name
-        for key, w in core["workloads"].items():
-            if w["state"] == "Pending":
-                assert cluster["workloads"][key]["reason"] == w["reason"], (name, key)
+        assert_agree(name, p, results[name], time_scale(p))
+
+
+async def test_an_input_waits_for_what_the_one_before_it_caused(server_url: str) -> None:
+    """Scenario.md's timing rules: decisions at one instant come before the next instant's inputs.
+    Squeezed to 12 ms of wall time apart, a LeaderWorkerSet's groups (pods made by its controller,
+    each through the webhook, then admitted) would still be coming when the InferenceService that
+    must preempt one of them is created; engine cluster waits for the system to settle first."""
+    path = next(p for p in EXAMPLES if p.stem == "serving-kinds")
+    p = scenario.parse(documents.load_single(str(path)))
+    squeezed = 0.0002  # 60 scenario seconds in 12 ms
+    result = await cluster_engine.simulate(p, time_scale=squeezed, database_url=server_url)
+    assert_agree(p.name, p, result, squeezed)
+
+
+def assert_agree(name: str, p: scenario.Scenario, result: simulator.Result, scale: float) -> None:
+    """Engine cluster's ``result`` reached engine core's decisions on ``p``, in order, at its times."""
+    core = simulator.Simulation(p).run().to_json("core")
+    cluster = result.to_json("cluster")
+    assert len(decisions(cluster["events"])) == len(decisions(core["events"])), name
+    tas = frozenset(o.name for o in p.manifests if isinstance(o, api.ResourceFlavor) and o.spec.topology_name)
+    expected, got = by_instant(core["events"], cluster["events"], tas)
+    assert got == expected, name
+    # Inputs happen at their scenario times, and nothing is admitted before it was submitted. A
+    # Deployment's replicas are made by its ReplicaSet in the cluster: the same ones, never earlier.
+    submitted = {e["workload"]: e["t"] for e in cluster["events"] if e["type"] == "Submitted"}
+    asked = {e["workload"]: e["t"] for e in core["events"] if e["type"] == "Submitted"}
+    replicas = {k for k in asked if k not in {e.job.key for e in p.jobs}}
+    assert set(submitted) == set(asked), name
+    assert {k: t for k, t in submitted.items() if k not in replicas} == {
+        k: t for k, t in asked.items() if k not in replicas
+    }, name
+    made_within = 2.0 / scale  # scenario seconds in two seconds of wall time
+    assert all(asked[k] <= submitted[k] < asked[k] + made_within for k in replicas), (name, submitted, asked)
+    assert all(e["t"] >= submitted[e["workload"]] for e in cluster["events"] if e["type"] == "Admitted"), name
+    # idle reclaim and budgets: the same acts, counted the same (engine cluster's from the controller)
+    core_reclaim, cluster_reclaim = core["summary"].get("reclaim"), cluster["summary"].get("reclaim")
+    if core_reclaim is not None:
+        counts = ("warned", "requeued", "deactivated")
+        assert {k: cluster_reclaim[k] for k in counts} == {k: core_reclaim[k] for k in counts}, name
+    budgets = [
+        (b["budget"], b["gpuHours"], b["exhausted"], b["warnedPeriods"]) for b in core["summary"].get("budgets", [])
+    ]
+    assert [(b["budget"], b["gpuHours"], b["exhausted"], b["warnedPeriods"])
+            for b in cluster["summary"].get("budgets", [])] == budgets, name  # fmt: skip
+    states = {k: w["state"] for k, w in cluster["workloads"].items()}
+    assert states == {k: w["state"] for k, w in core["workloads"].items()}, name
+    for key, w in core["workloads"].items():
+        if w["state"] == "Pending":
+            assert cluster["workloads"][key]["reason"] == w["reason"], (name, key)
 
 
 def test_engine_cluster_reports_the_jobs_the_api_server_refuses(server_url: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import builtins
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -59,6 +60,7 @@ class ObjectStore:
 
     def __init__(self) -> None:
         self.rv = 1
+        self.changed_at = time.monotonic()  # when the last write was (engine cluster waits for quiet)
         self.objects: dict[tuple[Resource, str, str], Obj] = {}
         self.by_resource: dict[Resource, dict[tuple[str, str], Obj]] = {}  # the same objects, per resource
         self._order: dict[Resource, builtins.list[tuple[str, str]]] = {}  # their keys sorted, dropped when keys change
@@ -144,6 +146,7 @@ class ObjectStore:
 
     def _emit(self, kind: str, res: Resource, obj: Obj, prev: Obj | None = None) -> None:
         event = Event(self.rv, kind, res, obj, prev=prev)  # shared: a stored object is never changed in place
+        self.changed_at = time.monotonic()
         self.history.append(event)
         ns = obj.get("metadata", {}).get("namespace")
         for w in self.watchers:
