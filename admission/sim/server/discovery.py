@@ -13,10 +13,14 @@ from aiohttp import web
 from admission.sim.server.objects import Resource
 from admission.sim.server.schema import openapi
 
+# The server models Kubernetes 1.35 (its schemas: ``kube_schemas.VERSION``) but says 1.31: kubectl
+# sends protobuf bodies to servers from 1.32 on (``kubectl create namespace``), which this one does
+# not decode (docs/simulated-cluster.md)
+REPORTED = "1.31.0"
 VERSION = {
     "major": "1",
-    "minor": "30",
-    "gitVersion": "v1.30.0-turnstile-sim",
+    "minor": REPORTED.split(".")[1],
+    "gitVersion": f"v{REPORTED}-turnstile-sim",
     "gitCommit": "turnstile",
     "gitTreeState": "clean",
     "buildDate": "2026-11-30T00:00:00Z",

@@ -53,6 +53,12 @@ BUILT_IN = (
     Resource("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",)),
     Resource("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",)),
     PRIORITY_CLASSES,
+    # Dynamic Resource Allocation (GA in 1.34): served, validated, stored; no claim controller or
+    # device allocation yet (docs/simulated-cluster.md)
+    Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False, has_status=False),
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", has_status=False),
+    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim"),
+    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False, has_status=False),
     Resource(
         "admissionregistration.k8s.io",
         "v1",

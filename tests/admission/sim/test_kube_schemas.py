@@ -1,4 +1,4 @@
-"""The bundled Kubernetes schemas are kubernetes-validate's v1.30 files, and the simulated API server
+"""The bundled Kubernetes schemas are kubernetes-validate's v1.35 files, and the simulated API server
 validates with them alone: a plain ``pip install`` (no test extra) runs the simulated cluster (issue 33)."""
 
 from __future__ import annotations

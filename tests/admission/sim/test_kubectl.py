@@ -36,7 +36,7 @@ JOB = {
 
 async def test_kubectl_round_trip(kubeconfig: Path) -> None:
     code, out, _ = await kubectl(kubeconfig, "version", "-o", "json")
-    assert code == 0 and json.loads(out)["serverVersion"]["gitVersion"] == "v1.30.0-turnstile-sim"
+    assert code == 0 and json.loads(out)["serverVersion"]["gitVersion"] == "v1.31.0-turnstile-sim"
     assert (await kubectl(kubeconfig, "create", "namespace", "team-a"))[0] == 0
     code, out, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(JOB))
     assert code == 0, err

@@ -5,8 +5,8 @@ validation``) and merges strategic patches by the kinds' patch metadata; both re
 schemas. They used to come from ``kubernetes-validate``, a test-only extra of 108 MB (every Kubernetes
 release's schemas), so a plain ``pip install`` could not run ``turnstile demo``, ``sim up`` or
 ``simulate --engine cluster`` (issue 33). The one release the simulated server models is bundled
-instead: ``kubernetes-schemas-v1.30.0.json.gz`` (338 KB), the files of kubernetes-validate 1.37.0's
-``kubernetes-json-schema/v1.30.0-local-strict`` (strict: unknown fields are errors) as one JSON object,
+instead: ``kubernetes-schemas-v1.35.0.json.gz`` (419 KB), the files of kubernetes-validate 1.37.0's
+``kubernetes-json-schema/v1.35.0-local-strict`` (strict: unknown fields are errors) as one JSON object,
 file name to contents. They are generated from Kubernetes' OpenAPI by yannh/kubernetes-json-schema
 (Apache-2.0, as Kubernetes).
 
@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-VERSION = "1.30.0"  # the Kubernetes release whose schemas the simulated API server checks
+VERSION = "1.35.0"  # the Kubernetes release whose schemas the simulated API server checks
 DIRECTORY = f"v{VERSION}-local-strict"
 BUNDLE = f"kubernetes-schemas-v{VERSION}.json.gz"
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from admission.sim.server.objects import Resource
+from admission.sim.server.schema import kube_schemas
 
 FIELD_VALIDATION = {
     "name": "fieldValidation",
@@ -88,7 +89,7 @@ def group_version_document(group: str, version: str, served: Iterable[Resource])
             }
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes (turnstile simulated cluster)", "version": "v1.30.0"},
+        "info": {"title": "Kubernetes (turnstile simulated cluster)", "version": f"v{kube_schemas.VERSION}"},
         "paths": paths,
         "components": {"schemas": {}},
     }
@@ -136,7 +137,7 @@ def swagger(served: Iterable[Resource]) -> dict[str, Any]:
             paths[path] = converted
     return {
         "swagger": "2.0",
-        "info": {"title": "Kubernetes (turnstile simulated cluster)", "version": "v1.30.0"},
+        "info": {"title": "Kubernetes (turnstile simulated cluster)", "version": f"v{kube_schemas.VERSION}"},
         "paths": paths,
         "definitions": {},
     }

@@ -1,6 +1,6 @@
 """What the API server refuses: schema violations of built-in kinds and the Job's update rules.
 
-Built-in objects are checked against Kubernetes' own OpenAPI schemas (v1.30, strict: unknown
+Built-in objects are checked against Kubernetes' own OpenAPI schemas (v1.35, strict: unknown
 fields are errors; bundled, ``admission.sim.server.schema.kube_schemas``). A Job's pod template is
 immutable, except its scheduling directives (node selector, affinity, tolerations, scheduling
 gates, labels, annotations) while the Job is suspended and has never started; its selector and
