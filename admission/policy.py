@@ -22,6 +22,7 @@ import yaml
 
 from queues import errors, managed
 from queues.cycle import podsready, usage_history
+from queues.dra import mappings
 from queues.kueue import fair_sharing_config
 from queues.model import Config
 from queues.placement.topology import COMPACT
@@ -85,6 +86,14 @@ def parse_admission_fair_sharing(text: str) -> usage_history.AdmissionFairSharin
     return result
 
 
+def parse_device_class_mappings(text: str) -> mappings.Mappings:
+    """Kueue's ``resources.deviceClassMappings`` list (``queues.dra.mappings``); empty: none."""
+    if not text.strip():
+        return mappings.NONE
+    result: mappings.Mappings = _block(text, mappings.parse)
+    return result
+
+
 # the last configuration's managed resources: every unlabelled pod in a managed namespace asks, and
 # the webhook answers pods at hundreds a second while the configuration changes rarely
 _RESOURCES: list[tuple[Config, str, set[str]]] = []
@@ -116,6 +125,8 @@ class Policy:
     gpu_health: str = "taint"  # a GPU reporting a fatal Xid: taint | evict | off (``controller.gpu_health``)
     # a GPU resource's part of a card where the table is not to be used (TURNSTILE_GPU_FRACTIONS)
     card_fractions: Mapping[str, Fraction] = field(default_factory=dict)
+    # DRA: the resource each DeviceClass's devices are charged as (``queues.dra``)
+    device_mappings: mappings.Mappings = mappings.NONE
 
     @classmethod
     def from_settings(
@@ -140,6 +151,7 @@ class Policy:
             reclaim_interval=settings.reclaim_interval,
             gpu_health=settings.gpu_health,
             card_fractions=settings.card_fractions,
+            device_mappings=parse_device_class_mappings(settings.device_class_mappings),
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

@@ -86,6 +86,12 @@ class Settings(BaseSettings):
         description="Kueue's admissionFairSharing block as YAML or JSON ({usageHalfLifeTime: 168h, "
         "usageSamplingInterval: 5m, resourceWeights: {nvidia.com/gpu: 1}}); empty: off, as in Kueue",
     )
+    device_class_mappings: str = Field(
+        default="",
+        description="Kueue's resources.deviceClassMappings as YAML or JSON ([{name: whole-gpus, deviceClassNames: "
+        "[gpu.nvidia.com]}]): the resource each DRA DeviceClass's devices are charged to quota as; empty: none, "
+        "and a job claiming devices through DRA waits (Misconfigured) rather than run uncounted",
+    )
     topology_packing: Literal["Compact", "Kueue"] = Field(
         default="Compact",
         description="how pod sets on a TAS flavor are packed onto nodes: Compact (Turnstile's: fill partly used "
@@ -183,6 +189,14 @@ class Settings(BaseSettings):
         from admission.policy import parse_admission_fair_sharing
 
         parse_admission_fair_sharing(value)  # ValueError names the field and what is wrong
+        return value
+
+    @field_validator("device_class_mappings")
+    @classmethod
+    def _device_class_mappings(cls, value: str) -> str:
+        from admission.policy import parse_device_class_mappings
+
+        parse_device_class_mappings(value)  # ValueError names the field and what is wrong
         return value
 
     @field_validator("integrations")

@@ -38,6 +38,8 @@ def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
             ps.tolerations,
             ps.min_count,
             ps.topology,
+            ps.claims,
+            ps.unaccounted,
         )
         for ps in pod_sets
     )

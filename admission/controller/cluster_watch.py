@@ -5,7 +5,8 @@ run only some operators; it is reported once, holds nothing back, and is looked 
 CRD is installed), namespaces (their labels choose queues and the webhooks' scope), the plain
 Pods the webhook holds (``admission.controller.podgroups``), Kubernetes' PriorityClasses (a job's
 priority when it names no WorkloadPriorityClass), Kubeflow Trainer's runtimes (where a TrainJob's
-pod sets come from) and the CRDs themselves. A job event updates the job cache and marks the job
+pod sets come from), DRA's ResourceClaimTemplates (what a job's device claims charge) and the
+CRDs themselves. A job event updates the job cache and marks the job
 for the next step; a namespace change is told to the step and to the namespace watchers (the
 webhook registration).
 """
@@ -16,6 +17,7 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 
 from admission.controller.changes import Changes
+from admission.controller.claim_templates import ClaimTemplates
 from admission.controller.jobcache import JobCache
 from admission.controller.podgroups import PodGroups
 from admission.controller.priorities import PriorityClasses
@@ -25,6 +27,8 @@ from admission.kube import client as kube_client
 from admission.kube.client import Kube, Obj
 from admission.kube.informer import Informer
 from queues.cycle.scheduler import Scheduler
+from queues.dra import mappings
+from queues.dra.mappings import Mappings
 from queues.podsets import pods
 
 PODS = kube_client.ResourceRef("v1", "Pod", "pods")
@@ -43,6 +47,7 @@ class ClusterWatch:
         *,
         current_scheduler: Callable[[], Scheduler | None],
         optional: Callable[[], Iterable[Informer]],
+        device_mappings: Mappings = mappings.NONE,
     ) -> None:
         self.jobs = jobs
         self.changes = changes
@@ -62,6 +67,8 @@ class ClusterWatch:
         )
         self.priorities = PriorityClasses(kube, current_scheduler)
         self.informers.append(self.priorities.informer)
+        self.claim_templates = ClaimTemplates(kube, jobs, changes, device_mappings, current_scheduler)
+        self.informers.append(self.claim_templates.informer)
         self.runtimes = TrainingRuntimes(kube, self._reread)
         jobs.runtimes = self.runtimes.lookup
         self.informers.extend(self.runtimes.informers)

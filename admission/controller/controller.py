@@ -120,6 +120,7 @@ class Controller:
             integrations,
             current_scheduler=lambda: self.term.scheduler if self.term is not None else None,
             optional=lambda: (self.checks.informer, self.projection.informer, *self.declared.informers.values()),
+            device_mappings=policy.device_mappings,
         )
         self.namespaces = self.watch.namespaces
         self.integrations = self.watch.integrations
@@ -409,6 +410,7 @@ class Controller:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False
         self.priorities.apply(term.scheduler)
+        self.watch.claim_templates.apply(term.scheduler)
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term
         self.terms_begun += 1

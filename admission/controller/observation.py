@@ -134,7 +134,7 @@ class Observation:
                 stored = await store.upsert(
                     session,
                     [
-                        store.Record(uid, view.info, wl.local_queue, wl.priority, at)
+                        store.Record(uid, view.info, wl.local_queue, wl.priority, at, wl.pod_sets)
                         for uid, (view, wl) in upserts.items()
                         if view.info is not None
                     ],

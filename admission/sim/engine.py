@@ -32,17 +32,16 @@ from admission.policy import DEFAULT_POLICY, Policy
 from admission.sim import efficiency
 from admission.sim.operators import cluster as sim_cluster
 from admission.sim.operators import dcgm
+from admission.sim.replay import replay
 from admission.sim.replica_names import ReplicaNames
 from admission.sim.stack import ACTOR, NODES, Stack, fresh_database, running
 from admission.store import config as config_store
 from admission.store import database, deletion
 from admission.store import workloads as store
-from queues.cycle import scheduler
 from queues.efficiency import BUDGET_EXHAUSTED, Trace
-from queues.model import Admission, Config, Workload
-from queues.podsets import jobs, serving
+from queues.podsets import serving
 from queues.simulation.scenario import Edit, JobEntry, Part, Scenario
-from queues.simulation.simulator import Recorder, Result, apply_edit
+from queues.simulation.simulator import Recorder, Result
 
 log = logging.getLogger(__name__)
 
@@ -289,98 +288,6 @@ class Driver:
         result.refused = dict(self.refused)
         result.tracks = [t for t in result.tracks if t.entry.job.key not in self.refused]
         return result
-
-
-def replay(
-    scenario: Scenario,
-    record: Recorder,
-    timeline: list[tuple[float, int, int, Any]],
-    rows: dict[str, tuple[str, str | None, str | None]],
-    *,
-    cycles: int,
-) -> Result:
-    """The run as engine core reports it, from the driver's actions (``JobEntry``, ``Edit``) and the
-    committed decisions (``store.EventRow``), each at ``(scenario time, phase, order)``.
-
-    Ordered by time, then by scenario.md's phases at one instant (finishes, edits, submissions,
-    decisions), then by file or commit order. ``rows`` are the workloads' stored states.
-    """
-    timeline = sorted(timeline, key=lambda a: a[:3])
-    config = Config.of(scenario.manifests)
-    sched = scheduler.Scheduler(config, namespaces=scenario.namespaces)
-    record.configure(config)
-    workloads: dict[str, Workload] = {}
-    last_t: float | None = None
-    for t, _, _, what in timeline:
-        if last_t is not None and t != last_t:
-            record.sample()
-        record.now = last_t = t
-        if isinstance(what, JobEntry):
-            wl = workloads[what.job.key] = sched.workload_for(what.job, seq=what.seq, now=t)
-            sched.submit(wl)
-            record.submitted(wl)
-        elif isinstance(what, Edit):
-            track = record.by_key.get(what.name)
-            if what.action == "cancel":
-                if track is not None and track.state in ("Pending", "Admitted") and track.submitted is not None:
-                    record.cancelled(what.name)
-            elif what.action != "scale" and what.kind != "Node":  # (a scale's replicas are on the timeline;
-                # a node's edit changes no queue configuration: its evictions are on the timeline)
-                apply_edit(config, what)
-                record.configure(config)
-        elif what.workload in workloads:
-            ev: store.EventRow = what
-            if record.by_key[ev.workload].state == "Finished":
-                # A job finishes once. Finishes sort before decisions at one instant, so a decision
-                # committed at the instant its job completed (an eviction, a re-admission in the same
-                # step) comes after the finish here: it did not matter, the work was done.
-                continue
-            if ev.type == "Admitted":
-                flavors = ev.flavors or {}
-                record.admitted(
-                    ev.workload,
-                    admission_of(
-                        workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing), ev.counts or {}
-                    ),
-                )
-                if ev.placement:
-                    record.placed(ev.workload, ev.placement)
-            elif ev.type == "Evicted":
-                record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
-            elif ev.reason not in (None, "JobFinished"):
-                if record.by_key[ev.workload].state in ("Admitted", "Pending"):
-                    record.cancelled(ev.workload)  # a pod deleted: by its eviction, or by the user
-            elif record.by_key[ev.workload].state in ("Admitted", "Pending"):
-                # A job can complete just as it is evicted (before the suspension reaches it): it
-                # finished, whichever of the two was committed first at that instant.
-                record.finished(ev.workload)
-    record.sample()
-
-    def explain(wl: Workload) -> tuple[str, str]:
-        state, reason, message = rows.get(wl.key, ("Pending", None, None))
-        if reason and state == "Pending":
-            return reason, message or ""
-        return sched.explain(wl)
-
-    return record.result(cycles=cycles, explain=explain)
-
-
-def admission_of(
-    wl: Workload,
-    flavors: dict[str, dict[str, str]],
-    cluster_queue: str,
-    borrowing: bool,
-    counts: dict[str, int] | None = None,
-) -> Admission:
-    """The quota an admission holds, from the flavor each pod set's resources were assigned (and
-    the pods it was admitted with, where partially)."""
-    usage: dict[tuple[str, str], int] = {}
-    for ps in jobs.with_counts(wl.pod_sets, counts or {}):
-        for res, total in ps.total().items():
-            flavor = flavors.get(ps.name, {}).get(res)
-            if flavor is not None:
-                usage[(flavor, res)] = usage.get((flavor, res), 0) + total
-    return Admission(cluster_queue, flavors, usage, borrowing, dict(counts or {}))
 
 
 async def simulate(

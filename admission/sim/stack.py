@@ -154,6 +154,7 @@ async def _system(
             fair_sharing=scenario.fair_sharing,
             admission_fair_sharing=scenario.admission_fair_sharing,
             topology_packing=scenario.packing,
+            device_mappings=scenario.devices.mappings,
             prometheus_url=prometheus_url or policy.prometheus_url,
             reclaim_interval=efficiency.look_interval(time_scale),
         ),
@@ -163,6 +164,7 @@ async def _system(
         policy=controller.policy,
         group_totals=controller.pod_groups.totals,
         runtimes=controller.runtimes.lookup,
+        devices=lambda: controller.watch.claim_templates.devices,
     )
     runner = web.AppRunner(webhook.app, handle_signals=False)
     task: asyncio.Task[None] | None = None
@@ -210,6 +212,7 @@ NODES = kube_client.ResourceRef("v1", "Node", "nodes", namespaced=False)
 
 async def _populate(kube: Kube, scenario: Scenario) -> None:
     names = set(scenario.namespaces) | {e.job.namespace for e in scenario.jobs}
+    names |= {t.namespace for t in scenario.devices.templates.values()}
     for name in sorted(names):
         body = {"metadata": {"name": name, "labels": dict(scenario.namespaces.get(name, {}))}}
         with contextlib.suppress(KubeError):  # "default" exists already
@@ -221,6 +224,13 @@ async def _populate(kube: Kube, scenario: Scenario) -> None:
     for name, (value, default) in sorted(scenario.pod_priorities.items()):
         priority_class: dict[str, Any] = {"metadata": {"name": name}, "value": value, "globalDefault": default}
         await kube.create(PRIORITY_CLASSES, None, priority_class)
+    for obj in scenario.device_objects:  # DRA's DeviceClasses and ResourceClaimTemplates, as given
+        kind = str(obj["kind"])
+        namespaced = kind == "ResourceClaimTemplate"
+        plural = {"DeviceClass": "deviceclasses", "ResourceClaimTemplate": "resourceclaimtemplates"}[kind]
+        ref = kube_client.ResourceRef(str(obj["apiVersion"]), kind, plural, namespaced=namespaced)
+        namespace = (obj.get("metadata") or {}).get("namespace") or "default" if namespaced else None
+        await kube.create(ref, namespace, dict(obj))
     for (kind, namespace, _), runtime in sorted(scenario.runtimes.items(), key=lambda kv: str(kv[0])):
         ref = kube_client.ResourceRef(trainjobs.API_VERSION, kind, f"{kind.lower()}s", namespaced=namespace is not None)
         await kube.create(ref, namespace, dict(runtime))

@@ -30,6 +30,7 @@ from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
 from queues import errors, managed
 from queues.cycle import flavors
 from queues.cycle.assignment import WAITING_FOR_QUOTA, Mode
+from queues.dra import charges
 from queues.model import Config, Snapshot, Workload
 from queues.podsets import jobs, pod_resources, trainjobs
 
@@ -128,6 +129,7 @@ def validate(
     missing_queue: str = HOLD,
     policy: Policy | None = None,
     runtimes: trainjobs.Runtimes | None = None,
+    devices: charges.Devices | None = None,
 ) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
@@ -163,10 +165,11 @@ def validate(
         )
     problems.extend(_partial_admission(operation, obj, old, integration))
     queued = queue is not None or f"{namespace}/{jobs.DEFAULT_QUEUE}" in config.local_queues
+    info: jobs.JobInfo | None = None
     if queued:
         # A job Turnstile must queue but cannot read would wait suspended forever, unexplained.
         try:
-            jobs.read_job(
+            info = jobs.read_job(
                 {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}, integration.kind, runtimes
             )
         except errors.Invalid as exc:
@@ -180,7 +183,20 @@ def validate(
         answer.warnings.extend(_warnings(obj, None if held else queue, [] if held else existing))
         if queue is not None:
             answer.warnings.extend(_never_fits(obj, namespace, queue, config, integration.kind, runtimes))
+        if info is not None and devices is not None:  # (None: a webhook that does not see the templates)
+            answer.warnings.extend(_unaccounted_claims(info, devices))
     return answer
+
+
+def _unaccounted_claims(info: jobs.JobInfo, devices: charges.Devices) -> list[str]:
+    """A warning for each pod set whose DRA claims cannot be charged to quota (``queues.dra``): the
+    job is created and waits, Misconfigured, rather than run with its devices uncounted."""
+    return [
+        f"pod set {ps.name}: its devices cannot be charged to quota, so the job waits (Misconfigured) until "
+        f"this is fixed: {ps.unaccounted}"
+        for ps in devices.charge(info.namespace, info.pod_sets)
+        if ps.unaccounted
+    ]
 
 
 def _partial_admission(operation: str, obj: Obj, old: Obj | None, integration: Integration) -> list[str]:

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from admission.policy import HOLD, Policy
 from admission.webhook import pods, queue_objects, review, workload_objects
+from queues.dra import charges
 from queues.model import Config
 from queues.podsets import jobs, trainjobs
 
@@ -64,6 +65,7 @@ class WebhookServer:
         policy: Policy | None = None,
         group_totals: pods.GroupTotals = lambda _ns, _group: set(),
         runtimes: trainjobs.Runtimes | None = None,
+        devices: Callable[[], charges.Devices] | None = None,
         deletions: Deletions | None = None,
         activity: workload_objects.Activity | None = None,
     ) -> None:
@@ -71,6 +73,7 @@ class WebhookServer:
         self.activity = activity  # where a person's spec.active on a Workload becomes a stop/resume request
         self.deletions = deletions  # where who deleted a queue object is written (for the audit log)
         self.runtimes = runtimes  # a TrainJob's training runtime (the controller's informers keep them)
+        self.devices = devices  # DRA: what a job's device claims charge (the controller's informers keep them)
         # what is queued or held (a job naming a LocalQueue that does not exist: hold, Kueue's, or refuse)
         self.policy = policy or Policy(missing_queue=missing_queue)
         self.group_totals = group_totals  # the total counts of a pod group's existing pods
@@ -181,7 +184,15 @@ class WebhookServer:
                     answer = review.mutate(obj, namespace, config, integration, policy)
                 elif not mutating:
                     answer = review.validate(
-                        operation, obj, old, namespace, config, integration, policy=policy, runtimes=self.runtimes
+                        operation,
+                        obj,
+                        old,
+                        namespace,
+                        config,
+                        integration,
+                        policy=policy,
+                        runtimes=self.runtimes,
+                        devices=self.devices() if self.devices is not None else None,
                     )
             except Exception as exc:  # fail closed: a queued job allowed unreviewed would run outside its quota
                 what = _described(req.get("kind"), obj, namespace)

@@ -4,7 +4,9 @@ Resolving a workload's priority (Kueue's WorkloadPriorityClass, else the pod's K
 PriorityClass, else the global default) and its queue (the LocalQueue named by its label or the
 namespace's ``default``, that LocalQueue's ClusterQueue, stop policies, the namespace selector)
 happens here, with the reason and a message the user can act on when it cannot wait anywhere yet;
-a parked workload (deactivated, or backing off) says why instead. ``Scheduler`` inherits these.
+a parked workload (deactivated, or backing off) says why instead. Devices its pods claim through
+DRA are charged here too (``queues.dra``): a workload whose claims cannot be charged waits,
+Misconfigured, until the templates or the mappings change. ``Scheduler`` inherits these.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from queues.cycle import budget_priority
 from queues.cycle.assignment import WAITING_FOR_QUOTA
 from queues.cycle.queueing import PendingQueues
+from queues.dra import charges
 from queues.model import ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.podsets import jobs
 
@@ -38,6 +41,7 @@ class Intake:
     now: float
     _unresolved: dict[str, Workload]
     budget_priority: budget_priority.Lowered | None  # (a spent budget's lower priority)
+    devices: charges.Devices  # DRA: the device class mappings and ResourceClaimTemplates
 
     def _say(self, wl: Workload, reason: str, message: str) -> None:
         raise NotImplementedError
@@ -48,7 +52,7 @@ class Intake:
         if queue is None and f"{job.namespace}/{jobs.DEFAULT_QUEUE}" in self.config.local_queues:
             queue = jobs.DEFAULT_QUEUE
         priority = self.priority_of(job)
-        pod_sets, shape = self.shapes.share(job.pod_sets)
+        pod_sets, shape = self.shapes.share(self.devices.charge(job.namespace, job.pod_sets))
         return Workload(
             key=job.key,
             seq=seq,
@@ -89,6 +93,16 @@ class Intake:
         """Kubernetes PriorityClasses as the cluster has them: (value, globalDefault) by name. They
         set the priority of workloads created from now on (as in Kueue, a workload keeps its own)."""
         self.pod_priorities = dict(classes)
+
+    def set_devices(self, devices: charges.Devices) -> None:
+        """New DRA mappings or ResourceClaimTemplates: the workloads whose claims could not be
+        charged are charged again and queue if they now can (charged ones keep their charge, as a
+        Kueue workload keeps the requests it was made with)."""
+        self.devices = devices
+        for wl in sorted(self._unresolved.values(), key=lambda w: w.seq):
+            if charges.unaccounted(wl.pod_sets) is not None:
+                wl.pod_sets, wl.shape = self.shapes.share(devices.recharge(wl.namespace, wl.pod_sets))
+                self._enqueue(wl)
 
     def _enqueue(self, wl: Workload, why: str = "") -> None:
         # Parked (deactivated, or waiting out a backoff): what was said when it was parked stays.
@@ -166,4 +180,7 @@ class Intake:
                 NAMESPACE_NOT_ALLOWED,
                 (f"namespace {wl.namespace} does not match the namespaceSelector of ClusterQueue {cq.name}"),
             )
+        unaccounted = charges.unaccounted(wl.pod_sets)
+        if unaccounted is not None:
+            return cq, charges.MISCONFIGURED, unaccounted
         return cq, None, ""

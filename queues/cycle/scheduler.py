@@ -40,6 +40,7 @@ from queues.cycle.queueing import PendingQueues
 from queues.cycle.reservations import SETTLE_SECONDS, Reservations, Reserved
 from queues.cycle.retries import Retries
 from queues.cycle.usage_history import AdmissionFairSharing, UsageHistory, UsageOrdering
+from queues.dra import charges
 from queues.kueue.fair_sharing_config import FairSharing
 from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload, pod_requests
 from queues.placement.inventory import Inventory
@@ -111,6 +112,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         self.shapes = SharedShapes()
         # Kubernetes PriorityClasses (scheduling.k8s.io): name -> (value, globalDefault)
         self.pod_priorities: dict[str, tuple[int, bool]] = {}
+        self.devices = charges.Devices()  # DRA (``Intake.set_devices``)
 
     # ----- inputs -------------------------------------------------------------------------
 

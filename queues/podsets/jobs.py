@@ -24,7 +24,7 @@ from queues import errors, selectors
 from queues.errors import FieldError
 from queues.podsets import layouts, topology_requests, trainjobs
 from queues.podsets.layouts import KINDS, POD, Kind
-from queues.podsets.pod_resources import Requests, pod_requests, resource_rules
+from queues.podsets.pod_resources import PodClaim, Requests, pod_claims, pod_requests, resource_rules
 from queues.podsets.topology_requests import Request
 
 __all__ = ["KINDS", "POD", "Kind"]  # re-exported: callers name kinds through ``jobs``
@@ -70,6 +70,11 @@ class PodSet:
     tolerations: tuple[selectors.Toleration, ...] = ()
     min_count: int | None = None  # partial admission: the fewest pods it may be admitted with
     topology: Request | None = None  # its pod template's podset-*-topology annotations (``queues.placement.topology``)
+    # Devices claimed through DRA (``spec.resourceClaims``): charged into ``requests`` by
+    # ``queues.dra`` when the workload is made, or ``unaccounted`` says why they could not be (the
+    # workload then waits, Misconfigured: never admitted with its devices uncounted)
+    claims: tuple[PodClaim, ...] = ()
+    unaccounted: str | None = None
 
     def total(self) -> Requests:
         return {r: v * self.count for r, v in self.requests.items() if v}
@@ -212,7 +217,7 @@ def _partial(ps: PodSet, raw: str, problems: list[FieldError]) -> PodSet:
             FieldError(where, f"must be between 1 and the Job's parallelism {ps.count} (it is {value}); lower it")
         )
         return ps
-    return PodSet(ps.name, ps.count, ps.requests, ps.constraints, ps.tolerations, value)
+    return dataclasses.replace(ps, min_count=value)
 
 
 def creation_problems(info: JobInfo) -> list[FieldError]:
@@ -316,10 +321,14 @@ def _pod_set(
     )
     if len(problems) > before:
         return None
+    claims = pod_claims(pod_spec, path, problems)
+    if len(problems) > before:
+        return None
     return PodSet(
         name=name,
         count=count,
         requests=requests,
         constraints=selectors.NodeConstraints.from_pod_spec(pod_spec),
         tolerations=tolerations,
+        claims=claims,
     )

@@ -1,19 +1,71 @@
 """What one pod asks for: its effective request as the kube-scheduler computes it (the sum of its
 containers plus restartable sidecar init containers, or the largest init container if larger,
 plus the pod overhead; a container's limits stand in for requests it does not set), the API
-server's rules for container resources, and which resources are GPUs.
+server's rules for container resources, which resources are GPUs, and the devices it claims
+through Dynamic Resource Allocation (``spec.resourceClaims``: ``queues.dra`` charges them).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from queues import quantity
 from queues.errors import FieldError
 
 Requests = dict[str, int]  # resource name -> milli-units
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of a pod's ``spec.resourceClaims``: a claim made per pod from a
+    ResourceClaimTemplate (``template``), or an existing ResourceClaim shared by name (``claim``)."""
+
+    name: str
+    template: str | None = None
+    claim: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        out = {"name": self.name}
+        if self.template is not None:
+            out["resourceClaimTemplateName"] = self.template
+        if self.claim is not None:
+            out["resourceClaimName"] = self.claim
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> PodClaim:
+        return cls(str(raw["name"]), raw.get("resourceClaimTemplateName"), raw.get("resourceClaimName"))
+
+
+def pod_claims(pod_spec: Mapping[str, Any], path: str, problems: list[FieldError]) -> tuple[PodClaim, ...]:
+    """The pod's ``spec.resourceClaims``, with the API server's rules: each has a unique name and
+    exactly one of ``resourceClaimName`` and ``resourceClaimTemplateName``."""
+    raw = pod_spec.get("resourceClaims")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(FieldError(f"{path}.resourceClaims", "must be a list of {name, resourceClaimTemplateName}"))
+        return ()
+    out: list[PodClaim] = []
+    for i, entry in enumerate(raw):
+        where = f"{path}.resourceClaims[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            problems.append(FieldError(f"{where}.name", "required: the claim's name, as its containers name it"))
+            continue
+        template, claim = entry.get("resourceClaimTemplateName"), entry.get("resourceClaimName")
+        if (template is None) == (claim is None) or not isinstance(template or claim, str):
+            problems.append(
+                FieldError(where, "must have exactly one of resourceClaimName or resourceClaimTemplateName (a string)")
+            )
+            continue
+        if any(c.name == entry["name"] for c in out):
+            problems.append(FieldError(f"{where}.name", f"Duplicate value: {entry['name']!r}"))
+            continue
+        out.append(PodClaim(sys.intern(entry["name"]), template, claim))
+    return tuple(out)
 
 
 def _container_requests(container: Any, path: str, problems: list[FieldError]) -> Requests:

@@ -21,6 +21,7 @@ pod whose controller is an integrated job (the job is queued, not its pods).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -201,7 +202,7 @@ def group_info(group: Group) -> jobs.JobInfo:
     for index, (role, members) in enumerate(roles.items()):
         info = jobs.read_job(members[0], jobs.POD)
         count = len(members) + (total - len(group.pods) if index == 0 else 0)
-        pod_sets.extend(jobs.PodSet(role, count, ps.requests, ps.constraints, ps.tolerations) for ps in info.pod_sets)
+        pod_sets.extend(dataclasses.replace(ps, name=role, count=count) for ps in info.pod_sets)
     first = group.pods[0]
     meta = first.get("metadata") or {}
     return jobs.JobInfo(

@@ -17,6 +17,7 @@ under the same name (``JobEntry.regroups``): it waits in its queue again, as an 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -149,7 +150,7 @@ def _group(namespace: str, name: str, members: list[tuple[tuple[jobs.JobInfo, st
             continue
         (ps,) = info.pod_sets
         count = (sets[role].count if role in sets else 0) + n
-        sets[role] = jobs.PodSet(role, count, ps.requests, ps.constraints, ps.tolerations)
+        sets[role] = dataclasses.replace(ps, name=role, count=count)  # (its claims, topology... kept)
     first = members[0][0][0]
     return jobs.JobInfo(
         api_version="v1",

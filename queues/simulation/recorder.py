@@ -1,7 +1,7 @@
 """What a simulation reports: each workload's track, each queue's wait and utilisation, the events.
 
 Both engines fill the same ``Recorder`` (engine core as it decides, engine cluster by replaying
-what the controller committed, ``admission.sim.engine.replay``), so their reports have one shape
+what the controller committed, ``admission.sim.replay``), so their reports have one shape
 and are compared field by field; ``Result.to_json`` is scenario.md's output.
 """
 

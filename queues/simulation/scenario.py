@@ -7,13 +7,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from queues import efficiency, errors
 from queues.cycle import podsready, usage_history
+from queues.dra import charges, mappings
 from queues.errors import FieldError
 from queues.kueue import api, fair_sharing_config
 from queues.placement import topology
@@ -24,58 +24,11 @@ from queues.simulation.scenario_edits import MAX_SECONDS, Edit
 from queues.simulation.scenario_edits import edits as _edits
 from queues.simulation.scenario_edits import manifest as _manifest
 from queues.simulation.scenario_edits import seconds as _time
+from queues.simulation.scenario_jobs import DEPLOYMENT, RAY_CLUSTER, JobEntry, Part
+from queues.simulation.scenario_jobs import group as _group
+from queues.simulation.scenario_jobs import serving_entries as _serving
 
 __all__ = ["MAX_SECONDS", "Edit", "JobEntry", "Part", "Scenario", "parse"]
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One object of a workload made of several (a pod group's pods): created at its own time."""
-
-    index: int
-    at: float
-    runtime: float
-    object: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class JobEntry:
-    """One workload of the timeline: a job, a Pod, or a pod group (``parts``: its pods, each an entry
-    of the file; the group is submitted when its last pod is, and runs as long as its longest)."""
-
-    index: int
-    at: float
-    runtime: float
-    job: jobs.JobInfo
-    object: Mapping[str, Any]
-    parts: tuple[Part, ...] = ()
-    # a Deployment: how many replicas it asks for (its pods are workloads ``<name>-<k>``, made as
-    # its ReplicaSet makes them: at creation, on scale-out, and to replace an evicted one); ``job``
-    # is one replica's pod, named like the Deployment
-    replicas: int | None = None
-    regroups: bool = False  # a serving group: an eviction deletes it and its owner makes it again
-    creates: bool = True  # False: another entry's object makes it (a LeaderWorkerSet's later groups)
-    position: int = 0  # among the workloads of one object (a LeaderWorkerSet's groups), in order
-
-    @property
-    def seq(self) -> int:
-        """Its place among equals in a queue: file order, then its position in its object."""
-        return self.index * 1000 + self.position
-
-    @property
-    def serves(self) -> bool:
-        """A serving replica: it runs until it is stopped (scaled in, evicted), never by itself."""
-        return self.runtime >= MAX_SECONDS
-
-    def replica(self, k: int, at: float) -> JobEntry:
-        """The entry of its ``k``-th replica (made at ``at``): a Pod workload ``<name>-<k>``."""
-        job = dataclasses.replace(self.job, name=f"{self.job.name}-{k}")
-        return JobEntry(self.index, at, self.runtime, job, self.object)
-
-    @property
-    def objects(self) -> tuple[Part, ...]:
-        """What a cluster is given, each at its time: the parts, or the object itself."""
-        return self.parts or (Part(self.index, self.at, self.runtime, self.object),)
 
 
 @dataclass(slots=True)
@@ -106,11 +59,15 @@ class Scenario:
     gpu_memory: dict[str, efficiency.Trace] = field(default_factory=dict)
     reclaim: tuple[efficiency.ReclaimPolicy, ...] = ()
     budgets: tuple[efficiency.Budget, ...] = ()
+    # DRA (``queues.dra``): the deviceClassMappings and ResourceClaimTemplates that charge claims, and
+    # the DeviceClass and ResourceClaimTemplate objects as given (engine cluster creates them)
+    devices: charges.Devices = field(default_factory=charges.Devices)
+    device_objects: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 _TOP_FIELDS = {
     "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady",
-    "fairSharing", "admissionFairSharing", "topologyPacking", "reclaim", "budgets",
+    "fairSharing", "admissionFairSharing", "topologyPacking", "reclaim", "budgets", "deviceClassMappings",
 }  # fmt: skip
 
 
@@ -132,6 +89,8 @@ def parse(doc: Any) -> Scenario:
     manifests: list[api.KueueObject] = []
     pod_priorities: dict[str, tuple[int, bool]] = {}
     runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = {}
+    device_objects: list[Mapping[str, Any]] = []
+    claim_templates: list[charges.ClaimTemplate] = []
     raw_manifests = doc.get("manifests")
     seen: dict[tuple[str, str], str] = {}
     if not isinstance(raw_manifests, list):
@@ -140,6 +99,9 @@ def parse(doc: Any) -> Scenario:
         for i, raw in enumerate(raw_manifests):
             if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) == other_kinds.PRIORITY_CLASS:
                 other_kinds.priority_class(raw, f"manifests[{i}]", pod_priorities, problems)
+                continue
+            if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) in other_kinds.DRA_KINDS:
+                other_kinds.dra_object(raw, f"manifests[{i}]", device_objects, claim_templates, problems)
                 continue
             if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) in other_kinds.TRAINING_RUNTIMES:
                 other_kinds.runtime(raw, f"manifests[{i}]", runtimes, problems)
@@ -304,6 +266,11 @@ def parse(doc: Any) -> Scenario:
         problems.extend(exc.errors)
     reclaim = efficiency.reclaim(doc.get("reclaim"), problems)
     budgets = efficiency.budgets(doc.get("budgets"), problems)
+    device_mappings = mappings.NONE
+    try:
+        device_mappings = mappings.parse(doc.get("deviceClassMappings"))
+    except errors.Invalid as exc:
+        problems.extend(exc.errors)
     if problems:
         raise errors.Invalid(problems)
     return Scenario(
@@ -325,72 +292,6 @@ def parse(doc: Any) -> Scenario:
         gpu_memory,
         reclaim,
         budgets,
-    )
-
-
-DEPLOYMENT = ("apps/v1", "Deployment")
-RAY_CLUSTER = ("ray.io/v1", "RayCluster")
-
-
-def _serving(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldError]) -> list[JobEntry]:
-    """The workloads of a serving object (``queues.podsets.serving``): they run until stopped, so no runtime."""
-    path = f"jobs[{i}]"
-    if "runtime" in raw:
-        problems.append(FieldError(f"{path}.runtime", "serving workloads run until they are stopped: remove runtime"))
-    obj: Mapping[str, Any] = raw["object"]
-    before = len(problems)
-    found = serving.read(f"{path}.object", obj, problems)
-    for where, template in _templates(obj):
-        problems.extend(e.under(f"{path}.object.{where}") for e in pod_resources.pod_problems(template))
-    if len(problems) > before:
-        return []
-    return [
-        JobEntry(i, at, MAX_SECONDS, info, obj, replicas=replicas, regroups=regroups, creates=n == 0, position=n)
-        for n, (info, replicas, regroups) in enumerate(found)
-    ]
-
-
-def _templates(obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(path, pod spec) of a serving object's pod templates, for the API server's resource rules."""
-    if (obj.get("apiVersion"), obj.get("kind")) == serving.INFERENCE_SERVICE:
-        return [("spec.predictor", serving.predictor(obj)["spec"]["template"]["spec"])]
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-    assert isinstance(spec, Mapping)
-    lwt = spec.get("leaderWorkerTemplate") if isinstance(spec.get("leaderWorkerTemplate"), Mapping) else {}
-    assert isinstance(lwt, Mapping)
-    found = [("spec.template.spec", (spec.get("template") or {}).get("spec"))]
-    found += [
-        (f"spec.leaderWorkerTemplate.{k}.spec", (lwt.get(k) or {}).get("spec"))
-        for k in ("leaderTemplate", "workerTemplate")
-    ]
-    return [(p, t) for p, t in found if isinstance(t, Mapping)]
-
-
-def _group(key: str, members: list[tuple[int, Part, jobs.JobInfo]], problems: list[FieldError]) -> JobEntry | None:
-    """A pod group's pods as one entry, or None (with the problems) when they cannot be one."""
-    namespace, _, name = key.partition("/")
-    first = members[0][0]
-    group = pods.Group(namespace, name, tuple(part.object for _, part, _ in members))
-    found = pods.group_problems(group)
-    if not found:
-        total = pods.total_count(group.pods[0])
-        if len(members) != total:
-            where = ", ".join(f"jobs[{i}]" for i, _, _ in members)
-            found.append(
-                FieldError(
-                    f"metadata.annotations[{pods.TOTAL_ANNOTATION}]",
-                    f"group {name} counts {total} pods but the timeline creates {len(members)} ({where})",
-                )
-            )
-    if found:
-        problems.extend(e.under(f"jobs[{first}].object") for e in found)
-        return None
-    parts = tuple(part for _, part, _ in members)
-    return JobEntry(
-        index=first,
-        at=max(p.at for p in parts),
-        runtime=max(p.runtime for p in parts),
-        job=pods.group_info(group),
-        object=parts[0].object,
-        parts=parts,
+        charges.Devices.of(device_mappings, claim_templates),
+        device_objects,
     )

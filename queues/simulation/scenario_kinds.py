@@ -1,17 +1,23 @@
 """The manifests of a scenario that are not Kueue objects: Kubernetes PriorityClasses (a pod's
-``priorityClassName``) and Kubeflow Trainer's training runtimes (a TrainJob's pods), read into
-what the scheduling core needs of them, every problem at its path."""
+``priorityClassName``), Kubeflow Trainer's training runtimes (a TrainJob's pods) and DRA's
+DeviceClasses and ResourceClaimTemplates (the devices pods claim), read into what the scheduling
+core needs of them, every problem at its path."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from queues import errors
+from queues.dra import charges
 from queues.errors import FieldError
 from queues.podsets import trainjobs
 
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 TRAINING_RUNTIMES = {(trainjobs.API_VERSION, trainjobs.CLUSTER_RUNTIME), (trainjobs.API_VERSION, trainjobs.RUNTIME)}
+DEVICE_CLASS = (charges.API_VERSION, "DeviceClass")
+CLAIM_TEMPLATE = (charges.API_VERSION, "ResourceClaimTemplate")
+DRA_KINDS = {DEVICE_CLASS, CLAIM_TEMPLATE}
 
 
 def priority_class(
@@ -48,3 +54,34 @@ def runtime(
         problems.append(FieldError(f"{path}.spec.template.spec", "required: the JobSet template of the runtime"))
     else:
         into[(kind, namespace, name)] = raw
+
+
+def dra_object(
+    raw: Mapping[str, Any],
+    path: str,
+    into: list[Mapping[str, Any]],
+    templates: list[charges.ClaimTemplate],
+    problems: list[FieldError],
+) -> None:
+    """A DeviceClass (made in the cluster as given) or a ResourceClaimTemplate (what its claims charge)."""
+    meta: Mapping[str, Any] = raw["metadata"] if isinstance(raw.get("metadata"), Mapping) else {}
+    name, kind = meta.get("name"), str(raw.get("kind"))
+    namespace = meta.get("namespace") or "default" if (raw.get("apiVersion"), kind) == CLAIM_TEMPLATE else None
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError(f"{path}.metadata.name", f"required: the {kind}'s name"))
+        return
+    for other in into:
+        other_meta = other.get("metadata") or {}
+        if other.get("kind") == kind and (other_meta.get("namespace") or "default", other_meta.get("name")) == (
+            namespace or "default",
+            name,
+        ):
+            problems.append(FieldError(f"{path}.metadata.name", f"duplicate {kind} {name!r}"))
+            return
+    if (raw.get("apiVersion"), kind) == CLAIM_TEMPLATE:
+        try:
+            templates.append(charges.ClaimTemplate.from_object(raw, namespace))
+        except errors.Invalid as exc:
+            problems.extend(e.under(path) for e in exc.errors)
+            return
+    into.append(raw)

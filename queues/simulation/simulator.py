@@ -56,6 +56,7 @@ class Simulation:
             packing=scenario.packing,
         )
         self.sched.set_pod_priorities(scenario.pod_priorities)
+        self.sched.set_devices(scenario.devices)  # DRA: what pods' claims charge
         self.sched.block_admission = scenario.pods_ready.block_admission
         # idle reclaim and GPU-hour budgets (``queues.efficiency``)
         self.efficiency = EfficiencyModel(scenario.utilization, scenario.reclaim, scenario.budgets)

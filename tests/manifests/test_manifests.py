@@ -103,6 +103,7 @@ def test_rbac_is_least_privilege() -> None:
     for group, resource, verbs in (
         ("", "pods", {"get", "list", "watch", "patch", "delete"}),
         ("scheduling.k8s.io", "priorityclasses", {"get", "list", "watch"}),
+        ("resource.k8s.io", "resourceclaimtemplates", {"get", "list", "watch"}),
         ("", "nodes", {"get", "list", "watch"}),
     ):
         rules = [r for r in cluster_rules if group in r["apiGroups"] and resource in r["resources"]]

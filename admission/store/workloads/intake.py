@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from queues import selectors
 from queues.podsets import jobs
+from queues.podsets.pod_resources import PodClaim
 
 UPSERT_CHUNK = 10_000
 LEDGER_LABELS = ("team", "project")
@@ -33,6 +34,9 @@ class Record:
     local_queue: str | None
     priority: int
     created_at: dt.datetime
+    # its pod sets as the core made them: with their DRA claims charged, or why they could not be
+    # (``queues.dra``); None: the job's own
+    pod_sets: tuple[jobs.PodSet, ...] | None = None
 
 
 def pod_sets_json(pod_sets: Iterable[jobs.PodSet], priority_class_name: str | None = None) -> dict[str, Any]:
@@ -51,6 +55,8 @@ def pod_sets_json(pod_sets: Iterable[jobs.PodSet], priority_class_name: str | No
                 ],
                 "tolerations": [t.to_dict() for t in ps.tolerations],
                 **({"minCount": ps.min_count} if ps.min_count is not None else {}),
+                **({"resourceClaims": [c.to_dict() for c in ps.claims]} if ps.claims else {}),
+                **({"unaccounted": ps.unaccounted} if ps.unaccounted else {}),
             }
             for ps in pod_sets
         ]
@@ -74,6 +80,8 @@ def pod_sets_from_json(body: dict[str, Any]) -> tuple[jobs.PodSet, ...]:
                 constraints=constraints,
                 tolerations=tuple(selectors.Toleration.from_dict(t) for t in ps.get("tolerations", [])),
                 min_count=int(ps["minCount"]) if ps.get("minCount") is not None else None,
+                claims=tuple(PodClaim.from_dict(c) for c in ps.get("resourceClaims", [])),
+                unaccounted=ps.get("unaccounted"),
             )
         )
     return tuple(out)
@@ -120,7 +128,12 @@ async def upsert(session: AsyncSession, records: Sequence[Record]) -> dict[str, 
                 "name": [r.job.name for r in chunk],
                 "local_queue": [r.local_queue for r in chunk],
                 "priority": [r.priority for r in chunk],
-                "pod_sets": [json.dumps(pod_sets_json(r.job.pod_sets, r.job.priority_class_name)) for r in chunk],
+                "pod_sets": [
+                    json.dumps(
+                        pod_sets_json(r.job.pod_sets if r.pod_sets is None else r.pod_sets, r.job.priority_class_name)
+                    )
+                    for r in chunk
+                ],
                 "labels": [json.dumps(dict(r.job.labels)) for r in chunk],
                 "ts": [r.created_at for r in chunk],
             },

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from admission.sim.engine import replay
+from admission.sim.replay import replay
 from admission.store.workloads import EventRow
 from queues.simulation import scenario
 from queues.simulation.simulator import Recorder

@@ -19,7 +19,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.webhook import certs
+from admission.webhook import certs, review
 from admission.webhook.server import MAX_BODY, WebhookServer
 from queues.kueue import codec
 from queues.model import Config
@@ -384,3 +384,22 @@ def test_kueue_annotations_not_acted_on_are_warned_about(server: Server) -> None
     assert review["allowed"] is True, review
     assert any("elastic-job]: elastic jobs (workload slices) are not supported yet" in w for w in review["warnings"])
     assert not any("elastic" in w for w in server.review("/validate", job("plain")).get("warnings", []))
+
+
+def test_a_job_whose_dra_claims_cannot_be_charged_is_created_with_a_warning(server: Server) -> None:
+    """Never a claim uncounted (docs/dra.md): the job is created and waits Misconfigured, and the
+    person creating it is told why, naming the pod set, the claim and the DeviceClass."""
+    from queues.dra import charges, mappings
+
+    body = job("claims", gpus="0")
+    body["metadata"]["namespace"] = "ml"
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "mig"}]
+    mig = charges.ClaimTemplate("ml", "mig", (charges.DeviceRequest("mig", "mig.nvidia.com"),))
+    unmapped = charges.Devices.of(mappings.NONE, [mig])
+    answer = review.validate("CREATE", body, None, "ml", server.config, devices=unmapped)
+    assert answer.allowed
+    (warning,) = [w for w in answer.warnings if "Misconfigured" in w]
+    assert "pod set main" in warning and "DeviceClass mig.nvidia.com is not mapped" in warning
+    mapped = charges.Devices.of(mappings.parse([{"name": "mig-1g", "deviceClassNames": ["mig.nvidia.com"]}]), [mig])
+    answer = review.validate("CREATE", body, None, "ml", server.config, devices=mapped)
+    assert answer.allowed and not [w for w in answer.warnings if "Misconfigured" in w]

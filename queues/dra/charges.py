@@ -1,0 +1,195 @@
+"""What a pod set's DRA claims cost: each device a ResourceClaimTemplate asks for, charged as the
+logical resource its DeviceClass maps to (Kueue's ResourceClaimTemplate path).
+
+A claim is made per pod from its template, so the charge is per pod, like a container's
+requests: ``count`` devices of a mapped DeviceClass are ``count`` units of the mapped resource. What
+cannot be counted before allocation is not admitted uncounted: a claim naming a ResourceClaim
+directly (a shared claim is not the pod's alone), a template that does not exist, a DeviceClass no
+mapping names, ``allocationMode: All`` (how many is known only at allocation), ``adminAccess``
+and prioritized lists (``firstAvailable``, not implemented yet). The pod set then says why in
+``unaccounted`` and its workload waits, Misconfigured, with that message; it is charged again
+when the templates or the mappings change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues import errors, quantity
+from queues.dra.mappings import NONE, SETTING, Mappings
+from queues.errors import FieldError
+from queues.podsets.jobs import PodSet
+
+API_VERSION = "resource.k8s.io/v1"
+MISCONFIGURED = "Misconfigured"  # Kueue's QuotaReserved reason for a workload it cannot charge
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """One entry of a claim's ``spec.devices.requests``."""
+
+    name: str
+    device_class: str | None  # exactly.deviceClassName (None with firstAvailable)
+    count: int = 1
+    all_devices: bool = False  # allocationMode: All
+    admin_access: bool = False
+    first_available: bool = False  # a prioritized list of alternatives
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTemplate:
+    """A ResourceClaimTemplate: the device requests each pod's claim is made with."""
+
+    namespace: str
+    name: str
+    requests: tuple[DeviceRequest, ...]
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any], namespace: str | None = None) -> ClaimTemplate:
+        """A ``resource.k8s.io/v1`` ResourceClaimTemplate, or ``errors.Invalid`` naming the field."""
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        assert isinstance(meta, Mapping)
+        name = meta.get("name")
+        problems: list[FieldError] = []
+        if not isinstance(name, str) or not name:
+            problems.append(FieldError("metadata.name", "required: the template's name, as pods name it"))
+        spec = obj.get("spec")
+        claim_spec = spec.get("spec") if isinstance(spec, Mapping) else None
+        devices = claim_spec.get("devices") if isinstance(claim_spec, Mapping) else None
+        raw = devices.get("requests") if isinstance(devices, Mapping) else None
+        requests: list[DeviceRequest] = []
+        if raw is not None and not isinstance(raw, list):
+            problems.append(FieldError("spec.spec.devices.requests", "must be a list of device requests"))
+        for i, entry in enumerate(raw or []):
+            request = _request(entry, f"spec.spec.devices.requests[{i}]", problems)
+            if request is not None:
+                requests.append(request)
+        if problems:
+            raise errors.Invalid(problems, subject=f"ResourceClaimTemplate {name or '?'}")
+        return cls(str(namespace or meta.get("namespace") or "default"), str(name), tuple(requests))
+
+
+def _request(entry: Any, where: str, problems: list[FieldError]) -> DeviceRequest | None:
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+        problems.append(FieldError(f"{where}.name", "required: each device request has a name"))
+        return None
+    if entry.get("firstAvailable"):
+        return DeviceRequest(entry["name"], None, first_available=True)
+    exactly = entry.get("exactly")
+    if not isinstance(exactly, Mapping) or not isinstance(exactly.get("deviceClassName"), str):
+        problems.append(
+            FieldError(f"{where}.exactly.deviceClassName", "required: the DeviceClass of the devices asked for")
+        )
+        return None
+    mode = exactly.get("allocationMode") or "ExactCount"
+    if mode not in ("ExactCount", "All"):
+        problems.append(FieldError(f"{where}.exactly.allocationMode", f"must be ExactCount or All, not {mode!r}"))
+        return None
+    count = exactly.get("count", 1)
+    if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        problems.append(FieldError(f"{where}.exactly.count", f"must be a whole number of devices >= 1, not {count!r}"))
+        return None
+    return DeviceRequest(
+        entry["name"],
+        exactly["deviceClassName"],
+        count=int(count) if mode == "ExactCount" else 0,
+        all_devices=mode == "All",
+        admin_access=bool(exactly.get("adminAccess")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Devices:
+    """The mappings and the ResourceClaimTemplates a cluster has: what charges a pod set's claims."""
+
+    mappings: Mappings = NONE
+    templates: Mapping[tuple[str, str], ClaimTemplate] = field(default_factory=dict)  # (namespace, name)
+
+    @classmethod
+    def of(cls, mappings: Mappings, templates: Iterable[ClaimTemplate]) -> Devices:
+        return cls(mappings, {(t.namespace, t.name): t for t in templates})
+
+    def charge(self, namespace: str, pod_sets: tuple[PodSet, ...]) -> tuple[PodSet, ...]:
+        """``pod_sets`` as read from a job (their requests the containers' alone), each with its
+        claims' devices added to its requests, or ``unaccounted`` saying why they cannot be."""
+        if not any(ps.claims for ps in pod_sets):
+            return pod_sets
+        return tuple(self._charged(namespace, i, ps) if ps.claims else ps for i, ps in enumerate(pod_sets))
+
+    def recharge(self, namespace: str, pod_sets: tuple[PodSet, ...]) -> tuple[PodSet, ...]:
+        """Charge again the pod sets that could not be (their requests are still the containers')."""
+        return tuple(
+            self._charged(namespace, i, dataclasses.replace(ps, unaccounted=None)) if ps.unaccounted else ps
+            for i, ps in enumerate(pod_sets)
+        )
+
+    def _charged(self, namespace: str, index: int, ps: PodSet) -> PodSet:
+        added: dict[str, int] = {}
+        for j, claim in enumerate(ps.claims):
+            where = f"spec.podSets[{index}].template.spec.resourceClaims[{j}]"
+            if claim.template is None:
+                return dataclasses.replace(
+                    ps,
+                    unaccounted=(
+                        f"{where}.resourceClaimName: pod set {ps.name}'s claim {claim.name} names ResourceClaim "
+                        f"{claim.claim} directly, and a claim shared by name is not charged to quota (its devices "
+                        "are not this workload's alone); claim the devices through a resourceClaimTemplateName"
+                    ),
+                )
+            template = self.templates.get((namespace, claim.template))
+            if template is None:
+                return dataclasses.replace(
+                    ps,
+                    unaccounted=(
+                        f"{where}.resourceClaimTemplateName: Not found: ResourceClaimTemplate "
+                        f"{namespace}/{claim.template} (pod set {ps.name}, claim {claim.name}); create it"
+                    ),
+                )
+            for request in template.requests:
+                why = self._refused(request)
+                if why is not None:
+                    return dataclasses.replace(
+                        ps,
+                        unaccounted=(
+                            f"{where}.resourceClaimTemplateName: ResourceClaimTemplate {namespace}/{template.name} "
+                            f"request {request.name} (pod set {ps.name}, claim {claim.name}): {why}"
+                        ),
+                    )
+                assert request.device_class is not None
+                logical = self.mappings.lookup(request.device_class)
+                if logical is None:
+                    return dataclasses.replace(
+                        ps,
+                        unaccounted=(
+                            f'{where}.resourceClaimTemplateName: Not found: "DeviceClass {request.device_class} is '
+                            f'not mapped in DRA configuration for podset {ps.name}" (claim {claim.name}, '
+                            f"ResourceClaimTemplate {namespace}/{template.name}); map it to a resource the "
+                            f"ClusterQueue gives quota for in {SETTING} (a scenario's deviceClassMappings)"
+                        ),
+                    )
+                added[logical] = added.get(logical, 0) + request.count * quantity.MILLI
+        requests = dict(ps.requests)
+        for res, milli in added.items():
+            requests[res] = requests.get(res, 0) + milli
+        return dataclasses.replace(ps, requests=requests, unaccounted=None)
+
+    @staticmethod
+    def _refused(request: DeviceRequest) -> str | None:
+        if request.first_available:
+            return "prioritized lists (firstAvailable) are not charged yet; ask for exactly one DeviceClass"
+        if request.all_devices:
+            return (
+                f"allocationMode All asks for every matching device of DeviceClass {request.device_class}, a number "
+                "known only at allocation; ask for a count (allocationMode: ExactCount)"
+            )
+        if request.admin_access:
+            return "adminAccess requests are not charged to quota; run them outside a queue"
+        return None
+
+
+def unaccounted(pod_sets: Iterable[PodSet]) -> str | None:
+    """Why a workload's claims could not be charged (the first pod set's reason), or None."""
+    return next((ps.unaccounted for ps in pod_sets if ps.unaccounted), None)

@@ -1,0 +1,115 @@
+"""DRA in the running system: a job whose pods claim GPUs through a ResourceClaimTemplate is
+charged as its DeviceClass's mapping says, over the real informers and the webhook's view; one
+whose template does not exist yet waits Misconfigured and is charged once it is created."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from admission.controller.claim_templates import RESOURCE_CLAIM_TEMPLATES
+from admission.policy import DEFAULT_POLICY
+from admission.store import database, tables
+from queues.dra import mappings
+from tests.admission.controller.world import eventually, world
+
+CONFIG = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: h100}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: gpus}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [whole-gpus]
+    flavors:
+    - name: h100
+      resources: [{name: whole-gpus, nominalQuota: "2"}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: user-queue, namespace: ml}
+spec: {clusterQueue: gpus}
+"""
+
+
+def claiming(name: str, template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}],
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                }
+            },
+        },
+    }
+
+
+def two_gpus(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]
+                }
+            }
+        },
+    }
+
+
+async def rows(w) -> dict[str, tuple[str, str | None, str | None]]:  # type: ignore[no-untyped-def]
+    async with database.transaction(w.sessions) as s:
+        found = await s.execute(
+            select(tables.Workload.name, tables.Workload.state, tables.Workload.reason, tables.Workload.message)
+        )
+        return {name: (state, reason, message) for name, state, reason, message in found.all()}
+
+
+async def test_claims_are_charged_a_second_waits_and_a_missing_template_holds_until_created(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    policy = dataclasses.replace(
+        DEFAULT_POLICY, device_mappings=mappings.parse([{"name": "whole-gpus", "deviceClassNames": ["gpu.nvidia.com"]}])
+    )
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        await w.kube.create(RESOURCE_CLAIM_TEMPLATES, "ml", two_gpus("two-gpus"))
+        w.start_controller("replica-1", policy=policy)
+        await w.create(claiming("first", "two-gpus"))
+        await w.create(claiming("later", "not-yet"))
+
+        async def settled() -> dict[str, Any] | None:
+            now = await rows(w)
+            return now if now.get("first", ("",))[0] == "Admitted" and "later" in now else None
+
+        now = await eventually(settled, what="first admitted, later stored")
+        state, reason, message = now["later"]
+        assert (state, reason) == ("Pending", "Misconfigured"), now["later"]
+        assert "ResourceClaimTemplate ml/not-yet" in str(message)
+        assert not (await w.get("first"))["spec"]["suspend"]
+        # The template comes: the waiting job is charged (2 GPUs) and waits for quota, as first holds it all.
+        await w.kube.create(RESOURCE_CLAIM_TEMPLATES, "ml", two_gpus("not-yet"))
+
+        async def charged() -> tuple[str, str | None, str | None] | None:
+            later = (await rows(w))["later"]
+            return later if later[1] not in (None, "Misconfigured") else None
+
+        state, reason, message = await eventually(charged, what="later charged once its template exists")
+        assert (state, reason) == ("Pending", "WaitingForQuota"), (state, reason, message)
+        assert "whole-gpus" in str(message)
+        assert (await w.get("later"))["spec"]["suspend"] is True

@@ -1,0 +1,179 @@
+"""DRA claims charged to quota (``queues.dra``): Kueue's ResourceClaimTemplate path, and never a
+claim admitted uncounted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.store.workloads import pod_sets_from_json, pod_sets_json
+from queues import errors
+from queues.cycle.scheduler import Admit, Scheduler
+from queues.dra import charges, mappings
+from queues.podsets import jobs
+from tests.queues.builders import CQ, flavor
+from tests.queues.builders import scheduler as make_scheduler
+
+MAPPINGS = mappings.parse([{"name": "whole-gpus", "deviceClassNames": ["gpu.nvidia.com"]}])
+
+
+def template(name: str, *requests: dict[str, Any], namespace: str = "ns") -> charges.ClaimTemplate:
+    return charges.ClaimTemplate.from_object(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": list(requests)}}},
+        }
+    )
+
+
+def gpus(count: int | None = None, device_class: str = "gpu.nvidia.com", **extra: Any) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, **extra}
+    if count is not None:
+        exactly["count"] = count
+    return {"name": "gpus", "exactly": exactly}
+
+
+def job(name: str, *claims: dict[str, str], cpu: str = "1") -> jobs.JobInfo:
+    return jobs.read_job(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": "ns", "labels": {jobs.QUEUE_LABEL: "q"}},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+                        "resourceClaims": list(claims),
+                    }
+                }
+            },
+        }
+    )
+
+
+def scheduler(devices: charges.Devices) -> Scheduler:
+    s = make_scheduler(flavor("h100"), CQ("cq").group(("h100", {"cpu": 16, "whole-gpus": 2})), queues={"q": "cq"})
+    s.set_devices(devices)
+    return s
+
+
+def submit(s: Scheduler, info: jobs.JobInfo, seq: int) -> None:
+    s.submit(s.workload_for(info, seq=seq, now=0.0))
+
+
+def test_devices_claimed_through_a_template_are_charged_and_a_second_claim_waits_for_quota() -> None:
+    s = scheduler(charges.Devices.of(MAPPINGS, [template("two", gpus(2))]))
+    claim = {"name": "gpus", "resourceClaimTemplateName": "two"}
+    submit(s, job("first", claim), 1)
+    submit(s, job("second", claim), 2)
+    admitted = [d.workload.key for d in s.schedule() if isinstance(d, Admit)]
+    assert admitted == ["ns/first"]
+    first = s.workloads["ns/first"]
+    assert first.pod_sets[0].requests == {"cpu": 1000, "whole-gpus": 2000}
+    second = s.workloads["ns/second"]
+    assert second.reason == "WaitingForQuota" and "whole-gpus" in second.message
+
+
+def test_a_request_without_count_is_one_device_and_requests_add_up() -> None:
+    both = template("both", gpus(), {"name": "more", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 3}})
+    charged = charges.Devices.of(MAPPINGS, [both]).charge(
+        "ns", job("j", {"name": "g", "resourceClaimTemplateName": "both"}).pod_sets
+    )
+    assert charged[0].requests["whole-gpus"] == 4000 and charged[0].unaccounted is None
+
+
+@pytest.mark.parametrize(
+    ("claim", "templates", "said"),
+    [
+        (
+            {"name": "gpus", "resourceClaimTemplateName": "mig"},
+            [template("mig", gpus(1, "mig.nvidia.com"))],
+            '"DeviceClass mig.nvidia.com is not mapped in DRA configuration for podset main"',
+        ),
+        (
+            {"name": "gpus", "resourceClaimTemplateName": "absent"},
+            [],
+            "Not found: ResourceClaimTemplate ns/absent (pod set main, claim gpus)",
+        ),
+        (
+            {"name": "gpus", "resourceClaimName": "shared"},
+            [],
+            "names ResourceClaim shared directly",
+        ),
+        (
+            {"name": "gpus", "resourceClaimTemplateName": "all"},
+            [template("all", gpus(device_class="gpu.nvidia.com", allocationMode="All"))],
+            "allocationMode All asks for every matching device of DeviceClass gpu.nvidia.com",
+        ),
+        (
+            {"name": "gpus", "resourceClaimTemplateName": "admin"},
+            [template("admin", gpus(1, adminAccess=True))],
+            "adminAccess requests are not charged",
+        ),
+        (
+            {"name": "gpus", "resourceClaimTemplateName": "either"},
+            [template("either", {"name": "gpus", "firstAvailable": [gpus(1)]})],
+            "prioritized lists (firstAvailable)",
+        ),
+    ],
+)
+def test_a_claim_that_cannot_be_counted_waits_misconfigured_with_the_reason(
+    claim: dict[str, str], templates: list[charges.ClaimTemplate], said: str
+) -> None:
+    s = scheduler(charges.Devices.of(MAPPINGS, templates))
+    submit(s, job("j", claim), 1)
+    assert s.schedule() == []
+    wl = s.workloads["ns/j"]
+    assert wl.admission is None and wl.reason == "Misconfigured"
+    assert said in wl.message and "pod" in wl.message
+    assert wl.pod_sets[0].requests == {"cpu": 1000}  # nothing charged, nothing admitted
+
+
+def test_a_waiting_claim_is_charged_once_its_template_and_mapping_exist() -> None:
+    s = scheduler(charges.Devices())
+    submit(s, job("j", {"name": "gpus", "resourceClaimTemplateName": "two"}), 1)
+    assert s.schedule() == [] and s.workloads["ns/j"].reason == "Misconfigured"
+    s.set_devices(charges.Devices.of(mappings.NONE, [template("two", gpus(2))]))  # still unmapped
+    assert s.schedule() == [] and "not mapped" in s.workloads["ns/j"].message
+    s.set_devices(charges.Devices.of(MAPPINGS, [template("two", gpus(2))]))
+    assert [d.workload.key for d in s.schedule() if isinstance(d, Admit)] == ["ns/j"]
+    assert s.workloads["ns/j"].pod_sets[0].requests == {"cpu": 1000, "whole-gpus": 2000}
+
+
+def test_the_store_keeps_the_claims_and_why_they_were_not_charged() -> None:
+    held = charges.Devices().charge("ns", job("j", {"name": "gpus", "resourceClaimTemplateName": "two"}).pod_sets)
+    again = pod_sets_from_json(pod_sets_json(held))
+    assert again == held and again[0].unaccounted and again[0].claims[0].template == "two"
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "said"),
+    [
+        ([{"name": "gpus", "deviceClassNames": ["a.example.com"], "sources": []}], "[0].sources", "not implemented"),
+        ([{"name": "gpus"}], "[0].deviceClassNames", "required"),
+        ([{"name": "Bad Name", "deviceClassNames": ["a"]}], "[0].name", "resource name"),
+        (
+            [
+                {"name": "a", "deviceClassNames": ["x.example.com"]},
+                {"name": "b", "deviceClassNames": ["x.example.com"]},
+            ],
+            "[1].deviceClassNames[0]",
+            "already charged as a",
+        ),
+        ([{"name": "a", "deviceClassNames": ["x"], "extra": 1}], "[0].extra", "unknown field"),
+    ],
+)
+def test_bad_mappings_are_refused_naming_the_field(raw: Any, path: str, said: str) -> None:
+    with pytest.raises(errors.Invalid) as caught:
+        mappings.parse(raw)
+    assert any(e.path == f"deviceClassMappings{path}" and said in e.message for e in caught.value.errors), str(
+        caught.value
+    )
+
+
+def test_a_pod_claim_names_exactly_one_source() -> None:
+    with pytest.raises(errors.Invalid, match="exactly one of resourceClaimName or resourceClaimTemplateName"):
+        job("j", {"name": "gpus", "resourceClaimName": "a", "resourceClaimTemplateName": "b"})
