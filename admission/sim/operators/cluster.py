@@ -27,6 +27,8 @@
   Kubernetes 1.29 (``JobPodReplacementPolicy``); with ``job_terminating=False`` it counts them
   nowhere, as a 1.28 server does, so only the pods themselves say they still run.
 - Garbage collection: a deleted job's pods are deleted too.
+- Dynamic Resource Allocation: ``admission.sim.operators.dra`` (claims made from templates,
+  devices published for annotated nodes, allocated by the scheduler, freed with the pod).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from admission.sim.operators import statuses
+from admission.sim.operators import dra, statuses
 from admission.sim.operators.kube_scheduler import NODES, Scheduler, free_capacity
 from admission.sim.operators.kubelet import FOREVER, KUBELET_FINALIZER, PODS, RUNTIME_ANNOTATION, Kubelet
 from admission.sim.operators.statuses import now_text, set_condition
@@ -78,9 +80,10 @@ class Cluster:
             store, time_scale=time_scale, termination_seconds=termination_seconds, default_runtime=default_runtime
         )
         self.job_terminating = True  # a Job's status.terminating is filled (1.29+); False: as 1.28
-        self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES)]
+        self.watchers = [Watcher(r, None) for r in (*JOB_RESOURCES, PODS, NODES, dra.SLICES, dra.CLAIMS)]
         self.tasks: list[asyncio.Task[None]] = []
-        self.scheduler = Scheduler(store, self._bound)
+        self.dra = dra.Dra(store)
+        self.scheduler = Scheduler(store, self._bound, self.dra)
         store.index_label(JOB_UID_LABEL)
 
     async def start(self) -> None:
@@ -110,7 +113,11 @@ class Cluster:
                 elif event.resource is PODS:
                     self._on_pod(event.type, event.obj)
                 elif event.resource is NODES:
+                    if event.type != "DELETED":
+                        self.dra.publish(event.obj)  # (a node's devices, where its driver publishes them)
                     self.scheduler.schedule_pending()
+                elif event.resource is dra.SLICES or (event.resource is dra.CLAIMS and event.type == "DELETED"):
+                    self.scheduler.schedule_pending()  # devices published or freed
             except ApiError:
                 continue  # the object changed or vanished meanwhile; a later event reconciles again
 
@@ -288,6 +295,7 @@ class Cluster:
         if kind == "DELETED":
             self.scheduler.forget(pod["metadata"]["namespace"], pod["metadata"]["name"])
             self.kubelet.forget(key)
+            self.dra.release(pod)
             owner = self._job_of(pod)
             if owner is not None:  # a terminated pod is gone: the job's counts change
                 self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
@@ -299,9 +307,12 @@ class Cluster:
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Pending" and not pod["spec"].get("nodeName"):
+            if dra.claims_of(pod) and self.dra.make_claims(pod):
+                return  # (its status changed: that event tries it)
             if not pod["spec"].get("schedulingGates"):  # a gated pod is not considered by the scheduler
                 self.scheduler.try_pod(pod)
         elif phase == "Succeeded":
+            self.dra.release(pod)
             owner = self._job_of(pod)
             if owner is not None:
                 self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])

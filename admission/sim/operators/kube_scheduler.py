@@ -7,7 +7,8 @@ preemption: 0/4 nodes are available: 4 No preemption victims found for incoming 
 ``queues.placement.nodes.fit_error``). Differences: one Event per distinct message (the real scheduler
 retries with a backoff and its recorder counts repeats in the Event's series); it never
 preempts, so its preemption verdict is always "No preemption victims found" where capacity was
-short. Without any Node, capacity is unlimited.
+short. Without any Node, capacity is unlimited (and claims are not allocated). A pod with DRA
+claims is bound only where its devices are (``admission.sim.operators.dra``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from admission.sim.operators.dra import CANNOT_ALLOCATE, Dra, Plan, claims_of
 from admission.sim.operators.kubelet import KUBELET_FINALIZER, PODS
 from admission.sim.operators.statuses import now_text, set_condition
 from admission.sim.server import resources
@@ -30,8 +32,9 @@ EVENTS = next(r for r in resources.ALL if r.plural == "events" and not r.group)
 class Scheduler:
     """Binds pending pods to nodes; remembers those it could not place, to try them again."""
 
-    def __init__(self, store: ObjectStore, bound: Callable[[Obj], None]) -> None:
+    def __init__(self, store: ObjectStore, bound: Callable[[Obj], None], dra: Dra | None = None) -> None:
         self.store = store
+        self.dra = dra or Dra(store)
         self.bound = bound  # told of each pod once it is bound (its job's status, the kubelet)
         self.unschedulable: set[tuple[str, str]] = set()  # pods the scheduler could not place yet
 
@@ -69,12 +72,29 @@ class Scheduler:
     def _bind(self, pod: Obj, nodes: list[Obj], free: dict[str, dict[str, int]]) -> None:
         needs = nodes_model.PodNeeds.of(pod["spec"])
         infos = [nodes_model.NodeInfo.of(n) for n in nodes]
-        chosen = UNLIMITED_NODE if not nodes else nodes_model.first_fit(needs, infos, free)
+        plans: dict[str, Plan] = {}
+        message = ""
+        if nodes and claims_of(pod):  # DRA: only the nodes with the devices its claims ask for
+            claims = self.dra.claims(pod)
+            plans = {
+                i.name: plan
+                for i in infos
+                if claims is not None and (plan := self.dra.plan(claims, i.name)) is not None
+            }
+            if not plans:
+                n = len(nodes)
+                waiting = "waiting for the pod's ResourceClaims to be created" if claims is None else CANNOT_ALLOCATE
+                message = (
+                    f"0/{n} nodes are available: {n} {waiting}. preemption: 0/{n} nodes are available: "
+                    f"{n} Preemption is not helpful for scheduling."
+                )
+            infos = [i for i in infos if i.name in plans]
+        chosen = UNLIMITED_NODE if not nodes else nodes_model.first_fit(needs, infos, free) if infos else None
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if chosen is None:
             self.unschedulable.add((ns, name))
             status = pod.setdefault("status", {})
-            message = nodes_model.fit_error(needs, infos, free)
+            message = message or nodes_model.fit_error(needs, infos, free)
             said: dict[str, Any] = next(
                 (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
             )
@@ -85,6 +105,8 @@ class Scheduler:
             self._failed_scheduling(pod, message)
             return
         self.unschedulable.discard((ns, name))
+        if chosen in plans:
+            self.dra.allocate(plans[chosen], pod, chosen)
         pod["spec"]["nodeName"] = chosen
         finalizers = list(pod["metadata"].get("finalizers") or [])
         if KUBELET_FINALIZER not in finalizers:  # from now on a deletion is graceful (see the module docstring)

@@ -1,0 +1,96 @@
+"""The simulated cluster's DRA (``admission.sim.operators.dra``): a pod's claims are made from their
+templates, allocated from the devices a driver publishes for a node, and freed with the pod."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+
+from admission.sim.operators import dra
+from admission.sim.operators.cluster import NODES, PODS, Cluster
+from admission.sim.server import resources
+from admission.sim.server.object_store import ObjectStore
+from tests.admission.sim.test_cluster import until
+
+NS = resources.NAMESPACES
+
+
+@pytest_asyncio.fixture
+async def cluster() -> AsyncIterator[tuple[ObjectStore, Cluster]]:
+    store = ObjectStore()
+    store.create(NS, "", {"metadata": {"name": "ml"}}, namespaces=NS)
+    store.create(
+        dra.DEVICE_CLASSES,
+        "",
+        {
+            "metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+        },
+        namespaces=NS,
+    )
+    for name, count in (("one", 1), ("two", 2)):
+        request = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
+        template = {"metadata": {"name": name}, "spec": {"spec": {"devices": {"requests": [request]}}}}
+        store.create(dra.TEMPLATES, "ml", template, namespaces=NS)
+    sim = Cluster(store, time_scale=0.01)
+    await sim.start()
+    yield store, sim
+    await sim.stop()
+
+
+def pod(name: str, template: str, runtime: str = "100") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "annotations": {"turnstile.dev/sim-runtime": runtime}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def node_of(store: ObjectStore, name: str) -> str | None:
+    got: str | None = store.get(PODS, "ml", name)["spec"].get("nodeName")
+    return got
+
+
+async def test_claims_are_made_allocated_on_a_node_with_the_devices_and_freed_with_the_pod(
+    cluster: tuple[ObjectStore, Cluster],
+) -> None:
+    store, _ = cluster
+    node = {
+        "metadata": {"name": "gpu-1", "annotations": {dra.GPUS_ANNOTATION: "2"}},
+        "status": {"allocatable": {"cpu": "64"}},
+    }
+    store.create(NODES, "", {"metadata": {"name": "cpu-1"}, "status": {"allocatable": {"cpu": "64"}}}, namespaces=NS)
+    store.create(NODES, "", node, namespaces=NS)
+    await until(lambda: bool(store.list(dra.SLICES, None)[0]))
+    store.create(PODS, "ml", pod("a", "one"), namespaces=NS)
+    await until(lambda: node_of(store, "a") is not None)
+    assert node_of(store, "a") == "gpu-1"  # not cpu-1: it publishes no devices
+    (claim,) = store.list(dra.CLAIMS, "ml")[0]
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "a"
+    assert claim["metadata"]["annotations"][dra.POD_CLAIM_NAME] == "gpus"
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert [(r["driver"], r["device"]) for r in results] == [("gpu.nvidia.com", "gpu-0")]
+    assert claim["status"]["reservedFor"][0]["name"] == "a"
+    statuses = store.get(PODS, "ml", "a")["status"]["resourceClaimStatuses"]
+    assert statuses == [{"name": "gpus", "resourceClaimName": claim["metadata"]["name"]}]
+    # Two more GPUs are asked for where one is left: the pod waits, in the kube-scheduler's words.
+    store.create(PODS, "ml", pod("b", "two"), namespaces=NS)
+    await until(
+        lambda: any(
+            c.get("reason") == "Unschedulable"
+            for c in store.get(PODS, "ml", "b").get("status", {}).get("conditions", [])
+        )
+    )
+    (said,) = [c for c in store.get(PODS, "ml", "b")["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert dra.CANNOT_ALLOCATE in said["message"]
+    # The first pod goes: its claim with it, and the waiting pod gets both GPUs.
+    store.delete(PODS, "ml", "a")
+    await until(lambda: node_of(store, "b") == "gpu-1", timeout=10)
+    (claim,) = store.list(dra.CLAIMS, "ml")[0]
+    assert sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"]) == ["gpu-0", "gpu-1"]
