@@ -1,5 +1,5 @@
 """Figures: ``python -m bench [core|deep|fair|topology|efficiency|sim|store|controller|webhook|cluster|objects|
-workloads|pods|dashboard|chaos|metrics|all]`` (all by default)."""
+workloads|pods|dashboard|chaos|metrics|dra|all]`` (all by default)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def main() -> None:
         from bench import controller
 
         controller.main()
+    if which in ("dra", "all"):
+        from bench import dra
+
+        dra.main()
     if which in ("webhook", "all"):
         from bench import webhook
 

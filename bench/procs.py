@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,13 @@ class ControllerProcess:
 
     @classmethod
     def start(
-        cls, kubeconfig: Path, database_url: str, workdir: Path, *, webhook_port: int | None = None
+        cls,
+        kubeconfig: Path,
+        database_url: str,
+        workdir: Path,
+        *,
+        webhook_port: int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> ControllerProcess:
         metrics_port = free_port()
         log = (workdir / "controller.log").open("wb")
@@ -130,6 +137,7 @@ class ControllerProcess:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )  # fmt: skip
         return cls(process, metrics_port)
 

@@ -1,0 +1,128 @@
+"""DRA figures (``python -m bench dra``): one load through ResourceClaimTemplates, and through
+extended resources (issue 35).
+
+10,000 jobs over 100 ClusterQueues (100 each) are put into the simulated cluster's store while
+the quota is 0; then every ClusterQueue's quota is raised so all of them fit, and the bench waits
+until every job is unsuspended (admitted in PostgreSQL, patched, its pods created). Once with each
+job asking ``nvidia.com/gpu: 1`` in its container's limits, once with each claiming one
+``gpu.nvidia.com`` device through a ResourceClaimTemplate of its namespace (charged as
+``whole-gpus`` by ``TURNSTILE_DEVICE_CLASS_MAPPINGS``). Each on a fresh stack: the simulated
+cluster and this client in this process, the controller in its own (``turnstile controller``),
+PostgreSQL embedded. There are no Nodes, so the simulated scheduler binds pods without
+allocating devices: the figures are the queueing's, not the kube-scheduler's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from admission.kube import client as kube_client
+from admission.sim.host import SimHost
+from admission.sim.server import resources as sim_resources
+from admission.store import database, embedded
+from bench.controller import Bench
+from bench.procs import ControllerProcess
+
+MAPPINGS = "[{name: whole-gpus, deviceClassNames: [gpu.nvidia.com]}]"
+FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "h100"}}
+TEMPLATES = next(r for r in sim_resources.ALL if r.plural == "resourceclaimtemplates")
+
+
+def _queue(name: str, resource: str, quota: int) -> list[dict[str, Any]]:
+    flavor = {"name": "h100", "resources": [{"name": resource, "nominalQuota": str(quota)}]}
+    groups = [{"coveredResources": [resource], "flavors": [flavor]}]
+    return [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": groups,
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq", "namespace": name},
+            "spec": {"clusterQueue": name},
+        },
+    ]
+
+
+def _job(name: str, namespace: str, claims: bool) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": "x"}
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if claims:
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+        pod["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    else:
+        container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+        "spec": {"suspend": True, "parallelism": 1, "completions": 1, "template": {"spec": pod}},
+    }
+
+
+async def _variant(claims: bool, queues: int, per_queue: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="turnstile-bench-dra-"))
+    url = await asyncio.to_thread(embedded.start, tmp / "pg", database="bench", cleanup="delete")
+    await database.upgrade(url)
+    host = await SimHost.start(tmp / "kubeconfig", time_scale=1.0)
+    kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
+    engine = database.make_engine(url)
+    bench = Bench(tmp, url, host, kube, database.sessions(engine))
+    env = {"TURNSTILE_DEVICE_CLASS_MAPPINGS": MAPPINGS} if claims else {}
+    bench.controller = ControllerProcess.start(host.kubeconfig, url, tmp, env=env)
+    resource = "whole-gpus" if claims else "nvidia.com/gpu"
+    names = [f"team-{q}" for q in range(queues)]
+    store = host.server.store
+    try:
+        await bench.controller.leading()
+        request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}
+        for ns in names:
+            store.create(sim_resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=sim_resources.NAMESPACES)
+            if claims:
+                template = {"metadata": {"name": "one-gpu"}, "spec": {"spec": {"devices": {"requests": [request]}}}}
+                store.create(TEMPLATES, ns, template, namespaces=sim_resources.NAMESPACES)
+        await bench.apply([FLAVOR, *(d for ns in names for d in _queue(ns, resource, 0))])
+        for i in range(per_queue):
+            for ns in names:
+                store.create(bench.jobs, ns, _job(f"job-{i}", ns, claims), namespaces=sim_resources.NAMESPACES)
+            await asyncio.sleep(0)
+        total = queues * per_queue
+        while await bench.workloads("Pending") < total:
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(3)  # the controller settles
+        before = bench.cpu()
+        start = time.perf_counter()
+        await bench.apply([FLAVOR, *(d for ns in names for d in _queue(ns, resource, per_queue))])
+        while bench.count_unsuspended() < total:
+            await asyncio.sleep(0.2)
+        wall = time.perf_counter() - start
+        what = "claiming one GPU through a ResourceClaimTemplate" if claims else "asking nvidia.com/gpu: 1"
+        print(f"{total:,} jobs {what}, {queues} ClusterQueues: all unsuspended {wall:.1f} s after the quota raise "
+              f"= {total / wall:.0f} admissions/s")  # fmt: skip
+        print("  " + bench.split(before, wall, total))
+    finally:
+        bench.controller.stop()
+        await kube.close()
+        await engine.dispose()
+        await host.stop()
+        await asyncio.to_thread(embedded.stop, tmp / "pg")
+
+
+def main(queues: int = 100, per_queue: int = 100) -> None:
+    print("== DRA: the same load through extended resources and through ResourceClaimTemplates ==")
+    for claims in (False, True, False, True):  # interleaved, twice: this machine's noise shows
+        asyncio.run(_variant(claims, queues, per_queue))
+
+
+if __name__ == "__main__":
+    main()
