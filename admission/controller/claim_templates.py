@@ -59,8 +59,9 @@ class ClaimTemplates:
                 self.templates.pop(key, None)
         self.devices = charges.Devices(self.mappings, dict(self.templates))
         scheduler = self.scheduler()
-        if scheduler is not None:
-            self.apply(scheduler)
+        if scheduler is None:
+            return  # (a term begins by looking at every job again)
+        self.apply(scheduler)
         namespace, name = key
         for uid, view in self.jobs.views.items():
             info = view.info

@@ -182,7 +182,7 @@ def validate(
         held = queue is None and policy.hold_object(config, namespace, obj, integration.kind, "") is not None
         answer.warnings.extend(_warnings(obj, None if held else queue, [] if held else existing))
         if queue is not None:
-            answer.warnings.extend(_never_fits(obj, namespace, queue, config, integration.kind, runtimes))
+            answer.warnings.extend(_never_fits(obj, namespace, queue, config, integration.kind, runtimes, devices))
         if info is not None and devices is not None:  # (None: a webhook that does not see the templates)
             answer.warnings.extend(_unaccounted_claims(info, devices))
     return answer
@@ -235,9 +235,11 @@ def _never_fits(
     config: Config,
     kind: jobs.Kind | None = None,
     runtimes: trainjobs.Runtimes | None = None,
+    devices: charges.Devices | None = None,
 ) -> list[str]:
     """A warning when the job would not fit its ClusterQueue even with nothing else admitted:
-    the core's own flavor assignment against empty quotas (nominal plus what it may borrow)."""
+    the core's own flavor assignment against empty quotas (nominal plus what it may borrow), its
+    DRA claims charged (a claim that cannot be is warned about on its own)."""
     lq = config.local_queues.get(f"{namespace}/{queue}")
     if lq is None:
         return []
@@ -251,8 +253,11 @@ def _never_fits(
     cq = snapshot.queues.get(lq.spec.cluster_queue)
     if cq is None:
         return []
+    pod_sets = devices.charge(namespace, info.pod_sets) if devices is not None else info.pod_sets
+    if charges.unaccounted(pod_sets) is not None:
+        return []
     wl = Workload(
-        key=info.key, seq=0, namespace=namespace, local_queue=queue, priority=0, pod_sets=info.pod_sets,
+        key=info.key, seq=0, namespace=namespace, local_queue=queue, priority=0, pod_sets=pod_sets,
         created=0.0, queue_ts=0.0,
     )  # fmt: skip
     assignment = flavors.assign(snapshot, cq, wl, None)

@@ -403,3 +403,21 @@ def test_a_job_whose_dra_claims_cannot_be_charged_is_created_with_a_warning(serv
     mapped = charges.Devices.of(mappings.parse([{"name": "mig-1g", "deviceClassNames": ["mig.nvidia.com"]}]), [mig])
     answer = review.validate("CREATE", body, None, "ml", server.config, devices=mapped)
     assert answer.allowed and not [w for w in answer.warnings if "Misconfigured" in w]
+
+
+def test_a_job_claiming_more_devices_than_its_queue_can_ever_hold_is_warned(server: Server) -> None:
+    from queues.dra import charges, mappings
+
+    body = job("greedy", gpus="0")
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "many"}]
+    many = charges.ClaimTemplate("ml", "many", (charges.DeviceRequest("gpus", "gpu.nvidia.com", count=1000),))
+    devices = charges.Devices.of(
+        mappings.parse([{"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]}]), [many]
+    )
+    answer = review.validate("CREATE", body, None, "ml", server.config, devices=devices)
+    assert any("can never be admitted" in w for w in answer.warnings), answer.warnings
+    few = charges.Devices.of(
+        devices.mappings, [charges.ClaimTemplate("ml", "many", (charges.DeviceRequest("gpus", "gpu.nvidia.com"),))]
+    )
+    answer = review.validate("CREATE", body, None, "ml", server.config, devices=few)
+    assert not any("can never be admitted" in w for w in answer.warnings), answer.warnings
