@@ -157,7 +157,12 @@ class Settings(BaseSettings):
 
     @property
     def card_fractions(self) -> dict[str, Fraction]:
-        return gpu_units.parse_fractions(v for v in self.gpu_fractions.split(",") if v.strip())
+        """Each GPU resource's part of a card: DRA mappings of whole GPUs (``queues.dra.mappings``),
+        then what ``TURNSTILE_GPU_FRACTIONS`` says."""
+        from admission.policy import parse_device_class_mappings
+
+        dra = parse_device_class_mappings(self.device_class_mappings).card_fractions()
+        return {**dra, **gpu_units.parse_fractions(v for v in self.gpu_fractions.split(",") if v.strip())}
 
     @field_validator("managed_jobs_namespace_selector")
     @classmethod

@@ -29,7 +29,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.store import tables
 from queues.efficiency import Budget
 from queues.gpus.gpu_units import card_fraction
-from queues.podsets import pod_resources
 from queues.quantity import duration
 
 MONTHLY = "monthly"
@@ -174,7 +173,7 @@ async def used_hours(
     total = 0.0
     for resource, milli_seconds in await session.execute(query):
         fraction = card_fraction(resource, fractions)
-        if fraction and pod_resources.is_gpu(resource) and milli_seconds is not None:
+        if fraction and milli_seconds is not None:  # (a resource given a part of a card is a GPU's: a DRA mapping's)
             total += float(milli_seconds) / 1000 / 3600 * float(fraction)
     return total
 

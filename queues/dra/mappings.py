@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from queues import errors
@@ -27,6 +28,9 @@ NOT_YET = {
     "remove sources to charge one unit per device claimed",
 }
 SETTING = "TURNSTILE_DEVICE_CLASS_MAPPINGS"
+# the DeviceClasses whose devices are whole GPU cards (NVIDIA's DRA driver): a resource mapped from
+# these alone is billed a card per unit on the GPU-hour ledger
+WHOLE_GPU_CLASSES = frozenset({"gpu.nvidia.com"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,15 @@ class Mappings:
 
     def lookup(self, device_class: str) -> str | None:
         return self.by_class.get(device_class)
+
+    def card_fractions(self) -> dict[str, Fraction]:
+        """The resources whose units are whole GPU cards (mapped from whole-GPU DeviceClasses
+        alone): a card per unit on the ledger. Others (MIG partitions, other devices) are billed
+        only where ``TURNSTILE_GPU_FRACTIONS`` says what part of a card they are."""
+        grouped: dict[str, set[str]] = {}
+        for device_class, name in self.by_class.items():
+            grouped.setdefault(name, set()).add(device_class)
+        return {name: Fraction(1) for name, classes in grouped.items() if classes <= WHOLE_GPU_CLASSES}
 
     def to_list(self) -> list[dict[str, Any]]:
         """Kueue's shape again: one mapping per logical resource, its DeviceClasses sorted."""

@@ -12,11 +12,14 @@ GPU-hours, they are fractions of a card (``turnstile usage``'s ``gpuHours``):
   replicas per card, 4 unless said otherwise.
 
 Overrides (``TURNSTILE_GPU_FRACTIONS``, ``turnstile usage --fraction``) map a resource to a
-fraction, ``nvidia.com/mig-1g.6gb=1/4``; a renamed time-sliced resource is given one there.
+fraction, ``nvidia.com/mig-1g.6gb=1/4``; a renamed time-sliced resource is given one there, and so
+is a DRA mapping's resource (``whole-gpus=1``; one of NVIDIA's whole-GPU DeviceClass alone is 1
+by default: ``queues.dra.mappings``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
@@ -24,6 +27,9 @@ from queues.gpus import mig_profiles
 from queues.podsets.pod_resources import is_gpu
 
 SHARED = "nvidia.com/gpu.shared"
+# a resource name: an optional DNS prefix and a slash (nvidia.com/mig-1g.10gb), or a name alone (a DRA
+# mapping's whole-gpus)
+RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 TIME_SLICING_REPLICAS = 4
 
 
@@ -37,7 +43,7 @@ def parse_fractions(values: Iterable[str]) -> dict[str, Fraction]:
             fraction = Fraction(raw.strip())
         except (ValueError, ZeroDivisionError):
             fraction = Fraction(-1)
-        if not sep or "/" not in resource or not 0 < fraction <= 1:
+        if not sep or not RESOURCE_NAME.match(resource.strip()) or not 0 < fraction <= 1:
             raise ValueError(
                 f"{value.strip()!r}: write RESOURCE=FRACTION of a card, e.g. nvidia.com/mig-1g.6gb=1/4 "
                 "(a fraction above 0 and at most 1)"

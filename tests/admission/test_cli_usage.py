@@ -134,7 +134,8 @@ def test_gpu_hours_of_a_team_last_week_and_their_cost(ledger_url: str, tmp_path:
     ("args", "message"),
     [
         (["--fraction", "nvidia.com/mig-1g.10gb=2"], "RESOURCE=FRACTION of a card"),
-        (["--fraction", "mig=1/7"], "RESOURCE=FRACTION of a card"),
+        (["--fraction", "mig 1g=1/7"], "RESOURCE=FRACTION of a card"),  # (not a resource name)
+        (["--fraction", "=1/7"], "RESOURCE=FRACTION of a card"),
         (["--price", "a100"], "FLAVOR=USD_PER_GPU_HOUR"),
         (["--price", "a100=-1"], "FLAVOR=USD_PER_GPU_HOUR"),
         (["--by", "team"], "label:KEY"),

@@ -3,6 +3,7 @@ claim admitted uncounted."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from admission.store.workloads import pod_sets_from_json, pod_sets_json
 from queues import errors
 from queues.cycle.scheduler import Admit, Scheduler
 from queues.dra import charges, mappings
+from queues.gpus import gpu_units
 from queues.podsets import jobs
 from tests.queues.builders import CQ, flavor
 from tests.queues.builders import scheduler as make_scheduler
@@ -177,3 +179,14 @@ def test_bad_mappings_are_refused_naming_the_field(raw: Any, path: str, said: st
 def test_a_pod_claim_names_exactly_one_source() -> None:
     with pytest.raises(errors.Invalid, match="exactly one of resourceClaimName or resourceClaimTemplateName"):
         job("j", {"name": "gpus", "resourceClaimName": "a", "resourceClaimTemplateName": "b"})
+
+
+def test_a_resource_of_whole_gpus_is_billed_a_card_per_unit_and_others_only_when_told() -> None:
+    both = mappings.parse(
+        [
+            {"name": "whole-gpus", "deviceClassNames": ["gpu.nvidia.com"]},
+            {"name": "mig-devices", "deviceClassNames": ["mig.nvidia.com"]},
+        ]
+    )
+    assert both.card_fractions() == {"whole-gpus": 1}
+    assert gpu_units.parse_fractions(["mig-devices=1/7"]) == {"mig-devices": Fraction(1, 7)}

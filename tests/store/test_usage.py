@@ -112,3 +112,35 @@ async def test_started_and_used_hours_and_buckets(sessions: async_sessionmaker[A
 def _near(value: Decimal | None, expected: Decimal | int) -> bool:
     """Used hours come from measured seconds (floats) and shares of a run: equal to a micro-hour."""
     return value is not None and abs(value - expected) < Decimal("0.000001")
+
+
+async def test_a_budget_counts_a_dra_mapping_of_whole_gpus_and_what_it_is_told_is_a_card(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """GPU-hours (docs/dra.md): ``whole-gpus`` mapped from gpu.nvidia.com is a card per unit; a
+    resource given a part of a card (TURNSTILE_GPU_FRACTIONS) counts that part; cpu counts nothing."""
+    from fractions import Fraction
+
+    from admission.store import budgets
+    from queues.dra import mappings
+
+    async with database.transaction(sessions) as s:
+        s.add_all(
+            [
+                interval("ml-d", "dra", "h100", "whole-gpus", 2000, 0, 3, "vision"),  # 2 cards for 3 h
+                interval("ml-d", "dra", "h100", "mig-devices", 7000, 0, 1, "vision"),  # 7 slices of 1/7 for 1 h
+                interval("ml-d", "dra", "h100", "cpu", 4000, 0, 3, "vision"),
+            ]
+        )
+    fractions = {
+        **mappings.parse([{"name": "whole-gpus", "deviceClassNames": ["gpu.nvidia.com"]}]).card_fractions(),
+        "mig-devices": Fraction(1, 7),
+    }
+    budget = budgets.make(cluster_queue="dra", labels={}, gpu_hours=100, period="720h")
+    async with database.transaction(sessions) as s:
+        used = await budgets.used_hours(
+            s, budget, T0 + dt.timedelta(hours=3), anchor=T0.timestamp(), fractions=fractions
+        )
+        untold = await budgets.used_hours(s, budget, T0 + dt.timedelta(hours=3), anchor=T0.timestamp())
+    assert used == pytest.approx(2 * 3 + 1)
+    assert untold == 0  # (without the mappings, neither is known to be a GPU)
