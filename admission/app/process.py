@@ -168,7 +168,7 @@ async def endpoints(
         policy=controller.policy,
         group_totals=controller.pod_groups.totals,
         runtimes=controller.runtimes.lookup,
-        devices=lambda: controller.watch.claim_templates.devices,
+        devices=lambda: controller.watch.device_catalog.devices,
         deletions=deletions(controller),
         activity=activity_requests(controller),
     )

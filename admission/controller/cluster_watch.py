@@ -5,7 +5,7 @@ run only some operators; it is reported once, holds nothing back, and is looked 
 CRD is installed), namespaces (their labels choose queues and the webhooks' scope), the plain
 Pods the webhook holds (``admission.controller.podgroups``), Kubernetes' PriorityClasses (a job's
 priority when it names no WorkloadPriorityClass), Kubeflow Trainer's runtimes (where a TrainJob's
-pod sets come from), DRA's ResourceClaimTemplates (what a job's device claims charge) and the
+pod sets come from), DRA's ResourceDeviceCatalog (what a job's device claims charge) and the
 CRDs themselves. A job event updates the job cache and marks the job
 for the next step; a namespace change is told to the step and to the namespace watchers (the
 webhook registration).
@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 
 from admission.controller.changes import Changes
-from admission.controller.claim_templates import ClaimTemplates
+from admission.controller.device_catalog import DeviceCatalog
 from admission.controller.jobcache import JobCache
 from admission.controller.podgroups import PodGroups
 from admission.controller.priorities import PriorityClasses
@@ -67,8 +67,8 @@ class ClusterWatch:
         )
         self.priorities = PriorityClasses(kube, current_scheduler)
         self.informers.append(self.priorities.informer)
-        self.claim_templates = ClaimTemplates(kube, jobs, changes, device_mappings, current_scheduler)
-        self.informers.append(self.claim_templates.informer)
+        self.device_catalog = DeviceCatalog(kube, jobs, changes, device_mappings, current_scheduler)
+        self.informers.extend(self.device_catalog.informers)
         self.runtimes = TrainingRuntimes(kube, self._reread)
         jobs.runtimes = self.runtimes.lookup
         self.informers.extend(self.runtimes.informers)

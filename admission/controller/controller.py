@@ -410,7 +410,7 @@ class Controller:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
             return False
         self.priorities.apply(term.scheduler)
-        self.watch.claim_templates.apply(term.scheduler)
+        self.watch.device_catalog.apply(term.scheduler)
         term.valid_until = confirmed_at + self.options.lease_ttl * 0.8
         self.term = term
         self.terms_begun += 1

@@ -164,7 +164,7 @@ async def _system(
         policy=controller.policy,
         group_totals=controller.pod_groups.totals,
         runtimes=controller.runtimes.lookup,
-        devices=lambda: controller.watch.claim_templates.devices,
+        devices=lambda: controller.watch.device_catalog.devices,
     )
     runner = web.AppRunner(webhook.app, handle_signals=False)
     task: asyncio.Task[None] | None = None
@@ -224,10 +224,14 @@ async def _populate(kube: Kube, scenario: Scenario) -> None:
     for name, (value, default) in sorted(scenario.pod_priorities.items()):
         priority_class: dict[str, Any] = {"metadata": {"name": name}, "value": value, "globalDefault": default}
         await kube.create(PRIORITY_CLASSES, None, priority_class)
-    for obj in scenario.device_objects:  # DRA's DeviceClasses and ResourceClaimTemplates, as given
+    for obj in scenario.device_objects:  # DRA's DeviceClasses, ResourceDeviceCatalog and ResourceSlices, as given
         kind = str(obj["kind"])
         namespaced = kind == "ResourceClaimTemplate"
-        plural = {"DeviceClass": "deviceclasses", "ResourceClaimTemplate": "resourceclaimtemplates"}[kind]
+        plural = {
+            "DeviceClass": "deviceclasses",
+            "ResourceClaimTemplate": "resourceclaimtemplates",
+            "ResourceSlice": "resourceslices",
+        }[kind]
         ref = kube_client.ResourceRef(str(obj["apiVersion"]), kind, plural, namespaced=namespaced)
         namespace = (obj.get("metadata") or {}).get("namespace") or "default" if namespaced else None
         await kube.create(ref, namespace, dict(obj))

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queues import errors, quantity
-from queues.dra.mappings import NONE, SETTING, Mappings
+from queues.dra import slices
+from queues.dra.mappings import NONE, SETTING, CounterSource, Mappings
 from queues.errors import FieldError
 from queues.podsets.jobs import PodSet
 
@@ -37,6 +38,7 @@ class DeviceRequest:
     all_devices: bool = False  # allocationMode: All
     admin_access: bool = False
     first_available: bool = False  # a prioritized list of alternatives
+    selectors: tuple[str, ...] = ()  # its CEL selectors' expressions
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +94,18 @@ def _request(entry: Any, where: str, problems: list[FieldError]) -> DeviceReques
     if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         problems.append(FieldError(f"{where}.exactly.count", f"must be a whole number of devices >= 1, not {count!r}"))
         return None
+    selectors = tuple(
+        str((s.get("cel") or {}).get("expression"))
+        for s in exactly.get("selectors") or []
+        if isinstance(s, Mapping) and (s.get("cel") or {}).get("expression")
+    )
     return DeviceRequest(
         entry["name"],
         exactly["deviceClassName"],
         count=int(count) if mode == "ExactCount" else 0,
         all_devices=mode == "All",
         admin_access=bool(exactly.get("adminAccess")),
+        selectors=selectors,
     )
 
 
@@ -107,10 +115,20 @@ class Devices:
 
     mappings: Mappings = NONE
     templates: Mapping[tuple[str, str], ClaimTemplate] = field(default_factory=dict)  # (namespace, name)
+    classes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # DeviceClass -> its CEL selectors
+    published: tuple[slices.Device, ...] = ()  # the devices of the cluster's ResourceSlices (counter charges)
 
     @classmethod
-    def of(cls, mappings: Mappings, templates: Iterable[ClaimTemplate]) -> Devices:
-        return cls(mappings, {(t.namespace, t.name): t for t in templates})
+    def of(
+        cls,
+        mappings: Mappings,
+        templates: Iterable[ClaimTemplate],
+        classes: Mapping[str, tuple[str, ...]] | None = None,
+        published: Iterable[slices.Slice] = (),
+    ) -> Devices:
+        return cls(
+            mappings, {(t.namespace, t.name): t for t in templates}, dict(classes or {}), slices.published(published)
+        )
 
     def charge(self, namespace: str, pod_sets: tuple[PodSet, ...]) -> tuple[PodSet, ...]:
         """``pod_sets`` as read from a job (their requests the containers' alone), each with its
@@ -170,11 +188,47 @@ class Devices:
                             f"ClusterQueue gives quota for in {SETTING} (a scenario's deviceClassMappings)"
                         ),
                     )
-                added[logical] = added.get(logical, 0) + request.count * quantity.MILLI
+                source = self.mappings.counter(logical)
+                per_device = quantity.MILLI if source is None else self._counter_charge(request, source)
+                if isinstance(per_device, str):
+                    return dataclasses.replace(
+                        ps,
+                        unaccounted=(
+                            f"{where}.resourceClaimTemplateName: ResourceClaimTemplate {namespace}/{template.name} "
+                            f"request {request.name} (pod set {ps.name}, claim {claim.name}): {per_device}"
+                        ),
+                    )
+                added[logical] = added.get(logical, 0) + request.count * per_device
         requests = dict(ps.requests)
         for res, milli in added.items():
             requests[res] = requests.get(res, 0) + milli
         return dataclasses.replace(ps, requests=requests, unaccounted=None)
+
+    def _counter_charge(self, request: DeviceRequest, source: CounterSource) -> int | str:
+        """Kueue's partitionable devices: the most of ``source``'s counter that one device matching
+        the request consumes (milli-units), or why that cannot be known."""
+        assert request.device_class is not None
+        if request.device_class not in self.classes:
+            return f"DeviceClass {request.device_class} does not exist, so no device is known to match it"
+        wanted = [*self.classes[request.device_class], *request.selectors]
+        matched = [
+            d
+            for d in self.published
+            if d.driver == source.driver and slices.selects([source.selector], d) and slices.selects(wanted, d)
+        ]
+        if not matched:
+            return (
+                f"no device of driver {source.driver} in the cluster's ResourceSlices matches DeviceClass "
+                f"{request.device_class}{' and the request' + chr(39) + 's selectors' if request.selectors else ''}, "
+                f"so what it consumes of counter {source.name} is unknown"
+            )
+        missing = next((d for d in matched if source.name not in d.consumes), None)
+        if missing is not None:
+            return f"device {missing.pool}/{missing.name} of driver {source.driver} consumes no counter {source.name}"
+        try:
+            return max(quantity.parse_milli(d.consumes[source.name]) for d in matched)
+        except quantity.QuantityError as exc:
+            return f"a matching device's counter {source.name} is not a quantity: {exc}"
 
     @staticmethod
     def _refused(request: DeviceRequest) -> str | None:

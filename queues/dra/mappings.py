@@ -3,8 +3,10 @@
 ``deviceClassMappings:``.
 
 Kueue's rules hold: a mapping's name is a resource name a ClusterQueue can give quota for; a
-DeviceClass belongs to at most one mapping (one device, one charge). Fields Turnstile does not
-implement yet are refused by name rather than ignored.
+DeviceClass belongs to at most one mapping (one device, one charge). A mapping may charge by a
+counter its devices consume instead of by device (``sources: [{counter: {name, driver,
+deviceSelector}}]``, Kueue's partitionable devices: MIG partitions charged by the memory of their
+card they take, ``queues.dra.charges``); capacity sources are refused by name, not ignored.
 """
 
 from __future__ import annotations
@@ -16,17 +18,15 @@ from fractions import Fraction
 from typing import Any
 
 from queues import errors
+from queues.dra import slices
 from queues.errors import FieldError
 
 # a qualified name: an optional DNS subdomain prefix and a slash, then a DNS label (Kueue's validation)
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-QUALIFIED = re.compile(rf"^({_LABEL}(\.{_LABEL})*/)?{_LABEL}$")
+QUALIFIED = re.compile(rf"^({_LABEL}(\.{_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")  # a DeviceClass's name, as any object's
-FIELDS = {"name", "deviceClassNames"}
-NOT_YET = {
-    "sources": "charging by counters or capacity (partitionable and shared devices) is not implemented yet; "
-    "remove sources to charge one unit per device claimed",
-}
+FIELDS = {"name", "deviceClassNames", "sources"}
+NOT_YET: dict[str, str] = {}
 SETTING = "TURNSTILE_DEVICE_CLASS_MAPPINGS"
 # the DeviceClasses whose devices are whole GPU cards (NVIDIA's DRA driver): a resource mapped from
 # these alone is billed a card per unit on the GPU-hour ledger
@@ -34,13 +34,27 @@ WHOLE_GPU_CLASSES = frozenset({"gpu.nvidia.com"})
 
 
 @dataclass(frozen=True, slots=True)
+class CounterSource:
+    """Charge by a counter the matched devices consume (``consumesCounters``), not by device."""
+
+    name: str  # the counter (memory)
+    driver: str  # the driver whose ResourceSlices publish the devices
+    selector: str  # deviceSelector.cel.expression: which devices count
+
+
+@dataclass(frozen=True, slots=True)
 class Mappings:
-    """DeviceClass name -> the logical resource its devices are charged as."""
+    """DeviceClass name -> the logical resource its devices are charged as (and, for a resource
+    charged by a counter, its source)."""
 
     by_class: Mapping[str, str] = field(default_factory=dict)
+    counters: Mapping[str, CounterSource] = field(default_factory=dict)  # resource -> its counter source
 
     def lookup(self, device_class: str) -> str | None:
         return self.by_class.get(device_class)
+
+    def counter(self, resource: str) -> CounterSource | None:
+        return self.counters.get(resource)
 
     def card_fractions(self) -> dict[str, Fraction]:
         """The resources whose units are whole GPU cards (mapped from whole-GPU DeviceClasses
@@ -49,7 +63,11 @@ class Mappings:
         grouped: dict[str, set[str]] = {}
         for device_class, name in self.by_class.items():
             grouped.setdefault(name, set()).add(device_class)
-        return {name: Fraction(1) for name, classes in grouped.items() if classes <= WHOLE_GPU_CLASSES}
+        return {
+            name: Fraction(1)
+            for name, classes in grouped.items()
+            if classes <= WHOLE_GPU_CLASSES and name not in self.counters
+        }
 
     def to_list(self) -> list[dict[str, Any]]:
         """Kueue's shape again: one mapping per logical resource, its DeviceClasses sorted."""
@@ -70,6 +88,7 @@ def parse(raw: Any, path: str = "deviceClassMappings") -> Mappings:
         raise errors.Invalid([FieldError(path, "must be a list of {name, deviceClassNames: [...]}")])
     problems: list[FieldError] = []
     by_class: dict[str, str] = {}
+    counters: dict[str, CounterSource] = {}
     names: set[str] = set()
     for i, entry in enumerate(raw):
         where = f"{path}[{i}]"
@@ -113,6 +132,51 @@ def parse(raw: Any, path: str = "deviceClassMappings") -> Mappings:
                 )
             else:
                 by_class[dc] = name
+        source = _source(entry.get("sources"), f"{where}.sources", problems)
+        if source is not None:
+            counters[name] = source
     if problems:
         raise errors.Invalid(problems)
-    return Mappings(by_class)
+    return Mappings(by_class, counters)
+
+
+def _source(raw: Any, where: str, problems: list[FieldError]) -> CounterSource | None:
+    """A mapping's ``sources``: at most one counter source (Kueue's rule); capacity sources refused."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != 1 or not isinstance(raw[0], Mapping):
+        problems.append(FieldError(where, "must be a list of one source: [{counter: {name, driver, deviceSelector}}]"))
+        return None
+    entry = raw[0]
+    if "capacity" in entry:
+        problems.append(
+            FieldError(
+                f"{where}[0].capacity",
+                "charging by consumable capacity (shared devices) is not implemented yet; remove it to charge "
+                "one unit per device, or use a counter source",
+            )
+        )
+        return None
+    counter = entry.get("counter")
+    if not isinstance(counter, Mapping) or set(entry) != {"counter"}:
+        problems.append(
+            FieldError(f"{where}[0]", "must be {counter: {name, driver, deviceSelector: {cel: {expression}}}}")
+        )
+        return None
+    at = f"{where}[0].counter"
+    name, driver = counter.get("name"), counter.get("driver")
+    selector = ((counter.get("deviceSelector") or {}).get("cel") or {}).get("expression")
+    before = len(problems)
+    if not isinstance(name, str) or not name:
+        problems.append(FieldError(f"{at}.name", "required: the counter the devices consume (memory)"))
+    if not isinstance(driver, str) or not driver or len(driver) > 63:
+        problems.append(
+            FieldError(f"{at}.driver", "required: the DRA driver publishing the devices (at most 63 characters)")
+        )
+    if not isinstance(selector, str) or not selector:
+        problems.append(FieldError(f"{at}.deviceSelector.cel.expression", "required: which devices are counted"))
+    elif (error := slices.compile_error(selector)) is not None:
+        problems.append(FieldError(f"{at}.deviceSelector.cel.expression", f"does not compile: {error}"))
+    if len(problems) > before:
+        return None
+    return CounterSource(str(name), str(driver), str(selector))

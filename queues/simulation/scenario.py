@@ -13,7 +13,7 @@ from typing import Any
 
 from queues import efficiency, errors
 from queues.cycle import podsready, usage_history
-from queues.dra import charges, mappings
+from queues.dra import charges, mappings, slices
 from queues.errors import FieldError
 from queues.kueue import api, fair_sharing_config
 from queues.placement import topology
@@ -91,6 +91,7 @@ def parse(doc: Any) -> Scenario:
     runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = {}
     device_objects: list[Mapping[str, Any]] = []
     claim_templates: list[charges.ClaimTemplate] = []
+    published: list[slices.Slice] = []
     raw_manifests = doc.get("manifests")
     seen: dict[tuple[str, str], str] = {}
     if not isinstance(raw_manifests, list):
@@ -101,7 +102,7 @@ def parse(doc: Any) -> Scenario:
                 other_kinds.priority_class(raw, f"manifests[{i}]", pod_priorities, problems)
                 continue
             if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) in other_kinds.DRA_KINDS:
-                other_kinds.dra_object(raw, f"manifests[{i}]", device_objects, claim_templates, problems)
+                other_kinds.dra_object(raw, f"manifests[{i}]", device_objects, claim_templates, problems, published)
                 continue
             if isinstance(raw, Mapping) and (raw.get("apiVersion"), raw.get("kind")) in other_kinds.TRAINING_RUNTIMES:
                 other_kinds.runtime(raw, f"manifests[{i}]", runtimes, problems)
@@ -292,6 +293,15 @@ def parse(doc: Any) -> Scenario:
         gpu_memory,
         reclaim,
         budgets,
-        charges.Devices.of(device_mappings, claim_templates),
+        charges.Devices.of(
+            device_mappings,
+            claim_templates,
+            {
+                str(o["metadata"]["name"]): slices.class_selectors(o)
+                for o in device_objects
+                if (o.get("apiVersion"), o.get("kind")) == other_kinds.DEVICE_CLASS
+            },
+            published,
+        ),
         device_objects,
     )

@@ -1,7 +1,8 @@
 """The manifests of a scenario that are not Kueue objects: Kubernetes PriorityClasses (a pod's
 ``priorityClassName``), Kubeflow Trainer's training runtimes (a TrainJob's pods) and DRA's
-DeviceClasses and ResourceClaimTemplates (the devices pods claim), read into what the scheduling
-core needs of them, every problem at its path."""
+DeviceClasses, ResourceClaimTemplates and ResourceSlices (the devices pods claim, and what a
+partitionable one consumes), read into what the scheduling core needs of them, every problem at
+its path."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from queues import errors
-from queues.dra import charges
+from queues.dra import charges, slices
 from queues.errors import FieldError
 from queues.podsets import trainjobs
 
@@ -17,7 +18,8 @@ PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 TRAINING_RUNTIMES = {(trainjobs.API_VERSION, trainjobs.CLUSTER_RUNTIME), (trainjobs.API_VERSION, trainjobs.RUNTIME)}
 DEVICE_CLASS = (charges.API_VERSION, "DeviceClass")
 CLAIM_TEMPLATE = (charges.API_VERSION, "ResourceClaimTemplate")
-DRA_KINDS = {DEVICE_CLASS, CLAIM_TEMPLATE}
+RESOURCE_SLICE = (charges.API_VERSION, "ResourceSlice")
+DRA_KINDS = {DEVICE_CLASS, CLAIM_TEMPLATE, RESOURCE_SLICE}
 
 
 def priority_class(
@@ -62,8 +64,10 @@ def dra_object(
     into: list[Mapping[str, Any]],
     templates: list[charges.ClaimTemplate],
     problems: list[FieldError],
+    published: list[slices.Slice] | None = None,
 ) -> None:
-    """A DeviceClass (made in the cluster as given) or a ResourceClaimTemplate (what its claims charge)."""
+    """A DeviceClass, a ResourceClaimTemplate (what its claims charge) or a ResourceSlice (what its
+    devices consume), each also made in the cluster as given."""
     meta: Mapping[str, Any] = raw["metadata"] if isinstance(raw.get("metadata"), Mapping) else {}
     name, kind = meta.get("name"), str(raw.get("kind"))
     namespace = meta.get("namespace") or "default" if (raw.get("apiVersion"), kind) == CLAIM_TEMPLATE else None
@@ -78,10 +82,12 @@ def dra_object(
         ):
             problems.append(FieldError(f"{path}.metadata.name", f"duplicate {kind} {name!r}"))
             return
-    if (raw.get("apiVersion"), kind) == CLAIM_TEMPLATE:
-        try:
+    try:
+        if (raw.get("apiVersion"), kind) == CLAIM_TEMPLATE:
             templates.append(charges.ClaimTemplate.from_object(raw, namespace))
-        except errors.Invalid as exc:
-            problems.extend(e.under(path) for e in exc.errors)
-            return
+        elif (raw.get("apiVersion"), kind) == RESOURCE_SLICE and published is not None:
+            published.append(slices.Slice.from_object(raw))
+    except errors.Invalid as exc:
+        problems.extend(e.under(path) for e in exc.errors)
+        return
     into.append(raw)

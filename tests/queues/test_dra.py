@@ -11,7 +11,7 @@ import pytest
 from admission.store.workloads import pod_sets_from_json, pod_sets_json
 from queues import errors
 from queues.cycle.scheduler import Admit, Scheduler
-from queues.dra import charges, mappings
+from queues.dra import charges, mappings, slices
 from queues.gpus import gpu_units
 from queues.podsets import jobs
 from tests.queues.builders import CQ, flavor
@@ -154,7 +154,36 @@ def test_the_store_keeps_the_claims_and_why_they_were_not_charged() -> None:
 @pytest.mark.parametrize(
     ("raw", "path", "said"),
     [
-        ([{"name": "gpus", "deviceClassNames": ["a.example.com"], "sources": []}], "[0].sources", "not implemented"),
+        (
+            [{"name": "gpus", "deviceClassNames": ["a.example.com"], "sources": [{"capacity": {"name": "memory"}}]}],
+            "[0].sources[0].capacity",
+            "not implemented yet",
+        ),
+        ([{"name": "gpus", "deviceClassNames": ["a.example.com"], "sources": []}], "[0].sources", "one source"),
+        (
+            [{"name": "m", "deviceClassNames": ["a"], "sources": [{"counter": {"name": "memory", "driver": "d"}}]}],
+            "[0].sources[0].counter.deviceSelector.cel.expression",
+            "required",
+        ),
+        (
+            [
+                {
+                    "name": "m",
+                    "deviceClassNames": ["a"],
+                    "sources": [
+                        {
+                            "counter": {
+                                "name": "memory",
+                                "driver": "d",
+                                "deviceSelector": {"cel": {"expression": "device.driver =="}},
+                            }
+                        }
+                    ],
+                }
+            ],
+            "[0].sources[0].counter.deviceSelector.cel.expression",
+            "does not compile",
+        ),
         ([{"name": "gpus"}], "[0].deviceClassNames", "required"),
         ([{"name": "Bad Name", "deviceClassNames": ["a"]}], "[0].name", "resource name"),
         (
@@ -190,3 +219,91 @@ def test_a_resource_of_whole_gpus_is_billed_a_card_per_unit_and_others_only_when
     )
     assert both.card_fractions() == {"whole-gpus": 1}
     assert gpu_units.parse_fractions(["mig-devices=1/7"]) == {"mig-devices": Fraction(1, 7)}
+
+
+# ----- partitionable devices: charged by a counter they consume (Kueue's counter sources) ----------
+
+COUNTED = mappings.parse(
+    [
+        {
+            "name": "gpu.memory",
+            "deviceClassNames": ["mig.nvidia.com"],
+            "sources": [
+                {
+                    "counter": {
+                        "name": "memory",
+                        "driver": "gpu.nvidia.com",
+                        "deviceSelector": {"cel": {"expression": "true"}},
+                    }
+                }
+            ],
+        }
+    ]
+)
+MIG_CLASS = {"mig.nvidia.com": ("device.attributes['gpu.nvidia.com'].type == 'mig'",)}
+
+
+def partition(name: str, profile: str, memory: str | None) -> dict[str, Any]:
+    device: dict[str, Any] = {"name": name, "attributes": {"type": {"string": "mig"}, "profile": {"string": profile}}}
+    if memory is not None:
+        device["consumesCounters"] = [{"counterSet": "gpu-0", "counters": {"memory": {"value": memory}}}]
+    return device
+
+
+def published(*devices: dict[str, Any], generation: int = 1, count: int = 1, name: str = "s0") -> slices.Slice:
+    return slices.Slice.from_object(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": "n1",
+                "pool": {"name": "n1", "generation": generation, "resourceSliceCount": count},
+                "devices": list(devices),
+            },
+        }
+    )
+
+
+def mig(count: int = 1, profile: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": "mig.nvidia.com", "count": count}
+    if profile:
+        exactly["selectors"] = [{"cel": {"expression": f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"}}]
+    return {"name": "mig", "exactly": exactly}
+
+
+def charge(request: dict[str, Any], *cluster: slices.Slice) -> jobs.PodSet:
+    devices = charges.Devices.of(COUNTED, [template("t", request)], MIG_CLASS, cluster)
+    (ps,) = devices.charge("ns", job("j", {"name": "mig", "resourceClaimTemplateName": "t"}).pod_sets)
+    return ps
+
+
+SLICE = published(partition("small-0", "1g.18gb", "16Gi"), partition("large-0", "3g.71gb", "71424Mi"))
+
+
+def test_a_partition_is_charged_what_it_consumes_of_its_counter_times_the_count() -> None:
+    assert charge(mig(2, "1g.18gb"), SLICE).requests["gpu.memory"] == 2 * 16 * 2**30 * 1000
+    assert charge(mig(1, "3g.71gb"), SLICE).requests["gpu.memory"] == 71424 * 2**20 * 1000
+
+
+def test_a_request_matching_several_profiles_is_charged_the_largest() -> None:
+    assert charge(mig(1), SLICE).requests["gpu.memory"] == 71424 * 2**20 * 1000
+
+
+@pytest.mark.parametrize(
+    ("cluster", "said"),
+    [
+        ((), "no device of driver gpu.nvidia.com"),
+        ((published(partition("p", "1g.18gb", None)),), "consumes no counter memory"),
+        ((published(partition("p", "1g.18gb", "16Gi"), count=2),), "no device of driver"),  # (an incomplete pool)
+    ],
+)
+def test_a_counter_charge_that_cannot_be_known_waits(cluster: tuple[slices.Slice, ...], said: str) -> None:
+    ps = charge(mig(1, "1g.18gb"), *cluster)
+    assert ps.unaccounted is not None and said in ps.unaccounted
+    assert "gpu.memory" not in ps.requests
+
+
+def test_only_a_pools_latest_generation_counts() -> None:
+    old = published(partition("p", "1g.18gb", "16Gi"), generation=1, name="old")
+    new = published(partition("p", "1g.18gb", "20Gi"), generation=2, name="new")
+    assert charge(mig(1, "1g.18gb"), old, new).requests["gpu.memory"] == 20 * 2**30 * 1000

@@ -15,22 +15,22 @@ driver's devices, and the kube-scheduler's allocation of them.
   allocated to no other claim; ``count`` of them, or none. The claim's ``status.allocation`` and
   ``reservedFor`` are written before the pod is bound.
 
-Differences from a real cluster (docs/simulated-cluster.md): CEL selectors see ``device.driver``,
-``device.attributes`` and ``device.capacity`` (values as given, no ``quantity()`` or
-``semver()``), ``firstAvailable``, ``allocationMode: All``, partitionable devices
-(``consumesCounters``), shared claims and admin access are not allocated (such a pod stays
-Pending), and a claim is deallocated by its deletion only.
+Devices are matched as the core matches them for counter charges (``queues.dra.slices``: CEL
+over ``device.driver``, ``attributes``, ``capacity``). Differences from a real cluster
+(docs/simulated-cluster.md): no ``quantity()`` or ``semver()`` in selectors; ``firstAvailable``,
+``allocationMode: All``, shared claims and admin access are not allocated (such a pod stays
+Pending); partitionable devices are allocated without checking their shared counters; a claim
+is deallocated by its deletion only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from admission.sim.server import resources
 from admission.sim.server.object_store import ObjectStore
 from admission.sim.server.objects import ApiError, Obj, clone
-from admission.sim.server.schema import cel
+from queues.dra import slices
 
 CLAIMS = next(r for r in resources.ALL if r.plural == "resourceclaims")
 TEMPLATES = next(r for r in resources.ALL if r.plural == "resourceclaimtemplates")
@@ -209,21 +209,18 @@ class Dra:
                 out.add((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))))
         return out
 
-    def _devices(self, node: str) -> list[tuple[Device, dict[str, Any]]]:
-        """The devices the slices publish for ``node``, each with what CEL sees of it."""
-        out = []
+    def _devices(self, node: str) -> list[slices.Device]:
+        """The devices the slices publish for ``node`` (or for all nodes)."""
+        out: list[slices.Device] = []
         for slice_ in self.store.list(SLICES, None)[0]:
             spec = slice_.get("spec") or {}
             if spec.get("nodeName") != node and not spec.get("allNodes"):
                 continue
             driver, pool = str(spec.get("driver")), str((spec.get("pool") or {}).get("name"))
-            for device in spec.get("devices") or []:
-                out.append(((driver, pool, str(device.get("name"))), _cel_device(driver, device)))
+            out.extend(slices.Device.of(driver, pool, node, device) for device in spec.get("devices") or [])
         return out
 
-    def _pick(
-        self, request: dict[str, Any], devices: list[tuple[Device, dict[str, Any]]], taken: set[Device]
-    ) -> list[Device] | None:
+    def _pick(self, request: dict[str, Any], devices: list[slices.Device], taken: set[Device]) -> list[Device] | None:
         exactly = request.get("exactly")
         if not isinstance(exactly, dict) or exactly.get("allocationMode") == "All" or exactly.get("adminAccess"):
             return None  # (firstAvailable, All and admin access are not allocated here)
@@ -232,38 +229,10 @@ class Dra:
         except ApiError:
             return None
         selectors = [
-            *((device_class.get("spec") or {}).get("selectors") or []),
-            *(exactly.get("selectors") or []),
+            *slices.class_selectors(device_class),
+            *(str((s.get("cel") or {}).get("expression")) for s in exactly.get("selectors") or []),
         ]
         count = int(exactly.get("count") or 1)
-        found = [ident for ident, seen in devices if ident not in taken and _selected(selectors, seen)]
+        free = (d for d in devices if (d.driver, d.pool, d.name) not in taken)
+        found = [(d.driver, d.pool, d.name) for d in free if slices.selects(selectors, d)]
         return found[:count] if len(found) >= count else None
-
-
-def _cel_device(driver: str, device: dict[str, Any]) -> dict[str, Any]:
-    """``device`` as a DRA CEL selector sees it: attributes and capacity by domain (an unqualified
-    name is the driver's), attribute values unwrapped from their type (``{string: gpu}``)."""
-    attributes: dict[str, dict[str, Any]] = {}
-    for name, value in (device.get("attributes") or {}).items():
-        domain, _, short = name.rpartition("/")
-        unwrapped = next(iter(value.values())) if isinstance(value, dict) and value else value
-        attributes.setdefault(domain or driver, {})[short] = unwrapped
-    capacity: dict[str, dict[str, Any]] = {}
-    for name, value in (device.get("capacity") or {}).items():
-        domain, _, short = name.rpartition("/")
-        capacity.setdefault(domain or driver, {})[short] = value.get("value") if isinstance(value, dict) else value
-    return {"driver": driver, "attributes": attributes, "capacity": capacity}
-
-
-def _selected(selectors: Iterable[dict[str, Any]], device: dict[str, Any]) -> bool:
-    bound = cel.activation({"device": device})
-    for selector in selectors:
-        expression = (selector.get("cel") or {}).get("expression")
-        if not expression:
-            continue
-        try:
-            if not cel.condition(str(expression), bound):
-                return False
-        except Exception:  # (an expression that cannot be evaluated selects nothing, as the real one)
-            return False
-    return True

@@ -1,0 +1,114 @@
+"""DRA's objects as the cluster has them: what a job's device claims charge.
+
+A pod claims devices through a ResourceClaimTemplate in its namespace; the core charges each
+device as the resource its DeviceClass maps to (``queues.dra``, the mappings from
+``TURNSTILE_DEVICE_CLASS_MAPPINGS``), or, for a mapping charged by a counter, what the matching
+devices of the ResourceSlices consume (their DeviceClass's selectors say which match). Every
+replica watches the templates, DeviceClasses and ResourceSlices (served from Kubernetes 1.34 on: on
+an older cluster they are absent, and a job claiming devices waits, never admitted uncounted); the
+leader's scheduler gets each change at once, and a new term gets them all when it starts. A
+template that comes, changes or goes marks the jobs that claim through it (a DeviceClass or a
+ResourceSlice, every job that claims devices), so the next step makes their waiting workloads
+again: one waiting Misconfigured for a missing template is charged once it exists. As in Kueue,
+a workload admitted keeps the charge it was admitted with.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from admission.controller.changes import Changes
+from admission.controller.jobcache import JobCache
+from admission.kube.client import Kube, Obj, ResourceRef
+from admission.kube.informer import Informer
+from queues import errors
+from queues.cycle.scheduler import Scheduler
+from queues.dra import charges, slices
+from queues.dra.mappings import Mappings
+
+log = logging.getLogger(__name__)
+
+RESOURCE_CLAIM_TEMPLATES = ResourceRef(charges.API_VERSION, "ResourceClaimTemplate", "resourceclaimtemplates")
+DEVICE_CLASSES = ResourceRef(charges.API_VERSION, "DeviceClass", "deviceclasses", namespaced=False)
+RESOURCE_SLICES = ResourceRef(charges.API_VERSION, "ResourceSlice", "resourceslices", namespaced=False)
+
+
+class DeviceCatalog:
+    def __init__(
+        self,
+        kube: Kube,
+        jobs: JobCache,
+        changes: Changes,
+        mappings: Mappings,
+        scheduler: Callable[[], Scheduler | None],
+    ) -> None:
+        self.jobs = jobs
+        self.changes = changes
+        self.mappings = mappings
+        self.scheduler = scheduler  # the leader's, while this replica leads
+        self.templates: dict[tuple[str, str], charges.ClaimTemplate] = {}
+        self.classes: dict[str, tuple[str, ...]] = {}  # DeviceClass -> its selectors
+        self.slices: dict[str, slices.Slice] = {}
+        self.devices = charges.Devices(mappings)
+        self.informer = Informer(kube, RESOURCE_CLAIM_TEMPLATES, self._on, optional=True)
+        self.informers = [
+            self.informer,
+            Informer(kube, DEVICE_CLASSES, self._on_class, optional=True),
+            Informer(kube, RESOURCE_SLICES, self._on_slice, optional=True),
+        ]
+
+    def _on_class(self, kind: str, obj: Obj) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        if kind == "DELETED":
+            self.classes.pop(name, None)
+        else:
+            self.classes[name] = slices.class_selectors(obj)
+        self._changed(None)
+
+    def _on_slice(self, kind: str, obj: Obj) -> None:
+        if not self.mappings.counters:
+            return  # (only a mapping charged by a counter reads the devices)
+        name = str((obj.get("metadata") or {}).get("name"))
+        if kind == "DELETED":
+            self.slices.pop(name, None)
+        else:
+            try:
+                self.slices[name] = slices.Slice.from_object(obj)
+            except errors.Invalid as exc:
+                log.warning("ResourceSlice %s cannot be read: %s", name, exc)
+                self.slices.pop(name, None)
+        self._changed(None)
+
+    def _on(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name")))
+        if kind == "DELETED":
+            self.templates.pop(key, None)
+        else:
+            try:
+                self.templates[key] = charges.ClaimTemplate.from_object(obj)
+            except errors.Invalid as exc:  # (the API server validates them: a defect, said and left out)
+                log.warning("ResourceClaimTemplate %s/%s cannot be read: %s", *key, exc)
+                self.templates.pop(key, None)
+        self._changed(key)
+
+    def _changed(self, template: tuple[str, str] | None) -> None:
+        """Charge from what the cluster has now; the jobs it may change the charge of are marked
+        (those claiming through ``template``; every job with claims when it is None)."""
+        self.devices = charges.Devices.of(self.mappings, self.templates.values(), self.classes, self.slices.values())
+        scheduler = self.scheduler()
+        if scheduler is None:
+            return  # (a term begins by looking at every job again)
+        self.apply(scheduler)
+        for uid, view in self.jobs.views.items():
+            info = view.info
+            if info is None or (template is not None and info.namespace != template[0]):
+                continue
+            if any(template is None or c.template == template[1] for ps in info.pod_sets for c in ps.claims):
+                self.changes.job(uid)  # made again with the cluster's DRA objects as they are now
+
+    def apply(self, scheduler: Scheduler) -> None:
+        """The scheduler charges new workloads' claims with the DRA objects as they are now (the
+        waiting ones are made again by the step: their jobs were marked)."""
+        scheduler.devices = self.devices
