@@ -236,6 +236,10 @@ def parse(doc: Any) -> Scenario:
         if edit.action == "cancel" and edit.name not in keys:
             problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
     nodes = scenario_nodes.parse(doc.get("nodes"), problems)
+    for node in nodes:  # (the devices a DRA driver publishes for a node: its ResourceSlices)
+        for obj in node.get("resourceSlices") or []:
+            device_objects.append(obj)
+            published.append(slices.Slice.from_object(obj))
     node_names = {str(n["name"]) for n in nodes}
     for edit in edits:
         if edit.kind == "Node" and edit.name not in node_names:

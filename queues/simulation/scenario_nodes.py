@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from queues import quantity
+from queues import errors, quantity
+from queues.dra import slices
 from queues.errors import FieldError
 from queues.placement.nodes import HOSTNAME
 
@@ -60,9 +61,15 @@ def parse(raw: Any, problems: list[FieldError]) -> list[Mapping[str, Any]]:
     return out
 
 
+NODE_FIELDS = ("name", "labels", "capacity", "taints", "unschedulable", "resourceSlices")
+
+
 def _node(entry: Mapping[str, Any], path: str, problems: list[FieldError]) -> dict[str, Any] | None:
     name = entry.get("name")
     before = len(problems)
+    for key in entry:
+        if key not in NODE_FIELDS:
+            problems.append(FieldError(f"{path}.{key}", f"unknown field; a node has {', '.join(NODE_FIELDS)}"))
     if not isinstance(name, str) or not name:
         problems.append(FieldError(f"{path}.name", "required: the node's name"))
     labels = _strings(entry.get("labels"), f"{path}.labels", problems)
@@ -70,12 +77,41 @@ def _node(entry: Mapping[str, Any], path: str, problems: list[FieldError]) -> di
     taints = entry.get("taints") or []
     if not isinstance(taints, list) or not all(isinstance(t, Mapping) for t in taints):
         problems.append(FieldError(f"{path}.taints", "must be a list of {key, value, effect}"))
+    published = None
+    if entry.get("resourceSlices") is not None:
+        published = _slices(str(name), entry["resourceSlices"], f"{path}.resourceSlices", problems)
     if len(problems) > before:
         return None
     node = {"name": name, "labels": {HOSTNAME: name, **labels}, "capacity": capacity, "taints": list(taints)}
     if entry.get("unschedulable"):
         node["unschedulable"] = True
+    if published is not None:
+        node["resourceSlices"] = published
     return node
+
+
+def _slices(node: str, raw: Any, path: str, problems: list[FieldError]) -> list[dict[str, Any]]:
+    """The ResourceSlices a DRA driver publishes for ``node`` (scenario.md: each a ResourceSlice's
+    spec), as objects: named ``<node>-<i>``, ``nodeName`` the node's, one pool per node unless said."""
+    if not isinstance(raw, list) or not all(isinstance(s, Mapping) for s in raw):
+        problems.append(FieldError(path, "must be a list of ResourceSlice specs {driver, pool, devices}"))
+        return []
+    out = []
+    for i, spec in enumerate(raw):
+        pool = {"name": node, "generation": 1, "resourceSliceCount": len(raw), **dict(spec.get("pool") or {})}
+        obj = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{i}"},
+            "spec": {**dict(spec), "nodeName": node, "pool": pool},
+        }
+        try:
+            slices.Slice.from_object(obj)
+        except errors.Invalid as exc:
+            problems.extend(FieldError(f"{path}[{i}].{e.path.removeprefix('spec.')}", e.message) for e in exc.errors)
+            continue
+        out.append(obj)
+    return out
 
 
 def _generate(spec: Any, path: str, problems: list[FieldError]) -> list[dict[str, Any]]:

@@ -307,3 +307,33 @@ def test_only_a_pools_latest_generation_counts() -> None:
     old = published(partition("p", "1g.18gb", "16Gi"), generation=1, name="old")
     new = published(partition("p", "1g.18gb", "20Gi"), generation=2, name="new")
     assert charge(mig(1, "1g.18gb"), old, new).requests["gpu.memory"] == 20 * 2**30 * 1000
+
+
+def test_a_scenarios_node_may_list_the_resource_slices_its_driver_publishes() -> None:
+    from queues.simulation import scenario
+
+    doc: dict[str, Any] = {
+        "name": "s",
+        "manifests": [],
+        "jobs": [],
+        "nodes": [
+            {
+                "name": "n1",
+                "resourceSlices": [{"driver": "gpu.nvidia.com", "devices": [partition("p0", "1g.18gb", "16Gi")]}],
+            }
+        ],
+    }
+    parsed = scenario.parse(doc)
+    (obj,) = parsed.device_objects
+    assert obj["spec"]["nodeName"] == "n1" and obj["spec"]["pool"] == {
+        "name": "n1",
+        "generation": 1,
+        "resourceSliceCount": 1,
+    }
+    assert [(d.node, d.name, d.consumes) for d in parsed.devices.published] == [("n1", "p0", {"memory": "16Gi"})]
+    doc["nodes"][0]["resourceSlices"] = [{"devices": []}]
+    doc["nodes"][0]["gpus"] = 8
+    with pytest.raises(errors.Invalid) as caught:
+        scenario.parse(doc)
+    paths = {e.path for e in caught.value.errors}
+    assert {"nodes[0].resourceSlices[0].driver", "nodes[0].gpus"} <= paths, paths
