@@ -184,7 +184,7 @@ def pod_needs(wl: Workload, admission: Admission, flavors: Mapping[str, Flavor],
             continue
         selector.update(flavor.node_labels)
         tolerations += [t for t in flavor.tolerations if t not in tolerations]
-    return placement.PodNeeds(placement.with_pod_slot(ps.requests), selector, tuple(tolerations))
+    return placement.PodNeeds(placement.with_pod_slot(ps.node_requests), selector, tuple(tolerations))
 
 
 def pods_of(wl: Workload, admission: Admission, flavors: Mapping[str, Flavor]) -> list[tuple[str, placement.PodNeeds]]:

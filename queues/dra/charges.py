@@ -202,7 +202,7 @@ class Devices:
         requests = dict(ps.requests)
         for res, milli in added.items():
             requests[res] = requests.get(res, 0) + milli
-        return dataclasses.replace(ps, requests=requests, unaccounted=None)
+        return dataclasses.replace(ps, requests=requests, unaccounted=None, devices=added)
 
     def _counter_charge(self, request: DeviceRequest, source: CounterSource) -> int | str:
         """Kueue's partitionable devices: the most of ``source``'s counter that one device matching

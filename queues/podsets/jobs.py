@@ -75,9 +75,18 @@ class PodSet:
     # workload then waits, Misconfigured: never admitted with its devices uncounted)
     claims: tuple[PodClaim, ...] = ()
     unaccounted: str | None = None
+    devices: Mapping[str, int] = field(default_factory=dict)  # the part of ``requests`` its claims were charged
 
     def total(self) -> Requests:
         return {r: v * self.count for r, v in self.requests.items() if v}
+
+    @property
+    def node_requests(self) -> Mapping[str, int]:
+        """What one pod asks of a node's allocatable capacity: its requests but its DRA claims'
+        charge (devices come from ResourceSlices, not from a node's capacity)."""
+        if not self.devices:
+            return self.requests
+        return {r: left for r, v in self.requests.items() if (left := v - self.devices.get(r, 0)) > 0}
 
 
 @dataclass(frozen=True, slots=True)

@@ -337,3 +337,22 @@ def test_a_scenarios_node_may_list_the_resource_slices_its_driver_publishes() ->
         scenario.parse(doc)
     paths = {e.path for e in caught.value.errors}
     assert {"nodes[0].resourceSlices[0].driver", "nodes[0].gpus"} <= paths, paths
+
+
+def test_a_claims_charge_is_quota_not_a_nodes_capacity() -> None:
+    """Devices come from ResourceSlices: a node's allocatable capacity is asked for the containers'
+    requests only (placement, the kube-scheduler model), so a node fits the pod (examples/dra-mig.yaml:
+    with a node, every job runs to its end, none waits out waitForPodsReady)."""
+    ps = charge(mig(1, "1g.18gb"), SLICE)
+    assert ps.devices == {"gpu.memory": 16 * 2**30 * 1000} and "gpu.memory" not in ps.node_requests
+    from pathlib import Path
+
+    from admission.cli import documents
+    from queues.simulation import scenario, simulator
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "dra-mig.yaml"
+    report = simulator.Simulation(scenario.parse(documents.load_single(str(path)))).run().to_json("core")
+    assert not [e for e in report["events"] if e["type"] == "Evicted"]
+    assert {k: w["state"] for k, w in report["workloads"].items()} == dict.fromkeys(
+        ["ml/large-a", "ml/any-b", "ml/small-c", "ml/small-d"], "Finished"
+    )

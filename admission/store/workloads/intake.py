@@ -57,6 +57,7 @@ def pod_sets_json(pod_sets: Iterable[jobs.PodSet], priority_class_name: str | No
                 **({"minCount": ps.min_count} if ps.min_count is not None else {}),
                 **({"resourceClaims": [c.to_dict() for c in ps.claims]} if ps.claims else {}),
                 **({"unaccounted": ps.unaccounted} if ps.unaccounted else {}),
+                **({"devices": {r: str(v) for r, v in ps.devices.items()}} if ps.devices else {}),
             }
             for ps in pod_sets
         ]
@@ -82,6 +83,7 @@ def pod_sets_from_json(body: dict[str, Any]) -> tuple[jobs.PodSet, ...]:
                 min_count=int(ps["minCount"]) if ps.get("minCount") is not None else None,
                 claims=tuple(PodClaim.from_dict(c) for c in ps.get("resourceClaims", [])),
                 unaccounted=ps.get("unaccounted"),
+                devices={r: int(v) for r, v in (ps.get("devices") or {}).items()},
             )
         )
     return tuple(out)
