@@ -19,8 +19,10 @@ Devices are matched as the core matches them for counter charges (``queues.dra.s
 over ``device.driver``, ``attributes``, ``capacity``). Differences from a real cluster
 (docs/simulated-cluster.md): no ``quantity()`` or ``semver()`` in selectors; ``firstAvailable``,
 ``allocationMode: All``, shared claims and admin access are not allocated (such a pod stays
-Pending); partitionable devices are allocated without checking their shared counters; a claim
-is deallocated by its deletion only.
+Pending); a claim is deallocated by its deletion only. Partitionable devices are allocated as the
+real allocator does: a device whose ``consumesCounters`` would take more of its pool's
+``sharedCounters`` than the allocated devices left is not free (a MIG partition overlapping one in
+use), and a counter set the pool does not publish makes its devices unusable.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from admission.sim.server import resources
 from admission.sim.server.object_store import ObjectStore
 from admission.sim.server.objects import ApiError, Obj, clone
+from queues import quantity
 from queues.dra import slices
 
 CLAIMS = next(r for r in resources.ALL if r.plural == "resourceclaims")
@@ -44,6 +47,7 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 CANNOT_ALLOCATE = "cannot allocate all claims"
 
 Device = tuple[str, str, str]  # (driver, pool, device name)
+CounterKey = tuple[str, str, str, str]  # (driver, pool, counter set, counter)
 Plan = list[tuple[Obj, list[dict[str, str]]]]  # claims to allocate, each with its results
 
 
@@ -168,17 +172,19 @@ class Dra:
         """Devices on ``node`` for every claim not yet allocated, or None if they are not there."""
         taken = self._allocated()
         devices = self._devices(node)
+        counters = Counters.of(self.store.list(SLICES, None)[0], taken)
         plan: Plan = []
         for claim in claims:
             if (claim.get("status") or {}).get("allocation"):
                 continue
             results: list[dict[str, str]] = []
             for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
-                picked = self._pick(request, devices, taken)
+                picked = self._pick(request, devices, taken, counters)
                 if picked is None:
                     return None
                 for driver, pool, device in picked:
                     taken.add((driver, pool, device))
+                    counters.take((driver, pool, device))
                     results.append({"request": request["name"], "driver": driver, "pool": pool, "device": device})
             plan.append((claim, results))
         return plan
@@ -220,7 +226,9 @@ class Dra:
             out.extend(slices.Device.of(driver, pool, node, device) for device in spec.get("devices") or [])
         return out
 
-    def _pick(self, request: dict[str, Any], devices: list[slices.Device], taken: set[Device]) -> list[Device] | None:
+    def _pick(
+        self, request: dict[str, Any], devices: list[slices.Device], taken: set[Device], counters: Counters
+    ) -> list[Device] | None:
         exactly = request.get("exactly")
         if not isinstance(exactly, dict) or exactly.get("allocationMode") == "All" or exactly.get("adminAccess"):
             return None  # (firstAvailable, All and admin access are not allocated here)
@@ -234,5 +242,67 @@ class Dra:
         ]
         count = int(exactly.get("count") or 1)
         free = (d for d in devices if (d.driver, d.pool, d.name) not in taken)
-        found = [(d.driver, d.pool, d.name) for d in free if slices.selects(selectors, d)]
-        return found[:count] if len(found) >= count else None
+        found: list[Device] = []
+        trial = counters.copy()
+        for d in free:
+            ident = (d.driver, d.pool, d.name)
+            if len(found) < count and slices.selects(selectors, d) and trial.fits(ident):
+                trial.take(ident)  # (two partitions of one request must fit the card together)
+                found.append(ident)
+        return found if len(found) == count else None
+
+
+class Counters:
+    """Partitionable devices: what each counter set of a pool holds (``sharedCounters``), what each
+    device consumes of them (``consumesCounters``), and what the allocated devices took."""
+
+    def __init__(self, capacity: dict[CounterKey, int], needs: dict[Device, dict[CounterKey, int]]) -> None:
+        self.capacity = capacity  # (driver, pool, counter set, counter) -> milli-units
+        self.needs = needs  # device -> what it consumes
+        self.used: dict[CounterKey, int] = {}
+
+    @classmethod
+    def of(cls, published: list[Obj], taken: set[Device]) -> Counters:
+        capacity: dict[CounterKey, int] = {}
+        needs: dict[Device, dict[CounterKey, int]] = {}
+        for slice_ in published:
+            spec = slice_.get("spec") or {}
+            driver, pool = str(spec.get("driver")), str((spec.get("pool") or {}).get("name"))
+            for counter_set in spec.get("sharedCounters") or []:
+                for name, value in (counter_set.get("counters") or {}).items():
+                    capacity[(driver, pool, str(counter_set.get("name")), name)] = _milli(value)
+            for device in spec.get("devices") or []:
+                need = {
+                    (driver, pool, str(entry.get("counterSet")), name): _milli(value)
+                    for entry in device.get("consumesCounters") or []
+                    for name, value in (entry.get("counters") or {}).items()
+                }
+                if need:
+                    needs[(driver, pool, str(device.get("name")))] = need
+        out = cls(capacity, needs)
+        for ident in taken:
+            out.take(ident)
+        return out
+
+    def copy(self) -> Counters:
+        out = Counters(self.capacity, self.needs)
+        out.used = dict(self.used)
+        return out
+
+    def fits(self, device: Device) -> bool:
+        return all(
+            key in self.capacity and self.used.get(key, 0) + v <= self.capacity[key]
+            for key, v in self.needs.get(device, {}).items()
+        )
+
+    def take(self, device: Device) -> None:
+        for key, v in self.needs.get(device, {}).items():
+            self.used[key] = self.used.get(key, 0) + v
+
+
+def _milli(value: Any) -> int:
+    raw = value.get("value") if isinstance(value, dict) else value
+    try:
+        return quantity.parse_milli(str(raw))
+    except quantity.QuantityError:
+        return 0

@@ -94,3 +94,40 @@ async def test_claims_are_made_allocated_on_a_node_with_the_devices_and_freed_wi
     await until(lambda: node_of(store, "b") == "gpu-1", timeout=10)
     (claim,) = store.list(dra.CLAIMS, "ml")[0]
     assert sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"]) == ["gpu-0", "gpu-1"]
+
+
+async def test_partitions_of_one_card_are_allocated_only_while_its_counters_last(
+    cluster: tuple[ObjectStore, Cluster],
+) -> None:
+    """A MIG partition takes part of its card (``consumesCounters`` of the pool's ``sharedCounters``):
+    a 3g partition and a 4g one overlapping it cannot both be allocated, as on a real cluster."""
+    store, _ = cluster
+    store.create(NODES, "", {"metadata": {"name": "h200"}, "status": {"allocatable": {"cpu": "64"}}}, namespaces=NS)
+
+    def part(name: str, memory: str) -> dict[str, Any]:
+        consumes = [{"counterSet": "gpu-0", "counters": {"memory": {"value": memory}}}]
+        return {"name": name, "attributes": {"type": {"string": "mig"}}, "consumesCounters": consumes}
+
+    spec = {
+        "driver": "gpu.nvidia.com",
+        "nodeName": "h200",
+        "pool": {"name": "h200", "generation": 1, "resourceSliceCount": 1},
+        "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": "140Gi"}}}],
+        "devices": [part("mig-4g", "70Gi"), part("mig-7g", "140Gi"), part("mig-3g", "70Gi")],
+    }
+    store.create(dra.SLICES, "", {"metadata": {"name": "h200-gpus"}, "spec": spec}, namespaces=NS)
+    for name in ("a", "b", "c"):
+        store.create(PODS, "ml", pod(name, "one"), namespaces=NS)
+    await until(lambda: node_of(store, "a") is not None and node_of(store, "b") is not None)
+    await until(
+        lambda: any(
+            c.get("reason") == "Unschedulable"
+            for c in store.get(PODS, "ml", "c").get("status", {}).get("conditions", [])
+        )
+    )
+    got = sorted(
+        r["device"]
+        for c in store.list(dra.CLAIMS, "ml")[0]
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    )
+    assert got == ["mig-3g", "mig-4g"]  # (the 7g partition would take the whole card: never with another)
