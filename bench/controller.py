@@ -22,9 +22,11 @@ read per process from ``/proc`` (``bench/procs.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -244,26 +246,36 @@ class Bench:
         print("  " + self.split(before, wall, n_jobs))
 
 
-async def _run(trials: int, queues: int, per_queue: int, fit: int, live: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="turnstile-bench-"))
+@contextlib.asynccontextmanager
+async def running(prefix: str = "turnstile-bench-", env: Mapping[str, str] | None = None) -> AsyncIterator[Bench]:
+    """A fresh stack: embedded PostgreSQL, the simulated cluster and this client, the controller in
+    its own process (``env`` added to its environment), leading; all of it stopped afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     url = await asyncio.to_thread(embedded.start, tmp / "pg", database="bench", cleanup="delete")
     await database.upgrade(url)
     host = await SimHost.start(tmp / "kubeconfig", time_scale=1.0)
     kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
     engine = database.make_engine(url)
     bench = Bench(tmp, url, host, kube, database.sessions(engine))
-    bench.controller = ControllerProcess.start(host.kubeconfig, url, tmp)
+    bench.controller = ControllerProcess.start(host.kubeconfig, url, tmp, env=env)
     try:
         await bench.controller.leading()
-        print(f"controller memory at start (no jobs): {memory_mb(bench.controller.pid)[0]:.0f} MiB")
-        await bench.quota_raise_latency(trials)
-        await bench.live(live)
-        await bench.large_scale(queues, per_queue, fit)
+        yield bench
     finally:
         bench.controller.stop()
         await kube.close()
         await engine.dispose()
         await host.stop()
+        await asyncio.to_thread(embedded.stop, tmp / "pg")
+
+
+async def _run(trials: int, queues: int, per_queue: int, fit: int, live: int) -> None:
+    async with running() as bench:
+        assert bench.controller is not None
+        print(f"controller memory at start (no jobs): {memory_mb(bench.controller.pid)[0]:.0f} MiB")
+        await bench.quota_raise_latency(trials)
+        await bench.live(live)
+        await bench.large_scale(queues, per_queue, fit)
 
 
 def main(trials: int = 40, queues: int = 1000, per_queue: int = 100, fit: int = 50, live: int = 2000) -> None:

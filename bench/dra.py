@@ -15,17 +15,11 @@ allocating devices: the figures are the queueing's, not the kube-scheduler's.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from admission.kube import client as kube_client
-from admission.sim.host import SimHost
 from admission.sim.server import resources as sim_resources
-from admission.store import database, embedded
-from bench.controller import Bench
-from bench.procs import ControllerProcess
+from bench.controller import running
 
 MAPPINGS = "[{name: whole-gpus, deviceClassNames: [gpu.nvidia.com]}]"
 FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "h100"}}
@@ -71,20 +65,11 @@ def _job(name: str, namespace: str, claims: bool) -> dict[str, Any]:
 
 
 async def _variant(claims: bool, queues: int, per_queue: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="turnstile-bench-dra-"))
-    url = await asyncio.to_thread(embedded.start, tmp / "pg", database="bench", cleanup="delete")
-    await database.upgrade(url)
-    host = await SimHost.start(tmp / "kubeconfig", time_scale=1.0)
-    kube = kube_client.Kube(await kube_client.connect(host.kubeconfig))
-    engine = database.make_engine(url)
-    bench = Bench(tmp, url, host, kube, database.sessions(engine))
     env = {"TURNSTILE_DEVICE_CLASS_MAPPINGS": MAPPINGS} if claims else {}
-    bench.controller = ControllerProcess.start(host.kubeconfig, url, tmp, env=env)
     resource = "whole-gpus" if claims else "nvidia.com/gpu"
     names = [f"team-{q}" for q in range(queues)]
-    store = host.server.store
-    try:
-        await bench.controller.leading()
+    async with running("turnstile-bench-dra-", env) as bench:
+        store = bench.store
         request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}
         for ns in names:
             store.create(sim_resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=sim_resources.NAMESPACES)
@@ -110,12 +95,6 @@ async def _variant(claims: bool, queues: int, per_queue: int) -> None:
         print(f"{total:,} jobs {what}, {queues} ClusterQueues: all unsuspended {wall:.1f} s after the quota raise "
               f"= {total / wall:.0f} admissions/s")  # fmt: skip
         print("  " + bench.split(before, wall, total))
-    finally:
-        bench.controller.stop()
-        await kube.close()
-        await engine.dispose()
-        await host.stop()
-        await asyncio.to_thread(embedded.stop, tmp / "pg")
 
 
 def main(queues: int = 100, per_queue: int = 100) -> None:
