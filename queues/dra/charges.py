@@ -94,18 +94,13 @@ def _request(entry: Any, where: str, problems: list[FieldError]) -> DeviceReques
     if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         problems.append(FieldError(f"{where}.exactly.count", f"must be a whole number of devices >= 1, not {count!r}"))
         return None
-    selectors = tuple(
-        str((s.get("cel") or {}).get("expression"))
-        for s in exactly.get("selectors") or []
-        if isinstance(s, Mapping) and (s.get("cel") or {}).get("expression")
-    )
     return DeviceRequest(
         entry["name"],
         exactly["deviceClassName"],
         count=int(count) if mode == "ExactCount" else 0,
         all_devices=mode == "All",
         admin_access=bool(exactly.get("adminAccess")),
-        selectors=selectors,
+        selectors=slices.expressions(exactly.get("selectors")),
     )
 
 

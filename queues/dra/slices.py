@@ -159,12 +159,18 @@ def compile_error(expression: str) -> str | None:
     return None
 
 
+def expressions(selectors: Any) -> tuple[str, ...]:
+    """The CEL expressions of a list of DRA ``DeviceSelector``s (``[{cel: {expression}}]``): a
+    DeviceClass's, or a device request's."""
+    return tuple(
+        str(s["cel"]["expression"])
+        for s in selectors or []
+        if isinstance(s, Mapping) and isinstance(s.get("cel"), Mapping) and s["cel"].get("expression")
+    )
+
+
 def class_selectors(obj: Mapping[str, Any]) -> tuple[str, ...]:
     """A DeviceClass's CEL selectors' expressions (every device it offers matches them all)."""
     spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
     assert isinstance(spec, Mapping)
-    return tuple(
-        str((s.get("cel") or {}).get("expression"))
-        for s in spec.get("selectors") or []
-        if isinstance(s, Mapping) and (s.get("cel") or {}).get("expression")
-    )
+    return expressions(spec.get("selectors"))

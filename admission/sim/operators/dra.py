@@ -238,7 +238,7 @@ class Dra:
             return None
         selectors = [
             *slices.class_selectors(device_class),
-            *(str((s.get("cel") or {}).get("expression")) for s in exactly.get("selectors") or []),
+            *slices.expressions(exactly.get("selectors")),
         ]
         count = int(exactly.get("count") or 1)
         free = (d for d in devices if (d.driver, d.pool, d.name) not in taken)
