@@ -112,6 +112,11 @@ class Devices:
     templates: Mapping[tuple[str, str], ClaimTemplate] = field(default_factory=dict)  # (namespace, name)
     classes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # DeviceClass -> its CEL selectors
     published: tuple[slices.Device, ...] = ()  # the devices of the cluster's ResourceSlices (counter charges)
+    # counter charges found so far, by (DeviceClass, request selectors, source): a job's every event
+    # makes its workload again, and matching CEL over every published device is not done each time
+    known: dict[tuple[str, tuple[str, ...], CounterSource], int | str] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def of(
@@ -203,6 +208,13 @@ class Devices:
         """Kueue's partitionable devices: the most of ``source``'s counter that one device matching
         the request consumes (milli-units), or why that cannot be known."""
         assert request.device_class is not None
+        key = (request.device_class, request.selectors, source)
+        if key not in self.known:
+            self.known[key] = self._match_counter(request, source)
+        return self.known[key]
+
+    def _match_counter(self, request: DeviceRequest, source: CounterSource) -> int | str:
+        assert request.device_class is not None
         if request.device_class not in self.classes:
             return f"DeviceClass {request.device_class} does not exist, so no device is known to match it"
         wanted = [*self.classes[request.device_class], *request.selectors]
@@ -212,10 +224,10 @@ class Devices:
             if d.driver == source.driver and slices.selects([source.selector], d) and slices.selects(wanted, d)
         ]
         if not matched:
+            own = " and the request's selectors" if request.selectors else ""
             return (
                 f"no device of driver {source.driver} in the cluster's ResourceSlices matches DeviceClass "
-                f"{request.device_class}{' and the request' + chr(39) + 's selectors' if request.selectors else ''}, "
-                f"so what it consumes of counter {source.name} is unknown"
+                f"{request.device_class}{own}, so what it consumes of counter {source.name} is unknown"
             )
         missing = next((d for d in matched if source.name not in d.consumes), None)
         if missing is not None:
