@@ -50,7 +50,7 @@ class DeviceCatalog:
         self.templates: dict[tuple[str, str], charges.ClaimTemplate] = {}
         self.classes: dict[str, tuple[str, ...]] = {}  # DeviceClass -> its selectors
         self.slices: dict[str, slices.Slice] = {}
-        self.devices = charges.Devices(mappings)
+        self._devices: charges.Devices | None = None  # built when asked for, after a change
         self.informer = Informer(kube, RESOURCE_CLAIM_TEMPLATES, self._on, optional=True)
         self.informers = [
             self.informer,
@@ -96,7 +96,7 @@ class DeviceCatalog:
     def _changed(self, template: tuple[str, str] | None) -> None:
         """Charge from what the cluster has now; the jobs it may change the charge of are marked
         (those claiming through ``template``; every job with claims when it is None)."""
-        self.devices = charges.Devices.of(self.mappings, self.templates.values(), self.classes, self.slices.values())
+        self._devices = None
         scheduler = self.scheduler()
         if scheduler is None:
             return  # (a term begins by looking at every job again)
@@ -107,6 +107,16 @@ class DeviceCatalog:
                 continue
             if any(template is None or c.template == template[1] for ps in info.pod_sets for c in ps.claims):
                 self.changes.job(uid)  # made again with the cluster's DRA objects as they are now
+
+    @property
+    def devices(self) -> charges.Devices:
+        """What charges claims, from the DRA objects as they are now (built once per change that is
+        asked about: the first list of thousands of templates does not rebuild it thousands of times)."""
+        if self._devices is None:
+            self._devices = charges.Devices.of(
+                self.mappings, self.templates.values(), self.classes, self.slices.values()
+            )
+        return self._devices
 
     def apply(self, scheduler: Scheduler) -> None:
         """The scheduler charges new workloads' claims with the DRA objects as they are now (the
