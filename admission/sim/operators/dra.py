@@ -168,11 +168,22 @@ class Dra:
                 return None
         return out
 
-    def plan(self, claims: list[Obj], node: str) -> Plan | None:
-        """Devices on ``node`` for every claim not yet allocated, or None if they are not there."""
+    def plans(self, claims: list[Obj], nodes: list[str]) -> dict[str, Plan]:
+        """For each of ``nodes`` whose devices can serve every claim not yet allocated, the devices
+        (the cluster's slices, claims and counters read once for all of them)."""
+        published = self.store.list(SLICES, None)[0]
         taken = self._allocated()
-        devices = self._devices(node)
-        counters = Counters.of(self.store.list(SLICES, None)[0], taken)
+        counters = Counters.of(published, taken)
+        out: dict[str, Plan] = {}
+        for node in nodes:
+            plan = self._plan(claims, self._devices(published, node), set(taken), counters.copy())
+            if plan is not None:
+                out[node] = plan
+        return out
+
+    def _plan(
+        self, claims: list[Obj], devices: list[slices.Device], taken: set[Device], counters: Counters
+    ) -> Plan | None:
         plan: Plan = []
         for claim in claims:
             if (claim.get("status") or {}).get("allocation"):
@@ -215,10 +226,11 @@ class Dra:
                 out.add((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))))
         return out
 
-    def _devices(self, node: str) -> list[slices.Device]:
+    @staticmethod
+    def _devices(published: list[Obj], node: str) -> list[slices.Device]:
         """The devices the slices publish for ``node`` (or for all nodes)."""
         out: list[slices.Device] = []
-        for slice_ in self.store.list(SLICES, None)[0]:
+        for slice_ in published:
             spec = slice_.get("spec") or {}
             if spec.get("nodeName") != node and not spec.get("allNodes"):
                 continue

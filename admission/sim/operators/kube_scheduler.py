@@ -76,11 +76,7 @@ class Scheduler:
         message = ""
         if nodes and claims_of(pod):  # DRA: only the nodes with the devices its claims ask for
             claims = self.dra.claims(pod)
-            plans = {
-                i.name: plan
-                for i in infos
-                if claims is not None and (plan := self.dra.plan(claims, i.name)) is not None
-            }
+            plans = self.dra.plans(claims, [i.name for i in infos]) if claims is not None else {}
             if not plans:
                 n = len(nodes)
                 waiting = "waiting for the pod's ResourceClaims to be created" if claims is None else CANNOT_ALLOCATE
