@@ -67,8 +67,8 @@ class DeviceCatalog:
         self._changed(None)
 
     def _on_slice(self, kind: str, obj: Obj) -> None:
-        if not self.mappings.counters:
-            return  # (only a mapping charged by a counter reads the devices)
+        if not self.mappings.reads_slices():
+            return  # (only a mapping charged by a counter or a capacity reads the devices)
         name = str((obj.get("metadata") or {}).get("name"))
         if kind == "DELETED":
             self.slices.pop(name, None)

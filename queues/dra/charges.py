@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queues import errors, quantity
-from queues.dra import slices
-from queues.dra.mappings import NONE, SETTING, CounterSource, Mappings
+from queues.dra import capacity, slices
+from queues.dra.mappings import NONE, SETTING, CapacitySource, CounterSource, Mappings
 from queues.errors import FieldError
 from queues.podsets.jobs import PodSet
 
@@ -39,6 +39,7 @@ class DeviceRequest:
     admin_access: bool = False
     first_available: bool = False  # a prioritized list of alternatives
     selectors: tuple[str, ...] = ()  # its CEL selectors' expressions
+    capacity: tuple[tuple[str, str], ...] = ()  # exactly.capacity.requests: dimension -> quantity
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,24 @@ def _request(entry: Any, where: str, problems: list[FieldError]) -> DeviceReques
         all_devices=mode == "All",
         admin_access=bool(exactly.get("adminAccess")),
         selectors=slices.expressions(exactly.get("selectors")),
+        capacity=_capacity_requests(exactly.get("capacity"), f"{where}.exactly.capacity.requests", problems),
     )
+
+
+def _capacity_requests(raw: Any, where: str, problems: list[FieldError]) -> tuple[tuple[str, str], ...]:
+    """``exactly.capacity.requests``: how much of a shared device's capacity dimensions it asks for."""
+    requests = raw.get("requests") if isinstance(raw, Mapping) else None
+    if not requests:
+        return ()
+    out: list[tuple[str, str]] = []
+    for name, value in requests.items() if isinstance(requests, Mapping) else ():
+        try:
+            quantity.parse_milli(str(value))
+        except quantity.QuantityError:
+            problems.append(FieldError(f"{where}.{name}", f"must be a quantity (40Gi), not {value!r}"))
+            continue
+        out.append((str(name), str(value)))
+    return tuple(sorted(out))
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +132,7 @@ class Devices:
     published: tuple[slices.Device, ...] = ()  # the devices of the cluster's ResourceSlices (counter charges)
     # counter charges found so far, by (DeviceClass, request selectors, source): a job's every event
     # makes its workload again, and matching CEL over every published device is not done each time
-    known: dict[tuple[str, tuple[str, ...], CounterSource], int | str] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    known: dict[tuple[Any, ...], int | str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -188,8 +204,8 @@ class Devices:
                             f"ClusterQueue gives quota for in {SETTING} (a scenario's deviceClassMappings)"
                         ),
                     )
-                source = self.mappings.counter(logical)
-                per_device = quantity.MILLI if source is None else self._counter_charge(request, source)
+                sources = self.mappings.counter(logical) or self.mappings.capacity(logical)
+                per_device = self._sourced_charge(request, sources) if sources else quantity.MILLI
                 if isinstance(per_device, str):
                     return dataclasses.replace(
                         ps,
@@ -204,16 +220,22 @@ class Devices:
             requests[res] = requests.get(res, 0) + milli
         return dataclasses.replace(ps, requests=requests, unaccounted=None, devices=added)
 
-    def _counter_charge(self, request: DeviceRequest, source: CounterSource) -> int | str:
-        """Kueue's partitionable devices: the most of ``source``'s counter that one device matching
-        the request consumes (milli-units), or why that cannot be known."""
+    def _sourced_charge(self, request: DeviceRequest, sources: CounterSource | tuple[CapacitySource, ...]) -> int | str:
+        """What one device of ``request`` is charged (milli-units) by a mapping's counter or
+        capacity sources, or why that cannot be known; remembered until the cluster's devices
+        change (a job's every event makes its workload again)."""
         assert request.device_class is not None
-        key = (request.device_class, request.selectors, source)
+        key = (request.device_class, request.selectors, request.capacity, sources)
         if key not in self.known:
-            self.known[key] = self._match_counter(request, source)
+            if isinstance(sources, CounterSource):
+                self.known[key] = self._match_counter(request, sources)
+            else:
+                self.known[key] = self._match_capacity(request, sources)
         return self.known[key]
 
-    def _match_counter(self, request: DeviceRequest, source: CounterSource) -> int | str:
+    def _matched(self, request: DeviceRequest, driver: str, selector: str) -> list[slices.Device] | str:
+        """The published devices of ``driver`` that a source's selector, the request's DeviceClass
+        and the request's own selectors all select, or why there are none."""
         assert request.device_class is not None
         if request.device_class not in self.classes:
             return f"DeviceClass {request.device_class} does not exist, so no device is known to match it"
@@ -221,14 +243,21 @@ class Devices:
         matched = [
             d
             for d in self.published
-            if d.driver == source.driver and slices.selects([source.selector], d) and slices.selects(wanted, d)
+            if d.driver == driver and slices.selects([selector], d) and slices.selects(wanted, d)
         ]
         if not matched:
             own = " and the request's selectors" if request.selectors else ""
             return (
-                f"no device of driver {source.driver} in the cluster's ResourceSlices matches DeviceClass "
-                f"{request.device_class}{own}, so what it consumes of counter {source.name} is unknown"
+                f"no device of driver {driver} in the cluster's ResourceSlices matches DeviceClass "
+                f"{request.device_class}{own}"
             )
+        return matched
+
+    def _match_counter(self, request: DeviceRequest, source: CounterSource) -> int | str:
+        """Kueue's partitionable devices: the most of the counter that one matching device consumes."""
+        matched = self._matched(request, source.driver, source.selector)
+        if isinstance(matched, str):
+            return f"{matched}, so what it consumes of counter {source.name} is unknown"
         missing = next((d for d in matched if source.name not in d.consumes), None)
         if missing is not None:
             return f"device {missing.pool}/{missing.name} of driver {source.driver} consumes no counter {source.name}"
@@ -236,6 +265,33 @@ class Devices:
             return max(quantity.parse_milli(d.consumes[source.name]) for d in matched)
         except quantity.QuantityError as exc:
             return f"a matching device's counter {source.name} is not a quantity: {exc}"
+
+    def _match_capacity(self, request: DeviceRequest, sources: tuple[CapacitySource, ...]) -> int | str:
+        """Kueue's consumable capacity: for each source, the most one allocation of the request
+        takes of the dimension on a matching device (its request, else the device's default, else
+        the whole dimension, rounded by the device's policy), summed over the sources."""
+        asked = dict(request.capacity)
+        charged = 0
+        for source in sources:
+            matched = self._matched(request, source.driver, source.selector)
+            if isinstance(matched, str):
+                return f"{matched}, so what it takes of capacity {source.name} is unknown"
+            if len(matched) < request.count:
+                return (
+                    f"insufficient matching devices for capacity driver {source.driver}: {len(matched)} device(s) "
+                    f"match but {request.count} requested"
+                )
+            having = [d.dimensions[source.name] for d in matched if source.name in d.dimensions]
+            if not having:
+                return f"matched devices have no capacity dimension {source.name!r}"
+            takes = [t for t in (capacity.taken(dim, asked.get(source.name)) for dim in having) if t is not None]
+            if not takes:
+                return (
+                    f"capacity request cannot be satisfied by any matched device's RequestPolicy for dimension "
+                    f"{source.name!r} (exactly.capacity.requests: {asked.get(source.name, 'none')})"
+                )
+            charged += max(takes)
+        return charged
 
     @staticmethod
     def _refused(request: DeviceRequest) -> str | None:

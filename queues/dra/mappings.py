@@ -6,7 +6,11 @@ Kueue's rules hold: a mapping's name is a resource name a ClusterQueue can give 
 DeviceClass belongs to at most one mapping (one device, one charge). A mapping may charge by a
 counter its devices consume instead of by device (``sources: [{counter: {name, driver,
 deviceSelector}}]``, Kueue's partitionable devices: MIG partitions charged by the memory of their
-card they take, ``queues.dra.charges``); capacity sources are refused by name, not ignored.
+card they take, ``queues.dra.charges``), or by what it takes of shared devices' capacity
+(``sources: [{capacity: {name, driver, deviceSelector}}, ...]``, Kueue's consumable capacity:
+time-sliced GPUs charged by the memory each claim may use, ``queues.dra.capacity``). Kueue's
+rules for sources hold too: exactly one kind per entry, at most one counter source, counter and
+capacity sources never mixed in one mapping.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from queues.errors import FieldError
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 QUALIFIED = re.compile(rf"^({_LABEL}(\.{_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")  # a DeviceClass's name, as any object's
+LABEL = re.compile(rf"^{_LABEL}$")
+# a DRA QualifiedName (a capacity dimension): an optional DNS subdomain and a slash, then a C identifier
+QUALIFIED_NAME = re.compile(rf"^({_LABEL}(\.{_LABEL})*/)?[A-Za-z_][A-Za-z0-9_]{{0,62}}$")
 FIELDS = {"name", "deviceClassNames", "sources"}
-NOT_YET: dict[str, str] = {}
 SETTING = "TURNSTILE_DEVICE_CLASS_MAPPINGS"
 # the DeviceClasses whose devices are whole GPU cards (NVIDIA's DRA driver): a resource mapped from
 # these alone is billed a card per unit on the GPU-hour ledger
@@ -43,18 +49,35 @@ class CounterSource:
 
 
 @dataclass(frozen=True, slots=True)
+class CapacitySource:
+    """Charge by what an allocation takes of a shared device's capacity dimension, not by device."""
+
+    name: str  # the capacity dimension, as the devices name it (memory, gpu.example.com/memory)
+    driver: str
+    selector: str
+
+
+@dataclass(frozen=True, slots=True)
 class Mappings:
     """DeviceClass name -> the logical resource its devices are charged as (and, for a resource
     charged by a counter, its source)."""
 
     by_class: Mapping[str, str] = field(default_factory=dict)
     counters: Mapping[str, CounterSource] = field(default_factory=dict)  # resource -> its counter source
+    capacities: Mapping[str, tuple[CapacitySource, ...]] = field(default_factory=dict)  # resource -> its sources
 
     def lookup(self, device_class: str) -> str | None:
         return self.by_class.get(device_class)
 
     def counter(self, resource: str) -> CounterSource | None:
         return self.counters.get(resource)
+
+    def capacity(self, resource: str) -> tuple[CapacitySource, ...]:
+        return self.capacities.get(resource, ())
+
+    def reads_slices(self) -> bool:
+        """Whether a charge depends on the cluster's ResourceSlices (a counter or capacity source)."""
+        return bool(self.counters or self.capacities)
 
     def card_fractions(self) -> dict[str, Fraction]:
         """The resources whose units are whole GPU cards (mapped from whole-GPU DeviceClasses
@@ -66,7 +89,7 @@ class Mappings:
         return {
             name: Fraction(1)
             for name, classes in grouped.items()
-            if classes <= WHOLE_GPU_CLASSES and name not in self.counters
+            if classes <= WHOLE_GPU_CLASSES and name not in self.counters and name not in self.capacities
         }
 
     def to_list(self) -> list[dict[str, Any]]:
@@ -89,6 +112,7 @@ def parse(raw: Any, path: str = "deviceClassMappings") -> Mappings:
     problems: list[FieldError] = []
     by_class: dict[str, str] = {}
     counters: dict[str, CounterSource] = {}
+    capacities: dict[str, tuple[CapacitySource, ...]] = {}
     names: set[str] = set()
     for i, entry in enumerate(raw):
         where = f"{path}[{i}]"
@@ -96,9 +120,7 @@ def parse(raw: Any, path: str = "deviceClassMappings") -> Mappings:
             problems.append(FieldError(where, "must be a mapping {name, deviceClassNames: [...]}"))
             continue
         for key in entry:
-            if key in NOT_YET:
-                problems.append(FieldError(f"{where}.{key}", NOT_YET[str(key)]))
-            elif key not in FIELDS:
+            if key not in FIELDS:
                 problems.append(
                     FieldError(f"{where}.{key}", f"unknown field; a mapping has {', '.join(sorted(FIELDS))}")
                 )
@@ -132,46 +154,69 @@ def parse(raw: Any, path: str = "deviceClassMappings") -> Mappings:
                 )
             else:
                 by_class[dc] = name
-        source = _source(entry.get("sources"), f"{where}.sources", problems)
-        if source is not None:
-            counters[name] = source
+        sources = _sources(entry.get("sources"), f"{where}.sources", problems)
+        if isinstance(sources, CounterSource):
+            counters[name] = sources
+        elif sources:
+            capacities[name] = sources
     if problems:
         raise errors.Invalid(problems)
-    return Mappings(by_class, counters)
+    return Mappings(by_class, counters, capacities)
 
 
-def _source(raw: Any, where: str, problems: list[FieldError]) -> CounterSource | None:
-    """A mapping's ``sources``: at most one counter source (Kueue's rule); capacity sources refused."""
+def _sources(raw: Any, where: str, problems: list[FieldError]) -> CounterSource | tuple[CapacitySource, ...]:
+    """A mapping's ``sources``: one counter source, or capacity sources (Kueue's rules)."""
     if raw is None:
+        return ()
+    shape = "[{counter: {name, driver, deviceSelector}}] or [{capacity: {name, driver, deviceSelector}}, ...]"
+    if not isinstance(raw, list) or not raw:
+        problems.append(FieldError(where, f"must be a list of one source or more: {shape}"))
+        return ()
+    counters: list[CounterSource] = []
+    capacities: list[CapacitySource] = []
+    for i, entry in enumerate(raw):
+        at = f"{where}[{i}]"
+        kinds = [k for k in ("counter", "capacity") if isinstance(entry, Mapping) and k in entry]
+        if not isinstance(entry, Mapping) or len(kinds) != 1 or set(entry) != set(kinds):
+            problems.append(FieldError(at, f"exactly one source type must be set per entry: {shape}"))
+            continue
+        source = _source(kinds[0], entry[kinds[0]], f"{at}.{kinds[0]}", problems)
+        if isinstance(source, CounterSource):
+            counters.append(source)
+        elif source is not None:
+            capacities.append(source)
+    if len(counters) > 1:
+        problems.append(FieldError(where, "at most one counter source per mapping (Kueue's rule)"))
+    if counters and capacities:
+        problems.append(FieldError(where, "cannot mix counter and capacity sources in the same mapping"))
+    return counters[0] if counters else tuple(capacities)
+
+
+def _source(kind: str, raw: Any, at: str, problems: list[FieldError]) -> CounterSource | CapacitySource | None:
+    """One ``{counter: ...}`` or ``{capacity: ...}``: a name, a driver, a compiling device selector."""
+    if not isinstance(raw, Mapping):
+        problems.append(FieldError(at, "must be {name, driver, deviceSelector: {cel: {expression}}}"))
         return None
-    if not isinstance(raw, list) or len(raw) != 1 or not isinstance(raw[0], Mapping):
-        problems.append(FieldError(where, "must be a list of one source: [{counter: {name, driver, deviceSelector}}]"))
-        return None
-    entry = raw[0]
-    if "capacity" in entry:
+    name, driver = raw.get("name"), raw.get("driver")
+    selector = ((raw.get("deviceSelector") or {}).get("cel") or {}).get("expression")
+    before = len(problems)
+    if kind == "counter" and (not isinstance(name, str) or not LABEL.match(name) or len(name) > 63):
+        problems.append(
+            FieldError(f"{at}.name", f"must be the counter the devices consume (a DNS label), not {name!r}")
+        )
+    if kind == "capacity" and (not isinstance(name, str) or not QUALIFIED_NAME.match(name)):
         problems.append(
             FieldError(
-                f"{where}[0].capacity",
-                "charging by consumable capacity (shared devices) is not implemented yet; remove it to charge "
-                "one unit per device, or use a counter source",
+                f"{at}.name",
+                "must be the capacity dimension the devices publish (an optional DNS domain, a slash and a C "
+                f"identifier, as memory or gpu.example.com/memory), not {name!r}",
             )
         )
-        return None
-    counter = entry.get("counter")
-    if not isinstance(counter, Mapping) or set(entry) != {"counter"}:
+    for key in set(raw) - {"name", "driver", "deviceSelector"}:
+        problems.append(FieldError(f"{at}.{key}", "unknown field; a source has name, driver, deviceSelector"))
+    if not isinstance(driver, str) or not SUBDOMAIN.match(driver) or len(driver) > 63:
         problems.append(
-            FieldError(f"{where}[0]", "must be {counter: {name, driver, deviceSelector: {cel: {expression}}}}")
-        )
-        return None
-    at = f"{where}[0].counter"
-    name, driver = counter.get("name"), counter.get("driver")
-    selector = ((counter.get("deviceSelector") or {}).get("cel") or {}).get("expression")
-    before = len(problems)
-    if not isinstance(name, str) or not name:
-        problems.append(FieldError(f"{at}.name", "required: the counter the devices consume (memory)"))
-    if not isinstance(driver, str) or not driver or len(driver) > 63:
-        problems.append(
-            FieldError(f"{at}.driver", "required: the DRA driver publishing the devices (at most 63 characters)")
+            FieldError(f"{at}.driver", "required: the DRA driver publishing the devices (a DNS subdomain, at most 63)")
         )
     if not isinstance(selector, str) or not selector:
         problems.append(FieldError(f"{at}.deviceSelector.cel.expression", "required: which devices are counted"))
@@ -179,4 +224,5 @@ def _source(raw: Any, where: str, problems: list[FieldError]) -> CounterSource |
         problems.append(FieldError(f"{at}.deviceSelector.cel.expression", f"does not compile: {error}"))
     if len(problems) > before:
         return None
-    return CounterSource(str(name), str(driver), str(selector))
+    made = CounterSource if kind == "counter" else CapacitySource
+    return made(str(name), str(driver), str(selector))

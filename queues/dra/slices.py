@@ -6,7 +6,9 @@ several slices (``resourceSliceCount``), and only a pool's latest generation cou
 slices present (an incomplete pool is being rewritten: its devices are left out, as Kueue does).
 A partitionable device (a MIG partition) says what it consumes of its card's shared counters
 (``consumesCounters``: ``memory: 9856Mi``...): what counter-based quota charges
-(``queues.dra.charges``).
+(``queues.dra.charges``); a shared device (``allowMultipleAllocations``) says how much of each
+capacity dimension an allocation may take (``requestPolicy``): what capacity-based quota charges
+(``queues.dra.capacity``).
 
 Selectors are CEL expressions over ``device`` (``device.driver``, ``device.attributes[domain]
 .name``, ``device.capacity[domain].name``), evaluated with cel-python as the kube-scheduler
@@ -41,6 +43,8 @@ class Device:
     attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # domain -> name -> value
     capacity: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # domain -> name -> quantity
     consumes: Mapping[str, str] = field(default_factory=dict)  # counter name -> quantity (consumesCounters)
+    shared: bool = False  # allowMultipleAllocations: claims share it, each taking part of its capacity
+    dimensions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # capacity name -> {value, requestPolicy}
 
     @classmethod
     def of(cls, driver: str, pool: str, node: str | None, raw: Mapping[str, Any]) -> Device:
@@ -50,7 +54,9 @@ class Device:
             unwrapped = next(iter(value.values())) if isinstance(value, Mapping) and value else value
             attributes.setdefault(domain or driver, {})[short] = unwrapped
         capacity: dict[str, dict[str, Any]] = {}
+        dimensions: dict[str, Mapping[str, Any]] = {}
         for name, value in (raw.get("capacity") or {}).items():
+            dimensions[str(name)] = value if isinstance(value, Mapping) else {"value": value}
             domain, _, short = str(name).rpartition("/")
             capacity.setdefault(domain or driver, {})[short] = (
                 value.get("value") if isinstance(value, Mapping) else value
@@ -60,7 +66,17 @@ class Device:
             for counter, value in ((entry or {}).get("counters") or {}).items():
                 amount = value.get("value") if isinstance(value, Mapping) else value
                 consumes[str(counter)] = str(amount)
-        return cls(driver, pool, str(raw.get("name")), node, attributes, capacity, consumes)
+        return cls(
+            driver,
+            pool,
+            str(raw.get("name")),
+            node,
+            attributes,
+            capacity,
+            consumes,
+            bool(raw.get("allowMultipleAllocations")),
+            dimensions,
+        )
 
     def cel(self) -> dict[str, Any]:
         """The device as a selector's ``device`` variable."""

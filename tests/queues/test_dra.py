@@ -151,13 +151,41 @@ def test_the_store_keeps_the_claims_and_why_they_were_not_charged() -> None:
     assert again == held and again[0].unaccounted and again[0].claims[0].template == "two"
 
 
+SOURCE = {"name": "memory", "driver": "gpu.nvidia.com", "deviceSelector": {"cel": {"expression": "true"}}}
+
+
 @pytest.mark.parametrize(
     ("raw", "path", "said"),
     [
         (
             [{"name": "gpus", "deviceClassNames": ["a.example.com"], "sources": [{"capacity": {"name": "memory"}}]}],
-            "[0].sources[0].capacity",
-            "not implemented yet",
+            "[0].sources[0].capacity.driver",
+            "required",
+        ),
+        (
+            [{"name": "g", "deviceClassNames": ["a"], "sources": [{"capacity": dict(SOURCE, name="9 memory")}]}],
+            "[0].sources[0].capacity.name",
+            "C identifier",
+        ),
+        (
+            [{"name": "g", "deviceClassNames": ["a"], "sources": [{"capacity": SOURCE, "counter": SOURCE}]}],
+            "[0].sources[0]",
+            "exactly one source type",
+        ),
+        (
+            [{"name": "g", "deviceClassNames": ["a"], "sources": [{"capacity": SOURCE}, {"counter": SOURCE}]}],
+            "[0].sources",
+            "cannot mix counter and capacity",
+        ),
+        (
+            [{"name": "g", "deviceClassNames": ["a"], "sources": [{"counter": SOURCE}, {"counter": SOURCE}]}],
+            "[0].sources",
+            "at most one counter source",
+        ),
+        (
+            [{"name": "g", "deviceClassNames": ["a"], "sources": [{"capacity": dict(SOURCE, weight=2)}]}],
+            "[0].sources[0].capacity.weight",
+            "unknown field",
         ),
         ([{"name": "gpus", "deviceClassNames": ["a.example.com"], "sources": []}], "[0].sources", "one source"),
         (
@@ -356,3 +384,94 @@ def test_a_claims_charge_is_quota_not_a_nodes_capacity() -> None:
     assert {k: w["state"] for k, w in report["workloads"].items()} == dict.fromkeys(
         ["ml/large-a", "ml/any-b", "ml/small-c", "ml/small-d"], "Finished"
     )
+
+
+# ----- shared devices: charged what an allocation takes of their capacity (Kueue's capacity sources) ----
+
+GiB = 2**30 * 1000  # milli-units of a GiB
+SHARED = mappings.parse(
+    [{"name": "gpu.memory", "deviceClassNames": ["gpu.nvidia.com"], "sources": [{"capacity": SOURCE}]}]
+)
+STEPS = {"default": "10Gi", "validRange": {"min": "10Gi", "step": "10Gi", "max": "80Gi"}}
+
+
+def shared_gpu(name: str, policy: dict[str, Any] | None = STEPS, memory: str = "80Gi", **more: Any) -> dict[str, Any]:
+    dimension: dict[str, Any] = {"value": memory}
+    if policy is not None:
+        dimension["requestPolicy"] = policy
+    return {"name": name, "allowMultipleAllocations": True, "capacity": {"memory": dimension, **more}}
+
+
+def shared(count: int, memory: str | None = None) -> dict[str, Any]:
+    extra = {"capacity": {"requests": {"memory": memory}}} if memory else {}
+    return gpus(count, **extra)
+
+
+def shared_charge(request: dict[str, Any], *devices: dict[str, Any], using: mappings.Mappings = SHARED) -> jobs.PodSet:
+    cluster = published(*devices)
+    made = charges.Devices.of(using, [template("t", request)], {"gpu.nvidia.com": ()}, (cluster,))
+    (ps,) = made.charge("ns", job("j", {"name": "gpus", "resourceClaimTemplateName": "t"}).pod_sets)
+    return ps
+
+
+@pytest.mark.parametrize(
+    ("request_", "devices", "charged"),
+    [
+        (shared(1, "15Gi"), [shared_gpu("g0")], 20 * GiB),  # rounded up to min + n * step
+        (shared(2, "15Gi"), [shared_gpu("g0"), shared_gpu("g1")], 2 * 20 * GiB),  # times the count
+        (shared(1, "1Gi"), [shared_gpu("g0")], 10 * GiB),  # at least min
+        (shared(1), [shared_gpu("g0")], 10 * GiB),  # the policy's default
+        (shared(1), [shared_gpu("g0", None)], 80 * GiB),  # no policy: the whole dimension
+        (shared(1, "30Gi"), [shared_gpu("g0", {"validValues": ["10Gi", "40Gi", "80Gi"]})], 40 * GiB),
+        (shared(1, "30Gi"), [shared_gpu("g0", {"validValues": ["32Gi"]}), shared_gpu("g1")], 32 * GiB),  # the most
+    ],
+)
+def test_a_shared_device_is_charged_what_one_allocation_takes_of_its_capacity(
+    request_: dict[str, Any], devices: list[dict[str, Any]], charged: int
+) -> None:
+    ps = shared_charge(request_, *devices)
+    assert ps.unaccounted is None and ps.requests["gpu.memory"] == charged
+
+
+def test_capacity_sources_of_one_mapping_add_up() -> None:
+    cores = dict(SOURCE, name="cores")
+    both = mappings.parse(
+        [
+            {
+                "name": "gpu.memory",
+                "deviceClassNames": ["gpu.nvidia.com"],
+                "sources": [{"capacity": SOURCE}, {"capacity": cores}],
+            }
+        ]
+    )
+    device = shared_gpu("g0", cores={"value": "100", "requestPolicy": {"default": "25"}})
+    assert shared_charge(shared(1), device, using=both).requests["gpu.memory"] == 10 * GiB + 25_000
+
+
+@pytest.mark.parametrize(
+    ("request_", "devices", "said"),
+    [
+        (shared(2), [shared_gpu("g0")], "insufficient matching devices for capacity driver gpu.nvidia.com: 1"),
+        (shared(1), [{"name": "g0", "allowMultipleAllocations": True}], "no capacity dimension 'memory'"),
+        (shared(1, "100Gi"), [shared_gpu("g0")], "cannot be satisfied by any matched device's RequestPolicy"),
+        (shared(1, "50Gi"), [shared_gpu("g0", {"validValues": ["10Gi", "40Gi"]})], "RequestPolicy"),
+    ],
+)
+def test_a_capacity_charge_that_cannot_be_known_waits(
+    request_: dict[str, Any], devices: list[dict[str, Any]], said: str
+) -> None:
+    ps = shared_charge(request_, *devices)
+    assert ps.unaccounted is not None and said in ps.unaccounted, ps.unaccounted
+    assert "gpu.memory" not in ps.requests
+
+
+def test_a_capacity_request_must_be_a_quantity() -> None:
+    with pytest.raises(errors.Invalid, match=r"exactly\.capacity\.requests\.memory"):
+        charges.ClaimTemplate.from_object(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "t", "namespace": "ns"},
+                "spec": {"spec": {"devices": {"requests": [shared(1, "lots")]}}},
+            }
+        )
