@@ -84,6 +84,7 @@ class Device:
             "driver": self.driver,
             "attributes": {d: dict(v) for d, v in self.attributes.items()},
             "capacity": {d: dict(v) for d, v in self.capacity.items()},
+            "allowMultipleAllocations": self.shared,  # (with the DRAConsumableCapacity gate, as on a real cluster)
         }
 
 

@@ -15,20 +15,23 @@ driver's devices, and the kube-scheduler's allocation of them.
   allocated to no other claim; ``count`` of them, or none. The claim's ``status.allocation`` and
   ``reservedFor`` are written before the pod is bound.
 
-Devices are matched as the core matches them for counter charges (``queues.dra.slices``: CEL
-over ``device.driver``, ``attributes``, ``capacity``). Differences from a real cluster
-(docs/simulated-cluster.md): no ``quantity()`` or ``semver()`` in selectors; ``firstAvailable``,
-``allocationMode: All``, shared claims and admin access are not allocated (such a pod stays
-Pending); a claim is deallocated by its deletion only. Partitionable devices are allocated as the
-real allocator does: a device whose ``consumesCounters`` would take more of its pool's
-``sharedCounters`` than the allocated devices left is not free (a MIG partition overlapping one in
-use), and a counter set the pool does not publish makes its devices unusable.
+Devices are matched as the core matches them for counter and capacity charges
+(``queues.dra.slices``: CEL over ``device.driver``, ``attributes``, ``capacity``), and held as the
+real allocator holds them (``admission.sim.operators.device_usage``): a plain device by one
+allocation, a shared device (``allowMultipleAllocations``) by many while its capacity lasts (each
+result records its ``shareID`` and ``consumedCapacity``), a partitionable device while its pool's
+counters last. Differences from a real cluster (docs/simulated-cluster.md): no ``quantity()`` or
+``semver()`` in selectors; ``firstAvailable``, ``allocationMode: All``, admin access and claims
+with ``constraints`` are not allocated (such a pod stays Pending); a claim is deallocated by its
+deletion only.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+from admission.sim.operators.device_usage import Usage, ident
 from admission.sim.server import resources
 from admission.sim.server.object_store import ObjectStore
 from admission.sim.server.objects import ApiError, Obj, clone
@@ -46,9 +49,7 @@ DRIVER = "gpu.nvidia.com"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 CANNOT_ALLOCATE = "cannot allocate all claims"
 
-Device = tuple[str, str, str]  # (driver, pool, device name)
-CounterKey = tuple[str, str, str, str]  # (driver, pool, counter set, counter)
-Plan = list[tuple[Obj, list[dict[str, str]]]]  # claims to allocate, each with its results
+Plan = list[tuple[Obj, list[dict[str, Any]]]]  # claims to allocate, each with its results
 
 
 def claims_of(pod: Obj) -> list[dict[str, Any]]:
@@ -170,33 +171,30 @@ class Dra:
 
     def plans(self, claims: list[Obj], nodes: list[str]) -> dict[str, Plan]:
         """For each of ``nodes`` whose devices can serve every claim not yet allocated, the devices
-        (the cluster's slices, claims and counters read once for all of them)."""
+        (the cluster's slices and claims read once for all of them)."""
         published = self.store.list(SLICES, None)[0]
-        taken = self._allocated()
-        counters = Counters.of(published, taken)
+        usage = Usage.of(published, self.store.list(CLAIMS, None)[0])
         out: dict[str, Plan] = {}
         for node in nodes:
-            plan = self._plan(claims, self._devices(published, node), set(taken), counters.copy())
+            plan = self._plan(claims, self._devices(published, node), usage.copy())
             if plan is not None:
                 out[node] = plan
         return out
 
-    def _plan(
-        self, claims: list[Obj], devices: list[slices.Device], taken: set[Device], counters: Counters
-    ) -> Plan | None:
+    def _plan(self, claims: list[Obj], devices: list[slices.Device], usage: Usage) -> Plan | None:
         plan: Plan = []
         for claim in claims:
             if (claim.get("status") or {}).get("allocation"):
                 continue
-            results: list[dict[str, str]] = []
-            for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
-                picked = self._pick(request, devices, taken, counters)
+            wanted = (claim.get("spec") or {}).get("devices") or {}
+            if wanted.get("constraints"):
+                return None  # (matchAttribute and distinctAttribute are not modelled: never ignored)
+            results: list[dict[str, Any]] = []
+            for request in wanted.get("requests") or []:
+                picked = self._pick(request, devices, usage)
                 if picked is None:
                     return None
-                for driver, pool, device in picked:
-                    taken.add((driver, pool, device))
-                    counters.take((driver, pool, device))
-                    results.append({"request": request["name"], "driver": driver, "pool": pool, "device": device})
+                results.extend(picked)
             plan.append((claim, results))
         return plan
 
@@ -218,14 +216,6 @@ class Dra:
             ]
             self.store.replace(CLAIMS, meta["namespace"], meta["name"], current, subresource="status")
 
-    def _allocated(self) -> set[Device]:
-        out: set[Device] = set()
-        for claim in self.store.list(CLAIMS, None)[0]:
-            allocation = (claim.get("status") or {}).get("allocation") or {}
-            for r in (allocation.get("devices") or {}).get("results") or []:
-                out.add((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))))
-        return out
-
     @staticmethod
     def _devices(published: list[Obj], node: str) -> list[slices.Device]:
         """The devices the slices publish for ``node`` (or for all nodes)."""
@@ -238,9 +228,8 @@ class Dra:
             out.extend(slices.Device.of(driver, pool, node, device) for device in spec.get("devices") or [])
         return out
 
-    def _pick(
-        self, request: dict[str, Any], devices: list[slices.Device], taken: set[Device], counters: Counters
-    ) -> list[Device] | None:
+    def _pick(self, request: dict[str, Any], devices: list[slices.Device], usage: Usage) -> list[dict[str, Any]] | None:
+        """``count`` distinct devices for one request, taken from ``usage``, as allocation results."""
         exactly = request.get("exactly")
         if not isinstance(exactly, dict) or exactly.get("allocationMode") == "All" or exactly.get("adminAccess"):
             return None  # (firstAvailable, All and admin access are not allocated here)
@@ -252,69 +241,21 @@ class Dra:
             *slices.class_selectors(device_class),
             *slices.expressions(exactly.get("selectors")),
         ]
+        asked = (exactly.get("capacity") or {}).get("requests") or {}
         count = int(exactly.get("count") or 1)
-        free = (d for d in devices if (d.driver, d.pool, d.name) not in taken)
-        found: list[Device] = []
-        trial = counters.copy()
-        for d in free:
-            ident = (d.driver, d.pool, d.name)
-            if len(found) < count and slices.selects(selectors, d) and trial.fits(ident):
-                trial.take(ident)  # (two partitions of one request must fit the card together)
-                found.append(ident)
+        found: list[dict[str, Any]] = []
+        for d in devices:
+            if len(found) == count:
+                break
+            if not slices.selects(selectors, d):
+                continue
+            takes = usage.fits(d, asked)
+            if takes is None:
+                continue
+            usage.take(ident(d), takes, shared=d.shared)  # (two devices of one request must fit together)
+            result: dict[str, Any] = {"request": request["name"], "driver": d.driver, "pool": d.pool, "device": d.name}
+            if d.shared:
+                result["shareID"] = str(uuid.uuid4())
+                result["consumedCapacity"] = {name: quantity.format_milli(v) for name, v in sorted(takes.items())}
+            found.append(result)
         return found if len(found) == count else None
-
-
-class Counters:
-    """Partitionable devices: what each counter set of a pool holds (``sharedCounters``), what each
-    device consumes of them (``consumesCounters``), and what the allocated devices took."""
-
-    def __init__(self, capacity: dict[CounterKey, int], needs: dict[Device, dict[CounterKey, int]]) -> None:
-        self.capacity = capacity  # (driver, pool, counter set, counter) -> milli-units
-        self.needs = needs  # device -> what it consumes
-        self.used: dict[CounterKey, int] = {}
-
-    @classmethod
-    def of(cls, published: list[Obj], taken: set[Device]) -> Counters:
-        capacity: dict[CounterKey, int] = {}
-        needs: dict[Device, dict[CounterKey, int]] = {}
-        for slice_ in published:
-            spec = slice_.get("spec") or {}
-            driver, pool = str(spec.get("driver")), str((spec.get("pool") or {}).get("name"))
-            for counter_set in spec.get("sharedCounters") or []:
-                for name, value in (counter_set.get("counters") or {}).items():
-                    capacity[(driver, pool, str(counter_set.get("name")), name)] = _milli(value)
-            for device in spec.get("devices") or []:
-                need = {
-                    (driver, pool, str(entry.get("counterSet")), name): _milli(value)
-                    for entry in device.get("consumesCounters") or []
-                    for name, value in (entry.get("counters") or {}).items()
-                }
-                if need:
-                    needs[(driver, pool, str(device.get("name")))] = need
-        out = cls(capacity, needs)
-        for ident in taken:
-            out.take(ident)
-        return out
-
-    def copy(self) -> Counters:
-        out = Counters(self.capacity, self.needs)
-        out.used = dict(self.used)
-        return out
-
-    def fits(self, device: Device) -> bool:
-        return all(
-            key in self.capacity and self.used.get(key, 0) + v <= self.capacity[key]
-            for key, v in self.needs.get(device, {}).items()
-        )
-
-    def take(self, device: Device) -> None:
-        for key, v in self.needs.get(device, {}).items():
-            self.used[key] = self.used.get(key, 0) + v
-
-
-def _milli(value: Any) -> int:
-    raw = value.get("value") if isinstance(value, dict) else value
-    try:
-        return quantity.parse_milli(str(raw))
-    except quantity.QuantityError:
-        return 0

@@ -131,3 +131,48 @@ async def test_partitions_of_one_card_are_allocated_only_while_its_counters_last
         for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
     )
     assert got == ["mig-3g", "mig-4g"]  # (the 7g partition would take the whole card: never with another)
+
+
+async def test_a_shared_device_serves_claims_while_its_capacity_lasts(
+    cluster: tuple[ObjectStore, Cluster],
+) -> None:
+    """A shared GPU (``allowMultipleAllocations``) is allocated to several claims, each taking what
+    its request asks of its memory rounded up by the device's policy (25Gi -> 30Gi in 10Gi steps):
+    two fit in 80Gi, a third waits until one goes, as the real allocator does (KEP-5075)."""
+    store, _ = cluster
+    store.create(NODES, "", {"metadata": {"name": "ts"}, "status": {"allocatable": {"cpu": "64"}}}, namespaces=NS)
+    policy = {"default": "10Gi", "validRange": {"min": "10Gi", "step": "10Gi"}}
+    device = {
+        "name": "gpu-0",
+        "allowMultipleAllocations": True,
+        "capacity": {"memory": {"value": "80Gi", "requestPolicy": policy}},
+    }
+    spec = {
+        "driver": "gpu.nvidia.com",
+        "nodeName": "ts",
+        "pool": {"name": "ts", "generation": 1, "resourceSliceCount": 1},
+        "devices": [device],
+    }
+    store.create(dra.SLICES, "", {"metadata": {"name": "ts-gpus"}, "spec": spec}, namespaces=NS)
+    exactly = {"deviceClassName": "gpu.nvidia.com", "capacity": {"requests": {"memory": "25Gi"}}}
+    request = {"name": "gpus", "exactly": exactly}
+    template = {"metadata": {"name": "part"}, "spec": {"spec": {"devices": {"requests": [request]}}}}
+    store.create(dra.TEMPLATES, "ml", template, namespaces=NS)
+    for name in ("a", "b", "c"):
+        store.create(PODS, "ml", pod(name, "part"), namespaces=NS)
+    await until(lambda: node_of(store, "a") is not None and node_of(store, "b") is not None)
+    await until(
+        lambda: any(
+            c.get("reason") == "Unschedulable"
+            for c in store.get(PODS, "ml", "c").get("status", {}).get("conditions", [])
+        )
+    )
+    results = [
+        r
+        for c in store.list(dra.CLAIMS, "ml")[0]
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    ]
+    assert [(r["device"], r["consumedCapacity"]) for r in results] == [("gpu-0", {"memory": "30Gi"})] * 2
+    assert len({r["shareID"] for r in results}) == 2
+    store.delete(PODS, "ml", "a")
+    await until(lambda: node_of(store, "c") == "ts", timeout=10)
