@@ -2,7 +2,10 @@
 logical resource its DeviceClass maps to (Kueue's ResourceClaimTemplate path).
 
 A claim is made per pod from its template, so the charge is per pod, like a container's
-requests: ``count`` devices of a mapped DeviceClass are ``count`` units of the mapped resource. What
+requests: ``count`` devices of a mapped DeviceClass are ``count`` units of the mapped resource, or,
+for a mapping with sources, ``count`` times what one matching device consumes of its counter
+(partitionable devices) or one allocation takes of its capacity (shared devices,
+``queues.dra.capacity``), read from the cluster's ResourceSlices. What
 cannot be counted before allocation is not admitted uncounted: a claim naming a ResourceClaim
 directly (a shared claim is not the pod's alone), a template that does not exist, a DeviceClass no
 mapping names, ``allocationMode: All`` (how many is known only at allocation), ``adminAccess``
