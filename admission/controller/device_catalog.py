@@ -2,8 +2,9 @@
 
 A pod claims devices through a ResourceClaimTemplate in its namespace; the core charges each
 device as the resource its DeviceClass maps to (``queues.dra``, the mappings from
-``TURNSTILE_DEVICE_CLASS_MAPPINGS``), or, for a mapping charged by a counter, what the matching
-devices of the ResourceSlices consume (their DeviceClass's selectors say which match). Every
+``TURNSTILE_DEVICE_CLASS_MAPPINGS``), or, for a mapping charged by a counter or by capacity, what
+the matching devices of the ResourceSlices consume or give (their DeviceClass's selectors say
+which match); a request's own selectors are checked against those devices too (Kueue's). Every
 replica watches the templates, DeviceClasses and ResourceSlices (served from Kubernetes 1.34 on: on
 an older cluster they are absent, and a job claiming devices waits, never admitted uncounted); the
 leader's scheduler gets each change at once, and a new term gets them all when it starts. A
@@ -68,7 +69,7 @@ class DeviceCatalog:
 
     def _on_slice(self, kind: str, obj: Obj) -> None:
         if not self.mappings.reads_slices():
-            return  # (only a mapping charged by a counter or a capacity reads the devices)
+            return  # (without mappings, no claim is charged: the devices are not read)
         name = str((obj.get("metadata") or {}).get("name"))
         if kind == "DELETED":
             self.slices.pop(name, None)

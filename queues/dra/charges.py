@@ -195,6 +195,18 @@ class Devices:
                             f"request {request.name} (pod set {ps.name}, claim {claim.name}): {why}"
                         ),
                     )
+            short = self._short(template)
+            if short is not None:
+                k, why = short
+                return dataclasses.replace(
+                    ps,
+                    unaccounted=(
+                        f"{where}.devices.requests[{k}].exactly.selectors: ResourceClaimTemplate "
+                        f"{namespace}/{template.name} request {template.requests[k].name} (pod set {ps.name}, claim "
+                        f"{claim.name}): {why}"
+                    ),
+                )
+            for request in template.requests:
                 assert request.device_class is not None
                 logical = self.mappings.lookup(request.device_class)
                 if logical is None:
@@ -222,6 +234,44 @@ class Devices:
         for res, milli in added.items():
             requests[res] = requests.get(res, 0) + milli
         return dataclasses.replace(ps, requests=requests, unaccounted=None, devices=added)
+
+    def _short(self, template: ClaimTemplate) -> tuple[int, str] | None:
+        """Kueue's check of a claim's CEL selectors against the cluster's devices: the first request
+        with selectors of its own that fewer devices match than it asks for (each device counted for
+        one request of the claim), and why; a pod that can never be scheduled takes no quota. Only
+        requests with their own selectors are checked, as in Kueue. Remembered until the devices change."""
+        key = ("selectors", template.requests)
+        if key not in self.known:
+            self.known[key] = self._count_selected(template)
+        found = self.known[key]
+        if isinstance(found, int):
+            return None
+        k, _, why = found.partition(":")
+        return int(k), why
+
+    def _count_selected(self, template: ClaimTemplate) -> int | str:
+        taken: set[int] = set()
+        for k, request in enumerate(template.requests):
+            if not request.selectors:
+                continue
+            assert request.device_class is not None
+            if request.device_class not in self.classes:
+                return f"{k}:DeviceClass {request.device_class} does not exist, so no device is known to match it"
+            wanted = [*self.classes[request.device_class], *request.selectors]
+            mine: list[int] = []
+            for i, device in enumerate(self.published):
+                if len(mine) == request.count:
+                    break
+                if i not in taken and slices.selects(wanted, device):
+                    mine.append(i)
+            taken.update(mine)
+            if len(mine) < request.count:
+                return (
+                    f"{k}:insufficient matching devices for CEL selector in DeviceClass {request.device_class}: "
+                    f"{len(mine)} device(s) match in the cluster but {request.count} requested; the request waits "
+                    "until a driver publishes such devices (ResourceSlices)"
+                )
+        return 0
 
     def _sourced_charge(self, request: DeviceRequest, sources: CounterSource | tuple[CapacitySource, ...]) -> int | str:
         """What one device of ``request`` is charged (milli-units) by a mapping's counter or

@@ -76,8 +76,9 @@ class Mappings:
         return self.capacities.get(resource, ())
 
     def reads_slices(self) -> bool:
-        """Whether a charge depends on the cluster's ResourceSlices (a counter or capacity source)."""
-        return bool(self.counters or self.capacities)
+        """Whether a charge depends on the cluster's ResourceSlices: with any mapping, a request's
+        own CEL selectors are checked against the devices (and sources read what they consume)."""
+        return bool(self.by_class)
 
     def card_fractions(self) -> dict[str, Fraction]:
         """The resources whose units are whole GPU cards (mapped from whole-GPU DeviceClasses

@@ -305,7 +305,11 @@ def charge(request: dict[str, Any], *cluster: slices.Slice) -> jobs.PodSet:
     return ps
 
 
-SLICE = published(partition("small-0", "1g.18gb", "16Gi"), partition("large-0", "3g.71gb", "71424Mi"))
+SLICE = published(
+    partition("small-0", "1g.18gb", "16Gi"),
+    partition("small-1", "1g.18gb", "16Gi"),
+    partition("large-0", "3g.71gb", "71424Mi"),
+)
 
 
 def test_a_partition_is_charged_what_it_consumes_of_its_counter_times_the_count() -> None:
@@ -318,15 +322,20 @@ def test_a_request_matching_several_profiles_is_charged_the_largest() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cluster", "said"),
+    ("request_", "cluster", "said"),
     [
-        ((), "no device of driver gpu.nvidia.com"),
-        ((published(partition("p", "1g.18gb", None)),), "consumes no counter memory"),
-        ((published(partition("p", "1g.18gb", "16Gi"), count=2),), "no device of driver"),  # (an incomplete pool)
+        (mig(1), (), "no device of driver gpu.nvidia.com"),
+        (mig(1, "1g.18gb"), (published(partition("p", "1g.18gb", None)),), "consumes no counter memory"),
+        (mig(1), (published(partition("p", "1g.18gb", "16Gi"), count=2),), "no device of driver"),  # (incomplete)
+        # a request's own selectors are checked against the devices first (Kueue's CEL check)
+        (mig(1, "1g.18gb"), (), "insufficient matching devices for CEL selector in DeviceClass mig.nvidia.com: 0"),
+        (mig(3, "1g.18gb"), (SLICE,), "2 device(s) match in the cluster but 3 requested"),
     ],
 )
-def test_a_counter_charge_that_cannot_be_known_waits(cluster: tuple[slices.Slice, ...], said: str) -> None:
-    ps = charge(mig(1, "1g.18gb"), *cluster)
+def test_a_counter_charge_that_cannot_be_known_waits(
+    request_: dict[str, Any], cluster: tuple[slices.Slice, ...], said: str
+) -> None:
+    ps = charge(request_, *cluster)
     assert ps.unaccounted is not None and said in ps.unaccounted
     assert "gpu.memory" not in ps.requests
 
@@ -475,3 +484,24 @@ def test_a_capacity_request_must_be_a_quantity() -> None:
                 "spec": {"spec": {"devices": {"requests": [shared(1, "lots")]}}},
             }
         )
+
+
+def test_a_claims_selectors_must_be_met_by_devices_in_the_cluster_each_counted_once() -> None:
+    """Kueue's ``validateCELSelectorsAgainstDevices``: a request with selectors of its own takes no
+    quota while fewer devices in the cluster's ResourceSlices match than it asks for (a pod that could
+    never be scheduled), and two requests of one claim cannot count the same device; requests
+    without selectors of their own are not checked (whole GPUs, here)."""
+    large = {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.71gb'"}}
+    one_class = {"gpu.nvidia.com": ("device.attributes['gpu.nvidia.com'].type == 'mig'",)}
+
+    def charged(*requests: dict[str, Any]) -> jobs.PodSet:
+        made = charges.Devices.of(MAPPINGS, [template("t", *requests)], one_class, (SLICE,))
+        (ps,) = made.charge("ns", job("j", {"name": "gpus", "resourceClaimTemplateName": "t"}).pod_sets)
+        return ps
+
+    assert charged(dict(gpus(1, selectors=[large]), name="a")).requests["whole-gpus"] == 1000
+    ps = charged(dict(gpus(1, selectors=[large]), name="a"), dict(gpus(1, selectors=[large]), name="b"))
+    assert ps.unaccounted is not None and "whole-gpus" not in ps.requests
+    assert ps.unaccounted.startswith("spec.podSets[0].template.spec.resourceClaims[0].devices.requests[1].exactly")
+    assert "request b" in ps.unaccounted and "0 device(s) match in the cluster but 1 requested" in ps.unaccounted
+    assert charged(gpus(5)).requests["whole-gpus"] == 5000  # (no selectors of its own: not checked)
