@@ -263,6 +263,23 @@ def _placement_line(r: dict[str, Any]) -> str:
     )
 
 
+def _devices_line(r: dict[str, Any]) -> str:
+    """What each pod set's DRA claims were charged, per pod: ``main: claim gpus (ResourceClaimTemplate
+    two-gpus): whole-gpus 2``; a claim not charged says so (the Waiting line says why)."""
+    parts = []
+    for ps in store.pod_sets_from_json(r["pod_sets"]):
+        if not ps.claims:
+            continue
+        named = ", ".join(
+            f"{c.name} (ResourceClaimTemplate {c.template})" if c.template else f"{c.name} (ResourceClaim {c.claim})"
+            for c in ps.claims
+        )
+        charged = ", ".join(f"{res} {quantity.format_milli(v)}" for res, v in sorted(ps.devices.items()))
+        what = "not charged" if ps.unaccounted else f"{charged or 'nothing'} per pod"
+        parts.append(f"{ps.name}: claim{'s' if len(ps.claims) > 1 else ''} {named}: {what}")
+    return "; ".join(parts)
+
+
 def _pods_line(r: dict[str, Any]) -> str:
     """Each pod set's pods: as admitted (fewer where partially, Kueue's job-min-parallelism) and asked."""
     counts = ((r.get("assigned_flavors") or {}) if r["state"] != "Pending" else {}).get("counts") or {}
@@ -343,6 +360,8 @@ async def describe(
         console.print(f"Pods:          {_pods_line(r)}")
         if placed := _placement_line(r):
             console.print(f"Placement:     {placed}")
+        if devices := _devices_line(r):
+            console.print(f"Devices (DRA): {devices}")
         for line in await _gpu_memory_lines(session, f"{r['namespace']}/{r['name']}", fractions):
             console.print(f"GPU memory:    {line}")
         await _describe_workload(session, console, r, everyone)

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from admission import views
 from admission.controller.device_catalog import RESOURCE_CLAIM_TEMPLATES
 from admission.policy import DEFAULT_POLICY
 from admission.store import database, tables
@@ -102,6 +103,10 @@ async def test_claims_are_charged_a_second_waits_and_a_missing_template_holds_un
         assert (state, reason) == ("Pending", "Misconfigured"), now["later"]
         assert "ResourceClaimTemplate ml/not-yet" in str(message)
         assert not (await w.get("first"))["spec"]["suspend"]
+        async with database.transaction(w.sessions) as s:  # describe (and the dashboard) name the claim's charge
+            first, later = await views.describe(s, "Workload", "first"), await views.describe(s, "Workload", "later")
+        assert "Devices (DRA): main: claim gpus (ResourceClaimTemplate two-gpus): whole-gpus 2 per pod" in first, first
+        assert "Devices (DRA): main: claim gpus (ResourceClaimTemplate not-yet): not charged" in later, later
         # The template comes: the waiting job is charged (2 GPUs) and waits for quota, as first holds it all.
         await w.kube.create(RESOURCE_CLAIM_TEMPLATES, "ml", two_gpus("not-yet"))
 
