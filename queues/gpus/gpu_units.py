@@ -14,7 +14,8 @@ GPU-hours, they are fractions of a card (``turnstile usage``'s ``gpuHours``):
 Overrides (``TURNSTILE_GPU_FRACTIONS``, ``turnstile usage --fraction``) map a resource to a
 fraction, ``nvidia.com/mig-1g.6gb=1/4``; a renamed time-sliced resource is given one there, and so
 is a DRA mapping's resource (``whole-gpus=1``; one of NVIDIA's whole-GPU DeviceClass alone is 1
-by default: ``queues.dra.mappings``).
+by default: ``queues.dra.mappings``). A resource counted in bytes (a mapping charged by the memory
+MIG partitions or shared GPUs take) is given a card's worth: ``gpu.memory=1/140Gi``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
+from queues import quantity
 from queues.gpus import mig_profiles
 from queues.podsets.pod_resources import is_gpu
 
@@ -31,6 +33,7 @@ SHARED = "nvidia.com/gpu.shared"
 # mapping's whole-gpus)
 RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 TIME_SLICING_REPLICAS = 4
+_NUMBER = re.compile(r"^\d+(\.\d+)?$")
 
 
 def parse_fractions(values: Iterable[str]) -> dict[str, Fraction]:
@@ -39,17 +42,27 @@ def parse_fractions(values: Iterable[str]) -> dict[str, Fraction]:
     out: dict[str, Fraction] = {}
     for value in values:
         resource, sep, raw = value.strip().partition("=")
-        try:
-            fraction = Fraction(raw.strip())
-        except (ValueError, ZeroDivisionError):
-            fraction = Fraction(-1)
+        fraction = _fraction(raw.strip())
         if not sep or not RESOURCE_NAME.match(resource.strip()) or not 0 < fraction <= 1:
             raise ValueError(
-                f"{value.strip()!r}: write RESOURCE=FRACTION of a card, e.g. nvidia.com/mig-1g.6gb=1/4 "
+                f"{value.strip()!r}: write RESOURCE=FRACTION of a card, e.g. nvidia.com/mig-1g.6gb=1/4, or "
+                "for a resource counted in bytes one card's worth, e.g. gpu.memory=1/140Gi "
                 "(a fraction above 0 and at most 1)"
             )
         out[resource.strip()] = fraction
     return out
+
+
+def _fraction(raw: str) -> Fraction:
+    """``1/4``, ``0.5``, or ``1/140Gi`` (one unit is 1/150323855360 of a card: a DRA mapping charged
+    by memory, a card per 140Gi); -1 when it is none."""
+    top, slash, bottom = raw.partition("/")
+    try:
+        if slash and not _NUMBER.match(bottom.strip()):
+            return Fraction(top.strip()) / Fraction(quantity.parse_milli(bottom.strip()), quantity.MILLI)
+        return Fraction(raw)
+    except (ValueError, ZeroDivisionError, quantity.QuantityError):
+        return Fraction(-1)
 
 
 def card_fraction(resource: str, overrides: Mapping[str, Fraction] | None = None) -> Fraction | None:

@@ -247,6 +247,10 @@ def test_a_resource_of_whole_gpus_is_billed_a_card_per_unit_and_others_only_when
     )
     assert both.card_fractions() == {"whole-gpus": 1}
     assert gpu_units.parse_fractions(["mig-devices=1/7"]) == {"mig-devices": Fraction(1, 7)}
+    # a resource charged by memory (counter or capacity sources) is billed a card per card's worth
+    assert gpu_units.parse_fractions(["gpu.memory=1/140Gi"]) == {"gpu.memory": Fraction(1, 140 * 2**30)}
+    with pytest.raises(ValueError, match=r"gpu\.memory=1/140Gi"):
+        gpu_units.parse_fractions(["gpu.memory=1/lots"])
 
 
 # ----- partitionable devices: charged by a counter they consume (Kueue's counter sources) ----------
