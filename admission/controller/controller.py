@@ -163,6 +163,7 @@ class Controller:
             scale=options.backoff_scale,
             meter=self.meter,
             health=self.gpu_health,
+            card_fractions=policy.card_fractions,
         )
         self.enactor = Enactor(
             kube,

@@ -76,10 +76,11 @@ def card_fraction(resource: str, overrides: Mapping[str, Fraction] | None = None
     return Fraction(1) if is_gpu(resource) else None
 
 
-def cards(amounts: Iterable[tuple[str, int]]) -> float:
+def cards(amounts: Iterable[tuple[str, int]], overrides: Mapping[str, Fraction] | None = None) -> float:
     """Whole cards in (resource, milli-units) amounts: a MIG slice or a time-sliced replica as its
-    part of one; what is no GPU counts nothing."""
-    return sum(v / 1000 * float(f) for r, v in amounts if (f := card_fraction(r)))
+    part of one, a resource ``overrides`` names (a DRA mapping's) as it says; what is no GPU counts
+    nothing."""
+    return sum(v / 1000 * float(f) for r, v in amounts if (f := card_fraction(r, overrides)))
 
 
 def guessed(resource: str, overrides: Mapping[str, Fraction] | None = None) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from queues.cycle import budget_priority
 from queues.cycle.decisions import Decision
@@ -44,8 +45,13 @@ class _Run:
 
 class EfficiencyModel:
     def __init__(
-        self, traces: Mapping[str, Trace], policies: tuple[ReclaimPolicy, ...], budgets: tuple[Budget, ...]
+        self,
+        traces: Mapping[str, Trace],
+        policies: tuple[ReclaimPolicy, ...],
+        budgets: tuple[Budget, ...],
+        fractions: Mapping[str, Fraction] | None = None,
     ) -> None:
+        self.fractions = fractions  # resources' parts of a card beyond the table (a DRA mapping's whole-gpus)
         self.traces = dict(traces)  # (a Deployment's replicas are added as they are made)
         self.policies = {p.cluster_queue: p for p in policies}
         self.budgets = budgets
@@ -79,7 +85,7 @@ class EfficiencyModel:
         if wl.admission is None:
             return
         # whole cards: a MIG slice or a time-sliced replica counts as its part of one (``queues.gpus.gpu_units``)
-        gpus = cards((r, v) for (_, r), v in wl.admission.usage.items())
+        gpus = cards(((r, v) for (_, r), v in wl.admission.usage.items()), self.fractions)
         trace = self.traces.get(wl.key)
         self.runs[wl.key] = _Run(now, gpus, wl.admission.cluster_queue, wl.labels, trace, runtime)
         if self.memory is not None:

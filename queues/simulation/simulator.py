@@ -59,7 +59,9 @@ class Simulation:
         self.sched.set_devices(scenario.devices)  # DRA: what pods' claims charge
         self.sched.block_admission = scenario.pods_ready.block_admission
         # idle reclaim and GPU-hour budgets (``queues.efficiency``)
-        self.efficiency = EfficiencyModel(scenario.utilization, scenario.reclaim, scenario.budgets)
+        self.efficiency = EfficiencyModel(
+            scenario.utilization, scenario.reclaim, scenario.budgets, scenario.devices.mappings.card_fractions()
+        )
         if scenario.gpu_memory:  # right-sizing (``queues.gpus.rightsizing``)
             offers = rightsizing.offered(
                 (o for o in scenario.manifests if isinstance(o, api.ClusterQueue)),

@@ -509,3 +509,19 @@ def test_a_claims_selectors_must_be_met_by_devices_in_the_cluster_each_counted_o
     assert ps.unaccounted.startswith("spec.podSets[0].template.spec.resourceClaims[0].devices.requests[1].exactly")
     assert "request b" in ps.unaccounted and "0 device(s) match in the cluster but 1 requested" in ps.unaccounted
     assert charged(gpus(5)).requests["whole-gpus"] == 5000  # (no selectors of its own: not checked)
+
+
+def test_gpu_hour_budgets_count_a_mapping_of_whole_gpus() -> None:
+    """examples/dra-gpus.yaml with a budget on its ClusterQueue: two jobs held whole-gpus: 2 for 120 s
+    and 60 s, 0.1 GPU-hours (a mapping of NVIDIA's whole-GPU DeviceClass is a card per unit, in
+    budgets and idle reclaim as on the ledger)."""
+    from pathlib import Path
+
+    from admission.cli import documents
+    from queues.simulation import scenario, simulator
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "dra-gpus.yaml"
+    doc = documents.load_single(str(path))
+    doc["budgets"] = [{"clusterQueue": "gpus", "gpuHours": 10, "period": "1h"}]
+    report = simulator.Simulation(scenario.parse(doc)).run().to_json("core")
+    assert report["summary"]["budgets"][0]["usedThisPeriod"] == 0.1
