@@ -15,6 +15,7 @@ import click
 import yaml
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from admission import workload_lines
 from admission.store import config as config_store
 from admission.store import fair_usage
 from admission.store import rightsizing as rightsizing_store
@@ -254,45 +255,6 @@ def _placed_by_topology(snapshot: Snapshot, assignment: Assignment) -> bool:
     )
 
 
-def _placement_line(r: dict[str, Any]) -> str:
-    """Where topology-aware placement put each pod set's pods: ``main: r0-n1 x4, r0-n2 x2``."""
-    placement = ((r.get("assigned_flavors") or {}) if r["state"] != "Pending" else {}).get("placement") or {}
-    return "; ".join(
-        f"{ps}: " + ", ".join(f"{node} x{pods}" for node, pods in sorted(nodes.items()))
-        for ps, nodes in sorted(placement.items())
-    )
-
-
-def _devices_line(r: dict[str, Any]) -> str:
-    """What each pod set's DRA claims were charged, per pod: ``main: claim gpus (ResourceClaimTemplate
-    two-gpus): whole-gpus 2``; a claim not charged says so (the Waiting line says why)."""
-    parts = []
-    for ps in store.pod_sets_from_json(r["pod_sets"]):
-        if not ps.claims:
-            continue
-        named = ", ".join(
-            f"{c.name} (ResourceClaimTemplate {c.template})" if c.template else f"{c.name} (ResourceClaim {c.claim})"
-            for c in ps.claims
-        )
-        charged = ", ".join(f"{res} {quantity.format_milli(v)}" for res, v in sorted(ps.devices.items()))
-        what = "not charged" if ps.unaccounted else f"{charged or 'nothing'} per pod"
-        parts.append(f"{ps.name}: claim{'s' if len(ps.claims) > 1 else ''} {named}: {what}")
-    return "; ".join(parts)
-
-
-def _pods_line(r: dict[str, Any]) -> str:
-    """Each pod set's pods: as admitted (fewer where partially, Kueue's job-min-parallelism) and asked."""
-    counts = ((r.get("assigned_flavors") or {}) if r["state"] != "Pending" else {}).get("counts") or {}
-    parts = []
-    for ps in store.pod_sets_from_json(r["pod_sets"]):
-        admitted = counts.get(ps.name)
-        text = f"{ps.name}: {ps.count}" if admitted is None else f"{ps.name}: {admitted} of {ps.count} (partial)"
-        if ps.min_count is not None:
-            text += f", at least {ps.min_count}"
-        parts.append(text)
-    return "; ".join(parts)
-
-
 async def _history(session: AsyncSession, queue: str) -> str:
     """A queue's decayed usage as the controller last stored it (``admission.store.fair_usage``)."""
     stored = await fair_usage.get(session, queue)
@@ -357,10 +319,10 @@ async def describe(
             console.print(f"Waiting:       {r['reason']}: {r['message']}")
         elif r["reason"] == PODS_UNSCHEDULABLE and r["state"] == "Admitted":  # (``controller.pod_waits``)
             console.print(f"Pods waiting:  {r['message']}")
-        console.print(f"Pods:          {_pods_line(r)}")
-        if placed := _placement_line(r):
+        console.print(f"Pods:          {workload_lines.pods(r)}")
+        if placed := workload_lines.placement(r):
             console.print(f"Placement:     {placed}")
-        if devices := _devices_line(r):
+        if devices := workload_lines.devices(r):
             console.print(f"Devices (DRA): {devices}")
         for line in await _gpu_memory_lines(session, f"{r['namespace']}/{r['name']}", fractions):
             console.print(f"GPU memory:    {line}")
