@@ -32,8 +32,13 @@ typecheck: $(STAMP)
 contract: $(STAMP)
 	$(BIN)/lint-imports
 
+# Most tests wait on sockets, databases and timers more than they compute: two workers share the
+# two cores. The whole-world tests (tests/e2e: engines compared on wall-clock scenarios, chaos,
+# storms) run alone afterwards, where their verdict does not depend on what else runs beside them.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --durations=15 --ignore=tests/e2e
+	$(BIN)/pytest -q --durations=10 tests/e2e
 
 test: lint typecheck contract pytest
 
