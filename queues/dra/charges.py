@@ -133,9 +133,13 @@ class Devices:
     templates: Mapping[tuple[str, str], ClaimTemplate] = field(default_factory=dict)  # (namespace, name)
     classes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # DeviceClass -> its CEL selectors
     published: tuple[slices.Device, ...] = ()  # the devices of the cluster's ResourceSlices (counter charges)
-    # counter charges found so far, by (DeviceClass, request selectors, source): a job's every event
-    # makes its workload again, and matching CEL over every published device is not done each time
+    # what matching CEL over every published device found so far (a job's every event makes its
+    # workload again, and the devices are not matched each time): counter and capacity charges, by
+    # (DeviceClass, request selectors, capacity requests, sources); a template's requests short of devices
     known: dict[tuple[Any, ...], int | str] = field(default_factory=dict, compare=False, repr=False)
+    short_of: dict[tuple[DeviceRequest, ...], tuple[int, str] | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def of(
@@ -238,25 +242,21 @@ class Devices:
     def _short(self, template: ClaimTemplate) -> tuple[int, str] | None:
         """Kueue's check of a claim's CEL selectors against the cluster's devices: the first request
         with selectors of its own that fewer devices match than it asks for (each device counted for
-        one request of the claim), and why; a pod that can never be scheduled takes no quota. Only
-        requests with their own selectors are checked, as in Kueue. Remembered until the devices change."""
-        key = ("selectors", template.requests)
-        if key not in self.known:
-            self.known[key] = self._count_selected(template)
-        found = self.known[key]
-        if isinstance(found, int):
-            return None
-        k, _, why = found.partition(":")
-        return int(k), why
+        one request of the claim): its index, and why; a pod that can never be scheduled takes no quota.
+        Only requests with their own selectors are checked, as in Kueue. Remembered until the devices
+        change."""
+        if template.requests not in self.short_of:
+            self.short_of[template.requests] = self._count_selected(template)
+        return self.short_of[template.requests]
 
-    def _count_selected(self, template: ClaimTemplate) -> int | str:
+    def _count_selected(self, template: ClaimTemplate) -> tuple[int, str] | None:
         taken: set[int] = set()
         for k, request in enumerate(template.requests):
             if not request.selectors:
                 continue
             assert request.device_class is not None
             if request.device_class not in self.classes:
-                return f"{k}:DeviceClass {request.device_class} does not exist, so no device is known to match it"
+                return k, f"DeviceClass {request.device_class} does not exist, so no device is known to match it"
             wanted = [*self.classes[request.device_class], *request.selectors]
             mine: list[int] = []
             for i, device in enumerate(self.published):
@@ -266,12 +266,12 @@ class Devices:
                     mine.append(i)
             taken.update(mine)
             if len(mine) < request.count:
-                return (
-                    f"{k}:insufficient matching devices for CEL selector in DeviceClass {request.device_class}: "
+                return k, (
+                    f"insufficient matching devices for CEL selector in DeviceClass {request.device_class}: "
                     f"{len(mine)} device(s) match in the cluster but {request.count} requested; the request waits "
                     "until a driver publishes such devices (ResourceSlices)"
                 )
-        return 0
+        return None
 
     def _sourced_charge(self, request: DeviceRequest, sources: CounterSource | tuple[CapacitySource, ...]) -> int | str:
         """What one device of ``request`` is charged (milli-units) by a mapping's counter or
