@@ -57,6 +57,33 @@ def node_of(store: ObjectStore, name: str) -> str | None:
     return got
 
 
+def unschedulable(store: ObjectStore, name: str) -> bool:
+    """The kube-scheduler said the pod cannot be scheduled (its claims cannot all be allocated)."""
+    conditions = store.get(PODS, "ml", name).get("status", {}).get("conditions", [])
+    return any(c.get("reason") == "Unschedulable" for c in conditions)
+
+
+def allocated(store: ObjectStore) -> list[dict[str, Any]]:
+    """Every device result of the claims allocated in namespace ml."""
+    return [
+        r
+        for c in store.list(dra.CLAIMS, "ml")[0]
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    ]
+
+
+def publish(store: ObjectStore, node: str, devices: list[dict[str, Any]], **more: Any) -> None:
+    """A ResourceSlice of ``devices`` for ``node``, its own pool (``more``: sharedCounters...)."""
+    spec = {
+        "driver": "gpu.nvidia.com",
+        "nodeName": node,
+        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+        "devices": devices,
+        **more,
+    }
+    store.create(dra.SLICES, "", {"metadata": {"name": f"{node}-gpus"}, "spec": spec}, namespaces=NS)
+
+
 async def test_claims_are_made_allocated_on_a_node_with_the_devices_and_freed_with_the_pod(
     cluster: tuple[ObjectStore, Cluster],
 ) -> None:
@@ -81,12 +108,7 @@ async def test_claims_are_made_allocated_on_a_node_with_the_devices_and_freed_wi
     assert statuses == [{"name": "gpus", "resourceClaimName": claim["metadata"]["name"]}]
     # Two more GPUs are asked for where one is left: the pod waits, in the kube-scheduler's words.
     store.create(PODS, "ml", pod("b", "two"), namespaces=NS)
-    await until(
-        lambda: any(
-            c.get("reason") == "Unschedulable"
-            for c in store.get(PODS, "ml", "b").get("status", {}).get("conditions", [])
-        )
-    )
+    await until(lambda: unschedulable(store, "b"))
     (said,) = [c for c in store.get(PODS, "ml", "b")["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert dra.CANNOT_ALLOCATE in said["message"]
     # The first pod goes: its claim with it, and the waiting pod gets both GPUs.
@@ -108,28 +130,14 @@ async def test_partitions_of_one_card_are_allocated_only_while_its_counters_last
         consumes = [{"counterSet": "gpu-0", "counters": {"memory": {"value": memory}}}]
         return {"name": name, "attributes": {"type": {"string": "mig"}}, "consumesCounters": consumes}
 
-    spec = {
-        "driver": "gpu.nvidia.com",
-        "nodeName": "h200",
-        "pool": {"name": "h200", "generation": 1, "resourceSliceCount": 1},
-        "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": "140Gi"}}}],
-        "devices": [part("mig-4g", "70Gi"), part("mig-7g", "140Gi"), part("mig-3g", "70Gi")],
-    }
-    store.create(dra.SLICES, "", {"metadata": {"name": "h200-gpus"}, "spec": spec}, namespaces=NS)
+    counters = [{"name": "gpu-0", "counters": {"memory": {"value": "140Gi"}}}]
+    devices = [part("mig-4g", "70Gi"), part("mig-7g", "140Gi"), part("mig-3g", "70Gi")]
+    publish(store, "h200", devices, sharedCounters=counters)
     for name in ("a", "b", "c"):
         store.create(PODS, "ml", pod(name, "one"), namespaces=NS)
     await until(lambda: node_of(store, "a") is not None and node_of(store, "b") is not None)
-    await until(
-        lambda: any(
-            c.get("reason") == "Unschedulable"
-            for c in store.get(PODS, "ml", "c").get("status", {}).get("conditions", [])
-        )
-    )
-    got = sorted(
-        r["device"]
-        for c in store.list(dra.CLAIMS, "ml")[0]
-        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
-    )
+    await until(lambda: unschedulable(store, "c"))
+    got = sorted(r["device"] for r in allocated(store))
     assert got == ["mig-3g", "mig-4g"]  # (the 7g partition would take the whole card: never with another)
 
 
@@ -147,13 +155,7 @@ async def test_a_shared_device_serves_claims_while_its_capacity_lasts(
         "allowMultipleAllocations": True,
         "capacity": {"memory": {"value": "80Gi", "requestPolicy": policy}},
     }
-    spec = {
-        "driver": "gpu.nvidia.com",
-        "nodeName": "ts",
-        "pool": {"name": "ts", "generation": 1, "resourceSliceCount": 1},
-        "devices": [device],
-    }
-    store.create(dra.SLICES, "", {"metadata": {"name": "ts-gpus"}, "spec": spec}, namespaces=NS)
+    publish(store, "ts", [device])
     exactly = {"deviceClassName": "gpu.nvidia.com", "capacity": {"requests": {"memory": "25Gi"}}}
     request = {"name": "gpus", "exactly": exactly}
     template = {"metadata": {"name": "part"}, "spec": {"spec": {"devices": {"requests": [request]}}}}
@@ -161,17 +163,8 @@ async def test_a_shared_device_serves_claims_while_its_capacity_lasts(
     for name in ("a", "b", "c"):
         store.create(PODS, "ml", pod(name, "part"), namespaces=NS)
     await until(lambda: node_of(store, "a") is not None and node_of(store, "b") is not None)
-    await until(
-        lambda: any(
-            c.get("reason") == "Unschedulable"
-            for c in store.get(PODS, "ml", "c").get("status", {}).get("conditions", [])
-        )
-    )
-    results = [
-        r
-        for c in store.list(dra.CLAIMS, "ml")[0]
-        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
-    ]
+    await until(lambda: unschedulable(store, "c"))
+    results = allocated(store)
     assert [(r["device"], r["consumedCapacity"]) for r in results] == [("gpu-0", {"memory": "30Gi"})] * 2
     assert len({r["shareID"] for r in results}) == 2
     store.delete(PODS, "ml", "a")
