@@ -122,7 +122,7 @@ class Policy:
     prometheus_url: str = ""
     prometheus_timeout: float = 5.0
     reclaim_interval: float = 60.0
-    gpu_health: str = "taint"  # a GPU reporting a fatal Xid: taint | evict | off (``controller.gpu_health``)
+    gpu_health: str = "taint"  # a GPU reporting a fatal Xid: taint | evict | off (``features.gpu_health``)
     # a GPU resource's part of a card where the table is not to be used (TURNSTILE_GPU_FRACTIONS)
     card_fractions: Mapping[str, Fraction] = field(default_factory=dict)
     # DRA: the resource each DeviceClass's devices are charged as (``queues.dra``)

@@ -317,7 +317,7 @@ async def describe(
             )
         if r["reason"] and r["state"] in ("Pending", "QuotaReserved"):
             console.print(f"Waiting:       {r['reason']}: {r['message']}")
-        elif r["reason"] == PODS_UNSCHEDULABLE and r["state"] == "Admitted":  # (``controller.pod_waits``)
+        elif r["reason"] == PODS_UNSCHEDULABLE and r["state"] == "Admitted":  # (``features.pod_waits``)
             console.print(f"Pods waiting:  {r['message']}")
         console.print(f"Pods:          {workload_lines.pods(r)}")
         if placed := workload_lines.placement(r):

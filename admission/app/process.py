@@ -45,8 +45,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from admission.aggregated.auth import Authorizer, FrontProxy
 from admission.aggregated.server import AggregatedApi
-from admission.controller.controller import Controller, Options
+from admission.app import wiring
+from admission.controller.controller import Controller
 from admission.controller.objects import visibility
+from admission.controller.parts import Options
 from admission.controller.readiness import Readiness
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration
@@ -134,7 +136,8 @@ def activity_requests(controller: Controller) -> Callable[[str, str, bool, str],
 
 def dashboard(controller: Controller) -> Dashboard:
     """The dashboard as a replica serves it: PostgreSQL, plus the leader's idle GPUs and the jobs' Events."""
-    return Dashboard(controller.sessions, idle=controller.reclaimer.idle_held, job_events=controller.job_events)
+    idle = controller.features.reclaimer.idle_held
+    return Dashboard(controller.sessions, idle=idle, job_events=controller.job_events)
 
 
 @dataclass(slots=True)
@@ -300,7 +303,7 @@ async def serve(
         command_timeout=max(10.0, lease_ttl),
         application_name="turnstile-controller",
     )
-    controller = Controller(
+    controller = wiring.controller(
         kube=kube,
         sessions=database.sessions(engine),
         database_url=database_url,

@@ -20,9 +20,10 @@ the model; here there is one protocol, with no-op defaults instead of optional i
 
 Behind it: waitForPodsReady, the Workload objects (deleted ones, their loops), placement (nodes
 lost or cordoned), idle reclaim with GPU health, GPU-hour budgets, metering, pod waits, declared
-queues and their status. Still wired by hand in ``controller`` and ``step``: admission checks, the
-Workload objects' marks after a commit, placement's start and new-term hooks, and building the
-capabilities (``controller``, where ``admission.app`` should); docs/architecture.md tracks them.
+queues and their status. They are built in one place, ``admission.app.wiring``. Still called by
+name in ``controller`` and ``step`` (``admission.controller.parts.Features``): admission checks,
+the Workload objects' marks after a commit, placement's start and new-term hooks, the informers
+only some clusters serve; docs/architecture.md tracks them.
 """
 
 from __future__ import annotations

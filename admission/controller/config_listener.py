@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.changes import Changes
 from admission.controller.readiness import DatabaseHealth
+from admission.controller.watch.changes import Changes
 from admission.store import config as config_store
 from admission.store import database, notify
 from queues.model import Config

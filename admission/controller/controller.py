@@ -1,7 +1,7 @@
 """``turnstile controller``: keep PostgreSQL and the cluster in agreement, and enact the core's
 decisions.
 
-Every replica runs the informers (``admission.controller.cluster_watch``: jobs of every
+Every replica runs the informers (``admission.controller.watch.cluster_watch``: jobs of every
 integrated kind, the pods the webhook holds, namespaces, PriorityClasses; and Kueue's queue
 objects where the cluster serves them), the configuration listener
 (``admission.controller.config_listener``, for the webhook it serves) and leader election
@@ -31,44 +31,28 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller import pod_set_infos
-from admission.controller.capability import Capability
-from admission.controller.changes import Changes
-from admission.controller.cluster_watch import ClusterWatch
 from admission.controller.config_listener import ConfigListener
 from admission.controller.enactor import POLL_SECONDS, Enactor
 from admission.controller.events import EventPoster, events_of
-from admission.controller.features.budgets import BudgetKeeper
-from admission.controller.features.checks import Checks
-from admission.controller.features.gpu_health import GpuHealth
-from admission.controller.features.metering import Meter, Metering
-from admission.controller.features.placement import Placement
-from admission.controller.features.pod_waits import INTERVAL as POD_WAITS_INTERVAL
-from admission.controller.features.pod_waits import PodWaits
-from admission.controller.features.podsready import PodsReady, PodsReadyWatch, scaled
-from admission.controller.features.reclaim import IdleReclaim, Reclaimer
-from admission.controller.features.utilisation import Prometheus
-from admission.controller.jobcache import JobCache
 from admission.controller.leadership import Leadership
 from admission.controller.monitoring.metrics import Metrics
-from admission.controller.objects.declared import Declared
-from admission.controller.objects.queuestatus import StatusWriter
-from admission.controller.objects.workload_projection import Projection
+from admission.controller.parts import Features, Options
 from admission.controller.readiness import DatabaseHealth, Readiness
 from admission.controller.report import Reporter
 from admission.controller.step import StepFailed, StepOptions, Steps
 from admission.controller.term import Term
+from admission.controller.watch.changes import Changes
+from admission.controller.watch.cluster_watch import ClusterWatch
+from admission.controller.watch.jobcache import JobCache
 from admission.jobs import INTEGRATIONS
 from admission.jobs.base import Integration
 from admission.kube.client import Kube
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import database, lease
-from admission.store import workloads as store
 from queues.model import Config, Workload
 
 log = logging.getLogger(__name__)
@@ -77,23 +61,9 @@ log = logging.getLogger(__name__)
 DRAIN_SECONDS = 5.0  # at most this long for in-flight patches when the term ends on a clean stop
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    identity: str  # this replica, as named in the lease
-    lease_ttl: float = 15.0  # seconds a leader may go without renewing before another takes over
-    workers: int = 16  # jobs patched in parallel
-    debounce: float = 0.002  # seconds events are coalesced into one step
-    resync: float = 60.0  # seconds between full reconciliations (a safety net; events do the work)
-    # decisions committed per step: a backlog (a quota raise on 1,000 queues admits 50,000) is
-    # committed and enacted in slices, so the first jobs start at once and the work overlaps
-    step_decisions: int = 1000
-    ledger_labels: tuple[str, ...] = store.LEDGER_LABELS  # job labels recorded on the usage ledger
-    # wall seconds per second of the policy's durations: backoffs, a victim's settling, fair sharing's
-    # half-lives (engine cluster runs scenario time scaled)
-    backoff_scale: float = 1.0
-
-
 class Controller:
+    """One replica's kernel (module docstring); ``features`` builds the optional features for it."""
+
     def __init__(
         self,
         *,
@@ -101,6 +71,7 @@ class Controller:
         sessions: async_sessionmaker[AsyncSession],
         database_url: str,
         options: Options,
+        features: Callable[[Controller], Features],
         integrations: Sequence[Integration] = INTEGRATIONS,
         policy: Policy = DEFAULT_POLICY,
     ) -> None:
@@ -111,15 +82,21 @@ class Controller:
         self.jobs = JobCache()  # job uid -> view, workload key -> job uid; kept by the informers and our writes
         self.views = self.jobs.views
         self.changes = Changes()
+        self.term: Term | None = None
+        self.term_task: asyncio.Task[None] | None = None
+        self.elect_task: asyncio.Task[None] | None = None
+        self.step_failures = 0  # in a row: the pause before the next term grows with them
+        self.stepping = False  # a step is being taken (``busy``)
+        self.terms_begun = 0  # terms this replica began (a failed step begins a new one from the store)
         # the jobs, namespaces, held pods, PriorityClasses, training runtimes and CRDs every replica
-        # watches (``admission.controller.cluster_watch``)
+        # watches (``admission.controller.watch.cluster_watch``)
         self.watch = ClusterWatch(
             kube,
             self.jobs,
             self.changes,
             integrations,
             current_scheduler=lambda: self.term.scheduler if self.term is not None else None,
-            optional=lambda: (self.checks.informer, self.projection.informer, *self.declared.informers.values()),
+            optional=lambda: self.features.informers(),
             device_mappings=policy.device_mappings,
         )
         self.namespaces = self.watch.namespaces
@@ -133,38 +110,27 @@ class Controller:
         self.namespace_watchers = self.watch.namespace_watchers  # a namespace was added, relabelled or deleted
         # what is queued or held (the webhook answers by it, the steps tell held objects why)
         self.policy = dataclasses.replace(policy, namespace_labels=self.namespaces.get)
-        # placement by topology: Nodes and Pods (watched once a flavor names a Topology), the ungater
-        self.placement = Placement(
-            kube,
-            self.changes,
-            current_term=lambda: self.term,
-            pods_always=bool(policy.prometheus_url),
-            ungated=lambda *ungated: self.metrics.workloads.gate_removed(*ungated),
-        )
-        self.inventory = self.placement.inventory
-        # the ledger's started and used GPU-hours: jobs seen running, DCGM read through Prometheus
-        self.meter = Meter(self.jobs, self.inventory.pods_of)
-        self.inventory.seen = self.meter.pod_seen
-        # idle-GPU reclaim: DCGM's series through Prometheus, joined to workloads by their pods
         self.events = EventPoster(kube, instance=options.identity)
-        # GPUs reporting a fatal Xid (read with the utilisation): their nodes' work requeued, the nodes tainted
-        self.gpu_health = GpuHealth(
-            kube, mode=policy.gpu_health, events=self.events, inventory=self.inventory, wake=self.changes.wake.set
+        self.database = DatabaseHealth()
+        # the latest queue configuration, on every replica (the webhook answers by it)
+        self.listener = ConfigListener(
+            sessions,
+            database_url,
+            self.database,
+            self.changes,
+            wake_election=lambda: self.leadership.wake(),
+            configured=lambda config: self.features.placement.configured(config),
         )
-        self.reclaimer = Reclaimer(
-            prometheus=Prometheus(policy.prometheus_url, timeout=policy.prometheus_timeout)
-            if policy.prometheus_url
-            else None,
-            pods=self.inventory,
-            jobs=self.jobs,
-            current_term=lambda: self.term,
-            wake=self.changes.wake.set,
-            interval=policy.reclaim_interval,
-            scale=options.backoff_scale,
-            meter=self.meter,
-            health=self.gpu_health,
-            card_fractions=policy.card_fractions,
+        self.readiness = Readiness()
+        self.readiness.add(
+            "config", lambda: None if self.config else "the queue configuration is not loaded", gates=True
         )
+        self.readiness.add("database", self.database.probe, gates=False)
+        self.readiness.add("informers", self.watch.probe, gates=False, detail=self.watch.integrations_detail)
+        self.metrics: Metrics = Metrics(self)
+        self.features: Features = features(self)
+        self.capabilities = self.features.capabilities
+        self.inventory = self.features.placement.inventory
         self.enactor = Enactor(
             kube,
             jobs=self.jobs,
@@ -175,91 +141,7 @@ class Controller:
             poll=POLL_SECONDS * options.backoff_scale,
             ungated=lambda *ungated: self.metrics.workloads.gate_removed(*ungated),
         )
-        self.checks = Checks(
-            kube,
-            views=self.views,
-            current_term=lambda: self.term,
-            run_infos=lambda term, wl: pod_set_infos.run_infos(term, wl, wl.admission) if wl.admission else [],
-            changed=self._on_check,
-            runtimes=self.runtimes.lookup,
-        )
-        self.database = DatabaseHealth()
-        # the latest queue configuration, on every replica (the webhook answers by it)
-        self.listener = ConfigListener(
-            sessions,
-            database_url,
-            self.database,
-            self.changes,
-            wake_election=lambda: self.leadership.wake(),
-            configured=lambda config: self.placement.configured(config),
-        )
-        self.term: Term | None = None
-        self.term_task: asyncio.Task[None] | None = None
-        self.elect_task: asyncio.Task[None] | None = None
-        self.step_failures = 0  # in a row: the pause before the next term grows with them
-        self.stepping = False  # a step is being taken (``busy``)
-        self.terms_begun = 0  # terms this replica began (a failed step begins a new one from the store)
-        self.readiness = Readiness()
-        self.readiness.add(
-            "config", lambda: None if self.config else "the queue configuration is not loaded", gates=True
-        )
-        self.readiness.add("database", self.database.probe, gates=False)
-        # queues declared as Kubernetes objects, where Kueue's CRDs are served (the leader reconciles)
-        self.declared = Declared(kube, sessions, leading=self.leading, database_health=self.database)
-        self.queue_status = StatusWriter(kube, self.declared, lambda: self.term)
-        self.readiness.add("informers", self.watch.probe, gates=False, detail=self.watch.integrations_detail)
-        self.readiness.add("nodes", self.inventory.probe, gates=False)
-        self.readiness.add("gpu-utilization", self.reclaimer.probe, gates=False)
-        self.metrics: Metrics = Metrics(self)
-        # why an admitted job's pods wait (the kube-scheduler's words): describe, an Event, waitForPodsReady
-        self.pod_waits = PodWaits(
-            kube,
-            sessions,
-            jobs=self.jobs,
-            current_term=lambda: self.term,
-            events=self.events,
-            interval=POD_WAITS_INTERVAL * options.backoff_scale,
-            grace=POD_WAITS_INTERVAL * options.backoff_scale,
-        )
-        self.pods_ready = PodsReadyWatch(scaled(self.policy.pods_ready, options.backoff_scale))
-        self.pods_ready.why = self.pod_waits.why
-        # GPU-hour budgets (``admission.controller.features.budgets``): measured from the ledger, held by
-        # the core's gate
-        self.budgets = BudgetKeeper(
-            sessions,
-            current_term=lambda: self.term,
-            wake=self.changes.wake.set,
-            registry=self.metrics.registry,
-            interval=policy.reclaim_interval,
-            events=self.events,
-            card_fractions=policy.card_fractions,
-        )
         self.reporter = Reporter(self.metrics, self.events, self.enactor.view)
-        # one workloads.kueue.x-k8s.io object per queued job, projected from the store by the leader
-        self.projection: Projection = Projection(
-            kube,
-            sessions,
-            self.jobs,
-            lambda: self.term,
-            wake_step=self.changes.wake.set,
-            events=self.events,
-            created=self.metrics.workloads.object_created,
-            pods_ready=self.policy.pods_ready.enable,
-        )
-        # the features behind the capability protocol (``admission.controller.capability``), in the
-        # order the step asks them: pods not Ready in time, Workload objects deleted, nodes lost or
-        # cordoned, idle or failed GPUs, then the budgets' gate (the order the core's evictions had)
-        self.capabilities: list[Capability] = [
-            PodsReady(self.pods_ready, jobs=self.jobs, metrics=self.metrics.workloads),
-            self.projection,
-            self.placement,
-            IdleReclaim(self.reclaimer, events=self.events, counted=self.metrics.gpu_idle),
-            self.budgets,
-            Metering(self.meter, sessions),
-            self.pod_waits,
-            self.declared,
-            self.queue_status,
-        ]
         self.steps = Steps(
             changes=self.changes,
             jobs=self.jobs,
@@ -269,11 +151,11 @@ class Controller:
             metrics=self.metrics,
             reporter=self.reporter,
             events=self.events,
-            checks=self.checks,
+            checks=self.features.checks,
             enactor=self.enactor,
             policy=self.policy,
             capabilities=self.capabilities,
-            projection=self.projection,
+            projection=self.features.projection,
         )
         self.leadership: Leadership = Leadership(
             sessions,
@@ -293,7 +175,8 @@ class Controller:
         self.changes.preempting[key] = victims
         self.changes.wake.set()
 
-    def _on_check(self, uid: str) -> None:
+    def on_check(self, uid: str) -> None:
+        """An admission check's state changed for job ``uid``: the next step looks at it."""
         self.changes.checks[uid] = None
         self.changes.wake.set()
 
@@ -328,13 +211,13 @@ class Controller:
         tasks.append(asyncio.create_task(self.listener.listen(), name="listen"))
         tasks.append(asyncio.create_task(self._resync(), name="resync"))
         # Not part of readiness: only ClusterQueues with admission checks need the CRD.
-        tasks.append(asyncio.create_task(self.checks.informer.run(), name="informer-provisioningrequests"))
+        tasks.append(asyncio.create_task(self.features.checks.informer.run(), name="informer-provisioningrequests"))
         tasks.append(asyncio.create_task(self.watch.crds.run(), name="informer-customresourcedefinitions"))
         for capability in self.capabilities:
             tasks.extend(asyncio.create_task(loop(), name=name) for name, loop in capability.loops())
         self.enactor.start()
-        self.placement.start()
-        self.checks.start()
+        self.features.placement.start()
+        self.features.checks.start()
         self.events.start()
         self.elect_task = asyncio.create_task(self.leadership.run(), name="elect")
         try:
@@ -350,7 +233,7 @@ class Controller:
             await self.enactor.stop()
             for capability in self.capabilities:  # (placement's informers and ungater, Prometheus' client...)
                 await capability.stop()
-            await self.checks.stop()
+            await self.features.checks.stop()
             await self.events.stop()
             await self.leadership.release()
 
@@ -405,7 +288,7 @@ class Controller:
                 self.policy,
                 self.namespaces,
                 scale=self.options.backoff_scale,
-                inventory=self.placement.for_term,
+                inventory=self.features.placement.for_term,
             )
         except database.ERRORS as exc:
             self.database.failed("loading the scheduler's state", database.describe_error(exc))
@@ -419,17 +302,17 @@ class Controller:
             self.metrics.clock.start(wl, time.time())  # held quota counts from this term on
         self.changes.jobs.update(dict.fromkeys(self.views))
         self.changes.jobs.update(dict.fromkeys(term.rows))
-        self.changes.checks.update(dict.fromkeys(self.checks.requests))
+        self.changes.checks.update(dict.fromkeys(self.features.checks.requests))
         self.changes.namespaces = False
         self.changes.config = True  # (its first step reads the stop/resume requests no term has applied)
-        self.projection.term_began(term)
-        self.placement.term_began()
+        self.features.projection.term_began(term)
+        self.features.placement.term_began()
         for uid, row in term.rows.items():  # requests to make, or to clean up, after a restart
-            if uid in self.checks.requests or _has_checks(term.held(row.key)):
-                self.checks.request(uid)
+            if uid in self.features.checks.requests or _has_checks(term.held(row.key)):
+                self.features.checks.request(uid)
         log.info("leading as %s (term %d): %d workloads loaded", fence.holder, fence.token, len(term.rows))
         self.listener.tell()
-        self.declared.wake.set()  # the leader reconciles the declared queues
+        self.features.declared.wake.set()  # the leader reconciles the declared queues
         self.term_task = asyncio.create_task(self._lead(term), name="lead")
         self.changes.wake.set()
         return True

@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 from admission.controller.features import pinning
 from admission.controller.features.inventory import NodeInventory
-from admission.controller.jobcache import JobCache
 from admission.controller.pod_set_infos import own_infos, pod_counts, run_infos, unplaced
 from admission.controller.term import Term, admission_token
+from admission.controller.watch.jobcache import JobCache
 from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodRef, PodSetInfo
 from admission.jobs.job_fields import ADMISSION_ANNOTATION

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.changes import Changes
 from admission.controller.events import EventPoster
 from admission.controller.features.checks import Checks
-from admission.controller.jobcache import JobCache
 from admission.controller.monitoring.metrics import Metrics
 from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, admission_token
+from admission.controller.watch.changes import Changes
+from admission.controller.watch.jobcache import JobCache
 from admission.jobs.base import JobView
 from admission.policy import Policy
 from admission.store import activity, database, lease

@@ -78,7 +78,7 @@ class JobView:
     # what the pod sets were read from: (metadata.generation, a hash of labels and annotations);
     # an event that changes neither (a status update) reuses them (``Integration.view``'s ``previous``)
     source: tuple[int, int] | None = None
-    # a workload of plain Pods (``admission.controller.podgroups``): its pods, which the enactor
+    # a workload of plain Pods (``admission.controller.watch.podgroups``): its pods, which the enactor
     # ungates or deletes one by one; None for a job, which is suspended and resumed as a whole
     pods: tuple[PodRef, ...] | None = None
     # the Kubernetes object Events and owner references name: the job itself, or a group's first pod

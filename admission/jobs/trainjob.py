@@ -2,7 +2,7 @@
 Complete or Failed; active and Ready child Jobs per replicated job in ``status.jobsStatus``.
 
 Its pod sets are read through the training runtime it names (``queues.podsets.trainjobs``; the controller
-keeps the runtimes, ``admission.controller.runtimes``). Its pod templates live in that runtime, not
+keeps the runtimes, ``admission.controller.watch.runtimes``). Its pod templates live in that runtime, not
 in the TrainJob, so the flavors' node labels, tolerations and pod annotations are written where
 Trainer lets another manager write them: Turnstile's entry of ``spec.runtimePatches`` (manager
 ``kueue.x-k8s.io/manager``, as Kueue's), one patch per replicated job; tolerations are written whole

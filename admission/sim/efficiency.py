@@ -162,7 +162,7 @@ def summary(
     the run's events, in scenario time and scenario GPU-hours."""
     out: dict[str, object] = {}
     if scenario.reclaim:
-        model = controller.reclaimer.model
+        model = controller.features.reclaimer.model
         counts = dict(model.counts) if model is not None else {"warned": 0, "requeued": 0, "deactivated": 0}
         warnings = model.warnings if model is not None else []
         out["reclaim"] = {
@@ -174,7 +174,7 @@ def summary(
             ],
         }
     if scenario.budgets:
-        keeper = controller.budgets
+        keeper = controller.features.budgets
         out["budgets"] = [
             {
                 "budget": b.name,

@@ -109,7 +109,7 @@ class Driver:
         actions.sort(key=lambda a: a[:3])
         self.t0 = time.monotonic()
         self.wall0 = dt.datetime.now(dt.UTC)
-        self.stack.controller.budgets.anchor = self.wall0.timestamp()  # (budget periods start at t=0)
+        self.stack.controller.features.budgets.anchor = self.wall0.timestamp()  # (budget periods start at t=0)
         self.names.start()
         observed: list[tuple[float, int, int, Any]] = []  # (t, phase, order, what)
         instant: float | None = None

@@ -27,8 +27,9 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from admission.app import process
-from admission.controller.controller import Controller, Options
+from admission.app import process, wiring
+from admission.controller.controller import Controller
+from admission.controller.parts import Options
 from admission.jobs import INTEGRATIONS
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError
@@ -141,7 +142,7 @@ async def _system(
     kube = Kube(await kube_client.connect(host.kubeconfig))
     engine = database.make_engine(url)
     sessions = database.sessions(engine)
-    controller = Controller(
+    controller = wiring.controller(
         kube=kube,
         sessions=sessions,
         database_url=url,

@@ -38,8 +38,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.capability import Capability, StepContext
 from admission.controller.features.utilisation import RunFigures, RunWindow
-from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token, timestamp
+from admission.controller.watch.jobcache import JobCache
 from admission.store import database, lease
 from admission.store import usage as ledger
 from admission.store.usage import Measurement

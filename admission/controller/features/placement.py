@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from admission.controller.capability import Capability, StepContext
-from admission.controller.changes import Changes
 from admission.controller.features.inventory import NodeInventory
 from admission.controller.features.pinning import Pinner
 from admission.controller.term import Term
+from admission.controller.watch.changes import Changes
 from admission.kube.client import Kube
 from queues.cycle.decisions import Decision
 from queues.model import Config

@@ -35,8 +35,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.controller.capability import Capability, Loop
 from admission.controller.events import EventPoster
 from admission.controller.features.inventory import ALL_PODS
-from admission.controller.jobcache import JobCache
 from admission.controller.term import Term
+from admission.controller.watch.jobcache import JobCache
 from admission.kube.client import Kube, KubeError
 from admission.store import database, lease
 from admission.store import workloads as store

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from admission.controller.capability import Capability, StepContext
-from admission.controller.jobcache import JobCache
 from admission.controller.term import timestamp
+from admission.controller.watch.jobcache import JobCache
 from admission.jobs.base import JobView
 from admission.store import workloads as store
 from queues.cycle.decisions import Decision

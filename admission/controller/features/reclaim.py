@@ -36,8 +36,8 @@ from admission.controller.features.gpu_health import GpuHealth
 from admission.controller.features.inventory import NodeInventory
 from admission.controller.features.metering import Meter, Span
 from admission.controller.features.utilisation import Prometheus, Unavailable
-from admission.controller.jobcache import JobCache
 from admission.controller.term import Term, admission_token
+from admission.controller.watch.jobcache import JobCache
 from admission.jobs.job_fields import KEEP_UNTIL
 from queues import efficiency
 from queues.cycle.decisions import Decision, Evict

@@ -68,6 +68,14 @@ class _Answering(Protocol):
     def answers(self) -> Mapping[tuple[str, int], int]: ...
 
 
+class _Features(Protocol):
+    @property
+    def reclaimer(self) -> _Reading: ...  # idle reclaim's utilisation reader
+
+    @property
+    def projection(self) -> _Finishing: ...  # the Workload objects
+
+
 class Replica(Protocol):
     """What the metrics read of their replica, at each scrape (``admission.controller.controller.
     Controller`` is one): declared here so that monitoring depends on nothing above it."""
@@ -82,10 +90,7 @@ class Replica(Protocol):
     def database(self) -> _Healthy: ...
 
     @property
-    def reclaimer(self) -> _Reading: ...  # idle reclaim's utilisation reader
-
-    @property
-    def projection(self) -> _Finishing: ...  # the Workload objects
+    def features(self) -> _Features: ...
 
     @property
     def kube(self) -> _Answering: ...
@@ -313,12 +318,12 @@ class Metrics:
         read_errors = Gauge(
             "turnstile_gpu_utilization_read_failures", "Looks at which GPU utilisation could not be read", registry=r
         )
-        read_errors.set_function(lambda: float(controller.reclaimer.failures))
+        read_errors.set_function(lambda: float(controller.features.reclaimer.failures))
         readable = Gauge(
             "turnstile_gpu_utilization_readable",
             "1 while the last look read GPU utilisation (0: nothing is reclaimed)", registry=r,
         )  # fmt: skip
-        readable.set_function(lambda: 0.0 if controller.reclaimer.problem else 1.0)
+        readable.set_function(lambda: 0.0 if controller.features.reclaimer.problem else 1.0)
         self.clock = ResourceClock()
         self.local_queues = LocalQueueGauges()
         self.controller = controller
@@ -327,7 +332,7 @@ class Metrics:
         """The whole ``/metrics`` page: prometheus_client's metrics, then the per-queue families."""
         out = Exposition(self.role())
         self.workloads.write(out)
-        write_queues(out, self.controller, self.clock, self.local_queues, self.controller.projection.finished)
+        write_queues(out, self.controller, self.clock, self.local_queues, self.controller.features.projection.finished)
         self._kube_answers(out)
         return generate_latest(self.registry) + out.text().encode()
 

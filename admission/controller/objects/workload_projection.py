@@ -42,8 +42,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.capability import Capability, Loop, StepContext
 from admission.controller.events import EventPoster
-from admission.controller.jobcache import JobCache
 from admission.controller.term import Term
+from admission.controller.watch.jobcache import JobCache
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer

@@ -106,7 +106,7 @@ async def test_a_team_over_its_budget_waits_and_its_running_work_goes_on(tmp_pat
         await eventually(exhausted, timeout=20, what="the budget used up")
         # (the CLI measures the ledger itself: the leader's own look may come up to a look later, and
         # a job created before it would be admitted, rightly; wait until the leader knows)
-        await eventually(lambda: controller.budgets.exhausted, timeout=5, what="the leader seeing it used up")
+        await eventually(lambda: controller.features.budgets.exhausted, timeout=5, what="the leader seeing it used up")
         await w.create(team_job("second", "alg-2", 2))
         await w.create(team_job("other", "vision", 2))
         await eventually(lambda: _admitted(w, "other"), what="another team's job admitted")

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from admission import views
-from admission.controller.device_catalog import RESOURCE_CLAIM_TEMPLATES
+from admission.controller.watch.device_catalog import RESOURCE_CLAIM_TEMPLATES
 from admission.policy import DEFAULT_POLICY
 from admission.store import database, tables
 from queues.dra import mappings

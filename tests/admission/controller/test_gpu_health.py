@@ -124,13 +124,13 @@ async def test_an_application_xid_changes_nothing(tmp_path: Path, migrated_url: 
             await w.create(job("train", gpus=4))
             await eventually(lambda: _nodes_of(w, "train"), timeout=20, what="train's pods bound")
             await w.kube.patch(NODES, None, "gpu-1", {"metadata": {"annotations": {dcgm.XID_ANNOTATION: "13"}}})
-            reads = controller.reclaimer.failures, controller.reclaimer.read_at
+            reads = controller.features.reclaimer.failures, controller.features.reclaimer.read_at
 
             async def read_again() -> bool:
-                return controller.reclaimer.read_at > reads[1] + 2.0  # (a scrape and a read after the Xid)
+                return controller.features.reclaimer.read_at > reads[1] + 2.0  # (a scrape and a read after the Xid)
 
             await eventually(read_again, timeout=20, what="reads after the Xid")
-            assert controller.gpu_health.faults == {}
+            assert controller.features.gpu_health.faults == {}
             assert await _evictions(w, "train") == []
             node = await w.kube.get(NODES, None, "gpu-1")
             assert not [t for t in node["spec"].get("taints") or [] if t["key"] == TAINT]

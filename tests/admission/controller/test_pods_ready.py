@@ -167,7 +167,7 @@ async def test_why_an_admitted_jobs_pods_wait_is_said_in_the_schedulers_words(
         await w.kube.create(NODES, None, sim_autoscaler.node_object("gpu-1", NODE))
         await w.apply(CONFIG)
         controller = w.start_controller("replica-1", policy=slow)
-        controller.pod_waits.interval = controller.pod_waits.grace = 0.3
+        controller.features.pod_waits.interval = controller.features.pod_waits.grace = 0.3
         await w.create(job("too-wide", gpus=6))
         words = (
             "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "

@@ -106,7 +106,7 @@ async def test_an_idle_job_is_requeued_for_the_one_waiting_and_a_busy_one_is_lef
             assert not any(
                 e["reason"] == "GPUIdle" and e["involvedObject"]["name"] == "train" for e in history["items"]
             )
-            assert controller.reclaimer.problem is None
+            assert controller.features.reclaimer.problem is None
             metrics = controller.metrics.render().decode()
             assert 'turnstile_gpu_idle_workloads_total{action="requeued",cluster_queue="team-a"} 1.0' in metrics
 
@@ -146,7 +146,7 @@ async def test_prometheus_unreachable_reclaims_nothing_and_says_so(tmp_path: Pat
         await w.create(gpu_job("notebook", 0.0))
         await eventually(lambda: _started(w, "notebook"), what="running")
         await w.create(gpu_job("train", 0.9))
-        problem = await eventually(lambda: controller.reclaimer.problem, what="a readiness note")
+        problem = await eventually(lambda: controller.features.reclaimer.problem, what="a readiness note")
         assert problem.startswith("GPU utilisation cannot be read: http://127.0.0.1:9"), problem
         assert "turnstile_gpu_utilization_readable 0.0" in controller.metrics.render().decode()
         # (on a loaded machine the readiness note can come before train's row is stored: wait for the row)

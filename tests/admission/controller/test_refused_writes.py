@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from admission.controller.enactor import Enactor
-from admission.controller.jobcache import JobCache
+from admission.controller.watch.jobcache import JobCache
 from admission.controller.workqueue import Retry
 from admission.jobs.batch import JOB
 from admission.kube import client as kube_client

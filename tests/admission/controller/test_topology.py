@@ -203,7 +203,7 @@ async def test_a_node_cordoned_before_its_pods_started_there_is_left_for_another
     async with world(tmp_path, migrated_url) as w:
         await cluster(w)
         controller = w.start_controller("replica-1")
-        controller.placement.pinner.request = lambda key: None  # type: ignore[method-assign]  # (its pods stay gated)
+        controller.features.placement.pinner.request = lambda key: None  # type: ignore[method-assign]  # (its pods stay gated)
         await w.create(gang("host", 4, level=HOST))
 
         async def placed() -> dict[str, int] | None:

@@ -17,7 +17,9 @@ from typing import Any
 import yaml
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from admission.controller.controller import Controller, Options
+from admission.app import wiring
+from admission.controller.controller import Controller
+from admission.controller.parts import Options
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef
 from admission.policy import DEFAULT_POLICY
@@ -136,7 +138,7 @@ class World:
             )
             self.engines.append(engine)
             sessions = database.sessions(engine)
-        controller = Controller(
+        controller = wiring.controller(
             kube=self.controller_kube,
             sessions=sessions,
             database_url=database_url or self.url,

@@ -47,7 +47,7 @@ class JobCache:
     expected: dict[str, _Expectation] = field(default_factory=dict)  # job uid -> our last write
     in_flight: dict[str, set[str]] = field(default_factory=dict)  # job uid -> versions seen during a write
     skipped: int = 0  # events older than one of our writes, not taken
-    runtimes: trainjobs.Runtimes | None = None  # a TrainJob's training runtime (``admission.controller.runtimes``)
+    runtimes: trainjobs.Runtimes | None = None  # a TrainJob's training runtime (``watch.runtimes``)
 
     def view(self, key: str) -> JobView | None:
         uid = self.uid_of.get(key)
@@ -81,7 +81,7 @@ class JobCache:
         return True
 
     def put(self, uid: str, view: JobView) -> None:
-        """The job (or pod workload, ``admission.controller.podgroups``) as it now is."""
+        """The job (or pod workload, ``admission.controller.watch.podgroups``) as it now is."""
         self.views[uid] = view
         self.uid_of[view.key] = uid
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from admission.controller.changes import Changes
-from admission.controller.jobcache import JobCache
+from admission.controller.watch.changes import Changes
+from admission.controller.watch.jobcache import JobCache
 from admission.kube.client import Kube, Obj, ResourceRef
 from admission.kube.informer import Informer
 from queues import errors

@@ -3,7 +3,7 @@
 Informers for the jobs of every integrated kind (a kind from a CRD may be absent: most clusters
 run only some operators; it is reported once, holds nothing back, and is looked at again when its
 CRD is installed), namespaces (their labels choose queues and the webhooks' scope), the plain
-Pods the webhook holds (``admission.controller.podgroups``), Kubernetes' PriorityClasses (a job's
+Pods the webhook holds (``admission.controller.watch.podgroups``), Kubernetes' PriorityClasses (a job's
 priority when it names no WorkloadPriorityClass), Kubeflow Trainer's runtimes (where a TrainJob's
 pod sets come from), DRA's ResourceDeviceCatalog (what a job's device claims charge) and the
 CRDs themselves. A job event updates the job cache and marks the job
@@ -16,12 +16,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Sequence
 
-from admission.controller.changes import Changes
-from admission.controller.device_catalog import DeviceCatalog
-from admission.controller.jobcache import JobCache
-from admission.controller.podgroups import PodGroups
-from admission.controller.priorities import PriorityClasses
-from admission.controller.runtimes import TrainingRuntimes
+from admission.controller.watch.changes import Changes
+from admission.controller.watch.device_catalog import DeviceCatalog
+from admission.controller.watch.jobcache import JobCache
+from admission.controller.watch.podgroups import PodGroups
+from admission.controller.watch.priorities import PriorityClasses
+from admission.controller.watch.runtimes import TrainingRuntimes
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, Obj

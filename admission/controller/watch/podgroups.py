@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from admission.controller.jobcache import JobCache
+from admission.controller.watch.jobcache import JobCache
 from admission.jobs import pods as pod_integration
 from admission.kube.client import Obj
 from queues import errors
