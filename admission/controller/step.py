@@ -35,16 +35,16 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.capability import Capability, StepContext
-from admission.controller.changes import Changes
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.features.checks import Checks
-from admission.controller.jobcache import JobCache
 from admission.controller.monitoring.metrics import Metrics
 from admission.controller.objects.workload_projection import Projection
 from admission.controller.observation import Observation
 from admission.controller.report import Reporter
 from admission.controller.term import Term, now_ms, timestamp
+from admission.controller.watch.changes import Changes
+from admission.controller.watch.jobcache import JobCache
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import activity, database, fair_usage, lease
 from admission.store import workloads as store
@@ -126,7 +126,7 @@ class Steps:
         self.count += 1
         sched = term.scheduler
         now = sched.now = now_ms()
-        sched.settle_seconds = SETTLE_SECONDS * self.options.backoff_scale
+        sched.reservations.settle_seconds = SETTLE_SECONDS * self.options.backoff_scale
         at = timestamp(now)
         dirty, self.changes.jobs = self.changes.jobs, {}
         try:

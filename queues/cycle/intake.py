@@ -43,7 +43,7 @@ class Intake:
     budget_priority: budget_priority.Lowered | None  # (a spent budget's lower priority)
     devices: charges.Devices  # DRA: the device class mappings and ResourceClaimTemplates
 
-    def _say(self, wl: Workload, reason: str, message: str) -> None:
+    def say(self, wl: Workload, reason: str, message: str) -> None:
         raise NotImplementedError
 
     def workload_for(self, job: jobs.JobInfo, *, seq: int, now: float) -> Workload:
@@ -109,12 +109,12 @@ class Intake:
         if not wl.active:
             self.parked[wl.key] = wl
             if why or wl.reason != INACTIVE:
-                self._say(wl, INACTIVE, f"deactivated: {why or 'an admission check rejected it'}")
+                self.say(wl, INACTIVE, f"deactivated: {why or 'an admission check rejected it'}")
             return
         if wl.requeue_at is not None and wl.requeue_at > self.now:
             self.parked[wl.key] = wl
             if why or wl.reason != wl.requeue_reason:
-                self._say(
+                self.say(
                     wl,
                     wl.requeue_reason,
                     f"{why + '; ' if why else ''}queues again after a {wl.requeue_at - self.now:.0f}s backoff"
@@ -124,13 +124,13 @@ class Intake:
         cq, reason, message = self._resolve(wl)
         wl.cluster_queue = cq.name if cq is not None else wl.cluster_queue
         if reason is not None:
-            self._say(wl, reason, message)
+            self.say(wl, reason, message)
             self._unresolved[wl.key] = wl
             return
         assert cq is not None
         self._unresolved.pop(wl.key, None)
         if wl.reason != WAITING_FOR_QUOTA:
-            self._say(wl, WAITING_FOR_QUOTA, WAITING_FOR_TURN)
+            self.say(wl, WAITING_FOR_QUOTA, WAITING_FOR_TURN)
         budget_priority.apply(wl, self.budget_priority)  # (queued while a budget is spent: lower)
         self.pending.push(cq.name, wl)
 

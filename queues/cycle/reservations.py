@@ -21,6 +21,8 @@ the workloads whose admissions evicted it, down the chain, until it is admitted 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from queues.cycle import preemption
 from queues.cycle.assignment import Assignment, Mode
 from queues.cycle.queueing import PendingQueues
@@ -32,32 +34,31 @@ Reserved = list[tuple[ClusterQueue, dict[tuple[str, str], int]]]  # (queue, what
 
 
 class Reservations:
-    """Holds and settling (a ``Scheduler`` base); see the module docstring."""
+    """Holds and settling; see the module docstring. Its own state: the StrictFIFO queues whose
+    blocked head holds its quota (``holders``) and the victims still settling (``preempted_at``);
+    the holds of one cycle are that cycle's (``Reserved``), undone when it ends."""
 
-    snapshot: Snapshot
-    pending: PendingQueues
-    workloads: dict[str, Workload]
-    now: float
-    settle_seconds: float
-    _holders: set[str]  # StrictFIFO queues whose blocked head holds its quota
-    _preempted_at: dict[str, float]  # victims still settling -> when they were preempted
-    _generation: dict[str, int]
+    def __init__(self, pending: PendingQueues, settle_seconds: float = SETTLE_SECONDS) -> None:
+        self.pending = pending
+        self.settle_seconds = settle_seconds
+        self.holders: set[str] = set()  # StrictFIFO queues whose blocked head holds its quota
+        self.preempted_at: dict[str, float] = {}  # victims still settling -> when they were preempted
 
     # ----- holds ---------------------------------------------------------------------------
 
-    def _wake_holders(self) -> None:
+    def wake_holders(self, snapshot: Snapshot) -> None:
         """Put StrictFIFO queues whose blocked head holds its quota back in the cycle whenever
         another queue of their cohort tree has a head to try, so the hold applies to it."""
-        if not self._holders:
+        if not self.holders:
             return
-        trees = {q.tree_key for name in self.pending.active if (q := self.snapshot.queues.get(name)) is not None}
-        for name in self._holders:
-            q = self.snapshot.queues.get(name)
+        trees = {q.tree_key for name in self.pending.active if (q := snapshot.queues.get(name)) is not None}
+        for name in self.holders:
+            q = snapshot.queues.get(name)
             if q is not None and q.tree_key in trees:
                 self.pending.active.add(name)
 
     @staticmethod
-    def _hold(cq: ClusterQueue, assignment: Assignment, reserved: Reserved, touched: set[str]) -> None:
+    def hold(cq: ClusterQueue, assignment: Assignment, reserved: Reserved, touched: set[str]) -> None:
         """A head that needs preemption but may preempt nothing holds what it would use."""
         if assignment.mode != Mode.NO_CANDIDATES or preemption.can_always_reclaim(cq):
             return
@@ -68,32 +69,45 @@ class Reservations:
             touched.add(cq.tree_key)
 
     @staticmethod
-    def _unhold(cq: ClusterQueue, reserved: Reserved) -> None:
+    def unhold(cq: ClusterQueue, reserved: Reserved) -> None:
         """Undo ``cq``'s holds of this cycle."""
         for held in [r for r in reserved if r[0] is cq]:
             cq.add_usage(held[1], -1)
             reserved.remove(held)
 
+    @staticmethod
+    def release(reserved: Reserved) -> None:
+        """The cycle ended: every hold it made is undone."""
+        for cq, hold in reserved:
+            cq.add_usage(hold, -1)
+
     # ----- settling ------------------------------------------------------------------------
 
-    def _settle(self, wl: Workload, cq: ClusterQueue) -> bool:
+    def preempted(self, key: str, now: float) -> None:
+        """``key`` was preempted at ``now``: it preempts nobody until it has settled."""
+        self.preempted_at[key] = now
+
+    def settling(self, key: str) -> bool:
+        return key in self.preempted_at
+
+    def settle(self, wl: Workload, cq: ClusterQueue, generation: int) -> bool:
         """``wl`` would preempt but is still settling: it waits aside (BestEffortFIFO; True) or
-        blocks its queue (StrictFIFO) until ``_wake_settled``."""
+        blocks its queue (StrictFIFO, at its tree's ``generation``) until ``wake_settled``."""
         if cq.strict_fifo:
-            self.pending.block(cq.name, self._generation.get(cq.tree_key, 0))
+            self.pending.block(cq.name, generation)
             return False
         self.pending.set_aside(cq.name, wl)
         return True
 
-    def _wake_settled(self) -> None:
+    def wake_settled(self, now: float) -> None:
         """Victims that have settled: their queues get another look."""
-        for key, at in list(self._preempted_at.items()):
-            if at + self.settle_seconds <= self.now:
-                del self._preempted_at[key]
+        for key, at in list(self.preempted_at.items()):
+            if at + self.settle_seconds <= now:
+                del self.preempted_at[key]
                 if (cq := self.pending.where.get(key)) is not None:
                     self.pending.requeue(cq)
 
-    def next_settled(self) -> float | None:
+    def next_settled(self, workloads: Mapping[str, Workload]) -> float | None:
         """When the next victim still waiting settles (the caller schedules again then)."""
-        waiting = [t for k, t in self._preempted_at.items() if (w := self.workloads.get(k)) and w.admission is None]
+        waiting = [t for k, t in self.preempted_at.items() if (w := workloads.get(k)) and w.admission is None]
         return min(waiting) + self.settle_seconds if waiting else None

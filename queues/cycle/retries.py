@@ -47,10 +47,10 @@ class Retries:
     inventory: Inventory | None
     _unresolved: dict[str, Workload]
 
-    def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
+    def evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
         raise NotImplementedError
 
-    def _say(self, wl: Workload, reason: str, message: str) -> None:
+    def say(self, wl: Workload, reason: str, message: str) -> None:
         raise NotImplementedError
 
     def _enqueue(self, wl: Workload, why: str = "") -> None:
@@ -67,14 +67,14 @@ class Retries:
         if wl.checks:
             return False
         wl.started_at = self.now
-        self._say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
+        self.say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
         return True
 
     def check_waiting(self, key: str, message: str) -> None:
         """What a pending admission check says while ``key`` waits for it (reason WaitingForCapacity)."""
         wl = self.workloads.get(key)
         if wl is not None and wl.admission is not None and wl.checks:
-            self._say(wl, provisioning.WAITING_FOR_CAPACITY, message)
+            self.say(wl, provisioning.WAITING_FOR_CAPACITY, message)
             if key in self.said:
                 self.checked.setdefault(key, False)
 
@@ -87,7 +87,7 @@ class Retries:
         wl.retries += 1
         wl.requeue_at = until
         self.checked[key] = False
-        return self._evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
+        return self.evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
 
     def check_rejected(self, key: str, message: str) -> Evict | None:
         """An admission check rejected the workload: release its quota and deactivate it."""
@@ -102,7 +102,7 @@ class Retries:
             self.pending.remove(wl)
             self._enqueue(wl, message)
             return None
-        return self._evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
+        return self.evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
 
     def pods_ready_timeout(
         self,
@@ -129,10 +129,10 @@ class Retries:
             wl.active = False
             wl.requeue_at = None
             limit = f"requeued {policy.backoff_limit_count} times, the limit (backoffLimitCount)"
-            return self._evict(wl, podsready.REASON, podsready.LIMIT_EXCEEDED, None, message=f"{message}; {limit}")
+            return self.evict(wl, podsready.REASON, podsready.LIMIT_EXCEEDED, None, message=f"{message}; {limit}")
         wl.requeue_at = self.now + policy.backoff(wl.retries) * scale
         wl.requeue_reason = podsready.REASON
-        evict = self._evict(wl, podsready.REASON, "RecoveryTimeout" if recovery else "Timeout", None, message=message)
+        evict = self.evict(wl, podsready.REASON, "RecoveryTimeout" if recovery else "Timeout", None, message=message)
         if policy.requeue_by_creation:
             wl.queue_ts = wl.created  # requeuingStrategy.timestamp: Creation
         return evict
@@ -150,7 +150,7 @@ class Retries:
         else:
             wl.requeue_at = self.now + backoff
             wl.requeue_reason = WAITING_FOR_QUOTA
-        return self._evict(wl, GPU_IDLE, "Deactivated" if deactivate else "Requeued", None, message=message)
+        return self.evict(wl, GPU_IDLE, "Deactivated" if deactivate else "Requeued", None, message=message)
 
     def deactivate(self, key: str, message: str = DEACTIVATED_MESSAGE) -> Evict | None:
         """``spec.active: false`` (Kueue's deactivation): ``key`` releases any quota it holds (evicted
@@ -163,7 +163,7 @@ class Retries:
         wl.retries, wl.requeue_at = 0, None
         self.checked[key] = False  # (stored with the step: its activity, retries and backoff)
         if wl.admission is not None:
-            return self._evict(wl, DEACTIVATED, "Deactivated", None, message=message)
+            return self.evict(wl, DEACTIVATED, "Deactivated", None, message=message)
         self._withdraw(wl)
         wl.queue_ts = self.now  # (as an eviction: Kueue marks a pending workload Evicted too)
         self._enqueue(wl, message)
@@ -191,7 +191,7 @@ class Retries:
         if wl is None or wl.admission is None:
             return None
         message = "its Workload object was deleted; it is queued again under a new one"
-        return self._evict(wl, NO_MATCHING_WORKLOAD, "WorkloadDeleted", None, message=message)
+        return self.evict(wl, NO_MATCHING_WORKLOAD, "WorkloadDeleted", None, message=message)
 
     def _withdraw(self, wl: Workload) -> None:
         """Take a workload without quota out of wherever it waits (a queue, a backoff, an unknown queue)."""
@@ -206,7 +206,7 @@ class Retries:
         for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
             if wl.admission is not None and any(node in nodes for nodes in wl.admission.placement.values()):
                 message = f"node {node}, where its pods were placed, is gone; it is placed again"
-                out.append(self._evict(wl, NODE_FAILURES, "NodeDeleted", None, message=message))
+                out.append(self.evict(wl, NODE_FAILURES, "NodeDeleted", None, message=message))
         if self.inventory is not None:
             self.inventory.remove(node)
         return out
@@ -220,7 +220,7 @@ class Retries:
             wl = self.workloads.get(key)
             if wl is not None and wl.admission is not None:
                 message = f"{fault}, where its pods ran; it is requeued"
-                out.append(self._evict(wl, NODE_FAILURES, GPU_UNHEALTHY, None, message=message))
+                out.append(self.evict(wl, NODE_FAILURES, GPU_UNHEALTHY, None, message=message))
         return out
 
     def node_unusable(self, node: str, keys: Iterable[str]) -> list[Decision]:
@@ -235,7 +235,7 @@ class Retries:
                 message = (
                     f"node {node}, where its pods were placed, was cordoned before they started; it is placed again"
                 )
-                out.append(self._evict(wl, NODE_FAILURES, "NodeUnschedulable", None, message=message))
+                out.append(self.evict(wl, NODE_FAILURES, "NodeUnschedulable", None, message=message))
         return out
 
     def job_changed(self, key: str, pod_sets: tuple[jobs.PodSet, ...], shape: tuple[object, ...]) -> Evict | None:
@@ -253,7 +253,7 @@ class Retries:
         was = ", ".join(f"{ps.name}: {ps.count}" for ps in wl.running_pod_sets)
         asks = ", ".join(f"{ps.name}: {ps.count}" for ps in pod_sets)
         message = f"its job now runs other pods ({asks}) than were admitted ({was}); it is admitted again as it is"
-        evict = self._evict(wl, NO_MATCHING_WORKLOAD, "JobChanged", None, message=message)
+        evict = self.evict(wl, NO_MATCHING_WORKLOAD, "JobChanged", None, message=message)
         self.pending.remove(wl)  # (queued again below with its new pod sets, which may fit elsewhere)
         wl.pod_sets, wl.shape = pod_sets, shape
         self._enqueue(wl, message)

@@ -6,38 +6,31 @@ and decides; it performs no I/O. Callers (the simulator, the controller) feed it
 returns. Decisions are applied to the in-memory state at once ("assume"); a caller that
 fails to enact one undoes it with ``forget_admission``.
 
-One cycle, as Kueue's ``schedule()``:
+One cycle, as Kueue's ``schedule()``, is a ``Cycle`` (``queues.cycle.one_cycle``): heads,
+nomination, order, then admit, preempt or set aside. ``schedule`` runs cycles until one changes
+nothing; unlike Kueue's, a cycle admits every workload that fits, in Kueue's order.
 
-1. take the head of every ClusterQueue that has one worth trying;
-2. nominate: assign flavors to each head against the snapshot;
-3. order the entries: 1. how far up the cohort tree they borrow, 2. higher priority, 3. earlier
-   queue-order timestamp, 4. submission order; with fair sharing on, by Kueue's tournament of
-   Dominant Resource Shares instead (``queues.cycle.fairsharing``);
-4. walk them: admit what fits (re-checking when an earlier entry changed the same quota
-   tree), issue preemptions for what fits only by preempting (once per quota tree and
-   cycle), and set aside what cannot fit, with its reason.
-
-``schedule`` runs cycles until one changes nothing; unlike Kueue's, a cycle admits every
-workload that fits, in Kueue's order. Its bases hold the rest: ``Intake`` (a job's workload,
-priority and queue), ``Nomination`` (a head's flavor assignment and victims, failures of
-identical workloads remembered), ``Explanations`` (why
-a workload waits, what admitting it would take), ``Retries`` (admission checks' verdicts,
-waitForPodsReady), ``Reservations`` (a blocked head's hold on quota, a victim's settling) and
-``UsageOrdering`` (orders by usage history: admission fair sharing, usage-aware fair sharing).
+Its collaborators, each with its own state: the ``Nominator`` (a head's flavor assignment and
+victims, failures of identical workloads remembered), ``Reservations`` (a blocked head's hold on
+quota, a victim's settling), ``UsageOrdering`` (usage histories: admission fair sharing,
+usage-aware fair sharing) and the ``PendingQueues``; ``explanations`` says why a workload waits.
+Two bases remain (issue 33: they are next to become collaborators): ``Intake`` (a job's
+workload, priority and queue) and ``Retries`` (admission checks' verdicts, waitForPodsReady,
+lost nodes: the events that evict or park one workload).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from queues.cycle import budget_priority, fairsharing, flavors, preemption, provisioning
+from queues.cycle import budget_priority, explanations, preemption, provisioning, tas, victims
 from queues.cycle.assignment import WAITING_FOR_QUOTA, Assignment, Mode
 from queues.cycle.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
-from queues.cycle.explanations import Explanations
 from queues.cycle.intake import Intake
-from queues.cycle.nomination import Nomination
+from queues.cycle.nomination import Nominator
+from queues.cycle.one_cycle import Cycle
 from queues.cycle.queueing import PendingQueues
-from queues.cycle.reservations import SETTLE_SECONDS, Reservations, Reserved
+from queues.cycle.reservations import SETTLE_SECONDS, Reservations
 from queues.cycle.retries import Retries
 from queues.cycle.usage_history import AdmissionFairSharing, UsageHistory, UsageOrdering
 from queues.dra import charges
@@ -61,7 +54,7 @@ __all__ = [
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOrdering):
+class Scheduler(Intake, Retries):
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(
@@ -82,6 +75,9 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         self.snapshot = Snapshot(config, fair_sharing, inventory, packing)
         self._inventory_seen = -1
         self.pending = PendingQueues()
+        self.work = self.pending.work  # (what the core did: ``queues.work``)
+        self.nominator = Nominator(self.snapshot, self.pending, self.work)
+        self.reservations = Reservations(self.pending)
         # admission fair sharing (``queues.cycle.usage_history``): each LocalQueue's decayed usage
         self.usage = UsageHistory(admission_fair_sharing) if admission_fair_sharing is not None else None
         # usage-aware fair sharing (Turnstile's ``fairSharing.usageHalfLifeTime``): each ClusterQueue's decayed usage
@@ -89,23 +85,17 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         self.queue_usage = (
             UsageHistory(AdmissionFairSharing(half_life, sampling_interval=0.0), by_flavor=True) if half_life else None
         )
-        self.pending.lane_usage = self._lane_usage
-        self._mark_fair_queues()
+        self.ordering = UsageOrdering(self.usage, self.queue_usage)
+        self.pending.lane_usage = lambda lane: self.ordering.lane_usage(self.config, lane, self.now)
+        self.pending.fair_queues = self.ordering.fair_queues(config)
         self.workloads: dict[str, Workload] = {}
         self.now = 0.0
-        self._generation: dict[str, int] = {}
-        self._nofit_cache: dict[tuple[object, ...], tuple[int, Assignment]] = {}
-        self._holders: set[str] = set()  # (``Reservations``)
         self._unresolved: dict[str, Workload] = {}
         self.parked: dict[str, Workload] = {}  # waiting out an admission check's backoff, or deactivated
-        self.work = self.pending.work  # (what the core did: ``queues.work``)
         self.cap_hits = 0
-        self.settle_seconds = SETTLE_SECONDS
-        self.budget_gate = None  # (``Nomination``: a GPU-hour budget holding new work back)
         # waitForPodsReady.blockAdmission: admit nothing while an admitted workload is not Ready
         self.block_admission = False
         self.budget_priority: budget_priority.Lowered | None = None  # (or running it lower: ``Intake``)
-        self._preempted_at: dict[str, float] = {}  # (``Reservations``)
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
         # keys whose admission-check state changed -> whether the job may start now; the caller drains it
         self.checked: dict[str, bool] = {}
@@ -160,7 +150,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
             if held and wl.admission is not None and wl.admission.cluster_queue in self.snapshot.queues:
                 inventory.hold(wl.admission.placement, pod_requests(wl), 1)
         self._inventory_seen = -1
-        self._nofit_cache.clear()
+        self.nominator.failures.clear()
 
     def set_config(self, config: Config) -> list[Decision]:
         """New admin configuration: rebuild quotas, keep admitted work, re-resolve the waiting;
@@ -173,10 +163,9 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
             if wl.admission is not None and wl.admission.placement:
                 self.snapshot.remove_workload(wl)  # (its node capacity is held again below)
         self.snapshot = Snapshot(config, self.fair_sharing, self.inventory, self.snapshot.packing)
-        self._mark_fair_queues()
-        self._nofit_cache.clear()
-        self._generation.clear()
-        self._holders.clear()
+        self.pending.fair_queues = self.ordering.fair_queues(config)
+        self.nominator.reset(self.snapshot)
+        self.reservations.holders.clear()
         for wl in self.workloads.values():
             if wl.admission is not None:
                 self.snapshot.add_workload(wl)
@@ -193,19 +182,19 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
                     wl.checks = still
                     self.checked[wl.key] = not still
                     if not still:
-                        self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
+                        self.say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
             lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
             if cq is not None and cq.spec.stop_policy == "HoldAndDrain":
-                decisions.append(self._evict(wl, CLUSTER_QUEUE_STOPPED, "ClusterQueueStopped", None))
+                decisions.append(self.evict(wl, CLUSTER_QUEUE_STOPPED, "ClusterQueueStopped", None))
             elif lq is not None and lq.spec.stop_policy == "HoldAndDrain":
-                decisions.append(self._evict(wl, CLUSTER_QUEUE_STOPPED, "LocalQueueStopped", None))
+                decisions.append(self.evict(wl, CLUSTER_QUEUE_STOPPED, "LocalQueueStopped", None))
         for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
             if wl.admission is None:
                 self.pending.remove(wl)
                 self._enqueue(wl)
         for name in self.snapshot.queues:
             self.pending.requeue(name)
-        self._hold_usage()
+        self.ordering.hold(self.workloads.values(), self.now)
         return decisions
 
     def _queues_in_use(self) -> set[str]:
@@ -237,7 +226,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         """
         out: list[Decision] = []
         self._wake_parked()
-        self._wake_settled()
+        self.reservations.wake_settled(self.now)
         # Every cycle admits, evicts or sets aside at least one workload; the bound only guards
         # against a bug turning into a hang (``cap_hits`` counts it, tests assert it stays 0).
         limit = min(MAX_CYCLES_PER_CALL, 8 * len(self.workloads) + 64)
@@ -262,7 +251,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         for name in sorted(self.pending.active):
             head = self.pending.head(name)
             if head is not None:
-                self._say(
+                self.say(
                     head,
                     WAITING_FOR_QUOTA,
                     f"admission waits until {unready.key}'s pods are Ready (waitForPodsReady.blockAdmission)",
@@ -273,125 +262,39 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         return self.work.cycles
 
     def cycle(self) -> tuple[bool, list[Decision]]:
+        """One cycle (``queues.cycle.one_cycle``): whether it changed anything, and its decisions."""
         self.work.cycles += 1
         if self.inventory is not None and self.inventory.version != self._inventory_seen:
             self._inventory_seen = self.inventory.version
             self._nodes_freed()
-        changed = False
-        decisions: list[Decision] = []
         if self.block_admission and (unready := self._not_ready()) is not None:
             self._blocked_by(unready)
-            return False, decisions
-        # 1. heads
-        heads: list[tuple[Workload, ClusterQueue]] = []
-        touched: set[str] = set()
-        reserved: Reserved = []  # undone when the cycle ends
-        self._wake_holders()
-        for name in sorted(self.pending.active):
-            cq = self.snapshot.queues.get(name)
-            first = True
-            while True:
-                wl = self.pending.head(name)
-                if cq is None or wl is None:
-                    self.pending.active.discard(name)
-                    break
-                # A head identical to one that could not fit since the last release fails the same
-                # way: set it aside now instead of spending a whole cycle on it (BestEffortFIFO).
-                known = None if cq.strict_fifo else self._known_failure(wl, cq)
-                if known is None or known.mode not in (Mode.NO_FIT, Mode.NO_CANDIDATES):
-                    if not first:
-                        # Kueue would try this head a cycle later, when the one set aside holds
-                        # nothing any more (it went to the inadmissible list): drop its hold.
-                        self._unhold(cq, reserved)
-                    heads.append((wl, cq))
-                    break
-                if first:  # the queue's head this cycle: it holds what it would use, as in step 4
-                    self._hold(cq, known, reserved, touched)
-                first = False
-                changed = self._inadmissible(wl, cq, known) or changed
-        # 2. nominate
-        entries = [(wl, cq, self._nominate(wl, cq)) for wl, cq in heads]
-        # 3. order: by borrowing level, priority, FIFO; with fair sharing, by tournament of shares
-        entries.sort(key=lambda e: (e[2].borrow_level, -e[0].priority, e[0].queue_ts, e[0].seq))
-        ordered: Iterable[tuple[Workload, ClusterQueue, Assignment]] = entries
-        if self.fair_sharing is not None:
-            ordered = fairsharing.fair_order(
-                entries,
-                lambda e: e[1],
-                lambda e: e[2].usage,
-                lambda e: (-e[0].priority, e[0].queue_ts, e[0].seq),
-                self._queue_history if self.queue_usage is not None else None,
-            )
-        # 4. admit, preempt, or set aside
-        for wl, cq, assignment in ordered:
-            tree = cq.tree_key
-            if tree in touched and not (assignment.still_fits(cq) and self._held_by_budget(wl) is None):
-                assignment = self._assign(wl, cq)
-                if assignment.mode == Mode.FIT:  # (a failure found for it in step 2 no longer holds)
-                    self._nofit_cache.pop(self._class_key(wl, cq), None)
-                holders = sorted({r[0].name for r in reserved if r[0].tree_key == tree and r[0] is not cq})
-                if assignment.mode != Mode.FIT and holders:
-                    # a blocked head holds this capacity for the cycle (Kueue: skipped, tried again)
-                    self._say(
-                        wl,
-                        WAITING_FOR_QUOTA,
-                        f"the quota it needs is held by the head of ClusterQueue {', '.join(holders)}, "
-                        "which waits for it",
-                    )
-                    # its failure was found under the hold, which is gone next cycle: not remembered
-                    self._nofit_cache.pop(self._class_key(wl, cq), None)
-                    continue
-            self._hold(cq, assignment, reserved, touched)
-            if assignment.mode == Mode.FIT:
-                decisions.append(self._admit(wl, cq, assignment))
-                touched.add(tree)
-                changed = True
-            elif assignment.mode.preempts and tree in touched:
-                continue  # another entry changed this tree this cycle; retry next cycle
-            elif assignment.mode.preempts and wl.key in self._preempted_at:
-                self._say(wl, assignment.reason, "preempted a moment ago: it preempts others once its pods stopped")
-                changed = self._settle(wl, cq) or changed
-            elif (victims := self._victims(wl, cq, assignment)) is not None and not victims:
-                changed = self._inadmissible(wl, cq, assignment) or changed
-            elif victims:
-                for t in victims:
-                    decisions.append(self._evict(t.workload, PREEMPTED, t.reason, wl.key))
-                    self._preempted_at[t.workload.key] = self.now
-                    t.workload.evicted_by = wl
-                # The victims released their quota at once; the preemptor takes it in the same
-                # step, so nothing requeued by the release (or the victims themselves) takes it first.
-                self.work.assignments += 1
-                assignment = flavors.assign(self.snapshot, cq, wl, None, assignment.counts)
-                if assignment.mode == Mode.FIT:
-                    decisions.append(self._admit(wl, cq, assignment))
-                touched.add(tree)
-                changed = True
-            else:
-                changed = self._inadmissible(wl, cq, assignment) or changed
-        for cq, hold in reserved:
-            cq.add_usage(hold, -1)
-        return changed, decisions
+            return False, []
+        return Cycle(self).run()
 
-    def _inadmissible(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
+    def set_aside(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> bool:
+        """``wl`` cannot be admitted now: it says why and waits aside (True), or, StrictFIFO, its
+        queue is blocked until its tree frees capacity (False: the queue's state did not change)."""
         message = assignment.message
         if assignment.mode == Mode.NO_CANDIDATES and wl.evicted_by is not None:
             message += f"; it preempts nobody on the chain that evicted it (from {wl.evicted_by.key})"
-        self._say(wl, assignment.reason, message)
+        self.say(wl, assignment.reason, message)
         if cq.strict_fifo:
-            self.pending.block(cq.name, self._generation.get(cq.tree_key, 0))
+            self.pending.block(cq.name, self.nominator.generation_of(cq.tree_key))
             if assignment.mode == Mode.NO_CANDIDATES and not preemption.can_always_reclaim(cq):
-                self._holders.add(cq.name)
+                self.reservations.holders.add(cq.name)
             else:
-                self._holders.discard(cq.name)
+                self.reservations.holders.discard(cq.name)
             return False
-        self.pending.set_aside(cq.name, wl, self._class_key(wl, cq))
+        self.pending.set_aside(cq.name, wl, self.nominator.class_key(wl, cq))
         return True
 
     # ----- applying decisions ------------------------------------------------------------
 
-    def _admit(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> Admit:
+    def admit(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> Admit:
+        """Admit ``wl`` to ``cq`` with ``assignment``: its quota is taken at once (assumed)."""
         self.pending.remove(wl)
-        self._holders.discard(cq.name)
+        self.reservations.holders.discard(cq.name)
         admission = Admission(
             cq.name,
             assignment.flavors,
@@ -403,29 +306,31 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
         wl.admission = admission
         wl.admitted_at = self.now
         wl.evicted_by = None
-        self._record_usage(wl, cq.name, admission.usage, 1)
+        self.ordering.record(wl, cq.name, admission.usage, 1, self.now)
         wl.checks = provisioning.checks_to_pass(self.config, cq.spec, wl.running_pod_sets, admission)
         if wl.checks:
-            self._say(
+            self.say(
                 wl,
                 provisioning.WAITING_FOR_CAPACITY,
                 f"quota reserved in ClusterQueue {cq.name}; waiting for admission check(s) {', '.join(wl.checks)}",
             )
         else:
             wl.started_at = self.now
-            self._say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
+            self.say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
         self.snapshot.add_workload(wl)
         return Admit(wl, assignment, admission)
 
-    def _evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
+    def evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
+        """Take ``wl``'s admission back (``reason``: Kueue's); it queues again (``message``: why, if parked)."""
         released, ready_at = wl.admission, wl.ready_at
         self._release(wl)  # (its admission checks go with the reservation)
         wl.queue_ts = self.now
-        self._say(wl, WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
+        self.say(wl, WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
         self._enqueue(wl, message)
         return Evict(wl, reason, detail, by, released, message, ready_at)
 
-    def _say(self, wl: Workload, reason: str, message: str) -> None:
+    def say(self, wl: Workload, reason: str, message: str) -> None:
+        """``wl``'s reason and message (the caller drains ``said`` to write what changed)."""
         if (wl.reason, wl.message) != (reason, message):
             wl.reason, wl.message = reason, message
             self.said.add(wl.key)
@@ -446,7 +351,7 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
     def _release(self, wl: Workload) -> None:
         assert wl.admission is not None
         cq = self.snapshot.queues.get(wl.admission.cluster_queue)
-        self._record_usage(wl, wl.admission.cluster_queue, wl.admission.usage, -1)
+        self.ordering.record(wl, wl.admission.cluster_queue, wl.admission.usage, -1, self.now)
         self.snapshot.remove_workload(wl)
         if wl.started_at is not None:  # (the time its job ran in this admission)
             wl.past_run += max(0.0, self.now - wl.started_at)
@@ -458,9 +363,35 @@ class Scheduler(Intake, Nomination, Explanations, Retries, Reservations, UsageOr
 
     def _bump(self, cq: ClusterQueue) -> None:
         """Capacity was freed in ``cq``'s tree: give every waiting workload there another look."""
-        tree = cq.tree_key
-        self._generation[tree] = self._generation.get(tree, 0) + 1
+        self.nominator.freed(cq.tree_key)
         for other in self.snapshot.queues_in_tree(cq):
             self.pending.requeue(other.name)
 
     # ----- where a workload waits ----------------------------------------------------------
+
+    def _nodes_freed(self) -> None:
+        """Node capacity was given back (or nodes added): every queue that places by topology gets
+        another look, whichever quota tree freed it."""
+        trees: set[str] = set()
+        for cq in self.snapshot.queues.values():
+            if cq.tree_key not in trees and tas.uses_topology(self.snapshot, cq):
+                trees.add(cq.tree_key)
+                self._bump(cq)
+
+    def look_again(self) -> None:
+        """Something outside the quota trees changed (a GPU-hour budget renewed or exhausted):
+        every queue gets another look."""
+        for cq in self.snapshot.queues.values():
+            self._bump(cq)
+
+    def next_settled(self) -> float | None:
+        """When the next victim still waiting settles (the caller schedules again then)."""
+        return self.reservations.next_settled(self.workloads)
+
+    def explain(self, wl: Workload) -> tuple[str, str]:
+        """Why ``wl`` waits, in words a user can act on, with what stands ahead of it."""
+        return explanations.explain(self.pending, self.snapshot, wl)
+
+    def preemption_plan(self, key: str) -> tuple[Assignment | None, list[victims.Target]]:
+        """What admitting pending ``key`` now would take: its assignment and whom it would evict."""
+        return explanations.preemption_plan(self.nominator, self.workloads.get(key))

@@ -27,12 +27,11 @@ half-life of 0 keeps no history (Kueue resets it), so the order is priority and 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from queues import errors, quantity
-from queues.cycle.queueing import PendingQueues
 from queues.errors import FieldError
 from queues.model import Config, Workload
 from queues.quantity import duration
@@ -201,54 +200,53 @@ def _same(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
 
 
 class UsageOrdering:
-    """Orders by usage history in the scheduler (a ``Scheduler`` base): admission fair sharing's
-    LocalQueue usage (``usage``), and usage-aware fair sharing's ClusterQueue usage
-    (``queue_usage``, ``fairSharing.usageHalfLifeTime``; docs/fair-sharing.md)."""
+    """Orders by usage history: admission fair sharing's LocalQueue usage (``usage``), and
+    usage-aware fair sharing's ClusterQueue usage (``queue_usage``, ``fairSharing.usageHalfLifeTime``;
+    docs/fair-sharing.md). Its own state is the two histories (either may be off, None); the
+    configuration and the clock are the scheduler's, given with each call."""
 
-    config: Config
-    pending: PendingQueues
-    workloads: dict[str, Workload]
-    usage: UsageHistory | None
-    queue_usage: UsageHistory | None
-    now: float
+    def __init__(self, usage: UsageHistory | None, queue_usage: UsageHistory | None) -> None:
+        self.usage = usage
+        self.queue_usage = queue_usage
 
-    def _mark_fair_queues(self) -> None:
-        self.pending.fair_queues = (
-            {n for n, cq in self.config.cluster_queues.items() if enabled_for(cq.spec.admission_scope)}
-            if self.usage is not None
-            else set()
-        )
+    def fair_queues(self, config: Config) -> set[str]:
+        """The ClusterQueues whose LocalQueues take turns by usage (admission fair sharing)."""
+        if self.usage is None:
+            return set()
+        return {n for n, cq in config.cluster_queues.items() if enabled_for(cq.spec.admission_scope)}
 
-    def _lane_usage(self, lane: str) -> float:
+    def lane_usage(self, config: Config, lane: str, now: float) -> float:
         """A LocalQueue's usage as admission fair sharing orders by."""
         if self.usage is None:
             return 0.0
-        lq = self.config.local_queues.get(lane)
-        return self.usage.weighted(lane, weight_of(lq.spec.fair_sharing) if lq else 1.0, self.now)
+        lq = config.local_queues.get(lane)
+        return self.usage.weighted(lane, weight_of(lq.spec.fair_sharing) if lq else 1.0, now)
 
-    def _queue_history(self, cq: Any) -> dict[tuple[str, str], int]:
+    def queue_history(self, cq: Any, now: float) -> dict[tuple[str, str], int]:
         """Usage-aware fair sharing: a ClusterQueue's decayed usage, (flavor, resource) -> milli-units."""
         if self.queue_usage is None:
             return {}
         out: dict[tuple[str, str], int] = {}
-        for key, amount in self.queue_usage.consumed(cq.name, self.now).items():
+        for key, amount in self.queue_usage.consumed(cq.name, now).items():
             flavor, resource = key.split("/", 1)
             out[(flavor, resource)] = round(amount * quantity.MILLI)
         return out
 
-    def _record_usage(self, wl: Workload, cluster_queue: str, usage: Mapping[tuple[str, str], int], sign: int) -> None:
+    def record(
+        self, wl: Workload, cluster_queue: str, usage: Mapping[tuple[str, str], int], sign: int, now: float
+    ) -> None:
         """``wl`` took (1) or gave back (-1) ``usage`` in ``cluster_queue``: the histories move."""
         if self.usage is not None and wl.local_queue is not None:
             lq = f"{wl.namespace}/{wl.local_queue}"
-            (self.usage.admit if sign > 0 else self.usage.release)(lq, usage, self.now)
+            (self.usage.admit if sign > 0 else self.usage.release)(lq, usage, now)
         if self.queue_usage is not None:
-            (self.queue_usage.admit if sign > 0 else self.queue_usage.release)(cluster_queue, usage, self.now)
+            (self.queue_usage.admit if sign > 0 else self.queue_usage.release)(cluster_queue, usage, now)
 
-    def _hold_usage(self) -> None:
+    def hold(self, workloads: Iterable[Workload], now: float) -> None:
         """After a restore or a new configuration: what each LocalQueue and ClusterQueue holds now."""
         by_lq: dict[str, dict[tuple[str, str], int]] = {}
         by_cq: dict[str, dict[tuple[str, str], int]] = {}
-        for wl in self.workloads.values():
+        for wl in workloads:
             if wl.admission is None:
                 continue
             held = [by_cq.setdefault(wl.admission.cluster_queue, {})]
@@ -258,6 +256,6 @@ class UsageOrdering:
                 for fr, v in wl.admission.usage.items():
                     into[fr] = into.get(fr, 0) + v
         if self.usage is not None:
-            self.usage.hold(by_lq, self.now)
+            self.usage.hold(by_lq, now)
         if self.queue_usage is not None:
-            self.queue_usage.hold(by_cq, self.now)
+            self.queue_usage.hold(by_cq, now)

@@ -71,7 +71,7 @@ class Simulation:
                 scenario.gpu_memory, scenario.utilization, offers, self._card_memory
             )
         if scenario.budgets:
-            self.sched.budget_gate = self.efficiency.gate()
+            self.sched.nominator.gate = self.efficiency.gate()
             self.sched.budget_priority = self.efficiency.lowered()
         self.record = Recorder(scenario, follow_shares=follow_shares)
         self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)

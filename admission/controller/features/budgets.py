@@ -2,7 +2,7 @@
 
 Every ``interval`` the leader reads the budgets (``admission.store.budgets``) and what each used
 in its current period, from the usage ledger. An exhausted budget holds the new workloads it
-covers back with reason ``BudgetExhausted`` (the scheduling core's ``budget_gate``, the same
+covers back with reason ``BudgetExhausted`` (the scheduling core's ``Nominator.gate``, the same
 gate engine core uses), or, with ``--when-exhausted lower-priority``, queues it at the budget's
 priority (``queues.cycle.budget_priority``); the message says how much was used and when the period ends; running
 work is never stopped by a budget. When a period ends, or a budget is raised or deleted, the gate
@@ -160,8 +160,8 @@ class BudgetKeeper(Capability):
         """In a step: the term's scheduler gates (or lowers) by the latest look, and looks again
         on a change."""
         sched = term.scheduler
-        if sched.budget_gate is not self.gate or sched.budget_priority is not self.lowered:
-            sched.budget_gate, sched.budget_priority = self.gate, self.lowered
+        if sched.nominator.gate is not self.gate or sched.budget_priority is not self.lowered:
+            sched.nominator.gate, sched.budget_priority = self.gate, self.lowered
             sched.reprioritize()
             sched.look_again()
 
