@@ -33,12 +33,13 @@ contract: $(STAMP)
 	$(BIN)/lint-imports
 
 # Most tests wait on sockets, databases and timers more than they compute: two workers share the
-# two cores. The whole-world tests (tests/e2e: engines compared on wall-clock scenarios, chaos,
-# storms) run alone afterwards, where their verdict does not depend on what else runs beside them.
+# two cores. The engines comparisons (``wall_clock``: scenarios played in wall time, whose inputs
+# must not overtake the decisions before them) run alone afterwards, where their verdict does not
+# depend on what else runs beside them; they mostly wait, so the second phase is short on CPU.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --durations=15 --ignore=tests/e2e
-	$(BIN)/pytest -q --durations=10 tests/e2e
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --durations=15 -m 'not wall_clock'
+	$(BIN)/pytest -q --durations=5 -m wall_clock
 
 test: lint typecheck contract pytest
 

@@ -16,6 +16,8 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from admission.cli import documents
 from admission.sim import engine as cluster_engine
 from queues.kueue import api
@@ -97,6 +99,7 @@ def time_scale(parsed: scenario.Scenario) -> float:
     return min(MAX_SCALE, MIN_WALL_GAP / min(gaps))
 
 
+@pytest.mark.wall_clock
 async def test_core_and_cluster_engines_agree_on_every_example(server_url: str) -> None:
     parsed = {path.stem: scenario.parse(documents.load_single(str(path))) for path in EXAMPLES}
     assert len(parsed) >= 6

@@ -8,6 +8,8 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+
 from admission.sim import engine as cluster_engine
 from queues.placement import nodes
 from queues.simulation import scenario, simulator
@@ -41,6 +43,7 @@ def scenarios() -> dict[str, dict[str, Any]]:
     }
 
 
+@pytest.mark.wall_clock
 async def test_both_engines_decide_the_same_on_the_admission_check_scenarios(server_url: str) -> None:
     parsed = {name: scenario.parse({**doc, "name": name}) for name, doc in scenarios().items()}
     runs = [cluster_engine.simulate(p, time_scale=time_scale(p), database_url=server_url) for p in parsed.values()]
