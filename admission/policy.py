@@ -27,6 +27,7 @@ from queues.kueue import fair_sharing_config
 from queues.model import Config
 from queues.placement.topology import COMPACT
 from queues.podsets import jobs
+from queues.podsets import transformations as resource_transformations
 from queues.selectors import LabelSelector
 
 HOLD, REFUSE = "hold", "refuse"
@@ -94,6 +95,18 @@ def parse_device_class_mappings(text: str) -> mappings.Mappings:
     return result
 
 
+def parse_transformations(text: str, prefixes: str) -> resource_transformations.Transformations:
+    """Kueue's ``resources.transformations`` list (YAML or JSON) and ``excludeResourcePrefixes``
+    (comma-separated) (``queues.podsets.transformations``); empty: none."""
+    excluded = [p.strip() for p in prefixes.split(",") if p.strip()]
+    if not text.strip():
+        return resource_transformations.parse(None, excluded) if excluded else resource_transformations.NONE
+    result: resource_transformations.Transformations = _block(
+        text, lambda raw: resource_transformations.parse(raw, excluded)
+    )
+    return result
+
+
 # the last configuration's managed resources: every unlabelled pod in a managed namespace asks, and
 # the webhook answers pods at hundreds a second while the configuration changes rarely
 _RESOURCES: list[tuple[Config, str, set[str]]] = []
@@ -127,6 +140,8 @@ class Policy:
     card_fractions: Mapping[str, Fraction] = field(default_factory=dict)
     # DRA: the resource each DeviceClass's devices are charged as (``queues.dra``)
     device_mappings: mappings.Mappings = mappings.NONE
+    # Kueue's resources.transformations and excludeResourcePrefixes (``queues.podsets.transformations``)
+    transformations: resource_transformations.Transformations = resource_transformations.NONE
 
     @classmethod
     def from_settings(
@@ -152,6 +167,9 @@ class Policy:
             gpu_health=settings.gpu_health,
             card_fractions=settings.card_fractions,
             device_mappings=parse_device_class_mappings(settings.device_class_mappings),
+            transformations=parse_transformations(
+                settings.resource_transformations, settings.exclude_resource_prefixes
+            ),
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

@@ -92,6 +92,17 @@ class Settings(BaseSettings):
         "[gpu.nvidia.com]}]): the resource each DRA DeviceClass's devices are charged to quota as; empty: none, "
         "and a job claiming devices through DRA waits (Misconfigured) rather than run uncounted",
     )
+    resource_transformations: str = Field(
+        default="",
+        description="Kueue's resources.transformations as YAML or JSON ([{input: nvidia.com/gpumem, strategy: "
+        "Replace, multiplyBy: nvidia.com/gpu, outputs: {nvidia.com/total-gpumem: 1}}]): what a pod's requests "
+        "count as in quota; empty: none",
+    )
+    exclude_resource_prefixes: str = Field(
+        default="",
+        description="Kueue's resources.excludeResourcePrefixes, comma-separated (example.com/,ephemeral-): "
+        "requests whose name starts with one are not counted in quota; empty: none",
+    )
     topology_packing: Literal["Compact", "Kueue"] = Field(
         default="Compact",
         description="how pod sets on a TAS flavor are packed onto nodes: Compact (Turnstile's: fill partly used "
@@ -202,6 +213,14 @@ class Settings(BaseSettings):
         from admission.policy import parse_device_class_mappings
 
         parse_device_class_mappings(value)  # ValueError names the field and what is wrong
+        return value
+
+    @field_validator("resource_transformations")
+    @classmethod
+    def _resource_transformations(cls, value: str) -> str:
+        from admission.policy import parse_transformations
+
+        parse_transformations(value, "")  # ValueError names the field and what is wrong
         return value
 
     @field_validator("integrations")

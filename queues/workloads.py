@@ -40,6 +40,7 @@ def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
             ps.topology,
             ps.claims,
             ps.unaccounted,
+            tuple(sorted(ps.container_requests.items())) if ps.container_requests is not None else None,
         )
         for ps in pod_sets
     )

@@ -98,6 +98,7 @@ class Controller:
             current_scheduler=lambda: self.term.scheduler if self.term is not None else None,
             optional=lambda: self.features.informers(),
             device_mappings=policy.device_mappings,
+            transformations=policy.transformations,
         )
         self.namespaces = self.watch.namespaces
         self.integrations = self.watch.integrations

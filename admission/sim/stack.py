@@ -156,6 +156,7 @@ async def _system(
             admission_fair_sharing=scenario.admission_fair_sharing,
             topology_packing=scenario.packing,
             device_mappings=scenario.devices.mappings,
+            transformations=scenario.devices.transformations,
             # GPU-hours (budgets) and idle reclaim count a mapping of whole GPUs as engine core does
             card_fractions={**scenario.devices.mappings.card_fractions(), **policy.card_fractions},
             prometheus_url=prometheus_url or policy.prometheus_url,

@@ -246,8 +246,8 @@ class Retries:
         wl = self.workloads.get(key)
         if wl is None or wl.admission is None:
             return None
-        admitted = {(ps.name, ps.count, tuple(sorted(ps.requests.items()))) for ps in wl.running_pod_sets}
-        now = {(ps.name, ps.count, tuple(sorted(ps.requests.items()))) for ps in pod_sets}
+        admitted = {_asked(ps) for ps in wl.running_pod_sets}
+        now = {_asked(ps) for ps in pod_sets}
         if admitted == now:
             return None
         was = ", ".join(f"{ps.name}: {ps.count}" for ps in wl.running_pod_sets)
@@ -269,3 +269,11 @@ class Retries:
             del self.parked[wl.key]
             wl.requeue_at = None
             self._enqueue(wl)
+
+
+def _asked(ps: jobs.PodSet) -> tuple[object, ...]:
+    """What a running pod set's pods ask for: the containers' requests where resource
+    transformations changed what quota counts (new transformations after a restart do not make a
+    running job's pods different ones: it keeps the amounts it was admitted with)."""
+    asked = ps.container_requests if ps.container_requests is not None else ps.requests
+    return (ps.name, ps.count, tuple(sorted(asked.items())))

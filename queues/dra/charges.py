@@ -1,5 +1,7 @@
 """What a pod set's DRA claims cost: each device a ResourceClaimTemplate asks for, charged as the
-logical resource its DeviceClass maps to (Kueue's ResourceClaimTemplate path).
+logical resource its DeviceClass maps to (Kueue's ResourceClaimTemplate path). ``Devices.charge`` is
+the one place a job's pod sets become what quota counts: Kueue's resource transformations and
+excluded prefixes first (``queues.podsets.transformations``), then the claims.
 
 A claim is made per pod from its template, so the charge is per pod, like a container's
 requests: ``count`` devices of a mapped DeviceClass are ``count`` units of the mapped resource, or,
@@ -26,6 +28,8 @@ from queues.dra import capacity, slices
 from queues.dra.mappings import NONE, SETTING, CapacitySource, CounterSource, Mappings
 from queues.errors import FieldError
 from queues.podsets.jobs import PodSet
+from queues.podsets.transformations import NONE as NO_TRANSFORMATIONS
+from queues.podsets.transformations import Transformations
 
 API_VERSION = "resource.k8s.io/v1"
 MISCONFIGURED = "Misconfigured"  # Kueue's QuotaReserved reason for a workload it cannot charge
@@ -133,6 +137,9 @@ class Devices:
     templates: Mapping[tuple[str, str], ClaimTemplate] = field(default_factory=dict)  # (namespace, name)
     classes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # DeviceClass -> its CEL selectors
     published: tuple[slices.Device, ...] = ()  # the devices of the cluster's ResourceSlices (counter charges)
+    # Kueue's resources.transformations and excludeResourcePrefixes: applied to the containers'
+    # requests before the claims are charged, as Kueue does (``queues.podsets.transformations``)
+    transformations: Transformations = NO_TRANSFORMATIONS
     # what matching CEL over every published device found so far (a job's every event makes its
     # workload again, and the devices are not matched each time): counter and capacity charges, by
     # (DeviceClass, request selectors, capacity requests, sources); a template's requests short of devices
@@ -148,14 +155,21 @@ class Devices:
         templates: Iterable[ClaimTemplate],
         classes: Mapping[str, tuple[str, ...]] | None = None,
         published: Iterable[slices.Slice] = (),
+        transformations: Transformations = NO_TRANSFORMATIONS,
     ) -> Devices:
         return cls(
-            mappings, {(t.namespace, t.name): t for t in templates}, dict(classes or {}), slices.published(published)
+            mappings,
+            {(t.namespace, t.name): t for t in templates},
+            dict(classes or {}),
+            slices.published(published),
+            transformations,
         )
 
     def charge(self, namespace: str, pod_sets: tuple[PodSet, ...]) -> tuple[PodSet, ...]:
-        """``pod_sets`` as read from a job (their requests the containers' alone), each with its
-        claims' devices added to its requests, or ``unaccounted`` saying why they cannot be."""
+        """``pod_sets`` as read from a job (their requests the containers' alone) as quota counts
+        them: the resource transformations applied, then each pod set's claims' devices added to
+        its requests, or ``unaccounted`` saying why they cannot be."""
+        pod_sets = self.transformations.apply(pod_sets)
         if not any(ps.claims for ps in pod_sets):
             return pod_sets
         return tuple(self._charged(namespace, i, ps) if ps.claims else ps for i, ps in enumerate(pod_sets))

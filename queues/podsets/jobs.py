@@ -76,14 +76,20 @@ class PodSet:
     claims: tuple[PodClaim, ...] = ()
     unaccounted: str | None = None
     devices: Mapping[str, int] = field(default_factory=dict)  # the part of ``requests`` its claims were charged
+    # what its containers asked, where Kueue's resource transformations made ``requests`` something
+    # else (``queues.podsets.transformations``); None: they are ``requests`` (but the devices)
+    container_requests: Mapping[str, int] | None = None
 
     def total(self) -> Requests:
         return {r: v * self.count for r, v in self.requests.items() if v}
 
     @property
     def node_requests(self) -> Mapping[str, int]:
-        """What one pod asks of a node's allocatable capacity: its requests but its DRA claims'
-        charge (devices come from ResourceSlices, not from a node's capacity)."""
+        """What one pod asks of a node's allocatable capacity: its containers' requests, without
+        its DRA claims' charge (devices come from ResourceSlices, not from a node's capacity) or
+        what resource transformations made of them (a node has the real resources)."""
+        if self.container_requests is not None:
+            return self.container_requests
         if not self.devices:
             return self.requests
         return {r: left for r, v in self.requests.items() if (left := v - self.devices.get(r, 0)) > 0}

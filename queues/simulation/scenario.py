@@ -17,7 +17,7 @@ from queues.dra import charges, mappings, slices
 from queues.errors import FieldError
 from queues.kueue import api, fair_sharing_config
 from queues.placement import topology
-from queues.podsets import jobs, pod_resources, pods, serving
+from queues.podsets import jobs, pod_resources, pods, serving, transformations
 from queues.simulation import scenario_kinds as other_kinds
 from queues.simulation import scenario_nodes
 from queues.simulation.scenario_edits import MAX_SECONDS, Edit
@@ -59,8 +59,9 @@ class Scenario:
     gpu_memory: dict[str, efficiency.Trace] = field(default_factory=dict)
     reclaim: tuple[efficiency.ReclaimPolicy, ...] = ()
     budgets: tuple[efficiency.Budget, ...] = ()
-    # DRA (``queues.dra``): the deviceClassMappings and ResourceClaimTemplates that charge claims, and
-    # the DeviceClass and ResourceClaimTemplate objects as given (engine cluster creates them)
+    # DRA (``queues.dra``): the deviceClassMappings and ResourceClaimTemplates that charge claims (and
+    # the resourceTransformations applied before them), and the DeviceClass and ResourceClaimTemplate
+    # objects as given (engine cluster creates them)
     devices: charges.Devices = field(default_factory=charges.Devices)
     device_objects: list[Mapping[str, Any]] = field(default_factory=list)
 
@@ -68,6 +69,7 @@ class Scenario:
 _TOP_FIELDS = {
     "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady",
     "fairSharing", "admissionFairSharing", "topologyPacking", "reclaim", "budgets", "deviceClassMappings",
+    "resourceTransformations", "excludeResourcePrefixes",
 }  # fmt: skip
 
 
@@ -276,6 +278,15 @@ def parse(doc: Any) -> Scenario:
         device_mappings = mappings.parse(doc.get("deviceClassMappings"))
     except errors.Invalid as exc:
         problems.extend(exc.errors)
+    resources = transformations.NONE  # Kueue's resources.transformations, excludeResourcePrefixes
+    try:
+        resources = transformations.parse(
+            doc.get("resourceTransformations"),
+            doc.get("excludeResourcePrefixes"),
+            path="resourceTransformations",
+        )
+    except errors.Invalid as exc:
+        problems.extend(exc.errors)
     if problems:
         raise errors.Invalid(problems)
     return Scenario(
@@ -306,6 +317,7 @@ def parse(doc: Any) -> Scenario:
                 if (o.get("apiVersion"), o.get("kind")) == other_kinds.DEVICE_CLASS
             },
             published,
+            resources,
         ),
         device_objects,
     )

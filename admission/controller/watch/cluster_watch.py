@@ -30,6 +30,8 @@ from queues.cycle.scheduler import Scheduler
 from queues.dra import mappings
 from queues.dra.mappings import Mappings
 from queues.podsets import pods
+from queues.podsets.transformations import NONE as NO_TRANSFORMATIONS
+from queues.podsets.transformations import Transformations
 
 PODS = kube_client.ResourceRef("v1", "Pod", "pods")
 MANAGED_PODS = f"{pods.MANAGED_LABEL}=true"  # the pods the webhook gated (it labels each)
@@ -48,6 +50,7 @@ class ClusterWatch:
         current_scheduler: Callable[[], Scheduler | None],
         optional: Callable[[], Iterable[Informer]],
         device_mappings: Mappings = mappings.NONE,
+        transformations: Transformations = NO_TRANSFORMATIONS,
     ) -> None:
         self.jobs = jobs
         self.changes = changes
@@ -67,7 +70,7 @@ class ClusterWatch:
         )
         self.priorities = PriorityClasses(kube, current_scheduler)
         self.informers.append(self.priorities.informer)
-        self.device_catalog = DeviceCatalog(kube, jobs, changes, device_mappings, current_scheduler)
+        self.device_catalog = DeviceCatalog(kube, jobs, changes, device_mappings, current_scheduler, transformations)
         self.informers.extend(self.device_catalog.informers)
         self.runtimes = TrainingRuntimes(kube, self._reread)
         jobs.runtimes = self.runtimes.lookup

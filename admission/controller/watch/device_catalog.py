@@ -27,6 +27,8 @@ from queues import errors
 from queues.cycle.scheduler import Scheduler
 from queues.dra import charges, slices
 from queues.dra.mappings import Mappings
+from queues.podsets.transformations import NONE as NO_TRANSFORMATIONS
+from queues.podsets.transformations import Transformations
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +45,10 @@ class DeviceCatalog:
         changes: Changes,
         mappings: Mappings,
         scheduler: Callable[[], Scheduler | None],
+        transformations: Transformations = NO_TRANSFORMATIONS,
     ) -> None:
         self.jobs = jobs
+        self.transformations = transformations  # Kueue's resources.transformations (applied before the claims)
         self.changes = changes
         self.mappings = mappings
         self.scheduler = scheduler  # the leader's, while this replica leads
@@ -115,7 +119,7 @@ class DeviceCatalog:
         asked about: the first list of thousands of templates does not rebuild it thousands of times)."""
         if self._devices is None:
             self._devices = charges.Devices.of(
-                self.mappings, self.templates.values(), self.classes, self.slices.values()
+                self.mappings, self.templates.values(), self.classes, self.slices.values(), self.transformations
             )
         return self._devices
 

@@ -58,6 +58,11 @@ def pod_sets_json(pod_sets: Iterable[jobs.PodSet], priority_class_name: str | No
                 **({"resourceClaims": [c.to_dict() for c in ps.claims]} if ps.claims else {}),
                 **({"unaccounted": ps.unaccounted} if ps.unaccounted else {}),
                 **({"devices": {r: str(v) for r, v in ps.devices.items()}} if ps.devices else {}),
+                **(
+                    {"containerRequests": {r: str(v) for r, v in ps.container_requests.items()}}
+                    if ps.container_requests is not None
+                    else {}
+                ),
             }
             for ps in pod_sets
         ]
@@ -84,6 +89,9 @@ def pod_sets_from_json(body: dict[str, Any]) -> tuple[jobs.PodSet, ...]:
                 claims=tuple(PodClaim.from_dict(c) for c in ps.get("resourceClaims", [])),
                 unaccounted=ps.get("unaccounted"),
                 devices={r: int(v) for r, v in (ps.get("devices") or {}).items()},
+                container_requests=(
+                    {r: int(v) for r, v in ps["containerRequests"].items()} if "containerRequests" in ps else None
+                ),
             )
         )
     return tuple(out)
