@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
+from admission.store.workloads import pod_sets_from_json, pod_sets_json
 from queues import errors
 from queues.cycle.scheduler import Admit, Scheduler
 from queues.model import Config
 from queues.placement import topology
 from queues.placement.inventory import Inventory
 from queues.placement.nodes import NodeInfo, PodNeeds, node_object
+from queues.podsets import jobs
 from queues.podsets.topology_requests import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, Request, request_of
 from queues.simulation import scenario, simulator
 
@@ -503,3 +505,14 @@ def test_nothing_is_placed_until_the_nodes_are_known_then_it_is() -> None:
     inventory.known(None)
     (admit,) = sched.schedule()
     assert isinstance(admit, Admit) and sum(admit.admission.placement["main"].values()) == 2
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [Request("required", RACK), Request("preferred", HOST, RACK, 2), Request("unconstrained"),
+     Request("implicit", None, RACK, 4)],
+)  # fmt: skip
+def test_the_store_keeps_a_pod_sets_topology_request(request_: Request) -> None:
+    """A term rebuilt from PostgreSQL places a waiting pod set as its job asks, not as if it asked nothing."""
+    ps = jobs.PodSet("workers", 4, {"nvidia.com/gpu": 8000}, topology=request_)
+    assert pod_sets_from_json(pod_sets_json([ps])) == (ps,)

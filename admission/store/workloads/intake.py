@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from queues import selectors
 from queues.podsets import jobs
 from queues.podsets.pod_resources import PodClaim
+from queues.podsets.topology_requests import Request
 
 UPSERT_CHUNK = 10_000
 LEDGER_LABELS = ("team", "project")
@@ -58,6 +59,7 @@ def pod_sets_json(pod_sets: Iterable[jobs.PodSet], priority_class_name: str | No
                 **({"resourceClaims": [c.to_dict() for c in ps.claims]} if ps.claims else {}),
                 **({"unaccounted": ps.unaccounted} if ps.unaccounted else {}),
                 **({"devices": {r: str(v) for r, v in ps.devices.items()}} if ps.devices else {}),
+                **({"topology": _topology_json(ps.topology)} if ps.topology is not None else {}),
                 **(
                     {"containerRequests": {r: str(v) for r, v in ps.container_requests.items()}}
                     if ps.container_requests is not None
@@ -89,12 +91,23 @@ def pod_sets_from_json(body: dict[str, Any]) -> tuple[jobs.PodSet, ...]:
                 claims=tuple(PodClaim.from_dict(c) for c in ps.get("resourceClaims", [])),
                 unaccounted=ps.get("unaccounted"),
                 devices={r: int(v) for r, v in (ps.get("devices") or {}).items()},
+                topology=_topology_from_json(ps["topology"]) if ps.get("topology") else None,
                 container_requests=(
                     {r: int(v) for r, v in ps["containerRequests"].items()} if "containerRequests" in ps else None
                 ),
             )
         )
     return tuple(out)
+
+
+def _topology_json(request: Request) -> dict[str, Any]:
+    """A pod set's topology request as stored (a term rebuilt from the store places it as the job asks)."""
+    return {"mode": request.mode, "level": request.level, "sliceLevel": request.slice_level,
+            "sliceSize": request.slice_size}  # fmt: skip
+
+
+def _topology_from_json(body: dict[str, Any]) -> Request:
+    return Request(str(body["mode"]), body.get("level"), body.get("sliceLevel"), int(body.get("sliceSize") or 1))
 
 
 _UPSERT = text(
