@@ -38,7 +38,7 @@ contract: $(STAMP)
 # depend on what else runs beside them; they mostly wait, so the second phase is short on CPU.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --durations=15 -m 'not wall_clock'
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=15 -m 'not wall_clock'
 	$(BIN)/pytest -q --durations=5 -m wall_clock
 
 test: lint typecheck contract pytest

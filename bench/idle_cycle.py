@@ -64,7 +64,7 @@ def build(pending: int = 100_000, queues: int = 100, fair_sharing: FairSharing |
                 },
             }
         )
-        sched.submit(sched.workload_for(job, seq=i, now=float(i)))
+        sched.submit(sched.intake.workload_for(job, seq=i, now=float(i)))
     return sched
 
 

@@ -63,7 +63,7 @@ def main() -> None:
     print("\n[metrics]")
     sched = Scheduler(Config.of(_objects()))
     for i in range(WORKLOADS):
-        sched.submit(sched.workload_for(jobs.read_job(_job(i)), seq=i, now=0.0))
+        sched.submit(sched.intake.workload_for(jobs.read_job(_job(i)), seq=i, now=0.0))
     while sched.schedule():
         pass
     admitted = sum(1 for w in sched.workloads.values() if w.admission is not None)

@@ -85,7 +85,7 @@ class Observation:
             if view.info is None:
                 self._unreadable(sched, view)
                 continue
-            candidate = sched.workload_for(view.info, seq=0, now=sched.now)
+            candidate = sched.intake.workload_for(view.info, seq=0, now=sched.now)
             managed = view.info.queue_name is not None or candidate.local_queue is not None
             current = sched.workloads.get(row.key) if row is not None else None
             if row is None:

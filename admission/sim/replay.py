@@ -35,7 +35,7 @@ def replay(
     timeline = sorted(timeline, key=lambda a: a[:3])
     config = Config.of(scenario.manifests)
     sched = scheduler.Scheduler(config, namespaces=scenario.namespaces)
-    sched.set_devices(scenario.devices)  # (DRA claims charged as the controller charged them)
+    sched.intake.set_devices(scenario.devices)  # (DRA claims charged as the controller charged them)
     record.configure(config)
     workloads: dict[str, Workload] = {}
     last_t: float | None = None
@@ -44,7 +44,7 @@ def replay(
             record.sample()
         record.now = last_t = t
         if isinstance(what, JobEntry):
-            wl = workloads[what.job.key] = sched.workload_for(what.job, seq=what.seq, now=t)
+            wl = workloads[what.job.key] = sched.intake.workload_for(what.job, seq=what.seq, now=t)
             sched.submit(wl)
             record.submitted(wl)
         elif isinstance(what, Edit):

@@ -6,12 +6,13 @@ namespace's ``default``, that LocalQueue's ClusterQueue, stop policies, the name
 happens here, with the reason and a message the user can act on when it cannot wait anywhere yet;
 a parked workload (deactivated, or backing off) says why instead. Devices its pods claim through
 DRA are charged here too (``queues.dra``): a workload whose claims cannot be charged waits,
-Misconfigured, until the templates or the mappings change. ``Scheduler`` inherits these.
+Misconfigured, until the templates or the mappings change. The scheduler holds one ``Intake``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from queues.cycle import budget_priority
 from queues.cycle.assignment import WAITING_FOR_QUOTA
@@ -28,28 +29,42 @@ NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
 WAITING_FOR_TURN = "waiting for its turn in the queue"
 
 
-class Intake:
-    """A job's workload and the queue it waits in (a ``Scheduler`` base)."""
+class Queueing(Protocol):
+    """What intake reads of its scheduler (``queues.cycle.scheduler.Scheduler`` is one): the
+    configuration and quota snapshot a workload is resolved against, the namespaces' labels, the
+    clock, the queues it waits in, and how a workload is told why it waits."""
 
     config: Config
     snapshot: Snapshot
     namespaces: dict[str, Mapping[str, str]]
-    shapes: SharedShapes
-    pod_priorities: dict[str, tuple[int, bool]]
-    parked: dict[str, Workload]
-    pending: PendingQueues
     now: float
-    _unresolved: dict[str, Workload]
-    budget_priority: budget_priority.Lowered | None  # (a spent budget's lower priority)
-    devices: charges.Devices  # DRA: the device class mappings and ResourceClaimTemplates
+    pending: PendingQueues
 
-    def say(self, wl: Workload, reason: str, message: str) -> None:
-        raise NotImplementedError
+    def say(self, wl: Workload, reason: str, message: str) -> None: ...
+
+
+class Intake:
+    """A job's workload and the queue it waits in; see the module docstring.
+
+    Its own state: the workloads parked (deactivated, or waiting out a backoff) and unresolved
+    (no queue yet, or claims that cannot be charged), the cluster's PriorityClasses, the DRA
+    objects that charge claims (``devices``), the pod sets shared between workloads (``shapes``)
+    and a spent budget's lower priority (``budget_priority``)."""
+
+    def __init__(self, scheduler: Queueing) -> None:
+        self.s = scheduler
+        self.parked: dict[str, Workload] = {}  # waiting out an admission check's backoff, or deactivated
+        self.unresolved: dict[str, Workload] = {}  # waiting for a queue, or for its claims to be charged
+        # Kubernetes PriorityClasses (scheduling.k8s.io): name -> (value, globalDefault)
+        self.pod_priorities: dict[str, tuple[int, bool]] = {}
+        self.devices = charges.Devices()  # DRA: what pods' claims (and resource transformations) charge
+        self.shapes = SharedShapes()
+        self.budget_priority: budget_priority.Lowered | None = None  # (a spent budget's lower priority)
 
     def workload_for(self, job: jobs.JobInfo, *, seq: int, now: float) -> Workload:
         """A new pending workload for ``job``, with its LocalQueue and priority resolved."""
         queue = job.queue_name
-        if queue is None and f"{job.namespace}/{jobs.DEFAULT_QUEUE}" in self.config.local_queues:
+        if queue is None and f"{job.namespace}/{jobs.DEFAULT_QUEUE}" in self.s.config.local_queues:
             queue = jobs.DEFAULT_QUEUE
         priority = self.priority_of(job)
         pod_sets, shape = self.shapes.share(self.devices.charge(job.namespace, job.pod_sets))
@@ -72,8 +87,8 @@ class Intake:
         PriorityClass its pod template names (``priorityClassName``); else the PriorityClass marked
         ``globalDefault``; else 0."""
         wpc = job.priority_class
-        if wpc is not None and wpc in self.config.priority_classes:
-            return self.config.priority_classes[wpc].value
+        if wpc is not None and wpc in self.s.config.priority_classes:
+            return self.s.config.priority_classes[wpc].value
         if job.priority_class_name is not None:
             return self.pod_priorities.get(job.priority_class_name, (0, False))[0]
         return next((value for value, default in self.pod_priorities.values() if default), 0)
@@ -83,7 +98,7 @@ class Intake:
         ``priorityClassRef``: the WorkloadPriorityClass, the pod template's PriorityClass, or the
         ``globalDefault`` PriorityClass; "" if none."""
         wpc = job.priority_class
-        if wpc is not None and wpc in self.config.priority_classes:
+        if wpc is not None and wpc in self.s.config.priority_classes:
             return wpc
         if job.priority_class_name is not None:
             return job.priority_class_name
@@ -99,42 +114,44 @@ class Intake:
         charged are charged again and queue if they now can (charged ones keep their charge, as a
         Kueue workload keeps the requests it was made with)."""
         self.devices = devices
-        for wl in sorted(self._unresolved.values(), key=lambda w: w.seq):
+        for wl in sorted(self.unresolved.values(), key=lambda w: w.seq):
             if charges.unaccounted(wl.pod_sets) is not None:
                 wl.pod_sets, wl.shape = self.shapes.share(devices.recharge(wl.namespace, wl.pod_sets))
-                self._enqueue(wl)
+                self.enqueue(wl)
 
-    def _enqueue(self, wl: Workload, why: str = "") -> None:
+    def enqueue(self, wl: Workload, why: str = "") -> None:
+        """Put ``wl`` where it waits: parked (``why`` it was), unresolved (saying why), or in its
+        ClusterQueue's queue."""
         # Parked (deactivated, or waiting out a backoff): what was said when it was parked stays.
         if not wl.active:
             self.parked[wl.key] = wl
             if why or wl.reason != INACTIVE:
-                self.say(wl, INACTIVE, f"deactivated: {why or 'an admission check rejected it'}")
+                self.s.say(wl, INACTIVE, f"deactivated: {why or 'an admission check rejected it'}")
             return
-        if wl.requeue_at is not None and wl.requeue_at > self.now:
+        if wl.requeue_at is not None and wl.requeue_at > self.s.now:
             self.parked[wl.key] = wl
             if why or wl.reason != wl.requeue_reason:
-                self.say(
+                self.s.say(
                     wl,
                     wl.requeue_reason,
-                    f"{why + '; ' if why else ''}queues again after a {wl.requeue_at - self.now:.0f}s backoff"
+                    f"{why + '; ' if why else ''}queues again after a {wl.requeue_at - self.s.now:.0f}s backoff"
                     + (f" (retry {wl.retries})" if wl.retries else ""),
                 )
             return
-        cq, reason, message = self._resolve(wl)
+        cq, reason, message = self.resolve(wl)
         wl.cluster_queue = cq.name if cq is not None else wl.cluster_queue
         if reason is not None:
-            self.say(wl, reason, message)
-            self._unresolved[wl.key] = wl
+            self.s.say(wl, reason, message)
+            self.unresolved[wl.key] = wl
             return
         assert cq is not None
-        self._unresolved.pop(wl.key, None)
+        self.unresolved.pop(wl.key, None)
         if wl.reason != WAITING_FOR_QUOTA:
-            self.say(wl, WAITING_FOR_QUOTA, WAITING_FOR_TURN)
+            self.s.say(wl, WAITING_FOR_QUOTA, WAITING_FOR_TURN)
         budget_priority.apply(wl, self.budget_priority)  # (queued while a budget is spent: lower)
-        self.pending.push(cq.name, wl)
+        self.s.pending.push(cq.name, wl)
 
-    def _resolve(self, wl: Workload) -> tuple[ClusterQueue | None, str | None, str]:
+    def resolve(self, wl: Workload) -> tuple[ClusterQueue | None, str | None, str]:
         """The ClusterQueue ``wl`` waits in, or the reason it cannot wait anywhere yet."""
         if wl.local_queue is None:
             return (
@@ -145,9 +162,11 @@ class Intake:
                     f"named {jobs.DEFAULT_QUEUE}; add the label or create that LocalQueue"
                 ),
             )
-        lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
+        lq = self.s.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
         if lq is None:
-            existing = sorted(k.split("/", 1)[1] for k in self.config.local_queues if k.startswith(f"{wl.namespace}/"))
+            existing = sorted(
+                k.split("/", 1)[1] for k in self.s.config.local_queues if k.startswith(f"{wl.namespace}/")
+            )
             hint = (
                 f"LocalQueues in {wl.namespace}: {', '.join(existing)}"
                 if existing
@@ -155,7 +174,7 @@ class Intake:
             )
             return None, LOCAL_QUEUE_NOT_FOUND, f"LocalQueue {wl.namespace}/{wl.local_queue} does not exist ({hint})"
         cq_name = lq.spec.cluster_queue
-        cq = self.snapshot.queues.get(cq_name)
+        cq = self.s.snapshot.queues.get(cq_name)
         if cq is None:
             wl.cluster_queue = cq_name
             return (
@@ -174,7 +193,7 @@ class Intake:
             )
         if cq.inactive_reason is not None:
             return cq, INACTIVE, f"ClusterQueue {cq.name} is inactive ({cq.inactive_reason}): {cq.inactive_message}"
-        if not cq.admits_namespace(self.namespaces.get(wl.namespace, {})):
+        if not cq.admits_namespace(self.s.namespaces.get(wl.namespace, {})):
             return (
                 cq,
                 NAMESPACE_NOT_ALLOWED,
@@ -184,3 +203,22 @@ class Intake:
         if unaccounted is not None:
             return cq, charges.MISCONFIGURED, unaccounted
         return cq, None, ""
+
+    def withdraw(self, wl: Workload) -> None:
+        """Take a workload without quota out of wherever it waits (a queue, a backoff, an unknown queue)."""
+        self.s.pending.remove(wl)
+        self.parked.pop(wl.key, None)
+        self.unresolved.pop(wl.key, None)
+
+    def next_requeue(self) -> float | None:
+        """When the next workload waiting out a backoff queues again; None if none does."""
+        return min((w.requeue_at for w in self.parked.values() if w.active and w.requeue_at is not None), default=None)
+
+    def wake_parked(self) -> None:
+        """Workloads whose backoff has ended queue again."""
+        now = self.s.now
+        due = [w for w in self.parked.values() if w.active and w.requeue_at is not None and w.requeue_at <= now]
+        for wl in sorted(due, key=lambda w: w.seq):
+            del self.parked[wl.key]
+            wl.requeue_at = None
+            self.enqueue(wl)

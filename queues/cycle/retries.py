@@ -27,6 +27,7 @@ from queues.cycle.decisions import (
     Decision,
     Evict,
 )
+from queues.cycle.intake import Intake
 from queues.cycle.queueing import PendingQueues
 from queues.efficiency import GPU_IDLE
 from queues.gpus.gpu_health import GPU_UNHEALTHY
@@ -39,21 +40,17 @@ class Retries:
     """Admission checks' verdicts, waitForPodsReady's timeouts, lost nodes (a ``Scheduler`` base)."""
 
     workloads: dict[str, Workload]
-    parked: dict[str, Workload]  # waiting out a backoff, or deactivated
     checked: dict[str, bool]
     said: set[str]
     pending: PendingQueues
     now: float
     inventory: Inventory | None
-    _unresolved: dict[str, Workload]
+    intake: Intake  # where a workload waits (parked, unresolved, queued)
 
     def evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
         raise NotImplementedError
 
     def say(self, wl: Workload, reason: str, message: str) -> None:
-        raise NotImplementedError
-
-    def _enqueue(self, wl: Workload, why: str = "") -> None:
         raise NotImplementedError
 
     def check_passed(self, key: str, check: str) -> bool:
@@ -100,7 +97,7 @@ class Retries:
         self.checked[key] = False
         if wl.admission is None:
             self.pending.remove(wl)
-            self._enqueue(wl, message)
+            self.intake.enqueue(wl, message)
             return None
         return self.evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
 
@@ -164,9 +161,9 @@ class Retries:
         self.checked[key] = False  # (stored with the step: its activity, retries and backoff)
         if wl.admission is not None:
             return self.evict(wl, DEACTIVATED, "Deactivated", None, message=message)
-        self._withdraw(wl)
+        self.intake.withdraw(wl)
         wl.queue_ts = self.now  # (as an eviction: Kueue marks a pending workload Evicted too)
-        self._enqueue(wl, message)
+        self.intake.enqueue(wl, message)
         return None
 
     def activate(self, key: str) -> bool:
@@ -179,8 +176,8 @@ class Retries:
         wl.active = True
         wl.retries, wl.requeue_at = 0, None
         self.checked[key] = False
-        self._withdraw(wl)
-        self._enqueue(wl)
+        self.intake.withdraw(wl)
+        self.intake.enqueue(wl)
         return True
 
     def workload_lost(self, key: str) -> Evict | None:
@@ -192,12 +189,6 @@ class Retries:
             return None
         message = "its Workload object was deleted; it is queued again under a new one"
         return self.evict(wl, NO_MATCHING_WORKLOAD, "WorkloadDeleted", None, message=message)
-
-    def _withdraw(self, wl: Workload) -> None:
-        """Take a workload without quota out of wherever it waits (a queue, a backoff, an unknown queue)."""
-        self.pending.remove(wl)
-        self.parked.pop(wl.key, None)
-        self._unresolved.pop(wl.key, None)
 
     def node_lost(self, node: str) -> list[Decision]:
         """A node is gone: every workload placed on it by topology is evicted and requeued (Kueue's
@@ -256,20 +247,12 @@ class Retries:
         evict = self.evict(wl, NO_MATCHING_WORKLOAD, "JobChanged", None, message=message)
         self.pending.remove(wl)  # (queued again below with its new pod sets, which may fit elsewhere)
         wl.pod_sets, wl.shape = pod_sets, shape
-        self._enqueue(wl, message)
+        self.intake.enqueue(wl, message)
         return evict
 
     def next_requeue(self) -> float | None:
         """When the next workload waiting out a backoff queues again; None if none does."""
-        return min((w.requeue_at for w in self.parked.values() if w.active and w.requeue_at is not None), default=None)
-
-    def _wake_parked(self) -> None:
-        due = [w for w in self.parked.values() if w.active and w.requeue_at is not None and w.requeue_at <= self.now]
-        for wl in sorted(due, key=lambda w: w.seq):
-            del self.parked[wl.key]
-            wl.requeue_at = None
-            self._enqueue(wl)
-
+        return self.intake.next_requeue()
 
 def _asked(ps: jobs.PodSet) -> tuple[object, ...]:
     """What a running pod set's pods ask for: the containers' requests where resource

@@ -14,9 +14,10 @@ Its collaborators, each with its own state: the ``Nominator`` (a head's flavor a
 victims, failures of identical workloads remembered), ``Reservations`` (a blocked head's hold on
 quota, a victim's settling), ``UsageOrdering`` (usage histories: admission fair sharing,
 usage-aware fair sharing) and the ``PendingQueues``; ``explanations`` says why a workload waits.
-Two bases remain (issue 33: they are next to become collaborators): ``Intake`` (a job's
-workload, priority and queue) and ``Retries`` (admission checks' verdicts, waitForPodsReady,
-lost nodes: the events that evict or park one workload).
+The ``Intake`` (where a job's workload waits: its
+queue, priority and charge, parked or unresolved) is one too. One base remains (issue 33: the next
+to become a collaborator): ``Retries`` (admission checks' verdicts, waitForPodsReady, lost nodes:
+the events that evict or park one workload).
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ from queues.cycle.queueing import PendingQueues
 from queues.cycle.reservations import SETTLE_SECONDS, Reservations
 from queues.cycle.retries import Retries
 from queues.cycle.usage_history import AdmissionFairSharing, UsageHistory, UsageOrdering
-from queues.dra import charges
 from queues.kueue.fair_sharing_config import FairSharing
-from queues.model import Admission, ClusterQueue, Config, SharedShapes, Snapshot, Workload, pod_requests
+from queues.model import Admission, ClusterQueue, Config, Snapshot, Workload, pod_requests
 from queues.placement.inventory import Inventory
 from queues.placement.topology import COMPACT
 
@@ -54,7 +54,7 @@ __all__ = [
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler(Intake, Retries):
+class Scheduler(Retries):
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(
@@ -90,33 +90,27 @@ class Scheduler(Intake, Retries):
         self.pending.fair_queues = self.ordering.fair_queues(config)
         self.workloads: dict[str, Workload] = {}
         self.now = 0.0
-        self._unresolved: dict[str, Workload] = {}
-        self.parked: dict[str, Workload] = {}  # waiting out an admission check's backoff, or deactivated
         self.cap_hits = 0
         # waitForPodsReady.blockAdmission: admit nothing while an admitted workload is not Ready
         self.block_admission = False
-        self.budget_priority: budget_priority.Lowered | None = None  # (or running it lower: ``Intake``)
         self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
         # keys whose admission-check state changed -> whether the job may start now; the caller drains it
         self.checked: dict[str, bool] = {}
-        self.shapes = SharedShapes()
-        # Kubernetes PriorityClasses (scheduling.k8s.io): name -> (value, globalDefault)
-        self.pod_priorities: dict[str, tuple[int, bool]] = {}
-        self.devices = charges.Devices()  # DRA (``Intake.set_devices``)
+        self.intake = Intake(self)  # where a workload waits, its priority, its pod sets' charge
 
     # ----- inputs -------------------------------------------------------------------------
 
     def submit(self, wl: Workload) -> None:
         self.workloads[wl.key] = wl
-        self._enqueue(wl)
+        self.intake.enqueue(wl)
 
     def finish(self, key: str) -> Workload | None:
         """The job ended (or was deleted): release its quota and forget it."""
         wl = self.workloads.pop(key, None)
         if wl is None:
             return None
-        self._unresolved.pop(key, None)
-        self.parked.pop(key, None)
+        self.intake.unresolved.pop(key, None)
+        self.intake.parked.pop(key, None)
         self.pending.remove(wl)
         if wl.admission is not None:
             self._release(wl)
@@ -130,11 +124,11 @@ class Scheduler(Intake, Retries):
         own back once no spent budget lowers it (running work keeps what it was admitted with)."""
         for key, cq in list(self.pending.where.items()):
             wl = self.workloads.get(key)
-            if wl is not None and budget_priority.wanted(wl, self.budget_priority) != wl.priority:
+            if wl is not None and budget_priority.wanted(wl, self.intake.budget_priority) != wl.priority:
                 self.pending.remove(wl)
-                budget_priority.apply(wl, self.budget_priority)
+                budget_priority.apply(wl, self.intake.budget_priority)
                 self.pending.push(cq, wl)
-        lowered = self.budget_priority
+        lowered = self.intake.budget_priority
         for wl in self.workloads.values():
             if wl.admission is not None and wl.own_priority is not None and (lowered is None or lowered(wl) is None):
                 budget_priority.restore(wl)
@@ -191,7 +185,7 @@ class Scheduler(Intake, Retries):
         for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
             if wl.admission is None:
                 self.pending.remove(wl)
-                self._enqueue(wl)
+                self.intake.enqueue(wl)
         for name in self.snapshot.queues:
             self.pending.requeue(name)
         self.ordering.hold(self.workloads.values(), self.now)
@@ -213,7 +207,7 @@ class Scheduler(Intake, Retries):
         for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
             if wl.admission is None and wl.namespace in changed:
                 self.pending.remove(wl)
-                self._enqueue(wl)
+                self.intake.enqueue(wl)
         return []
 
     # ----- the cycle ---------------------------------------------------------------------
@@ -225,7 +219,7 @@ class Scheduler(Intake, Retries):
         the very same cycles, so a caller can commit and enact a large backlog in slices.
         """
         out: list[Decision] = []
-        self._wake_parked()
+        self.intake.wake_parked()
         self.reservations.wake_settled(self.now)
         # Every cycle admits, evicts or sets aside at least one workload; the bound only guards
         # against a bug turning into a hang (``cap_hits`` counts it, tests assert it stays 0).
@@ -326,7 +320,7 @@ class Scheduler(Intake, Retries):
         self._release(wl)  # (its admission checks go with the reservation)
         wl.queue_ts = self.now
         self.say(wl, WAITING_FOR_QUOTA, f"evicted ({reason}: {detail}); waiting to be admitted again")
-        self._enqueue(wl, message)
+        self.intake.enqueue(wl, message)
         return Evict(wl, reason, detail, by, released, message, ready_at)
 
     def say(self, wl: Workload, reason: str, message: str) -> None:
@@ -346,7 +340,7 @@ class Scheduler(Intake, Retries):
         """Undo an admission the caller could not enact (e.g. the job vanished)."""
         if wl.admission is not None:
             self._release(wl)
-            self._enqueue(wl)
+            self.intake.enqueue(wl)
 
     def _release(self, wl: Workload) -> None:
         assert wl.admission is not None

@@ -55,8 +55,8 @@ class Simulation:
             inventory=self.inventory,
             packing=scenario.packing,
         )
-        self.sched.set_pod_priorities(scenario.pod_priorities)
-        self.sched.set_devices(scenario.devices)  # DRA: what pods' claims charge
+        self.sched.intake.set_pod_priorities(scenario.pod_priorities)
+        self.sched.intake.set_devices(scenario.devices)  # DRA: what pods' claims charge
         self.sched.block_admission = scenario.pods_ready.block_admission
         # idle reclaim and GPU-hour budgets (``queues.efficiency``)
         self.efficiency = EfficiencyModel(
@@ -72,7 +72,7 @@ class Simulation:
             )
         if scenario.budgets:
             self.sched.nominator.gate = self.efficiency.gate()
-            self.sched.budget_priority = self.efficiency.lowered()
+            self.sched.intake.budget_priority = self.efficiency.lowered()
         self.record = Recorder(scenario, follow_shares=follow_shares)
         self.finishes: list[tuple[float, int, int, str]] = []  # (t, order, epoch, key)
         self.order = 0
@@ -205,7 +205,7 @@ class Simulation:
         if entry.replicas is not None:
             self.replicas.create(entry)
             return
-        wl = self.sched.workload_for(entry.job, seq=entry.seq if seq is None else seq, now=self.now)
+        wl = self.sched.intake.workload_for(entry.job, seq=entry.seq if seq is None else seq, now=self.now)
         self.record.submitted(wl)
         self.sched.submit(wl)
 

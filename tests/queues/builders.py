@@ -153,7 +153,7 @@ class WL:
     def submit(self, sched: Scheduler, now: float = 0.0) -> Workload:
         WL._seq += 1
         sched.now = now
-        wl = sched.workload_for(jobs.read_job(self.job()), seq=WL._seq, now=now)
+        wl = sched.intake.workload_for(jobs.read_job(self.job()), seq=WL._seq, now=now)
         wl.priority = self._priority
         sched.submit(wl)
         return wl

@@ -43,7 +43,7 @@ def test_stopping_a_waiting_workload_takes_it_out_of_its_queue_and_resuming_forg
 
     s.now = 3.0
     assert s.deactivate(early.key) is None  # (it held no quota: nothing to evict)
-    assert early.key not in s.pending.where and early.key in s.parked
+    assert early.key not in s.pending.where and early.key in s.intake.parked
     s.finish(blocker.key)
     s.now = 4.0
     assert s.activate(early.key) and early.retries == 0

@@ -58,12 +58,12 @@ def job(name: str, *claims: dict[str, str], cpu: str = "1") -> jobs.JobInfo:
 
 def scheduler(devices: charges.Devices) -> Scheduler:
     s = make_scheduler(flavor("h100"), CQ("cq").group(("h100", {"cpu": 16, "whole-gpus": 2})), queues={"q": "cq"})
-    s.set_devices(devices)
+    s.intake.set_devices(devices)
     return s
 
 
 def submit(s: Scheduler, info: jobs.JobInfo, seq: int) -> None:
-    s.submit(s.workload_for(info, seq=seq, now=0.0))
+    s.submit(s.intake.workload_for(info, seq=seq, now=0.0))
 
 
 def test_devices_claimed_through_a_template_are_charged_and_a_second_claim_waits_for_quota() -> None:
@@ -138,9 +138,9 @@ def test_a_waiting_claim_is_charged_once_its_template_and_mapping_exist() -> Non
     s = scheduler(charges.Devices())
     submit(s, job("j", {"name": "gpus", "resourceClaimTemplateName": "two"}), 1)
     assert s.schedule() == [] and s.workloads["ns/j"].reason == "Misconfigured"
-    s.set_devices(charges.Devices.of(mappings.NONE, [template("two", gpus(2))]))  # still unmapped
+    s.intake.set_devices(charges.Devices.of(mappings.NONE, [template("two", gpus(2))]))  # still unmapped
     assert s.schedule() == [] and "not mapped" in s.workloads["ns/j"].message
-    s.set_devices(charges.Devices.of(MAPPINGS, [template("two", gpus(2))]))
+    s.intake.set_devices(charges.Devices.of(MAPPINGS, [template("two", gpus(2))]))
     assert [d.workload.key for d in s.schedule() if isinstance(d, Admit)] == ["ns/j"]
     assert s.workloads["ns/j"].pod_sets[0].requests == {"cpu": 1000, "whole-gpus": 2000}
 

@@ -103,7 +103,7 @@ def build(case: Case) -> Scheduler:
     s = Scheduler(Config.of(objects), fair_sharing=fair_sharing_config.FairSharing())
     restored = []
     for seq, (name, cq, cpus, priority) in enumerate(case.admitted, start=1):
-        wl = s.workload_for(jobs.read_job(_job(name, cq, cpus)), seq=seq, now=0.0)
+        wl = s.intake.workload_for(jobs.read_job(_job(name, cq, cpus)), seq=seq, now=0.0)
         wl.priority = priority
         milli = round(cpus * quantity.MILLI)
         wl.admission = Admission(cq, {"main": {"cpu": "default"}}, {("default", "cpu"): milli}, borrowing=False)
@@ -128,7 +128,7 @@ def test_kueue_fair_preemption_case(name: str) -> None:
     case = CASES[name]
     s = build(case)
     cq, cpus = case.incoming
-    wl = s.workload_for(jobs.read_job(_job("incoming", cq, cpus)), seq=1000, now=1.0)
+    wl = s.intake.workload_for(jobs.read_job(_job("incoming", cq, cpus)), seq=1000, now=1.0)
     s.submit(wl)
     decisions = s.schedule()
     evicted = {d.workload.key.rsplit("/", 1)[-1]: d.detail for d in decisions if isinstance(d, Evict)}

@@ -223,7 +223,7 @@ def build(case: Case) -> Scheduler:
     s = Scheduler(Config.of(objects))
     restored = []
     for seq, (name, cq, gpus, priority) in enumerate(case.admitted, start=1):
-        wl = s.workload_for(jobs.read_job(_job(name, cq, gpus)), seq=seq, now=float(seq))
+        wl = s.intake.workload_for(jobs.read_job(_job(name, cq, gpus)), seq=seq, now=float(seq))
         wl.priority = priority
         usage = {("f", GPU): gpus * quantity.MILLI}
         wl.admission = Admission(cq, {"main": {GPU: "f"}}, usage, borrowing=False)
@@ -248,7 +248,7 @@ def test_kueue_hierarchical_preemption_case(name: str) -> None:
     case = CASES[name]
     s = build(case)
     cq, gpus, priority = case.incoming
-    wl = s.workload_for(jobs.read_job(_job("in", cq, gpus)), seq=100, now=100.0)
+    wl = s.intake.workload_for(jobs.read_job(_job("in", cq, gpus)), seq=100, now=100.0)
     wl.priority = priority
     s.submit(wl)
     decisions = s.schedule()

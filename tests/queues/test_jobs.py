@@ -175,7 +175,7 @@ def test_a_workload_names_the_class_its_priority_came_from() -> None:
     wpc = codec.parse({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
                      "metadata": {"name": "urgent"}, "value": 1000})  # fmt: skip
     sched = Scheduler(Config.of([wpc]))
-    sched.set_pod_priorities({"batch": (10, False), "everyone": (1, True)})
+    sched.intake.set_pod_priorities({"batch": (10, False), "everyone": (1, True)})
 
     def made(labels: dict[str, str], pod_class: str | None = None) -> tuple[str, int]:
         spec: dict[str, Any] = {"containers": [{"name": "c"}]}
@@ -183,11 +183,11 @@ def test_a_workload_names_the_class_its_priority_came_from() -> None:
             spec["priorityClassName"] = pod_class
         job = obj("batch/v1", "Job", {"template": {"spec": spec}})
         job["metadata"]["labels"] = labels
-        wl = sched.workload_for(jobs.read_job(job), seq=1, now=0.0)
+        wl = sched.intake.workload_for(jobs.read_job(job), seq=1, now=0.0)
         return wl.priority_class, wl.priority
 
     assert made({jobs.PRIORITY_LABEL: "urgent"}, "batch") == ("urgent", 1000)
     assert made({jobs.PRIORITY_LABEL: "missing"}, "batch") == ("batch", 10)
     assert made({}) == ("everyone", 1)
-    sched.set_pod_priorities({})
+    sched.intake.set_pod_priorities({})
     assert made({}) == ("", 0)

@@ -410,7 +410,7 @@ def test_default_local_queue_catches_unlabelled_jobs() -> None:
     del job["metadata"]["labels"]
     from queues.podsets import jobs
 
-    wl = s.workload_for(jobs.read_job(job), seq=1, now=0)
+    wl = s.intake.workload_for(jobs.read_job(job), seq=1, now=0)
     s.submit(wl)
     s.schedule()
     assert wl.local_queue == "default" and wl.admission is not None
@@ -545,7 +545,7 @@ def test_pod_sets_that_can_never_fit_together_exceed_max_quota_whatever_runs(run
     if running_gpus:
         make_workload("running").request(gpu=running_gpus).submit(s)
         s.schedule()
-    wl = s.workload_for(jobs.read_job(_pytorchjob("big", 4, 2, 4)), seq=99, now=0.0)
+    wl = s.intake.workload_for(jobs.read_job(_pytorchjob("big", 4, 2, 4)), seq=99, now=0.0)
     s.submit(wl)
     s.schedule()
     assert wl.admission is None
@@ -559,7 +559,7 @@ def test_a_multi_pod_set_message_names_each_pod_set() -> None:
     s = make_scheduler(flavor("f"), CQ("a").group(("f", {"gpu": 8})), queues={"q": "a"})
     make_workload("running").request(gpu=6).submit(s)
     s.schedule()
-    wl = s.workload_for(jobs.read_job(_pytorchjob("two", 2, 1, 2)), seq=99, now=0.0)
+    wl = s.intake.workload_for(jobs.read_job(_pytorchjob("two", 2, 1, 2)), seq=99, now=0.0)
     s.submit(wl)
     s.schedule()
     assert wl.admission is None and wl.reason == "WaitingForQuota", wl.message

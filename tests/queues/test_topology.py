@@ -496,7 +496,7 @@ def test_nothing_is_placed_until_the_nodes_are_known_then_it_is() -> None:
     for node in parsed.nodes:
         inventory.put(NodeInfo.of(node_object(str(node["name"]), node)))
     sched = Scheduler(Config.of(parsed.manifests), namespaces=parsed.namespaces, inventory=inventory)
-    wl = sched.workload_for(parsed.jobs[0].job, seq=0, now=0.0)
+    wl = sched.intake.workload_for(parsed.jobs[0].job, seq=0, now=0.0)
     sched.submit(wl)
     assert sched.schedule() == []
     assert sched.explain(wl)[1].endswith(

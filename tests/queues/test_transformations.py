@@ -156,9 +156,9 @@ def test_the_scheduler_admits_by_the_totals_and_waits_for_quota_on_them() -> Non
         [{"input": "nvidia.com/gpumem", "strategy": "Replace", "multiplyBy": "nvidia.com/gpu",
           "outputs": {"total-gpumem": "1"}}]
     )  # fmt: skip
-    s.set_devices(charges.Devices.of(mappings.NONE, [], transformations=t))
+    s.intake.set_devices(charges.Devices.of(mappings.NONE, [], transformations=t))
     for seq, (name, vgpus, mem) in enumerate([("big", "2", "3072"), ("next", "1", "4096")]):
-        s.submit(s.workload_for(hami_job(name, vgpus, mem), seq=seq, now=0.0))
+        s.submit(s.intake.workload_for(hami_job(name, vgpus, mem), seq=seq, now=0.0))
     assert [d.workload.key for d in s.schedule() if isinstance(d, Admit)] == ["ns/big"]
     waiting = s.workloads["ns/next"]
     assert waiting.reason == "WaitingForQuota" and "total-gpumem" in waiting.message
@@ -175,15 +175,15 @@ def test_new_transformations_after_a_restart_do_not_requeue_a_running_job() -> N
         CQ("cq").group(("hami", {"nvidia.com/gpu": 20, "nvidia.com/gpumem": 99999, "total-gpumem": 99999})),
         queues={"q": "cq"},
     )
-    s.submit(s.workload_for(hami_job("running", "2", "3072"), seq=1, now=0.0))
+    s.submit(s.intake.workload_for(hami_job("running", "2", "3072"), seq=1, now=0.0))
     assert [d.workload.key for d in s.schedule() if isinstance(d, Admit)] == ["ns/running"]
     t = transformations.parse(
         [{"input": "nvidia.com/gpumem", "strategy": "Replace", "multiplyBy": "nvidia.com/gpu",
           "outputs": {"total-gpumem": "1"}}]
     )  # fmt: skip
-    s.set_devices(charges.Devices.of(mappings.NONE, [], transformations=t))
-    remade = s.workload_for(hami_job("running", "2", "3072"), seq=2, now=1.0)
+    s.intake.set_devices(charges.Devices.of(mappings.NONE, [], transformations=t))
+    remade = s.intake.workload_for(hami_job("running", "2", "3072"), seq=2, now=1.0)
     assert remade.pod_sets[0].requests != s.workloads["ns/running"].pod_sets[0].requests
     assert s.job_changed("ns/running", remade.pod_sets, remade.shape) is None
-    grown = s.workload_for(hami_job("running", "3", "3072"), seq=3, now=1.0)
+    grown = s.intake.workload_for(hami_job("running", "3", "3072"), seq=3, now=1.0)
     assert s.job_changed("ns/running", grown.pod_sets, grown.shape) is not None  # (other pods: requeued)

@@ -160,8 +160,8 @@ class BudgetKeeper(Capability):
         """In a step: the term's scheduler gates (or lowers) by the latest look, and looks again
         on a change."""
         sched = term.scheduler
-        if sched.nominator.gate is not self.gate or sched.budget_priority is not self.lowered:
-            sched.nominator.gate, sched.budget_priority = self.gate, self.lowered
+        if sched.nominator.gate is not self.gate or sched.intake.budget_priority is not self.lowered:
+            sched.nominator.gate, sched.intake.budget_priority = self.gate, self.lowered
             sched.reprioritize()
             sched.look_again()
 

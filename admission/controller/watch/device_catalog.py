@@ -126,4 +126,4 @@ class DeviceCatalog:
     def apply(self, scheduler: Scheduler) -> None:
         """The scheduler charges new workloads' claims with the DRA objects as they are now (the
         waiting ones are made again by the step: their jobs were marked)."""
-        scheduler.devices = self.devices
+        scheduler.intake.devices = self.devices

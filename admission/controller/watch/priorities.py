@@ -35,4 +35,4 @@ class PriorityClasses:
             self.apply(scheduler)
 
     def apply(self, scheduler: Scheduler) -> None:
-        scheduler.set_pod_priorities(self.classes)
+        scheduler.intake.set_pod_priorities(self.classes)
