@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from aiohttp import web
 
 from admission.app import process, wiring
@@ -38,7 +37,7 @@ from admission.sim import efficiency
 from admission.sim.host import SimHost
 from admission.sim.operators import autoscaler
 from admission.store import config as config_store
-from admission.store import database, embedded, notify
+from admission.store import database, embedded
 from admission.webhook import certs, configurations, registration
 from admission.webhook.server import WebhookServer
 from queues.model import Config
@@ -90,24 +89,8 @@ async def fresh_database(database_url: str | None, workdir: Path) -> AsyncIterat
         finally:  # (stopped before the work folder goes, not at exit: nothing runs on, nothing is left)
             await asyncio.to_thread(embedded.stop, workdir / "pg")
         return
-    name = f"turnstile_sim_{secrets.token_hex(4)}"
-    admin = notify.asyncpg_dsn(database_url)
-    conn = await asyncpg.connect(admin)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    base, _, query = database_url.partition("?")
-    url = base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else "")
-    try:
-        await database.upgrade(url)
+    async with database.scratch(database_url) as url:
         yield url
-    finally:
-        conn = await asyncpg.connect(admin)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
 
 
 @contextlib.asynccontextmanager

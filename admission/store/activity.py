@@ -18,12 +18,12 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
+from sqlalchemy import func
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config, tables
-from admission.store.workload_objects import OBJECT_NAME
+from admission.store.queries import query
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +37,7 @@ class Request:
     requested_at: dt.datetime
 
 
-_FIND = text(
-    f"""
-    SELECT w.id, w.namespace, w.state, w.active, {OBJECT_NAME} AS object_name, r.active AS requested
-    FROM workloads AS w LEFT JOIN activity_requests AS r ON r.workload_id = w.id
-    WHERE w.namespace = :namespace AND (w.name = :name OR {OBJECT_NAME} = :name)
-    ORDER BY w.state = 'Finished', w.id DESC
-    """
-)
+_FIND = query("activity_find")
 
 
 async def request(session: AsyncSession, namespace: str, name: str, *, active: bool, actor: str) -> config.Outcome:
@@ -71,7 +64,7 @@ async def request(session: AsyncSession, namespace: str, name: str, *, active: b
     statement = insert(tables.ActivityRequest).values(workload_id=row.id, active=active, actor=actor)
     await session.execute(
         statement.on_conflict_do_update(
-            index_elements=["workload_id"], set_={"active": active, "actor": actor, "requested_at": text("now()")}
+            index_elements=["workload_id"], set_={"active": active, "actor": actor, "requested_at": func.now()}
         )
     )
     session.add(
@@ -89,20 +82,8 @@ async def request(session: AsyncSession, namespace: str, name: str, *, active: b
     return config.Outcome("Workload", key, "resumed" if active else "stopped")
 
 
-_PENDING = text(
-    """
-    SELECT r.workload_id, w.job_uid, r.active, r.actor, r.requested_at
-    FROM activity_requests AS r JOIN workloads AS w ON w.id = r.workload_id
-    ORDER BY r.requested_at, r.workload_id
-    """
-)
-_TAKE = text(
-    """
-    DELETE FROM activity_requests AS r
-    USING unnest(CAST(:id AS bigint[]), CAST(:at AS timestamptz[])) AS t(id, at)
-    WHERE r.workload_id = t.id AND r.requested_at = t.at
-    """
-)
+_PENDING = query("activity_pending")
+_TAKE = query("activity_take")
 
 
 async def pending(session: AsyncSession) -> list[Request]:

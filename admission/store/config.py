@@ -14,10 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Text, cast, delete, func, insert, select, text, tuple_
+from sqlalchemy import Text, cast, delete, func, insert, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
+from admission.store.queries import query
 from queues import errors
 from queues.kueue import api, codec
 from queues.model import Config
@@ -58,11 +59,11 @@ def manifest_of(obj: api.KueueObject) -> dict[str, Any]:
 
 
 async def lock(session: AsyncSession) -> None:
-    await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CONFIG_LOCK})
+    await session.execute(query("config_lock"), {"key": CONFIG_LOCK})
 
 
 async def notify(session: AsyncSession, payload: str) -> None:
-    await session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": NOTIFY_CHANNEL, "payload": payload})
+    await session.execute(query("notify"), {"channel": NOTIFY_CHANNEL, "payload": payload})
 
 
 def _columns(obj: api.KueueObject) -> dict[str, Any]:

@@ -14,13 +14,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import event, text
+from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from admission import urls
 from admission.settings import Settings
 from admission.store import embedded
+from admission.store.queries import query, template
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -178,8 +179,39 @@ def describe_error(exc: BaseException, limit: int = 300) -> str:
 
 async def schema_revision(session: AsyncSession) -> str | None:
     """The schema's revision; None when the database has no schema yet (not when it is unreachable)."""
-    found = await session.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
+    found = await session.execute(query("database_has_revisions"))
     if not found.scalar_one():
         return None
-    result = await session.execute(text("SELECT version_num FROM alembic_version"))
+    result = await session.execute(query("database_revision"))
     return result.scalar_one_or_none()
+
+
+@asynccontextmanager
+async def scratch(database_url: str, prefix: str = "turnstile_sim") -> AsyncIterator[str]:
+    """A new database beside ``database_url``'s (same server and user), migrated to head, for the
+    block's life, then dropped with whatever still connects to it: a simulation's own store on
+    a shared PostgreSQL. Yields its URL."""
+    import secrets
+
+    import asyncpg
+
+    from admission.store import notify
+
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    admin = notify.asyncpg_dsn(database_url)
+
+    async def run(statement: str) -> None:
+        conn = await asyncpg.connect(admin)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    await run(template("database_create").format(name=name))
+    base, _, params = database_url.partition("?")
+    url = base.rsplit("/", 1)[0] + f"/{name}" + (f"?{params}" if params else "")
+    try:
+        await upgrade(url)
+        yield url
+    finally:
+        await run(template("database_drop").format(name=name))

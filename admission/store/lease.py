@@ -12,10 +12,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
+from admission.store.queries import query
 
 SCHEDULER = "scheduler"
 
@@ -38,20 +39,9 @@ async def acquire(session: AsyncSession, *, holder: str, ttl: dt.timedelta, name
     share mode), so an election round never hangs; the lock timeout raises like any database error.
     """
     millis = max(1, int(ttl.total_seconds() * 1000 / 3))
-    await session.execute(text(f"SET LOCAL lock_timeout = {millis}"))
+    await session.execute(query("lease_lock_timeout"), {"millis": str(millis)})
     row = await session.execute(
-        text(
-            """
-            INSERT INTO leader_lease (name, holder, fencing_token, renewed_at, expires_at)
-            VALUES (:name, :holder, 1, clock_timestamp(), clock_timestamp() + :ttl)
-            ON CONFLICT (name) DO UPDATE SET
-              fencing_token = CASE WHEN leader_lease.holder = EXCLUDED.holder
-                                   THEN leader_lease.fencing_token ELSE leader_lease.fencing_token + 1 END,
-              holder = EXCLUDED.holder, renewed_at = clock_timestamp(), expires_at = EXCLUDED.expires_at
-            WHERE leader_lease.holder = EXCLUDED.holder OR leader_lease.expires_at < clock_timestamp()
-            RETURNING fencing_token
-            """
-        ),
+        query("lease_acquire"),
         {"name": name, "holder": holder, "ttl": ttl},
     )
     token = row.scalar_one_or_none()
@@ -73,15 +63,10 @@ async def release(session: AsyncSession, fence: Fence, *, channel: str) -> bool:
     """Give the lease up while it is still ``fence``'s (it expires a millisecond ago) and NOTIFY
     ``channel`` so the standbys contest it at once; False if it was no longer ours."""
     released = await session.execute(
-        text(
-            "UPDATE leader_lease SET expires_at = clock_timestamp() - interval '1 millisecond' "
-            "WHERE name = :n AND holder = :h AND fencing_token = :t"
-        ),
+        query("lease_release"),
         {"n": fence.name, "h": fence.holder, "t": fence.token},
     )
     if released.rowcount != 1:  # type: ignore[attr-defined]
         return False
-    await session.execute(
-        text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": f"released {fence.token}"}
-    )
+    await session.execute(query("notify"), {"channel": channel, "payload": f"released {fence.token}"})
     return True

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.policy import parse_fair_sharing
 from admission.store import config as config_store
 from admission.store import fair_usage, tables
 from admission.store import workload_objects as workload_objects_store
+from admission.store.queries import query
 from queues.kueue import fair_sharing_config
 
 
@@ -34,26 +35,7 @@ async def queue_counts(session: AsyncSession) -> dict[str, Any]:
     return out
 
 
-_WORKLOAD_ROWS = text(
-    f"""
-    SELECT id, namespace, name, kind, local_queue, cluster_queue,
-           {workload_objects_store.OBJECT_NAME} AS object_name,
-           -- holding quota, its job not started yet: admission checks still to pass, or preempted
-           -- workloads' pods still stopping
-           CASE WHEN state = 'Admitted' AND (checks <> '[]'::jsonb OR reason = 'Preempting') THEN 'QuotaReserved'
-                ELSE state END AS state,
-           priority, reason, message, pod_sets, assigned_flavors, created_at,
-           CASE WHEN state = 'Pending' AND cluster_queue IS NOT NULL THEN
-             row_number() OVER (PARTITION BY cluster_queue, state = 'Pending'
-                                ORDER BY priority DESC, queue_ts, id) END AS cq_position,
-           CASE WHEN state = 'Pending' AND local_queue IS NOT NULL THEN
-             row_number() OVER (PARTITION BY namespace, local_queue, state = 'Pending'
-                                ORDER BY priority DESC, queue_ts, id) END AS lq_position
-    FROM workloads w
-    WHERE state <> 'Finished'
-    ORDER BY namespace, name
-    """
-)
+_WORKLOAD_ROWS = query("read_models_workloads")
 
 
 async def workload_rows(session: AsyncSession, *, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
@@ -109,21 +91,13 @@ async def reserved_while_checking(session: AsyncSession) -> dict[tuple[str, str]
     checking = (
         select(a.flavor, a.resource, func.sum(a.quantity))
         .join(w, w.id == a.workload_id)
-        .where(w.state == "Admitted", w.checks != text("'[]'::jsonb"))
+        .where(w.state == "Admitted", func.jsonb_array_length(w.checks) > 0)
         .group_by(a.flavor, a.resource)
     )
     return {(flavor, resource): int(qty) for flavor, resource, qty in await session.execute(checking)}
 
 
-_PENDING = text(
-    """
-    SELECT namespace, name, kind, local_queue, priority, reason, message, queue_ts
-    FROM workloads
-    WHERE state = 'Pending' AND cluster_queue = :cq
-    ORDER BY priority DESC, queue_ts, id
-    LIMIT :limit OFFSET :offset
-    """
-)
+_PENDING = query("read_models_pending")
 
 
 async def pending_page(session: AsyncSession, cluster_queue: str, *, offset: int, limit: int) -> tuple[int, list[Any]]:
@@ -145,14 +119,5 @@ async def audit_entries(session: AsyncSession, limit: int) -> list[tables.AuditE
 async def change_marks(session: AsyncSession) -> tuple[int, ...]:
     """Numbers that move whenever something the dashboard shows may have changed: the last
     decision, the last edit, the workloads not finished, the last workload."""
-    row = (
-        await session.execute(
-            text(
-                "SELECT (SELECT coalesce(max(id), 0) FROM workload_events),"
-                " (SELECT coalesce(max(id), 0) FROM audit_log),"
-                " (SELECT count(*) FROM workloads WHERE state <> 'Finished'),"
-                " (SELECT coalesce(max(id), 0) FROM workloads)"
-            )
-        )
-    ).one()
+    row = (await session.execute(query("read_models_marks"))).one()
     return tuple(int(v) for v in row)

@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import DateTime, Numeric, String, and_, case, cast, func, literal, select, text
+from sqlalchemy import DateTime, Numeric, String, and_, case, cast, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import tables
+from admission.store.queries import query
 from queues.gpus.gpu_metrics import Memory
 
 NO_LABEL = "(none)"
@@ -151,9 +152,9 @@ async def report(
     ]
     overlaps = and_(u.started_at < until, ends > since)
     if starts is None:
-        query = select(*columns).where(overlaps).group_by(group, u.cluster_queue, u.flavor, u.resource)
+        grouped = select(*columns).where(overlaps).group_by(group, u.cluster_queue, u.flavor, u.resource)
     else:
-        query = (
+        grouped = (
             select(*columns, lo)
             .join(starts, and_(u.started_at < hi, ends > lo))
             .where(overlaps, lo < until)
@@ -161,10 +162,10 @@ async def report(
         )
     # The planner takes groups of several columns for independent (namespace x queue x flavor x
     # resource) and sorts a million rows on disk under the default 4 MB: room to hash them instead.
-    await session.execute(text("SET LOCAL work_mem = '64MB'"))
+    await session.execute(query("transaction_work_mem"), {"size": "64MB"})
     rows = []
     unit = Decimal(1000 * 3600)  # milli-unit-seconds per unit-hour
-    for row in await session.execute(query):
+    for row in await session.execute(grouped):
         g_, cq, flavor, resource, total, started, measured, busy = tuple(row)[:8]
         rows.append(
             UsageRow(
@@ -189,13 +190,7 @@ async def set_running(session: AsyncSession, running: Sequence[tuple[int, dt.dat
         await session.execute(_SET_RUNNING, {"id": [wid for wid, _ in running], "at": [at for _, at in running]})
 
 
-_SET_RUNNING = text(
-    """
-    UPDATE usage_ledger AS l SET running_at = GREATEST(u.at, l.started_at)
-    FROM unnest(CAST(:id AS bigint[]), CAST(:at AS timestamptz[])) AS u(id, at)
-    WHERE l.workload_id = u.id AND l.ended_at IS NULL AND l.running_at IS NULL
-    """
-)
+_SET_RUNNING = query("usage_set_running")
 
 
 async def add_measured(session: AsyncSession, measured: Sequence[Measurement]) -> None:
@@ -238,39 +233,8 @@ async def set_run_measured(session: AsyncSession, runs: Sequence[RunMeasurement]
 
 # the run's rows: this workload's, closed, that ran, and whose hold overlaps the run (one
 # admission's rows; the next admission's are open or start after this run ended)
-_SET_RUN_MEASURED = text(
-    """
-    UPDATE usage_ledger AS l
-    SET measured_seconds = CASE WHEN u.mean IS NULL THEN l.measured_seconds
-                                ELSE EXTRACT(EPOCH FROM l.ended_at - l.running_at) END,
-        busy_seconds = CASE WHEN u.mean IS NULL THEN l.busy_seconds
-                            ELSE EXTRACT(EPOCH FROM l.ended_at - l.running_at) * u.mean END,
-        memory_seconds = CASE WHEN u.mib IS NULL THEN l.memory_seconds
-                              ELSE EXTRACT(EPOCH FROM l.ended_at - l.running_at) END,
-        memory_mib_seconds = CASE WHEN u.mib IS NULL THEN l.memory_mib_seconds
-                                  ELSE EXTRACT(EPOCH FROM l.ended_at - l.running_at) * u.mib END,
-        memory_peak_mib = GREATEST(l.memory_peak_mib, u.peak),
-        memory_total_mib = GREATEST(l.memory_total_mib, u.total)
-    FROM unnest(CAST(:id AS bigint[]), CAST(:since AS timestamptz[]), CAST(:until AS timestamptz[]),
-                CAST(:mean AS float8[]), CAST(:peak AS float8[]), CAST(:mib AS float8[]),
-                CAST(:total AS float8[])) AS u(id, since, until, mean, peak, mib, total)
-    WHERE l.workload_id = u.id AND l.ended_at IS NOT NULL AND l.running_at IS NOT NULL
-      AND l.ended_at > l.running_at AND l.started_at < u.until AND l.ended_at > u.since
-    """
-)
+_SET_RUN_MEASURED = query("usage_set_run_measured")
 
 
 # (GREATEST ignores NULLs: a read without memory figures leaves the peak as it was)
-_ADD_MEASURED = text(
-    """
-    UPDATE usage_ledger AS l
-    SET measured_seconds = l.measured_seconds + u.seconds, busy_seconds = l.busy_seconds + u.busy,
-        memory_seconds = l.memory_seconds + u.mem_s, memory_mib_seconds = l.memory_mib_seconds + u.mib_s,
-        memory_peak_mib = GREATEST(l.memory_peak_mib, u.peak),
-        memory_total_mib = GREATEST(l.memory_total_mib, u.total)
-    FROM unnest(CAST(:id AS bigint[]), CAST(:seconds AS float8[]), CAST(:busy AS float8[]),
-                CAST(:mem_s AS float8[]), CAST(:mib_s AS float8[]), CAST(:peak AS float8[]),
-                CAST(:total AS float8[])) AS u(id, seconds, busy, mem_s, mib_s, peak, total)
-    WHERE l.workload_id = u.id AND l.ended_at IS NULL AND l.running_at IS NOT NULL
-    """
-)
+_ADD_MEASURED = query("usage_add_measured")

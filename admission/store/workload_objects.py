@@ -19,31 +19,19 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from admission.store.queries import query
 from admission.store.workload_shape import JOB_UID_LABEL, timestamp, to_object
 
 RETENTION = dt.timedelta(days=7)
 
-# A workload's object name, as Kueue names them and kubectl shows them: <kind>-<job name>-<first 5
-# of the job's uid> (``job-big-train-99858``); ``object_name`` is the same rule in Python.
-OBJECT_NAME = "lower(w.kind) || '-' || w.name || '-' || left(w.job_uid, 5)"
-
 
 def object_name(kind: str, name: str, job_uid: str) -> str:
-    """The Workload object name of job ``kind``/``name`` (SQL: ``OBJECT_NAME``)."""
+    """The Workload object name of job ``kind``/``name``, as Kueue names them and kubectl shows
+    them: <kind>-<job name>-<first 5 of the job's uid> (``job-big-train-99858``); in SQL, the
+    ``object_name`` fragment of ``queries.sql``."""
     return f"{kind.lower()}-{name}-{job_uid[:5]}"
-
-
-_COLUMNS = f"""
-    w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
-    w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
-    w.assigned_flavors, w.checks, w.labels, w.executed_seconds, w.retries, w.requeue_at, w.pods_ready_at,
-    COALESCE((SELECT r.active FROM activity_requests r WHERE r.workload_id = w.id), w.active) AS active,
-    {OBJECT_NAME} AS object_name
-"""
-_VISIBLE = "(w.state <> 'Finished' OR w.finished_at > now() - make_interval(secs => :retention))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,16 +65,13 @@ async def page(
     """One page of workloads (all of them without ``limit``), in (namespace, name) order.
     ``pods_ready``: waitForPodsReady is on (the objects then carry Kueue's ``PodsReady`` condition)."""
     ns, name, wid = _after(token)
-    where = [_VISIBLE, "(w.namespace, w.name, w.id) > (:ns, :name, :wid)"]
-    if namespace is not None:
-        where.append("w.namespace = :namespace")
-    query = f"SELECT {_COLUMNS} FROM workloads w WHERE {' AND '.join(where)} ORDER BY w.namespace, w.name, w.id"
-    params: dict[str, Any] = {"ns": ns, "name": name, "wid": wid, "namespace": namespace}
-    params["retention"] = RETENTION.total_seconds()
-    if limit is not None:
-        query += " LIMIT :limit"
-        params["limit"] = limit + 1
-    rows = list((await session.execute(text(query), params)).mappings())
+    params: dict[str, Any] = {"ns": ns, "name": name, "wid": wid, "retention": RETENTION.total_seconds()}
+    params["limit"] = None if limit is None else limit + 1  # (one more: is there a next page?)
+    if namespace is None:
+        statement = query("workload_objects_page")
+    else:
+        statement, params["namespace"] = query("workload_objects_page_in_namespace"), namespace
+    rows = list((await session.execute(statement, params)).mappings())
     more = limit is not None and len(rows) > limit
     rows = rows[:limit] if limit is not None else rows
     items = await _objects(session, rows, pods_ready)
@@ -96,13 +81,8 @@ async def page(
 
 async def get(session: AsyncSession, namespace: str, name: str, *, pods_ready: bool = False) -> dict[str, Any] | None:
     """The workload ``name`` (its object name, or its job's name) in ``namespace``."""
-    query = (
-        f"SELECT {_COLUMNS} FROM workloads w WHERE {_VISIBLE} AND w.namespace = :namespace "
-        f"AND ({OBJECT_NAME} = :name OR w.name = :name) "
-        "ORDER BY (w.state = 'Finished'), w.id DESC LIMIT 1"
-    )
     params = {"namespace": namespace, "name": name, "retention": RETENTION.total_seconds()}
-    rows = list((await session.execute(text(query), params)).mappings())
+    rows = list((await session.execute(query("workload_objects_get"), params)).mappings())
     items = await _objects(session, rows, pods_ready)
     return items[0] if items else None
 
@@ -110,9 +90,8 @@ async def get(session: AsyncSession, namespace: str, name: str, *, pods_ready: b
 async def by_job_uids(session: AsyncSession, uids: list[str], *, pods_ready: bool = False) -> dict[str, dict[str, Any]]:
     """The workloads of these jobs (by job uid) that are still shown (not finished, or finished
     within ``RETENTION``); a job missing from the answer has none."""
-    query = f"SELECT {_COLUMNS} FROM workloads w WHERE {_VISIBLE} AND w.job_uid = ANY(:uids)"
     params = {"uids": list(uids), "retention": RETENTION.total_seconds()}
-    rows = list((await session.execute(text(query), params)).mappings())
+    rows = list((await session.execute(query("workload_objects_by_job_uids"), params)).mappings())
     return {obj["metadata"]["labels"][JOB_UID_LABEL]: obj for obj in await _objects(session, rows, pods_ready)}
 
 
@@ -120,10 +99,7 @@ async def _objects(session: AsyncSession, rows: list[Any], pods_ready: bool) -> 
     evictions: dict[int, Any] = {}
     if rows:
         found = await session.execute(
-            text(
-                "SELECT DISTINCT ON (workload_id) workload_id, at, reason, detail, by_workload FROM workload_events "
-                "WHERE type = 'Evicted' AND workload_id = ANY(:ids) ORDER BY workload_id, id DESC"
-            ),
+            query("workload_objects_evictions"),
             {"ids": [r["id"] for r in rows]},
         )
         evictions = {e["workload_id"]: e for e in found.mappings()}
@@ -139,11 +115,7 @@ async def object_names(session: AsyncSession, keys: set[str]) -> dict[str, str]:
         return {}
     pairs = [key.split("/", 1) for key in keys if "/" in key]
     found = await session.execute(
-        text(
-            f"SELECT DISTINCT ON (w.namespace, w.name) w.namespace, w.name, {OBJECT_NAME} AS object_name "
-            "FROM workloads w JOIN unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS k(ns, name) "
-            "ON w.namespace = k.ns AND w.name = k.name ORDER BY w.namespace, w.name, w.id DESC"
-        ),
+        query("workload_objects_names"),
         {"ns": [p[0] for p in pairs], "names": [p[1] for p in pairs]},
     )
     return {f"{r['namespace']}/{r['name']}": f"{r['namespace']}/{r['object_name']}" for r in found.mappings()}
@@ -155,23 +127,10 @@ async def pending(
     """Kueue's visibility ``PendingWorkload`` items of ``cluster_queue`` (or of one of its
     LocalQueues), in queue order: priority, then queue time, then submission, as the scheduler
     orders them; positions in the ClusterQueue and in the LocalQueue count from 0."""
-    query = f"""
-        SELECT * FROM (
-            SELECT w.namespace, w.name, w.kind, w.api_version, w.job_uid, w.local_queue, w.priority,
-                   w.created_at, {OBJECT_NAME} AS object_name,
-                   row_number() OVER (ORDER BY w.priority DESC, w.queue_ts, w.id) - 1 AS cq_position,
-                   row_number() OVER (PARTITION BY w.namespace, w.local_queue
-                                      ORDER BY w.priority DESC, w.queue_ts, w.id) - 1 AS lq_position
-            FROM workloads w
-            WHERE w.state = 'Pending' AND w.active AND w.cluster_queue = :cq
-        ) ranked
-    """
-    params: dict[str, Any] = {"cq": cluster_queue, "offset": offset, "limit": limit}
+    params: dict[str, Any] = {"cq": cluster_queue, "offset": offset, "limit": limit, "namespace": None, "lq": None}
     if local_queue is not None:
-        query += " WHERE namespace = :namespace AND local_queue = :lq"
         params |= {"namespace": local_queue[0], "lq": local_queue[1]}
-    query += " ORDER BY cq_position OFFSET :offset LIMIT :limit"
-    rows = (await session.execute(text(query), params)).mappings()
+    rows = (await session.execute(query("workload_objects_pending"), params)).mappings()
     return [
         {
             "metadata": {
@@ -194,7 +153,7 @@ async def pending(
 async def local_queue_target(session: AsyncSession, namespace: str, name: str) -> str | None:
     """The ClusterQueue of LocalQueue ``namespace/name``, or None if there is no such LocalQueue."""
     found = await session.execute(
-        text("SELECT cluster_queue FROM local_queues WHERE namespace = :ns AND name = :name"),
+        query("workload_objects_local_queue_target"),
         {"ns": namespace, "name": name},
     )
     value = found.scalar_one_or_none()
@@ -202,5 +161,5 @@ async def local_queue_target(session: AsyncSession, namespace: str, name: str) -
 
 
 async def cluster_queue_exists(session: AsyncSession, name: str) -> bool:
-    found = await session.execute(text("SELECT 1 FROM cluster_queues WHERE name = :name"), {"name": name})
+    found = await session.execute(query("workload_objects_cluster_queue_exists"), {"name": name})
     return found.scalar_one_or_none() is not None

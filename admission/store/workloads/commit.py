@@ -17,12 +17,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, literal, select, text, update
+from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store import config as config_store
 from admission.store import lease, table_base, tables
+from admission.store.queries import query
 from admission.store.workloads.intake import LEDGER_LABELS, pod_sets_json
 from queues.model import Admission, Snapshot
 from queues.podsets import jobs
@@ -60,10 +61,7 @@ def _tree_keys(snapshot: Snapshot, cluster_queues: Iterable[str]) -> list[str]:
 async def _lock_trees(session: AsyncSession, keys: list[str]) -> None:
     """One round trip; the locks are taken in sorted order, so two writers never deadlock."""
     await session.execute(
-        text(
-            "SELECT count(pg_advisory_xact_lock(hashtext(k))) FROM (SELECT unnest(CAST(:keys AS text[])) AS k "
-            "ORDER BY 1) AS ordered"
-        ),
+        query("commit_lock_trees"),
         {"keys": sorted(keys)},
     )
 
@@ -96,36 +94,13 @@ async def _release(session: AsyncSession, ids: Sequence[int], now: dt.datetime) 
     await _close_intervals(session, ids, now)
 
 
-_EXECUTED = text(  # what an evicted job ran so far
-    """
-    UPDATE workloads AS w SET executed_seconds = u.s
-    FROM unnest(CAST(:id AS bigint[]), CAST(:s AS float8[])) AS u(id, s)
-    WHERE w.id = u.id
-    """
-)
+_EXECUTED = query("commit_executed")  # what an evicted job ran so far
 
-_ADMIT = text(
-    """
-    UPDATE workloads AS w
-    SET state = 'Admitted', cluster_queue = u.cluster_queue, admitted_at = :now,
-        reason = CASE WHEN u.checks::jsonb = '[]'::jsonb THEN 'Admitted' ELSE 'WaitingForCapacity' END,
-        message = NULL, assigned_flavors = u.flavors::jsonb, checks = u.checks::jsonb
-    FROM unnest(CAST(:id AS bigint[]), CAST(:cluster_queue AS text[]), CAST(:flavors AS text[]),
-                CAST(:checks AS text[]))
-         AS u(id, cluster_queue, flavors, checks)
-    WHERE w.id = u.id
-    """
-)
+_ADMIT = query("commit_admit")
 
 
 _ADMISSION_COLUMNS = ("workload_id", "flavor", "resource", "cluster_queue", "quantity")
-_INSERT_ADMISSIONS = text(
-    """
-    INSERT INTO admissions (workload_id, flavor, resource, cluster_queue, quantity)
-    SELECT * FROM unnest(CAST(:workload_id AS bigint[]), CAST(:flavor AS text[]), CAST(:resource AS text[]),
-                         CAST(:cluster_queue AS text[]), CAST(:quantity AS numeric[]))
-    """
-)
+_INSERT_ADMISSIONS = query("commit_insert_admissions")
 _LEDGER_COLUMNS = (
     "workload_id",
     "workload",
@@ -137,16 +112,7 @@ _LEDGER_COLUMNS = (
     "quantity",
     "labels",
 )
-_INSERT_LEDGER = text(
-    """
-    INSERT INTO usage_ledger (workload_id, workload, namespace, cluster_queue, local_queue, flavor, resource,
-                              quantity, labels, started_at)
-    SELECT u.*, :now FROM unnest(CAST(:workload_id AS bigint[]), CAST(:workload AS text[]),
-                                 CAST(:namespace AS text[]), CAST(:cluster_queue AS text[]),
-                                 CAST(:local_queue AS text[]), CAST(:flavor AS text[]), CAST(:resource AS text[]),
-                                 CAST(:quantity AS numeric[]), CAST(:labels AS text[])::jsonb[]) AS u
-    """
-)
+_INSERT_LEDGER = query("commit_insert_ledger")
 
 
 def _columns(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, list[Any]]:
@@ -331,17 +297,7 @@ _EVENT_COLUMNS = (
     "workload_id", "type", "cluster_queue", "flavors", "borrowing", "counts", "reason", "detail", "by_workload",
     "placement",
 )  # fmt: skip
-_INSERT_EVENTS = text(
-    """
-    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, counts, reason, detail,
-                                 by_workload, placement, at)
-    SELECT u.*, :now FROM unnest(CAST(:workload_id AS bigint[]), CAST(:type AS text[]),
-                                 CAST(:cluster_queue AS text[]), CAST(:flavors AS text[])::jsonb[],
-                                 CAST(:borrowing AS boolean[]), CAST(:counts AS text[])::jsonb[],
-                                 CAST(:reason AS text[]), CAST(:detail AS text[]), CAST(:by_workload AS text[]),
-                                 CAST(:placement AS text[])::jsonb[]) AS u
-    """
-)
+_INSERT_EVENTS = query("commit_insert_events")
 
 
 async def _events(session: AsyncSession, rows: list[dict[str, Any]], now: dt.datetime) -> None:

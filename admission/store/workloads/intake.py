@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from admission.store.queries import query
 from queues import selectors
 from queues.podsets import jobs
 from queues.podsets.pod_resources import PodClaim
@@ -110,25 +110,7 @@ def _topology_from_json(body: dict[str, Any]) -> Request:
     return Request(str(body["mode"]), body.get("level"), body.get("sliceLevel"), int(body.get("sliceSize") or 1))
 
 
-_UPSERT = text(
-    """
-    INSERT INTO workloads (job_uid, api_version, kind, namespace, name, local_queue, priority, pod_sets, labels,
-                           state, queue_ts, created_at)
-    SELECT u.job_uid, u.api_version, u.kind, u.namespace, u.name, u.local_queue, u.priority, u.pod_sets::jsonb,
-           u.labels::jsonb, 'Pending', u.ts, u.ts
-    FROM unnest(CAST(:job_uid AS text[]), CAST(:api_version AS text[]), CAST(:kind AS text[]),
-                CAST(:namespace AS text[]), CAST(:name AS text[]), CAST(:local_queue AS text[]),
-                CAST(:priority AS integer[]), CAST(:pod_sets AS text[]), CAST(:labels AS text[]),
-                CAST(:ts AS timestamptz[])) WITH ORDINALITY
-         AS u(job_uid, api_version, kind, namespace, name, local_queue, priority, pod_sets, labels, ts, n)
-    ORDER BY u.n  -- ids follow the records' order: the order jobs were seen is the order they queue
-    ON CONFLICT (job_uid) DO UPDATE SET
-        local_queue = EXCLUDED.local_queue, priority = EXCLUDED.priority,
-        labels = EXCLUDED.labels, pod_sets = EXCLUDED.pod_sets
-    WHERE workloads.state = 'Pending'
-    RETURNING id, job_uid, state
-    """
-)
+_UPSERT = query("intake_upsert")
 
 
 async def upsert(session: AsyncSession, records: Sequence[Record]) -> dict[str, tuple[int, str]]:

@@ -13,17 +13,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-_SET_REASONS = text(
-    """
-    UPDATE workloads AS w SET reason = u.reason, message = u.message, cluster_queue = u.cluster_queue
-    FROM unnest(CAST(:id AS bigint[]), CAST(:reason AS text[]), CAST(:message AS text[]),
-                CAST(:cluster_queue AS text[])) AS u(id, reason, message, cluster_queue)
-    WHERE w.id = u.id AND w.state = 'Pending'
-    """
-)
+from admission.store.queries import query
+
+_SET_REASONS = query("state_set_reasons")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,27 +34,8 @@ class CheckState:
     started: bool = False  # its last check passed now: it is admitted (an Admitted event)
 
 
-_SET_CHECKS = text(
-    """
-    UPDATE workloads AS w
-    SET checks = u.checks::jsonb, retries = u.retries, requeue_at = u.requeue_at, active = u.active,
-        reason = u.reason, message = u.message
-    FROM unnest(CAST(:id AS bigint[]), CAST(:checks AS text[]), CAST(:retries AS integer[]),
-                CAST(:requeue_at AS timestamptz[]), CAST(:active AS boolean[]), CAST(:reason AS text[]),
-                CAST(:message AS text[])) AS u(id, checks, retries, requeue_at, active, reason, message)
-    WHERE w.id = u.id
-    """
-)
-_STARTED_EVENTS = text(
-    """
-    INSERT INTO workload_events (workload_id, type, cluster_queue, flavors, borrowing, counts, placement, at)
-    SELECT w.id, 'Admitted', w.cluster_queue, w.assigned_flavors -> 'flavors',
-           (w.assigned_flavors ->> 'borrowing')::boolean, w.assigned_flavors -> 'counts',
-           w.assigned_flavors -> 'placement', :now
-    FROM workloads AS w
-    WHERE w.id = ANY(CAST(:id AS bigint[])) AND w.state = 'Admitted'
-    """
-)
+_SET_CHECKS = query("state_set_checks")
+_STARTED_EVENTS = query("state_started_events")
 
 
 async def set_checks(session: AsyncSession, states: Sequence[CheckState], now: dt.datetime) -> None:
@@ -93,13 +68,7 @@ async def set_pods_ready(session: AsyncSession, ready: Sequence[tuple[int, dt.da
     await session.execute(_SET_PODS_READY, {"id": [wid for wid, _ in ready], "at": [at for _, at in ready]})
 
 
-_SET_PODS_READY = text(
-    """
-    UPDATE workloads AS w SET pods_ready_at = u.at
-    FROM unnest(CAST(:id AS bigint[]), CAST(:at AS timestamptz[])) AS u(id, at)
-    WHERE w.id = u.id AND w.state = 'Admitted'
-    """
-)
+_SET_PODS_READY = query("state_set_pods_ready")
 
 
 async def set_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, str, str | None]]) -> None:
@@ -117,13 +86,7 @@ async def set_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, s
         )
 
 
-_SET_ADMITTED_REASONS = text(
-    """
-    UPDATE workloads AS w SET reason = u.reason, message = u.message
-    FROM unnest(CAST(:id AS bigint[]), CAST(:reason AS text[]), CAST(:message AS text[])) AS u(id, reason, message)
-    WHERE w.id = u.id AND w.state = 'Admitted'
-    """
-)
+_SET_ADMITTED_REASONS = query("state_set_admitted_reasons")
 
 
 async def set_admitted_reasons(session: AsyncSession, reasons: Sequence[tuple[int, str, str]]) -> None:
@@ -142,9 +105,4 @@ async def clear_admitted_reason(session: AsyncSession, ids: Sequence[int], reaso
         await session.execute(_CLEAR_ADMITTED_REASON, {"ids": list(ids), "reason": reason})
 
 
-_CLEAR_ADMITTED_REASON = text(
-    """
-    UPDATE workloads SET reason = NULL, message = NULL
-    WHERE id = ANY(CAST(:ids AS bigint[])) AND state = 'Admitted' AND reason = :reason
-    """
-)
+_CLEAR_ADMITTED_REASON = query("state_clear_admitted_reason")
