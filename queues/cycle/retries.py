@@ -254,6 +254,7 @@ class Retries:
         """When the next workload waiting out a backoff queues again; None if none does."""
         return self.intake.next_requeue()
 
+
 def _asked(ps: jobs.PodSet) -> tuple[object, ...]:
     """What a running pod set's pods ask for: the containers' requests where resource
     transformations changed what quota counts (new transformations after a restart do not make a
