@@ -106,7 +106,7 @@ class Observation:
                 held = term.held(row.key)
                 if held is not None and view.admission is not None and view.admission == admission_token(held):
                     # running as admitted: with the pods it was admitted for? (a Job's parallelism may change)
-                    changed = sched.job_changed(row.key, candidate.pod_sets, candidate.shape)
+                    changed = sched.retries.job_changed(row.key, candidate.pod_sets, candidate.shape)
                     if changed is not None:
                         resized.append(changed)
             elif current is not None and current.admission is None and view.suspended and view.admission is None:
@@ -188,9 +188,9 @@ class Observation:
             row = term.rows.get(r.job_uid)
             if row is not None and not r.active:
                 message = f"spec.active set to false by {r.actor}"
-                if (evict := sched.deactivate(row.key, message)) is not None:
+                if (evict := sched.retries.deactivate(row.key, message)) is not None:
                     out.append(evict)
-            elif row is not None and sched.activate(row.key):
+            elif row is not None and sched.retries.activate(row.key):
                 self.events.post(self.jobs.view(row.key), "Reactivated", f"The workload was reactivated by {r.actor}")
         term.taken.extend(requests)
         return out

@@ -49,7 +49,7 @@ from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import activity, database, fair_usage, lease
 from admission.store import workloads as store
 from queues.cycle import provisioning
-from queues.cycle.decisions import NO_MATCHING_WORKLOAD
+from queues.cycle.decisions import NO_MATCHING_WORKLOAD, Told
 from queues.cycle.scheduler import SETTLE_SECONDS, Admit, Decision, Evict
 from queues.model import Workload
 
@@ -149,11 +149,12 @@ class Steps:
         decisions.extend(decided)
         touched = {row.key for uid in dirty if (row := term.rows.get(uid)) is not None}
         waiting, self.changes.preempting = self.changes.preempting, {}
-        said = set(sched.said)  # (waiting workloads whose reason changed: their objects' QuotaReserved)
+        told = sched.take_told()  # (reasons and admission checks' states, stored with the decisions)
+        said = set(told.said)  # (waiting workloads whose reason changed: their objects' QuotaReserved)
         committed: set[str] = set()
         owed = any(capability.owes_commit() for capability in self.capabilities)
-        if decisions or sched.said or sched.checked or waiting or owed or term.taken:
-            committed = await self._commit(step, decisions, at, waiting)
+        if decisions or told or waiting or owed or term.taken:
+            committed = await self._commit(step, decisions, told, at, waiting)
             touched |= committed
         if self.projection is not None:
             # The Workload objects of what the store now holds differently: jobs stored, finished
@@ -174,7 +175,7 @@ class Steps:
         await self._save_usage(term)
         for capability in self.capabilities:  # (the ledger's started and used hours...)
             await capability.record(step)
-        due = (sched.next_requeue(), sched.next_settled(), *(c.next_wake() for c in self.capabilities))
+        due = (sched.intake.next_requeue(), sched.next_settled(), *(c.next_wake() for c in self.capabilities))
         wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
 
@@ -226,14 +227,14 @@ class Steps:
                     conditions, attempt=attempt, strategy=spec.retry_strategy, started=wl.started
                 )
                 if verdict.state == provisioning.READY:
-                    sched.check_passed(wl.key, check)
+                    sched.retries.check_passed(wl.key, check)
                 elif verdict.state == provisioning.PENDING:
-                    sched.check_waiting(wl.key, provisioning.waiting_message(name, verdict.message))
+                    sched.retries.check_waiting(wl.key, provisioning.waiting_message(name, verdict.message))
                 elif verdict.state == provisioning.RETRY:
                     until = sched.now + provisioning.backoff(attempt, spec.retry_strategy) * self.options.backoff_scale
-                    if (evict := sched.check_retry(wl.key, verdict.message, until)) is not None:
+                    if (evict := sched.retries.check_retry(wl.key, verdict.message, until)) is not None:
                         out.append(evict)
-                elif (evict := sched.check_rejected(wl.key, verdict.message)) is not None:
+                elif (evict := sched.retries.check_rejected(wl.key, verdict.message)) is not None:
                     out.append(evict)
         return out
 
@@ -241,12 +242,14 @@ class Steps:
         self,
         step: StepContext,
         decisions: Sequence[Decision],
+        told: Told,
         at: dt.datetime,
         waiting: dict[str, list[str] | None] | None = None,
     ) -> set[str]:
-        """Step 3: the net effect of the decisions in one fenced transaction; undo what it refused,
-        settle the rest. ``waiting``: admitted workloads that wait for preempted ones to stop (or no
-        longer do), said with them. Returns the workloads it touched."""
+        """Step 3: the net effect of the decisions, and what the core ``told`` of waiting workloads
+        and admission checks, in one fenced transaction; undo what it refused, settle the rest.
+        ``waiting``: admitted workloads that wait for preempted ones to stop (or no longer do),
+        said with them. Returns the workloads it touched."""
         term = step.term
         sched = term.scheduler
         first: dict[str, Decision] = {}
@@ -279,14 +282,13 @@ class Steps:
         admissions.sort(key=lambda a: last_at[keys_of[a.workload_id]])
         said = [
             (key, row.id, wl)
-            for key in sched.said
+            for key in told.said
             if (wl := sched.workloads.get(key)) is not None
             and (wl.admission is None or wl.checks)  # waiting for quota, or for its admission checks
             and (row := term.by_key.get(key)) is not None
         ]
         reasons = [(row_id, wl.reason, wl.message, wl.cluster_queue) for _, row_id, wl in said]
-        sched.said.clear()
-        checked, sched.checked = sched.checked, {}
+        checked = told.checked
         taken, term.taken = term.taken, []  # (a commit that fails ends the term: the next one reads them again)
         check_states = [
             store.CheckState(

@@ -1,12 +1,14 @@
 """The scheduler's decisions: admit a workload where its flavors fit, or evict one (and why).
 
 ``Admit`` and ``Evict`` are what the core hands its callers (the controller commits them, engine
-core enacts them); the eviction reasons are scenario.md's ``Evicted.reason`` values.
+core enacts them); the eviction reasons are scenario.md's ``Evicted.reason`` values. ``Told`` is
+what it says besides deciding (a waiting workload's reason, an admission check's state), which
+the caller takes with ``Scheduler.take_told`` to store.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from queues.cycle import provisioning
 from queues.cycle.assignment import Assignment
@@ -46,3 +48,15 @@ class Evict:
 
 
 Decision = Admit | Evict
+
+
+@dataclass(slots=True)
+class Told:
+    """What the scheduler said since its caller last took it (``Scheduler.take_told``)."""
+
+    said: set[str] = field(default_factory=set)  # workloads whose reason or message changed
+    # workloads whose admission-check state changed -> whether their job may start now
+    checked: dict[str, bool] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.said or self.checked)

@@ -9,12 +9,16 @@ once, as does a running job whose pods no longer match its admission (``job_chan
 can also stop one workload and let it go again (``deactivate``/``activate``: Kueue's
 ``spec.active``, ``turnstile stop|resume workload``), or delete its Workload object
 (``workload_lost``: requeued, as Kueue requeues a job whose Workload is missing).
-``Scheduler`` inherits these; they use its eviction, reasons and queues.
+A collaborator of the ``Scheduler`` (``scheduler.retries``), as Kueue's ``Preemptor`` is of its
+scheduler: it reads the scheduler through ``Evicting`` (its workloads, queues, clock, eviction and
+words) and keeps no state of its own; what it says of admission checks goes to the scheduler's
+``Told``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 from queues.cycle import podsready, provisioning
 from queues.cycle.assignment import WAITING_FOR_QUOTA
@@ -26,6 +30,7 @@ from queues.cycle.decisions import (
     NODE_FAILURES,
     Decision,
     Evict,
+    Told,
 )
 from queues.cycle.intake import Intake
 from queues.cycle.queueing import PendingQueues
@@ -36,70 +41,75 @@ from queues.placement.inventory import Inventory
 from queues.podsets import jobs
 
 
-class Retries:
-    """Admission checks' verdicts, waitForPodsReady's timeouts, lost nodes (a ``Scheduler`` base)."""
+class Evicting(Protocol):
+    """What ``Retries`` reads of its scheduler (``queues.cycle.scheduler.Scheduler`` is one)."""
 
     workloads: dict[str, Workload]
-    checked: dict[str, bool]
-    said: set[str]
     pending: PendingQueues
     now: float
     inventory: Inventory | None
     intake: Intake  # where a workload waits (parked, unresolved, queued)
+    told: Told  # what it says besides deciding; admission checks' states go here
 
-    def evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict:
-        raise NotImplementedError
+    def evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict: ...
 
-    def say(self, wl: Workload, reason: str, message: str) -> None:
-        raise NotImplementedError
+    def say(self, wl: Workload, reason: str, message: str) -> None: ...
+
+
+class Retries:
+    """Admission checks' verdicts, waitForPodsReady's timeouts, lost nodes, stop and resume: the
+    events that evict or park one workload (see the module docstring)."""
+
+    def __init__(self, scheduler: Evicting) -> None:
+        self.s = scheduler
 
     def check_passed(self, key: str, check: str) -> bool:
         """``check`` is Ready for ``key``'s quota reservation; True when that was the last one
         (the job may start now)."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or wl.admission is None or check not in wl.checks:
             return False
         wl.checks = tuple(c for c in wl.checks if c != check)
-        self.checked[key] = not wl.checks
+        self.s.told.checked[key] = not wl.checks
         if wl.checks:
             return False
-        wl.started_at = self.now
-        self.say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
+        wl.started_at = self.s.now
+        self.s.say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
         return True
 
     def check_waiting(self, key: str, message: str) -> None:
         """What a pending admission check says while ``key`` waits for it (reason WaitingForCapacity)."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is not None and wl.admission is not None and wl.checks:
-            self.say(wl, provisioning.WAITING_FOR_CAPACITY, message)
-            if key in self.said:
-                self.checked.setdefault(key, False)
+            self.s.say(wl, provisioning.WAITING_FOR_CAPACITY, message)
+            if key in self.s.told.said:
+                self.s.told.checked.setdefault(key, False)
 
     def check_retry(self, key: str, message: str, until: float) -> Evict | None:
         """An admission check asks for a retry: release the quota and queue the workload again at
         ``until`` (its backoff)."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or wl.admission is None:
             return None
         wl.retries += 1
         wl.requeue_at = until
-        self.checked[key] = False
-        return self.evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
+        self.s.told.checked[key] = False
+        return self.s.evict(wl, ADMISSION_CHECK, "Retry", None, message=message)
 
     def check_rejected(self, key: str, message: str) -> Evict | None:
         """An admission check rejected the workload: release its quota and deactivate it."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or (wl.admission is None and not wl.active):
             return None
         wl.active = False
         wl.checks = ()
         wl.requeue_at = None
-        self.checked[key] = False
+        self.s.told.checked[key] = False
         if wl.admission is None:
-            self.pending.remove(wl)
-            self.intake.enqueue(wl, message)
+            self.s.pending.remove(wl)
+            self.s.intake.enqueue(wl, message)
             return None
-        return self.evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
+        return self.s.evict(wl, ADMISSION_CHECK, "Rejected", None, message=message)
 
     def pods_ready_timeout(
         self,
@@ -114,22 +124,22 @@ class Retries:
         in time. Release its quota and requeue it after a backoff (``scale`` time units per second),
         or deactivate it once it has been requeued ``backoffLimitCount`` times. ``why``: what the
         cluster said of its pods (the kube-scheduler's words), added to the message."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or not wl.started:
             return None
         wl.retries += 1
         message = f"Exceeded the PodsReady {'recovery timeout' if recovery else 'timeout'} {key}"
         if why:
             message += f": {why}"
-        self.checked[key] = False  # its retries, backoff and activity are stored with the eviction
+        self.s.told.checked[key] = False  # its retries, backoff and activity are stored with the eviction
         if policy.backoff_limit_count is not None and wl.retries > policy.backoff_limit_count:
             wl.active = False
             wl.requeue_at = None
             limit = f"requeued {policy.backoff_limit_count} times, the limit (backoffLimitCount)"
-            return self.evict(wl, podsready.REASON, podsready.LIMIT_EXCEEDED, None, message=f"{message}; {limit}")
-        wl.requeue_at = self.now + policy.backoff(wl.retries) * scale
+            return self.s.evict(wl, podsready.REASON, podsready.LIMIT_EXCEEDED, None, message=f"{message}; {limit}")
+        wl.requeue_at = self.s.now + policy.backoff(wl.retries) * scale
         wl.requeue_reason = podsready.REASON
-        evict = self.evict(wl, podsready.REASON, "RecoveryTimeout" if recovery else "Timeout", None, message=message)
+        evict = self.s.evict(wl, podsready.REASON, "RecoveryTimeout" if recovery else "Timeout", None, message=message)
         if policy.requeue_by_creation:
             wl.queue_ts = wl.created  # requeuingStrategy.timestamp: Creation
         return evict
@@ -138,68 +148,68 @@ class Retries:
         """``key`` idles on its GPUs (``queues.efficiency``): evict it with reason ``GPUIdle`` and
         requeue it after ``backoff`` seconds (so what waits for its quota goes first), or
         deactivate it (it is never admitted again)."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or wl.admission is None:
             return None
         if deactivate:
             wl.active = False
             wl.requeue_at = None
         else:
-            wl.requeue_at = self.now + backoff
+            wl.requeue_at = self.s.now + backoff
             wl.requeue_reason = WAITING_FOR_QUOTA
-        return self.evict(wl, GPU_IDLE, "Deactivated" if deactivate else "Requeued", None, message=message)
+        return self.s.evict(wl, GPU_IDLE, "Deactivated" if deactivate else "Requeued", None, message=message)
 
     def deactivate(self, key: str, message: str = DEACTIVATED_MESSAGE) -> Evict | None:
         """``spec.active: false`` (Kueue's deactivation): ``key`` releases any quota it holds (evicted
         with reason ``Deactivated``) and waits, parked, admitted never, until ``activate``; its
         retries and backoff are forgotten, as Kueue clears ``requeueState``. None if it held no quota."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or not wl.active:
             return None
         wl.active = False
         wl.retries, wl.requeue_at = 0, None
-        self.checked[key] = False  # (stored with the step: its activity, retries and backoff)
+        self.s.told.checked[key] = False  # (stored with the step: its activity, retries and backoff)
         if wl.admission is not None:
-            return self.evict(wl, DEACTIVATED, "Deactivated", None, message=message)
-        self.intake.withdraw(wl)
-        wl.queue_ts = self.now  # (as an eviction: Kueue marks a pending workload Evicted too)
-        self.intake.enqueue(wl, message)
+            return self.s.evict(wl, DEACTIVATED, "Deactivated", None, message=message)
+        self.s.intake.withdraw(wl)
+        wl.queue_ts = self.s.now  # (as an eviction: Kueue marks a pending workload Evicted too)
+        self.s.intake.enqueue(wl, message)
         return None
 
     def activate(self, key: str) -> bool:
         """``spec.active: true``: a deactivated ``key`` queues again now, in line as a workload
         evicted when it was deactivated (Kueue's ``Requeued`` reason ``Reactivated``); False if it
         was active."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or wl.active:
             return False
         wl.active = True
         wl.retries, wl.requeue_at = 0, None
-        self.checked[key] = False
-        self.intake.withdraw(wl)
-        self.intake.enqueue(wl)
+        self.s.told.checked[key] = False
+        self.s.intake.withdraw(wl)
+        self.s.intake.enqueue(wl)
         return True
 
     def workload_lost(self, key: str) -> Evict | None:
         """Someone deleted ``key``'s Workload object while it held quota: as Kueue, which stops a job
         whose Workload is missing (``NoMatchingWorkload``) and queues it under a new one, release
         its quota and queue it again. A waiting workload keeps its place (only its object is new)."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or wl.admission is None:
             return None
         message = "its Workload object was deleted; it is queued again under a new one"
-        return self.evict(wl, NO_MATCHING_WORKLOAD, "WorkloadDeleted", None, message=message)
+        return self.s.evict(wl, NO_MATCHING_WORKLOAD, "WorkloadDeleted", None, message=message)
 
     def node_lost(self, node: str) -> list[Decision]:
         """A node is gone: every workload placed on it by topology is evicted and requeued (Kueue's
         ``NodeFailures``; Kueue first tries to replace the node, Turnstile places it afresh)."""
         out: list[Decision] = []
-        for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
+        for wl in sorted(self.s.workloads.values(), key=lambda w: w.seq):
             if wl.admission is not None and any(node in nodes for nodes in wl.admission.placement.values()):
                 message = f"node {node}, where its pods were placed, is gone; it is placed again"
-                out.append(self.evict(wl, NODE_FAILURES, "NodeDeleted", None, message=message))
-        if self.inventory is not None:
-            self.inventory.remove(node)
+                out.append(self.s.evict(wl, NODE_FAILURES, "NodeDeleted", None, message=message))
+        if self.s.inventory is not None:
+            self.s.inventory.remove(node)
         return out
 
     def node_failed(self, node: str, keys: Iterable[str], fault: str) -> list[Decision]:
@@ -208,10 +218,10 @@ class Retries:
         ``GPUUnhealthy``), to be admitted again on healthy nodes."""
         out: list[Decision] = []
         for key in sorted(keys):
-            wl = self.workloads.get(key)
+            wl = self.s.workloads.get(key)
             if wl is not None and wl.admission is not None:
                 message = f"{fault}, where its pods ran; it is requeued"
-                out.append(self.evict(wl, NODE_FAILURES, GPU_UNHEALTHY, None, message=message))
+                out.append(self.s.evict(wl, NODE_FAILURES, GPU_UNHEALTHY, None, message=message))
         return out
 
     def node_unusable(self, node: str, keys: Iterable[str]) -> list[Decision]:
@@ -221,12 +231,12 @@ class Retries:
         stays, and so does its workload)."""
         out: list[Decision] = []
         for key in sorted(keys):
-            wl = self.workloads.get(key)
+            wl = self.s.workloads.get(key)
             if wl is not None and wl.admission is not None and any(node in n for n in wl.admission.placement.values()):
                 message = (
                     f"node {node}, where its pods were placed, was cordoned before they started; it is placed again"
                 )
-                out.append(self.evict(wl, NODE_FAILURES, "NodeUnschedulable", None, message=message))
+                out.append(self.s.evict(wl, NODE_FAILURES, "NodeUnschedulable", None, message=message))
         return out
 
     def job_changed(self, key: str, pod_sets: tuple[jobs.PodSet, ...], shape: tuple[object, ...]) -> Evict | None:
@@ -234,7 +244,7 @@ class Retries:
         Job controller starts the new pods at once, outside quota). As Kueue, which stops such a job
         (``NoMatchingWorkload``): release its quota and requeue it with the pod sets (and ``shape``)
         its job now has, so it is admitted again as it is."""
-        wl = self.workloads.get(key)
+        wl = self.s.workloads.get(key)
         if wl is None or wl.admission is None:
             return None
         admitted = {_asked(ps) for ps in wl.running_pod_sets}
@@ -244,15 +254,11 @@ class Retries:
         was = ", ".join(f"{ps.name}: {ps.count}" for ps in wl.running_pod_sets)
         asks = ", ".join(f"{ps.name}: {ps.count}" for ps in pod_sets)
         message = f"its job now runs other pods ({asks}) than were admitted ({was}); it is admitted again as it is"
-        evict = self.evict(wl, NO_MATCHING_WORKLOAD, "JobChanged", None, message=message)
-        self.pending.remove(wl)  # (queued again below with its new pod sets, which may fit elsewhere)
+        evict = self.s.evict(wl, NO_MATCHING_WORKLOAD, "JobChanged", None, message=message)
+        self.s.pending.remove(wl)  # (queued again below with its new pod sets, which may fit elsewhere)
         wl.pod_sets, wl.shape = pod_sets, shape
-        self.intake.enqueue(wl, message)
+        self.s.intake.enqueue(wl, message)
         return evict
-
-    def next_requeue(self) -> float | None:
-        """When the next workload waiting out a backoff queues again; None if none does."""
-        return self.intake.next_requeue()
 
 
 def _asked(ps: jobs.PodSet) -> tuple[object, ...]:

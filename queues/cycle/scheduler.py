@@ -13,11 +13,11 @@ nothing; unlike Kueue's, a cycle admits every workload that fits, in Kueue's ord
 Its collaborators, each with its own state: the ``Nominator`` (a head's flavor assignment and
 victims, failures of identical workloads remembered), ``Reservations`` (a blocked head's hold on
 quota, a victim's settling), ``UsageOrdering`` (usage histories: admission fair sharing,
-usage-aware fair sharing) and the ``PendingQueues``; ``explanations`` says why a workload waits.
-The ``Intake`` (where a job's workload waits: its
-queue, priority and charge, parked or unresolved) is one too. One base remains (issue 33: the next
-to become a collaborator): ``Retries`` (admission checks' verdicts, waitForPodsReady, lost nodes:
-the events that evict or park one workload).
+usage-aware fair sharing), the ``PendingQueues``, the ``Intake`` (where a job's workload waits: its
+queue, priority and charge, parked or unresolved) and ``Retries`` (admission checks' verdicts,
+waitForPodsReady, lost nodes, stop and resume: the events that evict or park one workload);
+``explanations`` says why a workload waits. Besides its decisions it says why workloads wait and
+where their admission checks stand: its caller takes that with ``take_told`` (a ``Told``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 
 from queues.cycle import budget_priority, explanations, preemption, provisioning, tas, victims
 from queues.cycle.assignment import WAITING_FOR_QUOTA, Assignment, Mode
-from queues.cycle.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict
+from queues.cycle.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict, Told
 from queues.cycle.intake import Intake
 from queues.cycle.nomination import Nominator
 from queues.cycle.one_cycle import Cycle
@@ -54,7 +54,7 @@ __all__ = [
 MAX_CYCLES_PER_CALL = 1_000_000
 
 
-class Scheduler(Retries):
+class Scheduler:
     """Decides admissions and preemptions; see the module docstring."""
 
     def __init__(
@@ -93,10 +93,9 @@ class Scheduler(Retries):
         self.cap_hits = 0
         # waitForPodsReady.blockAdmission: admit nothing while an admitted workload is not Ready
         self.block_admission = False
-        self.said: set[str] = set()  # keys whose reason or message changed; the caller drains it
-        # keys whose admission-check state changed -> whether the job may start now; the caller drains it
-        self.checked: dict[str, bool] = {}
+        self.told = Told()  # what it said since the caller last took it (``take_told``)
         self.intake = Intake(self)  # where a workload waits, its priority, its pod sets' charge
+        self.retries = Retries(self)  # the events that evict or park one workload
 
     # ----- inputs -------------------------------------------------------------------------
 
@@ -174,7 +173,7 @@ class Scheduler(Retries):
                 still = tuple(c for c in wl.checks if c in applies)
                 if still != wl.checks:
                     wl.checks = still
-                    self.checked[wl.key] = not still
+                    self.told.checked[wl.key] = not still
                     if not still:
                         self.say(wl, "Admitted", f"admitted by ClusterQueue {cq.name}")
             lq = self.config.local_queues.get(f"{wl.namespace}/{wl.local_queue}")
@@ -324,10 +323,16 @@ class Scheduler(Retries):
         return Evict(wl, reason, detail, by, released, message, ready_at)
 
     def say(self, wl: Workload, reason: str, message: str) -> None:
-        """``wl``'s reason and message (the caller drains ``said`` to write what changed)."""
+        """``wl``'s reason and message (told: the caller stores what changed)."""
         if (wl.reason, wl.message) != (reason, message):
             wl.reason, wl.message = reason, message
-            self.said.add(wl.key)
+            self.told.said.add(wl.key)
+
+    def take_told(self) -> Told:
+        """What it said since the last call (reasons changed, admission checks' states), to store;
+        it starts telling afresh."""
+        told, self.told = self.told, Told()
+        return told
 
     def restore(self, workloads: Iterable[Workload]) -> list[Decision]:
         """Take over workloads as stored (admitted ones keep their admission); like ``set_config``,

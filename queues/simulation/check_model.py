@@ -85,7 +85,7 @@ class AdmissionChecks:
                         self.provisions,
                         (self.sim.now + self.sim.scaler.delay, self.sim.order, wl.key, reservation, check),
                     )
-                self.sim.sched.check_waiting(wl.key, provisioning.waiting_message(name, answer.message))
+                self.sim.sched.retries.check_waiting(wl.key, provisioning.waiting_message(name, answer.message))
             if self.sim.reservations.get(wl.key) != reservation:
                 return  # a failure released the reservation: no further checks for it
 
@@ -95,7 +95,7 @@ class AdmissionChecks:
             return  # (started: an edit took its checks away; its request is gone)
         request, pods = self.asked[(key, check)]
         self.sim.scaler.provisioned(request, key, pods)  # booked until its pods exist
-        if self.sim.sched.check_passed(key, check):
+        if self.sim.sched.retries.check_passed(key, check):
             self.sim._start(key, wl.admission)
         elif wl.admission is not None and wl.checks:  # booked until the other checks pass, or it expires
             self.sim.order += 1
@@ -118,8 +118,8 @@ class AdmissionChecks:
         )
         if verdict.state == provisioning.RETRY:
             until = self.sim.now + provisioning.backoff(attempt, spec.retry_strategy)
-            evict = self.sim.sched.check_retry(wl.key, verdict.message, until)
+            evict = self.sim.sched.retries.check_retry(wl.key, verdict.message, until)
         else:
-            evict = self.sim.sched.check_rejected(wl.key, verdict.message)
+            evict = self.sim.sched.retries.check_rejected(wl.key, verdict.message)
         if evict is not None:
             self.sim._enact([evict])

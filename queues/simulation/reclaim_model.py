@@ -221,7 +221,7 @@ class EfficiencyModel:
                 message += f"; requeued {REQUEUE_LIMIT} times for idling, the limit"
             self.counts["deactivated" if deactivate else "requeued"] += 1
             backoff = min(BACKOFF_MAX, BACKOFF_SECONDS * 2 ** (times - 1)) * self.backoff_scale
-            evict = sched.reclaim_idle(key, message, deactivate=deactivate, backoff=backoff)
+            evict = sched.retries.reclaim_idle(key, message, deactivate=deactivate, backoff=backoff)
             if evict is not None:
                 self.reclaimed[key] = times
                 out.append(evict)

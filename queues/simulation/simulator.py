@@ -119,7 +119,9 @@ class Simulation:
                 candidates += [t for t in (self.efficiency.next_check(self.now), self.efficiency.next_period()) if t]
             if candidates:
                 self.progress_at = max(self.progress_at, min(candidates))
-            looping = [t for t in (self.deadlines[0][0] if self.deadlines else None, self.sched.next_requeue()) if t]
+            looping = [
+                t for t in (self.deadlines[0][0] if self.deadlines else None, self.sched.intake.next_requeue()) if t
+            ]
             if looping and (candidates or min(looping) <= self.progress_at + self.scenario.pods_ready.horizon):
                 candidates.extend(looping)  # (else: only waitForPodsReady's endless loop is left)
             if not candidates:
@@ -138,7 +140,7 @@ class Simulation:
                 _, _, epoch, key = heapq.heappop(self.deadlines)
                 if self.unready.get(key) == epoch and not self.scaler.ready(key):
                     why = self.scaler.why_unplaced(key)
-                    evict = self.sched.pods_ready_timeout(key, self.scenario.pods_ready, why=why)
+                    evict = self.sched.retries.pods_ready_timeout(key, self.scenario.pods_ready, why=why)
                     self._enact([evict] if evict is not None else [])
             # 2. edits
             while ei < len(edits) and edits[ei].at <= self.now:
@@ -240,13 +242,12 @@ class Simulation:
             self.record.cancelled(edit.name)
             return
         apply_edit(self.config, edit)
-        self.sched.checked.clear()  # engine core acts on check changes as it makes them; only the edit's count here
+        self.sched.take_told()  # engine core acts on check changes as it makes them; only the edit's count here
         self._enact(self.sched.set_config(self.config))
-        for key, started in sorted(self.sched.checked.items()):  # checks the edit took away
+        for key, started in sorted(self.sched.take_told().checked.items()):  # checks the edit took away
             wl = self.sched.workloads.get(key)
             if started and wl is not None and wl.admission is not None:
                 self._start(key, wl.admission)
-        self.sched.checked.clear()
         self.record.configure(self.config)
 
     def _node_edit(self, edit: Edit) -> None:
@@ -257,7 +258,7 @@ class Simulation:
             self._gpu_xid(edit.name, edit.xid)
             return
         if edit.action == "delete":
-            self._enact(self.sched.node_lost(edit.name))
+            self._enact(self.sched.retries.node_lost(edit.name))
             self.scaler.remove_node(edit.name)
             return
         node = self.scaler.cordon(edit.name, edit.action == "cordon")
@@ -284,7 +285,7 @@ class Simulation:
                 for key, wl in self.sched.workloads.items()
                 if wl.admission is not None and any(name in nodes for nodes in wl.admission.placement.values())
             }
-            self._enact(self.sched.node_failed(name, keys, gpu_health.describe(found)))
+            self._enact(self.sched.retries.node_failed(name, keys, gpu_health.describe(found)))
 
     def _enact(self, decisions: list[scheduler.Decision]) -> None:
         for d in decisions:

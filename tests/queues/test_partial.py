@@ -99,7 +99,7 @@ def test_a_running_job_whose_pods_changed_is_requeued_as_it_now_is(now: int, evi
     s.schedule()
     assert wl.admission is not None and wl.admission.counts == {"main": 6}
     running = jobs.read_job(make_workload("sweep").request(gpu=1).count(now).job())
-    decision = s.job_changed(wl.key, running.pod_sets, model.shape_of(running.pod_sets))
+    decision = s.retries.job_changed(wl.key, running.pod_sets, model.shape_of(running.pod_sets))
     assert (decision is not None) == evicted
     if decision is None:
         assert wl.admission is not None

@@ -60,7 +60,7 @@ def test_a_late_workload_is_evicted_requeued_with_backoff_then_deactivated() -> 
     s.schedule()
     assert wl.started and wl.started_at == 0.0
     s.now = 300
-    evict = s.pods_ready_timeout(wl.key, policy)
+    evict = s.retries.pods_ready_timeout(wl.key, policy)
     assert evict is not None and (evict.reason, evict.detail) == ("PodsReadyTimeout", "Timeout")
     assert wl.admission is None and wl.requeue_at == 360 and wl.retries == 1
     assert (wl.reason, wl.message) == (
@@ -72,11 +72,11 @@ def test_a_late_workload_is_evicted_requeued_with_backoff_then_deactivated() -> 
     s.schedule()
     assert wl.admission is not None and wl.started_at == 360
     s.now = 700
-    evict = s.pods_ready_timeout(wl.key, policy, recovery=True)
+    evict = s.retries.pods_ready_timeout(wl.key, policy, recovery=True)
     assert evict is not None and evict.detail == "RequeuingLimitExceeded"
     assert not wl.active and wl.reason == "Inactive"
     assert "requeued 1 times, the limit (backoffLimitCount)" in wl.message
-    assert s.pods_ready_timeout(wl.key, policy) is None, "a workload that is not running is not evicted"
+    assert s.retries.pods_ready_timeout(wl.key, policy) is None, "a workload that is not running is not evicted"
 
 
 def test_block_admission_admits_the_next_only_once_the_last_is_ready() -> None:

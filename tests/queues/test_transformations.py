@@ -184,6 +184,6 @@ def test_new_transformations_after_a_restart_do_not_requeue_a_running_job() -> N
     s.intake.set_devices(charges.Devices.of(mappings.NONE, [], transformations=t))
     remade = s.intake.workload_for(hami_job("running", "2", "3072"), seq=2, now=1.0)
     assert remade.pod_sets[0].requests != s.workloads["ns/running"].pod_sets[0].requests
-    assert s.job_changed("ns/running", remade.pod_sets, remade.shape) is None
+    assert s.retries.job_changed("ns/running", remade.pod_sets, remade.shape) is None
     grown = s.intake.workload_for(hami_job("running", "3", "3072"), seq=3, now=1.0)
-    assert s.job_changed("ns/running", grown.pod_sets, grown.shape) is not None  # (other pods: requeued)
+    assert s.retries.job_changed("ns/running", grown.pod_sets, grown.shape) is not None  # (other pods: requeued)

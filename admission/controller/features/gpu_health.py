@@ -107,7 +107,7 @@ class GpuHealth:
             done = self.evicted.setdefault(node, set())
             keys = [k for k in self.inventory.workloads_on(node) if k not in done]
             if keys:
-                out.extend(term.scheduler.node_failed(node, keys, describe(found)))
+                out.extend(term.scheduler.retries.node_failed(node, keys, describe(found)))
                 done.update(keys)
         return out
 

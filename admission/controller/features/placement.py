@@ -84,10 +84,10 @@ class Placement(Capability):
         sched, out = step.term.scheduler, []
         lost, self.changes.nodes_lost = self.changes.nodes_lost, {}
         for node in lost:
-            out.extend(sched.node_lost(node))
+            out.extend(sched.retries.node_lost(node))
         unusable, self.changes.nodes_unusable = self.changes.nodes_unusable, {}
         for node, keys in unusable.items():
-            out.extend(sched.node_unusable(node, keys))
+            out.extend(sched.retries.node_unusable(node, keys))
         return out
 
     def _current_inventory(self) -> Inventory | None:

@@ -134,7 +134,7 @@ class PodsReady(Capability):
                 watch.observe(sched.workloads.get(row.key), self.jobs.views.get(uid), step.now)
         out: list[Decision] = []
         for key, recovering in watch.due(step.now):
-            evict = sched.pods_ready_timeout(key, watch.policy, recovery=recovering, why=watch.why(key))
+            evict = sched.retries.pods_ready_timeout(key, watch.policy, recovery=recovering, why=watch.why(key))
             if evict is not None:
                 out.append(evict)
         return out

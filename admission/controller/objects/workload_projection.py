@@ -227,7 +227,7 @@ class Projection(Capability):
             row = term.rows.get(uid)
             if row is None or uid not in self.jobs.views:
                 continue
-            if (evict := term.scheduler.workload_lost(row.key)) is not None:
+            if (evict := term.scheduler.retries.workload_lost(row.key)) is not None:
                 out.append(evict)
         return out
 
