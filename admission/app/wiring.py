@@ -64,9 +64,10 @@ def controller(
 
 
 def features(c: Controller) -> Features:
-    """The optional features of replica ``c``, in the order its steps ask them: pods not Ready in
-    time, Workload objects deleted, nodes lost or cordoned, idle or failed GPUs, then the budgets'
-    gate (the order the core's evictions had), then what only records or reports."""
+    """The optional features of replica ``c``, in the order its steps ask them: admission checks'
+    verdicts, pods not Ready in time, Workload objects deleted, nodes lost or cordoned, idle or
+    failed GPUs, then the budgets' gate (the order the core's evictions had), then what only
+    records or reports."""
     policy, scale = c.policy, c.options.backoff_scale
 
     def term() -> Term | None:
@@ -110,8 +111,9 @@ def features(c: Controller) -> Features:
         views=c.views,
         current_term=term,
         run_infos=_run_infos,
-        changed=c.on_check,
+        changed=lambda _uid: c.changes.wake.set(),  # (its verdict: the next step's)
         runtimes=c.runtimes.lookup,
+        backoff_scale=scale,
     )
     # queues declared as Kubernetes objects, where Kueue's CRDs are served (the leader reconciles)
     declared = Declared(c.kube, c.sessions, leading=c.leading, database_health=c.database)
@@ -150,6 +152,7 @@ def features(c: Controller) -> Features:
     )
     return Features(
         capabilities=[
+            checks,
             PodsReady(pods_ready, jobs=c.jobs, metrics=c.metrics.workloads),
             projection,
             placement,

@@ -8,22 +8,27 @@ every hook below does nothing by default, a feature overrides the ones it needs,
 was given, in their order. Kueue's ``jobframework`` (a GenericJob plus optional interfaces) is
 the model; here there is one protocol, with no-op defaults instead of optional interfaces.
 
-- every replica: ``loops()``, its background loops (read Prometheus, write status, look at pods),
-  run for the process's life and cancelled on the way out; ``stop()``, release what it holds;
-- the leader, in each step (``StepContext``): ``decide()``, before the core schedules, the
-  evictions it owes (an idle GPU, a failed one, pods not Ready in time) and the gates it sets on
-  the scheduler (a spent budget holds new work); ``owes_commit()`` and ``write_in_commit()``, what it
-  stores in the step's own fenced transaction (so it lands with the decisions, or not at all),
-  and ``committed()`` once that transaction is in; ``record()``, after the commit, writes of its
-  own in a transaction of its own (the ledger's started and used hours); ``next_wake()``, the
-  next time it needs a step though nothing else changes (a deadline).
+- every replica: ``start()``, its workers, as the process starts; ``loops()``, its background
+  loops (read Prometheus, write status, look at pods), run for the process's life and cancelled
+  on the way out; ``stop()``, release what it holds; ``optional_informers()``, the informers it
+  runs that only some clusters serve (their state is the readiness report's detail);
+  ``configured()``, a queue configuration was loaded;
+- the leader: ``term_began()``, a term was rebuilt from the store (look at everything again);
+  in each step (``StepContext``): ``decide()``, before the core schedules, the evictions it owes
+  (an admission check's verdict, an idle GPU, a failed one, pods not Ready in time) and the gates
+  it sets on the scheduler (a spent budget holds new work); ``owes_commit()`` and
+  ``write_in_commit()``, what it stores in the step's own fenced transaction (so it lands with the
+  decisions, or not at all), and ``committed()`` once that transaction is in; ``stepped()``, what
+  the step stored and touched (``Stepped``: the workloads whose objects or requests follow them);
+  ``record()``, after the commit, writes of its own in a transaction of its own (the ledger's
+  started and used hours); ``next_wake()``, the next time it needs a step though nothing else
+  changes (a deadline).
 
-Behind it: waitForPodsReady, the Workload objects (deleted ones, their loops), placement (nodes
-lost or cordoned), idle reclaim with GPU health, GPU-hour budgets, metering, pod waits, declared
-queues and their status. They are built in one place, ``admission.app.wiring``. Still called by
-name in ``controller`` and ``step`` (``admission.controller.parts.Features``): admission checks,
-the Workload objects' marks after a commit, placement's start and new-term hooks, the informers
-only some clusters serve; docs/architecture.md tracks them.
+Behind it: admission checks, waitForPodsReady, the Workload objects, placement (nodes lost or
+cordoned), idle reclaim with GPU health, GPU-hour budgets, metering, pod waits, declared queues
+and their status. They are built in one place, ``admission.app.wiring``, which is the only place
+that names them; the kernel names one feature's part, placement's node inventory, which the
+enactor and a new term place pods by (``admission.controller.parts.Features``).
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from admission.controller.term import Term
+    from admission.kube.informer import Informer
     from queues.cycle.scheduler import Decision
+    from queues.model import Config
 
 Loop = tuple[str, Callable[[], Coroutine[Any, Any, None]]]  # (the task's name, the coroutine function it runs)
 
@@ -50,8 +57,31 @@ class StepContext:
     dirty: Mapping[str, None]  # job uids whose jobs changed since the last step
 
 
+@dataclass(frozen=True, slots=True)
+class Stepped:
+    """What a step stored and touched, told to every capability after its commit."""
+
+    stored: Sequence[str]  # job uids whose workload rows were stored, refreshed or dequeued
+    forgotten: Sequence[str]  # job uids whose workloads finished, were deleted or left queueing
+    changed: set[str]  # workload keys decided, told (a reason, a check) or (no longer) preempting
+    touched: set[str]  # workload keys the enactor is asked to drive to their state
+
+
 class Capability:
     """One optional feature of the controller; override the hooks it uses (module docstring)."""
+
+    def start(self) -> None:
+        """The process starts: start its workers (before any loop runs)."""
+
+    def optional_informers(self) -> Sequence[Informer]:
+        """The informers it runs that only some clusters serve (ProvisioningRequests, Workloads)."""
+        return ()
+
+    def configured(self, config: Config | None) -> None:
+        """A queue configuration was loaded (every replica): what it needs watched."""
+
+    def term_began(self, term: Term) -> None:
+        """This replica leads a term rebuilt from the store: look at everything again."""
 
     def loops(self) -> Sequence[Loop]:
         """Background loops to run on every replica while the process runs."""
@@ -73,6 +103,9 @@ class Capability:
 
     def committed(self, step: StepContext) -> None:
         """That transaction committed: what it says about it (metrics)."""
+
+    def stepped(self, step: StepContext, outcome: Stepped) -> None:
+        """The step's decisions are committed (or it had none): what it stored and touched."""
 
     async def record(self, step: StepContext) -> None:
         """In the leader's step, after its commit: this feature's own fenced writes."""

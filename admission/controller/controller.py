@@ -53,7 +53,7 @@ from admission.jobs.base import Integration
 from admission.kube.client import Kube
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import database, lease
-from queues.model import Config, Workload
+from queues.model import Config
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class Controller:
             self.changes,
             integrations,
             current_scheduler=lambda: self.term.scheduler if self.term is not None else None,
-            optional=lambda: self.features.informers(),
+            optional=lambda: self.features.optional_informers(),
             device_mappings=policy.device_mappings,
             transformations=policy.transformations,
         )
@@ -120,7 +120,7 @@ class Controller:
             self.database,
             self.changes,
             wake_election=lambda: self.leadership.wake(),
-            configured=lambda config: self.features.placement.configured(config),
+            configured=self._configured,
         )
         self.readiness = Readiness()
         self.readiness.add(
@@ -152,11 +152,9 @@ class Controller:
             metrics=self.metrics,
             reporter=self.reporter,
             events=self.events,
-            checks=self.features.checks,
             enactor=self.enactor,
             policy=self.policy,
             capabilities=self.capabilities,
-            projection=self.features.projection,
         )
         self.leadership: Leadership = Leadership(
             sessions,
@@ -170,16 +168,15 @@ class Controller:
             confirm=self._confirm,
         )
 
-    # ----- what the enactor and the admission checks say ----------------------------------------
+    # ----- what the enactor and the configuration say ------------------------------------------
 
     def _on_waiting(self, key: str, victims: list[str] | None) -> None:
         self.changes.preempting[key] = victims
         self.changes.wake.set()
 
-    def on_check(self, uid: str) -> None:
-        """An admission check's state changed for job ``uid``: the next step looks at it."""
-        self.changes.checks[uid] = None
-        self.changes.wake.set()
+    def _configured(self, config: Config | None) -> None:
+        for capability in self.capabilities:  # (placement watches nodes once a flavor names a Topology)
+            capability.configured(config)
 
     async def job_events(self, key: str) -> list[dict[str, Any]]:
         """The Kubernetes Events on workload ``key``'s job (the dashboard's workload page)."""
@@ -211,14 +208,12 @@ class Controller:
         tasks = [asyncio.create_task(i.run(), name=f"informer-{i.ref.plural}") for i in self.informers]
         tasks.append(asyncio.create_task(self.listener.listen(), name="listen"))
         tasks.append(asyncio.create_task(self._resync(), name="resync"))
-        # Not part of readiness: only ClusterQueues with admission checks need the CRD.
-        tasks.append(asyncio.create_task(self.features.checks.informer.run(), name="informer-provisioningrequests"))
         tasks.append(asyncio.create_task(self.watch.crds.run(), name="informer-customresourcedefinitions"))
+        self.enactor.start()
+        for capability in self.capabilities:  # (admission checks' and placement's workers)
+            capability.start()
         for capability in self.capabilities:
             tasks.extend(asyncio.create_task(loop(), name=name) for name, loop in capability.loops())
-        self.enactor.start()
-        self.features.placement.start()
-        self.features.checks.start()
         self.events.start()
         self.elect_task = asyncio.create_task(self.leadership.run(), name="elect")
         try:
@@ -234,7 +229,6 @@ class Controller:
             await self.enactor.stop()
             for capability in self.capabilities:  # (placement's informers and ungater, Prometheus' client...)
                 await capability.stop()
-            await self.features.checks.stop()
             await self.events.stop()
             await self.leadership.release()
 
@@ -303,17 +297,12 @@ class Controller:
             self.metrics.clock.start(wl, time.time())  # held quota counts from this term on
         self.changes.jobs.update(dict.fromkeys(self.views))
         self.changes.jobs.update(dict.fromkeys(term.rows))
-        self.changes.checks.update(dict.fromkeys(self.features.checks.requests))
         self.changes.namespaces = False
         self.changes.config = True  # (its first step reads the stop/resume requests no term has applied)
-        self.features.projection.term_began(term)
-        self.features.placement.term_began()
-        for uid, row in term.rows.items():  # requests to make, or to clean up, after a restart
-            if uid in self.features.checks.requests or _has_checks(term.held(row.key)):
-                self.features.checks.request(uid)
+        for capability in self.capabilities:  # (admission checks' requests, Workload objects, gated pods...)
+            capability.term_began(term)
         log.info("leading as %s (term %d): %d workloads loaded", fence.holder, fence.token, len(term.rows))
         self.listener.tell()
-        self.features.declared.wake.set()  # the leader reconciles the declared queues
         self.term_task = asyncio.create_task(self._lead(term), name="lead")
         self.changes.wake.set()
         return True
@@ -368,7 +357,3 @@ class Controller:
             finally:
                 self.stepping = False
             self.step_failures = 0
-
-
-def _has_checks(wl: Workload | None) -> bool:
-    return wl is not None and bool(wl.checks)

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.events import EventPoster
-from admission.controller.features.checks import Checks
 from admission.controller.monitoring.metrics import Metrics
 from admission.controller.report import Reporter
 from admission.controller.term import Row, Term, admission_token
@@ -49,7 +48,6 @@ class Observation:
         metrics: Metrics,
         reporter: Reporter,
         events: EventPoster,
-        checks: Checks,
         policy: Policy,
     ) -> None:
         self.changes = changes
@@ -59,9 +57,9 @@ class Observation:
         self.metrics = metrics
         self.reporter = reporter
         self.events = events
-        self.checks = checks
         self.policy = policy
         self.stored: list[str] = []  # job uids whose workload row the last observation wrote (or finished)
+        self.forgotten: list[str] = []  # job uids whose workloads it finished, deleted or dequeued
         self.unreadable: set[str] = set()  # job uids told (by an Event) that they cannot be queued, or are held
 
     async def observe(self, term: Term, dirty: dict[str, None], at: dt.datetime) -> list[Decision]:
@@ -72,7 +70,7 @@ class Observation:
         dequeues: list[Row] = []
         upserts: dict[str, tuple[JobView, Workload]] = {}
         resized: list[Decision] = []  # admitted workloads whose running job changed (``Scheduler.job_changed``)
-        self.stored = []
+        self.stored, self.forgotten = [], []
         for uid in dirty:
             view = self.jobs.views.get(uid)
             row = term.rows.get(uid)
@@ -156,8 +154,7 @@ class Observation:
             sched.finish(row.key)
             term.settle(row.key)
             term.forget(row.uid)
-            if row.uid in self.checks.requests:
-                self.checks.request(row.uid)  # its ProvisioningRequests and PodTemplates go too
+            self.forgotten.append(row.uid)  # (its admission checks' requests go too)
             term.blocked.pop(row.key, None)  # (if it was a victim, it stays stopping until its pods are gone)
         for uid, (view, wl) in upserts.items():
             if uid not in stored:

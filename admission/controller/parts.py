@@ -42,10 +42,9 @@ class Options:
 class Features:
     """The optional features a replica runs, as the wiring (``admission.app.wiring``) built them.
 
-    The step and the replica's loops reach them through ``capabilities`` alone; the kernel still
-    calls four by name (admission checks, placement, the Workload objects, declared queues: their
-    informers, a new term's hooks, the enactor's inventory), the rest are here for the metrics,
-    the dashboard and the tests to read."""
+    The kernel reaches them through ``capabilities`` alone, but for placement's node inventory
+    (the enactor and a new term place pods by it); the rest are here for the metrics, the
+    dashboard and the tests to read."""
 
     capabilities: list[Capability]  # in the order each step asks them
     placement: Placement  # nodes and pods by topology, the ungater (its inventory feeds the enactor)
@@ -57,6 +56,6 @@ class Features:
     pod_waits: PodWaits  # why an admitted job's pods wait
     gpu_health: GpuHealth  # GPUs reporting a fatal Xid
 
-    def informers(self) -> tuple[Informer, ...]:
+    def optional_informers(self) -> tuple[Informer, ...]:
         """The informers only some clusters serve (ProvisioningRequests, Workloads, Kueue's queues)."""
-        return (self.checks.informer, self.projection.informer, *self.declared.informers.values())
+        return tuple(i for capability in self.capabilities for i in capability.optional_informers())

@@ -7,15 +7,16 @@ periodic resync), coalesced over a few milliseconds, and never waits on the API 
    becomes a workload row (idempotent by job uid), a finished or deleted one releases its quota
    and closes its ledger intervals, one whose queue label went away while pending leaves
    queueing; commit that (fenced) and feed the same changes to the core;
-2. turn admission checks' verdicts into decisions, and ask every capability
-   (``admission.controller.capability``: pods-ready deadlines, deleted Workload objects, lost
-   nodes, idle reclaim, GPU health, budgets) what it decides or gates;
+2. ask every capability (``admission.controller.capability``: admission checks' verdicts,
+   pods-ready deadlines, deleted Workload objects, lost nodes, idle reclaim, GPU health, budgets)
+   what it decides or gates;
 3. run the core's cycles; commit their net admissions and evictions in one fenced transaction
    that re-checks every quota (``store.workloads.commit_cycle``); undo in memory what the store
    refused;
 4. ``settle`` what was committed (the enactor acts on nothing else), ask the enactor to drive
-   every touched job to its workload's state, and let each capability record what it owes (the
-   ledger's started and used hours).
+   every touched job to its workload's state, tell every capability what the step stored and
+   touched (Workload objects, admission checks' requests follow them), and let each record what
+   it owes (the ledger's started and used hours).
 
 The core applies its decisions in memory at once (principle 4: assume, then confirm). If any of
 a step's transactions fails, nothing of the step is trusted: ``StepFailed`` ends the term, and
@@ -34,12 +35,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.capability import Capability, StepContext
+from admission.controller.capability import Capability, StepContext, Stepped
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
-from admission.controller.features.checks import Checks
 from admission.controller.monitoring.metrics import Metrics
-from admission.controller.objects.workload_projection import Projection
 from admission.controller.observation import Observation
 from admission.controller.report import Reporter
 from admission.controller.term import Term, now_ms, timestamp
@@ -48,7 +47,6 @@ from admission.controller.watch.jobcache import JobCache
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import activity, database, fair_usage, lease
 from admission.store import workloads as store
-from queues.cycle import provisioning
 from queues.cycle.decisions import NO_MATCHING_WORKLOAD, Told
 from queues.cycle.scheduler import SETTLE_SECONDS, Admit, Decision, Evict
 from queues.model import Workload
@@ -81,11 +79,9 @@ class Steps:
         metrics: Metrics,
         reporter: Reporter,
         events: EventPoster,
-        checks: Checks,
         enactor: Enactor,
         policy: Policy = DEFAULT_POLICY,
         capabilities: Sequence[Capability] = (),
-        projection: Projection | None = None,
     ) -> None:
         self.changes = changes
         self.jobs = jobs
@@ -94,10 +90,8 @@ class Steps:
         self.metrics = metrics
         self.reporter = reporter
         self.events = events
-        self.checks = checks
         self.enactor = enactor
         self.capabilities = tuple(capabilities)  # (``admission.controller.capability``: in this order)
-        self.projection = projection
         self.count = 0
         self.requeue_timer: asyncio.TimerHandle | None = None
         self.observation = Observation(
@@ -108,7 +102,6 @@ class Steps:
             metrics=metrics,
             reporter=reporter,
             events=events,
-            checks=checks,
             policy=policy,
         )
 
@@ -136,9 +129,8 @@ class Steps:
             raise
         decisions.extend(term.owed)
         term.owed = []
-        decisions.extend(self._check_verdicts(term))
         step = StepContext(term, now, dirty)
-        for capability in self.capabilities:  # (pods not Ready in time, lost objects and nodes, idle GPUs, budgets)
+        for capability in self.capabilities:  # (checks' verdicts, pods not Ready in time, lost objects and nodes...)
             decisions.extend(capability.decide(step))
         started = time.perf_counter()
         decided = sched.schedule(max_decisions=self.options.step_decisions)
@@ -156,22 +148,15 @@ class Steps:
         if decisions or told or waiting or owed or term.taken:
             committed = await self._commit(step, decisions, told, at, waiting)
             touched |= committed
-        if self.projection is not None:
-            # The Workload objects of what the store now holds differently: jobs stored, finished
-            # or gone, and workloads decided, said or (no longer) preempting; not every job event
-            # (most are status updates that change nothing an object shows).
-            keys = committed | said | set(waiting)
-            self.projection.mark(
-                [*self.observation.stored, *(row.uid for key in keys if (row := term.by_key.get(key)))]
-            )
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
         touched.update(term.stopping)  # their job events say when the pods are gone
         for key in touched:
             self.enactor.request(key)
-            row = term.by_key.get(key)
-            if row is not None and (row.uid in self.checks.requests or _has_checks(term.held(key))):
-                self.checks.request(row.uid)
+        obs = self.observation
+        outcome = Stepped(obs.stored, obs.forgotten, committed | said | set(waiting), touched)
+        for capability in self.capabilities:  # (Workload objects, admission checks' requests)
+            capability.stepped(step, outcome)
         await self._save_usage(term)
         for capability in self.capabilities:  # (the ledger's started and used hours...)
             await capability.record(step)
@@ -203,40 +188,6 @@ class Steps:
             self.requeue_timer = None
         if at is not None:
             self.requeue_timer = asyncio.get_running_loop().call_later(max(0.0, at - now_ms()), self.changes.wake.set)
-
-    def _check_verdicts(self, term: Term) -> list[Decision]:
-        """Admission checks whose ProvisioningRequests changed: what their conditions mean for the
-        workloads (``queues.cycle.provisioning.verdict``), as scheduler decisions."""
-        sched = term.scheduler
-        dirty, self.changes.checks = self.changes.checks, {}
-        out: list[Decision] = []
-        for uid in dirty:
-            row = term.rows.get(uid)
-            wl = sched.workloads.get(row.key) if row is not None else None
-            if wl is None or wl.admission is None:
-                continue
-            attempt = wl.retries + 1
-            # Every check that applies, passed ones too: a booking can expire before the job
-            # starts, and a started job's capacity can be revoked.
-            for request in provisioning.requests(sched.config, wl):
-                check, name, spec = request.check, request.name, request.spec
-                conditions = self.checks.conditions(uid, name)
-                if conditions is None or wl.admission is None:
-                    continue
-                verdict = provisioning.verdict(
-                    conditions, attempt=attempt, strategy=spec.retry_strategy, started=wl.started
-                )
-                if verdict.state == provisioning.READY:
-                    sched.retries.check_passed(wl.key, check)
-                elif verdict.state == provisioning.PENDING:
-                    sched.retries.check_waiting(wl.key, provisioning.waiting_message(name, verdict.message))
-                elif verdict.state == provisioning.RETRY:
-                    until = sched.now + provisioning.backoff(attempt, spec.retry_strategy) * self.options.backoff_scale
-                    if (evict := sched.retries.check_retry(wl.key, verdict.message, until)) is not None:
-                        out.append(evict)
-                elif (evict := sched.retries.check_rejected(wl.key, verdict.message)) is not None:
-                    out.append(evict)
-        return out
 
     async def _commit(
         self,
@@ -362,7 +313,3 @@ class Steps:
 
 
 PREEMPTING = "Preempting"  # reason of an admitted workload whose job waits for its victims' pods to stop
-
-
-def _has_checks(wl: Workload | None) -> bool:
-    return wl is not None and bool(wl.checks)

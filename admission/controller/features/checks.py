@@ -9,19 +9,21 @@ labels and tolerations, as the job will run), owned by the job and labelled with
 It is level-triggered like the enactor: ``sync(job uid)`` compares the requests that exist
 with those the workload's state calls for (the current attempt's while it holds quota; none
 once it is evicted, finished or gone) and creates or deletes the difference. An informer on
-ProvisioningRequests reports every change of a request's conditions; the controller's step
-reads them (``conditions``) and turns them into the scheduler's check decisions. A cluster
-without the ProvisioningRequest CRD is fine: the informer keeps retrying quietly, and only a
-ClusterQueue that names a check needs it.
+ProvisioningRequests reports every change of a request's conditions; in the leader's next step
+(``decide``, a capability's hook) what they mean becomes the scheduler's check decisions
+(``queues.cycle.provisioning.verdict``), and after it (``stepped``) the jobs the step touched are
+synced. A cluster without the ProvisioningRequest CRD is fine: the informer keeps retrying
+quietly, and only a ClusterQueue that names a check needs it.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from admission.controller.capability import Capability, Loop, StepContext, Stepped
 from admission.controller.term import Term
 from admission.controller.workqueue import Retry, WorkQueue
 from admission.jobs.base import JobView, PodSetInfo
@@ -29,6 +31,7 @@ from admission.jobs.job_fields import pointer_get
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
 from queues.cycle import provisioning
+from queues.cycle.decisions import Decision
 from queues.model import Workload
 from queues.podsets import jobs, layouts, trainjobs
 
@@ -39,7 +42,9 @@ POD_TEMPLATES = ResourceRef("v1", "PodTemplate", "podtemplates")
 JOB_UID_LABEL = "turnstile.dev/job-uid"
 
 
-class Checks:
+class Checks(Capability):
+    """Admission checks' ProvisioningRequests, and their verdicts in the leader's steps."""
+
     def __init__(
         self,
         kube: Kube,
@@ -50,13 +55,16 @@ class Checks:
         changed: Callable[[str], None],
         workers: int = 4,
         runtimes: trainjobs.Runtimes | None = None,
+        backoff_scale: float = 1.0,
     ) -> None:
         self.kube = kube
         self.runtimes = runtimes  # a TrainJob's training runtime, where its pod templates are
         self.views = views  # job uid -> view
         self.current_term = current_term
         self.run_infos = run_infos  # the pod sets' directives as the job will run (the enactor's)
-        self.changed = changed  # a request of this job uid changed: look at its conditions
+        self.changed = changed  # a request of this job uid changed: a step is due
+        self.dirty: dict[str, None] = {}  # job uids whose requests changed since the last step
+        self.backoff_scale = backoff_scale  # wall seconds per second of a retry's backoff
         self.requests: dict[str, dict[str, Obj]] = {}  # job uid -> request name -> request
         self.job_of: dict[tuple[str, str], str] = {}  # (namespace, request name) -> job uid
         self.informer = Informer(
@@ -65,11 +73,73 @@ class Checks:
         self.queue = WorkQueue(self.sync, workers=workers, name="checks")
         self.created = 0
 
+    # ----- the capability's hooks (``admission.controller.capability``) -------------------------
+
     def start(self) -> None:
         self.queue.start()
 
     async def stop(self) -> None:
         await self.queue.stop()
+
+    def optional_informers(self) -> Sequence[Informer]:
+        return (self.informer,)
+
+    def loops(self) -> Sequence[Loop]:
+        return (("informer-provisioningrequests", self.informer.run),)
+
+    def term_began(self, term: Term) -> None:
+        """Every request's verdict is looked at again; requests to make, or to clean up, after a restart."""
+        self.dirty.update(dict.fromkeys(self.requests))
+        for uid, row in term.rows.items():
+            if uid in self.requests or _has_checks(term.held(row.key)):
+                self.request(uid)
+
+    def decide(self, step: StepContext) -> Sequence[Decision]:
+        """Admission checks whose ProvisioningRequests changed: what their conditions mean for the
+        workloads (``queues.cycle.provisioning.verdict``), as scheduler decisions."""
+        sched = step.term.scheduler
+        dirty, self.dirty = self.dirty, {}
+        out: list[Decision] = []
+        for uid in dirty:
+            row = step.term.rows.get(uid)
+            wl = sched.workloads.get(row.key) if row is not None else None
+            if wl is None or wl.admission is None:
+                continue
+            attempt = wl.retries + 1
+            # Every check that applies, passed ones too: a booking can expire before the job
+            # starts, and a started job's capacity can be revoked.
+            for request in provisioning.requests(sched.config, wl):
+                check, name, spec = request.check, request.name, request.spec
+                conditions = self.conditions(uid, name)
+                if conditions is None or wl.admission is None:
+                    continue
+                verdict = provisioning.verdict(
+                    conditions, attempt=attempt, strategy=spec.retry_strategy, started=wl.started
+                )
+                if verdict.state == provisioning.READY:
+                    sched.retries.check_passed(wl.key, check)
+                elif verdict.state == provisioning.PENDING:
+                    sched.retries.check_waiting(wl.key, provisioning.waiting_message(name, verdict.message))
+                elif verdict.state == provisioning.RETRY:
+                    until = sched.now + provisioning.backoff(attempt, spec.retry_strategy) * self.backoff_scale
+                    if (evict := sched.retries.check_retry(wl.key, verdict.message, until)) is not None:
+                        out.append(evict)
+                elif (evict := sched.retries.check_rejected(wl.key, verdict.message)) is not None:
+                    out.append(evict)
+        return out
+
+    def stepped(self, step: StepContext, outcome: Stepped) -> None:
+        """Sync the requests of the jobs the step touched that have (or had) checks, and of those
+        it forgot (their requests and PodTemplates go too)."""
+        for uid in outcome.forgotten:
+            if uid in self.requests:
+                self.request(uid)
+        for key in outcome.touched:
+            row = step.term.by_key.get(key)
+            if row is not None and (row.uid in self.requests or _has_checks(step.term.held(key))):
+                self.request(row.uid)
+
+    # ----- requests -------------------------------------------------------------------------------
 
     def request(self, uid: str) -> None:
         self.queue.request(uid)
@@ -93,6 +163,7 @@ class Checks:
                 self.requests.pop(uid, None)
         else:
             self.requests.setdefault(uid, {})[name] = obj
+        self.dirty[uid] = None
         self.changed(uid)
 
     def conditions(self, uid: str, name: str) -> list[Mapping[str, Any]] | None:
@@ -230,3 +301,7 @@ def _template(view: JobView, job: Obj, pod_set: str, runtimes: trainjobs.Runtime
     pod = next((p.obj for p in view.pods if p.pod_set == pod_set), job)
     meta = pod.get("metadata") or {}
     return {"metadata": {k: meta[k] for k in ("labels", "annotations") if k in meta}, "spec": pod.get("spec") or {}}
+
+
+def _has_checks(wl: Workload | None) -> bool:
+    return wl is not None and bool(wl.checks)

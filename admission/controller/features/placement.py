@@ -64,7 +64,7 @@ class Placement(Capability):
             self.inventory.start()
         return self.inventory.fresh() if self.inventory.wanted(config) else None
 
-    def term_began(self) -> None:
+    def term_began(self, term: Term) -> None:
         for key in self.inventory.by_workload:  # placed pods a restart left gated
             self.pinner.request(key)
 

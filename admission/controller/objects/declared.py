@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.capability import Capability, Loop
 from admission.controller.readiness import DatabaseHealth
+from admission.controller.term import Term
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
@@ -118,6 +119,12 @@ class Declared(Capability):
         self._was_leading = False
         self._said_absent = False
         self.reconciled = 0  # object versions reconciled so far
+
+    def optional_informers(self) -> Sequence[Informer]:
+        return tuple(self.informers.values())
+
+    def term_began(self, term: Term) -> None:
+        self.wake.set()  # the leader reconciles the declared queues
 
     # ----- what the cluster says -----------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.capability import Capability, Loop, StepContext
+from admission.controller.capability import Capability, Loop, StepContext, Stepped
 from admission.controller.events import EventPoster
 from admission.controller.term import Term
 from admission.controller.watch.jobcache import JobCache
@@ -178,6 +178,16 @@ class Projection(Capability):
         """Rebuild: every workload of the term, and every object listed (orphans are deleted)."""
         self.mark(term.rows)
         self.mark(list(self.objects))
+
+    def optional_informers(self) -> Sequence[Informer]:
+        return (self.informer,)
+
+    def stepped(self, step: StepContext, outcome: Stepped) -> None:
+        """The objects of what the store now holds differently: jobs stored, finished or gone, and
+        workloads decided, told or (no longer) preempting; not every job event (most are status
+        updates that change nothing an object shows)."""
+        rows = step.term.by_key
+        self.mark([*outcome.stored, *(row.uid for key in outcome.changed if (row := rows.get(key)) is not None)])
 
     def _on_object(self, kind: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}

@@ -17,7 +17,6 @@ class Changes:
 
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     jobs: dict[str, None] = field(default_factory=dict)  # job uids, in event order
-    checks: dict[str, None] = field(default_factory=dict)  # job uids whose ProvisioningRequests changed
     config: bool = False
     namespaces: bool = False
     # admitted workloads whose job waits for preempted workloads' pods to stop -> those workloads
