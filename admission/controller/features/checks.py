@@ -88,10 +88,13 @@ class Checks(Capability):
         return (("informer-provisioningrequests", self.informer.run),)
 
     def term_began(self, term: Term) -> None:
-        """Every request's verdict is looked at again; requests to make, or to clean up, after a restart."""
+        """Every request's verdict is looked at again; requests to make, or to clean up, after a
+        restart (those of a job whose workload finished while no term ran go)."""
         self.dirty.update(dict.fromkeys(self.requests))
+        for uid in self.requests:
+            self.request(uid)
         for uid, row in term.rows.items():
-            if uid in self.requests or _has_checks(term.held(row.key)):
+            if _has_checks(term.held(row.key)):
                 self.request(uid)
 
     def decide(self, step: StepContext) -> Sequence[Decision]:

@@ -1,0 +1,169 @@
+"""The leader's step (``admission.controller.step``) on its own: real PostgreSQL, no cluster, and a
+clock the test sets. Jobs are put in the replica's job cache as its informers would; a step stores
+them, asks its capabilities, schedules, commits in one fenced transaction, hands the enactor what
+it touched and tells every capability, in that order. The whole-world tests show the same through
+a simulated cluster and a running controller; this shows the kernel's order and what it commits,
+without waiting on anything."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from admission.controller import step as step_module
+from admission.controller.capability import Capability, StepContext, Stepped
+from admission.controller.enactor import Enactor
+from admission.controller.events import EventPoster
+from admission.controller.monitoring.metrics import Metrics
+from admission.controller.report import Reporter
+from admission.controller.step import StepOptions, Steps
+from admission.controller.term import Term
+from admission.controller.watch.changes import Changes
+from admission.controller.watch.jobcache import JobCache
+from admission.jobs import batch
+from admission.policy import DEFAULT_POLICY
+from admission.store import config as config_store
+from admission.store import database, lease, tables
+from queues.cycle.decisions import Decision
+from tests.queues.builders import CQ, flavor, local_queue
+
+START = 1_800_000_000.0  # the test's clock (Unix seconds)
+
+
+class Recorder(Capability):
+    """A capability that writes down when the step called it and what it was told."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+        self.outcome: Stepped | None = None
+        self.now: float | None = None
+
+    def decide(self, step: StepContext) -> Sequence[Decision]:
+        self.calls.append("decide")
+        self.now = step.now
+        return ()
+
+    def committed(self, step: StepContext) -> None:
+        self.calls.append("committed")
+
+    def stepped(self, step: StepContext, outcome: Stepped) -> None:
+        self.calls.append("stepped")
+        self.outcome = outcome
+
+    async def record(self, step: StepContext) -> None:
+        self.calls.append("record")
+
+
+def _job(name: str, gpus: int) -> dict[str, Any]:
+    container = {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "creationTimestamp": "2027-01-15T08:00:00Z",
+            "labels": {"kueue.x-k8s.io/queue-name": "q"},
+        },
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "suspend": True,
+            "template": {"spec": {"containers": [container]}},
+        },
+    }
+
+
+async def _leader(sessions: async_sessionmaker[AsyncSession], holder: str = "me") -> lease.Fence:
+    async with database.transaction(sessions) as session:
+        fence = await lease.acquire(session, holder=holder, ttl=dt.timedelta(seconds=15))
+    assert fence is not None
+    return fence
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    now = [START]
+    monkeypatch.setattr(step_module, "now_ms", lambda: now[0])
+    return now
+
+
+async def _world(sessions: async_sessionmaker[AsyncSession], calls: list[str]) -> tuple[Steps, Term, Recorder]:
+    async with database.transaction(sessions) as session:
+        queues = [flavor("a100"), CQ("cq").group(("a100", {"gpu": 8})).build(), local_queue("ns", "q", "cq")]
+        await config_store.apply(session, queues, actor="test")
+    term = await Term.from_store(
+        sessions, await _leader(sessions), DEFAULT_POLICY, {"ns": {}}, scale=1.0, inventory=lambda config: None
+    )
+    jobs, changes = JobCache(), Changes()
+    for name in ("first", "second", "third"):
+        assert jobs.observe(batch.JOB, "ADDED", _job(name, 4))
+        changes.jobs[f"uid-{name}"] = None
+    replica = SimpleNamespace(term=term)
+    metrics = Metrics(replica)  # (read at a scrape; none here)
+    events = EventPoster(None, instance="test")  # type: ignore[arg-type]  # (not started: nothing is posted)
+    enactor = Enactor(None, jobs=jobs, current_term=lambda: term, workers=1)  # type: ignore[arg-type]
+    recorder = Recorder(calls)
+    steps = Steps(
+        changes=changes,
+        jobs=jobs,
+        namespaces={"ns": {}},
+        sessions=sessions,
+        options=StepOptions(step_decisions=1000, ledger_labels=(), backoff_scale=1.0),
+        metrics=metrics,
+        reporter=Reporter(metrics, events, enactor.view),
+        events=events,
+        enactor=enactor,
+        capabilities=[recorder],
+    )
+    return steps, term, recorder
+
+
+async def test_a_step_stores_new_jobs_admits_what_fits_and_commits_it_before_anything_acts(
+    sessions: async_sessionmaker[AsyncSession], clock: list[float]
+) -> None:
+    calls: list[str] = []
+    steps, term, recorder = await _world(sessions, calls)
+    await steps.run(term)
+
+    assert calls == ["decide", "committed", "stepped", "record"], "capabilities are asked in the kernel's order"
+    assert recorder.now == START, "the step runs on the replica's clock"
+    async with database.transaction(sessions) as session:
+        rows = {
+            r.name: r for r in (await session.execute(select(tables.Workload).order_by(tables.Workload.id))).scalars()
+        }
+    assert {n: r.state for n, r in rows.items()} == {"first": "Admitted", "second": "Admitted", "third": "Pending"}
+    assert rows["first"].admitted_at == dt.datetime.fromtimestamp(START, dt.UTC), "committed at the step's time"
+    assert rows["third"].reason and "nvidia.com/gpu" in (rows["third"].message or ""), "why it waits is stored too"
+    assert set(term.committed) == {"ns/first", "ns/second"}, "the enactor acts only on what was committed"
+    assert steps.enactor.queue.waiting == {"ns/first", "ns/second", "ns/third"}
+    assert recorder.outcome is not None
+    assert set(recorder.outcome.stored) == {"uid-first", "uid-second", "uid-third"}
+    assert {"ns/first", "ns/second", "ns/third"} <= recorder.outcome.changed
+
+    calls.clear()
+    clock[0] += 60.0
+    await steps.run(term)  # (nothing changed: nothing to store, but every capability is still asked)
+    assert calls == ["decide", "stepped", "record"] and recorder.now == START + 60.0
+
+
+async def test_a_step_after_another_replica_took_the_lease_writes_nothing(
+    sessions: async_sessionmaker[AsyncSession], clock: list[float]
+) -> None:
+    steps, term, _ = await _world(sessions, [])
+    async with database.transaction(sessions) as session:
+        assert await lease.release(session, term.fence, channel="test")
+    await _leader(sessions, holder="other")
+    with pytest.raises(lease.Fenced):
+        await steps.run(term)
+    async with database.transaction(sessions) as session:
+        stored = (await session.execute(select(tables.Workload))).scalars().all()
+    assert stored == [], "a deposed leader's step leaves the store as it was"
