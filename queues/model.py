@@ -150,8 +150,9 @@ class Snapshot:
 
 
 def pod_requests(wl: Workload) -> dict[str, Mapping[str, int]]:
-    """Each pod set's requests of one pod (what placement holds on a node per pod, its pod slot too)."""
-    return {ps.name: nodes.with_pod_slot(ps.node_requests) for ps in wl.pod_sets}
+    """Each pod set's requests of one pod (what placement holds on a node per pod, its pod slot and
+    its DRA devices too)."""
+    return {ps.name: nodes.with_pod_slot(ps.placed_requests) for ps in wl.pod_sets}
 
 
 def _cohort_quotas(obj: api.Cohort) -> dict[FlavorResource, Quota]:

@@ -17,7 +17,7 @@ from typing import Protocol
 from queues.cycle import budget_priority
 from queues.cycle.assignment import WAITING_FOR_QUOTA
 from queues.cycle.queueing import PendingQueues
-from queues.dra import charges
+from queues.dra import charges, node_capacity
 from queues.model import ClusterQueue, Config, SharedShapes, Snapshot, Workload
 from queues.podsets import jobs
 
@@ -58,6 +58,8 @@ class Intake:
         # Kubernetes PriorityClasses (scheduling.k8s.io): name -> (value, globalDefault)
         self.pod_priorities: dict[str, tuple[int, bool]] = {}
         self.devices = charges.Devices()  # DRA: what pods' claims (and resource transformations) charge
+        self._offered: tuple[object, ...] | None = None  # the devices ``_offers`` was worked out from
+        self._offers: node_capacity.ByNode = {}  # what each node's devices offer (placement by topology)
         self.shapes = SharedShapes()
         self.budget_priority: budget_priority.Lowered | None = None  # (a spent budget's lower priority)
 
@@ -109,11 +111,30 @@ class Intake:
         set the priority of workloads created from now on (as in Kueue, a workload keeps its own)."""
         self.pod_priorities = dict(classes)
 
+    def use_devices(self, devices: charges.Devices) -> None:
+        """What charges claims from now on, and what nodes' devices offer to placement by topology
+        (``queues.dra.node_capacity``); the caller makes the waiting workloads again."""
+        self.devices = devices
+        self.offer_devices()
+
+    def offer_devices(self) -> None:
+        """Tell the node inventory (if pods are placed by topology) what each node's DRA devices
+        offer of the mapped resources; worked out again only when the devices or mappings changed."""
+        inventory = self.s.snapshot.inventory
+        if inventory is None:
+            return
+        d = self.devices
+        key = (d.mappings, tuple(sorted(d.classes.items())), d.published, d.counter_sets)
+        if key != self._offered:
+            self._offered = key
+            self._offers = node_capacity.by_node(d) if d.mappings.by_class else {}
+        inventory.set_devices(self._offers)
+
     def set_devices(self, devices: charges.Devices) -> None:
         """New DRA mappings or ResourceClaimTemplates: the workloads whose claims could not be
         charged are charged again and queue if they now can (charged ones keep their charge, as a
         Kueue workload keeps the requests it was made with)."""
-        self.devices = devices
+        self.use_devices(devices)
         for wl in sorted(self.unresolved.values(), key=lambda w: w.seq):
             if charges.unaccounted(wl.pod_sets) is not None:
                 wl.pod_sets, wl.shape = self.shapes.share(devices.recharge(wl.namespace, wl.pod_sets))

@@ -138,6 +138,7 @@ class Scheduler:
         if self.inventory is inventory:
             return
         self.inventory = self.snapshot.inventory = inventory
+        self.intake.offer_devices()  # (what nodes' DRA devices offer, as placement counts them)
         for wl in self.workloads.values():
             held = wl.admission is not None and wl.admission.placement
             if held and wl.admission is not None and wl.admission.cluster_queue in self.snapshot.queues:

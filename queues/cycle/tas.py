@@ -95,7 +95,7 @@ def _placement(
         if flavor is None or (ps.topology is None and not cq.tas_only):
             continue
         pod = PodNeeds(
-            with_pod_slot({r: v for r, v in ps.node_requests.items() if v}),
+            with_pod_slot({r: v for r, v in ps.placed_requests.items() if v}),
             {**dict(ps.constraints.node_selector), **flavor.node_labels},
             (*ps.tolerations, *flavor.tolerations),
         )

@@ -140,6 +140,9 @@ class Devices:
     # Kueue's resources.transformations and excludeResourcePrefixes: applied to the containers'
     # requests before the claims are charged, as Kueue does (``queues.podsets.transformations``)
     transformations: Transformations = NO_TRANSFORMATIONS
+    # the cards' shared counters (``sharedCounters``), of the same complete pools: what a node offers
+    # of a counter-charged resource when pods are placed by topology (``queues.dra.node_capacity``)
+    counter_sets: tuple[slices.CounterSet, ...] = ()
     # what matching CEL over every published device found so far (a job's every event makes its
     # workload again, and the devices are not matched each time): counter and capacity charges, by
     # (DeviceClass, request selectors, capacity requests, sources); a template's requests short of devices
@@ -157,12 +160,14 @@ class Devices:
         published: Iterable[slices.Slice] = (),
         transformations: Transformations = NO_TRANSFORMATIONS,
     ) -> Devices:
+        counted = slices.current(published)
         return cls(
             mappings,
             {(t.namespace, t.name): t for t in templates},
             dict(classes or {}),
-            slices.published(published),
+            tuple(d for s in counted for d in s.devices),
             transformations,
+            tuple(c for s in counted for c in s.counter_sets),
         )
 
     def charge(self, namespace: str, pod_sets: tuple[PodSet, ...]) -> tuple[PodSet, ...]:

@@ -89,6 +89,18 @@ class Device:
 
 
 @dataclass(frozen=True, slots=True)
+class CounterSet:
+    """One of a ResourceSlice's ``sharedCounters``: what a card holds that its partitions consume
+    (``memory: 140Gi``); what a node offers of a counter-charged resource (``queues.dra.node_capacity``)."""
+
+    driver: str
+    pool: str
+    node: str | None
+    name: str
+    counters: Mapping[str, str]  # counter name -> quantity
+
+
+@dataclass(frozen=True, slots=True)
 class Slice:
     """A ResourceSlice: a pool's devices (or part of them), of one driver."""
 
@@ -98,6 +110,7 @@ class Slice:
     generation: int
     count: int  # the pool's resourceSliceCount
     devices: tuple[Device, ...]
+    counter_sets: tuple[CounterSet, ...] = ()
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Slice:
@@ -120,6 +133,20 @@ class Slice:
             raise errors.Invalid(problems, subject=f"ResourceSlice {meta.get('name') or '?'}")
         driver, pool_name = str(spec["driver"]), str(pool["name"])
         node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
+        counter_sets = tuple(
+            CounterSet(
+                driver,
+                pool_name,
+                node,
+                str(entry.get("name")),
+                {
+                    str(counter): str(value.get("value") if isinstance(value, Mapping) else value)
+                    for counter, value in (entry.get("counters") or {}).items()
+                },
+            )
+            for entry in spec.get("sharedCounters") or []
+            if isinstance(entry, Mapping)
+        )
         return cls(
             str(meta.get("name") or f"{driver}-{pool_name}"),
             driver,
@@ -127,21 +154,27 @@ class Slice:
             int(pool.get("generation") or 0),
             int(pool.get("resourceSliceCount") or 1),
             tuple(Device.of(driver, pool_name, node, d) for d in devices),
+            counter_sets,
         )
+
+
+def current(slices: Iterable[Slice]) -> tuple[Slice, ...]:
+    """The slices of every complete pool at its latest generation (what counts)."""
+    pools: dict[tuple[str, str], list[Slice]] = {}
+    for s in slices:
+        pools.setdefault((s.driver, s.pool), []).append(s)
+    out: list[Slice] = []
+    for key in sorted(pools):
+        latest = max(s.generation for s in pools[key])
+        newest = [s for s in pools[key] if s.generation == latest]
+        if len(newest) >= max(s.count for s in newest):
+            out.extend(sorted(newest, key=lambda s: s.name))
+    return tuple(out)
 
 
 def published(slices: Iterable[Slice]) -> tuple[Device, ...]:
     """The devices of every complete pool at its latest generation."""
-    pools: dict[tuple[str, str], list[Slice]] = {}
-    for s in slices:
-        pools.setdefault((s.driver, s.pool), []).append(s)
-    out: list[Device] = []
-    for key in sorted(pools):
-        latest = max(s.generation for s in pools[key])
-        current = [s for s in pools[key] if s.generation == latest]
-        if len(current) >= max(s.count for s in current):
-            out.extend(d for s in sorted(current, key=lambda s: s.name) for d in s.devices)
-    return tuple(out)
+    return tuple(d for s in current(slices) for d in s.devices)
 
 
 @functools.lru_cache(maxsize=512)

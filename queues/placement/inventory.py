@@ -16,13 +16,20 @@ with ``put``/``remove`` (the simulated cluster's scenario nodes and scale-ups in
 Nodes informer in the controller). Capacity a hold takes is given back with the same call and
 ``sign=-1`` when the workload is evicted or finishes, and a preemption's what-ifs use the same
 pair, so a preemptor can see the nodes its victims would free.
+
+A node's DRA devices are not in its ``allocatable``: what they offer of the mapped resources
+(``queues.dra.node_capacity``: 4 ``whole-gpus``) is given with ``set_devices`` and added to the
+node's capacity, so a pod set that claims devices is placed where they are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from queues.placement.nodes import Free, NodeInfo
+
+ALL_NODES = "*"  # in ``set_devices``: what devices published for no one node offer to every node
 
 
 class Inventory:
@@ -33,14 +40,41 @@ class Inventory:
         self.external: dict[str, dict[str, int]] = {}  # node -> resource -> used by pods placed elsewhere
         self.version = 0  # moves whenever capacity is given back or a node added (failures may no longer hold)
         self.pending = pending  # why the nodes are not known yet (placement waits); None: known
+        self.put_as: dict[str, NodeInfo] = {}  # each node as put, before what its DRA devices offer
+        self.devices: dict[str, dict[str, int]] = {}  # node -> mapped resource -> what its devices offer
 
     def put(self, node: NodeInfo) -> None:
         """Add (or replace) a node; what is held on it and what other pods use there stay."""
-        self.nodes[node.name] = node
+        self.put_as[node.name] = node
+        self.nodes[node.name] = self._equipped(node)
         self._refresh(node.name)
         self.version += 1
 
+    def set_devices(self, offers: Mapping[str, Mapping[str, int]]) -> None:
+        """What each node's DRA devices offer of the mapped resources now (the cluster's
+        ResourceSlices or the mappings changed); a node not named offers none."""
+        wanted = {node: dict(offer) for node, offer in offers.items() if offer}
+        if wanted == self.devices:
+            return
+        self.devices = wanted
+        for name, node in self.put_as.items():
+            self.nodes[name] = self._equipped(node)
+            self._refresh(name)
+        self.version += 1
+
+    def _equipped(self, node: NodeInfo) -> NodeInfo:
+        """``node`` with what its DRA devices offer, and those published for every node (``*``)."""
+        offer, everywhere = self.devices.get(node.name), self.devices.get(ALL_NODES)
+        if not offer and not everywhere:
+            return node
+        allocatable = dict(node.allocatable)
+        for extra in (offer or {}, everywhere or {}):
+            for r, v in extra.items():
+                allocatable[r] = allocatable.get(r, 0) + v
+        return dataclasses.replace(node, allocatable=allocatable)
+
     def remove(self, name: str) -> None:
+        self.put_as.pop(name, None)
         self.nodes.pop(name, None)
         self.free.pop(name, None)
         self.external.pop(name, None)

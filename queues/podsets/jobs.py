@@ -94,6 +94,18 @@ class PodSet:
             return self.requests
         return {r: left for r, v in self.requests.items() if (left := v - self.devices.get(r, 0)) > 0}
 
+    @property
+    def placed_requests(self) -> Mapping[str, int]:
+        """What one pod takes of a node where Turnstile places it by topology: its containers'
+        requests and its DRA claims' charge, which the node's ResourceSlices offer
+        (``queues.dra.node_capacity``), so its pods go where their devices are."""
+        if not self.devices:
+            return self.node_requests
+        placed = dict(self.node_requests)
+        for r, v in self.devices.items():
+            placed[r] = placed.get(r, 0) + v
+        return placed
+
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:

@@ -124,6 +124,6 @@ class DeviceCatalog:
         return self._devices
 
     def apply(self, scheduler: Scheduler) -> None:
-        """The scheduler charges new workloads' claims with the DRA objects as they are now (the
-        waiting ones are made again by the step: their jobs were marked)."""
-        scheduler.intake.devices = self.devices
+        """The scheduler charges new workloads' claims, and places pods by topology, with the DRA
+        objects as they are now (the waiting ones are made again by the step: their jobs were marked)."""
+        scheduler.intake.use_devices(self.devices)
