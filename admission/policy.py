@@ -95,14 +95,18 @@ def parse_device_class_mappings(text: str) -> mappings.Mappings:
     return result
 
 
-def parse_transformations(text: str, prefixes: str) -> resource_transformations.Transformations:
-    """Kueue's ``resources.transformations`` list (YAML or JSON) and ``excludeResourcePrefixes``
-    (comma-separated) (``queues.podsets.transformations``); empty: none."""
+def parse_transformations(
+    text: str, prefixes: str, strategy: str | None = None
+) -> resource_transformations.Transformations:
+    """Kueue's ``resources.transformations`` list (YAML or JSON), ``excludeResourcePrefixes``
+    (comma-separated) and ``quotaCheckStrategy`` (``queues.podsets.transformations``); empty: none."""
     excluded = [p.strip() for p in prefixes.split(",") if p.strip()]
     if not text.strip():
-        return resource_transformations.parse(None, excluded) if excluded else resource_transformations.NONE
+        if not excluded and strategy in (None, resource_transformations.BLOCK_UNDECLARED):
+            return resource_transformations.NONE
+        text = "[]"
     result: resource_transformations.Transformations = _block(
-        text, lambda raw: resource_transformations.parse(raw, excluded)
+        text, lambda raw: resource_transformations.parse(raw, excluded, strategy)
     )
     return result
 
@@ -140,7 +144,7 @@ class Policy:
     card_fractions: Mapping[str, Fraction] = field(default_factory=dict)
     # DRA: the resource each DeviceClass's devices are charged as (``queues.dra``)
     device_mappings: mappings.Mappings = mappings.NONE
-    # Kueue's resources.transformations and excludeResourcePrefixes (``queues.podsets.transformations``)
+    # Kueue's resources: transformations, excludeResourcePrefixes, quotaCheckStrategy (queues.podsets.transformations)
     transformations: resource_transformations.Transformations = resource_transformations.NONE
 
     @classmethod
@@ -168,7 +172,7 @@ class Policy:
             card_fractions=settings.card_fractions,
             device_mappings=parse_device_class_mappings(settings.device_class_mappings),
             transformations=parse_transformations(
-                settings.resource_transformations, settings.exclude_resource_prefixes
+                settings.resource_transformations, settings.exclude_resource_prefixes, settings.quota_check_strategy
             ),
         )
 

@@ -11,7 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queues.gpus import gpu_units
@@ -102,6 +102,12 @@ class Settings(BaseSettings):
         default="",
         description="Kueue's resources.excludeResourcePrefixes, comma-separated (example.com/,ephemeral-): "
         "requests whose name starts with one are not counted in quota; empty: none",
+    )
+    quota_check_strategy: Literal["BlockUndeclared", "IgnoreUndeclared"] = Field(
+        default="BlockUndeclared",
+        description="Kueue's resources.quotaCheckStrategy: what a request of a resource the ClusterQueue does not "
+        "cover means: BlockUndeclared keeps the workload out (NoMatchingFlavor), IgnoreUndeclared leaves the "
+        "resource out of the quota check (not with TURNSTILE_EXCLUDE_RESOURCE_PREFIXES, as in Kueue)",
     )
     topology_packing: Literal["Compact", "Kueue"] = Field(
         default="Compact",
@@ -221,6 +227,16 @@ class Settings(BaseSettings):
         from admission.policy import parse_transformations
 
         parse_transformations(value, "")  # ValueError names the field and what is wrong
+        return value
+
+    @field_validator("quota_check_strategy")
+    @classmethod
+    def _quota_check_strategy(cls, value: str, info: ValidationInfo) -> str:
+        if value == "IgnoreUndeclared" and str(info.data.get("exclude_resource_prefixes") or "").strip():
+            raise ValueError(
+                "IgnoreUndeclared cannot be combined with TURNSTILE_EXCLUDE_RESOURCE_PREFIXES (Kueue's validation: "
+                "excludeResourcePrefixes is not allowed when quotaCheckStrategy is IgnoreUndeclared); unset one"
+            )
         return value
 
     @field_validator("integrations")

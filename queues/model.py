@@ -52,8 +52,13 @@ class Snapshot:
         fair_sharing: FairSharing | None = None,
         inventory: Inventory | None = None,
         packing: str = COMPACT,
+        *,
+        ignore_undeclared: bool = False,
     ) -> None:
         self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration; None: off
+        # Kueue's quotaCheckStrategy IgnoreUndeclared: a resource the ClusterQueue does not cover is
+        # left out of the quota check instead of keeping the workload out (``queues.cycle.flavors``)
+        self.ignore_undeclared = ignore_undeclared
         # the nodes, for TAS flavors (``queues.placement.inventory``); None: no node is known
         self.inventory = inventory
         self.packing = packing  # how TAS pod sets are packed (``queues.placement.topology``)

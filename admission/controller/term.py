@@ -117,6 +117,7 @@ class Term:
             history=history,
             inventory=inventory(snapshot.config),
             packing=policy.topology_packing,
+            ignore_undeclared=policy.transformations.ignore_undeclared,  # (Kueue's quotaCheckStrategy)
         )
         term.scheduler.block_admission = policy.pods_ready.block_admission
         return term
@@ -133,6 +134,7 @@ class Term:
         history: Mapping[str, tuple[Mapping[str, float], float]] | None = None,
         inventory: Inventory | None = None,
         packing: str = COMPACT,
+        ignore_undeclared: bool = False,
     ) -> Term:
         scheduler = Scheduler(
             snapshot.config,
@@ -141,6 +143,7 @@ class Term:
             admission_fair_sharing=admission_fair_sharing,
             inventory=inventory,
             packing=packing,
+            ignore_undeclared=ignore_undeclared,
         )
         scheduler.now = now_ms()
         for key, (consumed, at) in (history or {}).items():  # fair sharing's histories, as stored

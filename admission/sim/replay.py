@@ -34,7 +34,8 @@ def replay(
     """
     timeline = sorted(timeline, key=lambda a: a[:3])
     config = Config.of(scenario.manifests)
-    sched = scheduler.Scheduler(config, namespaces=scenario.namespaces)
+    ignore = scenario.devices.transformations.ignore_undeclared  # (Kueue's quotaCheckStrategy)
+    sched = scheduler.Scheduler(config, namespaces=scenario.namespaces, ignore_undeclared=ignore)
     sched.intake.set_devices(scenario.devices)  # (DRA claims charged as the controller charged them)
     record.configure(config)
     workloads: dict[str, Workload] = {}

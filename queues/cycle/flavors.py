@@ -166,11 +166,15 @@ def _assign(
         if covers_pods:
             requests["pods"] = ps.count * quantity.MILLI
         uncovered = sorted(r for r in requests if r not in cq.group_of)
-        if uncovered:
+        if uncovered and snapshot.ignore_undeclared:  # (quotaCheckStrategy IgnoreUndeclared: not checked)
+            requests = {r: v for r, v in requests.items() if r in cq.group_of}
+        elif uncovered:
             result.mode = Mode.NO_FIT
             result.reason = NO_MATCHING_FLAVOR
             result.messages.append(
-                f"pod set {ps.name} requests {', '.join(uncovered)}, which ClusterQueue {cq.name} does not provide"
+                f"pod set {ps.name} requests {', '.join(uncovered)}, which ClusterQueue {cq.name} does not provide; "
+                "give it quota for them, or leave what it does not cover out of the quota check "
+                "(quotaCheckStrategy IgnoreUndeclared: TURNSTILE_QUOTA_CHECK_STRATEGY)"
             )
             return result
         chosen: dict[str, str] = {}

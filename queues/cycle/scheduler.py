@@ -66,13 +66,14 @@ class Scheduler:
         admission_fair_sharing: AdmissionFairSharing | None = None,
         inventory: Inventory | None = None,
         packing: str = COMPACT,
+        ignore_undeclared: bool = False,
     ) -> None:
         self.config = config
         self.namespaces: dict[str, Mapping[str, str]] = dict(namespaces or {})
         self.fair_sharing = fair_sharing  # Kueue's fairSharing configuration (``queues.cycle.fairsharing``)
         # the nodes TAS flavors place on (``queues.placement.inventory``); the caller fills it
         self.inventory = inventory
-        self.snapshot = Snapshot(config, fair_sharing, inventory, packing)
+        self.snapshot = Snapshot(config, fair_sharing, inventory, packing, ignore_undeclared=ignore_undeclared)
         self._inventory_seen = -1
         self.pending = PendingQueues()
         self.work = self.pending.work  # (what the core did: ``queues.work``)
@@ -156,7 +157,8 @@ class Scheduler:
         for wl in self.workloads.values():
             if wl.admission is not None and wl.admission.placement:
                 self.snapshot.remove_workload(wl)  # (its node capacity is held again below)
-        self.snapshot = Snapshot(config, self.fair_sharing, self.inventory, self.snapshot.packing)
+        packing, ignore = self.snapshot.packing, self.snapshot.ignore_undeclared
+        self.snapshot = Snapshot(config, self.fair_sharing, self.inventory, packing, ignore_undeclared=ignore)
         self.pending.fair_queues = self.ordering.fair_queues(config)
         self.nominator.reset(self.snapshot)
         self.reservations.holders.clear()

@@ -16,11 +16,18 @@ reduces a request that was not part of that arithmetic); the DRA charge (``queue
 is added after. Amounts are exact: milli-units multiplied as integers, a fraction of a milli-unit
 rounded up as Kubernetes' ``MilliValue`` does.
 
+The same section's ``quotaCheckStrategy`` says what a request of a resource the ClusterQueue does
+not cover means: ``BlockUndeclared`` (the default) keeps the workload out (``NoMatchingFlavor``),
+``IgnoreUndeclared`` leaves that resource out of the quota check (the pod still asks a node for it)
+and may not be combined with ``excludeResourcePrefixes`` (Kueue's validation); the flavor assigner
+reads it (``queues.cycle.flavors``).
+
 A pod set keeps what its containers asked in ``container_requests`` when anything changed, since a
 node is asked for the real resources (a node has no ``nvidia.com/total-gpumem``), not for quota's.
-Turnstile reads the setting ``TURNSTILE_RESOURCE_TRANSFORMATIONS`` (Kueue's list, JSON or YAML)
-and ``TURNSTILE_EXCLUDE_RESOURCE_PREFIXES``; a scenario its top-level ``resourceTransformations``
-and ``excludeResourcePrefixes`` (docs/scenario-format.md).
+Turnstile reads the setting ``TURNSTILE_RESOURCE_TRANSFORMATIONS`` (Kueue's list, JSON or YAML),
+``TURNSTILE_EXCLUDE_RESOURCE_PREFIXES`` and ``TURNSTILE_QUOTA_CHECK_STRATEGY``; a scenario its
+top-level ``resourceTransformations``, ``excludeResourcePrefixes`` and ``quotaCheckStrategy``
+(docs/scenario-format.md).
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ REPLACE = "Replace"
 STRATEGIES = (RETAIN, REPLACE)
 FIELDS = ("input", "strategy", "multiplyBy", "outputs")
 SETTING = "TURNSTILE_RESOURCE_TRANSFORMATIONS"
+BLOCK_UNDECLARED = "BlockUndeclared"
+IGNORE_UNDECLARED = "IgnoreUndeclared"
+QUOTA_CHECK_STRATEGIES = (BLOCK_UNDECLARED, IGNORE_UNDECLARED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +63,12 @@ class Transformation:
 
 @dataclass(frozen=True, slots=True)
 class Transformations:
-    """Kueue's ``resources.transformations`` and ``excludeResourcePrefixes`` (module docstring)."""
+    """Kueue's ``resources.transformations``, ``excludeResourcePrefixes`` and ``quotaCheckStrategy``
+    (module docstring)."""
 
     by_input: Mapping[str, Transformation] = field(default_factory=dict)
     exclude_prefixes: tuple[str, ...] = ()
+    ignore_undeclared: bool = False  # quotaCheckStrategy IgnoreUndeclared
 
     def __bool__(self) -> bool:
         return bool(self.by_input or self.exclude_prefixes)
@@ -109,11 +121,23 @@ def _ceil_div(a: int, b: int) -> int:
     return -((-a) // b)
 
 
-def parse(raw: Any, exclude: Any = None, *, path: str = "transformations",
-          exclude_path: str = "excludeResourcePrefixes") -> Transformations:  # fmt: skip
-    """Kueue's ``transformations`` list and ``excludeResourcePrefixes``, or ``errors.Invalid``
-    naming every problem's field (Kueue's validation: a known strategy, each input once)."""
+def parse(raw: Any, exclude: Any = None, strategy: Any = None, *, path: str = "transformations",
+          exclude_path: str = "excludeResourcePrefixes",
+          strategy_path: str = "quotaCheckStrategy") -> Transformations:  # fmt: skip
+    """Kueue's ``transformations`` list, ``excludeResourcePrefixes`` and ``quotaCheckStrategy``, or
+    ``errors.Invalid`` naming every problem's field (Kueue's validation: a known strategy, each
+    input once, no prefixes excluded when undeclared resources are ignored)."""
     problems: list[FieldError] = []
+    if strategy is not None and strategy not in QUOTA_CHECK_STRATEGIES:
+        problems.append(
+            FieldError(strategy_path, f"Unsupported value: {strategy!r}: must be {' or '.join(QUOTA_CHECK_STRATEGIES)}")
+        )
+    if strategy == IGNORE_UNDECLARED and exclude:
+        problems.append(
+            FieldError(
+                strategy_path, "excludeResourcePrefixes is not allowed when quotaCheckStrategy is IgnoreUndeclared"
+            )
+        )
     by_input: dict[str, Transformation] = {}
     if raw is not None and not isinstance(raw, list):
         problems.append(FieldError(path, "must be a list of {input, strategy, multiplyBy, outputs}"))
@@ -137,7 +161,7 @@ def parse(raw: Any, exclude: Any = None, *, path: str = "transformations",
             prefixes.append(prefix)
     if problems:
         raise errors.Invalid(problems)
-    return Transformations(by_input, tuple(prefixes))
+    return Transformations(by_input, tuple(prefixes), strategy == IGNORE_UNDECLARED)
 
 
 def _transformation(entry: Any, where: str, problems: list[FieldError]) -> Transformation | None:

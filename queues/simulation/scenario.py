@@ -69,7 +69,7 @@ class Scenario:
 _TOP_FIELDS = {
     "name", "description", "manifests", "namespaces", "nodes", "autoscaler", "jobs", "edits", "waitForPodsReady",
     "fairSharing", "admissionFairSharing", "topologyPacking", "reclaim", "budgets", "deviceClassMappings",
-    "resourceTransformations", "excludeResourcePrefixes",
+    "resourceTransformations", "excludeResourcePrefixes", "quotaCheckStrategy",
 }  # fmt: skip
 
 
@@ -278,11 +278,12 @@ def parse(doc: Any) -> Scenario:
         device_mappings = mappings.parse(doc.get("deviceClassMappings"))
     except errors.Invalid as exc:
         problems.extend(exc.errors)
-    resources = transformations.NONE  # Kueue's resources.transformations, excludeResourcePrefixes
+    resources = transformations.NONE  # Kueue's resources.transformations, excludeResourcePrefixes, quotaCheckStrategy
     try:
         resources = transformations.parse(
             doc.get("resourceTransformations"),
             doc.get("excludeResourcePrefixes"),
+            doc.get("quotaCheckStrategy"),
             path="resourceTransformations",
         )
     except errors.Invalid as exc:

@@ -54,6 +54,7 @@ class Simulation:
             admission_fair_sharing=scenario.admission_fair_sharing,
             inventory=self.inventory,
             packing=scenario.packing,
+            ignore_undeclared=scenario.devices.transformations.ignore_undeclared,
         )
         self.sched.intake.set_pod_priorities(scenario.pod_priorities)
         self.sched.intake.set_devices(scenario.devices)  # DRA: what pods' claims charge

@@ -71,3 +71,18 @@ def test_wait_for_pods_ready_is_kueues_block_and_a_bad_one_names_the_field(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "TURNSTILE_WAIT_FOR_PODS_READY" in done.stderr
     assert "waitForPodsReady.timeout: must be longer than 0" in done.stderr
+
+
+def test_quota_check_strategy_is_kueues_and_refused_with_excluded_prefixes(tmp_path: Path) -> None:
+    from admission.policy import Policy
+
+    ignoring = Settings(quota_check_strategy="IgnoreUndeclared")
+    assert Policy.from_settings(ignoring, lambda _ns: None).transformations.ignore_undeclared
+    assert not Policy.from_settings(Settings(), lambda _ns: None).transformations.ignore_undeclared
+    base = {**os.environ, "TURNSTILE_HOME": str(tmp_path)}
+    both = {**base, "TURNSTILE_QUOTA_CHECK_STRATEGY": "IgnoreUndeclared", "TURNSTILE_EXCLUDE_RESOURCE_PREFIXES": "x/"}
+    done = turnstile("get", "cq", env=both)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "TURNSTILE_QUOTA_CHECK_STRATEGY" in done.stderr and "TURNSTILE_EXCLUDE_RESOURCE_PREFIXES" in done.stderr
+    done = turnstile("get", "cq", env={**base, "TURNSTILE_QUOTA_CHECK_STRATEGY": "IgnoreAll"})
+    assert done.returncode == 2 and "TURNSTILE_QUOTA_CHECK_STRATEGY" in done.stderr and "IgnoreUndeclared" in done.stderr

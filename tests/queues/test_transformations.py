@@ -11,10 +11,11 @@ import pytest
 from admission.policy import parse_transformations
 from admission.store.workloads import pod_sets_from_json, pod_sets_json
 from queues import errors, quantity
-from queues.cycle.scheduler import Admit
+from queues.cycle.scheduler import Admit, Scheduler
 from queues.dra import charges, mappings
+from queues.model import Config
 from queues.podsets import jobs, transformations
-from tests.queues.builders import CQ, flavor
+from tests.queues.builders import CQ, flavor, local_queue
 from tests.queues.builders import scheduler as make_scheduler
 
 MIG_AND_VGPU = [
@@ -187,3 +188,46 @@ def test_new_transformations_after_a_restart_do_not_requeue_a_running_job() -> N
     assert s.retries.job_changed("ns/running", remade.pod_sets, remade.shape) is None
     grown = s.intake.workload_for(hami_job("running", "3", "3072"), seq=3, now=1.0)
     assert s.retries.job_changed("ns/running", grown.pod_sets, grown.shape) is not None  # (other pods: requeued)
+
+
+def test_quota_check_strategy_is_kueues_and_a_bad_one_names_the_field() -> None:
+    assert transformations.parse(None, None, "IgnoreUndeclared").ignore_undeclared
+    assert not transformations.parse(None, None, "BlockUndeclared").ignore_undeclared
+    assert not transformations.parse(None).ignore_undeclared, "BlockUndeclared is the default"
+    with pytest.raises(errors.Invalid) as bad:
+        transformations.parse(None, None, "IgnoreAll")
+    assert [e.path for e in bad.value.errors] == ["quotaCheckStrategy"]
+    assert "'IgnoreAll': must be BlockUndeclared or IgnoreUndeclared" in str(bad.value.errors[0])
+    with pytest.raises(errors.Invalid) as both:
+        transformations.parse(None, ["example.com/"], "IgnoreUndeclared")
+    assert "excludeResourcePrefixes is not allowed when quotaCheckStrategy is IgnoreUndeclared" in str(
+        both.value.errors[0]
+    )
+    assert parse_transformations("", "", "IgnoreUndeclared").ignore_undeclared
+    assert parse_transformations("", "", "BlockUndeclared") is transformations.NONE
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+def test_a_resource_the_cluster_queue_does_not_cover_blocks_unless_undeclared_resources_are_ignored(
+    ignore: bool,
+) -> None:
+    """Kueue's quotaCheckStrategy: BlockUndeclared keeps a pod asking for a resource its ClusterQueue
+    does not cover out (NoMatchingFlavor); IgnoreUndeclared admits it by the resources covered."""
+    s = Scheduler(
+        Config.of(
+            [flavor("a100"), CQ("cq").group(("a100", {"nvidia.com/gpu": 8})).build(), local_queue("ns", "q", "cq")]
+        ),
+        ignore_undeclared=ignore,
+    )
+    job = hami_job("train", "2", "1024")  # (nvidia.com/gpumem: not covered by the queue)
+    s.submit(s.intake.workload_for(job, seq=1, now=0.0))
+    decided = s.schedule()
+    wl = s.workloads["ns/train"]
+    if ignore:
+        assert [d.workload.key for d in decided if isinstance(d, Admit)] == ["ns/train"]
+        assert wl.admission is not None and wl.admission.usage == {("a100", "nvidia.com/gpu"): 2000}
+        s.set_config(s.config)  # (a new configuration keeps the strategy)
+        assert s.snapshot.ignore_undeclared
+    else:
+        assert decided == [] and wl.reason == "NoMatchingFlavor"
+        assert "requests nvidia.com/gpumem, which ClusterQueue cq does not provide" in wl.message
