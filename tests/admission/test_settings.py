@@ -85,4 +85,6 @@ def test_quota_check_strategy_is_kueues_and_refused_with_excluded_prefixes(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "TURNSTILE_QUOTA_CHECK_STRATEGY" in done.stderr and "TURNSTILE_EXCLUDE_RESOURCE_PREFIXES" in done.stderr
     done = turnstile("get", "cq", env={**base, "TURNSTILE_QUOTA_CHECK_STRATEGY": "IgnoreAll"})
-    assert done.returncode == 2 and "TURNSTILE_QUOTA_CHECK_STRATEGY" in done.stderr and "IgnoreUndeclared" in done.stderr
+    assert (
+        done.returncode == 2 and "TURNSTILE_QUOTA_CHECK_STRATEGY" in done.stderr and "IgnoreUndeclared" in done.stderr
+    )
