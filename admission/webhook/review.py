@@ -222,9 +222,11 @@ def _partial_admission(operation: str, obj: Obj, old: Obj | None, integration: I
 _EMPTY: list[tuple[Config, Snapshot]] = []  # the last configuration's quotas with nothing admitted
 
 
-def _empty_snapshot(config: Config) -> Snapshot:
-    if not _EMPTY or _EMPTY[0][0] is not config:
-        _EMPTY[:] = [(config, Snapshot(config))]
+def _empty_snapshot(config: Config, ignore_undeclared: bool = False) -> Snapshot:
+    """The configuration's quotas with nothing admitted (one kept per configuration and
+    quotaCheckStrategy)."""
+    if not _EMPTY or _EMPTY[0][0] is not config or _EMPTY[0][1].ignore_undeclared != ignore_undeclared:
+        _EMPTY[:] = [(config, Snapshot(config, ignore_undeclared=ignore_undeclared))]
     return _EMPTY[0][1]
 
 
@@ -249,7 +251,8 @@ def _never_fits(
         )
     except errors.Invalid:
         return []
-    snapshot = _empty_snapshot(config)
+    ignore = devices is not None and devices.transformations.ignore_undeclared  # (Kueue's quotaCheckStrategy)
+    snapshot = _empty_snapshot(config, ignore)
     cq = snapshot.queues.get(lq.spec.cluster_queue)
     if cq is None:
         return []

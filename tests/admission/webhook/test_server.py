@@ -421,3 +421,18 @@ def test_a_job_claiming_more_devices_than_its_queue_can_ever_hold_is_warned(serv
     )
     answer = review.validate("CREATE", body, None, "ml", server.config, devices=few)
     assert not any("can never be admitted" in w for w in answer.warnings), answer.warnings
+
+
+def test_a_resource_the_queue_does_not_cover_is_not_told_never_when_undeclared_resources_are_ignored() -> None:
+    """Kueue's quotaCheckStrategy IgnoreUndeclared: a TPU request the queue does not cover is left out
+    of the quota check, so the job fits; by default it can never be admitted, and is told so."""
+    from queues.dra import charges
+    from queues.podsets import transformations
+
+    config = Config.of([codec.parse(d) for d in yaml.safe_load_all(CONFIG)])
+    body = job("tpu")
+    body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["google.com/tpu"] = "1"
+    ignoring = charges.Devices(transformations=transformations.parse(None, None, "IgnoreUndeclared"))
+    assert review._never_fits(body, "ml", "team-a", config, devices=ignoring) == []
+    (warning,) = review._never_fits(body, "ml", "team-a", config, devices=charges.Devices())
+    assert "google.com/tpu" in warning and "IgnoreUndeclared" in warning
