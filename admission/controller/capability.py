@@ -16,9 +16,10 @@ the model; here there is one protocol, with no-op defaults instead of optional i
 - the leader: ``term_began()``, a term was rebuilt from the store (look at everything again);
   in each step (``StepContext``): ``decide()``, before the core schedules, the evictions it owes
   (an admission check's verdict, an idle GPU, a failed one, pods not Ready in time) and the gates
-  it sets on the scheduler (a spent budget holds new work); ``owes_commit()`` and
-  ``write_in_commit()``, what it stores in the step's own fenced transaction (so it lands with the
-  decisions, or not at all), and ``committed()`` once that transaction is in; ``stepped()``, what
+  it sets on the scheduler (a spent budget holds new work); ``owes_commit()``,
+  ``write_before_decisions()`` and ``write_in_commit()``, what it stores in the step's own fenced
+  transaction, before or after the decisions (so it lands with them, or not at all), and
+  ``committed()`` once that transaction is in; ``stepped()``, what
   the step stored and touched (``Stepped``: the workloads whose objects or requests follow them);
   ``record()``, after the commit, writes of its own in a transaction of its own (the ledger's
   started and used hours); ``next_wake()``, the next time it needs a step though nothing else
@@ -97,6 +98,10 @@ class Capability:
     def owes_commit(self) -> bool:
         """Whether it has something for the step's transaction (a step with nothing to commit skips it)."""
         return False
+
+    async def write_before_decisions(self, session: AsyncSession, step: StepContext) -> None:
+        """Inside the step's transaction, before its decisions are stored: what describes the state the
+        step started from (a run seen before this step's evictions end it)."""
 
     async def write_in_commit(self, session: AsyncSession, step: StepContext) -> None:
         """Inside the step's transaction (fenced, re-checked with the decisions): what it stores."""

@@ -258,6 +258,8 @@ class Steps:
         # Nothing here is trusted until the transaction commits: if it fails, the caller ends the
         # term (StepFailed) and the next one starts from what PostgreSQL holds.
         async with database.transaction(self.sessions) as session:
+            for capability in self.capabilities:  # (the ledger's started hours of runs seen before the decisions)
+                await capability.write_before_decisions(session, step)
             result = await store.commit_cycle(
                 session,
                 admissions=admissions,

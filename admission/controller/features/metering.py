@@ -24,14 +24,18 @@ what the controller observes, and this module turns observations into ledger upd
   replacing what the periodic reads had added. A run with no point in Prometheus keeps what it
   had (unknown, never idle).
 
-The step drains them into one fenced transaction after its commit (``Steps._save_meter``); a
-failed write ends the term as any failed write does, and the next term starts over from what the
-store holds (a read lost that way is unmeasured, never counted twice).
+A step looks at the jobs that changed before it decides, and stores the runs it saw start in its
+own fenced transaction, before its decisions (so a run this step's eviction ends was stamped
+running first, and an admission this step makes is not stamped by a run of the one before); what
+the reads measured goes into a transaction of its own after the commit. A failed write ends the
+term as any failed write does, and the next term starts over from what the store holds (a read
+lost that way is unmeasured, never counted twice). Stamping in the step's own transaction saves
+a transaction (its begin, ping, fence check and commit) per step while jobs start (issue 32).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -43,6 +47,7 @@ from admission.controller.watch.jobcache import JobCache
 from admission.store import database, lease
 from admission.store import usage as ledger
 from admission.store.usage import Measurement
+from queues.cycle.decisions import Decision
 from queues.gpus.gpu_metrics import Memory, PodKey, Reading, memory_of
 
 MAX_ENDED = 100_000  # ended runs waiting to be measured (Prometheus away): the oldest are dropped beyond
@@ -147,13 +152,18 @@ class Meter:
         """A utilisation read arrived (the next step accounts it)."""
         self.spans.append(span)
 
+    def take_stamps(self, term: Term) -> list[tuple[int, float]]:
+        """(row id, running since) of the runs seen starting, to store now; forgotten here."""
+        stamps = [(row.id, at) for key, at in self.stamps.items() if (row := term.by_key.get(key)) is not None]
+        self.stamps = {}
+        return stamps
+
     def drain(
         self, term: Term, now: float
     ) -> tuple[list[tuple[int, float]], list[Measurement], list[tuple[RunWindow, RunFigures]]]:
         """What to store: (row id, running since) of newly running workloads, what the reads since
         the last drain measured of running ones, and ended runs measured whole."""
-        stamps = [(row.id, at) for key, at in self.stamps.items() if (row := term.by_key.get(key)) is not None]
-        self.stamps = {}
+        stamps = self.take_stamps(term)
         running = self.running
         for key in sorted((k for k in self.changed if k in running), key=lambda k: (running[k].since, k)):
             held = term.held(key)
@@ -205,18 +215,29 @@ class _Sum:
 
 
 class Metering(Capability):
-    """The meter as the kernel sees it (``admission.controller.capability``): after each step's
-    commit, the jobs seen running under their admission now and what the utilisation reads since
-    the last step measured, stored in their own fenced transaction (after the commit that made the
-    admissions, so an interval is never started before it exists)."""
+    """The meter as the kernel sees it (``admission.controller.capability``): before each step
+    decides, the jobs that changed are looked at; the runs seen starting are stamped in the step's
+    transaction before its decisions (their ledger rows exist: their admission was committed by an
+    earlier step); after the commit, what the utilisation reads measured and the runs that ended
+    are stored in a fenced transaction of their own."""
 
     def __init__(self, meter: Meter, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.meter = meter
         self.sessions = sessions
 
+    def decide(self, step: StepContext) -> Sequence[Decision]:
+        self.meter.observe(step.term, step.dirty, step.now)
+        return ()
+
+    def owes_commit(self) -> bool:
+        return bool(self.meter.stamps)
+
+    async def write_before_decisions(self, session: AsyncSession, step: StepContext) -> None:
+        running = self.meter.take_stamps(step.term)
+        await ledger.set_running(session, [(row_id, timestamp(at)) for row_id, at in running])
+
     async def record(self, step: StepContext) -> None:
         term = step.term
-        self.meter.observe(term, step.dirty, step.now)
         running, measured, exact = self.meter.drain(term, step.now)
         if not (running or measured or exact):
             return
