@@ -200,7 +200,10 @@ async def _describe_workload(
         if r["state"] == "Pending":
             # the scheduling core's own search, on the stored state
             snap = await store.load_snapshot(session)
-            sched = Scheduler(snap.config, fair_sharing=await controller_fair_sharing(session))
+            ignore = await fair_usage.ignores_undeclared(session)  # (the controller's quotaCheckStrategy)
+            sched = Scheduler(
+                snap.config, fair_sharing=await controller_fair_sharing(session), ignore_undeclared=ignore
+            )
             sched.restore(snap.workloads)
             assignment, victims = sched.preemption_plan(f"{r['namespace']}/{r['name']}")
             if assignment is None:

@@ -100,7 +100,8 @@ class Term:
             fair = policy.fair_sharing
             keeps = policy.admission_fair_sharing or (fair is not None and fair.usage_half_life)
             history = await fair_usage.load(session) if keeps else {}
-            await fair_usage.put_setting(session, policy.fair_sharing, fence=fence)
+            ignore = policy.transformations.ignore_undeclared
+            await fair_usage.put_setting(session, policy.fair_sharing, fence=fence, ignore_undeclared=ignore)
         afs = policy.admission_fair_sharing
         if fair is not None and scale != 1.0:
             fair = dataclasses.replace(fair, usage_half_life=fair.usage_half_life * scale)

@@ -7,8 +7,9 @@ fenced transaction, and a new term reads them all back before it restores the ad
 Kueue keeps the LocalQueues' history in memory and in their status; here a restart or a fail-over
 loses none of it.
 
-The leader also records its fair-sharing setting (``SETTING``, a ``settings`` row), so that
-``turnstile describe workload`` plans preemption as the controller would.
+The leader also records the settings a plan depends on (``settings`` rows: its fair-sharing
+block, ``SETTING``, and Kueue's quotaCheckStrategy, ``QUOTA_CHECK``), so that ``turnstile describe
+workload`` plans preemption as the controller would.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from queues.kueue import fair_sharing_config
 from queues.kueue.fair_sharing_config import FairSharing
 
 SETTING = "fair_sharing"  # the controller's fairSharing block as JSON; "" when off
+QUOTA_CHECK = "quota_check_strategy"  # Kueue's resources.quotaCheckStrategy the controller runs with
 History = dict[str, tuple[dict[str, float], float]]  # queue key -> (consumed, as of epoch seconds)
 
 
@@ -64,14 +66,27 @@ async def save(
     )
 
 
-async def put_setting(session: AsyncSession, fair: FairSharing | None, *, fence: lease.Fence) -> None:
-    """Record the leader's fair-sharing setting (Kueue's block, as JSON; "" when off)."""
+async def put_setting(
+    session: AsyncSession, fair: FairSharing | None, *, fence: lease.Fence, ignore_undeclared: bool = False
+) -> None:
+    """Record the leader's fair-sharing setting (Kueue's block, as JSON; "" when off) and its
+    quotaCheckStrategy."""
     await lease.check(session, fence)
     value = "" if fair is None else json.dumps(fair_sharing_config.block(fair))
-    stmt = insert(tables.Setting).values(key=SETTING, value=value)
-    await session.execute(
-        stmt.on_conflict_do_update(index_elements=[tables.Setting.key], set_={"value": value, "updated_at": func.now()})
-    )
+    strategy = "IgnoreUndeclared" if ignore_undeclared else "BlockUndeclared"
+    for key, text in ((SETTING, value), (QUOTA_CHECK, strategy)):
+        stmt = insert(tables.Setting).values(key=key, value=text)
+        await session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[tables.Setting.key], set_={"value": text, "updated_at": func.now()}
+            )
+        )
+
+
+async def ignores_undeclared(session: AsyncSession) -> bool:
+    """Whether the leader last recorded quotaCheckStrategy IgnoreUndeclared."""
+    row = await session.get(tables.Setting, QUOTA_CHECK, populate_existing=True)
+    return row is not None and row.value == "IgnoreUndeclared"
 
 
 async def get_setting(session: AsyncSession) -> str:
