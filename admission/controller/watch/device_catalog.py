@@ -9,9 +9,11 @@ replica watches the templates, DeviceClasses and ResourceSlices (served from Kub
 an older cluster they are absent, and a job claiming devices waits, never admitted uncounted); the
 leader's scheduler gets each change at once, and a new term gets them all when it starts. A
 template that comes, changes or goes marks the jobs that claim through it (a DeviceClass or a
-ResourceSlice, every job that claims devices), so the next step makes their waiting workloads
-again: one waiting Misconfigured for a missing template is charged once it exists. As in Kueue,
-a workload admitted keeps the charge it was admitted with.
+ResourceSlice, every job that claims devices) whose workload does not hold quota, so the next
+step makes their waiting workloads again: one waiting Misconfigured for a missing template is
+charged once it exists. As in Kueue, a workload admitted keeps the charge it was admitted with,
+so its job is not looked at again for it (a driver republishing its slices under 10,000 running
+jobs costs a step nothing).
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ class DeviceCatalog:
             info = view.info
             if info is None or (template is not None and info.namespace != template[0]):
                 continue
+            held = scheduler.workloads.get(info.key)
+            if held is not None and held.admission is not None:
+                continue  # (a workload holding quota keeps the charge it was admitted with)
             if any(template is None or c.template == template[1] for ps in info.pod_sets for c in ps.claims):
                 self.changes.job(uid)  # made again with the cluster's DRA objects as they are now
 
