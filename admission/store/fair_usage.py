@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.store import lease, tables
 from queues.kueue import fair_sharing_config
 from queues.kueue.fair_sharing_config import FairSharing
+from queues.podsets import transformations
 
 SETTING = "fair_sharing"  # the controller's fairSharing block as JSON; "" when off
 QUOTA_CHECK = "quota_check_strategy"  # Kueue's resources.quotaCheckStrategy the controller runs with
@@ -73,7 +74,7 @@ async def put_setting(
     quotaCheckStrategy."""
     await lease.check(session, fence)
     value = "" if fair is None else json.dumps(fair_sharing_config.block(fair))
-    strategy = "IgnoreUndeclared" if ignore_undeclared else "BlockUndeclared"
+    strategy = transformations.IGNORE_UNDECLARED if ignore_undeclared else transformations.BLOCK_UNDECLARED
     for key, text in ((SETTING, value), (QUOTA_CHECK, strategy)):
         stmt = insert(tables.Setting).values(key=key, value=text)
         await session.execute(
@@ -86,7 +87,7 @@ async def put_setting(
 async def ignores_undeclared(session: AsyncSession) -> bool:
     """Whether the leader last recorded quotaCheckStrategy IgnoreUndeclared."""
     row = await session.get(tables.Setting, QUOTA_CHECK, populate_existing=True)
-    return row is not None and row.value == "IgnoreUndeclared"
+    return row is not None and row.value == transformations.IGNORE_UNDECLARED
 
 
 async def get_setting(session: AsyncSession) -> str:

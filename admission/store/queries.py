@@ -115,8 +115,3 @@ def template(name: str) -> str:
 def built(name: str, **fields: str) -> TextClause:
     """Template ``name`` with its ``{fields}`` filled by its builder, ready to execute."""
     return text(template(name).format(**fields))
-
-
-def fragment(name: str) -> str:
-    """Fragment ``name``'s text (an expression some statements share)."""
-    return _entry(name, "fragment").sql

@@ -158,12 +158,10 @@ class Meter:
         self.stamps = {}
         return stamps
 
-    def drain(
-        self, term: Term, now: float
-    ) -> tuple[list[tuple[int, float]], list[Measurement], list[tuple[RunWindow, RunFigures]]]:
-        """What to store: (row id, running since) of newly running workloads, what the reads since
-        the last drain measured of running ones, and ended runs measured whole."""
-        stamps = self.take_stamps(term)
+    def drain(self, term: Term, now: float) -> tuple[list[Measurement], list[tuple[RunWindow, RunFigures]]]:
+        """What to store after a step's commit: what the reads since the last drain measured of
+        running workloads, and ended runs measured whole (the runs seen starting were stored in the
+        step's own transaction: ``take_stamps``)."""
         running = self.running
         for key in sorted((k for k in self.changed if k in running), key=lambda k: (running[k].since, k)):
             held = term.held(key)
@@ -186,7 +184,7 @@ class Meter:
                 measured.setdefault(run.row_id, _Sum()).add(seconds, mean, memory)
         self.early = {key: pods for key, pods in self.early.items() if term.held(key) is not None}
         exact, self.exact = self.exact, []
-        return stamps, [total.measurement(row_id) for row_id, total in measured.items()], exact
+        return [total.measurement(row_id) for row_id, total in measured.items()], exact
 
 
 @dataclass(slots=True)
@@ -238,12 +236,11 @@ class Metering(Capability):
 
     async def record(self, step: StepContext) -> None:
         term = step.term
-        running, measured, exact = self.meter.drain(term, step.now)
-        if not (running or measured or exact):
+        measured, exact = self.meter.drain(term, step.now)
+        if not (measured or exact):
             return
         async with database.transaction(self.sessions) as session:
             await lease.check(session, term.fence)
-            await ledger.set_running(session, [(row_id, timestamp(at)) for row_id, at in running])
             await ledger.add_measured(session, measured)
             await ledger.set_run_measured(
                 session,
