@@ -187,7 +187,7 @@ class Enactor:
         if self._victims_running(term, key, held):
             return  # pods of an evicted job still hold this tree's capacity; its events wake us
         infos, counts = run_infos(term, held, held.admission), pod_counts(held, held.admission)
-        if view.integration.external is not None:
+        if not view.integration.pins_pods:
             infos = [unplaced(info) for info in infos]  # (its pods are not pinned: see docs/topology.md)
         if view.integration.external is not None and not view.carries(infos):
             # (written while it is suspended, as Trainer requires; its answer brings us back here)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from admission.jobs import directive_ops
+from admission.jobs.directive_ops import PodSetInfo
 from admission.jobs.job_fields import (
     ADMISSION_ANNOTATION,
     KEEP_UNTIL,
@@ -32,18 +33,8 @@ from queues.model import SharedShapes
 from queues.placement.pinning import TOPOLOGY_GATE
 from queues.podsets import jobs, pods, trainjobs
 
-
-@dataclass(frozen=True, slots=True)
-class PodSetInfo:
-    """What a pod set's template must carry: node selector, tolerations, the annotations of
-    admission checks and topology placement (Kueue's PodSetInfo; ``POD_ANNOTATIONS`` are
-    Turnstile's to set and remove) and whether its pods wait for pinning (``TOPOLOGY_GATE``)."""
-
-    name: str
-    node_selector: Mapping[str, str]
-    tolerations: Sequence[Mapping[str, Any]]
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    topology_gate: bool = False  # placed by topology: its pods are pinned to their nodes (``queues.placement.pinning``)
+# (PodSetInfo is directive_ops', named here as every caller names it)
+__all__ = ["ExternalTemplates", "Integration", "JobView", "PodRef", "PodSetInfo"]
 
 
 @dataclass(slots=True)
@@ -73,6 +64,9 @@ class JobView:
     template_meta: dict[str, tuple[bool, dict[str, str]]] = field(default_factory=dict)
     # pod set -> its template's scheduling gates, where it has any
     gates: dict[str, list[str]] = field(default_factory=dict)
+    # a job-wide node selector its operator adds to every pod (a SparkApplication's ``spec.nodeSelector``,
+    # ``Directives.shared_selector``), as it is; None where absent
+    shared_selector: dict[str, str] | None = None
     external: Obj | None = None  # an ExternalTemplates kind's part its writer needs (``Integration.external``)
     keep_until: str | None = None  # turnstile.dev/keep-until: kept from idle reclaim until then (RFC 3339)
     # what the pod sets were read from: (metadata.generation, a hash of labels and annotations);
@@ -110,6 +104,8 @@ class JobView:
             ):
                 continue  # no template in the job to carry them (see ``patch``)
             selector, tolerations = self.directives.get(info.name, (None, None))
+            if self.shared_selector is not None:
+                selector = {**self.shared_selector, **(selector or {})}
             if (selector or {}) != dict(info.node_selector) or (tolerations or []) != [
                 dict(t) for t in info.tolerations
             ]:
@@ -187,6 +183,12 @@ class Integration:
         return self.ref.api_version.rpartition("/")[0] in ("", "batch", "apps")
 
     @property
+    def pins_pods(self) -> bool:
+        """Whether its pod sets' templates can carry Turnstile's topology gate (see ``Directives``):
+        else a pod set placed by topology has its nodes held but its pods are not pinned."""
+        return self.external is None and self.kind.directives.gates is not None
+
+    @property
     def suspend_pointer(self) -> str:
         return "/" + "/".join(self.kind.suspend_path)
 
@@ -230,6 +232,7 @@ class Integration:
                 started=bool((obj.get("status") or {}).get("startTime")),
                 ready=self.pods_ready is None or self.pods_ready(obj, previous.info),
                 version=str(meta.get("resourceVersion") or ""),
+                shared_selector=self._shared_selector(obj),
             )
         info: jobs.JobInfo | None = None
         problems: tuple[str, ...] = ()
@@ -248,14 +251,16 @@ class Integration:
                     if selector is not None or tolerations is not None:
                         directives[ps] = (selector, tolerations)
                     template_meta[ps] = (bool(written), {k: v for k, v in written.items() if k in POD_ANNOTATIONS})
+            where = self.kind.directives
             for ps, pointer in info.template_paths.items():
-                spec = pointer_get(obj, pointer + "/spec") or {}
-                selector, tolerations = spec.get("nodeSelector"), spec.get("tolerations")
+                selector = pointer_get(obj, pointer + where.node_selector)
+                tolerations = pointer_get(obj, pointer + where.tolerations)
                 if selector is not None or tolerations is not None:
                     directives[ps] = (selector, tolerations)
-                if spec.get("schedulingGates"):
-                    gates[ps] = pods.gates({"spec": spec})
-                meta_ = pointer_get(obj, pointer + "/metadata")
+                held = pointer_get(obj, pointer + where.gates) if where.gates is not None else None
+                if held:
+                    gates[ps] = pods.gates({"spec": {"schedulingGates": held}})
+                meta_ = pointer_get(obj, pointer + where.annotations_holder)
                 if isinstance(meta_, Mapping):
                     notes = meta_.get("annotations")
                     ours = {k: str(notes[k]) for k in POD_ANNOTATIONS if isinstance(notes, Mapping) and k in notes}
@@ -279,11 +284,17 @@ class Integration:
             directives=directives,
             template_meta=template_meta,
             gates=gates,
+            shared_selector=self._shared_selector(obj),
             external=self.external.keep(obj) if self.external is not None else None,
             keep_until=annotations.get(KEEP_UNTIL),
             source=source,
             created=str(meta.get("creationTimestamp") or ""),
         )
+
+    def _shared_selector(self, obj: Obj) -> dict[str, str] | None:
+        pointer = self.kind.directives.shared_selector
+        found = pointer_get(obj, pointer) if pointer is not None else None
+        return dict(found) if isinstance(found, Mapping) else None
 
     def patch(
         self,
@@ -314,21 +325,22 @@ class Integration:
         if self.external is not None:
             ops.extend(self.external.ops(view, infos))
             infos = ()
+        where = self.kind.directives
+        written = False
         for info in infos:
             if info.name not in view.info.template_paths:
                 continue
-            base = view.info.template_paths[info.name] + "/spec"
-            selector, tolerations = view.directives.get(info.name, (None, None))
-            for key, value, present in (
-                ("nodeSelector", dict(info.node_selector), selector is not None),
-                ("tolerations", [dict(t) for t in info.tolerations], tolerations is not None),
-            ):
-                if value:
-                    ops.append({"op": "add", "path": f"{base}/{key}", "value": value})
-                elif present:
-                    ops.append({"op": "remove", "path": f"{base}/{key}"})
-            ops.extend(_annotation_ops(view, info, view.info.template_paths[info.name]))
-            ops.extend(_gate_ops(view, info, base))
+            written = True
+            pointer = view.info.template_paths[info.name]
+            written_now = directive_ops.Written(
+                *view.directives.get(info.name, (None, None)),
+                view.template_meta.get(info.name),
+                view.gates.get(info.name, []),
+            )
+            ops.extend(directive_ops.pod_set_ops(written_now, info, pointer, where))
+        if written and where.shared_selector is not None and view.shared_selector is not None:
+            # (its pod sets' selectors now hold it: the operator takes one or the other, as Kueue moves it)
+            ops.append({"op": "remove", "path": where.shared_selector})
         path = f"/metadata/annotations/{jobs.pointer_token(ADMISSION_ANNOTATION)}"
         if admission is not None and admission == view.admission:
             pass  # kept as it is
@@ -355,43 +367,3 @@ class Integration:
                 if view.info.annotations.get(jobs.COMPLETIONS_EQUAL_PARALLELISM) == "true":
                     ops.append({"op": "add", "path": "/spec/completions", "value": wanted})
         return ops
-
-
-def _gate_ops(view: JobView, info: PodSetInfo, spec: str) -> list[Obj]:
-    """JSON patch operations that add or remove ``TOPOLOGY_GATE`` on a template (``spec``: its
-    spec's pointer); gates of others are left as they are."""
-    current = view.gates.get(info.name, [])
-    if info.topology_gate and TOPOLOGY_GATE not in current:
-        if current:
-            return [{"op": "add", "path": f"{spec}/schedulingGates/-", "value": {"name": TOPOLOGY_GATE}}]
-        return [{"op": "add", "path": f"{spec}/schedulingGates", "value": [{"name": TOPOLOGY_GATE}]}]
-    if not info.topology_gate and TOPOLOGY_GATE in current:
-        index = current.index(TOPOLOGY_GATE)
-        if len(current) == 1:
-            return [{"op": "remove", "path": f"{spec}/schedulingGates"}]
-        return [
-            {"op": "test", "path": f"{spec}/schedulingGates/{index}/name", "value": TOPOLOGY_GATE},
-            {"op": "remove", "path": f"{spec}/schedulingGates/{index}"},
-        ]
-    return []
-
-
-def _annotation_ops(view: JobView, info: PodSetInfo, template: str) -> list[Obj]:
-    """JSON patch operations that make the template's POD_ANNOTATIONS exactly ``info.annotations``."""
-    meta = view.template_meta.get(info.name)
-    has_meta, has_notes, current = (meta is not None, meta[0], meta[1]) if meta is not None else (False, False, {})
-    wanted = dict(info.annotations)
-    if wanted == current:
-        return []
-    if not has_meta:
-        return [{"op": "add", "path": f"{template}/metadata", "value": {"annotations": wanted}}] if wanted else []
-    if not has_notes:
-        return [{"op": "add", "path": f"{template}/metadata/annotations", "value": wanted}] if wanted else []
-    ops: list[Obj] = []
-    base = f"{template}/metadata/annotations/"
-    for key in POD_ANNOTATIONS:
-        if key in wanted and current.get(key) != wanted[key]:
-            ops.append({"op": "add", "path": base + jobs.pointer_token(key), "value": wanted[key]})
-        elif key not in wanted and key in current:
-            ops.append({"op": "remove", "path": base + jobs.pointer_token(key)})
-    return ops

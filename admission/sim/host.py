@@ -23,6 +23,7 @@ from admission.sim.operators import cronjobs, dcgm, serving
 from admission.sim.operators.autoscaler import Autoscaler
 from admission.sim.operators.cluster import Cluster
 from admission.sim.operators.replicas import Replicas
+from admission.sim.operators.spark import SparkPods
 from admission.sim.server import resources
 from admission.sim.server.apiserver import ApiServer
 from admission.sim.server.faults import Faults
@@ -102,6 +103,7 @@ class SimHost:
         # a dcgm-exporter's series, on the API server's port; a trace's times scaled as the kubelet's runtimes
         server.mount(dcgm.PATH, dcgm.handler(server.store, lambda: server.served, lambda: server.time_scale))
         cluster = Cluster(server.store, time_scale=time_scale, default_runtime=default_runtime)
+        cluster.spark = SparkPods(server)
         options = autoscaler or {}
         scaler = Autoscaler(
             server.store,

@@ -52,7 +52,7 @@ from admission.policy import Policy
 from queues import managed
 from queues.kueue import api, crds, workload_crd
 from queues.model import Config
-from queues.podsets import jobs
+from queues.podsets import jobs, sparkapps
 from queues.selectors import LabelSelector
 
 MUTATE, VALIDATE = "turnstile-mutate", "turnstile-validate"
@@ -152,10 +152,16 @@ def _asks_extended(spec: str) -> str:
 
 
 def _job_owned() -> str:
+    """CEL: the pod is a job's (``admission.webhook.pods.owned_by_job``)."""
     owners = ", ".join(f"'{k.api_version}/{k.kind}'" for k in jobs.KINDS.values())
+    spark = " && ".join(
+        f"'{label}' in object.metadata.labels"
+        for label in (sparkapps.LAUNCHED_LABEL, sparkapps.APP_NAME_LABEL, sparkapps.ROLE_LABEL)
+    )
     return (
-        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
-        f"has(o.controller) && o.controller && (o.apiVersion + '/' + o.kind) in [{owners}])"
+        "(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+        f"has(o.controller) && o.controller && (o.apiVersion + '/' + o.kind) in [{owners}])) || "
+        f"(has(object.metadata.labels) && {spark} && object.metadata.labels['{sparkapps.LAUNCHED_LABEL}'] == 'true')"
     )
 
 

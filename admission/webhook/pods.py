@@ -36,7 +36,7 @@ from admission.webhook import review
 from admission.webhook.review import Answer, Obj
 from queues import errors
 from queues.model import Config
-from queues.podsets import jobs, pods, serving
+from queues.podsets import jobs, pods, serving, sparkapps
 
 PARENTS = {"Deployment": "deployment", "StatefulSet": "statefulset", "LeaderWorkerSet": "leaderworkerset"}
 LWS_GROUP = "leaderworkerset.x-k8s.io"
@@ -62,7 +62,11 @@ def kind_of(request_kind: Any, obj: Obj) -> str | None:
 
 
 def owned_by_job(pod: Obj) -> bool:
-    """The pod's controller is a job kind Turnstile integrates (or a Job: a JobSet's pods)."""
+    """The pod's controller is a job kind Turnstile integrates (or a Job: a JobSet's pods), or it is
+    a SparkApplication's (whose executors are owned by its driver pod, and carry its labels)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if isinstance(labels, Mapping) and sparkapps.is_app_pod(labels):
+        return True
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if (
             isinstance(ref, Mapping)

@@ -192,7 +192,7 @@ def read_job(obj: Any, kind: Kind | None = None, runtimes: trainjobs.Runtimes | 
     else:
         found = layouts.templates(kind, obj, problems, runtimes) if kind is not POD else iter([("main", 1, obj, "")])
         for ps_name, count, template, path in found:
-            spec_path = f"{path}.spec" if path else "spec"
+            spec_path = f"{path}{kind.directives.pod_spec}" if path else "spec"
             ps = _pod_set(ps_name, count, template["spec"], spec_path, problems)
             if ps is not None and (meta := template.get("metadata")) and isinstance(meta, Mapping):
                 ps = _with_topology(ps, meta.get("annotations"), path or "", problems)
@@ -324,7 +324,8 @@ def api_problems(obj: Mapping[str, Any], kind: Kind | None = None) -> list[Field
         for section in ("containers", "initContainers"):
             for i, c in enumerate(pod.get(section) or []):
                 if isinstance(c, Mapping):
-                    out.extend(resource_rules(c.get("resources"), f"{path}.spec.{section}[{i}].resources"))
+                    where = f"{path}{kind.directives.pod_spec}.{section}[{i}].resources"
+                    out.extend(resource_rules(c.get("resources"), where))
     return out
 
 

@@ -14,7 +14,10 @@ sets with requests):
   Kubernetes Job (KubeRay's default ``K8sJobMode``), ``submitter``: its
   ``submitterPodTemplate``, or KubeRay's default submitter pod when it sets none;
 - ``trainjob`` (Kubeflow Trainer's TrainJob): the JobSet its runtime builds (``queues.podsets.trainjobs``),
-  read as a JobSet; the templates are the runtime's, so none is the TrainJob's to write to.
+  read as a JobSet; the templates are the runtime's, so none is the TrainJob's to write to;
+- ``spark`` (the Spark operator's SparkApplication): ``driver`` (1) and ``executor``
+  (``spec.executor.instances``), pods built from its Spark pod specs (``queues.podsets.sparkapps``);
+  the directives are written into those specs (``SPARK``), not into a pod template.
 
 A reader reports each problem at its field path (``spec.workerGroupSpecs[1].groupName``) and
 goes on, so a user sees every mistake at once. A template's path is None when the kind's
@@ -28,9 +31,38 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues.errors import FieldError
-from queues.podsets import trainjobs
+from queues.podsets import sparkapps, trainjobs
 
 MAX_POD_SETS = 8  # Kueue's Workload holds at most 8 pod sets (spec.podSets maxItems)
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """Where, under a pod set's pointer (``JobInfo.template_paths``), a kind keeps what a pod's
+    scheduling reads and Turnstile writes: a pod template's fields, by default. ``shared_selector``:
+    a job-wide node selector the kind's operator adds to every pod (read into each pod set's, and
+    removed once Turnstile writes the pod sets' own); ``gates`` None: no scheduling gate can be
+    written, so a pod set placed by topology is not pinned (docs/topology.md)."""
+
+    node_selector: str = "/spec/nodeSelector"
+    tolerations: str = "/spec/tolerations"
+    annotations: str = "/metadata/annotations"
+    gates: str | None = "/spec/schedulingGates"
+    shared_selector: str | None = None
+    pod_spec: str = ".spec"  # the pod spec's field path under the pod set's, in errors
+
+    @property
+    def annotations_holder(self) -> str:
+        """The object holding the annotations map (a template's metadata)."""
+        return self.annotations.rpartition("/")[0]
+
+
+POD_TEMPLATE = Directives()
+# a SparkApplication's role (``spec.driver``, ``spec.executor``): Kueue's RunWithPodSetsInfo writes there
+SPARK = Directives(
+    "/nodeSelector", "/tolerations", "/annotations", gates=None, shared_selector="/spec/nodeSelector",
+    pod_spec=".template.spec",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +75,7 @@ class Kind:
     replica_field: str | None = None  # Kubeflow: the map of replica specs
     replica_order: tuple[str, ...] = ()
     layout: str = "replicas"
+    directives: Directives = POD_TEMPLATE
 
     @property
     def framework(self) -> str:
@@ -68,6 +101,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("ray.io/v1", "RayJob", ("spec", "suspend"), layout="ray"),
         Kind("ray.io/v1", "RayCluster", ("spec", "suspend"), layout="ray"),
         Kind("trainer.kubeflow.org/v1alpha1", "TrainJob", ("spec", "suspend"), layout="trainjob"),
+        Kind(sparkapps.API_VERSION, "SparkApplication", ("spec", "suspend"), layout="spark", directives=SPARK),
     )
 }
 
@@ -264,4 +298,8 @@ def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Ite
                 yield "submitter", 1, submitter, "spec.submitterPodTemplate"
 
 
-_READERS = {"job": _job, "jobset": _jobset, "replicas": _replicas, "ray": _ray}
+def _spark(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:
+    yield from sparkapps.templates(spec, problems)
+
+
+_READERS = {"job": _job, "jobset": _jobset, "replicas": _replicas, "ray": _ray, "spark": _spark}

@@ -1,7 +1,8 @@
 """The newer job kinds as a user meets them: kubectl against the simulated cluster, the webhook over
 TLS, a controller replica, PostgreSQL. A RayJob and a partially admitted Job are suspended at creation
 and started onto their flavor; bad ones are refused naming the field; a CronJob's Jobs are queued by
-the labels of its jobTemplate, whether its controller or ``kubectl create job --from`` makes them."""
+the labels of its jobTemplate, whether its controller or ``kubectl create job --from`` makes them; a
+SparkApplication's pods are its app's, never queued as plain pods."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from admission.sim.host import SimHost
 from admission.sim.operators.cronjobs import CRONJOBS, JOBS
 from tests.admission.controller.world import eventually
 from tests.admission.runner import KUBECTL, kubectl, turnstile
-from tests.e2e.test_pods import cluster, create
+from tests.e2e.test_pods import cluster, create, gated, live, running
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
 
@@ -183,3 +184,54 @@ async def test_a_trainjob_through_kubectl_and_one_naming_a_runtime_that_does_not
             what="the TrainJob started",
         )
         assert started["spec"]["runtimePatches"][0]["manager"] == "kueue.x-k8s.io/manager"
+
+
+def spark_app(name: str, gpus: int, **spec: Any) -> dict[str, Any]:
+    """Kueue's sample SparkApplication, its executors asking a GPU each (no memory: not covered here)."""
+    return {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": name, "namespace": "ml", "labels": QUEUE},
+        "spec": {
+            "type": "Scala",
+            "mode": "cluster",
+            "sparkVersion": "4.0.0",
+            "image": "spark:4.0.0",
+            "mainClass": "org.apache.spark.examples.SparkPi",
+            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
+            "driver": {"coreRequest": "1", "serviceAccount": "spark"},
+            "executor": {"instances": gpus, "coreRequest": "1", "gpu": {"name": "nvidia.com/gpu", "quantity": 1}},
+            **spec,
+        },
+    }
+
+
+async def test_spark_applications_through_kubectl(tmp_path: Path, migrated_url: str) -> None:
+    """Suspended at creation and started onto the flavor; its executors (owned by the driver pod and
+    labelled with the app's queue, as the operator makes them) run ungated, never queued as plain
+    pods; a second app waits for the GPUs; client mode and dynamic allocation are refused."""
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        code, _, err = await create(host, spark_app("pi", 2, mode="client", dynamicAllocation={"enabled": True}))
+        assert code != 0 and "spec.mode: only cluster mode is queued" in err, err
+        assert "spec.dynamicAllocation.enabled" in err, err
+        for name in ("pi", "pi-2"):
+            code, _, err = await create(host, spark_app(name, 2))
+            assert code == 0, err
+        apps = next(r for r in host.server.served if r.plural == "sparkapplications")
+        started = await eventually(
+            lambda: (a := _get(host, apps, "pi"))["spec"].get("suspend") is False and a, what="the app started"
+        )
+        assert started["spec"]["executor"]["nodeSelector"] == {"gpu": "a100"}
+        await eventually(lambda: len(running(host, "pi-")) == 3, what="its driver and two executors running")
+        assert not gated(host), "a Spark app's pods are its app's, not plain pods held by the queue"
+        owners = {n: p["metadata"]["ownerReferences"][0]["kind"] for n, p in live(host, "pi-").items()}
+        assert sorted(owners.values()) == ["Pod", "Pod", "SparkApplication"], owners
+        assert _get(host, apps, "pi-2")["spec"]["suspend"] is True, "no GPU left for the second app"
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url}
+
+        def waiting() -> Any:  # (what describe reads is written by the leader's step after the app is read)
+            said = turnstile("describe", "workload", "ml/pi-2", env=env)
+            return said if said.returncode == 0 and "WaitingForQuota" in said.stdout else None
+
+        said = await eventually(waiting, timeout=20, what="describe to say why the second app waits")
+        assert "SparkApplication" in said.stdout and "insufficient unused quota for nvidia.com/gpu" in said.stdout

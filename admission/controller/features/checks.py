@@ -291,11 +291,11 @@ class Checks(Capability):
 
 
 def _template(view: JobView, job: Obj, pod_set: str, runtimes: trainjobs.Runtimes | None = None) -> Obj:
-    """The pod template of a pod set: in the job (a TrainJob's: in its runtime), or for a pod
-    workload one of the pods of that set."""
+    """The pod template of a pod set: in the job (a TrainJob's: in its runtime; a SparkApplication's:
+    built from its Spark pod spec), or for a pod workload one of the pods of that set."""
     if view.pods is None:
         path = view.info.template_paths.get(pod_set) if view.info is not None else None
-        if path is None and view.integration.external is not None:
+        if view.integration.external is not None or view.integration.kind.directives is not layouts.POD_TEMPLATE:
             found = jobs.pod_templates(job, view.integration.kind, runtimes)
             return dict(next((t for name, _, t in found if name == pod_set), {}))
         if path is None:  # made by the kind's operator from its defaults (a RayJob's submitter)

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from admission.sim.operators import dra, statuses
+from admission.sim.operators import dra, spark, statuses
 from admission.sim.operators.kube_scheduler import NODES, Scheduler, free_capacity
 from admission.sim.operators.kubelet import FOREVER, KUBELET_FINALIZER, PODS, RUNTIME_ANNOTATION, Kubelet
 from admission.sim.operators.statuses import now_text, set_condition
@@ -46,7 +46,7 @@ from admission.sim.server.object_store import ObjectStore, Watcher
 from admission.sim.server.objects import ApiError, Obj, Resource, clone
 from admission.sim.server.schema import defaults
 from queues import errors
-from queues.podsets import jobs
+from queues.podsets import jobs, sparkapps
 
 __all__ = ["FOREVER", "NODES", "PODS", "RUNTIME_ANNOTATION", "Cluster", "free_capacity", "set_condition"]
 
@@ -54,6 +54,8 @@ JOB_UID_LABEL = "turnstile.dev/job-uid"
 POD_SET_LABEL = statuses.POD_SET_LABEL
 
 JOB_RESOURCES = tuple(r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS)
+SPARK = jobs.KINDS[(sparkapps.API_VERSION, "SparkApplication")]
+SPARK_RESOURCE = next(r for r in JOB_RESOURCES if r.kind == SPARK.kind)
 DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed", "TrainJob": "Complete"}  # Kubeflow's: Succeeded
 
 
@@ -84,6 +86,9 @@ class Cluster:
         self.tasks: list[asyncio.Task[None]] = []
         self.dra = dra.Dra(store)
         self.scheduler = Scheduler(store, self._bound, self.dra)
+        # a SparkApplication's pods, made through the API server (``admission.sim.operators.spark``): set by
+        # the host, which has one; without it they are stored directly, as the other kinds' pods
+        self.spark: spark.SparkPods | None = None
         store.index_label(JOB_UID_LABEL)
 
     async def start(self) -> None:
@@ -97,6 +102,8 @@ class Cluster:
                 self.store.watchers.remove(w)
             w.queue.put_nowait(None)
         self.kubelet.stop()
+        if self.spark is not None:
+            await self.spark.stop()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def _consume(self, watcher: Watcher) -> None:
@@ -172,7 +179,8 @@ class Cluster:
             # As the Job controller (KEP-2232): suspending clears startTime, so the job counts as never
             # started and its scheduling directives may change before it is resumed.
             status.pop("startTime", None)
-            set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
+            if kind.layout != "spark":  # (the Spark operator says it in applicationState)
+                set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
             self.store.replace(res, namespace, name, job, subresource="status")
             return
         pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")] if pods else pods
@@ -190,10 +198,18 @@ class Cluster:
             runtime = (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
             if kind.kind == "RayCluster":
                 runtime = FOREVER
-            for ps_name, count, template in templates:
-                for i in range(count):
-                    pods.append(self._create_pod(job, ps_name, i, template, runtime))
-            status.setdefault("startTime", now_text())
+            bodies = [
+                (ps_name, i, self._pod_body(job, ps_name, i, template, runtime))
+                for ps_name, count, template in templates
+                for i in range(count)
+            ]
+            if kind is SPARK and self.spark is not None:
+                self.spark.start(job, bodies)  # (through the API server; their events reconcile the app)
+            else:
+                for _, _, body in bodies:
+                    pods.append(self.store.create(PODS, namespace, body, namespaces=resources.NAMESPACES))
+            # (the Spark operator says when it submitted the app; the others when the job started)
+            status.setdefault("submissionTime" if kind.layout == "spark" else "startTime", now_text())
             if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
                 set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         elif kind.kind == "Job":
@@ -202,6 +218,8 @@ class Cluster:
         statuses.count_pods(kind, job, pods, runtimes=self.runtime, terminating_field=self.job_terminating)
         if pods and succeeded == len(pods) and kind.layout == "ray":
             status.update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", endTime=now_text())
+        elif pods and succeeded == len(pods) and kind.layout == "spark":
+            status.update(applicationState={"state": "COMPLETED"}, terminationTime=now_text())
         elif pods and succeeded == len(pods):
             status["completionTime"] = now_text()
             if kind.kind == "Job":
@@ -241,10 +259,14 @@ class Cluster:
                 kept.append(pod)
         for i in range(count):
             if f"{prefix}{i}" not in every:
-                kept.append(self._create_pod(job, ps_name, i, template, runtime))
+                body = self._pod_body(job, ps_name, i, template, runtime)
+                kept.append(
+                    self.store.create(PODS, job["metadata"]["namespace"], body, namespaces=resources.NAMESPACES)
+                )
         return kept
 
-    def _create_pod(self, job: Obj, ps_name: str, index: int, template: Any, runtime: str | None) -> Obj:
+    def _pod_body(self, job: Obj, ps_name: str, index: int, template: Any, runtime: str | None) -> Obj:
+        """The pod the job's operator makes for pod ``index`` of pod set ``ps_name``, owned by the job."""
         meta = template.get("metadata") or {}
         ranks = _rank_labels(job, ps_name, index)
         labels = {
@@ -264,6 +286,8 @@ class Cluster:
             "uid": job["metadata"]["uid"],
             "controller": True,
         }
+        if jobs.kind_of(job) is SPARK:
+            labels = spark.pod_labels(job, labels)
         body = {
             "metadata": {
                 "name": f"{job['metadata']['name']}-{ps_name}-{index}",
@@ -276,9 +300,15 @@ class Cluster:
             "status": {"phase": "Pending"},
         }
         defaults.default(PODS, body)  # as a pod created through the API server
-        return self.store.create(PODS, job["metadata"]["namespace"], body, namespaces=resources.NAMESPACES)
+        return body
 
     def _job_of(self, pod: Obj) -> tuple[Resource, Obj] | None:
+        app = (pod["metadata"].get("labels") or {}).get(sparkapps.APP_NAME_LABEL)
+        if app is not None:  # (a Spark executor's owner is its driver pod)
+            try:
+                return SPARK_RESOURCE, self.store.get(SPARK_RESOURCE, pod["metadata"]["namespace"], app)
+            except ApiError:
+                return None
         for owner in pod["metadata"].get("ownerReferences") or []:
             for res in JOB_RESOURCES:
                 if res.api_version == owner.get("apiVersion") and res.kind == owner.get("kind"):

@@ -2,7 +2,8 @@
 
 Batch Job (active, ready, terminating, succeeded), the Kubeflow kinds (``replicaStatuses`` and the
 ``Running`` condition), JobSet and TrainJob (Ready child Jobs per replicated job), KubeRay (a
-RayCluster's ``state``, a RayJob's ``jobDeploymentStatus``): what Turnstile reads as "active",
+RayCluster's ``state``, a RayJob's ``jobDeploymentStatus``), the Spark operator (a
+SparkApplication's ``applicationState`` and ``executorState``): what Turnstile reads as "active",
 "finished" and PodsReady (waitForPodsReady), as Kueue reads them. A bound pod is Running and Ready.
 """
 
@@ -43,6 +44,8 @@ def set_condition(status: Obj, kind: str, value: str, reason: str, message: str 
 def done(kind: jobs.Kind, status: Obj, condition: str) -> bool:
     if kind.kind == "RayJob":
         return status.get("jobDeploymentStatus") in ("Complete", "Failed")
+    if kind.layout == "spark":
+        return (status.get("applicationState") or {}).get("state") in ("COMPLETED", "FAILED")
     return any(c.get("type") == condition and c.get("status") == "True" for c in status.get("conditions", []))
 
 
@@ -65,6 +68,27 @@ def _ray_status(
         status["jobDeploymentStatus"] = "Running" if all_ready else "Initializing"
         status.setdefault("jobStatus", "RUNNING" if all_ready else "PENDING")
         status["rayClusterStatus"] = {"state": "ready" if all_ready else "", "readyWorkerReplicas": workers}
+
+
+def _spark_status(status: Obj, pods: list[Obj], suspended: bool) -> None:
+    """The Spark operator's status: the app's state (``SUBMITTED`` until its driver runs, then
+    ``RUNNING``; ``SUSPENDING`` while a suspended app's pods stop, then ``SUSPENDED``) and each
+    executor's state by pod name."""
+    live = [p for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+    state = {"Pending": "PENDING", "Running": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED"}
+    status["executorState"] = {
+        p["metadata"]["name"]: state.get(str((p.get("status") or {}).get("phase")), "UNKNOWN")
+        for p in pods
+        if p["metadata"]["labels"].get(POD_SET_LABEL) == "executor" and not p["metadata"].get("deletionTimestamp")
+    }
+    driver_runs = any(
+        p["metadata"]["labels"].get(POD_SET_LABEL) == "driver" and (p.get("status") or {}).get("phase") == "Running"
+        for p in live
+    )
+    if suspended:
+        status["applicationState"] = {"state": "SUSPENDING" if live else "SUSPENDED"}
+    elif live:
+        status["applicationState"] = {"state": "RUNNING" if driver_runs else "SUBMITTED"}
 
 
 def _replicated(job: Obj, runtimes: trainjobs.Runtimes | None) -> list[Obj]:
@@ -121,6 +145,8 @@ def count_pods(
         status["succeeded"] = sum(c["succeeded"] for c in counts.values())
     elif kind.layout == "ray":
         _ray_status(kind, status, counts, all_ready and not suspended, suspended)
+    elif kind.layout == "spark":
+        _spark_status(status, pods, suspended)
     elif kind.kind in ("JobSet", "TrainJob"):
         # (a TrainJob's status mirrors its JobSet's: ``jobsStatus``, with each replicated job's replicas)
         replicated = job["spec"].get("replicatedJobs") if kind.kind == "JobSet" else _replicated(job, runtimes)

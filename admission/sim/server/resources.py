@@ -96,6 +96,7 @@ OPERATORS = (
     Resource("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False),
     Resource("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime"),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    Resource("sparkoperator.k8s.io", "v1beta2", "sparkapplications", "SparkApplication", short_names=("sparkapp",)),
     Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest"),
     # serving operators (``admission.sim.operators.serving``)
     Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", short_names=("lws",)),
