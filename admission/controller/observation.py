@@ -84,7 +84,8 @@ class Observation:
                 self._unreadable(sched, view)
                 continue
             candidate = sched.intake.workload_for(view.info, seq=0, now=sched.now)
-            managed = view.info.queue_name is not None or candidate.local_queue is not None
+            # (a queued parent's part, such as an AppWrapper's component, is its parent's workload's)
+            managed = (view.info.queue_name is not None or candidate.local_queue is not None) and not view.part
             current = sched.workloads.get(row.key) if row is not None else None
             if row is None:
                 other = term.by_key.get(view.key)
@@ -194,7 +195,7 @@ class Observation:
 
     def _held(self, sched: Scheduler, view: JobView) -> None:
         """A job or pod without a queue that the policy holds (``admission.policy``): say why, once."""
-        if view.uid in self.unreadable or not view.suspended:
+        if view.uid in self.unreadable or not view.suspended or view.part:
             return
         what = f"{view.integration.ref.kind} {view.key}"
         message = self.policy.hold(sched.config, view.namespace, view.info, what)
@@ -206,7 +207,7 @@ class Observation:
         """A job meant for a queue that Turnstile cannot read (the webhook refuses such jobs; this
         one came while it was away): it cannot be queued, so say why, once, on the job."""
         meant = view.queue_label is not None or f"{view.namespace}/{jobs.DEFAULT_QUEUE}" in sched.config.local_queues
-        if not meant or view.uid in self.unreadable:
+        if not meant or view.part or view.uid in self.unreadable:
             return
         self.unreadable.add(view.uid)
         problems = "; ".join(view.problems[:5]) + (

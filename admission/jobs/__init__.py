@@ -6,7 +6,7 @@ kind is a module here plus one line below (and its pod sets in ``queues.podsets.
 
 from __future__ import annotations
 
-from admission.jobs import batch, jobset, kubeflow, ray, spark, trainjob
+from admission.jobs import appwrapper, batch, jobset, kubeflow, ray, spark, trainjob
 from admission.jobs.base import Integration
 
 INTEGRATIONS: tuple[Integration, ...] = (
@@ -16,6 +16,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     *ray.ALL,
     *trainjob.ALL,
     spark.SPARKAPPLICATION,
+    appwrapper.APPWRAPPER,
 )
 BY_KIND: dict[tuple[str, str], Integration] = {(i.ref.api_version, i.ref.kind): i for i in INTEGRATIONS}
 BY_FRAMEWORK: dict[str, Integration] = {i.framework: i for i in INTEGRATIONS}

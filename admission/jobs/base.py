@@ -56,6 +56,7 @@ class JobView:
     problems: tuple[str, ...] = ()
     version: str = ""  # metadata.resourceVersion (compared for equality only)
     queue_label: str | None = None  # kueue.x-k8s.io/queue-name, read even when the job is malformed
+    part: bool = False  # its controller is an integrated kind (an AppWrapper's component): never queued itself
     # pod set -> its template's (nodeSelector, tolerations) as they are; None where absent
     # (only pod sets that have either: most jobs have none, and a controller holds 100,000 views)
     directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = field(default_factory=dict)
@@ -233,6 +234,7 @@ class Integration:
                 ready=self.pods_ready is None or self.pods_ready(obj, previous.info),
                 version=str(meta.get("resourceVersion") or ""),
                 shared_selector=self._shared_selector(obj),
+                part=jobs.owned_by_parent(meta),
             )
         info: jobs.JobInfo | None = None
         problems: tuple[str, ...] = ()
@@ -281,6 +283,7 @@ class Integration:
             problems=problems,
             version=str(meta.get("resourceVersion") or ""),
             queue_label=queue_label(meta),
+            part=jobs.owned_by_parent(meta),
             directives=directives,
             template_meta=template_meta,
             gates=gates,

@@ -1,4 +1,5 @@
-"""KubeRay's RayJob and RayCluster (``ray.io/v1``): ``spec.suspend``; pod sets in ``queues.podsets.layouts``.
+"""KubeRay's RayJob, RayCluster (``spec.suspend``) and RayService (``spec.rayClusterConfig.suspend``),
+``ray.io/v1``; pod sets in ``queues.podsets.layouts``.
 
 How each says it is over and whether its pods still run, from KubeRay's status (as Kueue reads it):
 
@@ -9,12 +10,19 @@ How each says it is over and whether its pods still run, from KubeRay's status (
   ``status.state`` is ``suspended`` (KubeRay sets it once every pod of a suspended cluster is gone)
   or not yet set.
 
-Their pods are Ready when the cluster's state is ``ready`` (a RayJob's ``rayClusterStatus``), as Kueue reads it.
+- RayService: never finished (it serves until deleted, as in Kueue); its pods (its RayCluster's) run
+  unless its active cluster's state (``status.activeServiceStatus.rayClusterStatus.state``) is
+  ``suspended`` or not yet set. The RayCluster KubeRay makes for it is its, never queued on its own
+  (its controller is the RayService: ``queues.podsets.jobs.owned_by_parent``).
+
+Their pods are Ready when the cluster's state is ``ready`` (a RayJob's ``rayClusterStatus``), or, for
+a RayService, when its ``Ready`` condition is True, as Kueue reads them.
 """
 
 from __future__ import annotations
 
 from admission.jobs.base import Integration
+from admission.jobs.job_fields import condition_true
 from admission.kube.client import Obj, ResourceRef
 from queues.podsets.jobs import JobInfo
 
@@ -45,10 +53,22 @@ def _cluster_ready(obj: Obj, info: JobInfo) -> bool:
     return str((obj.get("status") or {}).get("state") or "") == "ready"
 
 
+def _service_active(obj: Obj) -> int:
+    active = ((obj.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterStatus") or {}
+    return int(str(active.get("state") or "") not in ("", "suspended"))
+
+
+def _service_ready(obj: Obj, info: JobInfo) -> bool:
+    return condition_true(obj, ("Ready",))
+
+
 RAYJOB = Integration(
     ResourceRef("ray.io/v1", "RayJob", "rayjobs"), (), _job_active, _job_finished, pods_ready=_job_ready
 )
 RAYCLUSTER = Integration(
     ResourceRef("ray.io/v1", "RayCluster", "rayclusters"), (), _cluster_active, pods_ready=_cluster_ready
 )
-ALL = (RAYJOB, RAYCLUSTER)
+RAYSERVICE = Integration(
+    ResourceRef("ray.io/v1", "RayService", "rayservices"), (), _service_active, pods_ready=_service_ready
+)
+ALL = (RAYJOB, RAYCLUSTER, RAYSERVICE)

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from admission.sim.operators import cronjobs, dcgm, serving
+from admission.sim.operators import appwrappers, cronjobs, dcgm, serving
 from admission.sim.operators.autoscaler import Autoscaler
 from admission.sim.operators.cluster import Cluster
 from admission.sim.operators.replicas import Replicas
@@ -115,6 +115,7 @@ class SimHost:
         )
         replicas = Replicas(server.store, server)
         serving.install(replicas)  # LeaderWorkerSet and KServe, when their CRDs are served
+        appwrappers.install(replicas)  # CodeFlare's AppWrapper controller
         cronjobs.CronJobs(replicas)
         await cluster.start()
         await scaler.start()

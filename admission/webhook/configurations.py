@@ -28,10 +28,12 @@ webhooks, and an outage refuses nothing else:
    ``admission.webhook.workload_objects``): a person may change only ``spec.active``, written as a
    stop/resume request (Fail: while the database is away that edit is refused, nothing else is).
 
-Pods owned by a job kind Turnstile integrates (the Job controller's, the operators') are never sent
-(``matchConditions``): their job is what is queued, and an outage must not stop a Job from making
-or finishing its pods. A pod UPDATE is sent only when it changes the pod's scheduling gates or
-labels (what Turnstile checks), so the Job controller's removal of its tracking finalizer never is.
+Objects whose controller is a job kind Turnstile integrates (a Job's pods, the operators', a JobSet's
+Jobs, an AppWrapper's components, a RayService's RayCluster) and the pods of a SparkApplication or
+an AppWrapper (known by their operators' labels) are never sent (``matchConditions``): their parent
+is what is queued, and an outage must not stop a Job from making or finishing its pods. A pod UPDATE
+is sent only when it changes the pod's scheduling gates or labels (what Turnstile checks), so the Job
+controller's removal of its tracking finalizer never is.
 
 The webhooks' selectors are fixed; the namespaces are chosen by the ``turnstile.dev/webhook`` label,
 which the leading replica keeps on each namespace (``admission.webhook.registration``). So re-applying the
@@ -52,7 +54,7 @@ from admission.policy import Policy
 from queues import managed
 from queues.kueue import api, crds, workload_crd
 from queues.model import Config
-from queues.podsets import jobs, sparkapps
+from queues.podsets import appwrappers, jobs, sparkapps
 from queues.selectors import LabelSelector
 
 MUTATE, VALIDATE = "turnstile-mutate", "turnstile-validate"
@@ -152,16 +154,18 @@ def _asks_extended(spec: str) -> str:
 
 
 def _job_owned() -> str:
-    """CEL: the pod is a job's (``admission.webhook.pods.owned_by_job``)."""
+    """CEL: the object is a queued parent's part (``admission.webhook.pods.owned_by_job``): its
+    controller is an integrated kind, or it is a SparkApplication's pod or an AppWrapper's."""
     owners = ", ".join(f"'{k.api_version}/{k.kind}'" for k in jobs.KINDS.values())
     spark = " && ".join(
         f"'{label}' in object.metadata.labels"
         for label in (sparkapps.LAUNCHED_LABEL, sparkapps.APP_NAME_LABEL, sparkapps.ROLE_LABEL)
     )
+    spark += f" && object.metadata.labels['{sparkapps.LAUNCHED_LABEL}'] == 'true'"
     return (
         "(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
         f"has(o.controller) && o.controller && (o.apiVersion + '/' + o.kind) in [{owners}])) || "
-        f"(has(object.metadata.labels) && {spark} && object.metadata.labels['{sparkapps.LAUNCHED_LABEL}'] == 'true')"
+        f"(has(object.metadata.labels) && ((({spark})) || '{appwrappers.LABEL}' in object.metadata.labels))"
     )
 
 
@@ -173,7 +177,8 @@ def match_conditions(scope: str) -> list[dict[str, str]]:
     labels = "has(object.metadata.labels) ? object.metadata.labels : {}"
     old_labels = "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
     out = [
-        {"name": "not-a-jobs-pod", "expression": f"!({pods}) || !({_job_owned()})"},
+        # (a pod of a job, or a job, Deployment or pod an AppWrapper wraps: its parent's workload holds it)
+        {"name": "not-a-jobs-pod", "expression": f"!({_job_owned()})"},
         {
             "name": "pod-update-that-matters",
             "expression": f"!({pods}) || request.operation != 'UPDATE' || ({gates}) != ({old_gates}) "

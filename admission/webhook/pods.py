@@ -36,7 +36,7 @@ from admission.webhook import review
 from admission.webhook.review import Answer, Obj
 from queues import errors
 from queues.model import Config
-from queues.podsets import jobs, pods, serving, sparkapps
+from queues.podsets import appwrappers, jobs, pods, serving, sparkapps
 
 PARENTS = {"Deployment": "deployment", "StatefulSet": "statefulset", "LeaderWorkerSet": "leaderworkerset"}
 LWS_GROUP = "leaderworkerset.x-k8s.io"
@@ -61,20 +61,15 @@ def kind_of(request_kind: Any, obj: Obj) -> str | None:
     return None
 
 
-def owned_by_job(pod: Obj) -> bool:
-    """The pod's controller is a job kind Turnstile integrates (or a Job: a JobSet's pods), or it is
-    a SparkApplication's (whose executors are owned by its driver pod, and carry its labels)."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if isinstance(labels, Mapping) and sparkapps.is_app_pod(labels):
+def owned_by_job(obj: Obj) -> bool:
+    """The pod's (or Deployment's, StatefulSet's) controller is a job kind Turnstile integrates (or a
+    Job: a JobSet's pods), or it is a SparkApplication's (whose executors are owned by its driver pod,
+    and carry its labels) or an AppWrapper's (labelled so by the AppWrapper controller, whatever
+    made it): its parent's workload holds it."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if isinstance(labels, Mapping) and (sparkapps.is_app_pod(labels) or appwrappers.LABEL in labels):
         return True
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if (
-            isinstance(ref, Mapping)
-            and ref.get("controller")
-            and (str(ref.get("apiVersion")), str(ref.get("kind"))) in jobs.KINDS
-        ):
-            return True
-    return False
+    return jobs.owned_by_parent(obj.get("metadata") or {})
 
 
 def _name(obj: Obj, namespace: str, kind: str) -> str:
@@ -168,6 +163,8 @@ label_name = pods.label_name
 
 def mutate_parent(kind: str, obj: Obj, namespace: str, config: Config, policy: Policy) -> Answer:
     answer = Answer()
+    if owned_by_job(obj):
+        return answer  # (an AppWrapper's component)
     queue, add = review.queue_labels(obj, namespace, config)
     templates = _templates(kind, obj)
     if not templates:

@@ -90,8 +90,8 @@ def mutate(
 ) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
-    if integration is None:
-        return answer
+    if integration is None or jobs.owned_by_parent(obj.get("metadata") or {}):
+        return answer  # (a queued parent's part: its parent's workload holds its pods)
     queue, add_labels = queue_labels(obj, namespace, config)
     if queue is None:
         what = f"{integration.ref.kind} {namespace}/{(obj.get('metadata') or {}).get('name')}"
@@ -133,7 +133,7 @@ def validate(
 ) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
-    if integration is None or operation not in ("CREATE", "UPDATE"):
+    if integration is None or operation not in ("CREATE", "UPDATE") or jobs.owned_by_parent(obj.get("metadata") or {}):
         return answer
     policy = policy or Policy(missing_queue=missing_queue)
     missing_queue = policy.missing_queue

@@ -135,6 +135,20 @@ class JobInfo:
         return self.labels.get(PRIORITY_LABEL) or None
 
 
+def owned_by_parent(meta: Mapping[str, Any]) -> bool:
+    """Whether an object's controller (its ``ownerReferences`` entry with ``controller: true``) is an
+    integrated kind: then its parent's workload holds its pods (an AppWrapper's component, a JobSet's
+    Job), and the object is never queued on its own, as in Kueue."""
+    for ref in meta.get("ownerReferences") or []:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("controller")
+            and (str(ref.get("apiVersion")), str(ref.get("kind"))) in KINDS
+        ):
+            return True
+    return False
+
+
 def supported_kinds() -> list[str]:
     """The kinds a scenario's job entry may be: the integrated jobs, a Pod, a Deployment."""
     return [*(f"{k.api_version} {k.kind}" for k in KINDS.values()), "v1 Pod", "apps/v1 Deployment"]

@@ -9,7 +9,8 @@ sets with requests):
 - ``jobset`` (JobSet): one pod set per replicated job, of replicas x pods per Job;
 - ``replicas`` (Kubeflow PyTorchJob, TFJob, MPIJob, JAXJob, XGBoostJob, PaddleJob): one pod set
   per replica type, named by the lowercased type, in the kind's order (master before worker);
-- ``ray`` (RayCluster, RayJob): ``head`` (one pod), one pod set per worker group (named by its
+- ``ray`` (RayCluster, RayJob, RayService: its ``rayClusterConfig``): ``head`` (one pod), one pod
+  set per worker group (named by its
   lowercased ``groupName``, replicas x numOfHosts pods) and, for a RayJob submitted as a
   Kubernetes Job (KubeRay's default ``K8sJobMode``), ``submitter``: its
   ``submitterPodTemplate``, or KubeRay's default submitter pod when it sets none;
@@ -17,7 +18,9 @@ sets with requests):
   read as a JobSet; the templates are the runtime's, so none is the TrainJob's to write to;
 - ``spark`` (the Spark operator's SparkApplication): ``driver`` (1) and ``executor``
   (``spec.executor.instances``), pods built from its Spark pod specs (``queues.podsets.sparkapps``);
-  the directives are written into those specs (``SPARK``), not into a pod template.
+  the directives are written into those specs (``SPARK``), not into a pod template;
+- ``appwrapper`` (CodeFlare's AppWrapper): its components' pod sets, named ``<appwrapper>-<k>``
+  (``queues.podsets.appwrappers``); none is the AppWrapper's to write to (its ``podSetInfos`` are).
 
 A reader reports each problem at its field path (``spec.workerGroupSpecs[1].groupName``) and
 goes on, so a user sees every mistake at once. A template's path is None when the kind's
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues.errors import FieldError
-from queues.podsets import sparkapps, trainjobs
+from queues.podsets import appwrappers, sparkapps, trainjobs
 
 MAX_POD_SETS = 8  # Kueue's Workload holds at most 8 pod sets (spec.podSets maxItems)
 
@@ -99,9 +102,11 @@ KINDS: dict[tuple[str, str], Kind] = {
         _kubeflow("kubeflow.org/v1", "PaddleJob", "paddleReplicaSpecs", ("Master", "Worker")),
         Kind("jobset.x-k8s.io/v1alpha2", "JobSet", ("spec", "suspend"), layout="jobset"),
         Kind("ray.io/v1", "RayJob", ("spec", "suspend"), layout="ray"),
+        Kind("ray.io/v1", "RayService", ("spec", "rayClusterConfig", "suspend"), layout="ray"),
         Kind("ray.io/v1", "RayCluster", ("spec", "suspend"), layout="ray"),
         Kind("trainer.kubeflow.org/v1alpha1", "TrainJob", ("spec", "suspend"), layout="trainjob"),
         Kind(sparkapps.API_VERSION, "SparkApplication", ("spec", "suspend"), layout="spark", directives=SPARK),
+        Kind(appwrappers.API_VERSION, appwrappers.KIND, ("spec", "suspend"), layout="appwrapper"),
     )
 }
 
@@ -166,6 +171,9 @@ def templates(
     runtime (``runtimes`` finds it), with Turnstile's runtime patch applied when ``patched`` (the
     pods its operator makes) or not (the job's own pod sets)."""
     spec = obj.get("spec") or {}
+    if kind.layout == "appwrapper":
+        yield from _appwrapper(obj, problems)
+        return
     if kind.layout != "trainjob":
         yield from _READERS[kind.layout](kind, spec, problems)
         return
@@ -237,11 +245,13 @@ def _replicas(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -
 
 
 def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:
-    """A RayCluster's spec, or a RayJob's ``rayClusterSpec`` plus its submitter (see the docstring).
+    """A RayCluster's spec, a RayService's ``rayClusterConfig``, or a RayJob's ``rayClusterSpec`` plus
+    its submitter (see the docstring).
     As Kueue's webhook: a queued Ray cluster may not autoscale (its quota is fixed at admission),
     and a RayJob must delete its cluster when it finishes and may not run on an existing one."""
     job = kind.kind == "RayJob"
-    base = "spec.rayClusterSpec" if job else "spec"
+    held = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind.kind)
+    base = f"spec.{held}" if held else "spec"
     if job:
         if spec.get("clusterSelector"):
             problems.append(
@@ -255,7 +265,7 @@ def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Ite
                     "its quota forever",
                 )
             )
-    cluster = spec.get("rayClusterSpec") if job else spec
+    cluster = spec.get(held) if held else spec
     if not isinstance(cluster, Mapping):
         problems.append(FieldError(base, "required: the Ray cluster's spec"))
         return
@@ -300,6 +310,34 @@ def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Ite
 
 def _spark(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:
     yield from sparkapps.templates(spec, problems)
+
+
+def _appwrapper(obj: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:
+    """An AppWrapper's components' pod sets, named ``<appwrapper>-<k>`` (``queues.podsets.appwrappers``);
+    their templates are written by the AppWrapper controller, from ``podSetInfos``, not by Turnstile."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    spec = obj.get("spec") or {}
+    for k, ps in enumerate(appwrappers.component_pod_sets(spec, problems, component_pod_sets)):
+        yield appwrappers.pod_set_name(name, k), ps.count, ps.template, None
+
+
+def appwrapper_pod_sets(obj: Mapping[str, Any]) -> list[tuple[str, appwrappers.ComponentPodSet]]:
+    """An AppWrapper's pod sets by name, with the component each is in (empty if it cannot be read)."""
+    problems: list[FieldError] = []
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    found = list(appwrappers.component_pod_sets(obj.get("spec") or {}, problems, component_pod_sets))
+    return [] if problems else [(appwrappers.pod_set_name(name, k), ps) for k, ps in enumerate(found)]
+
+
+def component_pod_sets(
+    obj: Mapping[str, Any], problems: list[FieldError]
+) -> list[tuple[int, Mapping[str, Any], str | None]] | None:
+    """A wrapped object's pod sets (count, template, its field path), where it is an integrated job
+    kind (not a TrainJob, whose runtime an AppWrapper does not carry, nor another AppWrapper)."""
+    kind = KINDS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+    if kind is None or kind.layout in ("trainjob", "appwrapper"):
+        return None
+    return [(count, found, path) for _, count, found, path in templates(kind, obj, problems)]
 
 
 _READERS = {"job": _job, "jobset": _jobset, "replicas": _replicas, "ray": _ray, "spark": _spark}

@@ -24,7 +24,7 @@ from queues.simulation.scenario_edits import MAX_SECONDS, Edit
 from queues.simulation.scenario_edits import edits as _edits
 from queues.simulation.scenario_edits import manifest as _manifest
 from queues.simulation.scenario_edits import seconds as _time
-from queues.simulation.scenario_jobs import DEPLOYMENT, RAY_CLUSTER, JobEntry, Part
+from queues.simulation.scenario_jobs import DEPLOYMENT, SERVES, JobEntry, Part
 from queues.simulation.scenario_jobs import group as _group
 from queues.simulation.scenario_jobs import serving_entries as _serving
 
@@ -174,10 +174,10 @@ def parse(doc: Any) -> Scenario:
                     if used is not None:
                         gpu_memory[entry.job.key] = used
                 continue
-            if isinstance(obj, Mapping) and (obj.get("apiVersion"), obj.get("kind")) == RAY_CLUSTER:
+            if isinstance(obj, Mapping) and (kind := (obj.get("apiVersion"), obj.get("kind"))) in SERVES:
                 runtime: float = MAX_SECONDS  # it serves until it is deleted (a ``cancel`` edit), as in Kueue
                 if "runtime" in raw:
-                    problems.append(FieldError(f"{path}.runtime", "a RayCluster runs until it is deleted: remove "
+                    problems.append(FieldError(f"{path}.runtime", f"a {kind[1]} runs until it is deleted: remove "
                                                "runtime (a cancel edit deletes it)"))  # fmt: skip
             else:
                 runtime = _time(raw.get("runtime"), f"{path}.runtime", problems, positive=True)

@@ -70,6 +70,7 @@ class JobEntry:
 
 DEPLOYMENT = ("apps/v1", "Deployment")
 RAY_CLUSTER = ("ray.io/v1", "RayCluster")
+SERVES = {RAY_CLUSTER, ("ray.io/v1", "RayService")}  # integrated kinds that never finish: they serve until deleted
 
 
 def serving_entries(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldError]) -> list[JobEntry]:

@@ -235,3 +235,111 @@ async def test_spark_applications_through_kubectl(tmp_path: Path, migrated_url: 
 
         said = await eventually(waiting, timeout=20, what="describe to say why the second app waits")
         assert "SparkApplication" in said.stdout and "insufficient unused quota for nvidia.com/gpu" in said.stdout
+
+
+def appwrapper(name: str, component: dict[str, Any], pod_sets: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"template": component}
+    if pod_sets is not None:
+        entry["podSets"] = pod_sets
+    return {
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": name, "namespace": "ml", "labels": QUEUE},
+        "spec": {"components": [entry]},
+    }
+
+
+async def test_an_appwrapper_through_kubectl(tmp_path: Path, migrated_url: str) -> None:
+    """Kueue's Deployment sample, its Deployment and pods labelled for the queue too: the AppWrapper is
+    suspended at creation and admitted as one workload; the Deployment it wraps is made by its
+    controller and its pods run ungated (a queued parent's part is never queued itself); one whose
+    component cannot be read is refused naming the field."""
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "nginx", "labels": {"app": "nginx", **QUEUE}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "template": {
+                "metadata": {"labels": {"app": "nginx", **QUEUE}},
+                "spec": GPU_POD | {"restartPolicy": "Always"},
+            },
+        },
+    }
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        thing = {"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"}, "spec": {}}
+        code, _, err = await create(host, appwrapper("bad", thing))
+        assert code != 0 and "spec.components[0].podSets: required for a Thing" in err, err
+        code, _, err = await create(
+            host, appwrapper("web", deployment, [{"path": "template.spec.template", "replicas": 2}])
+        )
+        assert code == 0, err
+        wrappers = next(r for r in host.server.served if r.plural == "appwrappers")
+        started = await eventually(
+            lambda: (a := _get(host, wrappers, "web"))["spec"].get("suspend") is False and a,
+            what="the AppWrapper started",
+        )
+        assert started["spec"]["components"][0]["podSetInfos"][0]["nodeSelector"] == {"gpu": "a100"}
+        await eventually(lambda: len(running(host, "nginx-")) == 2, what="the wrapped Deployment's two pods running")
+        assert not gated(host), "an AppWrapper's pods are its, not plain pods held by the queue"
+        assert all(p["spec"]["nodeSelector"] == {"gpu": "a100"} for p in live(host, "nginx-").values())
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url}
+        listed = turnstile("get", "workloads", "-A", "-o", "json", env=env)
+        assert listed.returncode == 0, listed.stderr
+        names = [w["metadata"]["name"] for w in json.loads(listed.stdout)["items"]]
+        assert len(names) == 1 and names[0].startswith("appwrapper-web-"), names  # (not the Deployment's too)
+
+
+def rayservice(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": name, "namespace": "ml", "labels": QUEUE},
+        "spec": {
+            "serveConfigV2": "applications: []",
+            "rayClusterConfig": {
+                "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray", "resources": {"requests": {"cpu": "1"}}}]}}},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": {"spec": GPU_POD | {"restartPolicy": "Always"}}}],
+            },
+        },
+    }  # fmt: skip
+
+
+async def test_a_rayservice_through_kubectl(tmp_path: Path, migrated_url: str) -> None:
+    """Suspended at creation (``spec.rayClusterConfig.suspend``) and admitted onto the flavor; the
+    RayCluster KubeRay makes for it (labelled for the queue too) is its, not a workload of its own;
+    a second service waits for the GPUs until the first is deleted; one that autoscales is refused."""
+    async with cluster(tmp_path, migrated_url) as (host, _kube):
+        scaled = rayservice("scaled")
+        scaled["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] = True
+        code, _, err = await create(host, scaled)
+        assert code != 0 and "spec.rayClusterConfig.enableInTreeAutoscaling" in err, err
+        for name in ("serve", "serve-2"):
+            code, _, err = await create(host, rayservice(name))
+            assert code == 0, err
+        services = next(r for r in host.server.served if r.plural == "rayservices")
+
+        def admitted(name: str) -> Any:
+            svc = _get(host, services, name)
+            return svc["spec"]["rayClusterConfig"].get("suspend") is False and svc
+
+        started = await eventually(lambda: admitted("serve"), what="the RayService admitted")
+        worker = started["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+        assert worker["nodeSelector"] == {"gpu": "a100"}
+        await eventually(lambda: len(running(host, "serve-raycluster-")) == 3, what="its cluster's head and workers")
+        await eventually(lambda: _get(host, services, "serve")["status"]["conditions"][0]["status"] == "True",
+                         what="the service Ready")  # fmt: skip
+        assert _get(host, services, "serve-2")["spec"]["rayClusterConfig"]["suspend"] is True, "no GPU left"
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url}
+
+        def workloads() -> list[str] | None:  # (a pending one is listed once the leader's step has read it)
+            listed = turnstile("get", "workloads", "-A", "-o", "json", env=env)
+            names = sorted(w["metadata"]["name"].rsplit("-", 1)[0] for w in json.loads(listed.stdout)["items"])
+            return names if len(names) >= 2 else None
+
+        names = await eventually(workloads, timeout=20, what="both services' workloads listed")
+        assert names == ["rayservice-serve", "rayservice-serve-2"], names  # (not their RayClusters too)
+        code, _, err = await kubectl(host.kubeconfig, "delete", "rayservice", "serve", "-n", "ml")
+        assert code == 0, err
+        await eventually(lambda: admitted("serve-2"), timeout=20, what="the second service admitted")

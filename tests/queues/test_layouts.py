@@ -1,4 +1,4 @@
-"""Pod sets of the Ray, newer Kubeflow and partially admitted kinds (``queues.podsets.layouts``), as Kueue reads them."""
+"""Pod sets of the Ray (RayCluster, RayJob, RayService), newer Kubeflow and partially admitted kinds (``queues.podsets.layouts``), as Kueue reads them."""
 
 from __future__ import annotations
 
@@ -57,6 +57,17 @@ def test_ray_job_adds_kuberays_default_submitter_unless_http_mode() -> None:
     assert jobs.read_job(own).template_paths["submitter"] == "/spec/submitterPodTemplate"
     http = obj("ray.io/v1", "RayJob", {**spec, "submissionMode": "HTTPMode"})
     assert [name for name, _, _ in pod_sets(http)] == ["head", "gpu-group", "cpu"]
+
+
+def test_ray_service_is_its_cluster_configs_pod_sets_and_may_not_autoscale() -> None:
+    service = obj("ray.io/v1", "RayService", {"serveConfigV2": "applications: []", "rayClusterConfig": ray_cluster()})
+    assert pod_sets(service) == pod_sets(obj("ray.io/v1", "RayCluster", ray_cluster()))
+    assert jobs.read_job(service).template_paths["cpu"] == "/spec/rayClusterConfig/workerGroupSpecs/1/template"
+    assert jobs.KINDS[("ray.io/v1", "RayService")].suspend_path == ("spec", "rayClusterConfig", "suspend")
+    autoscaled = obj("ray.io/v1", "RayService", {"rayClusterConfig": ray_cluster(enableInTreeAutoscaling=True)})
+    with pytest.raises(errors.Invalid) as info:
+        jobs.read_job(autoscaled)
+    assert [e.path for e in info.value.errors] == ["spec.rayClusterConfig.enableInTreeAutoscaling"]
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,12 @@ __all__ = ["FOREVER", "NODES", "PODS", "RUNTIME_ANNOTATION", "Cluster", "free_ca
 JOB_UID_LABEL = "turnstile.dev/job-uid"
 POD_SET_LABEL = statuses.POD_SET_LABEL
 
-JOB_RESOURCES = tuple(r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS)
+# Kinds whose pods are another object's, which its own operator runs: an AppWrapper's components
+# (``admission.sim.operators.appwrappers``), a RayService's RayCluster (``admission.sim.operators.serving``)
+MADE_BY_CHILDREN = {"AppWrapper", "RayService"}
+JOB_RESOURCES = tuple(
+    r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS and r.kind not in MADE_BY_CHILDREN
+)
 SPARK = jobs.KINDS[(sparkapps.API_VERSION, "SparkApplication")]
 SPARK_RESOURCE = next(r for r in JOB_RESOURCES if r.kind == SPARK.kind)
 DONE_CONDITION = {"Job": "Complete", "JobSet": "Completed", "TrainJob": "Complete"}  # Kubeflow's: Succeeded

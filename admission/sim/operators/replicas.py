@@ -132,10 +132,15 @@ class Replicas:
         self.children: dict[str, set[tuple[str, str]]] = {}  # owner uid -> (namespace, name) of what it owns
         self.made: dict[str, int] = {}  # pod uid -> the order the ReplicaSet controller made it
         self.tasks: list[asyncio.Task[None]] = []
+        self.pod_labels: dict[str, Resource] = {}  # pod label -> the kind whose object it names (``register``)
 
-    def register(self, res: Resource, handler: Callable[[Obj], Awaitable[None]]) -> None:
-        """Reconcile objects of ``res`` (and hear of their pods' changes) with ``handler``."""
+    def register(self, res: Resource, handler: Callable[[Obj], Awaitable[None]], label: str | None = None) -> None:
+        """Reconcile objects of ``res`` (and hear of their pods' changes) with ``handler``; ``label``: a
+        pod label naming the object of ``res`` (in the pod's namespace) that hears of the pod's changes
+        too (an AppWrapper's, whose pods are its components')."""
         self.handlers[res] = handler
+        if label is not None:
+            self.pod_labels[label] = res
 
     def kind_of(self, kind: str, api_version: str) -> Resource | None:
         return next((r for r in self.handlers if r.kind == kind and r.api_version == api_version), None)
@@ -173,6 +178,10 @@ class Replicas:
                 self._collect(event.obj)
             elif event.resource is not PODS:
                 self._mark(event.resource, *key)
+            if event.resource is PODS:
+                for label, res in self.pod_labels.items():
+                    if (named := (meta.get("labels") or {}).get(label)) is not None:
+                        self._mark(res, meta["namespace"], str(named))
             for ref in meta.get("ownerReferences") or []:  # an owner hears of its children's changes
                 kind = self.kind_of(str(ref.get("kind")), str(ref.get("apiVersion")))
                 if kind is not None and ref.get("controller"):

@@ -22,6 +22,13 @@ The other two are CRDs here as on a real cluster (``resources.OPERATORS``):
   ``spec.predictor.model`` as the ``kserve-container``), with ``minReplicas`` replicas (default
   1), the InferenceService's labels and annotations, and ``serving.kserve.io/inferenceservice``;
   its status gets ``Ready`` when the Deployment's replicas are.
+- **KubeRay RayService** (``ray.io/v1``): one RayCluster ``<name>-raycluster`` owned by it, made
+  through the API server with its ``spec.rayClusterConfig`` (suspend included) and its labels; a
+  change of that config is written into the RayCluster in place (KubeRay prepares a new cluster and
+  switches traffic to it once Ready: a difference written down in docs/simulated-cluster.md); the
+  cluster's state is the service's ``status.activeServiceStatus.rayClusterStatus``, and its
+  ``Ready`` condition is True while that state is ``ready``. The RayCluster's pods are run by the
+  cluster's KubeRay model (``admission.sim.operators.cluster``).
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ from admission.sim.server.objects import ApiError, Obj, Resource, clone
 from queues.podsets import serving as queues_serving
 
 LWS = next(r for r in resources.OPERATORS if r.kind == "LeaderWorkerSet")
+RAYSERVICES = next(r for r in resources.OPERATORS if r.kind == "RayService")
+RAYCLUSTERS = next(r for r in resources.OPERATORS if r.kind == "RayCluster")
+KUBERAY_USER = {"username": "system:serviceaccount:kuberay:kuberay-operator", "groups": ["system:serviceaccounts"]}
 ISVC = next(r for r in resources.OPERATORS if r.kind == "InferenceService")
 LWS_PREFIX = "leaderworkerset.sigs.k8s.io/"
 NAME, GROUP_INDEX, WORKER_INDEX, GROUP_KEY, SIZE = (
@@ -72,6 +82,38 @@ def install(replicas: Replicas) -> None:
     replicas.register(STATEFULSETS, lambda obj: _statefulset(replicas, obj))
     replicas.register(LWS, lambda obj: _leader_worker_set(replicas, obj))
     replicas.register(ISVC, lambda obj: _inference_service(replicas, obj))
+    replicas.register(RAYSERVICES, lambda obj: _ray_service(replicas, obj))
+    replicas.register(RAYCLUSTERS, _nothing)  # (its pods are the cluster operator's; its changes wake its service)
+
+
+async def _nothing(_obj: Obj) -> None:
+    return None
+
+
+async def _ray_service(rc: Replicas, svc: Obj) -> None:
+    ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
+    config = clone((svc.get("spec") or {}).get("rayClusterConfig") or {})
+    cluster_name = f"{name}-raycluster"
+    try:
+        cluster = rc.store.get(RAYCLUSTERS, ns, cluster_name)
+    except ApiError:
+        body = {
+            "metadata": {
+                "name": cluster_name,
+                "labels": {**(svc["metadata"].get("labels") or {}), "ray.io/originated-from-cr-name": name},
+                "annotations": dict(svc["metadata"].get("annotations") or {}),
+                "ownerReferences": [owner_reference(svc)],
+            },
+            "spec": config,
+        }
+        cluster, _ = await rc.api.create(RAYCLUSTERS, ns, body, user=KUBERAY_USER)
+        rc.children.setdefault(svc["metadata"]["uid"], set()).add((ns, cluster_name))
+    if cluster.get("spec") != config:
+        cluster["spec"] = config
+        cluster = rc.store.replace(RAYCLUSTERS, ns, cluster_name, cluster)
+    state = str((cluster.get("status") or {}).get("state") or "")
+    fields = {"activeServiceStatus": {"rayClusterName": cluster_name, "rayClusterStatus": {"state": state}}}
+    _set_status(rc, RAYSERVICES, svc, fields, state == "ready" and not config.get("suspend"), "")
 
 
 async def _statefulset(rc: Replicas, sts: Obj) -> None:
@@ -209,7 +251,8 @@ async def _inference_service(rc: Replicas, isvc: Obj) -> None:
 
 
 def _set_status(rc: Replicas, res: Resource, obj: Obj, fields: dict[str, Any], is_ready: bool, reason: str) -> None:
-    conditions = [{"type": "Ready" if res is ISVC else "Available", "status": "True" if is_ready else "False"}]
+    kind = "Ready" if res in (ISVC, RAYSERVICES) else "Available"
+    conditions = [{"type": kind, "status": "True" if is_ready else "False"}]
     if reason:
         conditions[0]["reason"] = reason
     status = {**(obj.get("status") or {}), **fields, "conditions": conditions}

@@ -92,11 +92,13 @@ OPERATORS = (
     Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob"),
     Resource("ray.io", "v1", "rayjobs", "RayJob"),
     Resource("ray.io", "v1", "rayclusters", "RayCluster"),
+    Resource("ray.io", "v1", "rayservices", "RayService"),
     Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
     Resource("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False),
     Resource("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime"),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     Resource("sparkoperator.k8s.io", "v1beta2", "sparkapplications", "SparkApplication", short_names=("sparkapp",)),
+    Resource("workload.codeflare.dev", "v1beta2", "appwrappers", "AppWrapper", short_names=("aw",)),
     Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest"),
     # serving operators (``admission.sim.operators.serving``)
     Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", short_names=("lws",)),
