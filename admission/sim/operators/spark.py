@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from admission.sim.server.objects import ApiError, Obj
@@ -50,11 +49,10 @@ def pod_labels(job: Obj, labels: dict[str, str]) -> dict[str, str]:
 class SparkPods:
     """Starts an app's pods through the API server, the driver's first (see the module docstring)."""
 
-    def __init__(self, api: ApiServer, on_error: Callable[[str], None] | None = None) -> None:
+    def __init__(self, api: ApiServer) -> None:
         self.api = api
         self.starting: set[str] = set()  # apps (by uid) whose pods are being created
         self.tasks: set[asyncio.Task[None]] = set()
-        self.on_error = on_error or (lambda message: log.warning("%s", message))
 
     def start(self, job: Obj, bodies: Bodies) -> None:
         uid = job["metadata"]["uid"]
@@ -86,6 +84,6 @@ class SparkPods:
                     body["metadata"]["ownerReferences"] = [owner]
                 await self.api.create(PODS, namespace, body, user=driver_user)
         except ApiError as exc:
-            self.on_error(f"SparkApplication {namespace}/{name}: a pod was refused: {exc}")
+            log.warning("SparkApplication %s/%s: a pod was refused: %s", namespace, name, exc)
         finally:
             self.starting.discard(job["metadata"]["uid"])
