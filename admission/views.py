@@ -312,7 +312,7 @@ async def describe(
             f"Workload:      {r['namespace']}/{r['name']} ({r['kind']}; its Workload object: {r['object_name']})"
         )
         console.print(f"State:         {r['state']}")
-        console.print(f"LocalQueue:    {r['local_queue']}   ClusterQueue: {r['cluster_queue']}")
+        console.print(f"LocalQueue:    {r['local_queue']}   ClusterQueue: {r['cluster_queue'] or '-'}")
         console.print(f"Priority:      {r['priority']}")
         if r["cq_position"]:
             console.print(
