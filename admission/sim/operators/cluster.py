@@ -1,13 +1,15 @@
 """What runs in the simulated cluster: job operators, a scheduler and a kubelet.
 
-- Operators (batch Job, the Kubeflow kinds, JobSet, RayJob, RayCluster): an unsuspended job gets
-  its pods, one per replica, named ``<job>-<podset>-<i>``; a running batch Job follows changes to
-  its ``parallelism`` at once (pods created up to it, those beyond it deleted), as the real Job
-  controller does; suspending it deletes them and sets the Suspended condition; when every pod has
-  succeeded the job completes, with the status its real controller sets (Job: Complete; Kubeflow:
-  Succeeded; JobSet: Completed; RayJob: ``jobDeploymentStatus: Complete``). A RayCluster's pods run
-  until it is deleted or suspended; its ``status.state`` is ``ready`` while they run and
-  ``suspended`` once a suspended one's pods are gone, as KubeRay's. Differences from KubeRay: a
+- Operators (batch Job, the Kubeflow kinds, JobSet, RayJob, RayCluster, TrainJob, SparkApplication):
+  an unsuspended job gets its pods, one per replica, named ``<job>-<podset>-<i>`` (a
+  SparkApplication's made through the API server, its driver's first:
+  ``admission.sim.operators.spark``); a running batch Job follows changes to its ``parallelism`` at
+  once (pods created up to it, those beyond it deleted), as the real Job controller does; suspending
+  it deletes them and sets the Suspended condition; when every pod has succeeded the job completes,
+  with the status its real controller sets (Job: Complete; Kubeflow: Succeeded; JobSet: Completed;
+  RayJob: ``jobDeploymentStatus: Complete``). A RayCluster's pods run until it is deleted or
+  suspended; its ``status.state`` is ``ready`` while they run and ``suspended`` once a suspended
+  one's pods are gone, as KubeRay's. Differences from KubeRay: a
   RayJob's pods (head, workers, submitter) are made by the RayJob itself, without the RayCluster
   and submitter Job KubeRay makes between them, and they all succeed after the job's runtime
   (KubeRay's submitter succeeds and the cluster is then deleted: the same quota released at the
