@@ -87,12 +87,4 @@ async def test_an_appwrapper_runs_its_component_on_its_flavor_and_gives_way(tmp_
         await eventually(given_way, timeout=15, what="the AppWrapper suspended, its infos cleared, its pods gone")
         await w.kube.delete(JOBS, "ml", "urgent")
         await eventually(running, timeout=15, what="the AppWrapper admitted again")
-        async with database.transaction(w.sessions) as s:
-            row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "wrapped"))).scalar_one()
-            billed = (
-                (await s.execute(select(tables.UsageInterval).where(tables.UsageInterval.workload_id == row.id)))
-                .scalars()
-                .all()
-            )
-        assert row.kind == appwrappers.KIND
-        assert [(i.resource, i.quantity) for i in billed] == [("nvidia.com/gpu", 2000)] * 2
+        assert await w.billed("wrapped") == (appwrappers.KIND, [("nvidia.com/gpu", 2000)] * 2)

@@ -232,16 +232,10 @@ async def test_job_kind_is_preempted_requeued_and_billed(
         await eventually(lambda: _unsuspended(w, JOBS, "urgent"), what="the preemptor started")
         await w.kube.delete(JOBS, "ml", "urgent")
         await eventually(lambda: _unsuspended(w, integration.ref, name), timeout=15, what="the victim admitted again")
-        async with database.transaction(w.sessions) as s:
-            row = (await s.execute(select(tables.Workload).where(tables.Workload.name == name))).scalar_one()
-            intervals = (
-                (await s.execute(select(tables.UsageInterval).where(tables.UsageInterval.workload_id == row.id)))
-                .scalars()
-                .all()
-            )
-        assert row.kind == obj["kind"]
+        kind, intervals = await w.billed(name)
+        assert kind == obj["kind"]
         assert len(intervals) == 2, "two admissions on the ledger: before the preemption and after"
-        assert all(i.resource == "nvidia.com/gpu" for i in intervals)
+        assert all(resource == "nvidia.com/gpu" for resource, _ in intervals)
 
 
 def test_a_rayjob_with_kuberays_default_submitter_takes_directives_on_its_other_templates() -> None:
@@ -339,14 +333,7 @@ async def test_a_trainjob_runs_its_runtimes_pods_on_its_flavor_and_gives_way(tmp
         await eventually(given_way, timeout=15, what="the TrainJob suspended, its patch emptied, its pods gone")
         await w.kube.delete(JOBS, "ml", "urgent")
         await eventually(lambda: _unsuspended(w, trainjob.ref, "llm"), timeout=15, what="the TrainJob admitted again")
-        async with database.transaction(w.sessions) as s:
-            row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "llm"))).scalar_one()
-            billed = (
-                (await s.execute(select(tables.UsageInterval).where(tables.UsageInterval.workload_id == row.id)))
-                .scalars()
-                .all()
-            )
-        assert row.kind == "TrainJob" and [(i.resource, i.quantity) for i in billed] == [("nvidia.com/gpu", 4000)] * 2
+        assert await w.billed("llm") == ("TrainJob", [("nvidia.com/gpu", 4000)] * 2)
 
 
 async def _two(found: Any) -> list[dict[str, Any]] | None:

@@ -10,12 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from admission.jobs import BY_KIND
 from admission.jobs.base import PodSetInfo
 from admission.sim.server.patches import json_patch
-from admission.store import database, tables
 from queues.podsets import jobs, sparkapps
 from tests.admission.controller.world import CONFIG, JOBS, eventually, job, world
 
@@ -97,15 +94,7 @@ async def test_an_app_runs_on_its_flavor_its_executors_are_not_queued_and_it_giv
         assert app["status"]["applicationState"]["state"] == "SUSPENDED"
         await w.kube.delete(JOBS, "ml", "urgent")
         await eventually(running, timeout=15, what="the app admitted again")
-        async with database.transaction(w.sessions) as s:
-            row = (await s.execute(select(tables.Workload).where(tables.Workload.name == "etl"))).scalar_one()
-            billed = (
-                (await s.execute(select(tables.UsageInterval).where(tables.UsageInterval.workload_id == row.id)))
-                .scalars()
-                .all()
-            )
-        assert row.kind == "SparkApplication"
-        assert [(i.resource, i.quantity) for i in billed] == [("nvidia.com/gpu", 4000)] * 2
+        assert await w.billed("etl") == ("SparkApplication", [("nvidia.com/gpu", 4000)] * 2)
 
 
 def test_a_new_app_carries_its_own_directives_and_a_run_moves_the_app_wide_selector() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from admission.app import wiring
@@ -28,7 +29,7 @@ from admission.sim.server import resources
 from admission.sim.server.faults import Faults
 from admission.sim.server.objects import Resource
 from admission.store import config as config_store
-from admission.store import database
+from admission.store import database, tables
 from queues.kueue import codec
 
 JOBS = ResourceRef("batch/v1", "Job", "jobs")
@@ -123,6 +124,17 @@ class World:
 
     async def get(self, name: str) -> dict[str, Any]:
         return await self.kube.get(JOBS, "ml", name)
+
+    async def billed(self, name: str) -> tuple[str, list[tuple[str, int]]]:
+        """Workload ``name``'s kind and its ledger intervals, (resource, quantity) each, in order."""
+        async with database.transaction(self.sessions) as s:
+            row = (await s.execute(select(tables.Workload).where(tables.Workload.name == name))).scalar_one()
+            found = await s.execute(
+                select(tables.UsageInterval)
+                .where(tables.UsageInterval.workload_id == row.id)
+                .order_by(tables.UsageInterval.id)
+            )
+            return row.kind, [(i.resource, i.quantity) for i in found.scalars()]
 
     def start_controller(self, identity: str, *, database_url: str | None = None, **options: Any) -> Controller:
         """A controller in this process; ``database_url``: its own connection to the database (e.g.
