@@ -32,6 +32,9 @@ from admission.sim.server.objects import ApiError, Obj, Resource, parse_label_se
 from admission.sim.server.resources import NAMESPACES
 from admission.sim.server.schema import cel
 
+# One review's matchCondition work: "" -> the CEL variables (``cel.activation``), an expression -> its result
+Memo = dict[str, Any]
+
 MUTATING = "mutatingwebhookconfigurations"
 ADMIN: Obj = {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]}
 VALIDATING = "validatingwebhookconfigurations"
@@ -130,10 +133,17 @@ class Webhooks:
         outcome = Outcome(obj=target)
         if res.group == "admissionregistration.k8s.io":
             return outcome  # webhook configurations are never themselves subject to webhooks
+        # The real server compiles each matchCondition once and evaluates it in microseconds; this
+        # one's CEL is interpreted, so an expression several hooks share (and its variables) is
+        # evaluated once per version of the object under review.
+        memo: Memo = {}
+        seen = outcome.obj
         for plural, mutating in ((MUTATING, True), (VALIDATING, False)):
             for config in sorted(self._configs(plural), key=lambda c: c["metadata"]["name"]):
                 for hook in config.get("webhooks") or []:
-                    if not await self._applies(hook, res, operation, namespace, outcome.obj, old, sub):
+                    if outcome.obj is not seen:  # (a mutating hook patched it)
+                        memo, seen = {}, outcome.obj
+                    if not await self._applies(hook, res, operation, namespace, outcome.obj, old, sub, memo):
                         continue
                     outcome.obj = await self._call(
                         hook, res, operation, namespace, outcome, old, mutating, sub, user or ADMIN
@@ -141,7 +151,7 @@ class Webhooks:
         return outcome
 
     async def _applies(
-        self, hook: Obj, res: Resource, operation: str, namespace: str, obj: Obj, old: Obj | None, sub: str
+        self, hook: Obj, res: Resource, operation: str, namespace: str, obj: Obj, old: Obj | None, sub: str, memo: Memo
     ) -> bool:
         if not _matches_rule(hook.get("rules") or [], res, operation, sub):
             return False
@@ -157,10 +167,18 @@ class Webhooks:
                 return False
             if not _selector_matches(hook["namespaceSelector"], ns["metadata"].get("labels") or {}):
                 return False
-        return self._conditions_hold(hook, res, operation, namespace, obj, old, sub)
+        return self._conditions_hold(hook, res, operation, namespace, obj, old, sub, memo)
 
     def _conditions_hold(
-        self, hook: Obj, res: Resource, operation: str, namespace: str, obj: Obj, old: Obj | None, sub: str
+        self,
+        hook: Obj,
+        res: Resource,
+        operation: str,
+        namespace: str,
+        obj: Obj,
+        old: Obj | None,
+        sub: str,
+        memo: Memo,
     ) -> bool:
         conditions = hook.get("matchConditions") or []
         if not conditions:
@@ -174,10 +192,15 @@ class Webhooks:
             "subResource": sub,
         }
         variables = {"object": obj if operation != "DELETE" else None, "oldObject": old, "request": request}
-        bound = cel.activation(variables)
+        if "" not in memo:
+            memo[""] = cel.activation(variables)  # (the same for every hook of this version of the object)
+        bound = memo[""]
         for condition in conditions:
+            expression = str(condition.get("expression"))
             try:
-                if not cel.condition(str(condition.get("expression")), bound):
+                if expression not in memo:
+                    memo[expression] = cel.condition(expression, bound)
+                if not memo[expression]:
                     return False
             except Exception as exc:  # (celpy's evaluation errors, or one that does not compile)
                 if hook.get("failurePolicy", "Fail") == "Fail":
