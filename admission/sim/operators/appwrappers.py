@@ -94,7 +94,7 @@ async def _reconcile(rc: Replicas, aw: Obj) -> None:
     pod_sets = layouts.appwrapper_pod_sets(aw)
     if not pod_sets:
         return  # (the webhook refuses an AppWrapper that cannot be read)
-    existing: list[tuple[Resource, Obj | None, Obj]] = []
+    existing: list[tuple[int, Resource, Obj | None, Obj]] = []  # (component index, its kind, it as it is, its entry)
     for i, comp in enumerate(raw):
         res = _resource(comp.get("template") or {})
         if res is None:
@@ -103,19 +103,19 @@ async def _reconcile(rc: Replicas, aw: Obj) -> None:
             found: Obj | None = rc.store.get(res, ns, _component_name(aw, i, comp["template"]))
         except ApiError:
             found = None
-        existing.append((res, found, comp))
+        existing.append((i, res, found, comp))
     pods = [p for p in rc.store.list(PODS, ns)[0] if (p["metadata"].get("labels") or {}).get(appwrappers.LABEL) == name]
     live = [p for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
     status: dict[str, Any] = dict(aw.get("status") or {})
     if spec.get("suspend"):
-        for res, found, _ in existing:
+        for _, res, found, _ in existing:
             if found is not None and not found["metadata"].get("deletionTimestamp"):
                 rc.store.delete(res, ns, found["metadata"]["name"])
-        gone = not live and all(found is None for _, found, _ in existing)
+        gone = not live and all(found is None for _, _, found, _ in existing)
         phase = "Suspended" if gone else "Suspending"
         _set(status, phase, quota=not gone, deployed=not gone, ready=False)
     else:
-        for i, (res, found, _) in enumerate(existing):
+        for i, res, found, _ in existing:
             if found is None and status.get("phase") not in ("Succeeded",):
                 try:
                     await rc.api.create(res, ns, component(aw, i), user=USER)
@@ -129,7 +129,7 @@ async def _reconcile(rc: Replicas, aw: Obj) -> None:
             if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
         )
         done = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-        serves = any((c["template"].get("apiVersion"), c["template"].get("kind")) in SERVES for _, _, c in existing)
+        serves = any((c["template"].get("apiVersion"), c["template"].get("kind")) in SERVES for _, _, _, c in existing)
         succeeded = bool(expected) and done >= expected and not serves
         _set(
             status, "Succeeded" if succeeded else "Running", quota=True, deployed=True, ready=running + done >= expected
