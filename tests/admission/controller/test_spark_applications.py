@@ -87,11 +87,12 @@ async def test_an_app_runs_on_its_flavor_its_executors_are_not_queued_and_it_giv
         async def given_way() -> dict[str, Any] | None:
             current = await w.kube.get(SPARK.ref, "ml", "etl")
             restored = current["spec"]["executor"].get("nodeSelector") == {"zone": "a"}
-            return current if SPARK.is_suspended(current) and restored and not await pods() else None
+            # (the operator says SUSPENDED once its pods are gone, a moment after the last one goes)
+            stopped = current["status"]["applicationState"]["state"] == "SUSPENDED" and not await pods()
+            return current if SPARK.is_suspended(current) and restored and stopped else None
 
         app = await eventually(given_way, timeout=15, what="the app suspended, its own directives back, pods gone")
         assert app["spec"]["executor"]["tolerations"] == [{"key": "spot", "operator": "Exists"}]
-        assert app["status"]["applicationState"]["state"] == "SUSPENDED"
         await w.kube.delete(JOBS, "ml", "urgent")
         await eventually(running, timeout=15, what="the app admitted again")
         assert await w.billed("etl") == ("SparkApplication", [("nvidia.com/gpu", 4000)] * 2)
