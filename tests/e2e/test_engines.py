@@ -119,6 +119,7 @@ async def test_core_and_cluster_engines_agree_on_every_example(server_url: str) 
         assert_agree(name, p, results[name], time_scale(p))
 
 
+@pytest.mark.wall_clock  # (squeezed, its pods-ready timeout is 0.36 s of wall time: run alone, as the others)
 async def test_an_input_waits_for_what_the_one_before_it_caused(server_url: str) -> None:
     """Scenario.md's timing rules: decisions at one instant come before the next instant's inputs.
     Squeezed to 12 ms of wall time apart, a LeaderWorkerSet's groups (pods made by its controller,
