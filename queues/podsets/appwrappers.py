@@ -33,10 +33,10 @@ from queues.errors import FieldError
 API_VERSION = "workload.codeflare.dev/v1beta2"
 KIND = "AppWrapper"
 LABEL = "workload.codeflare.dev/appwrapper"  # the controller's label on its components and their pods
-_WORKLOADS = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
 
-# an integrated job kind's pod sets, for a component of that kind: (count, template, its field path),
-# or None when the kind is not one (``queues.podsets.layouts`` passes its own reader)
+# a component's pod sets, where its kind says them (an integrated job kind, a Deployment, a
+# StatefulSet, a Pod): (count, template, its field path) each, or None for another kind
+# (``queues.podsets.layouts.component_pod_sets``, passed in: layouts reads AppWrappers through here)
 Infer = Callable[[Mapping[str, Any], list[FieldError]], list[tuple[int, Mapping[str, Any], str | None]] | None]
 
 
@@ -90,35 +90,18 @@ def component_pod_sets(spec: Mapping[str, Any], problems: list[FieldError], infe
         if declared is not None:
             yield from _declared(i, template, declared, where, problems)
             continue
-        api_kind = (str(template["apiVersion"]), str(template["kind"]))
         inner: list[FieldError] = []
         inferred = infer(template, inner)
-        if inferred is not None:
-            for j, (count, found, path) in enumerate(inferred):
-                yield ComponentPodSet(i, j, count, found, path)
-        elif api_kind in _WORKLOADS:
-            spec_ = template.get("spec")
-            pod = spec_.get("template") if isinstance(spec_, Mapping) else None
-            replicas = spec_.get("replicas", 1) if isinstance(spec_, Mapping) else 1
-            if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
-                inner.append(FieldError("spec.template.spec", "required: the pod template's spec"))
-            elif isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-                inner.append(FieldError("spec.replicas", f"must be a whole number >= 0, not {replicas!r}"))
-            else:
-                yield ComponentPodSet(i, 0, replicas, pod, "spec.template")
-        elif api_kind == ("v1", "Pod"):
-            if isinstance(template.get("spec"), Mapping):
-                yield ComponentPodSet(i, 0, 1, template, "")
-            else:
-                inner.append(FieldError("spec", "required: the pod's spec"))
-        else:
+        if inferred is None:
             problems.append(
                 FieldError(
                     f"{where}.podSets",
-                    f"required for a {api_kind[1]} ({api_kind[0]}): say where its pod templates are "
-                    "({path: template.spec.template, replicas: N} each)",
+                    f"required for a {template['kind']} ({template['apiVersion']}): say where its pod templates "
+                    "are ({path: template.spec.template, replicas: N} each)",
                 )
             )
+        for j, (count, found, path) in enumerate(inferred or ()):
+            yield ComponentPodSet(i, j, count, found, path)
         problems.extend(e.under(f"{where}.template") for e in inner)
 
 

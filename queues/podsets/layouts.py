@@ -315,29 +315,50 @@ def _spark(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> I
 def _appwrapper(obj: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:
     """An AppWrapper's components' pod sets, named ``<appwrapper>-<k>`` (``queues.podsets.appwrappers``);
     their templates are written by the AppWrapper controller, from ``podSetInfos``, not by Turnstile."""
-    name = str((obj.get("metadata") or {}).get("name") or "")
-    spec = obj.get("spec") or {}
-    for k, ps in enumerate(appwrappers.component_pod_sets(spec, problems, component_pod_sets)):
-        yield appwrappers.pod_set_name(name, k), ps.count, ps.template, None
+    for name, ps in _named_component_pod_sets(obj, problems):
+        yield name, ps.count, ps.template, None
 
 
 def appwrapper_pod_sets(obj: Mapping[str, Any]) -> list[tuple[str, appwrappers.ComponentPodSet]]:
     """An AppWrapper's pod sets by name, with the component each is in (empty if it cannot be read)."""
     problems: list[FieldError] = []
+    found = list(_named_component_pod_sets(obj, problems))
+    return [] if problems else found
+
+
+def _named_component_pod_sets(
+    obj: Mapping[str, Any], problems: list[FieldError]
+) -> Iterator[tuple[str, appwrappers.ComponentPodSet]]:
     name = str((obj.get("metadata") or {}).get("name") or "")
-    found = list(appwrappers.component_pod_sets(obj.get("spec") or {}, problems, component_pod_sets))
-    return [] if problems else [(appwrappers.pod_set_name(name, k), ps) for k, ps in enumerate(found)]
+    found = appwrappers.component_pod_sets(obj.get("spec") or {}, problems, component_pod_sets)
+    for k, ps in enumerate(found):
+        yield appwrappers.pod_set_name(name, k), ps
+
+
+_WORKLOADS = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
 
 
 def component_pod_sets(
     obj: Mapping[str, Any], problems: list[FieldError]
 ) -> list[tuple[int, Mapping[str, Any], str | None]] | None:
-    """A wrapped object's pod sets (count, template, its field path), where it is an integrated job
-    kind (not a TrainJob, whose runtime an AppWrapper does not carry, nor another AppWrapper)."""
-    kind = KINDS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
-    if kind is None or kind.layout in ("trainjob", "appwrapper"):
-        return None
-    return [(count, found, path) for _, count, found, path in templates(kind, obj, problems)]
+    """A wrapped object's pod sets (count, template, its field path), where its kind says them: an
+    integrated job kind (not a TrainJob, whose runtime an AppWrapper does not carry, nor another
+    AppWrapper), a Deployment's or StatefulSet's ``replicas`` pods, a Pod; None for another kind."""
+    api_kind = (str(obj.get("apiVersion")), str(obj.get("kind")))
+    kind = KINDS.get(api_kind)
+    if kind is not None and kind.layout not in ("trainjob", "appwrapper"):
+        return [(count, found, path) for _, count, found, path in templates(kind, obj, problems)]
+    spec = obj.get("spec")
+    if api_kind in _WORKLOADS:
+        found = template(spec, "spec", problems)
+        replicas = int_field(spec if isinstance(spec, Mapping) else {}, "replicas", "spec", 1, problems)
+        return [(replicas, found, "spec.template")] if found is not None else []
+    if api_kind == ("v1", "Pod"):
+        if isinstance(spec, Mapping):
+            return [(1, obj, "")]
+        problems.append(FieldError("spec", "required: the pod's spec"))
+        return []
+    return None
 
 
 _READERS = {"job": _job, "jobset": _jobset, "replicas": _replicas, "ray": _ray, "spark": _spark}

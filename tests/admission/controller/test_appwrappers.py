@@ -51,11 +51,7 @@ async def test_an_appwrapper_runs_its_component_on_its_flavor_and_gives_way(tmp_
         w.start_controller("replica-1")
         await w.kube.create(AW.ref, "ml", WRAPPED)
 
-        async def running() -> dict[str, Any] | None:
-            current = await w.kube.get(AW.ref, "ml", "wrapped")
-            return None if AW.is_suspended(current) else current
-
-        aw = await eventually(running, what="the AppWrapper admitted")
+        aw = await eventually(lambda: w.started(AW.ref, "wrapped"), what="the AppWrapper admitted")
         (info,) = aw["spec"]["components"][0]["podSetInfos"]
         assert info["nodeSelector"] == {"gpu": "a100"}
         assert info["tolerations"] == [{"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}]
@@ -86,5 +82,5 @@ async def test_an_appwrapper_runs_its_component_on_its_flavor_and_gives_way(tmp_
 
         await eventually(given_way, timeout=15, what="the AppWrapper suspended, its infos cleared, its pods gone")
         await w.kube.delete(JOBS, "ml", "urgent")
-        await eventually(running, timeout=15, what="the AppWrapper admitted again")
+        await eventually(lambda: w.started(AW.ref, "wrapped"), timeout=15, what="the AppWrapper admitted again")
         assert await w.billed("wrapped") == (appwrappers.KIND, [("nvidia.com/gpu", 2000)] * 2)

@@ -22,7 +22,7 @@ from admission.kube.informer import Informer
 from admission.sim.server import resources
 from admission.store import database, tables
 from queues.podsets import jobs
-from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
+from tests.admission.controller.world import CONFIG, JOBS, eventually, job, world
 
 GPU_POD = {
     "restartPolicy": "Never",
@@ -126,7 +126,7 @@ async def test_a_cluster_without_the_operators_crds_schedules_and_takes_a_crd_in
         await eventually(controller.ready, what="the controller ready without any operator's CRD")
         await eventually(lambda: controller.term is not None, what="a term without any operator's CRD")
         await w.create(job("plain", gpus=1))
-        await eventually(lambda: _unsuspended(w, JOBS, "plain"), what="a batch Job admitted")
+        await eventually(lambda: w.started(JOBS, "plain"), what="a batch Job admitted")
         absent = sorted(i.ref.kind for i in controller.informers if i.absent)
         custom = [i.ref.kind for i in INTEGRATIONS if not i.built_in]
         assert absent == sorted([*custom, "ClusterTrainingRuntime", "TrainingRuntime"])  # (a TrainJob's runtimes)
@@ -142,18 +142,13 @@ async def test_a_cluster_without_the_operators_crds_schedules_and_takes_a_crd_in
         await w.kube.create(kube_client.CRDS, None, crd)
         await eventually(lambda: not _informer(controller, "PyTorchJob").absent, what="the new CRD noticed")
         await w.kube.create(pytorch.ref, "ml", KINDS[0])
-        await eventually(lambda: _unsuspended(w, pytorch.ref, "pytorchjob"), what="the PyTorchJob admitted")
+        await eventually(lambda: w.started(pytorch.ref, "pytorchjob"), what="the PyTorchJob admitted")
         refused = {status for (_, status) in w.controller_kube.answers if 400 <= status < 500}
         assert refused <= {404}, "nothing refused but the lists of kinds not served"
 
 
 def _informer(controller: Controller, kind: str) -> Informer:
     return next(i for i in controller.informers if i.ref.kind == kind)
-
-
-async def _unsuspended(w: World, ref: ResourceRef, name: str) -> bool:
-    current = await w.kube.get(ref, "ml", name)
-    return not BY_KIND[(ref.api_version, ref.kind)].is_suspended(current)
 
 
 async def test_a_queued_job_that_cannot_be_read_gets_a_warning_event(tmp_path: Path, migrated_url: str) -> None:
@@ -219,7 +214,7 @@ async def test_job_kind_is_preempted_requeued_and_billed(
         await w.apply(CONFIG)
         w.start_controller("replica-1")
         await w.kube.create(integration.ref, "ml", victim)
-        await eventually(lambda: _unsuspended(w, integration.ref, name), what=f"the {obj['kind']} admitted")
+        await eventually(lambda: w.started(integration.ref, name), what=f"the {obj['kind']} admitted")
         await w.create(job("urgent", gpus=8, priority="high"))
 
         async def suspended_and_stopped() -> bool:
@@ -229,9 +224,9 @@ async def test_job_kind_is_preempted_requeued_and_billed(
             return integration.is_suspended(current) and not own
 
         await eventually(suspended_and_stopped, timeout=15, what=f"the {obj['kind']} preempted and its pods gone")
-        await eventually(lambda: _unsuspended(w, JOBS, "urgent"), what="the preemptor started")
+        await eventually(lambda: w.started(JOBS, "urgent"), what="the preemptor started")
         await w.kube.delete(JOBS, "ml", "urgent")
-        await eventually(lambda: _unsuspended(w, integration.ref, name), timeout=15, what="the victim admitted again")
+        await eventually(lambda: w.started(integration.ref, name), timeout=15, what="the victim admitted again")
         kind, intervals = await w.billed(name)
         assert kind == obj["kind"]
         assert len(intervals) == 2, "two admissions on the ledger: before the preemption and after"
@@ -308,9 +303,7 @@ async def test_a_trainjob_runs_its_runtimes_pods_on_its_flavor_and_gives_way(tmp
         await asyncio.sleep(0.5)
         assert trainjob.is_suspended(await w.kube.get(trainjob.ref, "ml", "llm")), "no runtime yet: not admitted"
         await w.kube.create(CLUSTER_RUNTIMES, None, TORCH)
-        await eventually(
-            lambda: _unsuspended(w, trainjob.ref, "llm"), what="the TrainJob admitted once its runtime came"
-        )
+        await eventually(lambda: w.started(trainjob.ref, "llm"), what="the TrainJob admitted once its runtime came")
         running = await w.kube.get(trainjob.ref, "ml", "llm")
         (patch,) = running["spec"]["runtimePatches"]
         node = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
@@ -332,7 +325,7 @@ async def test_a_trainjob_runs_its_runtimes_pods_on_its_flavor_and_gives_way(tmp
 
         await eventually(given_way, timeout=15, what="the TrainJob suspended, its patch emptied, its pods gone")
         await w.kube.delete(JOBS, "ml", "urgent")
-        await eventually(lambda: _unsuspended(w, trainjob.ref, "llm"), timeout=15, what="the TrainJob admitted again")
+        await eventually(lambda: w.started(trainjob.ref, "llm"), timeout=15, what="the TrainJob admitted again")
         assert await w.billed("llm") == ("TrainJob", [("nvidia.com/gpu", 4000)] * 2)
 
 

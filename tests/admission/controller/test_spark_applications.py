@@ -52,11 +52,7 @@ async def test_an_app_runs_on_its_flavor_its_executors_are_not_queued_and_it_giv
         w.start_controller("replica-1")
         await w.kube.create(SPARK.ref, "ml", APP)
 
-        async def running() -> dict[str, Any] | None:
-            current = await w.kube.get(SPARK.ref, "ml", "etl")
-            return None if SPARK.is_suspended(current) else current
-
-        app = await eventually(running, what="the SparkApplication admitted")
+        app = await eventually(lambda: w.started(SPARK.ref, "etl"), what="the SparkApplication admitted")
         assert "nodeSelector" not in app["spec"], "the app-wide selector is moved into both roles"
         # (the driver asks for nothing the ClusterQueue covers: it takes no flavor, as in Kueue)
         assert app["spec"]["driver"]["nodeSelector"] == {"zone": "a"}
@@ -94,7 +90,7 @@ async def test_an_app_runs_on_its_flavor_its_executors_are_not_queued_and_it_giv
         app = await eventually(given_way, timeout=15, what="the app suspended, its own directives back, pods gone")
         assert app["spec"]["executor"]["tolerations"] == [{"key": "spot", "operator": "Exists"}]
         await w.kube.delete(JOBS, "ml", "urgent")
-        await eventually(running, timeout=15, what="the app admitted again")
+        await eventually(lambda: w.started(SPARK.ref, "etl"), timeout=15, what="the app admitted again")
         assert await w.billed("etl") == ("SparkApplication", [("nvidia.com/gpu", 4000)] * 2)
 
 

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from admission.app import wiring
 from admission.controller.controller import Controller
 from admission.controller.parts import Options
+from admission.jobs import BY_KIND
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, ResourceRef
 from admission.policy import DEFAULT_POLICY
@@ -124,6 +125,11 @@ class World:
 
     async def get(self, name: str) -> dict[str, Any]:
         return await self.kube.get(JOBS, "ml", name)
+
+    async def started(self, ref: ResourceRef, name: str) -> dict[str, Any] | None:
+        """Job ``name`` of kind ``ref`` in namespace ml as it is, once unsuspended (None while it is suspended)."""
+        current = await self.kube.get(ref, "ml", name)
+        return None if BY_KIND[(ref.api_version, ref.kind)].is_suspended(current) else current
 
     async def billed(self, name: str) -> tuple[str, list[tuple[str, int]]]:
         """Workload ``name``'s kind and its ledger intervals, (resource, quantity) each, in order."""
