@@ -60,12 +60,15 @@ class Stack:
     webhook: web.AppRunner
 
     def settled(self, quiet: float = QUIET) -> bool:
-        """Nothing left in hand: no write to the cluster for ``quiet`` seconds, every watch event
-        taken by its watcher (operators, kubelet, the controller's informers' streams), and the
-        controller neither due to step nor stepping nor enacting."""
-        store = self.host.server.store
+        """Nothing left in hand: no write to the cluster for ``quiet`` seconds nor one under way (a
+        create waits on its admission webhooks, which may take longer than ``quiet``), every watch
+        event taken by its watcher (operators, kubelet, the controller's informers' streams), and
+        the controller neither due to step nor stepping nor enacting."""
+        server = self.host.server
+        store = server.store
         return (
-            time.monotonic() - store.changed_at >= quiet
+            not server.writing
+            and time.monotonic() - store.changed_at >= quiet
             and all(w.queue.empty() for w in store.watchers)
             and not self.controller.busy()
         )

@@ -59,6 +59,7 @@ class ApiServer:
         self.catalog = Catalog(served)
         self.watches = watch.Watches(self.store, self._table, lambda: self.faults.watch_delay)
         self.status_writes = 0  # PUT/PATCH of a status subresource (bench: what controllers send)
+        self.writing = 0  # writes in hand (a create waiting on its admission webhooks): not settled
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
         for name, value in resources.SYSTEM_PRIORITY_CLASSES.items():  # as the real server makes at bootstrap
@@ -102,6 +103,8 @@ class ApiServer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.method == "GET" and (side := self.mounted.get(request.path)) is not None:
             return await side(request)
+        write = request.method in ("POST", "PUT", "PATCH", "DELETE")
+        self.writing += write
         try:
             await inject(self.faults, request)
             return await self._route(request)
@@ -112,6 +115,8 @@ class ApiServer:
             return web.json_response(
                 ApiError(413, "RequestEntityTooLarge", "request is too large").status(), status=413
             )
+        finally:
+            self.writing -= write
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
