@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.store.queries import query
 from admission.store.workload_shape import JOB_UID_LABEL, timestamp, to_object
+from queues.kueue import workload_crd
 
 RETENTION = dt.timedelta(days=7)
 
@@ -92,7 +93,10 @@ async def by_job_uids(session: AsyncSession, uids: list[str], *, pods_ready: boo
     within ``RETENTION``); a job missing from the answer has none."""
     params = {"uids": list(uids), "retention": RETENTION.total_seconds()}
     rows = list((await session.execute(query("workload_objects_by_job_uids"), params)).mappings())
-    return {obj["metadata"]["labels"][JOB_UID_LABEL]: obj for obj in await _objects(session, rows, pods_ready)}
+    return {
+        workload_crd.job_uid_of(obj["metadata"]["labels"][JOB_UID_LABEL]): obj
+        for obj in await _objects(session, rows, pods_ready)
+    }
 
 
 async def _objects(session: AsyncSession, rows: list[Any], pods_ready: bool) -> list[dict[str, Any]]:

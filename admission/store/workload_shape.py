@@ -163,7 +163,7 @@ def to_object(
             "namespace": row["namespace"],
             "uid": workload_uid(row["job_uid"], row["id"]),
             "creationTimestamp": timestamp(row["created_at"]),
-            "labels": {JOB_UID_LABEL: row["job_uid"]},
+            "labels": {JOB_UID_LABEL: workload_crd.uid_label(row["job_uid"])},
             "ownerReferences": [owner],
         },
         "spec": spec,

@@ -57,7 +57,9 @@ def _projected(obj: Obj) -> bool:
     labels = _dict(meta.get("labels"))
     found = meta.get("ownerReferences")
     owners: list[Any] = found if isinstance(found, list) else []
-    uid = labels.get(workload_crd.JOB_UID_LABEL)
+    uid = workload_crd.job_uid_of(str(labels.get(workload_crd.JOB_UID_LABEL) or ""))
+    if uid.startswith(workload_crd.POD_GROUP_UID):  # (a pod group's: owned by its pods, none controls it)
+        return any(isinstance(o, dict) and o.get("kind") == "Pod" and o.get("apiVersion") == "v1" for o in owners)
     return bool(uid) and any(isinstance(o, dict) and o.get("controller") and o.get("uid") == uid for o in owners)
 
 

@@ -26,6 +26,8 @@ Schema = dict[str, Any]
 GROUP, VERSION, PLURAL, KIND = "kueue.x-k8s.io", "v1beta2", "workloads", "Workload"
 NAME = f"{PLURAL}.{GROUP}"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # (Kueue's label on a Workload: the uid of the job it is for)
+POD_GROUP_UID = "podgroup:"  # (a pod group's job uid: this, then its first pod's uid)
+_POD_GROUP_LABEL = "podgroup."  # (the same in the label: a label value has no ':')
 SHORT_NAMES = ("wl",)  # Kueue's: +kubebuilder:resource:shortName={wl}
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -248,3 +250,14 @@ def crd() -> Schema:
 def installed() -> list[Schema]:
     """Every CRD the install ships: Kueue's configuration kinds, then the Workload."""
     return [*crds.crds(), crd()]
+
+
+def uid_label(job_uid: str) -> str:
+    """The ``JOB_UID_LABEL`` value for ``job_uid``: a pod group's ``podgroup:<uid>`` is not a label
+    value (no ``:``), so it is written ``podgroup.<uid>``; a job's uid as it is, as Kueue writes it."""
+    return _POD_GROUP_LABEL + job_uid.removeprefix(POD_GROUP_UID) if job_uid.startswith(POD_GROUP_UID) else job_uid
+
+
+def job_uid_of(label: str) -> str:
+    """The job uid a ``JOB_UID_LABEL`` value stands for (``uid_label`` undone)."""
+    return POD_GROUP_UID + label.removeprefix(_POD_GROUP_LABEL) if label.startswith(_POD_GROUP_LABEL) else label

@@ -154,6 +154,12 @@ async def test_plain_pods_wait_gated_for_quota_and_run_on_their_flavor(tmp_path:
         assert gpu[0]["hours"] > 0
 
 
+async def _workload(host: SimHost, prefix: str) -> dict[str, Any] | None:
+    code, out, err = await kubectl(host.kubeconfig, "get", "workloads", "-n", "ml", "-o", "json")
+    assert code == 0, err
+    return next((o for o in json.loads(out)["items"] if o["metadata"]["name"].startswith(prefix)), None)
+
+
 async def test_a_pod_group_is_admitted_whole_and_bad_groups_are_refused(tmp_path: Path, migrated_url: str) -> None:
     async with cluster(tmp_path, migrated_url) as (host, _kube):
 
@@ -171,6 +177,14 @@ async def test_a_pod_group_is_admitted_whole_and_bad_groups_are_refused(tmp_path
         assert code != 0 and "must be a whole number >= 1" in err, err
         assert (await create(host, member("ring-1")))[0] == 0
         await eventually(lambda: running(host, "ring-") == {"ring-0", "ring-1"}, what="the whole group admitted")
+        # its Workload object (kubectl get workloads): labelled with a label value (a pod group's job
+        # uid has a ':', the real server refuses it), owned by the group's pods as Kueue's
+        workload = await eventually(lambda: _workload(host, "pod-ring-"), what="the group's Workload object")
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live(host, "ring-").values()}
+        assert workload["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == f"podgroup.{uids['ring-0']}"
+        owners = {(o["kind"], o["name"], o["uid"]) for o in workload["metadata"]["ownerReferences"]}
+        assert owners == {("Pod", name, uid) for name, uid in uids.items()}
+        assert [c["status"] for c in workload["status"]["conditions"] if c["type"] == "Admitted"] == ["True"]
         # a group that cannot fit waits whole: no pod of it starts
         for name in ("big-0", "big-1"):
             assert (await create(host, member(name, group="big")))[0] == 0

@@ -32,6 +32,7 @@ from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
 from queues.cycle import provisioning
 from queues.cycle.decisions import Decision
+from queues.kueue import workload_crd
 from queues.model import Workload
 from queues.podsets import jobs, layouts, trainjobs
 
@@ -152,7 +153,8 @@ class Checks(Capability):
         name = str(meta.get("name"))
         where = (str(meta.get("namespace") or ""), name)
         # A deletion noticed on a relist carries only uid, namespace and name: find its job by name.
-        uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL, "")) or self.job_of.get(where, "")
+        label = str((meta.get("labels") or {}).get(JOB_UID_LABEL, ""))
+        uid = workload_crd.job_uid_of(label) if label else self.job_of.get(where, "")
         if not uid:
             return
         if kind == "DELETED":
@@ -219,7 +221,7 @@ class Checks(Capability):
             "controller": True,
             "blockOwnerDeletion": True,
         }
-        labels = {JOB_UID_LABEL: view.uid}
+        labels = {JOB_UID_LABEL: workload_crd.uid_label(view.uid)}
         infos = {i.name: i for i in self.run_infos(term, wl)}
         counts = {ps.name: ps.count for ps in wl.running_pod_sets}
         pod_sets = []

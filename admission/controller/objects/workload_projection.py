@@ -44,6 +44,7 @@ from admission.controller.capability import Capability, Loop, StepContext, Stepp
 from admission.controller.events import EventPoster
 from admission.controller.term import Term
 from admission.controller.watch.jobcache import JobCache
+from admission.jobs.base import PodRef
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
@@ -64,9 +65,14 @@ PAGE = 500  # workloads read from the store per query
 WORKERS = 16  # objects written at once (one object's writes are in order; the API server takes many)
 
 
-def desired(obj: Obj) -> Obj:
-    """A workload as the store shows it (``workload_shape.to_object``), as the Workload object to keep."""
+def desired(obj: Obj, pods: Sequence[PodRef] | None = None) -> Obj:
+    """A workload as the store shows it (``workload_shape.to_object``), as the Workload object to keep.
+    A pod group's (``pods``) is owned by every pod of the group, as Kueue's: its job uid is no
+    object's, and the garbage collector removes it with the last of them."""
     meta = obj["metadata"]
+    owners = list(meta["ownerReferences"])
+    if pods and workload_crd.job_uid_of(meta["labels"][JOB_UID_LABEL]).startswith(workload_crd.POD_GROUP_UID):
+        owners = [{"apiVersion": "v1", "kind": "Pod", "name": p.name, "uid": p.uid} for p in pods]
     return {
         "apiVersion": API_VERSION,
         "kind": workload_crd.KIND,
@@ -74,7 +80,7 @@ def desired(obj: Obj) -> Obj:
             "name": meta["name"],
             "namespace": meta["namespace"],
             "labels": dict(meta["labels"]),
-            "ownerReferences": list(meta["ownerReferences"]),
+            "ownerReferences": owners,
         },
         "spec": obj["spec"],
         "status": obj["status"],
@@ -96,6 +102,7 @@ class Shown:
     conditions: tuple[tuple[str, str, str], ...]  # (type, status, reason): Events for their transitions
     # where it counts in ``kueue_finished_workloads`` (cluster_queue, namespace, queue name), if finished
     finished: tuple[str, str, str] | None = None
+    owners: frozenset[str] = frozenset()  # its owners' uids (a pod group's pods come and go)
 
     @classmethod
     def of(cls, obj: Obj) -> Shown:
@@ -120,6 +127,7 @@ class Shown:
             frozenset(status),
             conditions,
             finished,
+            frozenset(str(o.get("uid")) for o in meta.get("ownerReferences") or [] if isinstance(o, dict)),
         )
 
     def same(self, other: Shown | None) -> bool:
@@ -193,7 +201,8 @@ class Projection(Capability):
         meta = obj.get("metadata") or {}
         where = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         # (a deletion noticed on a relist carries only namespace and name: its job by name)
-        uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "") or self.by_name.get(where, "")
+        label = str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
+        uid = workload_crd.job_uid_of(label) if label else self.by_name.get(where, "")
         if not uid:
             return
         if kind == "DELETED":
@@ -297,10 +306,10 @@ class Projection(Capability):
     async def _one(self, uid: str, want: Obj | None, gate: asyncio.Semaphore) -> None:
         async with gate:
             try:
-                if want is None or uid not in self.jobs.views:
+                if want is None or (view := self.jobs.views.get(uid)) is None:
                     await self._delete(uid)
                 else:
-                    await self._put(uid, desired(want))
+                    await self._put(uid, desired(want, view.pods))
             except KubeError as exc:
                 if exc.status in (0, 409, 429) or exc.status >= 500:
                     self.dirty[uid] = None  # (tried again in a later pass)
@@ -339,6 +348,13 @@ class Projection(Capability):
             self.writes += 1
             have = Shown.of(await self.kube.create(WORKLOADS, namespace, {**want, "status": {}}))
             self._creation_latency(uid)
+        if have.owners != wanted.owners:  # (a pod group's pods replaced: its owners follow, as Kueue's)
+            self.writes += 1
+            have = Shown.of(
+                await self.kube.patch(
+                    WORKLOADS, namespace, name, {"metadata": {"ownerReferences": meta["ownerReferences"]}}
+                )
+            )
         if have.active != wanted.active:
             self.writes += 1
             have = Shown.of(await self.kube.patch(WORKLOADS, namespace, name, {"spec": {"active": wanted.active}}))

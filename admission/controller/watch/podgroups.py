@@ -27,6 +27,7 @@ from admission.controller.watch.jobcache import JobCache
 from admission.jobs import pods as pod_integration
 from admission.kube.client import Obj
 from queues import errors
+from queues.kueue import workload_crd
 from queues.podsets import jobs, pods
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class PodGroups:
         if group.uid is None:
             if not pods.complete(whole) and not pods.group_problems(whole):
                 return  # not a workload until all its pods exist
-            group.uid = "podgroup:" + str((members[0].get("metadata") or {}).get("uid"))
+            group.uid = workload_crd.POD_GROUP_UID + str((members[0].get("metadata") or {}).get("uid"))
         try:
             group.info = pods.group_info(whole)
         except errors.Invalid as exc:
