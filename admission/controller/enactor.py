@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from admission.controller import elastic_pods
 from admission.controller.features import pinning
 from admission.controller.features.inventory import NodeInventory
 from admission.controller.pod_set_infos import own_infos, pod_counts, run_infos, unplaced
@@ -180,6 +181,8 @@ class Enactor:
                 await self._restore(view, own, own_counts)
             return
         if not view.suspended:
+            if view.info.elastic and held is not None:  # (its pods start up to its admitted count)
+                await elastic_pods.ungate(self.kube, view, held)
             return  # running as admitted
         if not await self.check_stopped(term, key):
             return  # admitted again while the pods of its previous run still stop: it waits for them too

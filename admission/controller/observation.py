@@ -105,7 +105,8 @@ class Observation:
                 held = term.held(row.key)
                 if held is not None and view.admission is not None and view.admission == admission_token(held):
                     # running as admitted: with the pods it was admitted for? (a Job's parallelism may change)
-                    changed = sched.retries.job_changed(row.key, candidate.pod_sets, candidate.shape)
+                    elastic = view.info.elastic
+                    changed = sched.retries.job_changed(row.key, candidate.pod_sets, candidate.shape, elastic=elastic)
                     if changed is not None:
                         resized.append(changed)
             elif current is not None and current.admission is None and view.suspended and view.admission is None:

@@ -47,7 +47,7 @@ from admission.controller.watch.jobcache import JobCache
 from admission.policy import DEFAULT_POLICY, Policy
 from admission.store import activity, database, fair_usage, lease
 from admission.store import workloads as store
-from queues.cycle.decisions import NO_MATCHING_WORKLOAD, Told
+from queues.cycle.decisions import NO_MATCHING_WORKLOAD, Resize, Told
 from queues.cycle.scheduler import SETTLE_SECONDS, Admit, Decision, Evict
 from queues.model import Workload
 
@@ -206,27 +206,36 @@ class Steps:
         first: dict[str, Decision] = {}
         last_evict: dict[str, Evict] = {}
         last_at: dict[str, int] = {}  # where each workload's last decision is: admissions keep that order
+        resized: dict[str, Resize] = {}  # elastic jobs resized in place: the last resize of each
         for i, d in enumerate(decisions):
             first.setdefault(d.workload.key, d)
             last_at[d.workload.key] = i
             if isinstance(d, Evict):
                 last_evict[d.workload.key] = d
+            elif isinstance(d, Resize):
+                resized[d.workload.key] = d
         evictions: list[store.Evict] = []
         admissions: list[store.Admit] = []
+        resizes: list[store.Resize] = []
+        resized_ids: dict[int, str] = {}
         admitted_now: dict[int, Workload] = {}
         for key, d in first.items():
             row = term.by_key.get(key)
             wl = sched.workloads.get(key)
             if row is None or wl is None:
                 continue
-            was_admitted = isinstance(d, Evict)
+            was_admitted = isinstance(d, Evict | Resize)
             if was_admitted and key in last_evict:
                 e = last_evict[key]
-                changed = e.workload.pod_sets if e.reason == NO_MATCHING_WORKLOAD else None
+                # (its pod sets stored as its job now has them: changed, or resized before it was evicted)
+                changed = e.workload.pod_sets if e.reason == NO_MATCHING_WORKLOAD or key in resized else None
                 evictions.append(store.Evict(row.id, e.reason, e.detail, e.by, changed, e.workload.past_run))
             if wl.admission is not None and (not was_admitted or key in last_evict):
                 admissions.append(store.Admit(row.id, wl.admission, wl.checks))
                 admitted_now[row.id] = wl
+            elif wl.admission is not None and key in resized:  # (admitted throughout: resized in place)
+                resizes.append(store.Resize(row.id, wl.admission, wl.pod_sets))
+                resized_ids[row.id] = key
         # Admissions in the order they were decided (a preempted workload re-admitted elsewhere in
         # the same step comes after its preemptor), so the event log tells the story in order.
         keys_of = {row_id: wl.key for row_id, wl in admitted_now.items()}
@@ -264,6 +273,7 @@ class Steps:
                 session,
                 admissions=admissions,
                 evictions=evictions,
+                resizes=resizes,
                 now=at,
                 fence=term.fence,
                 ledger_labels=self.options.ledger_labels,
@@ -279,6 +289,11 @@ class Steps:
         for capability in self.capabilities:
             capability.committed(step)
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
+        pending += [  # (an elastic job's growth that waits: its running pods go on; said on the job)
+            (key, wl.reason, wl.message)
+            for key in told.said
+            if key in sched.elastic.growing and (wl := sched.workloads.get(key)) is not None
+        ]
         began = [w for key, now_started in checked.items() if now_started and (w := sched.workloads.get(key))]
         self.reporter.committed(term, last_evict, result, admitted_now, pending, at.timestamp(), began)
         for _, key, reason, message in preempting:
@@ -287,9 +302,12 @@ class Steps:
             else:  # its victims stopped: the job starts now
                 self.events.post(self.jobs.view(key), "Admitted", f"{message}: the preempted workloads have stopped")
         for row_id in result.refused:
-            wl = admitted_now[row_id]
-            log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)
-            sched.forget_admission(wl)
+            if (wl := admitted_now.get(row_id)) is not None:
+                log.warning("%s: the store refused its admission (quota changed underneath); it waits again", wl.key)
+                sched.forget_admission(wl)
+            elif (resized_key := resized_ids.get(row_id)) is not None:
+                log.warning("%s: the store refused its resize (quota changed underneath); tried again", resized_key)
+                sched.elastic.undo(resized[resized_key])
             self.changes.wake.set()
         touched = set(first) | set(checked)
         for key in touched:

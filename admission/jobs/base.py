@@ -53,6 +53,7 @@ class JobView:
     info: jobs.JobInfo | None  # None: the job is malformed, see ``problems``
     started: bool = False  # status.startTime is set (a batch Job's template is then immutable)
     ready: bool = False  # every pod is Ready or done (waitForPodsReady), as its kind's status says
+    ready_pods: int | None = None  # how many are, where its status counts them (an elastic Job's admitted ones)
     problems: tuple[str, ...] = ()
     version: str = ""  # metadata.resourceVersion (compared for equality only)
     queue_label: str | None = None  # kueue.x-k8s.io/queue-name, read even when the job is malformed
@@ -162,6 +163,7 @@ class Integration:
     # waitForPodsReady: whether every pod of the running job is Ready (or done), from its status as
     # Kueue reads it; None: never said (the job counts as Ready)
     pods_ready: Callable[[Obj, jobs.JobInfo], bool] | None = None
+    ready_count: Callable[[Obj], int] | None = None  # how many pods are Ready or done, where it says
     # its pod templates are not in the job (see ``ExternalTemplates``): its directives are written
     # in a patch of their own, before it is unsuspended, and a restore writes none
     external: ExternalTemplates | None = None
@@ -232,6 +234,7 @@ class Integration:
                 has_annotations=bool(annotations),
                 started=bool((obj.get("status") or {}).get("startTime")),
                 ready=self.pods_ready is None or self.pods_ready(obj, previous.info),
+                ready_pods=None if self.ready_count is None else self.ready_count(obj),
                 version=str(meta.get("resourceVersion") or ""),
                 shared_selector=self._shared_selector(obj),
                 part=jobs.owned_by_parent(meta),
@@ -280,6 +283,7 @@ class Integration:
             info=info,
             started=bool((obj.get("status") or {}).get("startTime")),
             ready=info is not None and (self.pods_ready is None or self.pods_ready(obj, info)),
+            ready_pods=None if self.ready_count is None else self.ready_count(obj),
             problems=problems,
             version=str(meta.get("resourceVersion") or ""),
             queue_label=queue_label(meta),

@@ -15,10 +15,15 @@ def _active(obj: Obj) -> int:
     return int(status.get("active") or 0) + int(status.get("terminating") or 0)
 
 
-def _ready(obj: Obj, info: JobInfo) -> bool:
-    """Kueue's: Ready plus succeeded pods reach the pods it runs at once."""
+def _ready_count(obj: Obj) -> int:
     status = obj.get("status") or {}
-    return int(status.get("ready") or 0) + int(status.get("succeeded") or 0) >= info.pod_sets[0].count
+    return int(status.get("ready") or 0) + int(status.get("succeeded") or 0)
+
+
+def _ready(obj: Obj, info: JobInfo) -> bool:
+    """Kueue's: Ready plus succeeded pods reach the pods it runs at once (an elastic Job's pods beyond
+    its admission wait gated: ``JobView.ready_pods`` against its admitted count says it)."""
+    return _ready_count(obj) >= info.pod_sets[0].count
 
 
 JOB = Integration(
@@ -27,4 +32,5 @@ JOB = Integration(
     _active,
     count_pointer="/spec/parallelism",
     pods_ready=_ready,
+    ready_count=_ready_count,
 )

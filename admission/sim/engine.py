@@ -183,7 +183,12 @@ class Driver:
             return
         if edit.action == "scale":
             namespace, name = edit.name.split("/", 1)
-            await self.stack.kube.patch(DEPLOYMENTS, namespace, name, {"spec": {"replicas": edit.replicas}})
+            scaled = next(e for e in self.scenario.jobs if e.job.key == edit.name)
+            if scaled.replicas is not None:  # a Deployment
+                await self.stack.kube.patch(DEPLOYMENTS, namespace, name, {"spec": {"replicas": edit.replicas}})
+            else:  # a batch Job (kubectl scale does not scale Jobs: a patch of its parallelism)
+                with contextlib.suppress(KubeError):  # (finished or gone: nothing to scale, as in engine core)
+                    await self.stack.kube.patch(_ref(scaled), namespace, name, {"spec": {"parallelism": edit.replicas}})
             return
         if edit.action == "cancel":
             namespace = edit.name.split("/", 1)[0]

@@ -15,7 +15,8 @@ from queues.cycle import scheduler
 from queues.model import Admission, Config, Workload
 from queues.podsets import jobs
 from queues.simulation.scenario import Edit, JobEntry, Scenario
-from queues.simulation.simulator import Recorder, Result, apply_edit
+from queues.simulation.scenario_edits import apply_edit
+from queues.simulation.simulator import Recorder, Result
 
 
 def replay(
@@ -76,6 +77,11 @@ def replay(
                     record.placed(ev.workload, ev.placement)
             elif ev.type == "Evicted":
                 record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
+            elif ev.type == "Resized" and (held := record.by_key[ev.workload].admission) is not None:
+                counts = ev.counts or {}
+                wl = workloads[ev.workload]
+                resized = admission_of(wl, held.flavors, held.cluster_queue, held.borrowing, counts)
+                record.resized(ev.workload, resized, counts)
             elif ev.reason not in (None, "JobFinished"):
                 if record.by_key[ev.workload].state in ("Admitted", "Pending"):
                     record.cancelled(ev.workload)  # a pod deleted: by its eviction, or by the user

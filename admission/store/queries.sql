@@ -444,3 +444,27 @@ sum(quantity::float8 * date_part('epoch', least(coalesce(ended_at, :hi), :hi) - 
     {only} / 3600000.0 AS h{i},
 max(memory_peak_mib) {only} AS p{i}, max(memory_total_mib) {only} AS t{i},
 sum(busy_seconds) {only} / nullif(sum(measured_seconds) {only}, 0) AS b{i}
+
+-- ---------------------------------------------------------------- workloads: elastic jobs resized in place
+
+-- name: resize_close_ledger
+-- locks: this workload's open ledger rows (the fenced step, under its tree's lock): its intervals at
+-- the old size end now (what the new ones carry on is returned, one row).
+UPDATE usage_ledger SET ended_at = :now
+WHERE workload_id = :id AND ended_at IS NULL
+RETURNING workload, namespace, cluster_queue, local_queue, labels, running_at IS NOT NULL AS running;
+
+-- name: resize_open_ledger
+-- locks: new rows only (the fenced step): its intervals at the new size, from now (running from now
+-- if its run was seen under the old size).
+INSERT INTO usage_ledger (workload_id, workload, namespace, cluster_queue, local_queue, flavor, resource,
+                          quantity, labels, started_at, running_at)
+SELECT :id, :workload, :namespace, :cluster_queue, :local_queue, n.flavor, n.resource, n.quantity,
+       CAST(:labels AS jsonb), :now, CASE WHEN :running THEN CAST(:now AS timestamptz) END
+FROM unnest(CAST(:flavor AS text[]), CAST(:resource AS text[]), CAST(:quantity AS numeric[]))
+     AS n(flavor, resource, quantity);
+
+-- name: resize_insert_event
+-- locks: a new row only (the fenced step): the workload's history.
+INSERT INTO workload_events (workload_id, type, cluster_queue, counts, at)
+VALUES (:id, 'Resized', :cq, CAST(:counts AS jsonb), :now);

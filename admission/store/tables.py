@@ -213,7 +213,7 @@ class Admission(Base):
     __table_args__ = (CheckConstraint("quantity >= 0", name="quantity_non_negative"),)
 
 
-EVENT_TYPES = ("Admitted", "Evicted", "Finished")
+EVENT_TYPES = ("Admitted", "Evicted", "Finished", "Resized")
 
 
 class WorkloadEvent(Base):

@@ -30,6 +30,7 @@ from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
 from queues import errors, managed
 from queues.cycle import flavors
 from queues.cycle.assignment import WAITING_FOR_QUOTA, Mode
+from queues.cycle.elastic import ELASTIC_GATE
 from queues.dra import charges
 from queues.model import Config, Snapshot, Workload
 from queues.podsets import jobs, pod_resources, trainjobs
@@ -115,7 +116,25 @@ def mutate(
     else:
         if node.get(path[-1]) is not True:
             answer.patch.append({"op": "add", "path": "/" + "/".join(path), "value": True})
+    if jobs.elastic(obj):  # its pods start only as far as its admission goes (``queues.cycle.elastic``)
+        answer.patch.extend(_gate_template(obj))
     return answer
+
+
+def _gate_template(obj: Obj) -> list[Obj]:
+    """Kueue's elastic-job scheduling gate added to a batch Job's pod template (as Kueue's Job
+    webhook does): its pods wait until the controller lifts it, up to the admitted count."""
+    template = (obj.get("spec") or {}).get("template")
+    spec = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(spec, dict):
+        return []  # (refused by the API server's own validation)
+    gates = spec.get("schedulingGates")
+    gate = {"name": ELASTIC_GATE}
+    if not isinstance(gates, list):
+        return [{"op": "add", "path": "/spec/template/spec/schedulingGates", "value": [gate]}]
+    if any(isinstance(g, dict) and g.get("name") == ELASTIC_GATE for g in gates):
+        return []
+    return [{"op": "add", "path": "/spec/template/spec/schedulingGates/-", "value": gate}]
 
 
 def validate(
@@ -210,7 +229,7 @@ def _partial_admission(operation: str, obj: Obj, old: Obj | None, integration: I
         before = ((old.get("metadata") or {}).get("annotations") or {}).get(jobs.MIN_PARALLELISM)
         if before != notes.get(jobs.MIN_PARALLELISM):
             return [f"{where}: cannot change while the Job runs; suspend it first"]
-    if operation != "CREATE" or jobs.MIN_PARALLELISM not in notes:
+    if operation != "CREATE" or (jobs.MIN_PARALLELISM not in notes and not jobs.elastic(obj)):
         return []
     try:
         info = jobs.read_job(obj, integration.kind)

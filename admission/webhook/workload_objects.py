@@ -23,6 +23,7 @@ from typing import Any
 
 from admission.webhook.review import Answer
 from queues.kueue import workload_crd
+from queues.podsets.jobs import ELASTIC_JOB
 
 Obj = dict[str, Any]
 
@@ -39,8 +40,14 @@ def is_workload(request_kind: Any) -> bool:
 
 
 def _spec_but_active(obj: Obj | None) -> dict[str, Any]:
+    """What of a Workload's spec no one may change (an elastic job's pod counts may: Kueue's
+    ``kueue.x-k8s.io/elastic-job`` Workloads are resized in place)."""
     spec = (obj or {}).get("spec")
-    return {k: v for k, v in (spec if isinstance(spec, dict) else {}).items() if k != "active"}
+    out = {k: v for k, v in (spec if isinstance(spec, dict) else {}).items() if k != "active"}
+    notes = _dict(_dict((obj or {}).get("metadata")).get("annotations"))
+    if notes.get(ELASTIC_JOB) == "true" and isinstance(out.get("podSets"), list):
+        out["podSets"] = [{k: v for k, v in _dict(ps).items() if k != "count"} for ps in out["podSets"]]
+    return out
 
 
 def _active(obj: Obj | None) -> bool:

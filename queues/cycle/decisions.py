@@ -1,9 +1,10 @@
 """The scheduler's decisions: admit a workload where its flavors fit, or evict one (and why).
 
-``Admit`` and ``Evict`` are what the core hands its callers (the controller commits them, engine
-core enacts them); the eviction reasons are scenario.md's ``Evicted.reason`` values. ``Told`` is
-what it says besides deciding (a waiting workload's reason, an admission check's state), which
-the caller takes with ``Scheduler.take_told`` to store.
+``Admit``, ``Evict`` and ``Resize`` (an elastic job's admission resized in place) are what the core
+hands its callers (the controller commits them, engine core enacts them); the eviction reasons
+are scenario.md's ``Evicted.reason`` values. ``Told`` is what it says besides deciding (a waiting
+workload's reason, an admission check's state), which the caller takes with
+``Scheduler.take_told`` to store.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from queues.cycle import provisioning
 from queues.cycle.assignment import Assignment
 from queues.model import Admission, Workload
+from queues.podsets import jobs
 
 PREEMPTED = "Preempted"
 CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
@@ -47,7 +49,23 @@ class Evict:
         return self.released.cluster_queue if self.released else ""
 
 
-Decision = Admit | Evict
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """An elastic ``workload``'s admission changed size while its job runs (``queues.cycle.elastic``):
+    ``released`` before, ``admission`` now, in the same ClusterQueue and flavors."""
+
+    workload: Workload
+    released: Admission
+    admission: Admission
+    before: tuple[tuple[jobs.PodSet, ...], tuple[object, ...]] = ((), ())  # its pod sets and shape before
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Pods per pod set now."""
+        return {ps.name: ps.count for ps in self.workload.pod_sets}
+
+
+Decision = Admit | Evict | Resize
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ from queues.cycle.decisions import (
     Evict,
     Told,
 )
+from queues.cycle.elastic import Elastic, resizable
 from queues.cycle.intake import Intake
 from queues.cycle.queueing import PendingQueues
 from queues.efficiency import GPU_IDLE
@@ -49,6 +50,7 @@ class Evicting(Protocol):
     now: float
     inventory: Inventory | None
     intake: Intake  # where a workload waits (parked, unresolved, queued)
+    elastic: Elastic  # elastic jobs' resizes (``job_changed``)
     told: Told  # what it says besides deciding; admission checks' states go here
 
     def evict(self, wl: Workload, reason: str, detail: str, by: str | None, *, message: str = "") -> Evict: ...
@@ -239,18 +241,25 @@ class Retries:
                 out.append(self.s.evict(wl, NODE_FAILURES, "NodeUnschedulable", None, message=message))
         return out
 
-    def job_changed(self, key: str, pod_sets: tuple[jobs.PodSet, ...], shape: tuple[object, ...]) -> Evict | None:
+    def job_changed(
+        self, key: str, pod_sets: tuple[jobs.PodSet, ...], shape: tuple[object, ...], *, elastic: bool = False
+    ) -> Decision | None:
         """``key``'s job runs with other pods than were admitted (a Job's ``parallelism`` raised: a real
         Job controller starts the new pods at once, outside quota). As Kueue, which stops such a job
         (``NoMatchingWorkload``): release its quota and requeue it with the pod sets (and ``shape``)
-        its job now has, so it is admitted again as it is."""
+        its job now has, so it is admitted again as it is. An ``elastic`` job whose pods changed only
+        in number is resized in place instead (``queues.cycle.elastic``: None while a growth waits)."""
         wl = self.s.workloads.get(key)
         if wl is None or wl.admission is None:
             return None
         admitted = {_asked(ps) for ps in wl.running_pod_sets}
         now = {_asked(ps) for ps in pod_sets}
         if admitted == now:
+            self.s.elastic.forget(key)  # (scaled back to what it holds: no growth waits)
             return None
+        if elastic and resizable(wl, pod_sets):
+            return self.s.elastic.changed(wl, pod_sets)
+        self.s.elastic.forget(key)
         was = ", ".join(f"{ps.name}: {ps.count}" for ps in wl.running_pod_sets)
         asks = ", ".join(f"{ps.name}: {ps.count}" for ps in pod_sets)
         message = f"its job now runs other pods ({asks}) than were admitted ({was}); it is admitted again as it is"

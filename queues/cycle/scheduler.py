@@ -14,10 +14,11 @@ Its collaborators, each with its own state: the ``Nominator`` (a head's flavor a
 victims, failures of identical workloads remembered), ``Reservations`` (a blocked head's hold on
 quota, a victim's settling), ``UsageOrdering`` (usage histories: admission fair sharing,
 usage-aware fair sharing), the ``PendingQueues``, the ``Intake`` (where a job's workload waits: its
-queue, priority and charge, parked or unresolved) and ``Retries`` (admission checks' verdicts,
-waitForPodsReady, lost nodes, stop and resume: the events that evict or park one workload);
-``explanations`` says why a workload waits. Besides its decisions it says why workloads wait and
-where their admission checks stand: its caller takes that with ``take_told`` (a ``Told``).
+queue, priority and charge, parked or unresolved), ``Retries`` (admission checks' verdicts,
+waitForPodsReady, lost nodes, stop and resume: what evicts or parks one workload) and ``Elastic``
+(elastic jobs resized in place); ``explanations`` says why a workload waits. Besides its decisions
+it says why workloads wait and where their admission checks stand: its caller takes that with
+``take_told`` (a ``Told``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from queues.cycle import budget_priority, explanations, preemption, provisioning, tas, victims
 from queues.cycle.assignment import WAITING_FOR_QUOTA, Assignment, Mode
 from queues.cycle.decisions import ADMISSION_CHECK, CLUSTER_QUEUE_STOPPED, PREEMPTED, Admit, Decision, Evict, Told
+from queues.cycle.elastic import Elastic
 from queues.cycle.intake import Intake
 from queues.cycle.nomination import Nominator
 from queues.cycle.one_cycle import Cycle
@@ -97,6 +99,7 @@ class Scheduler:
         self.told = Told()  # what it said since the caller last took it (``take_told``)
         self.intake = Intake(self)  # where a workload waits, its priority, its pod sets' charge
         self.retries = Retries(self)  # the events that evict or park one workload
+        self.elastic = Elastic(self)  # elastic jobs' admissions resized in place, growths waiting
 
     # ----- inputs -------------------------------------------------------------------------
 
@@ -220,7 +223,7 @@ class Scheduler:
         With ``max_decisions``, stop after the cycle that reaches it: the next call goes on with
         the very same cycles, so a caller can commit and enact a large backlog in slices.
         """
-        out: list[Decision] = []
+        out: list[Decision] = list(self.elastic.grow())  # (admitted jobs' growths first: see elastic)
         self.intake.wake_parked()
         self.reservations.wake_settled(self.now)
         # Every cycle admits, evicts or sets aside at least one workload; the bound only guards
@@ -246,12 +249,9 @@ class Scheduler:
         """Every queue's head is told why nothing is admitted now."""
         for name in sorted(self.pending.active):
             head = self.pending.head(name)
+            why = f"admission waits until {unready.key}'s pods are Ready (waitForPodsReady.blockAdmission)"
             if head is not None:
-                self.say(
-                    head,
-                    WAITING_FOR_QUOTA,
-                    f"admission waits until {unready.key}'s pods are Ready (waitForPodsReady.blockAdmission)",
-                )
+                self.say(head, WAITING_FOR_QUOTA, why)
 
     @property
     def cycles(self) -> int:
@@ -361,9 +361,9 @@ class Scheduler:
         wl.admitted_at = wl.started_at = wl.ready_at = None
         wl.checks = ()  # checks belong to a reservation
         if cq is not None:
-            self._bump(cq)
+            self.freed(cq)
 
-    def _bump(self, cq: ClusterQueue) -> None:
+    def freed(self, cq: ClusterQueue) -> None:
         """Capacity was freed in ``cq``'s tree: give every waiting workload there another look."""
         self.nominator.freed(cq.tree_key)
         for other in self.snapshot.queues_in_tree(cq):
@@ -372,19 +372,18 @@ class Scheduler:
     # ----- where a workload waits ----------------------------------------------------------
 
     def _nodes_freed(self) -> None:
-        """Node capacity was given back (or nodes added): every queue that places by topology gets
-        another look, whichever quota tree freed it."""
+        """Node capacity was given back (or nodes added): every queue placing by topology looks again."""
         trees: set[str] = set()
         for cq in self.snapshot.queues.values():
             if cq.tree_key not in trees and tas.uses_topology(self.snapshot, cq):
                 trees.add(cq.tree_key)
-                self._bump(cq)
+                self.freed(cq)
 
     def look_again(self) -> None:
         """Something outside the quota trees changed (a GPU-hour budget renewed or exhausted):
         every queue gets another look."""
         for cq in self.snapshot.queues.values():
-            self._bump(cq)
+            self.freed(cq)
 
     def next_settled(self) -> float | None:
         """When the next victim still waiting settles (the caller schedules again then)."""

@@ -24,38 +24,17 @@ from queues import errors, selectors
 from queues.errors import FieldError
 from queues.podsets import layouts, topology_requests, trainjobs
 from queues.podsets.layouts import KINDS, POD, Kind
+from queues.podsets.markings import ELASTIC_JOB, elastic, elastic_kind, unsupported_markings
 from queues.podsets.pod_resources import PodClaim, Requests, pod_claims, pod_requests, resource_rules
 from queues.podsets.topology_requests import Request
 
-__all__ = ["KINDS", "POD", "Kind"]  # re-exported: callers name kinds through ``jobs``
+# re-exported: callers name kinds and Kueue's markings through ``jobs``
+__all__ = ["ELASTIC_JOB", "KINDS", "POD", "Kind", "elastic", "unsupported_markings"]
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"  # partial admission of a batch Job
 COMPLETIONS_EQUAL_PARALLELISM = "kueue.x-k8s.io/job-completions-equal-parallelism"
-ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # Kueue's workload slices: not implemented here (said, not ignored)
-POD_READY_TIMEOUT = "kueue.x-k8s.io/pods-ready-timeout"  # (alpha per-workload waitForPodsReady timeout)
-
-
-def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
-    """Kueue's annotations (or labels) on a job that Turnstile does not act on, each said with what
-    happens instead: a job that asks for them is still admitted, never silently treated otherwise."""
-    meta = obj.get("metadata") or {}
-    marks = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
-    out = []
-    if str(marks.get(ELASTIC_JOB, "")).lower() == "true":
-        out.append(
-            f"metadata.annotations[{ELASTIC_JOB}]: elastic jobs (workload slices) are not supported yet; "
-            "the job is admitted at its size now, and a change of parallelism evicts and requeues it"
-        )
-    if POD_READY_TIMEOUT in marks:
-        out.append(
-            f"metadata.annotations[{POD_READY_TIMEOUT}]: not read; the waitForPodsReady timeout of the "
-            "configuration applies"
-        )
-    return out
-
-
 DEFAULT_QUEUE = "default"
 
 
@@ -133,6 +112,11 @@ class JobInfo:
     def priority_class(self) -> str | None:
         """The WorkloadPriorityClass the job names (Kueue's label)."""
         return self.labels.get(PRIORITY_LABEL) or None
+
+    @property
+    def elastic(self) -> bool:
+        """An elastic job (``elastic``): resized in place when its pods change in number."""
+        return elastic_kind(self.api_version, self.kind, self.annotations)
 
 
 def owned_by_parent(meta: Mapping[str, Any]) -> bool:
@@ -263,8 +247,25 @@ def _partial(ps: PodSet, raw: str, problems: list[FieldError]) -> PodSet:
 
 def creation_problems(info: JobInfo) -> list[FieldError]:
     """What Kueue's webhook refuses when such a job is created, beyond reading it: a minimum
-    parallelism must be below the Job's parallelism (otherwise it could never run partially)."""
+    parallelism must be below the Job's parallelism (otherwise it could never run partially); an
+    elastic job may neither run partially nor ask for a required or preferred topology."""
     out = []
+    if info.elastic and any(ps.min_count is not None for ps in info.pod_sets):
+        out.append(
+            FieldError(
+                f"metadata.annotations[{MIN_PARALLELISM}]",
+                f"partial admission and elastic job ({ELASTIC_JOB}) cannot be used together; remove one",
+            )
+        )
+    if info.elastic and any(
+        ps.topology is not None and ps.topology.mode in ("required", "preferred") for ps in info.pod_sets
+    ):
+        out.append(
+            FieldError(
+                "spec.template.metadata.annotations",  # (a batch Job's: the only elastic kind)
+                f"a required or preferred topology is not supported with elastic jobs ({ELASTIC_JOB}); remove one",
+            )
+        )
     for ps in info.pod_sets:
         if ps.min_count is not None and ps.min_count >= ps.count:
             out.append(

@@ -310,6 +310,16 @@ class Recorder:
         )
         return track
 
+    def resized(self, key: str, admission: Admission, counts: Mapping[str, int]) -> None:
+        """An elastic job's admission changed size while it runs (``queues.cycle.elastic``): a
+        ``Resized`` event with its pods per pod set now; its usage is charged from now on."""
+        track = self.by_key[key]
+        if track.admission is not None:
+            self._charge(track.admission, -1)
+        track.admission = admission
+        self._charge(admission, 1)
+        self._emit("Resized", key, clusterQueue=admission.cluster_queue, counts=dict(sorted(counts.items())))
+
     def placed(self, key: str, placement: Mapping[str, Mapping[str, int]]) -> None:
         """Where the admission just recorded put its pods (scenario nodes only): pod set -> node -> pods."""
         if not self.scenario.nodes:

@@ -24,7 +24,7 @@ from queues.simulation.scenario_edits import MAX_SECONDS, Edit
 from queues.simulation.scenario_edits import edits as _edits
 from queues.simulation.scenario_edits import manifest as _manifest
 from queues.simulation.scenario_edits import seconds as _time
-from queues.simulation.scenario_jobs import DEPLOYMENT, SERVES, JobEntry, Part
+from queues.simulation.scenario_jobs import BATCH_JOB, DEPLOYMENT, SERVES, JobEntry, Part
 from queues.simulation.scenario_jobs import group as _group
 from queues.simulation.scenario_jobs import serving_entries as _serving
 
@@ -232,9 +232,12 @@ def parse(doc: Any) -> Scenario:
         job_entries.append(entry)
     job_entries.sort(key=lambda e: e.index)
     deployments = {e.job.key for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == DEPLOYMENT}
+    batch = {e.job.key for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == BATCH_JOB}
     for edit in edits:
-        if edit.action == "scale" and edit.name not in deployments:
-            problems.append(FieldError(f"edits[{edit.index}].scale", f"no Deployment {edit.name!r} in jobs"))
+        if edit.action == "scale" and edit.name not in deployments | batch:
+            problems.append(FieldError(f"edits[{edit.index}].scale", f"no Deployment or Job {edit.name!r} in jobs"))
+        elif edit.action == "scale" and edit.name in batch and edit.replicas < 1:
+            problems.append(FieldError(f"edits[{edit.index}].replicas", "a Job's parallelism must be >= 1"))
         if edit.action == "cancel" and edit.name not in keys:
             problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
     nodes = scenario_nodes.parse(doc.get("nodes"), problems)

@@ -1,9 +1,11 @@
 """The admin actions of a scenario's timeline (``edits:``), and the readers the scenario file shares.
 
-An edit applies or deletes a Kueue object, cancels a job (the user deletes it), scales a Deployment,
+An edit applies or deletes a Kueue object, cancels a job (the user deletes it), scales a Deployment
+(its replicas) or a batch Job (its parallelism: an elastic one is resized in place, ``queues.cycle.elastic``),
 or cordons, uncordons or deletes a node (``delete: {kind: Node, name}``), or makes a node's GPUs
 report an Xid (``{node, gpuXid: 79}``; 0 clears it: ``queues.gpus.gpu_health``), at a time in scenario
-seconds; ``edits`` reads the list, reporting every problem at its path (``edits[2].apply.spec``).
+seconds; ``edits`` reads the list, reporting every problem at its path (``edits[2].apply.spec``),
+and ``apply_edit`` applies an ``apply`` or ``delete`` of a Kueue object to a configuration.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from queues import errors
 from queues.errors import FieldError
 from queues.kueue import api, codec
+from queues.model import Config
 
 MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
 ACTIONS = ("apply", "delete", "cancel", "scale", "cordon", "uncordon", "gpuXid")
@@ -28,7 +31,7 @@ class Edit:
     obj: api.KueueObject | None = None
     kind: str = ""
     name: str = ""  # "ns/name" for LocalQueue, cancel and scale
-    replicas: int = 0  # scale: the Deployment's replicas from then on
+    replicas: int = 0  # scale: the Deployment's replicas (a Job's parallelism) from then on
     xid: int = 0  # gpuXid: the Xid the node's GPUs report from then on (0: none)
 
 
@@ -120,7 +123,7 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
         elif action == "scale":
             key, replicas = item["scale"], item["replicas"]
             if not isinstance(key, str) or "/" not in key:
-                problems.append(FieldError(f"{path}.scale", "must name a Deployment as namespace/name"))
+                problems.append(FieldError(f"{path}.scale", "must name a Deployment or a Job as namespace/name"))
             elif isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
                 problems.append(FieldError(f"{path}.replicas", f"must be a whole number >= 0, not {replicas!r}"))
             else:
@@ -132,3 +135,17 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
                 continue
             out.append(Edit(i, at, "cancel", name=key))
     return out
+
+
+def apply_edit(config: Config, edit: Edit) -> None:
+    """An ``apply`` or ``delete`` edit of a scenario on a configuration (a deleted ClusterQueue
+    terminates: it is removed once its admitted work is gone)."""
+    if edit.action == "apply":
+        assert edit.obj is not None
+        config.put(edit.obj)
+        return
+    table: Mapping[str, api.KueueObject] = config.table(edit.kind)
+    if edit.kind == "ClusterQueue" and edit.name in table:
+        config.terminating.add(edit.name)
+    else:
+        config.table(edit.kind).pop(edit.name, None)

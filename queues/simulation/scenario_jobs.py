@@ -69,6 +69,7 @@ class JobEntry:
 
 
 DEPLOYMENT = ("apps/v1", "Deployment")
+BATCH_JOB = ("batch/v1", "Job")  # (a scale edit sets its parallelism)
 RAY_CLUSTER = ("ray.io/v1", "RayCluster")
 SERVES = {RAY_CLUSTER, ("ray.io/v1", "RayService")}  # integrated kinds that never finish: they serve until deleted
 

@@ -11,7 +11,8 @@ by time and file order, so the same file always gives the same result.
 
 Plain Pods (``queues.podsets.pods``): an evicted pod is deleted, so its workload ends there (Cancelled);
 a pod group is one workload, submitted when its last pod is; a Deployment's replicas are pod
-workloads ``<name>-<k>``, made and deleted as its ReplicaSet would (``Replicas``).
+workloads ``<name>-<k>``, made and deleted as its ReplicaSet would (``Replicas``). A batch Job
+scaled while admitted is resized in place if elastic (``queues.cycle.elastic``), else requeued.
 
 Two-phase admission: a reservation on a ClusterQueue with ProvisioningRequest checks starts
 its job only once every request is Provisioned (``queues.simulation.check_model``).
@@ -21,21 +22,25 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from queues.cycle import provisioning, scheduler
+from queues.cycle.decisions import Resize
 from queues.gpus import gpu_health, rightsizing
 from queues.kueue import api
 from queues.model import Admission, Config
 from queues.placement import nodes as placement
 from queues.placement.inventory import Inventory
+from queues.podsets import jobs
 from queues.selectors import Taint
 from queues.simulation.check_model import AdmissionChecks
 from queues.simulation.reclaim_model import EfficiencyModel
 from queues.simulation.recorder import Recorder, Result, Track
 from queues.simulation.replicas import Replicas
 from queues.simulation.scenario import Edit, JobEntry, Scenario
+from queues.simulation.scenario_edits import apply_edit
 
-__all__ = ["Recorder", "Replicas", "Result", "Simulation", "Track", "apply_edit"]
+__all__ = ["Recorder", "Replicas", "Result", "Simulation", "Track"]
 
 
 class Simulation:
@@ -81,6 +86,7 @@ class Simulation:
         self.record.configure(self.config)
         self._sync_inventory()
         self.reservations: dict[str, int] = {}  # key -> number of its current quota reservation
+        self.scaled: dict[str, Mapping[str, Any]] = {}  # a Job's object as its last scale edit left it
         self.checks = AdmissionChecks(self)
         self.replicas = Replicas(self)
         # waitForPodsReady: started workloads whose pods are not all on nodes yet (key -> epoch; their
@@ -212,6 +218,26 @@ class Simulation:
         self.record.submitted(wl)
         self.sched.submit(wl)
 
+    def _parallelism(self, key: str, parallelism: int) -> None:
+        """A batch Job's ``parallelism`` set (a ``scale`` edit): waiting, it queues again as it now is
+        (in its place); admitted, an elastic one is resized in place and any other is evicted and
+        queued again (``Retries.job_changed``), as the controller does when its Job changes."""
+        track = self.record.by_key[key]
+        wl = track.workload
+        if wl is None or track.state not in ("Pending", "Admitted"):
+            return
+        obj = self.scaled.get(key) or track.entry.object
+        obj = {**obj, "spec": {**(obj.get("spec") or {}), "parallelism": parallelism}}
+        self.scaled[key] = obj
+        info = jobs.read_job(obj)
+        now = self.sched.intake.workload_for(info, seq=0, now=self.now)
+        if wl.admission is None:
+            self.sched.pending.remove(wl)
+            wl.pod_sets, wl.shape = now.pod_sets, now.shape
+            self.sched.intake.enqueue(wl)
+        elif (d := self.sched.retries.job_changed(key, now.pod_sets, now.shape, elastic=info.elastic)) is not None:
+            self._enact([d])
+
     def _finish(self, key: str, epoch: int) -> None:
         track = self.record.by_key[key]
         if track.epoch != epoch or track.state != "Admitted" or track.workload is None:
@@ -226,8 +252,11 @@ class Simulation:
         if edit.kind == "Node":
             self._node_edit(edit)
             return
-        if edit.action == "scale":
+        if edit.action == "scale" and edit.name in self.replicas.entries:
             self.replicas.scale(edit.name, edit.replicas)
+            return
+        if edit.action == "scale":
+            self._parallelism(edit.name, edit.replicas)
             return
         if edit.action == "cancel" and edit.name in self.replicas.entries:
             self.replicas.scale(edit.name, 0)  # the Deployment deleted: its replicas go with it
@@ -297,6 +326,14 @@ class Simulation:
                     self.checks.request(d.workload, d.admission)
                 else:
                     self._start(key, d.admission)
+            elif isinstance(d, Resize):
+                self.record.resized(key, d.admission, d.counts)
+                if d.workload.started:  # (its pods follow: the added ones start, those beyond it stop)
+                    self.scaler.stop(key)
+                    self.scaler.start(
+                        key,
+                        [pod for _, pod in provisioning.pods_of(d.workload, d.admission, self.sched.snapshot.flavors)],
+                    )
             else:
                 self.scaler.stop(key)
                 self.reservations.pop(key, None)
@@ -358,17 +395,3 @@ class Simulation:
                 if not track.entry.serves:
                     self.order += 1
                     heapq.heappush(self.finishes, (self.now + track.entry.runtime, self.order, epoch, key))
-
-
-def apply_edit(config: Config, edit: Edit) -> None:
-    """An ``apply`` or ``delete`` edit of a scenario on a configuration (a deleted ClusterQueue
-    terminates: it is removed once its admitted work is gone)."""
-    if edit.action == "apply":
-        assert edit.obj is not None
-        config.put(edit.obj)
-        return
-    table: Mapping[str, api.KueueObject] = config.table(edit.kind)
-    if edit.kind == "ClusterQueue" and edit.name in table:
-        config.terminating.add(edit.name)
-    else:
-        config.table(edit.kind).pop(edit.name, None)

@@ -71,7 +71,10 @@ class PodsReadyWatch:
         if not self.policy.enable or view is None or not wl.started or wl.started_at is None or view.finished:
             self.forget(key)
             return
-        if view.ready:
+        ready = view.ready
+        if not ready and view.ready_pods is not None and view.info is not None and view.info.elastic:
+            ready = view.ready_pods >= sum(ps.count for ps in wl.running_pod_sets)  # (its admitted pods)
+        if ready:
             if wl.ready_at is None:
                 wl.ready_at = now
                 self.newly_ready[key] = now

@@ -30,21 +30,18 @@ import asyncio
 import dataclasses
 import datetime as dt
 import itertools
-import json
 import logging
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller.capability import Capability, Loop, StepContext, Stepped
 from admission.controller.events import EventPoster
+from admission.controller.objects.workload_shown import Shown, desired
 from admission.controller.term import Term
 from admission.controller.watch.jobcache import JobCache
-from admission.jobs.base import PodRef
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, KubeError, Obj, ResourceRef
 from admission.kube.informer import Informer
@@ -53,6 +50,7 @@ from admission.store import workload_objects as store
 from admission.store.workload_shape import JOB_UID_LABEL
 from queues.cycle.decisions import Decision
 from queues.kueue import workload_crd
+from queues.podsets import jobs
 
 log = logging.getLogger(__name__)
 
@@ -63,76 +61,6 @@ RATE = 500.0  # objects looked at and written per second, sustained (Kueue's cli
 BURST = 1000
 PAGE = 500  # workloads read from the store per query
 WORKERS = 16  # objects written at once (one object's writes are in order; the API server takes many)
-
-
-def desired(obj: Obj, pods: Sequence[PodRef] | None = None) -> Obj:
-    """A workload as the store shows it (``workload_shape.to_object``), as the Workload object to keep.
-    A pod group's (``pods``) is owned by every pod of the group, as Kueue's: its job uid is no
-    object's, and the garbage collector removes it with the last of them."""
-    meta = obj["metadata"]
-    owners = list(meta["ownerReferences"])
-    if pods and workload_crd.job_uid_of(meta["labels"][JOB_UID_LABEL]).startswith(workload_crd.POD_GROUP_UID):
-        owners = [{"apiVersion": "v1", "kind": "Pod", "name": p.name, "uid": p.uid} for p in pods]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": workload_crd.KIND,
-        "metadata": {
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "labels": dict(meta["labels"]),
-            "ownerReferences": owners,
-        },
-        "spec": obj["spec"],
-        "status": obj["status"],
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Shown:
-    """What this replica keeps of one Workload object: enough to tell whether it matches the store
-    (digests), never the object itself (100,000 of them would be most of the controller's memory)."""
-
-    name: str
-    namespace: str
-    uid: str
-    fixed: int  # digest of the spec but ``active`` (what only the job decides)
-    active: bool
-    status: int  # digest of the status
-    status_keys: frozenset[str]  # (a merge patch sets the ones gone to null)
-    conditions: tuple[tuple[str, str, str], ...]  # (type, status, reason): Events for their transitions
-    # where it counts in ``kueue_finished_workloads`` (cluster_queue, namespace, queue name), if finished
-    finished: tuple[str, str, str] | None = None
-    owners: frozenset[str] = frozenset()  # its owners' uids (a pod group's pods come and go)
-
-    @classmethod
-    def of(cls, obj: Obj) -> Shown:
-        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-        conditions = tuple(
-            (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
-            for c in status.get("conditions") or []
-            if isinstance(c, dict)
-        )
-        namespace = str(meta.get("namespace") or "")
-        finished = None
-        if any(kind == "Finished" and value == "True" for kind, value, _ in conditions):
-            cluster_queue = str((status.get("admission") or {}).get("clusterQueue") or "")
-            finished = (cluster_queue, namespace, str(spec.get("queueName") or ""))
-        return cls(
-            str(meta.get("name") or ""),
-            namespace,
-            str(meta.get("uid") or ""),
-            _digest(_fixed(spec)),
-            spec.get("active", True) is not False,
-            _digest(status),
-            frozenset(status),
-            conditions,
-            finished,
-            frozenset(str(o.get("uid")) for o in meta.get("ownerReferences") or [] if isinstance(o, dict)),
-        )
-
-    def same(self, other: Shown | None) -> bool:
-        """The same content (whatever the object's uid)."""
-        return other is not None and (self.fixed, self.active, self.status) == (other.fixed, other.active, other.status)
 
 
 class Projection(Capability):
@@ -309,7 +237,8 @@ class Projection(Capability):
                 if want is None or (view := self.jobs.views.get(uid)) is None:
                     await self._delete(uid)
                 else:
-                    await self._put(uid, desired(want, view.pods))
+                    elastic = view.info is not None and view.info.elastic
+                    await self._put(uid, desired(want, view.pods, elastic=elastic))
             except KubeError as exc:
                 if exc.status in (0, 409, 429) or exc.status >= 500:
                     self.dirty[uid] = None  # (tried again in a later pass)
@@ -332,12 +261,23 @@ class Projection(Capability):
 
     async def _put(self, uid: str, want: Obj) -> None:
         meta, status = want["metadata"], want["status"]
-        namespace, name = meta["namespace"], meta["name"]
+        namespace, name, annotations = meta["namespace"], meta["name"], meta.get("annotations") or {}
         wanted = Shown.of(want)
         have = self.objects.get(uid)
         mine = self.written.get(uid)
         if have is not None and mine is not None and mine.uid == have.uid:
             have = mine  # (what this replica wrote last: the informer's copy may not have caught up)
+        if have is not None and have.name == name and have.fixed != wanted.fixed and jobs.ELASTIC_JOB in annotations:
+            # an elastic job resized: its pod counts patched in place, as Kueue's ``ApplyPodSetCounts``
+            # (the webhook refuses any other spec change: then it is made again, below)
+            self.writes += 1
+            try:
+                have = Shown.of(
+                    await self.kube.patch(WORKLOADS, namespace, name, {"spec": {"podSets": want["spec"]["podSets"]}})
+                )
+            except KubeError as exc:
+                if exc.temporary:
+                    raise
         if have is not None and (have.name != name or have.fixed != wanted.fixed):
             # Its job now asks for other pod sets (or priority, queue): as Kueue, a new Workload (the
             # webhook lets nobody change a Workload's spec but its active flag, this replica neither).
@@ -401,12 +341,3 @@ class Projection(Capability):
                 message = f"Admitted by ClusterQueue {(obj['status'].get('admission') or {}).get('clusterQueue')}"
             name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid")
             self.events.post_on(API_VERSION, workload_crd.KIND, name, namespace, event, message, type=type_, uid=uid)
-
-
-def _fixed(spec: Obj) -> dict[str, Any]:
-    """What of a Workload's spec only its job decides (all but ``active``)."""
-    return {k: v for k, v in spec.items() if k != "active"}
-
-
-def _digest(value: Any) -> int:
-    return hash(json.dumps(value, sort_keys=True, separators=(",", ":")))

@@ -295,6 +295,10 @@ class Cluster:
         }
         if jobs.kind_of(job) is SPARK:
             labels = spark.pod_labels(job, labels)
+        if (job["apiVersion"], job["kind"]) == ("batch/v1", "Job"):  # (the real Job controller's labels)
+            uid, name = job["metadata"]["uid"], job["metadata"]["name"]
+            labels.update({"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+                           "batch.kubernetes.io/job-name": name})  # fmt: skip
         body = {
             "metadata": {
                 "name": f"{job['metadata']['name']}-{ps_name}-{index}",

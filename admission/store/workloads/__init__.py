@@ -1,5 +1,6 @@
 """Workloads in PostgreSQL, by aggregate: ``intake`` (jobs into rows, the pod-set codec), ``snapshot``
-(what a term starts from), ``commit`` (decisions re-checked under locks; the ledger), ``state``
+(what a term starts from), ``commit`` (decisions re-checked under locks; the ledger; ``resize``: an
+elastic job's admission resized), ``state``
 (reasons, checks, pods ready) and ``event_log`` (what happened; progress queries).
 
 The package's names are its interface: callers use ``workloads.commit_cycle`` and never reach
@@ -25,6 +26,7 @@ from admission.store.workloads.intake import (
     pod_sets_json,
     upsert,
 )
+from admission.store.workloads.resize import Resize
 from admission.store.workloads.snapshot import StoreSnapshot, load_snapshot
 from admission.store.workloads.state import (
     CheckState,
@@ -44,6 +46,7 @@ __all__ = [
     "EventRow",
     "Evict",
     "Record",
+    "Resize",
     "StoreSnapshot",
     "clear_admitted_reason",
     "commit_cycle",

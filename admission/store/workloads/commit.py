@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.store import config as config_store
 from admission.store import lease, table_base, tables
 from admission.store.queries import query
+from admission.store.workloads import resize
 from admission.store.workloads.intake import LEDGER_LABELS, pod_sets_json
 from queues.model import Admission, Snapshot
 from queues.podsets import jobs
@@ -125,11 +126,13 @@ async def commit_cycle(
     *,
     admissions: Sequence[Admit],
     evictions: Sequence[Evict] = (),
+    resizes: Sequence[resize.Resize] = (),
     now: dt.datetime,
     fence: lease.Fence | None = None,
     ledger_labels: Sequence[str] = LEDGER_LABELS,
 ) -> CommitResult:
-    """Commit one cycle's decisions: evictions first, then every admission that still fits.
+    """Commit one cycle's decisions: evictions first, then elastic jobs' resizes and every admission
+    that still fits (``resize.apply``; a refused resize is in ``refused`` too).
 
     Each admission opens ledger intervals carrying the workload's ``ledger_labels`` (the job
     labels chargeback groups by; ``TURNSTILE_LEDGER_LABELS``)."""
@@ -175,11 +178,11 @@ async def commit_cycle(
             ],
             now,
         )
-    if not admissions:
+    if not admissions and not resizes:
         return result
     config = await config_store.load_config(session)
     snapshot = Snapshot(config)
-    touched = {a.admission.cluster_queue for a in admissions}
+    touched = {a.admission.cluster_queue for a in admissions} | {r.admission.cluster_queue for r in resizes}
     await _lock_trees(session, _tree_keys(snapshot, touched))
     tree_queues = sorted(
         {q.name for name in touched if name in snapshot.queues for q in snapshot.queues_in_tree(snapshot.queues[name])}
@@ -188,6 +191,9 @@ async def commit_cycle(
     for cq_name, usage in (await held_usage(session, tree_queues)).items():
         if cq_name in snapshot.queues:
             snapshot.queues[cq_name].add_usage(usage, 1)
+    result.refused = await resize.apply(session, snapshot, resizes, now)  # (a scale-down's quota is theirs)
+    if not admissions:
+        return result
     info = {
         r.id: r
         for r in (

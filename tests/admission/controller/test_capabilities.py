@@ -168,8 +168,8 @@ def test_pods_not_ready_in_time_are_evicted_in_the_step_at_their_deadline_and_it
     sched = scheduler(flavor("a100"), CQ("cq").group(("a100", {"gpu": 8})), queues={"q": "cq"})
     term = _term(sched, "late", "ready", now=1000.0)
     jobs = JobCache()
-    jobs.views["uid-late"] = SimpleNamespace(ready=False, finished=False)  # type: ignore[assignment]
-    jobs.views["uid-ready"] = SimpleNamespace(ready=True, finished=False)  # type: ignore[assignment]
+    jobs.views["uid-late"] = SimpleNamespace(ready=False, finished=False, ready_pods=None, info=None)  # type: ignore[assignment]
+    jobs.views["uid-ready"] = SimpleNamespace(ready=True, finished=False, ready_pods=None, info=None)  # type: ignore[assignment]
     pods_ready = PodsReady(
         PodsReadyWatch(WaitForPodsReady(timeout=300.0, recovery_timeout=60.0)), jobs=jobs, metrics=WorkloadMetrics()
     )
@@ -206,7 +206,7 @@ def test_a_deleted_workload_object_requeues_its_job_and_a_deleted_job_takes_it_a
     sched = scheduler(flavor("a100"), CQ("cq").group(("a100", {"gpu": 8})), queues={"q": "cq"})
     term = _term(sched, "kept", "deleting")
     jobs = JobCache()
-    jobs.views["uid-kept"] = SimpleNamespace(ready=True, finished=False)  # type: ignore[assignment]
+    jobs.views["uid-kept"] = SimpleNamespace(ready=True, finished=False, ready_pods=None, info=None)  # type: ignore[assignment]
     projection = Projection(None, None, jobs, lambda: term)  # type: ignore[arg-type]  # (no pass runs)
     projection.deleted = {"uid-kept": None, "uid-deleting": None}  # (the job of the second is gone too)
     (evict,) = projection.decide(_step(term, 300.0))

@@ -11,6 +11,7 @@ from typing import Any
 from admission.controller.features.podsready import PodsReadyWatch, scaled
 from queues.cycle.podsready import WaitForPodsReady
 from queues.model import Admission, Workload
+from queues.podsets import jobs
 
 POLICY = WaitForPodsReady(timeout=300.0, recovery_timeout=60.0)
 
@@ -22,8 +23,31 @@ def _started(key: str, at: float) -> Workload:
     return wl
 
 
-def _job(*, ready: bool, finished: bool = False) -> Any:
-    return SimpleNamespace(ready=ready, finished=finished)  # (the two fields of JobView it reads)
+def _job(*, ready: bool, finished: bool = False, ready_pods: int | None = None, info: Any = None) -> Any:
+    return SimpleNamespace(ready=ready, finished=finished, ready_pods=ready_pods, info=info)  # (what it reads)
+
+
+def test_an_elastic_job_is_ready_when_its_admitted_pods_are_not_when_its_gated_ones_are() -> None:
+    """A scale-up's pods wait behind the elastic-job gate until the growth is admitted: the job's
+    status counts 2 Ready of the 4 it asks for, and 2 is what it is admitted for."""
+    watch = PodsReadyWatch(POLICY)
+    wl = _started("ml/elastic", at=0.0)
+    wl.pod_sets = jobs.read_job(_elastic_job(2)).pod_sets  # (admitted for 2; its Job now asks for 4)
+    elastic = SimpleNamespace(elastic=True)
+    watch.observe(wl, _job(ready=False, ready_pods=2, info=elastic), now=10.0)
+    assert wl.ready_at == 10.0 and watch.next_deadline() is None
+    plain = _started("ml/plain", at=0.0)
+    plain.pod_sets, plain.admission = wl.pod_sets, wl.admission
+    watch.observe(plain, _job(ready=False, ready_pods=2, info=SimpleNamespace(elastic=False)), now=10.0)
+    assert plain.ready_at is None and watch.next_deadline() == 300.0, "any other job: all its pods, as Kueue's"
+    watch.observe(wl, _job(ready=False, ready_pods=1, info=elastic), now=20.0)
+    assert watch.next_deadline() == 80.0, "an admitted pod lost: the recovery timeout"
+
+
+def _elastic_job(parallelism: int) -> dict[str, Any]:
+    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "elastic", "namespace": "ml"},
+            "spec": {"parallelism": parallelism, "template": {"spec": {"containers": [container]}}}}  # fmt: skip
 
 
 def test_a_started_workload_is_due_its_timeout_after_it_started_unless_its_pods_are_ready() -> None:

@@ -375,14 +375,43 @@ def test_an_unreadable_keep_until_is_warned_about(server: Server) -> None:
     assert not any("keep-until" in w for w in server.review("/validate", kept).get("warnings", []))
 
 
-def test_kueue_annotations_not_acted_on_are_warned_about(server: Server) -> None:
-    """Kueue's elastic-job annotation (and the alpha pods-ready timeout) are not implemented: the job
-    is admitted as a fixed-size job, and told so, never silently."""
+def test_an_elastic_job_is_gated_and_kinds_not_elastic_here_are_warned_about(server: Server) -> None:
+    """Kueue's elastic-job annotation on a batch Job: its pod template gets Kueue's elastic-job
+    scheduling gate (its pods start only as far as its admission goes); with partial admission it
+    is refused as Kueue refuses it. On a kind Turnstile does not resize, the person is told so."""
     elastic = job("elastic")
     elastic["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/elastic-job"] = "true"
     review = server.review("/validate", elastic)
-    assert review["allowed"] is True, review
-    assert any("elastic-job]: elastic jobs (workload slices) are not supported yet" in w for w in review["warnings"])
+    assert review["allowed"] is True and not [w for w in review.get("warnings", []) if "elastic" in w], review
+    gate = {
+        "op": "add",
+        "path": "/spec/template/spec/schedulingGates",
+        "value": [{"name": "kueue.x-k8s.io/elastic-job"}],
+    }
+    assert gate in patch_of(server.review("/mutate", elastic))
+    assert not any("schedulingGates" in op["path"] for op in patch_of(server.review("/mutate", job("plain"))))
+    elastic["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "example.com/mine"}]
+    ops = [op for op in patch_of(server.review("/mutate", elastic)) if "schedulingGates" in op["path"]]
+    assert ops == [
+        {"op": "add", "path": "/spec/template/spec/schedulingGates/-", "value": {"name": "kueue.x-k8s.io/elastic-job"}}
+    ]
+    elastic["metadata"]["annotations"]["kueue.x-k8s.io/job-min-parallelism"] = "1"
+    refused = server.review("/validate", elastic)
+    assert refused["allowed"] is False
+    assert (
+        "partial admission and elastic job (kueue.x-k8s.io/elastic-job) cannot be used together"
+        in refused["status"]["message"]
+    )
+    ray = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+                     "annotations": {"kueue.x-k8s.io/elastic-job": "true"}},
+        "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "x"}]}}}},
+    }  # fmt: skip
+    review = server.review("/validate", ray)
+    assert any("elastic jobs (workload slices) are a batch Job's only here (not a RayCluster's)" in w
+               for w in review.get("warnings", [])), review  # fmt: skip
     assert not any("elastic" in w for w in server.review("/validate", job("plain")).get("warnings", []))
 
 

@@ -1,0 +1,69 @@
+"""Elastic jobs' pods: started up to the count their workload is admitted for, never beyond.
+
+Why: an elastic batch Job (``kueue.x-k8s.io/elastic-job: "true"``, ``queues.cycle.elastic``) is
+resized while it runs, so the Job controller makes pods whenever its ``parallelism`` grows, before
+the quota for them is admitted. Its pods carry Kueue's ``kueue.x-k8s.io/elastic-job`` scheduling
+gate (the webhook adds it to the pod template at creation, as Kueue's Job webhook does); this lifts
+it, as Kueue's ElasticJobUngater does, from as many of the oldest gated pods as the admission has
+room for: ungated live pods never outnumber the admitted count. A scale-up's pods thus wait, gated,
+until the growth is admitted; a scale-down needs nothing here (the Job controller deletes pods).
+
+The enactor calls ``ungate`` for a running elastic job on each of its events (a Job's ``status.active``
+counts its pending pods, so a new pod brings an event); the job's pods are listed by the label the
+Job controller puts on them (``batch.kubernetes.io/controller-uid``), one list per look.
+"""
+
+from __future__ import annotations
+
+from admission.controller.workqueue import Retry
+from admission.jobs.base import JobView
+from admission.jobs.pods import POD
+from admission.kube import client as kube_client
+from admission.kube.client import Kube, KubeError, Obj
+from queues.cycle.elastic import ELASTIC_GATE
+from queues.model import Workload
+from queues.podsets import pods
+
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"  # the Job controller's label on its pods
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def _live(pod: Obj) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return not meta.get("deletionTimestamp") and status.get("phase") not in TERMINAL_PHASES
+
+
+def to_ungate(items: list[Obj], admitted: int) -> list[Obj]:
+    """Which gated pods may start: the oldest, as many as ``admitted`` leaves room for beside the
+    live pods already ungated (none when they fill it)."""
+    live = [p for p in items if _live(p)]
+    gated = sorted(
+        (p for p in live if ELASTIC_GATE in pods.gates(p)),
+        key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), str(p["metadata"]["name"])),
+    )
+    room = admitted - (len(live) - len(gated))
+    return gated[: max(0, room)]
+
+
+async def ungate(kube: Kube, view: JobView, held: Workload) -> int:
+    """Lift the elastic gate from ``view``'s pods up to ``held``'s admitted count; how many were."""
+    admitted = sum(ps.count for ps in held.running_pod_sets)
+    path = POD.ref.path(view.namespace)
+    try:
+        listed = await kube.request("GET", path, query={"labelSelector": f"{CONTROLLER_UID}={view.uid}"})
+    except KubeError as exc:
+        raise Retry(f"{view.key}: cannot list its pods to start those admitted ({exc})", after=exc.retry_after) from exc
+    started = 0
+    for pod in to_ungate(list(listed.get("items") or []), admitted):
+        name = str(pod["metadata"]["name"])
+        patch = pods.ungate_patch(pod, {}, (), {}, gate=ELASTIC_GATE)
+        try:
+            await kube.request(
+                "PATCH", POD.ref.path(view.namespace, name), body=patch, content_type=kube_client.JSON_PATCH
+            )
+        except KubeError as exc:
+            if exc.status in (404, 409, 422):  # gone, or changed since listed: its event brings us back
+                continue
+            raise Retry(f"Pod {view.namespace}/{name}: {exc}", after=exc.retry_after) from exc
+        started += 1
+    return started
