@@ -236,7 +236,10 @@ async def _describe_workload(
 
 def event_why(e: store.EventRow, named: dict[str, str]) -> str:
     """A history line's why: reason, detail, and the preemptor by its Workload object's name (as
-    kubectl and Events name it; ``named`` from ``workload_objects.object_names``)."""
+    kubectl and Events name it; ``named`` from ``workload_objects.object_names``); an elastic job's
+    resize, the pods it holds from then on."""
+    if e.type == "Resized" and e.counts:
+        return "to " + ", ".join(f"{name}: {n}" for name, n in sorted(e.counts.items()))
     by = f"by {named.get(e.by, e.by)}" if e.by else None
     return " ".join(x for x in (e.reason, e.detail, by) if x)
 

@@ -9,6 +9,7 @@ knows Turnstile's internals but the ledger's rows, read as ``turnstile usage`` r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from sqlalchemy import select
 from admission.sim.host import SimHost
 from admission.store import database, tables
 from tests.admission.controller.world import eventually
-from tests.admission.runner import KUBECTL, kubectl
+from tests.admission.runner import KUBECTL, kubectl, turnstile
 from tests.e2e.test_pods import cluster, create, live, running
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
@@ -113,6 +114,14 @@ async def test_an_elastic_job_scales_down_and_up_without_being_requeued(tmp_path
         )
         await eventually(lambda: _count(host, "job-train-", 2), what="its Workload at 2 pods again")
         assert not gated_elastic(host, "train-")
+
+        # its history, as `turnstile describe workload` prints it: admitted once, resized twice
+        env = {**os.environ, "TURNSTILE_DATABASE_URL": migrated_url, "COLUMNS": "200"}
+        described = turnstile("describe", "workload", "ml/train", env=env)
+        assert described.returncode == 0, described.stderr
+        history = described.stdout[described.stdout.index("History") :]
+        assert history.count("Admitted") == 1 and "Evicted" not in history, history
+        assert "Resized" in history and "to main: 1" in history and "to main: 2" in history, history
 
         # the ledger billed each size for the time it held it: 2 GPUs, then 1, then 2
         engine = database.make_engine(migrated_url)
