@@ -4,7 +4,7 @@ One object, built from the settings (``Policy.from_settings``) and shared by the
 holds objects at creation) and the controller (which tells a held object why, by an Event), so both
 decide alike: ``missing_local_queue`` (a job naming a LocalQueue that does not exist: hold or
 refuse), ``manage_jobs_without_queue_name`` with ``managed_jobs_namespace_selector`` and
-``managed_resources`` (``queues.managed``), ``wait_for_pods_ready`` (``queues.cycle.podsready``: when a
+``managed_resources`` (``queues.managed``), ``wait_for_pods_ready`` (``queues.podsready``: when a
 started workload whose pods are not Ready gives its quota back), ``fair_sharing``
 (``queues.cycle.fairsharing``) and ``admission_fair_sharing`` (``queues.cycle.usage_history``), both read by the
 controller's scheduler. Namespace labels come from the
@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from queues import errors, managed
-from queues.cycle import podsready, usage_history
+from queues import errors, managed, podsready
+from queues.cycle import usage_history
 from queues.dra import mappings
 from queues.kueue import fair_sharing_config
 from queues.model import Config

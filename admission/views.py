@@ -25,10 +25,10 @@ from admission.store.read_models import controller_fair_sharing, held_by_flavor,
 from queues import quantity
 from queues.cycle import fairsharing
 from queues.cycle.assignment import TOPOLOGY_PLACEMENT_FAILED, Assignment, Mode
-from queues.cycle.podsready import PODS_UNSCHEDULABLE
 from queues.cycle.scheduler import Scheduler
 from queues.kueue import api, codec
 from queues.model import ClusterQueue, FlavorResource, Snapshot
+from queues.podsready import PODS_UNSCHEDULABLE
 
 
 def _quota_summary(groups: list[api.ResourceGroup]) -> str:

@@ -100,7 +100,7 @@ class Workload:
     requeue_at: float | None = None
     active: bool = True
     requeue_reason: str = "WaitingForCapacity"  # what it waits for while it backs off (PodsReadyTimeout)
-    # waitForPodsReady (``queues.cycle.podsready``): when its job started (quota held, checks passed) and
+    # waitForPodsReady (``queues.podsready``): when its job started (quota held, checks passed) and
     # when all its pods were first Ready, in this admission
     started_at: float | None = None
     ready_at: float | None = None

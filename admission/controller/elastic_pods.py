@@ -1,19 +1,23 @@
 """Elastic jobs' pods: started up to the count their workload is admitted for, never beyond.
 
-Why: an elastic batch Job (``kueue.x-k8s.io/elastic-job: "true"``, ``queues.cycle.elastic``) is
-resized while it runs, so the Job controller makes pods whenever its ``parallelism`` grows, before
-the quota for them is admitted. Its pods carry Kueue's ``kueue.x-k8s.io/elastic-job`` scheduling
+Why: an elastic job (``kueue.x-k8s.io/elastic-job: "true"`` on a batch Job or an autoscaling
+RayCluster, ``queues.cycle.elastic``) is resized while it runs, so its controller makes pods
+whenever its ``parallelism`` (a worker group's ``replicas``) grows, before the quota for them is
+admitted. Its pods carry Kueue's ``kueue.x-k8s.io/elastic-job`` scheduling
 gate (the webhook adds it to the pod template at creation, as Kueue's Job webhook does); this lifts
 it, as Kueue's ElasticJobUngater does, from as many of the oldest gated pods as the admission has
 room for: ungated live pods never outnumber the admitted count. A scale-up's pods thus wait, gated,
 until the growth is admitted; a scale-down needs nothing here (the Job controller deletes pods).
 
 The enactor calls ``ungate`` for a running elastic job on each of its events (a Job's ``status.active``
-counts its pending pods, so a new pod brings an event); the job's pods are listed by the label the
-Job controller puts on them (``batch.kubernetes.io/controller-uid``), one list per look.
+counts its pending pods, so a new pod brings an event); the job's pods are listed by the labels its
+controller puts on them (its kind's ``PodsOf``: a Job's ``batch.kubernetes.io/controller-uid``,
+a RayCluster's ``ray.io/cluster``, each pod's pod set from ``ray.io/group``), one list per look.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 from admission.controller.workqueue import Retry
 from admission.jobs.base import JobView
@@ -24,7 +28,6 @@ from queues.cycle.elastic import ELASTIC_GATE
 from queues.model import Workload
 from queues.podsets import pods
 
-CONTROLLER_UID = "batch.kubernetes.io/controller-uid"  # the Job controller's label on its pods
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -33,28 +36,35 @@ def _live(pod: Obj) -> bool:
     return not meta.get("deletionTimestamp") and status.get("phase") not in TERMINAL_PHASES
 
 
-def to_ungate(items: list[Obj], admitted: int) -> list[Obj]:
-    """Which gated pods may start: the oldest, as many as ``admitted`` leaves room for beside the
-    live pods already ungated (none when they fill it)."""
-    live = [p for p in items if _live(p)]
-    gated = sorted(
-        (p for p in live if ELASTIC_GATE in pods.gates(p)),
-        key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), str(p["metadata"]["name"])),
-    )
-    room = admitted - (len(live) - len(gated))
-    return gated[: max(0, room)]
+def to_ungate(items: list[Obj], admitted: Mapping[str, int], pod_set: Callable[[Obj], str]) -> list[Obj]:
+    """Which gated pods may start: in each pod set, the oldest, as many as its ``admitted`` count
+    leaves room for beside its live pods already ungated (none when they fill it)."""
+    out: list[Obj] = []
+    for name, count in admitted.items():
+        live = [p for p in items if _live(p) and pod_set(p) == name]
+        gated = sorted(
+            (p for p in live if ELASTIC_GATE in pods.gates(p)),
+            key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), str(p["metadata"]["name"])),
+        )
+        out += gated[: max(0, count - (len(live) - len(gated)))]
+    return out
 
 
-async def ungate(kube: Kube, view: JobView, held: Workload) -> int:
-    """Lift the elastic gate from ``view``'s pods up to ``held``'s admitted count; how many were."""
-    admitted = sum(ps.count for ps in held.running_pod_sets)
+async def ungate(kube: Kube, view: JobView, held: Workload) -> bool:
+    """Lift the elastic gate from ``view``'s pods up to ``held``'s admitted counts. True: fewer of
+    its pods exist than it asks for, so look again soon (a RayCluster's status may not change when
+    KubeRay makes them, and nothing else would bring its next event)."""
+    found = view.integration.pods_of
+    if found is None or view.info is None:
+        return False
+    admitted = {ps.name: ps.count for ps in held.running_pod_sets}
     path = POD.ref.path(view.namespace)
     try:
-        listed = await kube.request("GET", path, query={"labelSelector": f"{CONTROLLER_UID}={view.uid}"})
+        listed = await kube.request("GET", path, query={"labelSelector": found.selector(view.name, view.uid)})
     except KubeError as exc:
         raise Retry(f"{view.key}: cannot list its pods to start those admitted ({exc})", after=exc.retry_after) from exc
-    started = 0
-    for pod in to_ungate(list(listed.get("items") or []), admitted):
+    items = list(listed.get("items") or [])
+    for pod in to_ungate(items, admitted, found.pod_set):
         name = str(pod["metadata"]["name"])
         patch = pods.ungate_patch(pod, {}, (), {}, gate=ELASTIC_GATE)
         try:
@@ -65,5 +75,5 @@ async def ungate(kube: Kube, view: JobView, held: Workload) -> int:
             if exc.status in (404, 409, 422):  # gone, or changed since listed: its event brings us back
                 continue
             raise Retry(f"Pod {view.namespace}/{name}: {exc}", after=exc.retry_after) from exc
-        started += 1
-    return started
+    made = sum(1 for p in items if not (p.get("metadata") or {}).get("deletionTimestamp"))  # (done ones too)
+    return made < sum(ps.count for ps in view.info.pod_sets)

@@ -17,8 +17,7 @@ from admission.controller.term import Term
 from admission.jobs.base import JobView
 from admission.store import workloads as store
 from admission.store.workload_objects import object_name
-from queues import efficiency
-from queues.cycle import podsready
+from queues import efficiency, podsready
 from queues.cycle.scheduler import Evict, Scheduler
 from queues.model import Workload
 

@@ -150,6 +150,15 @@ class ExternalTemplates:
 
 
 @dataclass(frozen=True, slots=True)
+class PodsOf:
+    """How an elastic kind's pods are found (``admission.controller.elastic_pods``): the label
+    selector of a job's pods (from its name and uid), and the pod set a pod is of."""
+
+    selector: Callable[[str, str], str]
+    pod_set: Callable[[Obj], str]
+
+
+@dataclass(frozen=True, slots=True)
 class Integration:
     """One job kind. A new kind is a module that builds one of these."""
 
@@ -167,6 +176,7 @@ class Integration:
     # its pod templates are not in the job (see ``ExternalTemplates``): its directives are written
     # in a patch of their own, before it is unsuspended, and a restore writes none
     external: ExternalTemplates | None = None
+    pods_of: PodsOf | None = None  # an elastic kind's (``queues.podsets.markings.ELASTIC_KINDS``)
 
     @property
     def kind(self) -> jobs.Kind:

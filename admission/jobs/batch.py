@@ -5,7 +5,7 @@ to the pods admitted, restored when it is suspended again."""
 
 from __future__ import annotations
 
-from admission.jobs.base import Integration
+from admission.jobs.base import Integration, PodsOf
 from admission.kube.client import Obj, ResourceRef
 from queues.podsets.jobs import JobInfo
 
@@ -33,4 +33,6 @@ JOB = Integration(
     count_pointer="/spec/parallelism",
     pods_ready=_ready,
     ready_count=_ready_count,
+    # (the Job controller's label on its pods; all are pod set main)
+    pods_of=PodsOf(lambda _name, uid: f"batch.kubernetes.io/controller-uid={uid}", lambda _pod: "main"),
 )

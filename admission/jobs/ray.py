@@ -16,12 +16,14 @@ How each says it is over and whether its pods still run, from KubeRay's status (
   (its controller is the RayService: ``queues.podsets.jobs.owned_by_parent``).
 
 Their pods are Ready when the cluster's state is ``ready`` (a RayJob's ``rayClusterStatus``), or, for
-a RayService, when its ``Ready`` condition is True, as Kueue reads them.
+a RayService, when its ``Ready`` condition is True, as Kueue reads them. An elastic RayCluster
+(autoscaling: ``queues.cycle.elastic``) has its pods found by KubeRay's ``ray.io/cluster`` and
+``ray.io/group`` labels.
 """
 
 from __future__ import annotations
 
-from admission.jobs.base import Integration
+from admission.jobs.base import Integration, PodsOf
 from admission.jobs.job_fields import condition_true
 from admission.kube.client import Obj, ResourceRef
 from queues.podsets.jobs import JobInfo
@@ -65,8 +67,21 @@ def _service_ready(obj: Obj, info: JobInfo) -> bool:
 RAYJOB = Integration(
     ResourceRef("ray.io/v1", "RayJob", "rayjobs"), (), _job_active, _job_finished, pods_ready=_job_ready
 )
+
+
+def _group_pod_set(pod: Obj) -> str:
+    """The pod set of a RayCluster's pod, from KubeRay's ``ray.io/group`` label (``headgroup``: head)."""
+    group = str(((pod.get("metadata") or {}).get("labels") or {}).get("ray.io/group") or "")
+    return "head" if group == "headgroup" else group.lower()
+
+
 RAYCLUSTER = Integration(
-    ResourceRef("ray.io/v1", "RayCluster", "rayclusters"), (), _cluster_active, pods_ready=_cluster_ready
+    ResourceRef("ray.io/v1", "RayCluster", "rayclusters"),
+    (),
+    _cluster_active,
+    pods_ready=_cluster_ready,
+    # (an elastic, autoscaling RayCluster: its pods by KubeRay's labels)
+    pods_of=PodsOf(lambda name, _uid: f"ray.io/cluster={name}", _group_pod_set),
 )
 RAYSERVICE = Integration(
     ResourceRef("ray.io/v1", "RayService", "rayservices"), (), _service_active, pods_ready=_service_ready

@@ -40,6 +40,7 @@ from admission.store import database, deletion
 from admission.store import workloads as store
 from queues.efficiency import BUDGET_EXHAUSTED, Trace
 from queues.podsets import serving
+from queues.simulation import scenario_edits
 from queues.simulation.scenario import Edit, JobEntry, Part, Scenario
 from queues.simulation.simulator import Recorder, Result
 
@@ -186,9 +187,12 @@ class Driver:
             scaled = next(e for e in self.scenario.jobs if e.job.key == edit.name)
             if scaled.replicas is not None:  # a Deployment
                 await self.stack.kube.patch(DEPLOYMENTS, namespace, name, {"spec": {"replicas": edit.replicas}})
-            else:  # a batch Job (kubectl scale does not scale Jobs: a patch of its parallelism)
+            else:  # a batch Job's parallelism, a RayCluster's worker group (its autoscaler's write): a patch
                 with contextlib.suppress(KubeError):  # (finished or gone: nothing to scale, as in engine core)
-                    await self.stack.kube.patch(_ref(scaled), namespace, name, {"spec": {"parallelism": edit.replicas}})
+                    current = await self.stack.kube.get(_ref(scaled), namespace, name)
+                    patch = {"spec": {k: v for k, v in scenario_edits.scaled(current, edit)["spec"].items()
+                                      if k in ("parallelism", "workerGroupSpecs")}}  # fmt: skip
+                    await self.stack.kube.patch(_ref(scaled), namespace, name, patch)
             return
         if edit.action == "cancel":
             namespace = edit.name.split("/", 1)[0]

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.jobs import BY_KIND
+from admission.jobs import BY_KIND, job_fields
 from admission.jobs.base import Integration
 from admission.jobs.job_fields import KEEP_UNTIL
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
@@ -117,24 +117,30 @@ def mutate(
         if node.get(path[-1]) is not True:
             answer.patch.append({"op": "add", "path": "/" + "/".join(path), "value": True})
     if jobs.elastic(obj):  # its pods start only as far as its admission goes (``queues.cycle.elastic``)
-        answer.patch.extend(_gate_template(obj))
+        answer.patch.extend(_gate_templates(obj, integration))
     return answer
 
 
-def _gate_template(obj: Obj) -> list[Obj]:
-    """Kueue's elastic-job scheduling gate added to a batch Job's pod template (as Kueue's Job
-    webhook does): its pods wait until the controller lifts it, up to the admitted count."""
-    template = (obj.get("spec") or {}).get("template")
-    spec = template.get("spec") if isinstance(template, dict) else None
-    if not isinstance(spec, dict):
-        return []  # (refused by the API server's own validation)
-    gates = spec.get("schedulingGates")
+def _gate_templates(obj: Obj, integration: Integration) -> list[Obj]:
+    """Kueue's elastic-job scheduling gate added to each of an elastic job's pod templates (as
+    Kueue's Job and RayCluster webhooks do): its pods wait until the controller lifts it, up to the
+    admitted count of their pod set."""
+    try:
+        info = jobs.read_job(obj, integration.kind)
+    except errors.Invalid:
+        return []  # (refused by validation, naming the field)
     gate = {"name": ELASTIC_GATE}
-    if not isinstance(gates, list):
-        return [{"op": "add", "path": "/spec/template/spec/schedulingGates", "value": [gate]}]
-    if any(isinstance(g, dict) and g.get("name") == ELASTIC_GATE for g in gates):
-        return []
-    return [{"op": "add", "path": "/spec/template/spec/schedulingGates/-", "value": gate}]
+    ops: list[Obj] = []
+    for pointer in info.template_paths.values():
+        spec = job_fields.pointer_get(obj, f"{pointer}/spec")
+        if not isinstance(spec, dict):
+            continue
+        gates = spec.get("schedulingGates")
+        if not isinstance(gates, list):
+            ops.append({"op": "add", "path": f"{pointer}/spec/schedulingGates", "value": [gate]})
+        elif not any(isinstance(g, dict) and g.get("name") == ELASTIC_GATE for g in gates):
+            ops.append({"op": "add", "path": f"{pointer}/spec/schedulingGates/-", "value": gate})
+    return ops
 
 
 def validate(

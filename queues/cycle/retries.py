@@ -2,7 +2,7 @@
 
 Three mechanisms end a reservation without a preemption: admission checks (two-phase admission,
 ``queues.cycle.provisioning``: a check passes, waits, asks for a retry, or rejects), waitForPodsReady
-(``queues.cycle.podsready``: a started workload whose pods were not Ready in time), and a lost node
+(``queues.podsready``: a started workload whose pods were not Ready in time), and a lost node
 (``node_lost``: a workload placed on it by topology is placed again). The first two release the
 quota and either park the workload until its backoff ends or deactivate it; the last requeues it at
 once, as does a running job whose pods no longer match its admission (``job_changed``). A person
@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from queues.cycle import podsready, provisioning
+from queues import podsready
+from queues.cycle import provisioning
 from queues.cycle.assignment import WAITING_FOR_QUOTA
 from queues.cycle.decisions import (
     ADMISSION_CHECK,
@@ -122,7 +123,7 @@ class Retries:
         scale: float = 1.0,
         why: str | None = None,
     ) -> Evict | None:
-        """waitForPodsReady (``queues.cycle.podsready``): ``key`` started, but its pods were not all Ready
+        """waitForPodsReady (``queues.podsready``): ``key`` started, but its pods were not all Ready
         in time. Release its quota and requeue it after a backoff (``scale`` time units per second),
         or deactivate it once it has been requeued ``backoffLimitCount`` times. ``why``: what the
         cluster said of its pods (the kube-scheduler's words), added to the message."""

@@ -262,7 +262,7 @@ def creation_problems(info: JobInfo) -> list[FieldError]:
     ):
         out.append(
             FieldError(
-                "spec.template.metadata.annotations",  # (a batch Job's: the only elastic kind)
+                "metadata.annotations of its pod templates",
                 f"a required or preferred topology is not supported with elastic jobs ({ELASTIC_JOB}); remove one",
             )
         )

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues.errors import FieldError
-from queues.podsets import appwrappers, sparkapps, trainjobs
+from queues.podsets import appwrappers, markings, sparkapps, trainjobs
 
 MAX_POD_SETS = 8  # Kueue's Workload holds at most 8 pod sets (spec.podSets maxItems)
 
@@ -174,6 +174,9 @@ def templates(
     if kind.layout == "appwrapper":
         yield from _appwrapper(obj, problems)
         return
+    if kind.layout == "ray":
+        yield from _ray(kind, spec, problems, elastic=markings.elastic(obj))
+        return
     if kind.layout != "trainjob":
         yield from _READERS[kind.layout](kind, spec, problems)
         return
@@ -244,11 +247,13 @@ def _replicas(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -
             yield rtype.lower(), int_field(rspec, "replicas", path, 1, problems), found, f"{path}.template"
 
 
-def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:
+def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError], *, elastic: bool = False) -> Iterator[Found]:
     """A RayCluster's spec, a RayService's ``rayClusterConfig``, or a RayJob's ``rayClusterSpec`` plus
     its submitter (see the docstring).
-    As Kueue's webhook: a queued Ray cluster may not autoscale (its quota is fixed at admission),
-    and a RayJob must delete its cluster when it finishes and may not run on an existing one."""
+    As Kueue's webhook: a queued Ray cluster may autoscale only as an ``elastic`` RayCluster
+    (``kueue.x-k8s.io/elastic-job``: resized in place, ``queues.cycle.elastic``), its head then
+    charged for the autoscaler sidecar KubeRay adds to it; a RayJob must delete its cluster when it
+    finishes and may not run on an existing one."""
     job = kind.kind == "RayJob"
     held = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind.kind)
     base = f"spec.{held}" if held else "spec"
@@ -269,15 +274,19 @@ def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Ite
     if not isinstance(cluster, Mapping):
         problems.append(FieldError(base, "required: the Ray cluster's spec"))
         return
-    if cluster.get("enableInTreeAutoscaling") is True:
+    autoscales = cluster.get("enableInTreeAutoscaling") is True
+    if autoscales and not elastic:
         problems.append(
             FieldError(
                 f"{base}.enableInTreeAutoscaling",
-                "a queued Ray cluster cannot autoscale (its quota is fixed when it is admitted); set it to false",
+                "a queued Ray cluster can autoscale only as an elastic RayCluster (annotate it "
+                f"{markings.ELASTIC_JOB}: \"true\"; a RayJob's or RayService's cluster cannot); else set it to false",
             )
         )
     head = template(cluster.get("headGroupSpec"), f"{base}.headGroupSpec", problems)
     if head is not None:
+        if autoscales and elastic:
+            head = _with_autoscaler(head, cluster.get("autoscalerOptions"))
         yield "head", 1, head, f"{base}.headGroupSpec.template"
     groups = cluster.get("workerGroupSpecs") or []
     if not isinstance(groups, list):
@@ -306,6 +315,19 @@ def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Ite
             submitter = template(spec, "spec", problems, key="submitterPodTemplate")
             if submitter is not None:
                 yield "submitter", 1, submitter, "spec.submitterPodTemplate"
+
+
+# KubeRay's autoscaler sidecar in the head pod, unless ``autoscalerOptions.resources`` says otherwise
+# (ray-operator's BuildAutoscalerContainer; Kueue charges it the same way)
+AUTOSCALER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
+
+
+def _with_autoscaler(head: Mapping[str, Any], options: Any) -> Mapping[str, Any]:
+    """The head's template as KubeRay makes its pod when it autoscales: with the autoscaler sidecar."""
+    given = options.get("resources") if isinstance(options, Mapping) else None
+    sidecar = {"name": "autoscaler", "resources": given if isinstance(given, Mapping) else AUTOSCALER_RESOURCES}
+    spec = head.get("spec") or {}
+    return {**head, "spec": {**spec, "containers": [*(spec.get("containers") or []), sidecar]}}
 
 
 def _spark(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:

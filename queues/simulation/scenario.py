@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import efficiency, errors
-from queues.cycle import podsready, usage_history
+from queues import efficiency, errors, podsready
+from queues.cycle import usage_history
 from queues.dra import charges, mappings, slices
 from queues.errors import FieldError
 from queues.kueue import api, fair_sharing_config
@@ -24,7 +24,7 @@ from queues.simulation.scenario_edits import MAX_SECONDS, Edit
 from queues.simulation.scenario_edits import edits as _edits
 from queues.simulation.scenario_edits import manifest as _manifest
 from queues.simulation.scenario_edits import seconds as _time
-from queues.simulation.scenario_jobs import BATCH_JOB, DEPLOYMENT, SERVES, JobEntry, Part
+from queues.simulation.scenario_jobs import BATCH_JOB, DEPLOYMENT, RAY_CLUSTER, SERVES, JobEntry, Part
 from queues.simulation.scenario_jobs import group as _group
 from queues.simulation.scenario_jobs import serving_entries as _serving
 
@@ -43,7 +43,7 @@ class Scenario:
     autoscaler: Mapping[str, Any] | None = None
     # Kubernetes PriorityClasses among the manifests: name -> (value, globalDefault)
     pod_priorities: dict[str, tuple[int, bool]] = field(default_factory=dict)
-    # Kueue's waitForPodsReady configuration (``queues.cycle.podsready``): on by default, as in Kueue
+    # Kueue's waitForPodsReady configuration (``queues.podsready``): on by default, as in Kueue
     pods_ready: podsready.WaitForPodsReady = field(default_factory=podsready.WaitForPodsReady)
     # Kubeflow Trainer runtimes among the manifests (a TrainJob's pods): (kind, namespace, name) -> object
     runtimes: dict[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
@@ -233,11 +233,21 @@ def parse(doc: Any) -> Scenario:
     job_entries.sort(key=lambda e: e.index)
     deployments = {e.job.key for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == DEPLOYMENT}
     batch = {e.job.key for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == BATCH_JOB}
+    ray = {e.job.key: e for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == RAY_CLUSTER}
     for edit in edits:
-        if edit.action == "scale" and edit.name not in deployments | batch:
-            problems.append(FieldError(f"edits[{edit.index}].scale", f"no Deployment or Job {edit.name!r} in jobs"))
-        elif edit.action == "scale" and edit.name in batch and edit.replicas < 1:
-            problems.append(FieldError(f"edits[{edit.index}].replicas", "a Job's parallelism must be >= 1"))
+        where = f"edits[{edit.index}]"
+        if edit.action != "scale":
+            pass
+        elif edit.name not in deployments | batch | set(ray):
+            problems.append(FieldError(f"{where}.scale", f"no Deployment, Job or RayCluster {edit.name!r} in jobs"))
+        elif edit.name in batch and edit.replicas < 1:
+            problems.append(FieldError(f"{where}.replicas", "a Job's parallelism must be >= 1"))
+        elif (edit.name in ray) != bool(edit.group):
+            problems.append(
+                FieldError(f"{where}.workerGroup", "a RayCluster's scale (and only it) names a worker group")
+            )
+        elif edit.name in ray and edit.group.lower() not in {ps.name for ps in ray[edit.name].job.pod_sets} - {"head"}:
+            problems.append(FieldError(f"{where}.workerGroup", f"no worker group {edit.group!r} in {edit.name}"))
         if edit.action == "cancel" and edit.name not in keys:
             problems.append(FieldError(f"edits[{edit.index}].cancel", f"no job {edit.name!r} in jobs"))
     nodes = scenario_nodes.parse(doc.get("nodes"), problems)

@@ -32,6 +32,7 @@ class Edit:
     kind: str = ""
     name: str = ""  # "ns/name" for LocalQueue, cancel and scale
     replicas: int = 0  # scale: the Deployment's replicas (a Job's parallelism) from then on
+    group: str = ""  # scale of a RayCluster: the worker group whose replicas (its autoscaler's)
     xid: int = 0  # gpuXid: the Xid the node's GPUs report from then on (0: none)
 
 
@@ -68,7 +69,7 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
             continue
         at = seconds(item.get("at"), f"{path}.at", problems)
         actions = [a for a in ACTIONS if a in item]
-        unknown = [k for k in item if k not in ("at", *ACTIONS, "replicas", "node")]
+        unknown = [k for k in item if k not in ("at", *ACTIONS, "replicas", "node", "workerGroup")]
         for key in unknown:
             problems.append(
                 FieldError(f"{path}.{key}", f"unknown field; an edit has at and one of {', '.join(ACTIONS)}")
@@ -76,8 +77,8 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
         if len(actions) != 1:
             problems.append(FieldError(path, f"needs exactly one of {', '.join(ACTIONS)}"))
             continue
-        if ("replicas" in item) != (actions[0] == "scale"):
-            problems.append(FieldError(f"{path}.replicas", "scale (and only scale) takes replicas"))
+        if ("replicas" in item) != (actions[0] == "scale") or ("workerGroup" in item and actions[0] != "scale"):
+            problems.append(FieldError(f"{path}.replicas", "scale (and only scale) takes replicas (and workerGroup)"))
             continue
         if ("node" in item) != (actions[0] == "gpuXid"):
             problems.append(
@@ -126,8 +127,12 @@ def edits(raw: Any, problems: list[FieldError], priority_classes: set[str]) -> l
                 problems.append(FieldError(f"{path}.scale", "must name a Deployment or a Job as namespace/name"))
             elif isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
                 problems.append(FieldError(f"{path}.replicas", f"must be a whole number >= 0, not {replicas!r}"))
+            elif not isinstance(group := item.get("workerGroup", ""), str):
+                problems.append(
+                    FieldError(f"{path}.workerGroup", f"must name a RayCluster's worker group, not {group!r}")
+                )
             else:
-                out.append(Edit(i, at, "scale", name=key, replicas=replicas))
+                out.append(Edit(i, at, "scale", name=key, replicas=replicas, group=group))
         else:
             key = item["cancel"]
             if not isinstance(key, str) or "/" not in key:
@@ -149,3 +154,18 @@ def apply_edit(config: Config, edit: Edit) -> None:
         config.terminating.add(edit.name)
     else:
         config.table(edit.kind).pop(edit.name, None)
+
+
+def scaled(obj: Mapping[str, Any], edit: Edit) -> dict[str, Any]:
+    """A job as a ``scale`` edit leaves it: a batch Job's ``parallelism``, or a RayCluster's worker
+    group's ``replicas`` (what its autoscaler sets), is ``edit.replicas`` (engine core reads it,
+    engine cluster patches it in)."""
+    spec = dict(obj.get("spec") or {})
+    if edit.group:
+        spec["workerGroupSpecs"] = [
+            {**g, "replicas": edit.replicas} if isinstance(g, Mapping) and g.get("groupName") == edit.group else g
+            for g in spec.get("workerGroupSpecs") or []
+        ]
+    else:
+        spec["parallelism"] = edit.replicas
+    return {**obj, "spec": spec}

@@ -70,6 +70,7 @@ class JobEntry:
 
 DEPLOYMENT = ("apps/v1", "Deployment")
 BATCH_JOB = ("batch/v1", "Job")  # (a scale edit sets its parallelism)
+RAY_CLUSTER = ("ray.io/v1", "RayCluster")  # (a scale edit sets a worker group's replicas)
 RAY_CLUSTER = ("ray.io/v1", "RayCluster")
 SERVES = {RAY_CLUSTER, ("ray.io/v1", "RayService")}  # integrated kinds that never finish: they serve until deleted
 

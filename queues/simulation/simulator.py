@@ -38,7 +38,7 @@ from queues.simulation.reclaim_model import EfficiencyModel
 from queues.simulation.recorder import Recorder, Result, Track
 from queues.simulation.replicas import Replicas
 from queues.simulation.scenario import Edit, JobEntry, Scenario
-from queues.simulation.scenario_edits import apply_edit
+from queues.simulation.scenario_edits import apply_edit, scaled
 
 __all__ = ["Recorder", "Replicas", "Result", "Simulation", "Track"]
 
@@ -218,17 +218,17 @@ class Simulation:
         self.record.submitted(wl)
         self.sched.submit(wl)
 
-    def _parallelism(self, key: str, parallelism: int) -> None:
-        """A batch Job's ``parallelism`` set (a ``scale`` edit): waiting, it queues again as it now is
-        (in its place); admitted, an elastic one is resized in place and any other is evicted and
-        queued again (``Retries.job_changed``), as the controller does when its Job changes."""
+    def _rescale(self, edit: Edit) -> None:
+        """A batch Job's ``parallelism`` (a RayCluster's worker group's replicas) set by a ``scale``
+        edit: waiting, it queues again as it now is (in its place); admitted, an elastic one is
+        resized in place and any other is evicted and queued again (``Retries.job_changed``), as the
+        controller does when its job changes."""
+        key = edit.name
         track = self.record.by_key[key]
         wl = track.workload
         if wl is None or track.state not in ("Pending", "Admitted"):
             return
-        obj = self.scaled.get(key) or track.entry.object
-        obj = {**obj, "spec": {**(obj.get("spec") or {}), "parallelism": parallelism}}
-        self.scaled[key] = obj
+        obj = self.scaled[key] = scaled(self.scaled.get(key) or track.entry.object, edit)
         info = jobs.read_job(obj)
         now = self.sched.intake.workload_for(info, seq=0, now=self.now)
         if wl.admission is None:
@@ -256,7 +256,7 @@ class Simulation:
             self.replicas.scale(edit.name, edit.replicas)
             return
         if edit.action == "scale":
-            self._parallelism(edit.name, edit.replicas)
+            self._rescale(edit)
             return
         if edit.action == "cancel" and edit.name in self.replicas.entries:
             self.replicas.scale(edit.name, 0)  # the Deployment deleted: its replicas go with it

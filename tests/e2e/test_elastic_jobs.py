@@ -137,3 +137,52 @@ async def test_an_elastic_job_scales_down_and_up_without_being_requeued(tmp_path
             ).all()
         await engine.dispose()
         assert [(q, ended is None) for q, ended in rows] == [(2000, False), (1000, False), (2000, True)]
+
+
+def ray_cluster(name: str) -> dict[str, Any]:
+    """An elastic RayCluster with in-tree autoscaling (Kueue's rayclusters.md), its autoscaler's
+    sidecar asking for CPU only (the ClusterQueue covers no memory)."""
+    worker = {
+        "name": "w",
+        "image": "rayproject/ray:2.9.0",
+        "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+                     "annotations": {ELASTIC_GATE: "true"}},
+        "spec": {
+            "enableInTreeAutoscaling": True,
+            "autoscalerOptions": {"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}},
+            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "rayproject/ray:2.9.0", "resources": {"requests": {"cpu": "1"}}}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "minReplicas": 1, "maxReplicas": 3, "template": {"spec": {"containers": [worker]}}}],
+        },
+    }  # fmt: skip
+
+
+async def _workers(host: SimHost, name: str, replicas: int) -> None:
+    """What KubeRay's autoscaler writes: the worker group's replicas."""
+    body = json.dumps([{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": replicas}])
+    code, _, err = await kubectl(host.kubeconfig, "patch", "raycluster", name, "-n", "ml", "--type=json", "-p", body)
+    assert code == 0, err
+
+
+async def test_an_autoscaling_ray_cluster_grows_and_shrinks_within_its_quota(tmp_path: Path, migrated_url: str) -> None:
+    async with cluster(tmp_path, migrated_url) as (host, _kube):  # (team-a: 2 GPUs)
+        assert (await create(host, ray_cluster("tune")))[0] == 0
+        await eventually(lambda: len(running(host, "tune-")) == 2, what="its head and one worker running")
+        first = await eventually(lambda: _workload(host, "raycluster-tune-"), what="its Workload")
+        assert first is not None
+        usage = {a["name"]: a["resourceUsage"] for a in first["status"]["admission"]["podSetAssignments"]}
+        assert usage["head"]["cpu"] == "1500m", "the head is charged for the autoscaler's sidecar too"
+
+        await _workers(host, "tune", 2)  # the autoscaler asks for a second worker: it fits
+        await eventually(lambda: len(running(host, "tune-gpu-")) == 2, what="the second worker running")
+        await _workers(host, "tune", 3)  # a third: no GPU left, it waits behind the gate
+        await eventually(lambda: len(gated_elastic(host, "tune-gpu-")) == 1, what="the third worker held")
+        assert len(running(host, "tune-gpu-")) == 2
+        await _workers(host, "tune", 1)  # the autoscaler gives two back: the quota follows
+        await eventually(lambda: len(live(host, "tune-gpu-")) == 1, what="KubeRay's extra workers gone")
+        assert (await create(host, job("after", 1)))[0] == 0
+        await eventually(lambda: len(running(host, "after-")) == 1, what="a job running in the GPU given back")

@@ -141,3 +141,18 @@ def test_the_scenario_format_scales_jobs_and_refuses_a_parallelism_of_zero() -> 
     bad = {**ok, "edits": [{"at": 1, "scale": "ns/train", "replicas": 0}]}
     with pytest.raises(errors.Invalid, match=r"edits\[0\]\.replicas: a Job's parallelism must be >= 1"):
         scenario.parse(bad)
+
+
+def test_a_ray_clusters_scale_names_its_worker_group() -> None:
+    container = {"name": "w", "image": "x", "resources": {"requests": {"cpu": "1"}}}
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+          "metadata": {"name": "rc", "namespace": "ns", "labels": {jobs.QUEUE_LABEL: "q"}},
+          "spec": {"headGroupSpec": {"template": {"spec": {"containers": [container]}}},
+                   "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "template": {"spec": {"containers": [container]}}}]}}  # fmt: skip
+    doc = {"name": "x", "manifests": [], "jobs": [{"at": 0, "object": rc}]}
+    (edit,) = scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "workerGroup": "gpu", "replicas": 3}]}).edits
+    assert (edit.name, edit.group, edit.replicas) == ("ns/rc", "gpu", 3)
+    with pytest.raises(errors.Invalid, match=r"edits\[0\]\.workerGroup: a RayCluster's scale \(and only it\) names"):
+        scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "replicas": 3}]})
+    with pytest.raises(errors.Invalid, match=r"edits\[0\]\.workerGroup: no worker group 'cpu' in ns/rc"):
+        scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "workerGroup": "cpu", "replicas": 3}]})

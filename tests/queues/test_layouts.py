@@ -91,7 +91,7 @@ def test_newer_kubeflow_kinds(kind: str, field: str, types: list[str]) -> None:
         ),
         (
             obj("ray.io/v1", "RayCluster", ray_cluster(enableInTreeAutoscaling=True)),
-            "spec.enableInTreeAutoscaling: a queued Ray cluster cannot autoscale",
+            "spec.enableInTreeAutoscaling: a queued Ray cluster can autoscale only as an elastic RayCluster",
         ),
         (
             obj("ray.io/v1", "RayJob", {"shutdownAfterJobFinishes": True, "clusterSelector": {"a": "b"},
@@ -145,3 +145,21 @@ def test_min_parallelism_marks_the_main_pod_set() -> None:
     assert (ps.count, ps.min_count) == (8, 3)
     (plain,) = jobs.read_job(obj("batch/v1", "Job", {"parallelism": 8, "template": pod({})})).pod_sets
     assert plain.min_count is None
+
+
+def test_an_elastic_ray_cluster_autoscales_and_its_head_is_charged_for_the_autoscaler() -> None:
+    """Kueue's rayclusters.md: in-tree autoscaling only on an elastic RayCluster; KubeRay adds the
+    autoscaler sidecar to the head (500m CPU, 512Mi unless autoscalerOptions.resources says)."""
+    elastic = {"kueue.x-k8s.io/elastic-job": "true"}
+    info = jobs.read_job(obj("ray.io/v1", "RayCluster", ray_cluster(enableInTreeAutoscaling=True), **elastic))
+    assert info.elastic
+    head = next(ps for ps in info.pod_sets if ps.name == "head")
+    assert dict(head.requests) == {"cpu": 2500, "memory": 512 * 2**20 * 1000}
+    sized = ray_cluster(enableInTreeAutoscaling=True, autoscalerOptions={"resources": {"requests": {"cpu": "1"}}})
+    head = jobs.read_job(obj("ray.io/v1", "RayCluster", sized, **elastic)).pod_sets[0]
+    assert dict(head.requests) == {"cpu": 3000}
+    assert pod_sets(obj("ray.io/v1", "RayCluster", ray_cluster(), **elastic))[0] == ("head", 1, {"cpu": 2000})
+    job = obj("ray.io/v1", "RayJob", {"shutdownAfterJobFinishes": True,
+                                      "rayClusterSpec": ray_cluster(enableInTreeAutoscaling=True)}, **elastic)  # fmt: skip
+    with pytest.raises(errors.Invalid, match=r"a RayJob's or RayService's cluster cannot"):
+        jobs.read_job(job)

@@ -1,4 +1,4 @@
-"""waitForPodsReady (``queues.cycle.podsready``): Kueue's configuration, deadlines, backoff and the eviction."""
+"""waitForPodsReady (``queues.podsready``): Kueue's configuration, deadlines, backoff and the eviction."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from queues import errors
-from queues.cycle import podsready
+from queues import errors, podsready
 from queues.simulation import scenario, simulator
 from tests.queues.builders import CQ, flavor, make_workload
 from tests.queues.builders import scheduler as make_scheduler

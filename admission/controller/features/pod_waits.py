@@ -40,8 +40,8 @@ from admission.controller.watch.jobcache import JobCache
 from admission.kube.client import Kube, KubeError
 from admission.store import database, lease
 from admission.store import workloads as store
-from queues.cycle.podsready import PODS_UNSCHEDULABLE
 from queues.placement.pinning import WORKLOAD_ANNOTATION
+from queues.podsready import PODS_UNSCHEDULABLE
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """waitForPodsReady in the controller: watch started jobs until their pods are Ready, evict the late.
 
-The policy is the core's (``queues.cycle.podsready``); this module feeds it what the cluster says. Each
+The policy is the core's (``queues.podsready``); this module feeds it what the cluster says. Each
 step hands it the workloads whose jobs changed (``observe``): a started workload whose job's
 status says every pod is Ready (``JobView.ready``, read per kind as Kueue reads it) is Ready, and
 the first time it is, when is stored (``workloads.pods_ready_at``) so a restart knows it was. One
@@ -29,8 +29,8 @@ from admission.controller.watch.jobcache import JobCache
 from admission.jobs.base import JobView
 from admission.store import workloads as store
 from queues.cycle.decisions import Decision
-from queues.cycle.podsready import WaitForPodsReady
 from queues.model import Workload
+from queues.podsready import WaitForPodsReady
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

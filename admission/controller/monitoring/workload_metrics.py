@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from admission.controller.monitoring import exposition
 from admission.controller.monitoring.exposition import Exposition
-from queues.cycle import podsready
+from queues import podsready
 from queues.model import Workload
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, float("inf"))

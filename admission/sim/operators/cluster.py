@@ -219,8 +219,8 @@ class Cluster:
             status.setdefault("submissionTime" if kind.layout == "spark" else "startTime", now_text())
             if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
                 set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
-        elif kind.kind == "Job":
-            pods = self._follow_parallelism(job, kind, pods)
+        elif kind.kind in ("Job", "RayCluster"):
+            pods = self._follow_counts(job, kind, pods)
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         statuses.count_pods(kind, job, pods, runtimes=self.runtime, terminating_field=self.job_terminating)
         if pods and succeeded == len(pods) and kind.layout == "ray":
@@ -246,24 +246,38 @@ class Cluster:
             )
         self.store.replace(res, namespace, name, job, subresource="status")
 
-    def _follow_parallelism(self, job: Obj, kind: jobs.Kind, pods: list[Obj]) -> list[Obj]:
-        """As the real Job controller: a running Job whose ``parallelism`` changed gets the pods it now
-        asks for at once (created up to it), and its pods beyond it are deleted."""
+    def _follow_counts(self, job: Obj, kind: jobs.Kind, pods: list[Obj]) -> list[Obj]:
+        """As the real Job controller and KubeRay: a running Job whose ``parallelism`` changed (a
+        RayCluster whose worker group's ``replicas`` its autoscaler changed) gets the pods it now asks
+        for at once (created up to it), and its pods beyond it are deleted."""
         try:
-            ((ps_name, count, template),) = jobs.pod_templates(job, kind, self.runtime)
-        except (errors.Invalid, ValueError):
+            templates = jobs.pod_templates(job, kind, self.runtime)
+        except errors.Invalid:
             return pods
-        prefix = f"{job['metadata']['name']}-{ps_name}-"
         every = {p["metadata"]["name"] for p in self._pods_of(job["metadata"]["uid"], job["metadata"]["namespace"])}
-        runtime = (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+        runtime = (
+            FOREVER if kind.kind == "RayCluster" else (job["metadata"].get("annotations") or {}).get(RUNTIME_ANNOTATION)
+        )
         kept = []
+        counts = {ps_name: count for ps_name, count, _ in templates}
         for pod in pods:
-            index = pod["metadata"]["name"].removeprefix(prefix)
+            ps_name = pod["metadata"]["labels"].get(POD_SET_LABEL, "main")
+            index = pod["metadata"]["name"].removeprefix(f"{job['metadata']['name']}-{ps_name}-")
             ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-            if index.isdigit() and int(index) >= count and not ended:
+            if index.isdigit() and int(index) >= counts.get(ps_name, 0) and not ended:
                 self.kubelet.terminate(pod)
             else:
                 kept.append(pod)
+        for ps_name, count, template in templates:
+            kept += self._missing(job, ps_name, count, template, runtime, every)
+        return kept
+
+    def _missing(
+        self, job: Obj, ps_name: str, count: int, template: Any, runtime: str | None, every: set[str]
+    ) -> list[Obj]:
+        """Pods ``0..count-1`` of pod set ``ps_name`` not made yet, made now."""
+        kept = []
+        prefix = f"{job['metadata']['name']}-{ps_name}-"
         for i in range(count):
             if f"{prefix}{i}" not in every:
                 body = self._pod_body(job, ps_name, i, template, runtime)
@@ -275,7 +289,7 @@ class Cluster:
     def _pod_body(self, job: Obj, ps_name: str, index: int, template: Any, runtime: str | None) -> Obj:
         """The pod the job's operator makes for pod ``index`` of pod set ``ps_name``, owned by the job."""
         meta = template.get("metadata") or {}
-        ranks = _rank_labels(job, ps_name, index)
+        ranks = statuses.rank_labels(job, ps_name, index)
         labels = {
             **(meta.get("labels") or {}),
             "job-name": job["metadata"]["name"],
@@ -295,10 +309,7 @@ class Cluster:
         }
         if jobs.kind_of(job) is SPARK:
             labels = spark.pod_labels(job, labels)
-        if (job["apiVersion"], job["kind"]) == ("batch/v1", "Job"):  # (the real Job controller's labels)
-            uid, name = job["metadata"]["uid"], job["metadata"]["name"]
-            labels.update({"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
-                           "batch.kubernetes.io/job-name": name})  # fmt: skip
+        labels.update(statuses.controller_labels(job, ps_name))
         body = {
             "metadata": {
                 "name": f"{job['metadata']['name']}-{ps_name}-{index}",
@@ -366,27 +377,3 @@ class Cluster:
         if owner is not None:
             self.reconcile_job(owner[0], pod["metadata"]["namespace"], owner[1]["metadata"]["name"])
         self.kubelet.run(pod)
-
-
-def _rank_labels(job: Obj, ps_name: str, index: int) -> dict[str, str]:
-    """A pod's rank, where its real controller writes it (label and annotation alike): an Indexed
-    Job's completion index, a Kubeflow replica's index, a JobSet's job index and the completion
-    index within that Job (``queues.placement.pinning`` reads them)."""
-    kind = jobs.kind_of(job)
-    spec = job.get("spec") or {}
-    if kind is None:
-        return {}
-    if kind.layout == "job":
-        indexed = spec.get("completionMode") == "Indexed"
-        return {"batch.kubernetes.io/job-completion-index": str(index)} if indexed else {}
-    if kind.layout == "replicas":
-        return {"training.kubeflow.org/replica-index": str(index)}
-    if kind.layout == "jobset":
-        for rjob in spec.get("replicatedJobs") or []:
-            if isinstance(rjob, dict) and rjob.get("name") == ps_name:
-                per_job = max(1, int(((rjob.get("template") or {}).get("spec") or {}).get("parallelism") or 1))
-                return {
-                    "jobset.sigs.k8s.io/job-index": str(index // per_job),
-                    "batch.kubernetes.io/job-completion-index": str(index % per_job),
-                }
-    return {}

@@ -5,6 +5,8 @@ Batch Job (active, ready, terminating, succeeded), the Kubeflow kinds (``replica
 RayCluster's ``state``, a RayJob's ``jobDeploymentStatus``), the Spark operator (a
 SparkApplication's ``applicationState`` and ``executorState``): what Turnstile reads as "active",
 "finished" and PodsReady (waitForPodsReady), as Kueue reads them. A bound pod is Running and Ready.
+The labels and annotations the real controllers put on their pods are here too: a pod's rank, and
+what finds a Job's or RayCluster's pods.
 """
 
 from __future__ import annotations
@@ -167,3 +169,40 @@ def count_pods(
         }
         running = all_ready and not suspended and any(c["running"] for c in counts.values())
         set_condition(status, "Running", "True" if running else "False", "JobRunning" if running else "JobNotRunning")
+
+
+def rank_labels(job: Obj, ps_name: str, index: int) -> dict[str, str]:
+    """A pod's rank, where its real controller writes it (label and annotation alike): an Indexed
+    Job's completion index, a Kubeflow replica's index, a JobSet's job index and the completion
+    index within that Job (``queues.placement.pinning`` reads them)."""
+    kind = jobs.kind_of(job)
+    spec = job.get("spec") or {}
+    if kind is None:
+        return {}
+    if kind.layout == "job":
+        indexed = spec.get("completionMode") == "Indexed"
+        return {"batch.kubernetes.io/job-completion-index": str(index)} if indexed else {}
+    if kind.layout == "replicas":
+        return {"training.kubeflow.org/replica-index": str(index)}
+    if kind.layout == "jobset":
+        for rjob in spec.get("replicatedJobs") or []:
+            if isinstance(rjob, dict) and rjob.get("name") == ps_name:
+                per_job = max(1, int(((rjob.get("template") or {}).get("spec") or {}).get("parallelism") or 1))
+                return {
+                    "jobset.sigs.k8s.io/job-index": str(index // per_job),
+                    "batch.kubernetes.io/job-completion-index": str(index % per_job),
+                }
+    return {}
+
+
+def controller_labels(job: Obj, ps_name: str) -> dict[str, str]:
+    """The labels a batch Job's controller (KubeRay, for a RayCluster) puts on the pods it makes:
+    what finds them (an elastic job's ungater lists them by these)."""
+    uid, name = job["metadata"]["uid"], job["metadata"]["name"]
+    if (job.get("apiVersion"), job.get("kind")) == ("batch/v1", "Job"):
+        return {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid, "batch.kubernetes.io/job-name": name}
+    if (job.get("apiVersion"), job.get("kind")) == ("ray.io/v1", "RayCluster"):
+        head = ps_name == "head"
+        return {"ray.io/cluster": name, "ray.io/group": "headgroup" if head else ps_name,
+                "ray.io/node-type": "head" if head else "worker", "ray.io/is-ray-node": "yes"}  # fmt: skip
+    return {}

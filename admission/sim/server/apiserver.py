@@ -50,9 +50,9 @@ class ApiServer:
         crds: tuple[Resource, ...] = resources.OPERATORS,
         definitions: tuple[Obj, ...] = (),
     ) -> None:
-        """``served``: the built-in kinds; ``crds``: the operators' kinds installed as CRDs at start
-        (a cluster without some operators: leave them out, and POST their CRDs later);
-        ``definitions``: more CRDs, whole (Kueue's configuration kinds, ``queues.kueue.crds``)."""
+        """``served``: the built-in kinds; ``crds``: the operators' kinds installed as CRDs at start (a
+        cluster without some operators: leave them out, POST their CRDs later); ``definitions``: more
+        CRDs, whole (Kueue's configuration kinds, ``queues.kueue.crds``)."""
         self.faults = faults or Faults()
         self.time_scale = 1.0  # wall seconds per simulated second (``SimHost`` sets it)
         self.store = store or ObjectStore()
@@ -63,11 +63,9 @@ class ApiServer:
         for ns in ("default", "kube-system"):
             self.store.create(resources.NAMESPACES, "", {"metadata": {"name": ns}}, namespaces=resources.NAMESPACES)
         for name, value in resources.SYSTEM_PRIORITY_CLASSES.items():  # as the real server makes at bootstrap
-            self.store.create(
-                resources.PRIORITY_CLASSES, "", {"metadata": {"name": name}, "value": value,
+            self.store.create(resources.PRIORITY_CLASSES, "", {"metadata": {"name": name}, "value": value,
                 "description": "Used for system critical pods that must run in the cluster."},
-                namespaces=resources.NAMESPACES,
-            )  # fmt: skip
+                namespaces=resources.NAMESPACES)  # fmt: skip
         self.webhooks = webhooks.Webhooks(self.store, served)
         self.aggregator = aggregation.Aggregator(self.store, self.webhooks.services)
         self.aggregator.publish(resources.NAMESPACES)
@@ -103,8 +101,7 @@ class ApiServer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.method == "GET" and (side := self.mounted.get(request.path)) is not None:
             return await side(request)
-        write = request.method in ("POST", "PUT", "PATCH", "DELETE")
-        self.writing += write
+        self.writing += (write := request.method in ("POST", "PUT", "PATCH", "DELETE"))
         try:
             await inject(self.faults, request)
             return await self._route(request)
@@ -112,9 +109,8 @@ class ApiServer:
             headers = {"Retry-After": "1"} if exc.code == 429 else None
             return web.json_response(exc.status(), status=exc.code, headers=headers)
         except web.HTTPRequestEntityTooLarge:
-            return web.json_response(
-                ApiError(413, "RequestEntityTooLarge", "request is too large").status(), status=413
-            )
+            too_large = ApiError(413, "RequestEntityTooLarge", "request is too large")
+            return web.json_response(too_large.status(), status=413)
         finally:
             self.writing -= write
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.store import config as config_store
 from admission.store import tables
 from admission.store.workloads.intake import pod_sets_from_json
-from queues.cycle import podsready
+from queues import podsready
 from queues.model import Admission, Config, Workload
 from queues.podsets import jobs
 

@@ -24,9 +24,9 @@ from admission.controller.watch.jobcache import JobCache
 from admission.store.lease import Fence
 from queues.cycle import provisioning
 from queues.cycle.decisions import Evict
-from queues.cycle.podsready import WaitForPodsReady
 from queues.cycle.scheduler import Scheduler
 from queues.kueue import admission_checks, codec
+from queues.podsready import WaitForPodsReady
 from tests.queues.builders import CQ, flavor, make_workload, scheduler
 
 GPU = "nvidia.com/gpu"

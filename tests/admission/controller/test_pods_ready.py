@@ -16,7 +16,7 @@ from admission.kube.client import ResourceRef
 from admission.policy import Policy
 from admission.sim.operators import autoscaler as sim_autoscaler
 from admission.store import database, tables
-from queues.cycle import podsready
+from queues import podsready
 from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
 from tests.admission.runner import turnstile
 

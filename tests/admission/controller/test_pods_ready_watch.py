@@ -9,9 +9,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from admission.controller.features.podsready import PodsReadyWatch, scaled
-from queues.cycle.podsready import WaitForPodsReady
 from queues.model import Admission, Workload
 from queues.podsets import jobs
+from queues.podsready import WaitForPodsReady
 
 POLICY = WaitForPodsReady(timeout=300.0, recovery_timeout=60.0)
 

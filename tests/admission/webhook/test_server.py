@@ -402,15 +402,36 @@ def test_an_elastic_job_is_gated_and_kinds_not_elastic_here_are_warned_about(ser
         "partial admission and elastic job (kueue.x-k8s.io/elastic-job) cannot be used together"
         in refused["status"]["message"]
     )
-    ray = {
+    cluster = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
         "metadata": {"name": "rc", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
                      "annotations": {"kueue.x-k8s.io/elastic-job": "true"}},
-        "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "x"}]}}}},
+        "spec": {
+            "enableInTreeAutoscaling": True,
+            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "x"}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1,
+                                  "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}}}],
+        },
     }  # fmt: skip
-    review = server.review("/validate", ray)
-    assert any("elastic jobs (workload slices) are a batch Job's only here (not a RayCluster's)" in w
+    review = server.review("/validate", cluster)
+    assert review["allowed"] is True and not [w for w in review.get("warnings", []) if "elastic" in w], review
+    gated = {op["path"] for op in patch_of(server.review("/mutate", cluster)) if "schedulingGates" in op["path"]}
+    assert gated == {"/spec/headGroupSpec/template/spec/schedulingGates",
+                     "/spec/workerGroupSpecs/0/template/spec/schedulingGates"}  # fmt: skip
+    del cluster["metadata"]["annotations"]
+    refused = server.review("/validate", cluster)
+    assert refused["allowed"] is False and "spec.enableInTreeAutoscaling" in refused["status"]["message"]
+    assert "can autoscale only as an elastic RayCluster" in refused["status"]["message"]
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "pt", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+                     "annotations": {"kueue.x-k8s.io/elastic-job": "true"}},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}}}},
+    }  # fmt: skip
+    review = server.review("/validate", pytorch)
+    assert any("are a batch Job's or a RayCluster's only here (not a PyTorchJob's)" in w
                for w in review.get("warnings", [])), review  # fmt: skip
     assert not any("elastic" in w for w in server.review("/validate", job("plain")).get("warnings", []))
 
