@@ -1,7 +1,8 @@
 """Elastic jobs: an admitted job that scales keeps running, its admission resized in place.
 
-Why: Kueue's workload slices (``kueue.x-k8s.io/elastic-job: "true"`` on a batch Job; beta since
-v0.18) let a running job change its ``parallelism`` without being requeued. A scale-down is
+Why: Kueue's workload slices (``kueue.x-k8s.io/elastic-job: "true"`` on a batch Job or an
+autoscaling RayCluster; beta since v0.18) let a running job change its ``parallelism`` (a worker
+group's ``replicas``) without being requeued. A scale-down is
 written into its Workload at once and frees quota; a scale-up is a new slice admitted against
 quota on the flavors the job already runs on, while its running pods go on; once admitted it
 replaces the old slice. Any other job whose pods change while admitted is evicted and queued
@@ -76,7 +77,9 @@ class Elastic:
 
     def forget(self, key: str) -> None:
         """``key``'s job runs as admitted again (or is gone, or was evicted): no growth waits."""
-        self.growing.pop(key, None)
+        if self.growing.pop(key, None) is not None and (wl := self.s.workloads.get(key)) is not None and wl.started:
+            assert wl.admission is not None
+            self.s.say(wl, "Admitted", f"admitted by ClusterQueue {wl.admission.cluster_queue}")
 
     def grow(self) -> list[Resize]:
         """Every waiting growth that fits now (in the order they were asked)."""

@@ -95,6 +95,7 @@ def test_scaled_back_before_it_grew_nothing_waits_any_more() -> None:
     s.schedule()
     assert scale(s, w, wl, 6) == [] and wl.key in s.elastic.growing
     assert scale(s, w, wl, 4) == [] and not s.elastic.growing
+    assert wl.reason == "Admitted", "no longer says it waits to grow"
     (down,) = scale(s, w, wl, 3)
     assert isinstance(down, Resize) and held(s) == 3
 
