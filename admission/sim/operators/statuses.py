@@ -52,13 +52,20 @@ def done(kind: jobs.Kind, status: Obj, condition: str) -> bool:
 
 
 def _ray_status(
-    kind: jobs.Kind, status: Obj, counts: dict[str, dict[str, int]], all_ready: bool, suspended: bool
+    kind: jobs.Kind,
+    status: Obj,
+    counts: dict[str, dict[str, int]],
+    all_ready: bool,
+    suspended: bool,
+    expected: dict[str, int],
 ) -> None:
-    """KubeRay's status: a RayCluster's state and worker counts; a RayJob's deployment status."""
+    """KubeRay's status: a RayCluster's state and worker counts (``desiredWorkerReplicas`` from its
+    spec, as KubeRay's); a RayJob's deployment status."""
     live = sum(c["active"] for c in counts.values())
     workers = sum(c["running"] for ps, c in counts.items() if ps not in ("head", "submitter"))
     if kind.kind == "RayCluster":
-        status.update(readyWorkerReplicas=workers, availableWorkerReplicas=workers, desiredWorkerReplicas=workers)
+        desired = sum(n for ps, n in expected.items() if ps != "head")
+        status.update(readyWorkerReplicas=workers, availableWorkerReplicas=workers, desiredWorkerReplicas=desired)
         if suspended and not live:
             status["state"] = "suspended"
         elif not suspended and all_ready:
@@ -146,7 +153,7 @@ def count_pods(
         status["ready"] = sum(c["running"] for c in counts.values())
         status["succeeded"] = sum(c["succeeded"] for c in counts.values())
     elif kind.layout == "ray":
-        _ray_status(kind, status, counts, all_ready and not suspended, suspended)
+        _ray_status(kind, status, counts, all_ready and not suspended, suspended, expected)
     elif kind.layout == "spark":
         _spark_status(status, pods, suspended)
     elif kind.kind in ("JobSet", "TrainJob"):
