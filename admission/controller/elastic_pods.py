@@ -50,9 +50,11 @@ def to_ungate(items: list[Obj], admitted: Mapping[str, int], pod_set: Callable[[
     return out
 
 
-async def ungate(kube: Kube, view: JobView, held: Workload) -> bool:
-    """Lift the elastic gate from ``view``'s pods up to ``held``'s admitted counts. True: fewer of
-    its pods exist than it asks for, so look again soon (a RayCluster's status may not change when
+async def ungate(kube: Kube, view: JobView, held: Workload, may_start: Callable[[], bool]) -> bool:
+    """Lift the elastic gate from ``view``'s pods up to ``held``'s admitted counts, once
+    ``may_start`` says no preempted workload's pods still run in its quota tree (a growth may be
+    admitted into quota an eviction just freed: never a GPU double-booked). True: fewer of its
+    pods exist than it asks for, so look again soon (a RayCluster's status may not change when
     KubeRay makes them, and nothing else would bring its next event)."""
     found = view.integration.pods_of
     if found is None or view.info is None:
@@ -64,7 +66,10 @@ async def ungate(kube: Kube, view: JobView, held: Workload) -> bool:
     except KubeError as exc:
         raise Retry(f"{view.key}: cannot list its pods to start those admitted ({exc})", after=exc.retry_after) from exc
     items = list(listed.get("items") or [])
-    for pod in to_ungate(items, admitted, found.pod_set):
+    starting = to_ungate(items, admitted, found.pod_set)
+    if starting and not may_start():
+        return False  # (the victims' pod events bring it back)
+    for pod in starting:
         name = str(pod["metadata"]["name"])
         patch = pods.ungate_patch(pod, {}, (), {}, gate=ELASTIC_GATE)
         try:

@@ -181,8 +181,14 @@ class Enactor:
                 await self._restore(view, own, own_counts)
             return
         if not view.suspended:
-            if view.info.elastic and held is not None and await elastic_pods.ungate(self.kube, view, held):
-                self.queue.request_after(key, self.poll)  # (its pods start up to its admitted count)
+            if view.info.elastic and held is not None:  # (its pods start up to its admitted count)
+                running = held
+
+                def victims_gone() -> bool:
+                    return not self._victims_running(term, key, running)
+
+                if await elastic_pods.ungate(self.kube, view, held, victims_gone):
+                    self.queue.request_after(key, self.poll)
             return  # running as admitted
         if not await self.check_stopped(term, key):
             return  # admitted again while the pods of its previous run still stop: it waits for them too
