@@ -8,7 +8,8 @@ the job so Kubernetes' garbage collector removes them with it).
 Kept current as the queue objects' status is (``admission.controller.objects.queuestatus``): each step
 marks the jobs it touched; a pass every ``INTERVAL`` seconds reads those workloads from the
 store in one query and writes only what differs from what the cluster shows (the informer's
-copy, kept as digests: ``Shown``): a create, a merge patch of ``spec`` (its ``active``), a patch
+copy, kept as digests: ``Shown``): a create, a merge patch of ``spec`` (its ``active``; an elastic
+job's ``podSets`` counts when it is resized, ``workload_shown``), a patch
 of the ``status`` subresource. Objects written are rate-limited by a token bucket (``RATE`` per
 second, bursts of ``BURST``); what a pass could not write waits for the next. A new term marks every job, and
 every object the informer lists, so whatever was lost while no one led (an object deleted, a
@@ -19,7 +20,8 @@ Kueue's Events go on the objects too, from their conditions' transitions (``_pos
 job's own, so ``kubectl describe workload`` tells what Kueue's would.
 
 What a person may change is ``spec.active`` (the webhook turns it into a stop/resume request,
-``admission.store.activity``, and refuses every other ``spec`` change). An object someone deletes
+``admission.store.activity``, and refuses every other ``spec`` change but an elastic Workload's
+pod counts, which only this projection writes). An object someone deletes
 while its workload is live is made again at the next pass, and the step is told (``lost``): as
 Kueue, a workload that held quota is evicted (``NoMatchingWorkload``) and queued again.
 """
