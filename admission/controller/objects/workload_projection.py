@@ -21,7 +21,7 @@ job's own, so ``kubectl describe workload`` tells what Kueue's would.
 
 What a person may change is ``spec.active`` (the webhook turns it into a stop/resume request,
 ``admission.store.activity``, and refuses every other ``spec`` change but an elastic Workload's
-pod counts, which only this projection writes). An object someone deletes
+pod counts, which this projection writes: another's edit of them is written over). An object someone deletes
 while its workload is live is made again at the next pass, and the step is told (``lost``): as
 Kueue, a workload that held quota is evicted (``NoMatchingWorkload``) and queued again.
 """
