@@ -77,11 +77,12 @@ def replay(
                     record.placed(ev.workload, ev.placement)
             elif ev.type == "Evicted":
                 record.evicted(ev.workload, ev.reason or "", ev.detail, ev.by)
-            elif ev.type == "Resized" and (held := record.by_key[ev.workload].admission) is not None:
-                counts = ev.counts or {}
-                wl = workloads[ev.workload]
-                resized = admission_of(wl, held.flavors, held.cluster_queue, held.borrowing, counts)
-                record.resized(ev.workload, resized, counts)
+            elif ev.type == "Resized":  # (an elastic job's admission, resized while it runs)
+                if (held := record.by_key[ev.workload].admission) is not None:
+                    counts = ev.counts or {}
+                    wl = workloads[ev.workload]
+                    resized = admission_of(wl, held.flavors, held.cluster_queue, held.borrowing, counts)
+                    record.resized(ev.workload, resized, counts)
             elif ev.reason not in (None, "JobFinished"):
                 if record.by_key[ev.workload].state in ("Admitted", "Pending"):
                     record.cancelled(ev.workload)  # a pod deleted: by its eviction, or by the user
