@@ -28,12 +28,9 @@ from queues.cycle.elastic import ELASTIC_GATE
 from queues.model import Workload
 from queues.podsets import pods
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
-
 
 def _live(pod: Obj) -> bool:
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    return not meta.get("deletionTimestamp") and status.get("phase") not in TERMINAL_PHASES
+    return not pods.done(pod) and not pods.deleting(pod)
 
 
 def to_ungate(items: list[Obj], admitted: Mapping[str, int], pod_set: Callable[[Obj], str]) -> list[Obj]:
@@ -80,5 +77,5 @@ async def ungate(kube: Kube, view: JobView, held: Workload, may_start: Callable[
             if exc.status in (404, 409, 422):  # gone, or changed since listed: its event brings us back
                 continue
             raise Retry(f"Pod {view.namespace}/{name}: {exc}", after=exc.retry_after) from exc
-    made = sum(1 for p in items if not (p.get("metadata") or {}).get("deletionTimestamp"))  # (done ones too)
+    made = sum(1 for p in items if not pods.deleting(p))  # (done ones too)
     return made < sum(ps.count for ps in view.info.pod_sets)

@@ -42,7 +42,6 @@ from queues.podsets import pods
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0  # a job whose pods still stop is looked at again this often (its status may not say)
-TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class Enactor:
@@ -366,7 +365,7 @@ def _refused(what: str, exc: KubeError) -> None:
 
 def _runs_for(pod: Obj, key: str, owner_uid: str | None) -> bool:
     """Whether ``pod`` has not ended and belongs to workload ``key`` (its annotation) or job ``owner_uid``."""
-    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+    if pods.done(pod):
         return False
     meta = pod.get("metadata") or {}
     if (meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION) == key:

@@ -463,8 +463,3 @@ SELECT :id, :workload, :namespace, :cluster_queue, :local_queue, n.flavor, n.res
        CAST(:labels AS jsonb), :now, CASE WHEN :running THEN CAST(:now AS timestamptz) END
 FROM unnest(CAST(:flavor AS text[]), CAST(:resource AS text[]), CAST(:quantity AS numeric[]))
      AS n(flavor, resource, quantity);
-
--- name: resize_insert_event
--- locks: a new row only (the fenced step): the workload's history.
-INSERT INTO workload_events (workload_id, type, cluster_queue, counts, at)
-VALUES (:id, 'Resized', :cq, CAST(:counts AS jsonb), :now);

@@ -191,28 +191,31 @@ async def commit_cycle(
     for cq_name, usage in (await held_usage(session, tree_queues)).items():
         if cq_name in snapshot.queues:
             snapshot.queues[cq_name].add_usage(usage, 1)
-    result.refused = await resize.apply(session, snapshot, resizes, now)  # (a scale-down's quota is theirs)
-    if not admissions:
-        return result
-    info = {
-        r.id: r
-        for r in (
-            await session.execute(
-                select(
-                    w.id,
-                    w.namespace,
-                    w.name,
-                    w.local_queue,
-                    w.state,
-                    *(w.labels[k].astext.label(f"label_{i}") for i, k in enumerate(ledger_labels)),
+    resized = await resize.apply(session, snapshot, resizes, now)  # (a scale-down's quota is theirs)
+    result.refused = resized.refused
+    info = (
+        {
+            r.id: r
+            for r in (
+                await session.execute(
+                    select(
+                        w.id,
+                        w.namespace,
+                        w.name,
+                        w.local_queue,
+                        w.state,
+                        *(w.labels[k].astext.label(f"label_{i}") for i, k in enumerate(ledger_labels)),
+                    )
+                    .where(table_base.among(w.id, [a.workload_id for a in admissions]))
+                    .with_for_update()
                 )
-                .where(table_base.among(w.id, [a.workload_id for a in admissions]))
-                .with_for_update()
-            )
-        ).all()
-    }
+            ).all()
+        }
+        if admissions
+        else {}
+    )
     updates: list[dict[str, Any]] = []
-    admission_rows: list[dict[str, Any]] = []
+    admission_rows: list[dict[str, Any]] = list(resized.admission_rows)
     ledger_rows: list[dict[str, Any]] = []
     for a in admissions:
         cq = snapshot.queues.get(a.admission.cluster_queue)
@@ -276,12 +279,15 @@ async def commit_cycle(
         )
     if admission_rows:
         await session.execute(_INSERT_ADMISSIONS, _columns(admission_rows, _ADMISSION_COLUMNS))
+    if ledger_rows:
         ledger = _columns(ledger_rows, _LEDGER_COLUMNS)
         ledger["labels"] = [json.dumps(labels) for labels in ledger["labels"]]
         await session.execute(_INSERT_LEDGER, {**ledger, "now": now})
-        await _events(
-            session,
-            [
+    await _events(
+        session,
+        [
+            *resized.events,  # (before the admissions they made room for, as they happened)
+            *(
                 {
                     "workload_id": u["id"],
                     "type": "Admitted",
@@ -293,9 +299,10 @@ async def commit_cycle(
                 }
                 for u in updates
                 if not u["checks"]  # with checks, the job is admitted when they pass (``set_checks``)
-            ],
-            now,
-        )
+            ),
+        ],
+        now,
+    )
     return result
 
 

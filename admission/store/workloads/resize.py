@@ -11,7 +11,9 @@ rows counted as freed; one that no longer fits is refused and the caller undoes 
 What a resize writes: the workload's ``admissions`` rows replaced, its ``pod_sets`` (the counts) and
 ``assigned_flavors`` updated, its open ledger intervals closed and new ones opened at the new
 quantities (GPU-hours are billed at each size for the time it held it; a run already seen keeps
-being counted from the resize), and a ``Resized`` row in the event log with the counts.
+being counted from the resize), and a ``Resized`` row in the event log with the counts (the new
+admission rows and the event rows are inserted by ``commit_cycle``'s batched statements, with the
+admissions' own).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import delete, insert, literal, select, update
+from sqlalchemy import delete, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -33,7 +36,6 @@ from queues.podsets import jobs
 
 _CLOSE_LEDGER = query("resize_close_ledger")
 _OPEN_LEDGER = query("resize_open_ledger")
-_INSERT_EVENT = query("resize_insert_event")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +45,22 @@ class Resize:
     pod_sets: tuple[jobs.PodSet, ...]  # its job's pod sets at the new size
 
 
-async def apply(session: AsyncSession, snapshot: Snapshot, resizes: Sequence[Resize], now: dt.datetime) -> list[int]:
-    """Write ``resizes`` that still fit (``snapshot`` holds the locked trees' usage, and is updated);
-    the ids of those refused (not admitted any more, or no longer fitting)."""
+@dataclass(slots=True)
+class Applied:
+    """What ``apply`` leaves to ``commit_cycle``'s batched inserts, with the admissions' own rows."""
+
+    refused: list[int] = field(default_factory=list)  # not admitted any more, or no longer fitting
+    admission_rows: list[dict[str, Any]] = field(default_factory=list)  # their ``admissions`` rows now
+    events: list[dict[str, Any]] = field(default_factory=list)  # their ``Resized`` event rows
+
+
+async def apply(session: AsyncSession, snapshot: Snapshot, resizes: Sequence[Resize], now: dt.datetime) -> Applied:
+    """Write ``resizes`` that still fit (``snapshot`` holds the locked trees' usage, and is updated):
+    their old admission rows deleted, pod sets and flavors updated, ledger intervals split; their new
+    admission rows and event rows returned for the caller's inserts."""
+    applied = Applied()
     if not resizes:
-        return []
+        return applied
     a, w = tables.Admission, tables.Workload
     ids = [r.workload_id for r in resizes]
     held: dict[int, dict[tuple[str, str], int]] = {}
@@ -58,35 +71,24 @@ async def apply(session: AsyncSession, snapshot: Snapshot, resizes: Sequence[Res
     admitted = set(
         await session.scalars(select(w.id).where(table_base.among(w.id, ids), w.state == "Admitted").with_for_update())
     )
-    refused: list[int] = []
     for r in resizes:
         cq = snapshot.queues.get(r.admission.cluster_queue)
         before = held.get(r.workload_id, {})
         if cq is None or r.workload_id not in admitted:
-            refused.append(r.workload_id)
+            applied.refused.append(r.workload_id)
             continue
         cq.add_usage(before, -1)  # (its own quota counts as freed, as the core decided it)
         if not all(cq.available(fr) >= q for fr, q in r.admission.usage.items()):
             cq.add_usage(before, 1)
-            refused.append(r.workload_id)
+            applied.refused.append(r.workload_id)
             continue
         cq.add_usage(r.admission.usage, 1)
         await session.execute(delete(a).where(a.workload_id == r.workload_id))
         usage = sorted(r.admission.usage.items())
-        if usage:
-            await session.execute(
-                insert(a),
-                [
-                    {
-                        "workload_id": r.workload_id,
-                        "flavor": f,
-                        "resource": res,
-                        "cluster_queue": cq.name,
-                        "quantity": q,
-                    }
-                    for (f, res), q in usage
-                ],
-            )
+        applied.admission_rows += [
+            {"workload_id": r.workload_id, "flavor": f, "resource": res, "cluster_queue": cq.name, "quantity": q}
+            for (f, res), q in usage
+        ]
         flavors = {"flavors": r.admission.flavors, "borrowing": r.admission.borrowing}
         await session.execute(
             update(w)
@@ -115,8 +117,7 @@ async def apply(session: AsyncSession, snapshot: Snapshot, resizes: Sequence[Res
                 },
             )
         counts = {ps.name: ps.count for ps in r.pod_sets}
-        await session.execute(
-            _INSERT_EVENT,
-            {"id": r.workload_id, "cq": cq.name, "counts": json.dumps(counts), "now": now},
+        applied.events.append(
+            {"workload_id": r.workload_id, "type": "Resized", "cluster_queue": cq.name, "counts": counts}
         )
-    return refused
+    return applied
