@@ -54,12 +54,12 @@ async def ungate(kube: Kube, view: JobView, held: Workload, may_start: Callable[
     pods exist than it asks for, so look again soon (a RayCluster's status may not change when
     KubeRay makes them, and nothing else would bring its next event)."""
     found = view.integration.pods_of
-    if found is None or view.info is None:
-        return False
+    if found is None or view.info is None or view.pod_selector is None:
+        return view.info is not None and found is not None  # (no pods to find yet: look again soon)
     admitted = {ps.name: ps.count for ps in held.running_pod_sets}
     path = POD.ref.path(view.namespace)
     try:
-        listed = await kube.request("GET", path, query={"labelSelector": found.selector(view.name, view.uid)})
+        listed = await kube.request("GET", path, query={"labelSelector": view.pod_selector})
     except KubeError as exc:
         raise Retry(f"{view.key}: cannot list its pods to start those admitted ({exc})", after=exc.retry_after) from exc
     items = list(listed.get("items") or [])

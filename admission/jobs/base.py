@@ -70,6 +70,7 @@ class JobView:
     # ``Directives.shared_selector``), as it is; None where absent
     shared_selector: dict[str, str] | None = None
     external: Obj | None = None  # an ExternalTemplates kind's part its writer needs (``Integration.external``)
+    pod_selector: str | None = None  # an elastic kind's: the label selector of its pods (``PodsOf``)
     keep_until: str | None = None  # turnstile.dev/keep-until: kept from idle reclaim until then (RFC 3339)
     # what the pod sets were read from: (metadata.generation, a hash of labels and annotations);
     # an event that changes neither (a status update) reuses them (``Integration.view``'s ``previous``)
@@ -152,9 +153,10 @@ class ExternalTemplates:
 @dataclass(frozen=True, slots=True)
 class PodsOf:
     """How an elastic kind's pods are found (``admission.controller.elastic_pods``): the label
-    selector of a job's pods (from its name and uid), and the pod set a pod is of."""
+    selector of a job's pods (from the job: its uid, its name, or the RayCluster its status names;
+    None while it has none), and the pod set a pod is of."""
 
-    selector: Callable[[str, str], str]
+    selector: Callable[[Obj], str | None]
     pod_set: Callable[[Obj], str]
 
 
@@ -215,6 +217,12 @@ class Integration:
             return self.is_finished(obj)
         return condition_true(obj, self.finished_conditions)
 
+    def _pod_selector(self, obj: Obj, info: jobs.JobInfo | None) -> str | None:
+        """An elastic job's pods' selector (``PodsOf``): kept for those only (a controller holds
+        100,000 views)."""
+        elastic = self.pods_of is not None and info is not None and info.elastic
+        return self.pods_of.selector(obj) if self.pods_of is not None and elastic else None
+
     def is_active(self, obj: Obj) -> bool:
         return self.count_active(obj) > 0
 
@@ -248,6 +256,7 @@ class Integration:
                 version=str(meta.get("resourceVersion") or ""),
                 shared_selector=self._shared_selector(obj),
                 part=jobs.owned_by_parent(meta),
+                pod_selector=self._pod_selector(obj, previous.info),
             )
         info: jobs.JobInfo | None = None
         problems: tuple[str, ...] = ()
@@ -303,6 +312,7 @@ class Integration:
             gates=gates,
             shared_selector=self._shared_selector(obj),
             external=self.external.keep(obj) if self.external is not None else None,
+            pod_selector=self._pod_selector(obj, info),
             keep_until=annotations.get(KEEP_UNTIL),
             source=source,
             created=str(meta.get("creationTimestamp") or ""),

@@ -10,6 +10,10 @@ from admission.kube.client import Obj, ResourceRef
 from queues.podsets.jobs import JobInfo
 
 
+def _uid(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
 def _active(obj: Obj) -> int:
     status = obj.get("status") or {}
     return int(status.get("active") or 0) + int(status.get("terminating") or 0)
@@ -34,5 +38,5 @@ JOB = Integration(
     pods_ready=_ready,
     ready_count=_ready_count,
     # (the Job controller's label on its pods; all are pod set main)
-    pods_of=PodsOf(lambda _name, uid: f"batch.kubernetes.io/controller-uid={uid}", lambda _pod: "main"),
+    pods_of=PodsOf(lambda job: f"batch.kubernetes.io/controller-uid={_uid(job)}", lambda _pod: "main"),
 )

@@ -16,9 +16,10 @@ How each says it is over and whether its pods still run, from KubeRay's status (
   (its controller is the RayService: ``queues.podsets.jobs.owned_by_parent``).
 
 Their pods are Ready when the cluster's state is ``ready`` (a RayJob's ``rayClusterStatus``), or, for
-a RayService, when its ``Ready`` condition is True, as Kueue reads them. An elastic RayCluster
-(autoscaling: ``queues.cycle.elastic``) has its pods found by KubeRay's ``ray.io/cluster`` and
-``ray.io/group`` labels.
+a RayService, when its ``Ready`` condition is True, as Kueue reads them. An elastic RayCluster or
+RayService (autoscaling: ``queues.cycle.elastic``) has its pods found by KubeRay's ``ray.io/cluster``
+(a service's: its active cluster, ``status.activeServiceStatus.rayClusterName``) and ``ray.io/group``
+labels; an autoscaling RayService's pod counts are that cluster's (``queues.podsets.kuberay``).
 """
 
 from __future__ import annotations
@@ -81,9 +82,22 @@ RAYCLUSTER = Integration(
     _cluster_active,
     pods_ready=_cluster_ready,
     # (an elastic, autoscaling RayCluster: its pods by KubeRay's labels)
-    pods_of=PodsOf(lambda name, _uid: f"ray.io/cluster={name}", _group_pod_set),
+    pods_of=PodsOf(lambda cluster: f"ray.io/cluster={(cluster.get('metadata') or {}).get('name')}", _group_pod_set),
 )
+
+
+def _service_cluster_pods(svc: Obj) -> str | None:
+    """An elastic RayService's pods: its active RayCluster's (as Kueue's ``PodLabelSelector``); None
+    before KubeRay made it."""
+    name = ((svc.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName")
+    return f"ray.io/cluster={name}" if name else None
+
+
 RAYSERVICE = Integration(
-    ResourceRef("ray.io/v1", "RayService", "rayservices"), (), _service_active, pods_ready=_service_ready
+    ResourceRef("ray.io/v1", "RayService", "rayservices"),
+    (),
+    _service_active,
+    pods_ready=_service_ready,
+    pods_of=PodsOf(_service_cluster_pods, _group_pod_set),
 )
 ALL = (RAYJOB, RAYCLUSTER, RAYSERVICE)

@@ -58,6 +58,18 @@ SERVING = {
 }  # (their plurals are their lowercased kinds plus "s")
 
 
+RAYCLUSTERS = kube_client.ResourceRef("ray.io/v1", "RayCluster", "rayclusters")
+
+
+def _autoscaled_cluster(obj: kube_client.Obj) -> str | None:
+    """The RayCluster an elastic, autoscaling RayService runs on (its active one), else None."""
+    config = (obj.get("spec") or {}).get("rayClusterConfig") or {}
+    if obj.get("kind") != "RayService" or config.get("enableInTreeAutoscaling") is not True:
+        return None
+    name = ((obj.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName")
+    return str(name) if name else None
+
+
 def _ref(entry: JobEntry) -> kube_client.ResourceRef:
     """Where the object a timeline entry creates lives in the API."""
     made = SERVING.get((str(entry.object.get("apiVersion")), str(entry.object.get("kind"))))
@@ -187,12 +199,16 @@ class Driver:
             scaled = next(e for e in self.scenario.jobs if e.job.key == edit.name)
             if scaled.replicas is not None:  # a Deployment
                 await self.stack.kube.patch(DEPLOYMENTS, namespace, name, {"spec": {"replicas": edit.replicas}})
-            else:  # a batch Job's parallelism, a RayCluster's worker group (its autoscaler's write): a patch
+            else:  # a batch Job's parallelism, a Ray worker group (its autoscaler's write): a patch
                 with contextlib.suppress(KubeError):  # (finished or gone: nothing to scale, as in engine core)
-                    current = await self.stack.kube.get(_ref(scaled), namespace, name)
+                    ref, current = _ref(scaled), await self.stack.kube.get(_ref(scaled), namespace, name)
+                    made = _autoscaled_cluster(current)
+                    if made is not None:  # (an autoscaling RayService: the autoscaler scales its cluster)
+                        ref, name = RAYCLUSTERS, made
+                        current = await self.stack.kube.get(ref, namespace, name)
                     patch = {"spec": {k: v for k, v in scenario_edits.scaled(current, edit)["spec"].items()
-                                      if k in ("parallelism", "workerGroupSpecs")}}  # fmt: skip
-                    await self.stack.kube.patch(_ref(scaled), namespace, name, patch)
+                                      if k in ("parallelism", "workerGroupSpecs", "rayClusterConfig")}}  # fmt: skip
+                    await self.stack.kube.patch(ref, namespace, name, patch)
             return
         if edit.action == "cancel":
             namespace = edit.name.split("/", 1)[0]

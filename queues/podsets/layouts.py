@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues.errors import FieldError
-from queues.podsets import appwrappers, markings, sparkapps, trainjobs
+from queues.podsets import appwrappers, kuberay, markings, sparkapps, trainjobs
 
 MAX_POD_SETS = 8  # Kueue's Workload holds at most 8 pod sets (spec.podSets maxItems)
 
@@ -117,20 +117,6 @@ POD = Kind("v1", "Pod", (), layout="pod")
 # (pod set name, pod count, pod template, the template's field path or None)
 Found = tuple[str, int, Mapping[str, Any], str | None]
 
-# KubeRay's submitter pod when a RayJob sets no ``submitterPodTemplate`` (ray-operator common/job.go):
-# what Kueue counts for it too.
-DEFAULT_SUBMITTER: Mapping[str, Any] = {
-    "spec": {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "ray-job-submitter",
-                "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-            }
-        ],
-    }
-}
-
 
 def int_field(spec: Mapping[str, Any], key: str, path: str, default: int, problems: list[FieldError]) -> int:
     value = spec.get(key, default)
@@ -175,7 +161,8 @@ def templates(
         yield from _appwrapper(obj, problems)
         return
     if kind.layout == "ray":
-        yield from _ray(kind, spec, problems, elastic=markings.elastic(obj))
+        made = kuberay.made_cluster(kind.kind, obj, runtimes)
+        yield from _ray(kind, spec, problems, elastic=markings.elastic(obj), made=made)
         return
     if kind.layout != "trainjob":
         yield from _READERS[kind.layout](kind, spec, problems)
@@ -247,13 +234,22 @@ def _replicas(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -
             yield rtype.lower(), int_field(rspec, "replicas", path, 1, problems), found, f"{path}.template"
 
 
-def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError], *, elastic: bool = False) -> Iterator[Found]:
+def _ray(
+    kind: Kind,
+    spec: Mapping[str, Any],
+    problems: list[FieldError],
+    *,
+    elastic: bool = False,
+    made: Mapping[str, Any] | None = None,
+) -> Iterator[Found]:
     """A RayCluster's spec, a RayService's ``rayClusterConfig``, or a RayJob's ``rayClusterSpec`` plus
     its submitter (see the docstring).
-    As Kueue's webhook: a queued Ray cluster may autoscale only as an ``elastic`` RayCluster
-    (``kueue.x-k8s.io/elastic-job``: resized in place, ``queues.cycle.elastic``), its head then
-    charged for the autoscaler sidecar KubeRay adds to it; a RayJob must delete its cluster when it
-    finishes and may not run on an existing one."""
+    As Kueue's webhook: a queued Ray cluster may autoscale only when ``elastic``
+    (``kueue.x-k8s.io/elastic-job``: resized in place, ``queues.cycle.elastic``), a RayCluster or a
+    RayService, its head then charged for the autoscaler sidecar KubeRay adds to it; ``made``: the
+    RayCluster KubeRay made for an autoscaling RayService, whose worker replicas count
+    (``kuberay.made_cluster``). A RayJob must delete its cluster when it finishes and may not run on an
+    existing one."""
     job = kind.kind == "RayJob"
     held = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind.kind)
     base = f"spec.{held}" if held else "spec"
@@ -275,18 +271,18 @@ def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError], *, ela
         problems.append(FieldError(base, "required: the Ray cluster's spec"))
         return
     autoscales = cluster.get("enableInTreeAutoscaling") is True
-    if autoscales and not elastic:
+    if autoscales and (job or not elastic):
         problems.append(
             FieldError(
                 f"{base}.enableInTreeAutoscaling",
-                "a queued Ray cluster can autoscale only as an elastic RayCluster (annotate it "
-                f"{markings.ELASTIC_JOB}: \"true\"; a RayJob's or RayService's cluster cannot); else set it to false",
+                "a queued Ray cluster can autoscale only as an elastic RayCluster or RayService (annotate it "
+                f'{markings.ELASTIC_JOB}: "true"; a RayJob\'s cluster cannot here); else set it to false',
             )
         )
     head = template(cluster.get("headGroupSpec"), f"{base}.headGroupSpec", problems)
     if head is not None:
         if autoscales and elastic:
-            head = _with_autoscaler(head, cluster.get("autoscalerOptions"))
+            head = kuberay.with_autoscaler(head, cluster.get("autoscalerOptions"))
         yield "head", 1, head, f"{base}.headGroupSpec.template"
     groups = cluster.get("workerGroupSpecs") or []
     if not isinstance(groups, list):
@@ -304,30 +300,19 @@ def _ray(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError], *, ela
             continue
         names.add(name.lower())
         replicas = int_field(group, "replicas", path, 1, problems)
+        if made is not None:
+            replicas = kuberay.made_replicas(made, str(name), replicas)
         hosts = int_field(group, "numOfHosts", path, 1, problems)
         found = template(group, path, problems)
         if found is not None:
             yield name.lower(), replicas * max(1, hosts), found, f"{path}.template"
     if job and spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":
         if spec.get("submitterPodTemplate") is None:
-            yield "submitter", 1, DEFAULT_SUBMITTER, None
+            yield "submitter", 1, kuberay.DEFAULT_SUBMITTER, None
         else:
             submitter = template(spec, "spec", problems, key="submitterPodTemplate")
             if submitter is not None:
                 yield "submitter", 1, submitter, "spec.submitterPodTemplate"
-
-
-# KubeRay's autoscaler sidecar in the head pod, unless ``autoscalerOptions.resources`` says otherwise
-# (ray-operator's BuildAutoscalerContainer; Kueue charges it the same way)
-AUTOSCALER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
-
-
-def _with_autoscaler(head: Mapping[str, Any], options: Any) -> Mapping[str, Any]:
-    """The head's template as KubeRay makes its pod when it autoscales: with the autoscaler sidecar."""
-    given = options.get("resources") if isinstance(options, Mapping) else None
-    sidecar = {"name": "autoscaler", "resources": given if isinstance(given, Mapping) else AUTOSCALER_RESOURCES}
-    spec = head.get("spec") or {}
-    return {**head, "spec": {**spec, "containers": [*(spec.get("containers") or []), sidecar]}}
 
 
 def _spark(kind: Kind, spec: Mapping[str, Any], problems: list[FieldError]) -> Iterator[Found]:

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # Kueue's workload slices: a batch Job resized in place
-ELASTIC_KINDS = {("batch/v1", "Job"), ("ray.io/v1", "RayCluster")}  # resized in place (Kueue: RayJob too)
+# resized in place (Kueue: RayJob too; here it is admitted at its size: ``unsupported_markings``)
+ELASTIC_KINDS = {("batch/v1", "Job"), ("ray.io/v1", "RayCluster"), ("ray.io/v1", "RayService")}
 POD_READY_TIMEOUT = "kueue.x-k8s.io/pods-ready-timeout"  # (alpha per-workload waitForPodsReady timeout)
 
 
@@ -24,9 +25,9 @@ def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
     out = []
     if str(marks.get(ELASTIC_JOB, "")).lower() == "true" and not elastic(obj):
         out.append(
-            f"metadata.annotations[{ELASTIC_JOB}]: elastic jobs (workload slices) are a batch Job's or a "
-            f"RayCluster's only here (not a {obj.get('kind')}'s); it is admitted at its size now, and a change "
-            "of its pods evicts and requeues it"
+            f"metadata.annotations[{ELASTIC_JOB}]: elastic jobs (workload slices) are a batch Job's, a "
+            f"RayCluster's or a RayService's only here (not a {obj.get('kind')}'s); it is admitted at its size "
+            "now, and a change of its pods evicts and requeues it"
         )
     if POD_READY_TIMEOUT in marks:
         out.append(
@@ -37,8 +38,8 @@ def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
 
 
 def elastic(obj: Mapping[str, Any]) -> bool:
-    """Whether a job is elastic (``queues.cycle.elastic``): a batch Job or RayCluster annotated as Kueue's
-    ``kueue.x-k8s.io/elastic-job: "true"`` (the value exactly, as Kueue reads it)."""
+    """Whether a job is elastic (``queues.cycle.elastic``): a batch Job, RayCluster or RayService
+    annotated as Kueue's ``kueue.x-k8s.io/elastic-job: "true"`` (the value exactly, as Kueue reads it)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return elastic_kind(str(obj.get("apiVersion")), str(obj.get("kind")), annotations)
 

@@ -24,7 +24,7 @@ from queues.simulation.scenario_edits import MAX_SECONDS, Edit
 from queues.simulation.scenario_edits import edits as _edits
 from queues.simulation.scenario_edits import manifest as _manifest
 from queues.simulation.scenario_edits import seconds as _time
-from queues.simulation.scenario_jobs import BATCH_JOB, DEPLOYMENT, RAY_CLUSTER, SERVES, JobEntry, Part
+from queues.simulation.scenario_jobs import BATCH_JOB, DEPLOYMENT, RAY_SCALED, SERVES, JobEntry, Part
 from queues.simulation.scenario_jobs import group as _group
 from queues.simulation.scenario_jobs import serving_entries as _serving
 
@@ -233,18 +233,20 @@ def parse(doc: Any) -> Scenario:
     job_entries.sort(key=lambda e: e.index)
     deployments = {e.job.key for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == DEPLOYMENT}
     batch = {e.job.key for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == BATCH_JOB}
-    ray = {e.job.key: e for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) == RAY_CLUSTER}
+    ray = {e.job.key: e for e in job_entries if (e.object.get("apiVersion"), e.object.get("kind")) in RAY_SCALED}
     for edit in edits:
         where = f"edits[{edit.index}]"
         if edit.action != "scale":
             pass
         elif edit.name not in deployments | batch | set(ray):
-            problems.append(FieldError(f"{where}.scale", f"no Deployment, Job or RayCluster {edit.name!r} in jobs"))
+            problems.append(
+                FieldError(f"{where}.scale", f"no Deployment, Job, RayCluster or RayService {edit.name!r} in jobs")
+            )
         elif edit.name in batch and edit.replicas < 1:
             problems.append(FieldError(f"{where}.replicas", "a Job's parallelism must be >= 1"))
         elif (edit.name in ray) != bool(edit.group):
             problems.append(
-                FieldError(f"{where}.workerGroup", "a RayCluster's scale (and only it) names a worker group")
+                FieldError(f"{where}.workerGroup", "only a RayCluster's or RayService's scale names a worker group")
             )
         elif edit.name in ray and edit.group.lower() not in {ps.name for ps in ray[edit.name].job.pod_sets} - {"head"}:
             problems.append(FieldError(f"{where}.workerGroup", f"no worker group {edit.group!r} in {edit.name}"))

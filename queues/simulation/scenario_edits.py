@@ -157,11 +157,15 @@ def apply_edit(config: Config, edit: Edit) -> None:
 
 
 def scaled(obj: Mapping[str, Any], edit: Edit) -> dict[str, Any]:
-    """A job as a ``scale`` edit leaves it: a batch Job's ``parallelism``, or a RayCluster's worker
-    group's ``replicas`` (what its autoscaler sets), is ``edit.replicas`` (engine core reads it,
-    engine cluster patches it in)."""
+    """A job as a ``scale`` edit leaves it: a batch Job's ``parallelism``, or a RayCluster's (a
+    RayService's ``rayClusterConfig``'s) worker group's ``replicas`` (what its autoscaler sets), is
+    ``edit.replicas`` (engine core reads it, engine cluster patches it in: into an autoscaling
+    RayService's cluster, where its autoscaler writes)."""
     spec = dict(obj.get("spec") or {})
-    if edit.group:
+    if edit.group and obj.get("kind") == "RayService":
+        config = {"kind": "RayCluster", "spec": spec.get("rayClusterConfig") or {}}
+        spec["rayClusterConfig"] = scaled(config, edit)["spec"]
+    elif edit.group:
         spec["workerGroupSpecs"] = [
             {**g, "replicas": edit.replicas} if isinstance(g, Mapping) and g.get("groupName") == edit.group else g
             for g in spec.get("workerGroupSpecs") or []

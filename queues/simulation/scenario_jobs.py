@@ -70,9 +70,10 @@ class JobEntry:
 
 DEPLOYMENT = ("apps/v1", "Deployment")
 BATCH_JOB = ("batch/v1", "Job")  # (a scale edit sets its parallelism)
-RAY_CLUSTER = ("ray.io/v1", "RayCluster")  # (a scale edit sets a worker group's replicas)
 RAY_CLUSTER = ("ray.io/v1", "RayCluster")
-SERVES = {RAY_CLUSTER, ("ray.io/v1", "RayService")}  # integrated kinds that never finish: they serve until deleted
+RAY_SERVICE = ("ray.io/v1", "RayService")
+RAY_SCALED = {RAY_CLUSTER, RAY_SERVICE}  # (a scale edit sets a worker group's replicas)
+SERVES = {RAY_CLUSTER, RAY_SERVICE}  # integrated kinds that never finish: they serve until deleted
 
 
 def serving_entries(i: int, at: float, raw: Mapping[str, Any], problems: list[FieldError]) -> list[JobEntry]:

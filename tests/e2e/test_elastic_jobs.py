@@ -186,3 +186,56 @@ async def test_an_autoscaling_ray_cluster_grows_and_shrinks_within_its_quota(tmp
         await eventually(lambda: len(live(host, "tune-gpu-")) == 1, what="KubeRay's extra workers gone")
         assert (await create(host, job("after", 1)))[0] == 0
         await eventually(lambda: len(running(host, "after-")) == 1, what="a job running in the GPU given back")
+
+
+def ray_service(name: str) -> dict[str, Any]:
+    """An elastic RayService with in-tree autoscaling (Kueue's rayservices.md and elastic workloads):
+    its cluster config is the autoscaling RayCluster's above."""
+    config = ray_cluster(name)["spec"]
+    meta = {"name": name, "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+            "annotations": {ELASTIC_GATE: "true"}}  # fmt: skip
+    spec = {"serveConfigV2": "applications: []", "rayClusterConfig": config}
+    return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": meta, "spec": spec}
+
+
+async def test_an_autoscaling_ray_service_follows_the_cluster_its_autoscaler_scales(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    """The Ray autoscaler writes the RayCluster KubeRay made for the service, never the service: the
+    service's Workload follows that cluster's worker replicas, resized in place (Kueue's
+    ``raycluster.UpdatePodSets``)."""
+    async with cluster(tmp_path, migrated_url) as (host, _kube):  # (team-a: 2 GPUs)
+        assert (await create(host, ray_service("serve")))[0] == 0
+        await eventually(lambda: len(running(host, "serve-raycluster-")) == 2, what="its head and one worker running")
+        first = await eventually(lambda: _workload(host, "rayservice-serve-"), what="its Workload")
+        assert first is not None
+        code, out, err = await kubectl(host.kubeconfig, "get", "rayservice", "serve", "-n", "ml", "-o", "json")
+        assert code == 0, err
+        made = json.loads(out)["status"]["activeServiceStatus"]["rayClusterName"]
+
+        await _workers(host, made, 2)  # the autoscaler asks for a second worker: it fits
+        await eventually(lambda: len(running(host, f"{made}-gpu-")) == 2, what="the second worker running")
+        grown = await eventually(lambda: _group_count(host, "rayservice-serve-", 2), what="its Workload at 2 workers")
+        assert grown["metadata"]["uid"] == first["metadata"]["uid"], "the same Workload: resized, not requeued"
+        await _workers(host, made, 3)  # a third: no GPU left, it waits behind the gate
+        await eventually(lambda: len(gated_elastic(host, f"{made}-gpu-")) == 1, what="the third worker held")
+        assert len(running(host, f"{made}-gpu-")) == 2
+        await _workers(host, made, 1)  # the autoscaler gives two back: the quota follows
+        await eventually(lambda: len(live(host, f"{made}-gpu-")) == 1, what="KubeRay's extra workers gone")
+        await eventually(lambda: _group_count(host, "rayservice-serve-", 1), what="its Workload at 1 worker")
+        assert (await create(host, job("after", 1)))[0] == 0
+        await eventually(lambda: len(running(host, "after-")) == 1, what="a job running in the GPU given back")
+        code, out, err = await kubectl(host.kubeconfig, "get", "rayservice", "serve", "-n", "ml", "-o", "json")
+        assert code == 0, err
+        groups = json.loads(out)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+        assert groups[0]["replicas"] == 1, "the service's own spec is not what scaled"
+
+
+async def _group_count(host: SimHost, prefix: str, n: int) -> dict[str, Any] | None:
+    """The Workload object once its worker pod set ``gpu`` shows ``n`` pods admitted."""
+    obj = await _workload(host, prefix)
+    counts = {ps["name"]: ps["count"] for ps in (obj or {}).get("spec", {}).get("podSets", [])}
+    if obj is None or counts.get("gpu") != n:
+        return None
+    usage = {a["name"]: a["resourceUsage"] for a in obj["status"].get("admission", {}).get("podSetAssignments", [])}
+    return obj if usage.get("gpu", {}).get("nvidia.com/gpu") == str(n) else None

@@ -13,7 +13,7 @@ from queues.cycle.decisions import NO_MATCHING_WORKLOAD, Evict, Resize
 from queues.cycle.scheduler import Scheduler
 from queues.model import Workload
 from queues.podsets import jobs
-from queues.simulation import scenario
+from queues.simulation import scenario, scenario_edits
 from tests.queues.builders import CQ, GPU, WL, flavor, make_workload
 from tests.queues.builders import scheduler as make_scheduler
 
@@ -153,7 +153,17 @@ def test_a_ray_clusters_scale_names_its_worker_group() -> None:
     doc = {"name": "x", "manifests": [], "jobs": [{"at": 0, "object": rc}]}
     (edit,) = scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "workerGroup": "gpu", "replicas": 3}]}).edits
     assert (edit.name, edit.group, edit.replicas) == ("ns/rc", "gpu", 3)
-    with pytest.raises(errors.Invalid, match=r"edits\[0\]\.workerGroup: a RayCluster's scale \(and only it\) names"):
+    with pytest.raises(errors.Invalid, match=r"edits\[0\]\.workerGroup: only a RayCluster's or RayService's scale"):
         scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "replicas": 3}]})
     with pytest.raises(errors.Invalid, match=r"edits\[0\]\.workerGroup: no worker group 'cpu' in ns/rc"):
         scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "workerGroup": "cpu", "replicas": 3}]})
+    # a RayService's: its cluster config's worker group (engine cluster writes it where its autoscaler would)
+    svc = {**rc, "kind": "RayService", "spec": {"rayClusterConfig": rc["spec"]}}
+    svc_doc = {"name": "x", "manifests": [], "jobs": [{"at": 0, "object": svc}]}
+    (edit,) = scenario.parse(
+        {**svc_doc, "edits": [{"at": 1, "scale": "ns/rc", "workerGroup": "gpu", "replicas": 2}]}
+    ).edits
+    groups = scenario_edits.scaled(svc, edit)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert [g["replicas"] for g in groups] == [2] and svc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0][
+        "replicas"
+    ] == 1

@@ -59,7 +59,7 @@ def test_ray_job_adds_kuberays_default_submitter_unless_http_mode() -> None:
     assert [name for name, _, _ in pod_sets(http)] == ["head", "gpu-group", "cpu"]
 
 
-def test_ray_service_is_its_cluster_configs_pod_sets_and_may_not_autoscale() -> None:
+def test_ray_service_is_its_cluster_configs_pod_sets_and_autoscales_only_when_elastic() -> None:
     service = obj("ray.io/v1", "RayService", {"serveConfigV2": "applications: []", "rayClusterConfig": ray_cluster()})
     assert pod_sets(service) == pod_sets(obj("ray.io/v1", "RayCluster", ray_cluster()))
     assert jobs.read_job(service).template_paths["cpu"] == "/spec/rayClusterConfig/workerGroupSpecs/1/template"
@@ -161,5 +161,34 @@ def test_an_elastic_ray_cluster_autoscales_and_its_head_is_charged_for_the_autos
     assert pod_sets(obj("ray.io/v1", "RayCluster", ray_cluster(), **elastic))[0] == ("head", 1, {"cpu": 2000})
     job = obj("ray.io/v1", "RayJob", {"shutdownAfterJobFinishes": True,
                                       "rayClusterSpec": ray_cluster(enableInTreeAutoscaling=True)}, **elastic)  # fmt: skip
-    with pytest.raises(errors.Invalid, match=r"a RayJob's or RayService's cluster cannot"):
+    with pytest.raises(errors.Invalid, match=r"a RayJob's cluster cannot here"):
         jobs.read_job(job)
+
+
+def test_an_autoscaling_ray_service_counts_the_workers_of_the_cluster_kuberay_made() -> None:
+    """Kueue's ``raycluster.UpdatePodSets``: the Ray autoscaler scales the RayCluster KubeRay made for
+    the service (its ``status.activeServiceStatus.rayClusterName``), so the counts are that cluster's
+    (a group it leaves unset, or does not have, keeps the service's own)."""
+    elastic = {"kueue.x-k8s.io/elastic-job": "true"}
+    config = ray_cluster(enableInTreeAutoscaling=True)
+    service = obj("ray.io/v1", "RayService", {"rayClusterConfig": config}, **elastic)
+    service["status"] = {"activeServiceStatus": {"rayClusterName": "j-raycluster"}}
+    made = {"spec": {**config, "workerGroupSpecs": [{**config["workerGroupSpecs"][0], "replicas": 3},
+                                                     {"groupName": "cpu", "template": pod({})}]}}  # fmt: skip
+    asked: list[tuple[str, str | None, str]] = []
+
+    def lookup(kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        asked.append((kind, namespace, name))
+        return made if (kind, namespace, name) == ("RayCluster", "ns", "j-raycluster") else None
+
+    counts = {ps.name: ps.count for ps in jobs.read_job(service, runtimes=lookup).pod_sets}
+    assert counts == {"head": 1, "gpu-group": 6, "cpu": 1} and asked == [("RayCluster", "ns", "j-raycluster")]
+    assert {ps.name: ps.count for ps in jobs.read_job(service).pod_sets}["gpu-group"] == 4, "no lookup: its own"
+    fixed = obj("ray.io/v1", "RayService", {"rayClusterConfig": ray_cluster()}, **elastic)
+    fixed["status"] = service["status"]
+    assert {ps.name: ps.count for ps in jobs.read_job(fixed, runtimes=lookup).pod_sets}["gpu-group"] == 4, (
+        "a service that does not autoscale is its own spec"
+    )
+    plain = obj("ray.io/v1", "RayService", {"rayClusterConfig": config})
+    with pytest.raises(errors.Invalid, match=r"elastic RayCluster or RayService"):
+        jobs.read_job(plain)

@@ -34,7 +34,7 @@ from queues.cycle import provisioning
 from queues.cycle.decisions import Decision
 from queues.kueue import workload_crd
 from queues.model import Workload
-from queues.podsets import jobs, layouts, trainjobs
+from queues.podsets import jobs, kuberay, layouts, trainjobs
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +301,7 @@ def _template(view: JobView, job: Obj, pod_set: str, runtimes: trainjobs.Runtime
             found = jobs.pod_templates(job, view.integration.kind, runtimes)
             return dict(next((t for name, _, t in found if name == pod_set), {}))
         if path is None:  # made by the kind's operator from its defaults (a RayJob's submitter)
-            return copy.deepcopy(dict(layouts.DEFAULT_SUBMITTER)) if view.info is not None else {}
+            return copy.deepcopy(dict(kuberay.DEFAULT_SUBMITTER)) if view.info is not None else {}
         return dict(pointer_get(job, path) or {})
     pod = next((p.obj for p in view.pods if p.pod_set == pod_set), job)
     meta = pod.get("metadata") or {}

@@ -5,8 +5,9 @@ run only some operators; it is reported once, holds nothing back, and is looked 
 CRD is installed), namespaces (their labels choose queues and the webhooks' scope), the plain
 Pods the webhook holds (``admission.controller.watch.podgroups``), Kubernetes' PriorityClasses (a job's
 priority when it names no WorkloadPriorityClass), Kubeflow Trainer's runtimes (where a TrainJob's
-pod sets come from), DRA's ResourceDeviceCatalog (what a job's device claims charge) and the
-CRDs themselves. A job event updates the job cache and marks the job
+pod sets come from), the RayClusters KubeRay makes for RayServices (an autoscaling one's counts,
+``admission.controller.watch.ray_clusters``), DRA's ResourceDeviceCatalog (what a job's device
+claims charge) and the CRDs themselves. A job event updates the job cache and marks the job
 for the next step; a namespace change is told to the step and to the namespace watchers (the
 webhook registration).
 """
@@ -14,13 +15,16 @@ webhook registration).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
+from admission.controller.watch import ray_clusters
 from admission.controller.watch.changes import Changes
 from admission.controller.watch.device_catalog import DeviceCatalog
 from admission.controller.watch.jobcache import JobCache
 from admission.controller.watch.podgroups import PodGroups
 from admission.controller.watch.priorities import PriorityClasses
+from admission.controller.watch.ray_clusters import RayClusters
 from admission.controller.watch.runtimes import TrainingRuntimes
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
@@ -73,21 +77,31 @@ class ClusterWatch:
         self.device_catalog = DeviceCatalog(kube, jobs, changes, device_mappings, current_scheduler, transformations)
         self.informers.extend(self.device_catalog.informers)
         self.runtimes = TrainingRuntimes(kube, self._reread)
-        jobs.runtimes = self.runtimes.lookup
+        queued = {i.ref.kind for i in self.integrations}
+        self.ray_clusters = RayClusters(kube, self._reread, watched=ray_clusters.RAYCLUSTERS.kind in queued)
+        jobs.runtimes = self._lookup
         self.informers.extend(self.runtimes.informers)
+        self.informers.extend(self.ray_clusters.informers)
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
+
+    def _lookup(self, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """The objects a job's pod sets come from: a TrainJob's runtime, an autoscaling RayService's cluster."""
+        found = self.ray_clusters.lookup(kind, namespace, name)
+        return found if found is not None else self.runtimes.lookup(kind, namespace, name)
 
     def _on_job(self, integration: Integration, informer: Informer, kind: str, obj: Obj) -> None:
         self.runtimes.job(integration, kind, obj)
+        self.ray_clusters.job(integration, kind, obj)
         if self.jobs.observe(integration, kind, obj, listed_since=informer.listing_since):
             self.changes.job(str((obj.get("metadata") or {}).get("uid")))
 
-    def _reread(self, trainjob: Obj) -> None:
-        """A TrainJob's runtime came or changed: its pod sets are read again."""
-        uid = str((trainjob.get("metadata") or {}).get("uid"))
+    def _reread(self, job: Obj) -> None:
+        """A TrainJob's runtime (an autoscaling RayService's cluster) came or changed: its pod sets are
+        read again."""
+        uid = str((job.get("metadata") or {}).get("uid"))
         view = self.jobs.views.get(uid)
         if view is not None:
-            self.jobs.put(uid, view.integration.view(trainjob, self.jobs.shapes, self.runtimes.lookup))
+            self.jobs.put(uid, view.integration.view(job, self.jobs.shapes, self._lookup))
             self.changes.job(uid)
 
     def _on_crd(self, kind: str, obj: Obj) -> None:

@@ -27,7 +27,10 @@ The other two are CRDs here as on a real cluster (``resources.OPERATORS``):
   change of that config is written into the RayCluster in place (KubeRay prepares a new cluster and
   switches traffic to it once Ready: a difference written down in docs/simulated-cluster.md); the
   cluster's state is the service's ``status.activeServiceStatus.rayClusterStatus``, and its
-  ``Ready`` condition is True while that state is ``ready``. The RayCluster's pods are run by the
+  ``Ready`` condition is True while that state is ``ready``. With ``enableInTreeAutoscaling`` the
+  cluster's worker ``replicas`` are the Ray autoscaler's (a client patching the RayCluster stands
+  for it): the service's own are not written over them, as KubeRay leaves them out of its
+  comparison. The RayCluster's pods are run by the
   cluster's KubeRay model (``admission.sim.operators.cluster``).
 """
 
@@ -108,12 +111,25 @@ async def _ray_service(rc: Replicas, svc: Obj) -> None:
         }
         cluster, _ = await rc.api.create(RAYCLUSTERS, ns, body, user=KUBERAY_USER)
         rc.children.setdefault(svc["metadata"]["uid"], set()).add((ns, cluster_name))
+    if config.get("enableInTreeAutoscaling") is True:
+        config = _autoscaled(config, cluster.get("spec") or {})
     if cluster.get("spec") != config:
         cluster["spec"] = config
         cluster = rc.store.replace(RAYCLUSTERS, ns, cluster_name, cluster)
     state = str((cluster.get("status") or {}).get("state") or "")
     fields = {"activeServiceStatus": {"rayClusterName": cluster_name, "rayClusterStatus": {"state": state}}}
     _set_status(rc, RAYSERVICES, svc, fields, state == "ready" and not config.get("suspend"), "")
+
+
+def _autoscaled(config: Obj, current: Obj) -> Obj:
+    """An autoscaling service's config with its cluster's worker ``replicas`` as they are: the Ray
+    autoscaler owns them, and KubeRay leaves them out when it compares a service with its cluster."""
+    replicas = {g.get("groupName"): g["replicas"] for g in current.get("workerGroupSpecs") or [] if "replicas" in g}
+    groups = [
+        {**g, "replicas": replicas[g.get("groupName")]} if g.get("groupName") in replicas else g
+        for g in config.get("workerGroupSpecs") or []
+    ]
+    return {**config, "workerGroupSpecs": groups} if groups else config
 
 
 async def _statefulset(rc: Replicas, sts: Obj) -> None:

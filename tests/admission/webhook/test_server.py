@@ -431,8 +431,17 @@ def test_an_elastic_job_is_gated_and_kinds_not_elastic_here_are_warned_about(ser
         "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}}}},
     }  # fmt: skip
     review = server.review("/validate", pytorch)
-    assert any("are a batch Job's or a RayCluster's only here (not a PyTorchJob's)" in w
+    assert any("are a batch Job's, a RayCluster's or a RayService's only here (not a PyTorchJob's)" in w
                for w in review.get("warnings", [])), review  # fmt: skip
+    service = {**cluster, "kind": "RayService", "metadata": {**cluster["metadata"], "name": "svc"},
+               "spec": {"rayClusterConfig": cluster["spec"]}}  # fmt: skip
+    assert "spec.rayClusterConfig.enableInTreeAutoscaling" in server.review("/validate", service)["status"]["message"]
+    service["metadata"]["annotations"] = {"kueue.x-k8s.io/elastic-job": "true"}
+    review = server.review("/validate", service)
+    assert review["allowed"] is True and not [w for w in review.get("warnings", []) if "elastic" in w], review
+    gated = {op["path"] for op in patch_of(server.review("/mutate", service)) if "schedulingGates" in op["path"]}
+    assert gated == {"/spec/rayClusterConfig/headGroupSpec/template/spec/schedulingGates",
+                     "/spec/rayClusterConfig/workerGroupSpecs/0/template/spec/schedulingGates"}  # fmt: skip
     assert not any("elastic" in w for w in server.review("/validate", job("plain")).get("warnings", []))
 
 

@@ -1,0 +1,77 @@
+"""The RayClusters KubeRay made for RayServices: where an autoscaling service's pod counts are.
+
+An elastic RayService with ``enableInTreeAutoscaling`` is scaled by the Ray autoscaler, which
+writes its RayCluster's worker ``replicas``, never the service's spec; so, as Kueue's
+``raycluster.UpdatePodSets``, the service's pod counts are read from that cluster
+(``queues.podsets.kuberay.made_cluster``), and a change of the cluster is a change of the service
+(resized in place: ``queues.cycle.elastic``). This keeps the clusters a RayService owns (by
+namespace and name, for the job views' lookup) and the elastic, autoscaling services seen (by uid,
+to read again when their cluster changes); both are few. Cluster events come from the RayCluster
+integration's informer when that kind is queued, else from an informer of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from admission.jobs.base import Integration
+from admission.kube.client import Kube, Obj, ResourceRef
+from admission.kube.informer import Informer
+from queues.podsets import kuberay, markings
+
+RAYCLUSTERS = ResourceRef("ray.io/v1", kuberay.RAY_CLUSTER, "rayclusters")
+OWNER_KINDS = {"RayService"}  # the Ray kinds whose cluster KubeRay makes and the autoscaler scales
+
+
+def _autoscaling_service(obj: Obj) -> bool:
+    config = (obj.get("spec") or {}).get("rayClusterConfig")
+    return markings.elastic(obj) and isinstance(config, Mapping) and config.get("enableInTreeAutoscaling") is True
+
+
+def _owner_uid(obj: Obj) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") in OWNER_KINDS:
+            return str(ref.get("uid"))
+    return None
+
+
+class RayClusters:
+    def __init__(self, kube: Kube, reread: Callable[[Obj], None], *, watched: bool) -> None:
+        """``watched``: the RayCluster integration's informer brings cluster events (``job``)."""
+        self.clusters: dict[tuple[str, str], Obj] = {}  # (namespace, name) -> a cluster a RayService owns
+        self.services: dict[str, Obj] = {}  # uid -> an elastic, autoscaling RayService as last seen
+        self.reread = reread  # a job to read again (its cluster came, changed or went)
+        self.informers = [] if watched else [Informer(kube, RAYCLUSTERS, self._on_cluster, optional=True)]
+
+    def lookup(self, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        return self.clusters.get((namespace or "", name)) if kind == kuberay.RAY_CLUSTER else None
+
+    def job(self, integration: Integration, kind: str, obj: Obj) -> None:
+        """A job event: a RayCluster's (when that kind is queued) or a RayService's."""
+        if integration.ref.kind == kuberay.RAY_CLUSTER:
+            self._on_cluster(kind, obj)
+        elif integration.ref.kind in OWNER_KINDS:
+            uid = str((obj.get("metadata") or {}).get("uid"))
+            if kind != "DELETED" and _autoscaling_service(obj):
+                self.services[uid] = obj
+            else:
+                self.services.pop(uid, None)
+
+    def _on_cluster(self, kind: str, obj: Obj) -> None:
+        owner = _owner_uid(obj)
+        if owner is None:
+            return
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name")))
+        before = self.clusters.get(key)
+        if kind == "DELETED":
+            self.clusters.pop(key, None)
+        else:
+            self.clusters[key] = obj
+        # (a status update changes no count: only a new spec, or the cluster coming or going, does)
+        generation = (before or {}).get("metadata", {}).get("generation")
+        if before is None or kind == "DELETED" or generation != meta.get("generation"):
+            service = self.services.get(owner)
+            if service is not None:
+                self.reread(service)
