@@ -23,7 +23,12 @@ and the backoff; ``Scheduler.pods_ready_timeout`` applies the decision.
   at once could deadlock each other on nodes); the waiting heads say which workload they wait
   for. Unlike Kueue, a workload that was Ready and lost a pod does not block (its recovery
   timeout still applies). Kueue's jitter on the backoff is left out (decisions are
-  reproducible), as is the per-workload timeout annotation (alpha).
+  reproducible).
+- A job annotated ``kueue.x-k8s.io/pods-ready-timeout: "10m"`` (KEP-4803, alpha: a per-workload
+  ``timeout``, for jobs whose pods take longer, or shorter, to start than the cluster's others) has
+  that timeout instead of the configured one, while the policy is enabled; the recovery timeout
+  stays the configuration's. A value that is not a duration above zero makes the job invalid,
+  refused at creation naming the annotation (``queues.podsets.jobs.read_job``).
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class WaitForPodsReady:
     backoff_base_seconds: float = 60.0
     backoff_max_seconds: float = 3600.0
     block_admission: bool = False  # admit nothing while an admitted workload is not Ready yet
+    time_scale: float = 1.0  # wall seconds per second (engine cluster): a job's own timeout is scaled too
+    longest_own_timeout: float = 0.0  # the longest job's own timeout (a scenario's jobs): for ``horizon``
 
     def backoff(self, requeues: int) -> float:
         """Seconds before the ``requeues``-th requeue (1, 2, ...)."""
@@ -66,17 +73,40 @@ class WaitForPodsReady:
         """How long a simulation goes on when nothing but this policy's evictions and requeues
         happens: a gang no node can ever take is evicted and requeued forever (as in Kueue without
         ``backoffLimitCount``); after twice its longest round nothing new can come of it."""
-        return 2 * (self.timeout + self.backoff_max_seconds)
+        return 2 * (max(self.timeout, self.longest_own_timeout) + self.backoff_max_seconds)
 
-    def deadline(self, started: float, ready: bool, lost_at: float | None) -> float | None:
-        """When an admitted workload is evicted unless Ready by then: ``started`` + timeout if it was
-        never Ready in this admission, ``lost_at`` (when a Ready workload lost a pod) + the recovery
-        timeout; None when it is Ready now."""
+    def timeout_of(self, annotations: Mapping[str, str]) -> float:
+        """The timeout of a job with these annotations: its own (``TIMEOUT_ANNOTATION``), else the policy's."""
+        own = own_timeout(annotations)
+        return self.timeout if own is None else own * self.time_scale
+
+    def deadline(
+        self, started: float, ready: bool, lost_at: float | None, annotations: Mapping[str, str] | None = None
+    ) -> float | None:
+        """When an admitted workload is evicted unless Ready by then: ``started`` + timeout (its job's
+        own, where its ``annotations`` say one) if it was never Ready in this admission, ``lost_at``
+        (when a Ready workload lost a pod) + the recovery timeout; None when it is Ready now."""
         if ready or not self.enable:
             return None
         if lost_at is not None:
             return lost_at + self.recovery_timeout
-        return started + self.timeout
+        return started + (self.timeout if annotations is None else self.timeout_of(annotations))
+
+
+TIMEOUT_ANNOTATION = "kueue.x-k8s.io/pods-ready-timeout"  # (KEP-4803, alpha) a job's own timeout
+
+
+def own_timeout(annotations: Mapping[str, str], problems: list[FieldError] | None = None) -> float | None:
+    """A job's own timeout in seconds (``TIMEOUT_ANNOTATION``), None without one; a value that is not
+    a duration above zero is a problem in ``problems`` (None then, as when not given)."""
+    raw = annotations.get(TIMEOUT_ANNOTATION)
+    if raw is None:
+        return None
+    found: list[FieldError] = []
+    seconds = duration(raw, f"metadata.annotations[{TIMEOUT_ANNOTATION}]", found)
+    if problems is not None:
+        problems.extend(found)
+    return None if found else seconds
 
 
 DISABLED = WaitForPodsReady(enable=False)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import errors, selectors
+from queues import errors, podsready, selectors
 from queues.errors import FieldError
 from queues.podsets import layouts, topology_requests, trainjobs
 from queues.podsets.layouts import KINDS, POD, Kind
@@ -212,6 +212,7 @@ def read_job(obj: Any, kind: Kind | None = None, runtimes: trainjobs.Runtimes | 
             )
         if kind.layout == "job" and pod_sets and MIN_PARALLELISM in annotations:
             pod_sets[0] = _partial(pod_sets[0], annotations[MIN_PARALLELISM], problems)
+    podsready.own_timeout(annotations, problems)  # (a job's own waitForPodsReady timeout: a duration)
     if problems:
         raise errors.Invalid(problems)
     return JobInfo(

@@ -14,7 +14,6 @@ from typing import Any
 ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # Kueue's workload slices: a batch Job resized in place
 # resized in place (Kueue: RayJob too; here it is admitted at its size: ``unsupported_markings``)
 ELASTIC_KINDS = {("batch/v1", "Job"), ("ray.io/v1", "RayCluster"), ("ray.io/v1", "RayService")}
-POD_READY_TIMEOUT = "kueue.x-k8s.io/pods-ready-timeout"  # (alpha per-workload waitForPodsReady timeout)
 
 
 def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
@@ -28,11 +27,6 @@ def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
             f"metadata.annotations[{ELASTIC_JOB}]: elastic jobs (workload slices) are a batch Job's, a "
             f"RayCluster's or a RayService's only here (not a {obj.get('kind')}'s); it is admitted at its size "
             "now, and a change of its pods evicts and requeues it"
-        )
-    if POD_READY_TIMEOUT in marks:
-        out.append(
-            f"metadata.annotations[{POD_READY_TIMEOUT}]: not read; the waitForPodsReady timeout of the "
-            "configuration applies"
         )
     return out
 

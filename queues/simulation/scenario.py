@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -305,6 +306,9 @@ def parse(doc: Any) -> Scenario:
         problems.extend(exc.errors)
     if problems:
         raise errors.Invalid(problems)
+    own = [t for e in job_entries if (t := podsready.own_timeout(e.job.annotations)) is not None]
+    if own:  # (a job's own timeout may be the longest wait: the simulation's horizon covers it)
+        pods_ready = dataclasses.replace(pods_ready, longest_own_timeout=max(own))
     return Scenario(
         str(name),
         str(description),

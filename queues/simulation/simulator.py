@@ -372,7 +372,7 @@ class Simulation:
                 on[node] = on.get(node, 0) + 1
             self.record.placed(key, bound)
         self.unready[key] = track.epoch
-        deadline = self.scenario.pods_ready.deadline(self.now, False, None)
+        deadline = self.scenario.pods_ready.deadline(self.now, False, None, track.entry.job.annotations)
         if deadline is not None:
             self.order += 1
             heapq.heappush(self.deadlines, (deadline, self.order, track.epoch, key))

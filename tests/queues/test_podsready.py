@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from queues import errors, podsready
+from queues.podsets import jobs
 from queues.simulation import scenario, simulator
 from tests.queues.builders import CQ, flavor, make_workload
 from tests.queues.builders import scheduler as make_scheduler
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_defaults_are_kueues_v1beta2_ones() -> None:
@@ -145,3 +151,34 @@ def test_block_admission_in_engine_core_admits_nothing_while_a_gang_waits_for_no
     blocked = _gangs(block=True)
     assert blocked[:2] == [(0, "ml/a"), (0, "ml/b")], blocked  # (a Ready at once: b may come)
     assert blocked[2][1] == "ml/c" and blocked[2][0] >= 100, blocked  # only once b's pods run
+
+
+def test_a_job_annotated_with_its_own_timeout_is_evicted_at_that_timeout() -> None:
+    """KEP-4803 (``kueue.x-k8s.io/pods-ready-timeout``): engine core evicts the annotated job at its
+    own timeout, the other at the policy's; the simulation's horizon covers the longest of them."""
+    doc = yaml.safe_load((EXAMPLES / "pods-ready.yaml").read_text())
+    doc["waitForPodsReady"] = {"timeout": "5m", "requeuingStrategy": {"backoffLimitCount": 0}}
+    other = copy.deepcopy(doc["jobs"][0])
+    other["object"]["metadata"]["name"] = "patient"
+    other["object"]["metadata"]["annotations"] = {podsready.TIMEOUT_ANNOTATION: "2h"}
+    other["object"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    hasty = doc["jobs"][0]["object"]["metadata"]
+    hasty["annotations"] = {podsready.TIMEOUT_ANNOTATION: "90s"}
+    doc["jobs"].append(other)
+    parsed = scenario.parse(doc)
+    assert parsed.pods_ready.horizon == 2 * (7200 + 3600)
+    evicted = {e["workload"]: e["t"] for e in simulator.Simulation(parsed).run().to_json()["events"]
+               if e["type"] == "Evicted"}  # fmt: skip
+    assert evicted == {"team/wrong-zone": 90, "team/patient": 7200}
+    policy = podsready.WaitForPodsReady(timeout=300, time_scale=0.5)
+    assert policy.deadline(100, False, None, {podsready.TIMEOUT_ANNOTATION: "1m"}) == 130
+    assert policy.deadline(100, False, None, {}) == 400
+
+
+@pytest.mark.parametrize("value", ["soon", "0s", "-5m"])
+def test_a_bad_timeout_annotation_makes_the_job_invalid_naming_it(value: str) -> None:
+    job = make_workload("j").request(cpu=1).job()
+    job["metadata"]["annotations"] = {podsready.TIMEOUT_ANNOTATION: value}
+    with pytest.raises(errors.Invalid) as info:
+        jobs.read_job(job)
+    assert [e.path for e in info.value.errors] == [f"metadata.annotations[{podsready.TIMEOUT_ANNOTATION}]"]

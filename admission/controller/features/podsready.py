@@ -1,19 +1,19 @@
 """waitForPodsReady in the controller: watch started jobs until their pods are Ready, evict the late.
 
 The policy is the core's (``queues.podsready``); this module feeds it what the cluster says. Each
-step hands it the workloads whose jobs changed (``observe``): a started workload whose job's
-status says every pod is Ready (``JobView.ready``, read per kind as Kueue reads it) is Ready, and
-the first time it is, when is stored (``workloads.pods_ready_at``) so a restart knows it was. One
-that is not Ready gets a deadline: its start (the last Admitted event, kept in PostgreSQL) plus
-the timeout, or, if it was Ready and lost a pod, when that was seen plus the recovery timeout.
-``due`` hands the step the workloads past their deadline; the scheduler evicts them
-(``PodsReadyTimeout``) and the step commits that like any decision. The step wakes itself for
-the next deadline.
+step hands it the workloads whose jobs changed (``observe``): a started workload whose job's status
+says every pod is Ready (``JobView.ready``, read per kind as Kueue reads it) is Ready, and the first
+time it is, when is stored (``workloads.pods_ready_at``) so a restart knows it was. One that is not
+Ready gets a deadline: its start (the last Admitted event, kept in PostgreSQL) plus the timeout (its
+job's own, ``kueue.x-k8s.io/pods-ready-timeout``, where it says one), or, if it was Ready and lost a
+pod, when that was seen plus the recovery timeout. ``due`` hands the step the workloads past their
+deadline; the scheduler evicts them (``PodsReadyTimeout``) and the step commits that like any
+decision. The step wakes itself for the next deadline.
 
-Times are wall seconds; in ``turnstile simulate --engine cluster`` the policy's durations are
-scaled by the time scale, as the scenario's runtimes are. After a failover, a workload that lost
-a pod before it is given the full recovery timeout from the new term (when it lost the pod is
-not stored): late rather than early.
+Times are wall seconds; in ``turnstile simulate --engine cluster`` the policy's durations are scaled
+by the time scale, as the scenario's runtimes are. After a failover, a workload that lost a pod
+before it is given the full recovery timeout from the new term (when it lost the pod is not stored):
+late rather than early.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def scaled(policy: WaitForPodsReady, scale: float) -> WaitForPodsReady:
         recovery_timeout=policy.recovery_timeout * scale,
         backoff_base_seconds=policy.backoff_base_seconds * scale,
         backoff_max_seconds=policy.backoff_max_seconds * scale,
+        time_scale=policy.time_scale * scale,
     )
 
 
@@ -86,7 +87,8 @@ class PodsReadyWatch:
             self._set(key, lost + self.policy.recovery_timeout, True)
         else:  # (from this admission's start: a workload admitted again starts afresh)
             self.lost_at.pop(key, None)
-            self._set(key, wl.started_at + self.policy.timeout, False)
+            own = self.policy.timeout_of(view.info.annotations) if view.info is not None else self.policy.timeout
+            self._set(key, wl.started_at + own, False)
 
     def _set(self, key: str, at: float, recovering: bool) -> None:
         if self.deadlines.get(key) != (at, recovering):

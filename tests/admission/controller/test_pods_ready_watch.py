@@ -33,12 +33,12 @@ def test_an_elastic_job_is_ready_when_its_admitted_pods_are_not_when_its_gated_o
     watch = PodsReadyWatch(POLICY)
     wl = _started("ml/elastic", at=0.0)
     wl.pod_sets = jobs.read_job(_elastic_job(2)).pod_sets  # (admitted for 2; its Job now asks for 4)
-    elastic = SimpleNamespace(elastic=True)
+    elastic = SimpleNamespace(elastic=True, annotations={})
     watch.observe(wl, _job(ready=False, ready_pods=2, info=elastic), now=10.0)
     assert wl.ready_at == 10.0 and watch.next_deadline() is None
     plain = _started("ml/plain", at=0.0)
     plain.pod_sets, plain.admission = wl.pod_sets, wl.admission
-    watch.observe(plain, _job(ready=False, ready_pods=2, info=SimpleNamespace(elastic=False)), now=10.0)
+    watch.observe(plain, _job(ready=False, ready_pods=2, info=SimpleNamespace(elastic=False, annotations={})), now=10.0)
     assert plain.ready_at is None and watch.next_deadline() == 300.0, "any other job: all its pods, as Kueue's"
     watch.observe(wl, _job(ready=False, ready_pods=1, info=elastic), now=20.0)
     assert watch.next_deadline() == 80.0, "an admitted pod lost: the recovery timeout"
@@ -111,3 +111,17 @@ def test_a_deadline_that_moved_or_went_is_not_told_at_its_old_time() -> None:
     watch.observe(gone, _job(ready=False), now=0.0)
     watch.forget(gone.key)
     assert watch.next_deadline() is None and watch.due(10_000.0) == []
+
+
+def test_a_job_with_its_own_timeout_is_due_that_timeout_scaled_as_the_policys() -> None:
+    """KEP-4803's ``kueue.x-k8s.io/pods-ready-timeout``: the job's own timeout, not the policy's; in
+    engine cluster it is scaled by the time scale as the policy's durations are."""
+    own = SimpleNamespace(elastic=False, annotations={"kueue.x-k8s.io/pods-ready-timeout": "2m"})
+    watch = PodsReadyWatch(POLICY)
+    watch.observe(_started("ml/own", at=100.0), _job(ready=False, info=own), now=110.0)
+    assert watch.next_deadline() == 220.0
+    fast = PodsReadyWatch(scaled(POLICY, 0.01))
+    fast.observe(_started("ml/own", at=1.0), _job(ready=False, info=own), now=1.1)
+    assert fast.next_deadline() == 1.0 + 1.2
+    fast.observe(_started("ml/plain", at=1.0), _job(ready=False, info=SimpleNamespace(annotations={})), now=1.1)
+    assert fast.deadlines["ml/plain"] == (1.0 + 3.0, False), "the policy's timeout for the others"

@@ -495,3 +495,16 @@ def test_a_resource_the_queue_does_not_cover_is_not_told_never_when_undeclared_r
     assert review._never_fits(body, "ml", "team-a", config, devices=ignoring) == []
     (warning,) = review._never_fits(body, "ml", "team-a", config, devices=charges.Devices())
     assert "google.com/tpu" in warning and "IgnoreUndeclared" in warning
+
+
+def test_a_jobs_own_pods_ready_timeout_must_be_a_duration(server: Server) -> None:
+    """KEP-4803's ``kueue.x-k8s.io/pods-ready-timeout``: read (no warning that it is not), and a value
+    that is not a duration is refused at creation naming the annotation."""
+    own = job("own")
+    own["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/pods-ready-timeout"] = "15m"
+    review = server.review("/validate", own)
+    assert review["allowed"] is True and not [w for w in review.get("warnings", []) if "pods-ready" in w], review
+    own["metadata"]["annotations"]["kueue.x-k8s.io/pods-ready-timeout"] = "a while"
+    refused = server.review("/validate", own)
+    assert refused["allowed"] is False
+    assert "metadata.annotations[kueue.x-k8s.io/pods-ready-timeout]: must be a duration" in refused["status"]["message"]
