@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from admission.sim.operators import appwrappers, cronjobs, dcgm, serving
+from admission.sim.operators import appwrappers, cronjobs, dcgm, rayjobs, serving
 from admission.sim.operators.autoscaler import Autoscaler
 from admission.sim.operators.cluster import Cluster
 from admission.sim.operators.replicas import Replicas
@@ -117,6 +117,7 @@ class SimHost:
         serving.install(replicas)  # LeaderWorkerSet and KServe, when their CRDs are served
         appwrappers.install(replicas)  # CodeFlare's AppWrapper controller
         cronjobs.CronJobs(replicas)
+        rayjobs.RayJobs(replicas, default_runtime=default_runtime)  # KubeRay's: a RayCluster, then its submitter
         await cluster.start()
         await scaler.start()
         await replicas.start()

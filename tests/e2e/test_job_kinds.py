@@ -74,11 +74,26 @@ async def test_a_rayjob_and_a_partial_job_through_kubectl(tmp_path: Path, migrat
         )
         worker = started["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
         assert worker["nodeSelector"] == {"gpu": "a100"}
+        # as KubeRay: a RayCluster owned by the RayJob, then a submitter Job of its name, neither queued
+        made = await eventually(
+            lambda: _get(host, rayjobs, "tune").get("status", {}).get("rayClusterName"), what="its RayCluster"
+        )
+        clusters = next(r for r in host.server.served if r.plural == "rayclusters")
+        owners = [o["kind"] for o in _get(host, clusters, made)["metadata"]["ownerReferences"]]
+        assert owners == ["RayJob"] and made.startswith("tune-")
+        await eventually(lambda: _get(host, JOBS, "tune"), what="its submitter Job")
+        await eventually(lambda: running(host, f"{made}-gpu-") or None, what="its cluster's workers running")
+        workers = [p for n, p in live(host, f"{made}-gpu-").items()]
+        assert workers and all(p["spec"]["nodeSelector"] == {"gpu": "a100"} for p in workers)
         await eventually(
             lambda: _get(host, rayjobs, "tune").get("status", {}).get("jobDeploymentStatus") == "Complete",
             timeout=20,
             what="the RayJob complete",
         )
+        code, out, err = await kubectl(host.kubeconfig, "get", "workloads", "-n", "ml", "-o", "name")
+        assert code == 0 and out.split() == [w for w in out.split() if "rayjob-tune-" in w], out
+        code, out, err = await kubectl(host.kubeconfig, "get", "rayclusters", "-n", "ml", "-o", "name")
+        assert code == 0 and made not in out, "shutdownAfterJobFinishes: KubeRay deleted the cluster"
         # the queue holds 2 GPUs: a 4-pod sweep that may run with 1 starts with what is free
         code, _, err = await create(host, batch_job("sweep", 4, "1"))
         assert code == 0, err

@@ -81,9 +81,12 @@ class JobCache:
         return True
 
     def put(self, uid: str, view: JobView) -> None:
-        """The job (or pod workload, ``admission.controller.watch.podgroups``) as it now is."""
+        """The job (or pod workload, ``admission.controller.watch.podgroups``) as it now is. A part of
+        another job (``JobView.part``) is never queued, so it never takes a workload key: KubeRay names
+        a RayJob's submitter Job as the RayJob, and the RayJob keeps its key."""
         self.views[uid] = view
-        self.uid_of[view.key] = uid
+        if not view.part:
+            self.uid_of[view.key] = uid
 
     def drop(self, uid: str) -> JobView | None:
         """The job is gone; its key is forgotten unless another job has taken it meanwhile."""

@@ -1,19 +1,15 @@
 """What runs in the simulated cluster: job operators, a scheduler and a kubelet.
 
-- Operators (batch Job, the Kubeflow kinds, JobSet, RayJob, RayCluster, TrainJob, SparkApplication):
+- Operators (batch Job, the Kubeflow kinds, JobSet, RayCluster, TrainJob, SparkApplication):
   an unsuspended job gets its pods, one per replica, named ``<job>-<podset>-<i>`` (a
   SparkApplication's made through the API server, its driver's first:
   ``admission.sim.operators.spark``); a running batch Job follows changes to its ``parallelism`` at
   once (pods created up to it, those beyond it deleted), as the real Job controller does; suspending
   it deletes them and sets the Suspended condition; when every pod has succeeded the job completes,
-  with the status its real controller sets (Job: Complete; Kubeflow: Succeeded; JobSet: Completed;
-  RayJob: ``jobDeploymentStatus: Complete``). A RayCluster's pods run until it is deleted or
-  suspended; its ``status.state`` is ``ready`` while they run and ``suspended`` once a suspended
-  one's pods are gone, as KubeRay's. Differences from KubeRay: a
-  RayJob's pods (head, workers, submitter) are made by the RayJob itself, without the RayCluster
-  and submitter Job KubeRay makes between them, and they all succeed after the job's runtime
-  (KubeRay's submitter succeeds and the cluster is then deleted: the same quota released at the
-  same moment).
+  with the status its real controller sets (Job: Complete; Kubeflow: Succeeded; JobSet: Completed).
+  A RayCluster's pods run until it is deleted or suspended; its ``status.state`` is ``ready`` while
+  they run and ``suspended`` once a suspended one's pods are gone, as KubeRay's. A RayJob's cluster
+  and submitter Job are KubeRay's RayJob controller's (``admission.sim.operators.rayjobs``).
 - Scheduler: ``admission.sim.operators.kube_scheduler``.
 - Kubelet: a bound pod runs for the seconds in its job's ``turnstile.dev/sim-runtime``
   annotation (times ``time_scale``), then succeeds; without the annotation it runs for
@@ -56,8 +52,9 @@ JOB_UID_LABEL = "turnstile.dev/job-uid"
 POD_SET_LABEL = statuses.POD_SET_LABEL
 
 # Kinds whose pods are another object's, which its own operator runs: an AppWrapper's components
-# (``admission.sim.operators.appwrappers``), a RayService's RayCluster (``admission.sim.operators.serving``)
-MADE_BY_CHILDREN = {"AppWrapper", "RayService"}
+# (``admission.sim.operators.appwrappers``), a RayService's RayCluster (``admission.sim.operators.serving``),
+# a RayJob's RayCluster and submitter Job (``admission.sim.operators.rayjobs``)
+MADE_BY_CHILDREN = {"AppWrapper", "RayService", "RayJob"}
 JOB_RESOURCES = tuple(
     r for r in resources.ALL if (r.api_version, r.kind) in jobs.KINDS and r.kind not in MADE_BY_CHILDREN
 )
@@ -224,7 +221,7 @@ class Cluster:
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         statuses.count_pods(kind, job, pods, runtimes=self.runtime, terminating_field=self.job_terminating)
         if pods and succeeded == len(pods) and kind.layout == "ray":
-            status.update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", endTime=now_text())
+            pass  # (a RayCluster serves until deleted)
         elif pods and succeeded == len(pods) and kind.layout == "spark":
             status.update(applicationState={"state": "COMPLETED"}, terminationTime=now_text())
         elif pods and succeeded == len(pods):

@@ -133,6 +133,7 @@ class Replicas:
         self.made: dict[str, int] = {}  # pod uid -> the order the ReplicaSet controller made it
         self.tasks: list[asyncio.Task[None]] = []
         self.pod_labels: dict[str, Resource] = {}  # pod label -> the kind whose object it names (``register``)
+        self.waking: list[Resource] = []  # kinds watched only to wake their owners (``wake_on``)
 
     def register(self, res: Resource, handler: Callable[[Obj], Awaitable[None]], label: str | None = None) -> None:
         """Reconcile objects of ``res`` (and hear of their pods' changes) with ``handler``; ``label``: a
@@ -142,11 +143,17 @@ class Replicas:
         if label is not None:
             self.pod_labels[label] = res
 
+    def wake_on(self, res: Resource) -> None:
+        """Watch ``res`` only so that its objects' owners (of registered kinds) hear of their changes,
+        and go with them (a RayJob's submitter Job, which the Job controller runs)."""
+        if res not in self.waking and res not in self.handlers:
+            self.waking.append(res)
+
     def kind_of(self, kind: str, api_version: str) -> Resource | None:
         return next((r for r in self.handlers if r.kind == kind and r.api_version == api_version), None)
 
     async def start(self) -> None:
-        self.watchers = [Watcher(r, None) for r in (*self.handlers, PODS)]
+        self.watchers = [Watcher(r, None) for r in (*self.handlers, *self.waking, PODS)]
         for w in self.watchers:
             self.store.watchers.append(w)
             self.tasks.append(asyncio.create_task(self._consume(w)))
@@ -174,7 +181,9 @@ class Replicas:
                     children.add(key)
             if event.resource is PODS and event.type == "DELETED":
                 self.made.pop(str(meta.get("uid")), None)
-            if event.resource is not PODS and event.type == "DELETED":
+            if event.resource in self.waking:
+                pass  # (no controller of its own here: its owner's, below)
+            elif event.resource is not PODS and event.type == "DELETED":
                 self._collect(event.obj)
             elif event.resource is not PODS:
                 self._mark(event.resource, *key)
@@ -190,7 +199,7 @@ class Replicas:
     def _collect(self, owner: Obj) -> None:
         """The garbage collector's part: what a deleted owner controlled is deleted too (background)."""
         for namespace, name in sorted(self.children.pop(owner["metadata"]["uid"], ())):
-            for res in (*self.handlers, PODS):
+            for res in (*self.handlers, *self.waking, PODS):
                 with contextlib.suppress(ApiError):
                     child = self.store.get(res, namespace, name)
                     if _controller_uid(child) == owner["metadata"]["uid"]:

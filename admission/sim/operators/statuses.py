@@ -2,7 +2,7 @@
 
 Batch Job (active, ready, terminating, succeeded), the Kubeflow kinds (``replicaStatuses`` and the
 ``Running`` condition), JobSet and TrainJob (Ready child Jobs per replicated job), KubeRay (a
-RayCluster's ``state``, a RayJob's ``jobDeploymentStatus``), the Spark operator (a
+RayCluster's ``state``), the Spark operator (a
 SparkApplication's ``applicationState`` and ``executorState``): what Turnstile reads as "active",
 "finished" and PodsReady (waitForPodsReady), as Kueue reads them. A bound pod is Running and Ready.
 The labels and annotations the real controllers put on their pods are here too: a pod's rank, and
@@ -44,8 +44,6 @@ def set_condition(status: Obj, kind: str, value: str, reason: str, message: str 
 
 
 def done(kind: jobs.Kind, status: Obj, condition: str) -> bool:
-    if kind.kind == "RayJob":
-        return status.get("jobDeploymentStatus") in ("Complete", "Failed")
     if kind.layout == "spark":
         return (status.get("applicationState") or {}).get("state") in ("COMPLETED", "FAILED")
     return any(c.get("type") == condition and c.get("status") == "True" for c in status.get("conditions", []))
@@ -59,24 +57,16 @@ def _ray_status(
     suspended: bool,
     expected: dict[str, int],
 ) -> None:
-    """KubeRay's status: a RayCluster's state and worker counts (``desiredWorkerReplicas`` from its
-    spec, as KubeRay's); a RayJob's deployment status."""
+    """KubeRay's status of a RayCluster: its state and worker counts (``desiredWorkerReplicas`` from
+    its spec, as KubeRay's). (A RayJob's is ``admission.sim.operators.rayjobs``'.)"""
     live = sum(c["active"] for c in counts.values())
-    workers = sum(c["running"] for ps, c in counts.items() if ps not in ("head", "submitter"))
-    if kind.kind == "RayCluster":
-        desired = sum(n for ps, n in expected.items() if ps != "head")
-        status.update(readyWorkerReplicas=workers, availableWorkerReplicas=workers, desiredWorkerReplicas=desired)
-        if suspended and not live:
-            status["state"] = "suspended"
-        elif not suspended and all_ready:
-            status["state"] = "ready"
-        return
-    if suspended:
-        status["jobDeploymentStatus"] = "Suspending" if live else "Suspended"
-    elif live:
-        status["jobDeploymentStatus"] = "Running" if all_ready else "Initializing"
-        status.setdefault("jobStatus", "RUNNING" if all_ready else "PENDING")
-        status["rayClusterStatus"] = {"state": "ready" if all_ready else "", "readyWorkerReplicas": workers}
+    workers = sum(c["running"] for ps, c in counts.items() if ps != "head")
+    desired = sum(n for ps, n in expected.items() if ps != "head")
+    status.update(readyWorkerReplicas=workers, availableWorkerReplicas=workers, desiredWorkerReplicas=desired)
+    if suspended and not live:
+        status["state"] = "suspended"
+    elif not suspended and all_ready:
+        status["state"] = "ready"
 
 
 def _spark_status(status: Obj, pods: list[Obj], suspended: bool) -> None:
