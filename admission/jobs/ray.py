@@ -27,6 +27,7 @@ from __future__ import annotations
 from admission.jobs.base import Integration, PodsOf
 from admission.jobs.job_fields import condition_true
 from admission.kube.client import Obj, ResourceRef
+from queues.podsets import kuberay
 from queues.podsets.jobs import JobInfo
 
 _IDLE = ("", "New", "Suspended", "Complete", "Failed")
@@ -65,8 +66,20 @@ def _service_ready(obj: Obj, info: JobInfo) -> bool:
     return condition_true(obj, ("Ready",))
 
 
+def _made_cluster_pods(kind: str, obj: Obj) -> str | None:
+    """An elastic RayJob's or RayService's pods: its cluster's (as Kueue's ``PodLabelSelector``); None
+    before KubeRay made it. (A RayJob's submitter pod is its submitter Job's, never gated.)"""
+    name = kuberay.made_cluster_name(kind, obj)
+    return f"ray.io/cluster={name}" if name else None
+
+
 RAYJOB = Integration(
-    ResourceRef("ray.io/v1", "RayJob", "rayjobs"), (), _job_active, _job_finished, pods_ready=_job_ready
+    ResourceRef("ray.io/v1", "RayJob", "rayjobs"),
+    (),
+    _job_active,
+    _job_finished,
+    pods_ready=_job_ready,
+    pods_of=PodsOf(lambda job: _made_cluster_pods("RayJob", job), lambda pod: _group_pod_set(pod)),
 )
 
 
@@ -86,18 +99,11 @@ RAYCLUSTER = Integration(
 )
 
 
-def _service_cluster_pods(svc: Obj) -> str | None:
-    """An elastic RayService's pods: its active RayCluster's (as Kueue's ``PodLabelSelector``); None
-    before KubeRay made it."""
-    name = ((svc.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName")
-    return f"ray.io/cluster={name}" if name else None
-
-
 RAYSERVICE = Integration(
     ResourceRef("ray.io/v1", "RayService", "rayservices"),
     (),
     _service_active,
     pods_ready=_service_ready,
-    pods_of=PodsOf(_service_cluster_pods, _group_pod_set),
+    pods_of=PodsOf(lambda svc: _made_cluster_pods("RayService", svc), _group_pod_set),
 )
 ALL = (RAYJOB, RAYCLUSTER, RAYSERVICE)

@@ -39,7 +39,7 @@ from admission.store import config as config_store
 from admission.store import database, deletion
 from admission.store import workloads as store
 from queues.efficiency import BUDGET_EXHAUSTED, Trace
-from queues.podsets import serving
+from queues.podsets import kuberay, serving
 from queues.simulation import scenario_edits
 from queues.simulation.scenario import Edit, JobEntry, Part, Scenario
 from queues.simulation.simulator import Recorder, Result
@@ -58,16 +58,14 @@ SERVING = {
 }  # (their plurals are their lowercased kinds plus "s")
 
 
+SCALED_FIELDS = ("parallelism", "workerGroupSpecs", "rayClusterConfig", "rayClusterSpec")  # (what a scale edit sets)
 RAYCLUSTERS = kube_client.ResourceRef("ray.io/v1", "RayCluster", "rayclusters")
 
 
 def _autoscaled_cluster(obj: kube_client.Obj) -> str | None:
-    """The RayCluster an elastic, autoscaling RayService runs on (its active one), else None."""
-    config = (obj.get("spec") or {}).get("rayClusterConfig") or {}
-    if obj.get("kind") != "RayService" or config.get("enableInTreeAutoscaling") is not True:
-        return None
-    name = ((obj.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName")
-    return str(name) if name else None
+    """The RayCluster an elastic, autoscaling RayJob or RayService runs on (KubeRay made it), else None."""
+    kind = str(obj.get("kind"))
+    return kuberay.made_cluster_name(kind, obj) if kuberay.autoscales(kind, obj) else None
 
 
 def _ref(entry: JobEntry) -> kube_client.ResourceRef:
@@ -203,11 +201,11 @@ class Driver:
                 with contextlib.suppress(KubeError):  # (finished or gone: nothing to scale, as in engine core)
                     ref, current = _ref(scaled), await self.stack.kube.get(_ref(scaled), namespace, name)
                     made = _autoscaled_cluster(current)
-                    if made is not None:  # (an autoscaling RayService: the autoscaler scales its cluster)
+                    if made is not None:  # (an autoscaling Ray job: the autoscaler scales its cluster)
                         ref, name = RAYCLUSTERS, made
                         current = await self.stack.kube.get(ref, namespace, name)
-                    patch = {"spec": {k: v for k, v in scenario_edits.scaled(current, edit)["spec"].items()
-                                      if k in ("parallelism", "workerGroupSpecs", "rayClusterConfig")}}  # fmt: skip
+                    scaled_spec = scenario_edits.scaled(current, edit)["spec"]
+                    patch = {"spec": {k: v for k, v in scaled_spec.items() if k in SCALED_FIELDS}}
                     await self.stack.kube.patch(ref, namespace, name, patch)
             return
         if edit.action == "cancel":

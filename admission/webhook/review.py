@@ -123,15 +123,17 @@ def mutate(
 
 def _gate_templates(obj: Obj, integration: Integration) -> list[Obj]:
     """Kueue's elastic-job scheduling gate added to each of an elastic job's pod templates (as
-    Kueue's Job and RayCluster webhooks do): its pods wait until the controller lifts it, up to the
-    admitted count of their pod set."""
+    Kueue's Job and RayCluster webhooks do; a RayJob's cluster's, not its submitter's): its pods wait
+    until the controller lifts it, up to the admitted count of their pod set."""
     try:
         info = jobs.read_job(obj, integration.kind)
     except errors.Invalid:
         return []  # (refused by validation, naming the field)
     gate = {"name": ELASTIC_GATE}
     ops: list[Obj] = []
-    for pointer in info.template_paths.values():
+    for name, pointer in info.template_paths.items():
+        if name == "submitter" and info.kind == "RayJob":
+            continue  # (its submitter Job's pod is not its cluster's: never resized, never held)
         spec = job_fields.pointer_get(obj, f"{pointer}/spec")
         if not isinstance(spec, dict):
             continue

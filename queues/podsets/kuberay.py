@@ -6,8 +6,8 @@ own behaviours, each charged as Kueue charges it, in one place:
 - the **autoscaler sidecar** KubeRay puts in the head pod of a cluster with
   ``enableInTreeAutoscaling`` (500m / 512Mi unless ``autoscalerOptions.resources`` says otherwise);
 - the **default submitter** pod of a RayJob in ``K8sJobMode`` that sets no ``submitterPodTemplate``;
-- the **RayCluster KubeRay made** for an elastic, autoscaling RayService: the Ray autoscaler scales
-  that cluster, never the service, so its worker groups' replicas are the service's pod counts
+- the **RayCluster KubeRay made** for an elastic, autoscaling RayJob or RayService: the Ray
+  autoscaler scales that cluster, never the job, so its worker groups' replicas are the job's pod counts
   (Kueue's ``raycluster.UpdatePodSets``). It is found by name through a lookup (the controller's
   watch, ``admission.controller.watch.ray_clusters``), as a TrainJob's runtime is.
 """
@@ -38,22 +38,39 @@ DEFAULT_SUBMITTER: Mapping[str, Any] = {
 }
 
 
-def made_cluster(kind: str, obj: Mapping[str, Any], lookup: Lookup | None) -> Mapping[str, Any] | None:
-    """The RayCluster KubeRay made for an elastic, autoscaling RayService (its
-    ``status.activeServiceStatus.rayClusterName``), as ``lookup`` finds it: the Ray autoscaler
-    scales that cluster, so its worker groups' replicas are the service's counts (Kueue's
-    ``raycluster.UpdatePodSets``). None for anything else, or before KubeRay made it."""
-    if kind != "RayService" or lookup is None or not markings.elastic(obj):
-        return None
-    spec = obj.get("spec") or {}
-    config = spec.get("rayClusterConfig") if isinstance(spec, Mapping) else None
-    if not isinstance(config, Mapping) or config.get("enableInTreeAutoscaling") is not True:
-        return None
+# the Ray kinds whose cluster KubeRay makes: where each keeps that cluster's spec
+CLUSTER_SPEC = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}
+
+
+def autoscales(kind: str, obj: Mapping[str, Any]) -> bool:
+    """Whether a RayJob or RayService (``kind``: a listed object carries none) is elastic and its
+    cluster autoscales (``made_cluster``'s)."""
+    held = CLUSTER_SPEC.get(kind)
+    spec = obj.get("spec")
+    config = spec.get(held) if held is not None and isinstance(spec, Mapping) else None
+    return isinstance(config, Mapping) and config.get("enableInTreeAutoscaling") is True and markings.elastic(obj)
+
+
+def made_cluster_name(kind: str, obj: Mapping[str, Any]) -> str | None:
+    """The RayCluster KubeRay made for a RayJob (``status.rayClusterName``) or a RayService (its active
+    one, ``status.activeServiceStatus.rayClusterName``); None before it made one."""
     status = obj.get("status")
-    active = status.get("activeServiceStatus") if isinstance(status, Mapping) else None
-    name = active.get("rayClusterName") if isinstance(active, Mapping) else None
+    if not isinstance(status, Mapping):
+        return None
+    holder = status.get("activeServiceStatus") if kind == "RayService" else status
+    name = holder.get("rayClusterName") if isinstance(holder, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def made_cluster(kind: str, obj: Mapping[str, Any], lookup: Lookup | None) -> Mapping[str, Any] | None:
+    """The RayCluster KubeRay made for an elastic, autoscaling RayJob or RayService, as ``lookup``
+    finds it: the Ray autoscaler scales that cluster, so its worker groups' replicas are the job's
+    counts (Kueue's ``raycluster.UpdatePodSets``). None for anything else, or before KubeRay made it."""
+    if kind not in CLUSTER_SPEC or lookup is None or not autoscales(kind, obj):
+        return None
+    name = made_cluster_name(kind, obj)
     namespace = str((obj.get("metadata") or {}).get("namespace") or "default")
-    return lookup(RAY_CLUSTER, namespace, name) if isinstance(name, str) and name else None
+    return lookup(RAY_CLUSTER, namespace, name) if name is not None else None
 
 
 def made_replicas(made: Mapping[str, Any], group: str, replicas: int) -> int:

@@ -245,11 +245,10 @@ def _ray(
     """A RayCluster's spec, a RayService's ``rayClusterConfig``, or a RayJob's ``rayClusterSpec`` plus
     its submitter (see the docstring).
     As Kueue's webhook: a queued Ray cluster may autoscale only when ``elastic``
-    (``kueue.x-k8s.io/elastic-job``: resized in place, ``queues.cycle.elastic``), a RayCluster or a
-    RayService, its head then charged for the autoscaler sidecar KubeRay adds to it; ``made``: the
-    RayCluster KubeRay made for an autoscaling RayService, whose worker replicas count
-    (``kuberay.made_cluster``). A RayJob must delete its cluster when it finishes and may not run on an
-    existing one."""
+    (``kueue.x-k8s.io/elastic-job``: resized in place, ``queues.cycle.elastic``), its head then
+    charged for the autoscaler sidecar KubeRay adds to it; ``made``: the RayCluster KubeRay made for
+    an autoscaling RayJob or RayService, whose worker replicas count (``kuberay.made_cluster``). A
+    RayJob must delete its cluster when it finishes and may not run on an existing one."""
     job = kind.kind == "RayJob"
     held = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind.kind)
     base = f"spec.{held}" if held else "spec"
@@ -271,12 +270,12 @@ def _ray(
         problems.append(FieldError(base, "required: the Ray cluster's spec"))
         return
     autoscales = cluster.get("enableInTreeAutoscaling") is True
-    if autoscales and (job or not elastic):
+    if autoscales and not elastic:
         problems.append(
             FieldError(
                 f"{base}.enableInTreeAutoscaling",
-                "a queued Ray cluster can autoscale only as an elastic RayCluster or RayService (annotate it "
-                f'{markings.ELASTIC_JOB}: "true"; a RayJob\'s cluster cannot here); else set it to false',
+                "a queued Ray cluster can autoscale only as an elastic job (annotate it "
+                f'{markings.ELASTIC_JOB}: "true"); else set it to false',
             )
         )
     head = template(cluster.get("headGroupSpec"), f"{base}.headGroupSpec", problems)

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # Kueue's workload slices: a batch Job resized in place
-# resized in place (Kueue: RayJob too; here it is admitted at its size: ``unsupported_markings``)
-ELASTIC_KINDS = {("batch/v1", "Job"), ("ray.io/v1", "RayCluster"), ("ray.io/v1", "RayService")}
+# resized in place, as Kueue's workload slices
+ELASTIC_KINDS = {("batch/v1", "Job"), ("ray.io/v1", "RayCluster"), ("ray.io/v1", "RayJob"), ("ray.io/v1", "RayService")}
 
 
 def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
@@ -24,16 +24,16 @@ def unsupported_markings(obj: Mapping[str, Any]) -> list[str]:
     out = []
     if str(marks.get(ELASTIC_JOB, "")).lower() == "true" and not elastic(obj):
         out.append(
-            f"metadata.annotations[{ELASTIC_JOB}]: elastic jobs (workload slices) are a batch Job's, a "
-            f"RayCluster's or a RayService's only here (not a {obj.get('kind')}'s); it is admitted at its size "
-            "now, and a change of its pods evicts and requeues it"
+            f"metadata.annotations[{ELASTIC_JOB}]: elastic jobs (workload slices) are a batch Job's or a Ray "
+            f"kind's only here (not a {obj.get('kind')}'s); it is admitted at its size now, and a change of its "
+            "pods evicts and requeues it"
         )
     return out
 
 
 def elastic(obj: Mapping[str, Any]) -> bool:
-    """Whether a job is elastic (``queues.cycle.elastic``): a batch Job, RayCluster or RayService
-    annotated as Kueue's ``kueue.x-k8s.io/elastic-job: "true"`` (the value exactly, as Kueue reads it)."""
+    """Whether a job is elastic (``queues.cycle.elastic``): a batch Job, RayCluster, RayJob or
+    RayService annotated as Kueue's ``kueue.x-k8s.io/elastic-job: "true"`` (the value exactly, as Kueue reads it)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return elastic_kind(str(obj.get("apiVersion")), str(obj.get("kind")), annotations)
 

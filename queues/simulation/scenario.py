@@ -240,14 +240,15 @@ def parse(doc: Any) -> Scenario:
         if edit.action != "scale":
             pass
         elif edit.name not in deployments | batch | set(ray):
-            problems.append(
-                FieldError(f"{where}.scale", f"no Deployment, Job, RayCluster or RayService {edit.name!r} in jobs")
-            )
+            problems.append(FieldError(f"{where}.scale", f"no Deployment, Job or Ray job {edit.name!r} in jobs"))
         elif edit.name in batch and edit.replicas < 1:
             problems.append(FieldError(f"{where}.replicas", "a Job's parallelism must be >= 1"))
         elif (edit.name in ray) != bool(edit.group):
             problems.append(
-                FieldError(f"{where}.workerGroup", "only a RayCluster's or RayService's scale names a worker group")
+                FieldError(
+                    f"{where}.workerGroup",
+                    "only a RayCluster's, RayJob's or RayService's scale names a worker group",
+                )
             )
         elif edit.name in ray and edit.group.lower() not in {ps.name for ps in ray[edit.name].job.pod_sets} - {"head"}:
             problems.append(FieldError(f"{where}.workerGroup", f"no worker group {edit.group!r} in {edit.name}"))

@@ -158,13 +158,14 @@ def apply_edit(config: Config, edit: Edit) -> None:
 
 def scaled(obj: Mapping[str, Any], edit: Edit) -> dict[str, Any]:
     """A job as a ``scale`` edit leaves it: a batch Job's ``parallelism``, or a RayCluster's (a
-    RayService's ``rayClusterConfig``'s) worker group's ``replicas`` (what its autoscaler sets), is
-    ``edit.replicas`` (engine core reads it, engine cluster patches it in: into an autoscaling
-    RayService's cluster, where its autoscaler writes)."""
+    RayJob's or RayService's cluster spec's) worker group's ``replicas`` (what its autoscaler sets),
+    is ``edit.replicas`` (engine core reads it, engine cluster patches it in: into the cluster KubeRay
+    made for an autoscaling RayJob or RayService, where its autoscaler writes)."""
     spec = dict(obj.get("spec") or {})
-    if edit.group and obj.get("kind") == "RayService":
-        config = {"kind": "RayCluster", "spec": spec.get("rayClusterConfig") or {}}
-        spec["rayClusterConfig"] = scaled(config, edit)["spec"]
+    held = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(str(obj.get("kind")))
+    if edit.group and held is not None:
+        config = {"kind": "RayCluster", "spec": spec.get(held) or {}}
+        spec[held] = scaled(config, edit)["spec"]
     elif edit.group:
         spec["workerGroupSpecs"] = [
             {**g, "replicas": edit.replicas} if isinstance(g, Mapping) and g.get("groupName") == edit.group else g

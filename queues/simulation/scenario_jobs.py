@@ -72,7 +72,7 @@ DEPLOYMENT = ("apps/v1", "Deployment")
 BATCH_JOB = ("batch/v1", "Job")  # (a scale edit sets its parallelism)
 RAY_CLUSTER = ("ray.io/v1", "RayCluster")
 RAY_SERVICE = ("ray.io/v1", "RayService")
-RAY_SCALED = {RAY_CLUSTER, RAY_SERVICE}  # (a scale edit sets a worker group's replicas)
+RAY_SCALED = {RAY_CLUSTER, ("ray.io/v1", "RayJob"), RAY_SERVICE}  # (a scale edit sets a worker group's replicas)
 SERVES = {RAY_CLUSTER, RAY_SERVICE}  # integrated kinds that never finish: they serve until deleted
 
 

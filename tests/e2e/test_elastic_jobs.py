@@ -239,3 +239,55 @@ async def _group_count(host: SimHost, prefix: str, n: int) -> dict[str, Any] | N
         return None
     usage = {a["name"]: a["resourceUsage"] for a in obj["status"].get("admission", {}).get("podSetAssignments", [])}
     return obj if usage.get("gpu", {}).get("nvidia.com/gpu") == str(n) else None
+
+
+def ray_job(name: str) -> dict[str, Any]:
+    """Kueue's ray-job-autoscaling-sample.yaml in shape (an elastic RayJob whose cluster autoscales),
+    its worker asking for a GPU and its autoscaler sidecar for CPU only (the ClusterQueue covers no
+    memory); KubeRay's submitter as a small pod of its own."""
+    config = ray_cluster(name)["spec"]
+    config["autoscalerOptions"] = {
+        **config["autoscalerOptions"],
+        "idleTimeoutSeconds": 30,
+        "upscalingMode": "Aggressive",
+    }
+    meta = {"name": name, "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+            "annotations": {ELASTIC_GATE: "true", "turnstile.dev/sim-runtime": "3600"}}  # fmt: skip
+    submitter = {"spec": {"restartPolicy": "Never",
+                          "containers": [{"name": "submit", "image": "ray", "resources": {"requests": {"cpu": "100m"}}}]}}  # fmt: skip
+    spec = {"shutdownAfterJobFinishes": True, "entrypoint": "python /home/ray/samples/sample_code.py",
+            "rayClusterSpec": config, "submitterPodTemplate": submitter}  # fmt: skip
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta, "spec": spec}
+
+
+async def test_an_autoscaling_ray_job_follows_the_cluster_kuberay_made_for_it(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    """Kueue's RayJob autoscaling (rayjobs.md): the Ray autoscaler scales the RayCluster KubeRay made
+    for the RayJob; the RayJob's Workload follows that cluster's workers, resized in place; its
+    submitter runs throughout, never gated."""
+    async with cluster(tmp_path, migrated_url) as (host, _kube):  # (team-a: 2 GPUs)
+        assert (await create(host, ray_job("tune")))[0] == 0
+        rayjobs = next(r for r in host.server.served if r.plural == "rayjobs")
+        made = await eventually(
+            lambda: host.server.store.get(rayjobs, "ml", "tune").get("status", {}).get("rayClusterName"),
+            what="the RayCluster KubeRay made",
+        )
+        await eventually(lambda: len(running(host, f"{made}-")) == 2, what="its head and one worker running")
+        await eventually(lambda: len(running(host, "tune-main-")) == 1, what="its submitter running")
+        first = await eventually(lambda: _group_count(host, "rayjob-tune-", 1), what="its Workload at 1 worker")
+
+        await _workers(host, made, 2)  # the autoscaler asks for a second worker: it fits
+        await eventually(lambda: len(running(host, f"{made}-gpu-")) == 2, what="the second worker running")
+        grown = await eventually(lambda: _group_count(host, "rayjob-tune-", 2), what="its Workload at 2 workers")
+        assert grown["metadata"]["uid"] == first["metadata"]["uid"], "the same Workload: resized, not requeued"
+        await _workers(host, made, 3)  # a third: no GPU left, it waits behind the gate
+        await eventually(lambda: len(gated_elastic(host, f"{made}-gpu-")) == 1, what="the third worker held")
+        said = await eventually(lambda: _pending_event(host, "tune"), what="a Pending Event saying why it waits")
+        assert "scaling up to head: 1, gpu: 3, submitter: 1 waits for quota" in said, said
+        await _workers(host, made, 1)  # the autoscaler gives two back: the quota follows
+        await eventually(lambda: len(live(host, f"{made}-gpu-")) == 1, what="KubeRay's extra workers gone")
+        await eventually(lambda: _group_count(host, "rayjob-tune-", 1), what="its Workload at 1 worker again")
+        assert (await create(host, job("after", 1)))[0] == 0
+        await eventually(lambda: len(running(host, "after-")) == 1, what="a job running in the GPU given back")
+        assert len(running(host, "tune-main-")) == 1 and not gated_elastic(host, "tune-main-"), "the submitter ran on"

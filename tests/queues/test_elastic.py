@@ -153,7 +153,9 @@ def test_a_ray_clusters_scale_names_its_worker_group() -> None:
     doc = {"name": "x", "manifests": [], "jobs": [{"at": 0, "object": rc}]}
     (edit,) = scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "workerGroup": "gpu", "replicas": 3}]}).edits
     assert (edit.name, edit.group, edit.replicas) == ("ns/rc", "gpu", 3)
-    with pytest.raises(errors.Invalid, match=r"edits\[0\]\.workerGroup: only a RayCluster's or RayService's scale"):
+    with pytest.raises(
+        errors.Invalid, match=r"edits\[0\]\.workerGroup: only a RayCluster's, RayJob's or RayService's scale"
+    ):
         scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "replicas": 3}]})
     with pytest.raises(errors.Invalid, match=r"edits\[0\]\.workerGroup: no worker group 'cpu' in ns/rc"):
         scenario.parse({**doc, "edits": [{"at": 1, "scale": "ns/rc", "workerGroup": "cpu", "replicas": 3}]})

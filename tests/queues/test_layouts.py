@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from queues import errors
 from queues.podsets import jobs
@@ -91,7 +92,7 @@ def test_newer_kubeflow_kinds(kind: str, field: str, types: list[str]) -> None:
         ),
         (
             obj("ray.io/v1", "RayCluster", ray_cluster(enableInTreeAutoscaling=True)),
-            "spec.enableInTreeAutoscaling: a queued Ray cluster can autoscale only as an elastic RayCluster",
+            "spec.enableInTreeAutoscaling: a queued Ray cluster can autoscale only as an elastic job",
         ),
         (
             obj("ray.io/v1", "RayJob", {"shutdownAfterJobFinishes": True, "clusterSelector": {"a": "b"},
@@ -160,9 +161,75 @@ def test_an_elastic_ray_cluster_autoscales_and_its_head_is_charged_for_the_autos
     assert dict(head.requests) == {"cpu": 3000}
     assert pod_sets(obj("ray.io/v1", "RayCluster", ray_cluster(), **elastic))[0] == ("head", 1, {"cpu": 2000})
     job = obj("ray.io/v1", "RayJob", {"shutdownAfterJobFinishes": True,
-                                      "rayClusterSpec": ray_cluster(enableInTreeAutoscaling=True)}, **elastic)  # fmt: skip
-    with pytest.raises(errors.Invalid, match=r"a RayJob's cluster cannot here"):
+                                      "rayClusterSpec": ray_cluster(enableInTreeAutoscaling=True)})  # fmt: skip
+    with pytest.raises(errors.Invalid, match=r"rayClusterSpec.enableInTreeAutoscaling: .* only as an elastic job"):
         jobs.read_job(job)
+
+
+# Kueue's site/static/examples/jobs/ray-job-autoscaling-sample.yaml (comments and the runtime env left out)
+KUEUE_AUTOSCALING_RAYJOB = """
+apiVersion: ray.io/v1
+kind: RayJob
+metadata:
+  name: rayjob-autoscaling-sample
+  labels:
+    kueue.x-k8s.io/queue-name: user-queue
+  annotations:
+    kueue.x-k8s.io/elastic-job: "true"
+spec:
+  shutdownAfterJobFinishes: true
+  entrypoint: python /home/ray/samples/sample_code.py
+  rayClusterSpec:
+    rayVersion: '2.9.0'
+    autoscalerOptions:
+      idleTimeoutSeconds: 30
+      upscalingMode: Aggressive
+    enableInTreeAutoscaling: true
+    headGroupSpec:
+      rayStartParams:
+        dashboard-host: '0.0.0.0'
+      template:
+        spec:
+          containers:
+            - name: ray-head
+              image: rayproject/ray:2.9.0
+              resources: {limits: {cpu: "1"}, requests: {cpu: "1"}}
+    workerGroupSpecs:
+      - replicas: 1
+        minReplicas: 1
+        maxReplicas: 5
+        groupName: small-group
+        rayStartParams: {}
+        template:
+          spec:
+            containers:
+              - name: ray-worker
+                image: rayproject/ray:2.9.0
+                resources: {limits: {cpu: "1"}, requests: {cpu: "1"}}
+"""
+
+
+def test_kueues_autoscaling_rayjob_sample_is_elastic_and_counts_its_clusters_workers() -> None:
+    """Kueue's rayjobs.md (autoscaling): the sample is read as Kueue reads it (the head charged for
+    KubeRay's autoscaler sidecar, KubeRay's default submitter), and once KubeRay made its cluster
+    (``status.rayClusterName``) the worker counts are that cluster's, where the autoscaler writes."""
+    job = yaml.safe_load(KUEUE_AUTOSCALING_RAYJOB)
+    info = jobs.read_job(job)
+    assert info.elastic
+    assert [(ps.name, ps.count, dict(ps.requests)) for ps in info.pod_sets] == [
+        ("head", 1, {"cpu": 1500, "memory": 512 * 2**20 * 1000}),
+        ("small-group", 1, {"cpu": 1000}),
+        ("submitter", 1, {"cpu": 500, "memory": 200 * 2**20 * 1000}),
+    ]
+    job["status"] = {"rayClusterName": "rayjob-autoscaling-sample-x7k2p"}
+    made = {"spec": {**job["spec"]["rayClusterSpec"],
+                     "workerGroupSpecs": [{**job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0], "replicas": 4}]}}  # fmt: skip
+
+    def lookup(kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return made if (kind, name) == ("RayCluster", "rayjob-autoscaling-sample-x7k2p") else None
+
+    counts = {ps.name: ps.count for ps in jobs.read_job(job, runtimes=lookup).pod_sets}
+    assert counts == {"head": 1, "small-group": 4, "submitter": 1}
 
 
 def test_an_autoscaling_ray_service_counts_the_workers_of_the_cluster_kuberay_made() -> None:
@@ -190,5 +257,5 @@ def test_an_autoscaling_ray_service_counts_the_workers_of_the_cluster_kuberay_ma
         "a service that does not autoscale is its own spec"
     )
     plain = obj("ray.io/v1", "RayService", {"rayClusterConfig": config})
-    with pytest.raises(errors.Invalid, match=r"elastic RayCluster or RayService"):
+    with pytest.raises(errors.Invalid, match=r"only as an elastic job"):
         jobs.read_job(plain)

@@ -213,7 +213,7 @@ def test_a_deployment_and_its_scale_edits() -> None:
         ),
         (
             {"jobs": [{"at": 0, "object": DEPLOYMENT}], "edits": [{"at": 1, "scale": "ns/other", "replicas": 1}]},
-            "no Deployment, Job, RayCluster or RayService 'ns/other'",
+            "no Deployment, Job or Ray job 'ns/other'",
         ),
         (
             {"jobs": [{"at": 0, "object": DEPLOYMENT}], "edits": [{"at": 1, "scale": "ns/vllm", "replicas": -1}]},

@@ -1,11 +1,11 @@
-"""The RayClusters KubeRay made for RayServices: where an autoscaling service's pod counts are.
+"""The RayClusters KubeRay made for RayJobs and RayServices: where an autoscaling one's pod counts are.
 
-An elastic RayService with ``enableInTreeAutoscaling`` is scaled by the Ray autoscaler, which
-writes its RayCluster's worker ``replicas``, never the service's spec; so, as Kueue's
-``raycluster.UpdatePodSets``, the service's pod counts are read from that cluster
-(``queues.podsets.kuberay.made_cluster``), and a change of the cluster is a change of the service
-(resized in place: ``queues.cycle.elastic``). This keeps the clusters a RayService owns (by
-namespace and name, for the job views' lookup) and the elastic, autoscaling services seen (by uid,
+An elastic RayJob or RayService with ``enableInTreeAutoscaling`` is scaled by the Ray autoscaler,
+which writes its RayCluster's worker ``replicas``, never the job's spec; so, as Kueue's
+``raycluster.UpdatePodSets``, the job's pod counts are read from that cluster
+(``queues.podsets.kuberay.made_cluster``), and a change of the cluster is a change of the job
+(resized in place: ``queues.cycle.elastic``). This keeps the clusters such a job owns (by
+namespace and name, for the job views' lookup) and the elastic, autoscaling jobs seen (by uid,
 to read again when their cluster changes); both are few. Cluster events come from the RayCluster
 integration's informer when that kind is queued, else from an informer of its own.
 """
@@ -18,15 +18,10 @@ from typing import Any
 from admission.jobs.base import Integration
 from admission.kube.client import Kube, Obj, ResourceRef
 from admission.kube.informer import Informer
-from queues.podsets import kuberay, markings
+from queues.podsets import kuberay
 
 RAYCLUSTERS = ResourceRef("ray.io/v1", kuberay.RAY_CLUSTER, "rayclusters")
-OWNER_KINDS = {"RayService"}  # the Ray kinds whose cluster KubeRay makes and the autoscaler scales
-
-
-def _autoscaling_service(obj: Obj) -> bool:
-    config = (obj.get("spec") or {}).get("rayClusterConfig")
-    return markings.elastic(obj) and isinstance(config, Mapping) and config.get("enableInTreeAutoscaling") is True
+OWNER_KINDS = set(kuberay.CLUSTER_SPEC)  # the Ray kinds whose cluster KubeRay makes and the autoscaler scales
 
 
 def _owner_uid(obj: Obj) -> str | None:
@@ -39,8 +34,8 @@ def _owner_uid(obj: Obj) -> str | None:
 class RayClusters:
     def __init__(self, kube: Kube, reread: Callable[[Obj], None], *, watched: bool) -> None:
         """``watched``: the RayCluster integration's informer brings cluster events (``job``)."""
-        self.clusters: dict[tuple[str, str], Obj] = {}  # (namespace, name) -> a cluster a RayService owns
-        self.services: dict[str, Obj] = {}  # uid -> an elastic, autoscaling RayService as last seen
+        self.clusters: dict[tuple[str, str], Obj] = {}  # (namespace, name) -> a cluster a RayJob or RayService owns
+        self.owners: dict[str, Obj] = {}  # uid -> an elastic, autoscaling RayJob or RayService as last seen
         self.reread = reread  # a job to read again (its cluster came, changed or went)
         self.informers = [] if watched else [Informer(kube, RAYCLUSTERS, self._on_cluster, optional=True)]
 
@@ -48,15 +43,15 @@ class RayClusters:
         return self.clusters.get((namespace or "", name)) if kind == kuberay.RAY_CLUSTER else None
 
     def job(self, integration: Integration, kind: str, obj: Obj) -> None:
-        """A job event: a RayCluster's (when that kind is queued) or a RayService's."""
+        """A job event: a RayCluster's (when that kind is queued), a RayJob's or a RayService's."""
         if integration.ref.kind == kuberay.RAY_CLUSTER:
             self._on_cluster(kind, obj)
         elif integration.ref.kind in OWNER_KINDS:
             uid = str((obj.get("metadata") or {}).get("uid"))
-            if kind != "DELETED" and _autoscaling_service(obj):
-                self.services[uid] = obj
+            if kind != "DELETED" and kuberay.autoscales(integration.ref.kind, obj):
+                self.owners[uid] = obj
             else:
-                self.services.pop(uid, None)
+                self.owners.pop(uid, None)
 
     def _on_cluster(self, kind: str, obj: Obj) -> None:
         owner = _owner_uid(obj)
@@ -72,6 +67,6 @@ class RayClusters:
         # (a status update changes no count: only a new spec, or the cluster coming or going, does)
         generation = (before or {}).get("metadata", {}).get("generation")
         if before is None or kind == "DELETED" or generation != meta.get("generation"):
-            service = self.services.get(owner)
-            if service is not None:
-                self.reread(service)
+            parent = self.owners.get(owner)
+            if parent is not None:
+                self.reread(parent)

@@ -422,7 +422,7 @@ def test_an_elastic_job_is_gated_and_kinds_not_elastic_here_are_warned_about(ser
     del cluster["metadata"]["annotations"]
     refused = server.review("/validate", cluster)
     assert refused["allowed"] is False and "spec.enableInTreeAutoscaling" in refused["status"]["message"]
-    assert "can autoscale only as an elastic RayCluster" in refused["status"]["message"]
+    assert "can autoscale only as an elastic job" in refused["status"]["message"]
     pytorch = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -431,7 +431,7 @@ def test_an_elastic_job_is_gated_and_kinds_not_elastic_here_are_warned_about(ser
         "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}}}},
     }  # fmt: skip
     review = server.review("/validate", pytorch)
-    assert any("are a batch Job's, a RayCluster's or a RayService's only here (not a PyTorchJob's)" in w
+    assert any("are a batch Job's or a Ray kind's only here (not a PyTorchJob's)" in w
                for w in review.get("warnings", [])), review  # fmt: skip
     service = {**cluster, "kind": "RayService", "metadata": {**cluster["metadata"], "name": "svc"},
                "spec": {"rayClusterConfig": cluster["spec"]}}  # fmt: skip
@@ -442,6 +442,16 @@ def test_an_elastic_job_is_gated_and_kinds_not_elastic_here_are_warned_about(ser
     gated = {op["path"] for op in patch_of(server.review("/mutate", service)) if "schedulingGates" in op["path"]}
     assert gated == {"/spec/rayClusterConfig/headGroupSpec/template/spec/schedulingGates",
                      "/spec/rayClusterConfig/workerGroupSpecs/0/template/spec/schedulingGates"}  # fmt: skip
+    # a RayJob: its cluster's templates (KubeRay copies them into the cluster), never its submitter's
+    submitter = {"spec": {"restartPolicy": "Never", "containers": [{"name": "s", "image": "x"}]}}
+    rayjob = {**service, "kind": "RayJob", "metadata": {**service["metadata"], "name": "rj"},
+              "spec": {"shutdownAfterJobFinishes": True, "rayClusterSpec": cluster["spec"],
+                       "submitterPodTemplate": submitter}}  # fmt: skip
+    review = server.review("/validate", rayjob)
+    assert review["allowed"] is True, review
+    gated = {op["path"] for op in patch_of(server.review("/mutate", rayjob)) if "schedulingGates" in op["path"]}
+    assert gated == {"/spec/rayClusterSpec/headGroupSpec/template/spec/schedulingGates",
+                     "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec/schedulingGates"}  # fmt: skip
     assert not any("elastic" in w for w in server.review("/validate", job("plain")).get("warnings", []))
 
 
