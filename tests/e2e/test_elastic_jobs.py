@@ -213,22 +213,34 @@ async def test_an_autoscaling_ray_service_follows_the_cluster_its_autoscaler_sca
         assert code == 0, err
         made = json.loads(out)["status"]["activeServiceStatus"]["rayClusterName"]
 
-        await _workers(host, made, 2)  # the autoscaler asks for a second worker: it fits
-        await eventually(lambda: len(running(host, f"{made}-gpu-")) == 2, what="the second worker running")
-        grown = await eventually(lambda: _group_count(host, "rayservice-serve-", 2), what="its Workload at 2 workers")
-        assert grown["metadata"]["uid"] == first["metadata"]["uid"], "the same Workload: resized, not requeued"
-        await _workers(host, made, 3)  # a third: no GPU left, it waits behind the gate
-        await eventually(lambda: len(gated_elastic(host, f"{made}-gpu-")) == 1, what="the third worker held")
-        assert len(running(host, f"{made}-gpu-")) == 2
-        await _workers(host, made, 1)  # the autoscaler gives two back: the quota follows
-        await eventually(lambda: len(live(host, f"{made}-gpu-")) == 1, what="KubeRay's extra workers gone")
-        await eventually(lambda: _group_count(host, "rayservice-serve-", 1), what="its Workload at 1 worker")
+        await _grow_then_hold(host, made, "rayservice-serve-", first)
+        await _shrink(host, made, "rayservice-serve-")
         assert (await create(host, job("after", 1)))[0] == 0
         await eventually(lambda: len(running(host, "after-")) == 1, what="a job running in the GPU given back")
         code, out, err = await kubectl(host.kubeconfig, "get", "rayservice", "serve", "-n", "ml", "-o", "json")
         assert code == 0, err
         groups = json.loads(out)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
         assert groups[0]["replicas"] == 1, "the service's own spec is not what scaled"
+
+
+async def _grow_then_hold(host: SimHost, made: str, prefix: str, first: dict[str, Any]) -> None:
+    """The Ray autoscaler (a patch of the cluster KubeRay ``made``) asks for a second worker: it fits,
+    and the Workload named ``prefix...`` is resized in place; then for a third: no GPU is left, it is
+    held behind the gate while the two run on."""
+    await _workers(host, made, 2)
+    await eventually(lambda: len(running(host, f"{made}-gpu-")) == 2, what="the second worker running")
+    grown = await eventually(lambda: _group_count(host, prefix, 2), what="its Workload at 2 workers")
+    assert grown["metadata"]["uid"] == first["metadata"]["uid"], "the same Workload: resized, not requeued"
+    await _workers(host, made, 3)
+    await eventually(lambda: len(gated_elastic(host, f"{made}-gpu-")) == 1, what="the third worker held")
+    assert len(running(host, f"{made}-gpu-")) == 2
+
+
+async def _shrink(host: SimHost, made: str, prefix: str) -> None:
+    """The autoscaler gives two workers back: KubeRay deletes them and the Workload follows."""
+    await _workers(host, made, 1)
+    await eventually(lambda: len(live(host, f"{made}-gpu-")) == 1, what="KubeRay's extra workers gone")
+    await eventually(lambda: _group_count(host, prefix, 1), what="its Workload at 1 worker again")
 
 
 async def _group_count(host: SimHost, prefix: str, n: int) -> dict[str, Any] | None:
@@ -277,17 +289,10 @@ async def test_an_autoscaling_ray_job_follows_the_cluster_kuberay_made_for_it(
         await eventually(lambda: len(running(host, "tune-main-")) == 1, what="its submitter running")
         first = await eventually(lambda: _group_count(host, "rayjob-tune-", 1), what="its Workload at 1 worker")
 
-        await _workers(host, made, 2)  # the autoscaler asks for a second worker: it fits
-        await eventually(lambda: len(running(host, f"{made}-gpu-")) == 2, what="the second worker running")
-        grown = await eventually(lambda: _group_count(host, "rayjob-tune-", 2), what="its Workload at 2 workers")
-        assert grown["metadata"]["uid"] == first["metadata"]["uid"], "the same Workload: resized, not requeued"
-        await _workers(host, made, 3)  # a third: no GPU left, it waits behind the gate
-        await eventually(lambda: len(gated_elastic(host, f"{made}-gpu-")) == 1, what="the third worker held")
+        await _grow_then_hold(host, made, "rayjob-tune-", first)
         said = await eventually(lambda: _pending_event(host, "tune"), what="a Pending Event saying why it waits")
         assert "scaling up to head: 1, gpu: 3, submitter: 1 waits for quota" in said, said
-        await _workers(host, made, 1)  # the autoscaler gives two back: the quota follows
-        await eventually(lambda: len(live(host, f"{made}-gpu-")) == 1, what="KubeRay's extra workers gone")
-        await eventually(lambda: _group_count(host, "rayjob-tune-", 1), what="its Workload at 1 worker again")
+        await _shrink(host, made, "rayjob-tune-")
         assert (await create(host, job("after", 1)))[0] == 0
         await eventually(lambda: len(running(host, "after-")) == 1, what="a job running in the GPU given back")
         assert len(running(host, "tune-main-")) == 1 and not gated_elastic(host, "tune-main-"), "the submitter ran on"
