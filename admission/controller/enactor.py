@@ -184,7 +184,7 @@ class Enactor:
                 running = held
 
                 def victims_gone() -> bool:
-                    return not self._victims_running(term, key, running)
+                    return not self._victims_running(term, key, running, say=False)
 
                 if await elastic_pods.ungate(self.kube, view, held, victims_gone):
                     self.queue.request_after(key, self.poll)
@@ -279,15 +279,21 @@ class Enactor:
         self.patches += 1
         return True
 
-    def _victims_running(self, term: Term, key: str, held: Workload) -> bool:
+    def _victims_running(self, term: Term, key: str, held: Workload, *, say: bool = True) -> bool:
         """Whether pods of workloads preempted in ``held``'s quota tree still run (then it waits,
-        and their events wake it): no GPU is ever double-booked."""
+        and their events wake it): no GPU is ever double-booked. ``say``: tell the step it waits
+        (its Workload object says ``Preempting``); not for an elastic job's growth, whose running
+        pods go on under its admission while only the added ones wait."""
         tree = term.tree_of(held)
         victims = sorted(k for k, t in term.stopping.items() if t == tree and k != key) if tree else []
         if tree is not None and victims:
             term.blocked[key] = tree
-            self._waiting(key, tuple(victims))
+            if say:
+                self._waiting(key, tuple(victims))
             return True
+        if not say:
+            term.blocked.pop(key, None)
+            return False
         term.blocked.pop(key, None)
         if key in term.announce:  # a preemptor whose victims are gone: it is admitted now (said once)
             term.announce.discard(key)

@@ -31,6 +31,14 @@ def _running(w: World, prefix: str) -> int:
     )
 
 
+def _admitted(w: World, prefix: str) -> bool | None:
+    """The Admitted condition of the Workload object named ``prefix...`` (None: no such object yet)."""
+    workloads = next(r for r in w.host.server.served if r.plural == "workloads" and r.group == "kueue.x-k8s.io")
+    objects = [o for o in w.host.server.store.list(workloads, "ml")[0] if o["metadata"]["name"].startswith(prefix)]
+    conditions = {c["type"]: c["status"] for o in objects for c in (o.get("status") or {}).get("conditions") or []}
+    return None if "Admitted" not in conditions else conditions["Admitted"] == "True"
+
+
 def _gated(w: World, prefix: str) -> int:
     return sum(1 for p in _pods(w, prefix) if GATE in [g["name"] for g in p["spec"].get("schedulingGates") or []])
 
@@ -67,6 +75,7 @@ async def test_a_growth_into_quota_an_eviction_freed_waits_for_the_evicted_pods(
         deadline = time.monotonic() + 20
         while _pods(w, "low-") and time.monotonic() < deadline:
             assert _running(w, "train-") <= 2, "a GPU double-booked: the growth started while low's pod still ran"
+            assert _admitted(w, "job-train-") is not False, "its running pods go on: never said Preempting meanwhile"
             seen_while_stopping += 1
             await asyncio.sleep(0.05)
         assert not _pods(w, "low-") and seen_while_stopping > 5
