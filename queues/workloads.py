@@ -6,9 +6,10 @@ ClusterQueues hold workloads (``queues.quotas``); the snapshot tracks them (``qu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 
+from queues import quantity
 from queues.podsets import jobs
 
 FlavorResource = tuple[str, str]  # (flavor, resource)
@@ -25,6 +26,29 @@ class Admission:
     borrowing: bool
     counts: dict[str, int] = field(default_factory=dict)  # pod set -> pods, where partially admitted
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # TAS pod set -> node -> pods
+
+
+def usage_of(
+    pod_sets: tuple[jobs.PodSet, ...], flavors: Mapping[str, Mapping[str, str]], covered: Container[str]
+) -> Usage | None:
+    """The quota ``pod_sets`` hold on the flavors chosen for their resources (pod set -> resource ->
+    flavor): each pod set's requests, and its pods where the ClusterQueue covers ``pods``, as the
+    flavor assigner counts them. None when a resource the ClusterQueue covers has no flavor (a
+    resource it does not cover is left out, as it was admitted: IgnoreUndeclared)."""
+    usage: Usage = {}
+    for ps in pod_sets:
+        chosen = flavors.get(ps.name, {})
+        requests = dict(ps.total())
+        if "pods" in covered:
+            requests["pods"] = ps.count * quantity.MILLI
+        for res, value in requests.items():
+            flavor = chosen.get(res)
+            if flavor is None:
+                if res in covered:
+                    return None
+                continue
+            usage[(flavor, res)] = usage.get((flavor, res), 0) + value
+    return usage
 
 
 def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:

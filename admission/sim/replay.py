@@ -17,6 +17,7 @@ from queues.podsets import jobs
 from queues.simulation.scenario import Edit, JobEntry, Scenario
 from queues.simulation.scenario_edits import apply_edit
 from queues.simulation.simulator import Recorder, Result
+from queues.workloads import usage_of
 
 
 def replay(
@@ -70,7 +71,12 @@ def replay(
                 record.admitted(
                     ev.workload,
                     admission_of(
-                        workloads[ev.workload], flavors, ev.cluster_queue or "", bool(ev.borrowing), ev.counts or {}
+                        config,
+                        workloads[ev.workload],
+                        flavors,
+                        ev.cluster_queue or "",
+                        bool(ev.borrowing),
+                        ev.counts or {},
                     ),
                 )
                 if ev.placement:
@@ -81,7 +87,7 @@ def replay(
                 if (held := record.by_key[ev.workload].admission) is not None:
                     counts = ev.counts or {}
                     wl = workloads[ev.workload]
-                    resized = admission_of(wl, held.flavors, held.cluster_queue, held.borrowing, counts)
+                    resized = admission_of(config, wl, held.flavors, held.cluster_queue, held.borrowing, counts)
                     record.resized(ev.workload, resized, counts)
             elif ev.reason not in (None, "JobFinished"):
                 if record.by_key[ev.workload].state in ("Admitted", "Pending"):
@@ -102,6 +108,7 @@ def replay(
 
 
 def admission_of(
+    config: Config,
     wl: Workload,
     flavors: dict[str, dict[str, str]],
     cluster_queue: str,
@@ -109,11 +116,12 @@ def admission_of(
     counts: dict[str, int] | None = None,
 ) -> Admission:
     """The quota an admission holds, from the flavor each pod set's resources were assigned (and
-    the pods it was admitted with, where partially)."""
-    usage: dict[tuple[str, str], int] = {}
-    for ps in jobs.with_counts(wl.pod_sets, counts or {}):
-        for res, total in ps.total().items():
-            flavor = flavors.get(ps.name, {}).get(res)
-            if flavor is not None:
-                usage[(flavor, res)] = usage.get((flavor, res), 0) + total
+    the pods it was admitted with, where partially), counted as the flavor assigner counts it
+    (``queues.workloads.usage_of``: its pods too where the ClusterQueue covers them)."""
+    cq = config.cluster_queues.get(cluster_queue)  # (as the scenario's edits left it)
+    covered = {r for group in cq.spec.resource_groups for r in group.covered_resources} if cq is not None else set()
+    pod_sets = jobs.with_counts(wl.pod_sets, counts or {})
+    usage = usage_of(pod_sets, flavors, covered)
+    if usage is None:  # (a covered resource the commit gave no flavor: counted as far as it goes)
+        usage = usage_of(pod_sets, flavors, ()) or {}
     return Admission(cluster_queue, flavors, usage, borrowing, dict(counts or {}))

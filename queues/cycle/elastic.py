@@ -33,8 +33,9 @@ from typing import Protocol
 from queues import quantity
 from queues.cycle.decisions import Resize
 from queues.cycle.usage_history import UsageOrdering
-from queues.model import Admission, ClusterQueue, Snapshot, Usage, Workload, shape_of
+from queues.model import Admission, ClusterQueue, Snapshot, Workload, shape_of
 from queues.podsets import jobs
+from queues.workloads import usage_of
 
 ELASTIC_GATE = "kueue.x-k8s.io/elastic-job"  # Kueue's scheduling gate on an elastic Job's pods
 WAITING_TO_GROW = "WaitingForQuota"  # (the reason a growth waits with: Kueue's new slice's)
@@ -92,7 +93,7 @@ class Elastic:
             return None
         pod_sets, shape = self.growing[key]
         cq = self.s.snapshot.queues.get(wl.admission.cluster_queue)
-        usage = None if cq is None else _usage(cq, wl.admission, pod_sets)
+        usage = None if cq is None else usage_of(pod_sets, wl.admission.flavors, cq.group_of)
         if cq is None or usage is None:
             self.growing.pop(key, None)
             return None
@@ -117,7 +118,7 @@ class Elastic:
         s, old = self.s, wl.admission
         assert old is not None
         cq = s.snapshot.queues.get(old.cluster_queue)
-        usage = None if cq is None else _usage(cq, old, pod_sets)
+        usage = None if cq is None else usage_of(pod_sets, old.flavors, cq.group_of)
         if cq is None or usage is None:
             return None
         before = (wl.pod_sets, wl.shape)
@@ -169,25 +170,6 @@ def _per_pod(ps: jobs.PodSet) -> tuple[object, ...]:
     """What one pod asks for (its node selector is not compared: a running job's carries its flavor's)."""
     asked = ps.container_requests if ps.container_requests is not None else ps.requests
     return (tuple(sorted(asked.items())), tuple(sorted(ps.requests.items())))
-
-
-def _usage(cq: ClusterQueue, admission: Admission, pod_sets: tuple[jobs.PodSet, ...]) -> Usage | None:
-    """What ``pod_sets`` use on ``admission``'s flavors (None: a resource without one, as the flavor
-    assigner counts: a pod set's requests, and its pods where the queue covers ``pods``)."""
-    usage: Usage = {}
-    for ps in pod_sets:
-        chosen = admission.flavors.get(ps.name, {})
-        requests = dict(ps.total())
-        if "pods" in cq.group_of:
-            requests["pods"] = ps.count * quantity.MILLI
-        for res, value in requests.items():
-            flavor = chosen.get(res)
-            if flavor is None:
-                if res in cq.group_of:
-                    return None
-                continue  # (not covered: IgnoreUndeclared, as it was admitted)
-            usage[(flavor, res)] = usage.get((flavor, res), 0) + value
-    return usage
 
 
 def _counts(pod_sets: tuple[jobs.PodSet, ...]) -> str:

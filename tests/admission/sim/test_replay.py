@@ -3,6 +3,7 @@ evicted (the suspension arrives after its pods finished) must be reported Finish
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from typing import Any
 
@@ -92,3 +93,22 @@ def test_a_job_that_completes_as_it_is_evicted_is_reported_finished(finished_at:
     (track,) = result.tracks
     assert track.state == "Finished" and track.finished == finished_at
     assert result.to_json()["workloads"]["ml/a"]["state"] == "Finished"
+
+
+def test_an_admission_holds_its_pods_where_the_cluster_queue_covers_them() -> None:
+    """The quota a replayed admission holds is counted as the flavor assigner counts it: its pods too
+    when the ClusterQueue covers ``pods`` (``queues.workloads.usage_of``, shared with elastic resizes)."""
+    doc = copy.deepcopy(DOC)
+    group = doc["manifests"][1]["spec"]["resourceGroups"][0]
+    group["coveredResources"].append("pods")
+    group["flavors"][0]["resources"].append({"name": "pods", "nominalQuota": "10"})
+    sc = scenario.parse(doc)
+    flavors = {"main": {"nvidia.com/gpu": "a100", "pods": "a100"}}
+    timeline: list[tuple[float, int, int, Any]] = [
+        (0.0, 3, 0, sc.jobs[0]),
+        (0.0, 4, 1, event(1, "Admitted", flavors=flavors, borrowing=False)),
+    ]
+    result = replay(sc, Recorder(sc), timeline, {"ml/a": ("Admitted", None, None)}, cycles=0)
+    (track,) = result.tracks
+    assert track.admission is not None
+    assert track.admission.usage == {("a100", "nvidia.com/gpu"): 1000, ("a100", "pods"): 1000}
