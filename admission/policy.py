@@ -13,7 +13,7 @@ controller's namespace informer, which every replica runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -146,6 +146,10 @@ class Policy:
     device_mappings: mappings.Mappings = mappings.NONE
     # Kueue's resources: transformations, excludeResourcePrefixes, quotaCheckStrategy (queues.podsets.transformations)
     transformations: resource_transformations.Transformations = resource_transformations.NONE
+    # the enabled integrations' (apiVersion, kind): an object whose controller is one of them is its
+    # parent's part, never queued itself (``queues.podsets.jobs.owned_by_parent``); a child of a kind
+    # not enabled is queued on its own, as in Kueue
+    owners: frozenset[tuple[str, str]] = frozenset(jobs.KINDS)
 
     @classmethod
     def from_settings(
@@ -153,7 +157,10 @@ class Policy:
         settings: Any,
         namespace_labels: Callable[[str], Mapping[str, str] | None],
         own_namespace: str = "turnstile-system",
+        owners: Iterable[tuple[str, str]] | None = None,
     ) -> Policy:
+        """The policy ``settings`` say; ``owners``: the enabled integrations' kinds (None: every
+        integrated kind; the process that enables some passes theirs)."""
         return cls(
             missing_queue=settings.missing_local_queue,
             manage_without_queue=settings.manage_jobs_without_queue_name,
@@ -174,6 +181,7 @@ class Policy:
             transformations=parse_transformations(
                 settings.resource_transformations, settings.exclude_resource_prefixes, settings.quota_check_strategy
             ),
+            owners=frozenset(jobs.KINDS) if owners is None else frozenset(owners),
         )
 
     def managed_namespace(self, config: Config, namespace: str) -> bool:

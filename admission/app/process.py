@@ -318,7 +318,9 @@ async def serve(
         namespace, _, secret = cert_secret.rpartition("/")
         keeper = SecretKeeper(kube, namespace or "turnstile-system", secret, names)
 
-    registration = Registration(kube, own_namespace=os.environ.get("POD_NAMESPACE", "turnstile-system"))
+    registration = Registration(
+        kube, own_namespace=os.environ.get("POD_NAMESPACE", "turnstile-system"), owners=policy.owners
+    )
 
     async def publish(ca: bytes) -> None:
         registration.serve_with(ca)

@@ -169,7 +169,10 @@ def controller_cmd(
                 shutdown_delay=shutdown_delay,
                 integrations=enabled,
                 policy=Policy.from_settings(
-                    settings, lambda _ns: None, os.environ.get("POD_NAMESPACE", "turnstile-system")
+                    settings,
+                    lambda _ns: None,
+                    os.environ.get("POD_NAMESPACE", "turnstile-system"),
+                    owners=[(i.ref.api_version, i.ref.kind) for i in enabled],
                 ),
             )
         )

@@ -12,7 +12,7 @@ admission and eviction, valid for built-in and custom resources alike.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from admission.jobs import directive_ops
@@ -232,12 +232,14 @@ class Integration:
         shapes: SharedShapes | None = None,
         runtimes: trainjobs.Runtimes | None = None,
         previous: JobView | None = None,
+        owners: Container[tuple[str, str]] = jobs.KINDS,
     ) -> JobView:
         """What the controller keeps of ``obj``; pod sets equal to earlier jobs' are shared via ``shapes``;
         ``runtimes`` finds a TrainJob's training runtime. With ``previous`` (the same job's last view),
         what was read from its spec, labels and annotations is reused when none of them changed (the
         API server bumps ``metadata.generation`` on every spec change): a job's status updates, most
-        of its events, cost no parsing of its pod templates."""
+        of its events, cost no parsing of its pod templates. ``owners``: the enabled integrations'
+        kinds, whose children are parts (``JobView.part``)."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         # (a TrainJob's pod sets come from its runtime too, an external kind's from other objects)
@@ -255,7 +257,7 @@ class Integration:
                 ready_pods=None if self.ready_count is None else self.ready_count(obj),
                 version=str(meta.get("resourceVersion") or ""),
                 shared_selector=self._shared_selector(obj),
-                part=jobs.owned_by_parent(meta),
+                part=jobs.owned_by_parent(meta, owners),
                 pod_selector=self._pod_selector(obj, previous.info),
             )
         info: jobs.JobInfo | None = None
@@ -306,7 +308,7 @@ class Integration:
             problems=problems,
             version=str(meta.get("resourceVersion") or ""),
             queue_label=queue_label(meta),
-            part=jobs.owned_by_parent(meta),
+            part=jobs.owned_by_parent(meta, owners),
             directives=directives,
             template_meta=template_meta,
             gates=gates,

@@ -45,7 +45,7 @@ informer queues it, and the enactor suspends it for its turn.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,24 +153,34 @@ def _asks_extended(spec: str) -> str:
     return f"({containers}).exists(c, has(c.resources) && ({asks}))"
 
 
-def _job_owned() -> str:
+def _job_owned(owners: Collection[tuple[str, str]]) -> str:
     """CEL: the object is a queued parent's part (``admission.webhook.pods.owned_by_job``): its
-    controller is an integrated kind, or it is a SparkApplication's pod or an AppWrapper's."""
-    owners = ", ".join(f"'{k.api_version}/{k.kind}'" for k in jobs.KINDS.values())
+    controller is an integrated kind queued here (``owners``), or it is a SparkApplication's pod or an
+    AppWrapper's, where those kinds are queued."""
+    kinds = ", ".join(f"'{api_version}/{kind}'" for api_version, kind in sorted(owners))
     spark = " && ".join(
         f"'{label}' in object.metadata.labels"
         for label in (sparkapps.LAUNCHED_LABEL, sparkapps.APP_NAME_LABEL, sparkapps.ROLE_LABEL)
     )
     spark += f" && object.metadata.labels['{sparkapps.LAUNCHED_LABEL}'] == 'true'"
-    return (
+    labelled = [f"({spark})"] if (sparkapps.API_VERSION, "SparkApplication") in owners else []
+    if (appwrappers.API_VERSION, appwrappers.KIND) in owners:
+        labelled.append(f"'{appwrappers.LABEL}' in object.metadata.labels")
+    out = (
         "(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
-        f"has(o.controller) && o.controller && (o.apiVersion + '/' + o.kind) in [{owners}])) || "
-        f"(has(object.metadata.labels) && ((({spark})) || '{appwrappers.LABEL}' in object.metadata.labels))"
+        f"has(o.controller) && o.controller && (o.apiVersion + '/' + o.kind) in [{kinds}]))"
     )
+    return out + (f" || (has(object.metadata.labels) && ({' || '.join(labelled)}))" if labelled else "")
 
 
-def match_conditions(scope: str) -> list[dict[str, str]]:
-    """The CEL conditions a hook's object must meet to be sent (see the module docstring)."""
+def owners_of(integrations: Sequence[Integration]) -> frozenset[tuple[str, str]]:
+    """The (apiVersion, kind) of the integrations enabled: whose children are their parts."""
+    return frozenset((i.ref.api_version, i.ref.kind) for i in integrations)
+
+
+def match_conditions(scope: str, owners: Collection[tuple[str, str]] = frozenset(jobs.KINDS)) -> list[dict[str, str]]:
+    """The CEL conditions a hook's object must meet to be sent (see the module docstring); ``owners``:
+    the enabled integrations' kinds (``owners_of``)."""
     pods = "request.resource.group == '' && request.resource.resource == 'pods'"
     gates = "has(object.spec.schedulingGates) ? object.spec.schedulingGates : []"
     old_gates = "has(oldObject.spec.schedulingGates) ? oldObject.spec.schedulingGates : []"
@@ -178,7 +188,7 @@ def match_conditions(scope: str) -> list[dict[str, str]]:
     old_labels = "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
     out = [
         # (a pod of a job, or a job, Deployment or pod an AppWrapper wraps: its parent's workload holds it)
-        {"name": "not-a-jobs-pod", "expression": f"!({_job_owned()})"},
+        {"name": "not-a-jobs-pod", "expression": f"!({_job_owned(owners)})"},
         {
             "name": "pod-update-that-matters",
             "expression": f"!({pods}) || request.operation != 'UPDATE' || ({gates}) != ({old_gates}) "
@@ -283,7 +293,7 @@ def configurations(
                 hook["rules"] = rules(integrations)
                 hook["namespaceSelector"] = namespace_selector(kind, namespace)
                 hook["objectSelector"] = object_selector(kind)
-                hook["matchConditions"] = match_conditions(kind)
+                hook["matchConditions"] = match_conditions(kind, owners_of(integrations))
             hooks.append(hook)
         kind = "MutatingWebhookConfiguration" if config_name == MUTATE else "ValidatingWebhookConfiguration"
         out.append(

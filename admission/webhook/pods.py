@@ -26,7 +26,7 @@ serving object cannot change.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from admission.jobs.job_fields import ADMISSION_ANNOTATION
@@ -61,15 +61,19 @@ def kind_of(request_kind: Any, obj: Obj) -> str | None:
     return None
 
 
-def owned_by_job(obj: Obj) -> bool:
-    """The pod's (or Deployment's, StatefulSet's) controller is a job kind Turnstile integrates (or a
-    Job: a JobSet's pods), or it is a SparkApplication's (whose executors are owned by its driver pod,
-    and carry its labels) or an AppWrapper's (labelled so by the AppWrapper controller, whatever
-    made it): its parent's workload holds it."""
+def owned_by_job(obj: Obj, owners: Container[tuple[str, str]] = jobs.KINDS) -> bool:
+    """The pod's (or Deployment's, StatefulSet's) controller is a job kind Turnstile queues (``owners``:
+    the enabled integrations; a Job: a JobSet's pods), or it is a SparkApplication's (whose executors
+    are owned by its driver pod, and carry its labels) or an AppWrapper's (labelled so by the
+    AppWrapper controller, whatever made it), where those kinds are queued: its parent's workload
+    holds it."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    if isinstance(labels, Mapping) and (sparkapps.is_app_pod(labels) or appwrappers.LABEL in labels):
-        return True
-    return jobs.owned_by_parent(obj.get("metadata") or {})
+    if isinstance(labels, Mapping):
+        if sparkapps.is_app_pod(labels) and (sparkapps.API_VERSION, "SparkApplication") in owners:
+            return True
+        if appwrappers.LABEL in labels and (appwrappers.API_VERSION, appwrappers.KIND) in owners:
+            return True
+    return jobs.owned_by_parent(obj.get("metadata") or {}, owners)
 
 
 def _name(obj: Obj, namespace: str, kind: str) -> str:
@@ -79,7 +83,7 @@ def _name(obj: Obj, namespace: str, kind: str) -> str:
 
 def mutate_pod(pod: Obj, namespace: str, config: Config, policy: Policy) -> Answer:
     answer = Answer()
-    if owned_by_job(pod):
+    if owned_by_job(pod, policy.owners):
         return answer
     queue, add = review.queue_labels(pod, namespace, config)
     if queue is None:
@@ -117,7 +121,7 @@ def validate_pod(
     policy: Policy,
     group_totals: GroupTotals = lambda _ns, _group: set(),
 ) -> Answer:
-    if owned_by_job(pod) or operation not in ("CREATE", "UPDATE"):
+    if owned_by_job(pod, policy.owners) or operation not in ("CREATE", "UPDATE"):
         return Answer()
     name = _name(pod, namespace, "Pod")
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -163,7 +167,7 @@ label_name = pods.label_name
 
 def mutate_parent(kind: str, obj: Obj, namespace: str, config: Config, policy: Policy) -> Answer:
     answer = Answer()
-    if owned_by_job(obj):
+    if owned_by_job(obj, policy.owners):
         return answer  # (an AppWrapper's component)
     queue, add = review.queue_labels(obj, namespace, config)
     templates = _templates(kind, obj)

@@ -18,6 +18,7 @@ import base64
 import contextlib
 import datetime as dt
 import logging
+from collections.abc import Collection
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -34,6 +35,7 @@ from admission.webhook.configurations import (
     match_conditions,
     namespace_selector,
 )
+from queues.podsets import jobs
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +76,16 @@ class Registration:
     """Keeps both configurations' CA bundle and selectors (every replica) and the namespaces'
     ``turnstile.dev/webhook`` labels (the leader) as they should be."""
 
-    def __init__(self, kube: Kube, *, own_namespace: str = "turnstile-system") -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        own_namespace: str = "turnstile-system",
+        owners: Collection[tuple[str, str]] = frozenset(jobs.KINDS),
+    ) -> None:
         self.kube = kube
         self.own_namespace = own_namespace
+        self.owners = owners  # the enabled integrations' kinds: whose children the hooks leave to them
         self.ca: bytes | None = None  # the CA bundle this replica serves under
         self.scope: Scope | None = None  # set while leading: the scope to keep
         self.registered: bool | None = None  # None: not looked yet; False: no configuration exists
@@ -209,7 +218,7 @@ class Registration:
             if spec is not None and spec[2] not in QUEUE_OBJECT_SCOPES:  # (an older install's, or edited by hand)
                 for field, value in (
                     ("namespaceSelector", namespace_selector(spec[2], self.own_namespace)),
-                    ("matchConditions", match_conditions(spec[2])),
+                    ("matchConditions", match_conditions(spec[2], self.owners)),
                 ):
                     if hook.get(field) != value:
                         changes.append({"op": "add", "path": f"/webhooks/{i}/{field}", "value": value})

@@ -91,7 +91,7 @@ def mutate(
 ) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
-    if integration is None or jobs.owned_by_parent(obj.get("metadata") or {}):
+    if integration is None or jobs.owned_by_parent(obj.get("metadata") or {}, policy.owners):
         return answer  # (a queued parent's part: its parent's workload holds its pods)
     queue, add_labels = queue_labels(obj, namespace, config)
     if queue is None:
@@ -160,9 +160,13 @@ def validate(
 ) -> Answer:
     answer = Answer()
     integration = integration or integration_of(None, obj)
-    if integration is None or operation not in ("CREATE", "UPDATE") or jobs.owned_by_parent(obj.get("metadata") or {}):
-        return answer
     policy = policy or Policy(missing_queue=missing_queue)
+    if (
+        integration is None
+        or operation not in ("CREATE", "UPDATE")
+        or jobs.owned_by_parent(obj.get("metadata") or {}, policy.owners)
+    ):
+        return answer
     missing_queue = policy.missing_queue
     name = f"{integration.ref.kind} {namespace}/{(obj.get('metadata') or {}).get('name')}"
     problems: list[str] = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,15 +119,17 @@ class JobInfo:
         return elastic_kind(self.api_version, self.kind, self.annotations)
 
 
-def owned_by_parent(meta: Mapping[str, Any]) -> bool:
+def owned_by_parent(meta: Mapping[str, Any], owners: Container[tuple[str, str]] = KINDS) -> bool:
     """Whether an object's controller (its ``ownerReferences`` entry with ``controller: true``) is an
-    integrated kind: then its parent's workload holds its pods (an AppWrapper's component, a JobSet's
-    Job), and the object is never queued on its own, as in Kueue."""
+    integrated kind queued here (``owners``: the enabled integrations' (apiVersion, kind), all of them
+    by default): then its parent's workload holds its pods (an AppWrapper's component, a JobSet's
+    Job), and the object is never queued on its own, as in Kueue. A child of a kind whose integration
+    is not enabled is not a part (Kueue's ``IsOwnerManagedByKueueForObject``): queued on its own."""
     for ref in meta.get("ownerReferences") or []:
         if (
             isinstance(ref, Mapping)
             and ref.get("controller")
-            and (str(ref.get("apiVersion")), str(ref.get("kind"))) in KINDS
+            and (str(ref.get("apiVersion")), str(ref.get("kind"))) in owners
         ):
             return True
     return False

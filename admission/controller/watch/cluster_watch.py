@@ -57,6 +57,7 @@ class ClusterWatch:
         transformations: Transformations = NO_TRANSFORMATIONS,
     ) -> None:
         self.jobs = jobs
+        jobs.owners = frozenset((i.ref.api_version, i.ref.kind) for i in integrations)  # (their children: parts)
         self.changes = changes
         self.optional = optional  # other parts' informers of kinds a CRD may serve (checks, objects)
         self.namespaces: dict[str, dict[str, str]] = {}
@@ -101,7 +102,7 @@ class ClusterWatch:
         uid = str((job.get("metadata") or {}).get("uid"))
         view = self.jobs.views.get(uid)
         if view is not None:
-            self.jobs.put(uid, view.integration.view(job, self.jobs.shapes, self._lookup))
+            self.jobs.put(uid, view.integration.view(job, self.jobs.shapes, self._lookup, owners=self.jobs.owners))
             self.changes.job(uid)
 
     def _on_crd(self, kind: str, obj: Obj) -> None:

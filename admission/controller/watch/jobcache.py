@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from admission.jobs.base import Integration, JobView
 from admission.kube.client import Obj
 from queues.model import SharedShapes
 from queues.podsets import trainjobs
+from queues.podsets.jobs import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ class JobCache:
     in_flight: dict[str, set[str]] = field(default_factory=dict)  # job uid -> versions seen during a write
     skipped: int = 0  # events older than one of our writes, not taken
     runtimes: trainjobs.Runtimes | None = None  # a TrainJob's training runtime (``watch.runtimes``)
+    # the enabled integrations' kinds: a job controlled by one of them is its part (``JobView.part``)
+    owners: Container[tuple[str, str]] = field(default_factory=lambda: frozenset(KINDS))
 
     def view(self, key: str) -> JobView | None:
         uid = self.uid_of.get(key)
@@ -77,7 +81,10 @@ class JobCache:
         if kind == "DELETED":
             self.drop(uid)
         else:
-            self.put(uid, integration.view(obj, self.shapes, self.runtimes, previous=self.views.get(uid)))
+            self.put(
+                uid,
+                integration.view(obj, self.shapes, self.runtimes, previous=self.views.get(uid), owners=self.owners),
+            )
         return True
 
     def put(self, uid: str, view: JobView) -> None:
@@ -111,5 +118,7 @@ class JobCache:
             return  # the job is gone (or was replaced by another of the same name)
         if version in seen or current.version == version:
             return  # the watch already brought this version (and maybe newer ones): the view is current
-        self.views[view.uid] = view.integration.view(answer, self.shapes, self.runtimes, previous=current)
+        self.views[view.uid] = view.integration.view(
+            answer, self.shapes, self.runtimes, previous=current, owners=self.owners
+        )
         self.expected[view.uid] = _Expectation(version, time.monotonic())
