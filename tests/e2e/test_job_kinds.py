@@ -94,6 +94,16 @@ async def test_a_rayjob_and_a_partial_job_through_kubectl(tmp_path: Path, migrat
         assert code == 0 and out.split() == [w for w in out.split() if "rayjob-tune-" in w], out
         code, out, err = await kubectl(host.kubeconfig, "get", "rayclusters", "-n", "ml", "-o", "name")
         assert code == 0 and made not in out, "shutdownAfterJobFinishes: KubeRay deleted the cluster"
+        # HTTPMode: KubeRay submits to the cluster itself, no submitter Job; the job runs its runtime there
+        code, _, err = await create(host, rayjob("http", submissionMode="HTTPMode"))
+        assert code == 0, err
+        await eventually(
+            lambda: _get(host, rayjobs, "http").get("status", {}).get("jobDeploymentStatus") == "Complete",
+            timeout=20,
+            what="the HTTPMode RayJob complete",
+        )
+        code, out, err = await kubectl(host.kubeconfig, "get", "jobs", "-n", "ml", "-o", "name")
+        assert code == 0 and "job.batch/http" not in out.split(), out
         # the queue holds 2 GPUs: a 4-pod sweep that may run with 1 starts with what is free
         code, _, err = await create(host, batch_job("sweep", 4, "1"))
         assert code == 0, err

@@ -74,6 +74,7 @@ class RayJobs:
         if submitter is not None and _controller(submitter) != uid:
             submitter = None  # (another object's Job of that name)
         if state in DONE:
+            self._forget(uid)
             if cluster is not None and spec.get("shutdownAfterJobFinishes"):
                 self._delete(RAYCLUSTERS, cluster)
             return
