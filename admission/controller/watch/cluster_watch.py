@@ -14,6 +14,7 @@ webhook registration).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -99,11 +100,19 @@ class ClusterWatch:
     def _reread(self, job: Obj) -> None:
         """A TrainJob's runtime (an autoscaling RayService's cluster) came or changed: its pod sets are
         read again."""
-        uid = str((job.get("metadata") or {}).get("uid"))
+        meta = job.get("metadata") or {}
+        uid = str(meta.get("uid"))
         view = self.jobs.views.get(uid)
-        if view is not None:
-            self.jobs.put(uid, view.integration.view(job, self.jobs.shapes, self._lookup, owners=self.jobs.owners))
-            self.changes.job(uid)
+        if view is None:
+            return
+        if view.version and view.version != str(meta.get("resourceVersion") or ""):
+            # (the view is of another version: one this replica wrote, whose event is on its way, or
+            # one the cache skipped as older than that write; never read it back from ``job``: read
+            # the job whole when its next event comes, instead of reusing what was read before)
+            self.jobs.put(uid, dataclasses.replace(view, source=None))
+            return
+        self.jobs.put(uid, view.integration.view(job, self.jobs.shapes, self._lookup, owners=self.jobs.owners))
+        self.changes.job(uid)
 
     def _on_crd(self, kind: str, obj: Obj) -> None:
         """A CRD came, changed or went: the informers of its group look again now (a kind whose
