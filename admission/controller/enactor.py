@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from admission.controller import elastic_pods
 from admission.controller.features import pinning
@@ -131,13 +131,14 @@ class Enactor:
             return True  # its status says so too: listed again at most once a poll (a status can stick)
         self.listed_at[key] = now
         namespace = key.partition("/")[0]
-        owner = view.uid if view is not None else None
+        # (its own pods, and those of its parts: a RayJob's submitter Job's, which carry no annotation)
+        owners = {view.uid, *self.jobs.parts.get(view.uid, ())} if view is not None else set()
         token: str | None = None
         try:
             while True:
                 page = await self.kube.request("GET", PODS.path(namespace), query={"limit": 500, "continue": token})
                 for pod in page.get("items") or []:
-                    if _runs_for(pod, key, owner):
+                    if _runs_for(pod, key, owners):
                         return True
                 token = (page.get("metadata") or {}).get("continue") or None
                 if not token:
@@ -369,11 +370,12 @@ def _refused(what: str, exc: KubeError) -> None:
     log.log(level, "%s: the API server refused the write (%s); looking at it again", what, exc)
 
 
-def _runs_for(pod: Obj, key: str, owner_uid: str | None) -> bool:
-    """Whether ``pod`` has not ended and belongs to workload ``key`` (its annotation) or job ``owner_uid``."""
+def _runs_for(pod: Obj, key: str, owners: Collection[str]) -> bool:
+    """Whether ``pod`` has not ended and belongs to workload ``key`` (its annotation) or is owned by
+    one of ``owners`` (the job's uid and its parts')."""
     if pods.done(pod):
         return False
     meta = pod.get("metadata") or {}
     if (meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION) == key:
         return True
-    return owner_uid is not None and any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or [])
+    return any(o.get("uid") in owners for o in meta.get("ownerReferences") or [])

@@ -27,14 +27,15 @@ from admission.jobs.job_fields import (
     read_from,
     walk,
 )
+from admission.jobs.pod_refs import PodRef, PodsOf
 from admission.kube.client import Obj, ResourceRef
 from queues import errors
 from queues.model import SharedShapes
 from queues.placement.pinning import TOPOLOGY_GATE
 from queues.podsets import jobs, pods, trainjobs
 
-# (PodSetInfo is directive_ops', named here as every caller names it)
-__all__ = ["ExternalTemplates", "Integration", "JobView", "PodRef", "PodSetInfo"]
+# (PodSetInfo is directive_ops', PodRef and PodsOf pod_refs': named here as every caller names them)
+__all__ = ["ExternalTemplates", "Integration", "JobView", "PodRef", "PodSetInfo", "PodsOf"]
 
 
 @dataclass(slots=True)
@@ -57,7 +58,8 @@ class JobView:
     problems: tuple[str, ...] = ()
     version: str = ""  # metadata.resourceVersion (compared for equality only)
     queue_label: str | None = None  # kueue.x-k8s.io/queue-name, read even when the job is malformed
-    part: bool = False  # its controller is an integrated kind (an AppWrapper's component): never queued itself
+    # a part's (its controller is a queued kind, an AppWrapper's component: never queued itself): that uid
+    parent: str | None = None
     # pod set -> its template's (nodeSelector, tolerations) as they are; None where absent
     # (only pod sets that have either: most jobs have none, and a controller holds 100,000 views)
     directives: dict[str, tuple[dict[str, str] | None, list[Obj] | None]] = field(default_factory=dict)
@@ -83,6 +85,11 @@ class JobView:
     object_uid: str = ""
     created: str = ""  # metadata.creationTimestamp (kueue_workload_creation_latency_seconds)
     key: str = field(init=False)  # namespace/name, the workload's key (made once: it is used everywhere)
+
+    @property
+    def part(self) -> bool:
+        """Its controller is a queued kind (``parent``): its parent's workload holds its pods."""
+        return self.parent is not None
 
     def __post_init__(self) -> None:
         self.key = f"{self.namespace}/{self.name}"
@@ -121,23 +128,6 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True)
-class PodRef:
-    """One pod of a pod workload, as the enactor needs it."""
-
-    name: str
-    uid: str
-    pod_set: str  # ``main``, or the pod's role in its group
-    gated: bool  # held by Turnstile's scheduling gate
-    live: bool  # neither finished nor being deleted
-    obj: Obj  # the pod as last seen (an ungating patch is computed from it)
-
-    @property
-    def running(self) -> bool:
-        """Ungated and alive: it runs (or is being scheduled) under some admission."""
-        return self.live and not self.gated
-
-
-@dataclass(frozen=True, slots=True)
 class ExternalTemplates:
     """For a kind whose pod templates are not in the job (a TrainJob's are in its training runtime):
     where its scheduling directives are written instead (``admission.jobs.trainjob``). ``read``: per
@@ -148,16 +138,6 @@ class ExternalTemplates:
     read: Callable[[Obj], dict[str, tuple[dict[str, str] | None, list[Obj] | None, dict[str, str]]]]
     keep: Callable[[Obj], Obj]
     ops: Callable[[JobView, Sequence[PodSetInfo]], list[Obj]]
-
-
-@dataclass(frozen=True, slots=True)
-class PodsOf:
-    """How an elastic kind's pods are found (``admission.controller.elastic_pods``): the label
-    selector of a job's pods (from the job: its uid, its name, or the RayCluster its status names;
-    None while it has none), and the pod set a pod is of."""
-
-    selector: Callable[[Obj], str | None]
-    pod_set: Callable[[Obj], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +237,7 @@ class Integration:
                 ready_pods=None if self.ready_count is None else self.ready_count(obj),
                 version=str(meta.get("resourceVersion") or ""),
                 shared_selector=self._shared_selector(obj),
-                part=jobs.owned_by_parent(meta, owners),
+                parent=jobs.parent_of(meta, owners),
                 pod_selector=self._pod_selector(obj, previous.info),
             )
         info: jobs.JobInfo | None = None
@@ -308,7 +288,7 @@ class Integration:
             problems=problems,
             version=str(meta.get("resourceVersion") or ""),
             queue_label=queue_label(meta),
-            part=jobs.owned_by_parent(meta, owners),
+            parent=jobs.parent_of(meta, owners),
             directives=directives,
             template_meta=template_meta,
             gates=gates,

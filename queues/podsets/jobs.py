@@ -125,14 +125,19 @@ def owned_by_parent(meta: Mapping[str, Any], owners: Container[tuple[str, str]] 
     by default): then its parent's workload holds its pods (an AppWrapper's component, a JobSet's
     Job), and the object is never queued on its own, as in Kueue. A child of a kind whose integration
     is not enabled is not a part (Kueue's ``IsOwnerManagedByKueueForObject``): queued on its own."""
+    return parent_of(meta, owners) is not None
+
+
+def parent_of(meta: Mapping[str, Any], owners: Container[tuple[str, str]] = KINDS) -> str | None:
+    """The uid of the parent an object is a part of (``owned_by_parent``), else None."""
     for ref in meta.get("ownerReferences") or []:
         if (
             isinstance(ref, Mapping)
             and ref.get("controller")
             and (str(ref.get("apiVersion")), str(ref.get("kind"))) in owners
         ):
-            return True
-    return False
+            return str(ref.get("uid") or "")
+    return None
 
 
 def supported_kinds() -> list[str]:

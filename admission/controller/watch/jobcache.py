@@ -50,6 +50,9 @@ class JobCache:
     in_flight: dict[str, set[str]] = field(default_factory=dict)  # job uid -> versions seen during a write
     skipped: int = 0  # events older than one of our writes, not taken
     runtimes: trainjobs.Runtimes | None = None  # a TrainJob's training runtime (``watch.runtimes``)
+    # parent job uid -> the uids of its parts seen (kept after a part is deleted: a RayJob's submitter
+    # Job goes before its pods, which still hold their node until they stop)
+    parts: dict[str, set[str]] = field(default_factory=dict)
     # the enabled integrations' kinds: a job controlled by one of them is its part (``JobView.part``)
     owners: Container[tuple[str, str]] = field(default_factory=lambda: frozenset(KINDS))
 
@@ -94,12 +97,15 @@ class JobCache:
         self.views[uid] = view
         if not view.part:
             self.uid_of[view.key] = uid
+        elif view.parent is not None:
+            self.parts.setdefault(view.parent, set()).add(uid)
 
     def drop(self, uid: str) -> JobView | None:
         """The job is gone; its key is forgotten unless another job has taken it meanwhile."""
         view = self.views.pop(uid, None)
         if view is not None and self.uid_of.get(view.key) == uid:
             del self.uid_of[view.key]
+        self.parts.pop(uid, None)  # (a parent gone: its parts' pods are looked for no more)
         return view
 
     def writing(self, uid: str) -> None:

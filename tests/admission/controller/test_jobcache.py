@@ -36,3 +36,21 @@ def test_a_part_named_as_its_parent_never_takes_the_parents_workload_key() -> No
         assert cache.views["sub"].part, "the submitter is known, as a part"
         cache.observe(BY_KIND[("batch/v1", "Job")], "DELETED", _submitter())
         assert cache.view("ml/tune") is not None and cache.view("ml/tune").uid == "rj"  # type: ignore[union-attr]
+
+
+def test_a_parts_pods_count_as_its_parents_while_they_stop_even_once_the_part_is_gone() -> None:
+    """KubeRay deletes a stopped RayJob's submitter Job before its pod has stopped (and the default
+    submitter pod carries no workload annotation): the enactor still finds that pod as the RayJob's."""
+    from admission.controller.enactor import _runs_for
+
+    cache = JobCache()
+    cache.observe(BY_KIND[("ray.io/v1", "RayJob")], "ADDED", _rayjob())
+    cache.observe(BY_KIND[("batch/v1", "Job")], "ADDED", _submitter())
+    cache.observe(BY_KIND[("batch/v1", "Job")], "DELETED", _submitter())
+    assert cache.parts == {"rj": {"sub"}}
+    pod = {"metadata": {"name": "tune-x", "ownerReferences": [{"kind": "Job", "uid": "sub", "controller": True}]},
+           "status": {"phase": "Running"}}  # fmt: skip
+    assert _runs_for(pod, "ml/tune", {"rj", *cache.parts["rj"]})
+    assert not _runs_for(pod, "ml/tune", {"rj"})
+    cache.observe(BY_KIND[("ray.io/v1", "RayJob")], "DELETED", _rayjob())
+    assert cache.parts == {}
