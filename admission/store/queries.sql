@@ -25,11 +25,14 @@ lower(w.kind) || '-' || w.name || '-' || left(w.job_uid, 5)
 
 -- fragment: workload_columns
 -- What a Workload object is rendered from (``workload_shape.to_object``); ``active`` as a person
--- last asked it.
+-- last asked it; ``ran_since``: a finished workload that was admitted when it finished, since when.
 w.id, w.job_uid, w.api_version, w.kind, w.namespace, w.name, w.local_queue, w.cluster_queue,
 w.priority, w.pod_sets, w.state, w.reason, w.message, w.created_at, w.admitted_at, w.finished_at,
 w.assigned_flavors, w.checks, w.labels, w.executed_seconds, w.retries, w.requeue_at, w.pods_ready_at,
 COALESCE((SELECT r.active FROM activity_requests r WHERE r.workload_id = w.id), w.active) AS active,
+CASE WHEN w.state = 'Finished' AND w.assigned_flavors IS NOT NULL THEN
+  (SELECT e.at FROM workload_events e WHERE e.workload_id = w.id AND e.type = 'Admitted' ORDER BY e.id DESC LIMIT 1)
+END AS ran_since,
 {object_name} AS object_name
 
 -- fragment: workload_visible

@@ -91,7 +91,11 @@ def to_object(
     ``names``: workload keys as their Workload objects are named (``workload_objects.object_names``)."""
     pod_sets = _pod_sets(json_value(row["pod_sets"]))
     state, reason, message = row["state"], row["reason"] or "", row["message"] or ""
-    reserved = state == "Admitted"
+    # (a finished workload that ran to its end keeps the conditions it ran with, as Kueue's: Finished
+    # adds its own; an eviction clears its admission)
+    ran_since = row.get("ran_since") if state == "Finished" else None
+    admitted_at = row["admitted_at"] if ran_since is None else ran_since
+    reserved = state == "Admitted" or ran_since is not None
     started = reserved and not json_value(row["checks"]) and reason != "Preempting"
     conditions = [
         _condition(
@@ -99,7 +103,7 @@ def to_object(
             reserved,
             "QuotaReserved" if reserved else (reason or "Pending"),
             f"Quota reserved in ClusterQueue {row['cluster_queue']}" if reserved else message,
-            row["admitted_at"] if reserved else row["created_at"],
+            admitted_at if reserved else row["created_at"],
         )
     ]
     if reserved:
@@ -109,7 +113,7 @@ def to_object(
                 started,
                 "Admitted" if started else (reason or "AdmissionCheck"),
                 "The workload is admitted" if started else message,
-                row["admitted_at"],
+                admitted_at,
             )
         )
     if pods_ready and (ready := _pods_ready(row, started)) is not None:

@@ -107,6 +107,11 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
             what="waits' Workload finished",
         )
         assert done["status"]["admission"]["clusterQueue"] == "team-a"  # (what it ran with, kept as Kueue's)
+        # as Kueue's: Finished is added; QuotaReserved and Admitted stay as they were when it ran
+        # (`kubectl get workloads` shows ADMITTED True, FINISHED True), since its admission
+        ran = [_condition(done, c) or {} for c in ("QuotaReserved", "Admitted")]
+        assert [c.get("status") for c in ran] == ["True", "True"], ran
+        assert ran[0]["lastTransitionTime"] <= _condition(done, "Finished")["lastTransitionTime"]
         await eventually(lambda: running(w, "train"), timeout=20, what="train to run again")
 
         # The job deleted: its Workload goes with it.
