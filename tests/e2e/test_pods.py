@@ -177,9 +177,14 @@ async def test_a_pod_group_is_admitted_whole_and_bad_groups_are_refused(tmp_path
         assert code != 0 and "must be a whole number >= 1" in err, err
         assert (await create(host, member("ring-1")))[0] == 0
         await eventually(lambda: running(host, "ring-") == {"ring-0", "ring-1"}, what="the whole group admitted")
+
         # its Workload object (kubectl get workloads): labelled with a label value (a pod group's job
         # uid has a ':', the real server refuses it), owned by the group's pods as Kueue's
-        workload = await eventually(lambda: _workload(host, "pod-ring-"), what="the group's Workload object")
+        async def with_status() -> dict[str, Any] | None:  # (the object is made, then its status written)
+            found = await _workload(host, "pod-ring-")
+            return found if found is not None and (found.get("status") or {}).get("conditions") else None
+
+        workload = await eventually(with_status, what="the group's Workload object and its status")
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live(host, "ring-").values()}
         assert workload["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == f"podgroup.{uids['ring-0']}"
         owners = {(o["kind"], o["name"], o["uid"]) for o in workload["metadata"]["ownerReferences"]}
