@@ -172,7 +172,7 @@ def controller_cmd(
                     settings,
                     lambda _ns: None,
                     os.environ.get("POD_NAMESPACE", "turnstile-system"),
-                    owners=[(i.ref.api_version, i.ref.kind) for i in enabled],
+                    owners=jobs.owners_of(enabled),
                 ),
             )
         )

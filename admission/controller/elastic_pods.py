@@ -1,7 +1,7 @@
 """Elastic jobs' pods: started up to the count their workload is admitted for, never beyond.
 
 Why: an elastic job (``kueue.x-k8s.io/elastic-job: "true"`` on a batch Job or an autoscaling
-RayCluster, ``queues.cycle.elastic``) is resized while it runs, so its controller makes pods
+RayCluster, RayJob or RayService, ``queues.cycle.elastic``) is resized while it runs, so its controller makes pods
 whenever its ``parallelism`` (a worker group's ``replicas``) grows, before the quota for them is
 admitted. Its pods carry Kueue's ``kueue.x-k8s.io/elastic-job`` scheduling
 gate (the webhook adds it to the pod template at creation, as Kueue's Job webhook does); this lifts
@@ -12,7 +12,7 @@ until the growth is admitted; a scale-down needs nothing here (the Job controlle
 The enactor calls ``ungate`` for a running elastic job on each of its events (a Job's ``status.active``
 counts its pending pods, so a new pod brings an event); the job's pods are listed by the labels its
 controller puts on them (its kind's ``PodsOf``: a Job's ``batch.kubernetes.io/controller-uid``,
-a RayCluster's ``ray.io/cluster``, each pod's pod set from ``ray.io/group``), one list per look.
+a Ray job's ``ray.io/cluster``, each pod's pod set from ``ray.io/group``), one list per look.
 """
 
 from __future__ import annotations

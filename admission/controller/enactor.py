@@ -292,10 +292,9 @@ class Enactor:
             if say:
                 self._waiting(key, tuple(victims))
             return True
-        if not say:
-            term.blocked.pop(key, None)
-            return False
         term.blocked.pop(key, None)
+        if not say:
+            return False
         if key in term.announce:  # a preemptor whose victims are gone: it is admitted now (said once)
             term.announce.discard(key)
             self.said_waiting.pop(key, None)

@@ -6,6 +6,8 @@ kind is a module here plus one line below (and its pod sets in ``queues.podsets.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from admission.jobs import appwrapper, batch, jobset, kubeflow, ray, spark, trainjob
 from admission.jobs.base import Integration
 
@@ -32,3 +34,9 @@ def enabled(frameworks: str | None) -> tuple[Integration, ...]:
     if unknown:
         raise ValueError(f"unknown integration {', '.join(unknown)}; known: {', '.join(BY_FRAMEWORK)}")
     return tuple(i for i in INTEGRATIONS if i.framework in names)
+
+
+def owners_of(integrations: Iterable[Integration]) -> frozenset[tuple[str, str]]:
+    """The (apiVersion, kind) of the integrations enabled: the kinds whose children are their parts
+    (``queues.podsets.jobs.owned_by_parent``)."""
+    return frozenset((i.ref.api_version, i.ref.kind) for i in integrations)

@@ -200,8 +200,9 @@ class Integration:
     def _pod_selector(self, obj: Obj, info: jobs.JobInfo | None) -> str | None:
         """An elastic job's pods' selector (``PodsOf``): kept for those only (a controller holds
         100,000 views)."""
-        elastic = self.pods_of is not None and info is not None and info.elastic
-        return self.pods_of.selector(obj) if self.pods_of is not None and elastic else None
+        if self.pods_of is None or info is None or not info.elastic:
+            return None
+        return self.pods_of.selector(obj)
 
     def is_active(self, obj: Obj) -> bool:
         return self.count_active(obj) > 0

@@ -16,10 +16,11 @@ How each says it is over and whether its pods still run, from KubeRay's status (
   (its controller is the RayService: ``queues.podsets.jobs.owned_by_parent``).
 
 Their pods are Ready when the cluster's state is ``ready`` (a RayJob's ``rayClusterStatus``), or, for
-a RayService, when its ``Ready`` condition is True, as Kueue reads them. An elastic RayCluster or
-RayService (autoscaling: ``queues.cycle.elastic``) has its pods found by KubeRay's ``ray.io/cluster``
-(a service's: its active cluster, ``status.activeServiceStatus.rayClusterName``) and ``ray.io/group``
-labels; an autoscaling RayService's pod counts are that cluster's (``queues.podsets.kuberay``).
+a RayService, when its ``Ready`` condition is True, as Kueue reads them. An elastic RayCluster,
+RayJob or RayService (autoscaling: ``queues.cycle.elastic``) has its pods found by KubeRay's
+``ray.io/cluster`` (a RayJob's or RayService's: the cluster KubeRay made for it, which its status
+names) and ``ray.io/group`` labels; an autoscaling RayJob's or RayService's pod counts are that
+cluster's (``queues.podsets.kuberay``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def _service_ready(obj: Obj, info: JobInfo) -> bool:
     return condition_true(obj, ("Ready",))
 
 
+def _group_pod_set(pod: Obj) -> str:
+    """The pod set of a RayCluster's pod, from KubeRay's ``ray.io/group`` label (``headgroup``: head)."""
+    group = str(((pod.get("metadata") or {}).get("labels") or {}).get("ray.io/group") or "")
+    return "head" if group == "headgroup" else group.lower()
+
+
 def _made_cluster_pods(kind: str, obj: Obj) -> str | None:
     """An elastic RayJob's or RayService's pods: its cluster's (as Kueue's ``PodLabelSelector``); None
     before KubeRay made it. (A RayJob's submitter pod is its submitter Job's, never gated.)"""
@@ -79,14 +86,8 @@ RAYJOB = Integration(
     _job_active,
     _job_finished,
     pods_ready=_job_ready,
-    pods_of=PodsOf(lambda job: _made_cluster_pods("RayJob", job), lambda pod: _group_pod_set(pod)),
+    pods_of=PodsOf(lambda job: _made_cluster_pods("RayJob", job), _group_pod_set),
 )
-
-
-def _group_pod_set(pod: Obj) -> str:
-    """The pod set of a RayCluster's pod, from KubeRay's ``ray.io/group`` label (``headgroup``: head)."""
-    group = str(((pod.get("metadata") or {}).get("labels") or {}).get("ray.io/group") or "")
-    return "head" if group == "headgroup" else group.lower()
 
 
 RAYCLUSTER = Integration(

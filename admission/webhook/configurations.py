@@ -49,6 +49,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from admission.jobs import owners_of
 from admission.jobs.base import Integration
 from admission.policy import Policy
 from queues import managed
@@ -173,14 +174,9 @@ def _job_owned(owners: Collection[tuple[str, str]]) -> str:
     return out + (f" || (has(object.metadata.labels) && ({' || '.join(labelled)}))" if labelled else "")
 
 
-def owners_of(integrations: Sequence[Integration]) -> frozenset[tuple[str, str]]:
-    """The (apiVersion, kind) of the integrations enabled: whose children are their parts."""
-    return frozenset((i.ref.api_version, i.ref.kind) for i in integrations)
-
-
 def match_conditions(scope: str, owners: Collection[tuple[str, str]] = frozenset(jobs.KINDS)) -> list[dict[str, str]]:
     """The CEL conditions a hook's object must meet to be sent (see the module docstring); ``owners``:
-    the enabled integrations' kinds (``owners_of``)."""
+    the enabled integrations' kinds (``admission.jobs.owners_of``)."""
     pods = "request.resource.group == '' && request.resource.resource == 'pods'"
     gates = "has(object.spec.schedulingGates) ? object.spec.schedulingGates : []"
     old_gates = "has(oldObject.spec.schedulingGates) ? oldObject.spec.schedulingGates : []"

@@ -1,7 +1,7 @@
 """Elastic jobs: an admitted job that scales keeps running, its admission resized in place.
 
 Why: Kueue's workload slices (``kueue.x-k8s.io/elastic-job: "true"`` on a batch Job or an
-autoscaling RayCluster; beta since v0.18) let a running job change its ``parallelism`` (a worker
+autoscaling RayCluster, RayJob or RayService; beta since v0.18) let a running job change its ``parallelism`` (a worker
 group's ``replicas``) without being requeued. A scale-down is
 written into its Workload at once and frees quota; a scale-up is a new slice admitted against
 quota on the flavors the job already runs on, while its running pods go on; once admitted it

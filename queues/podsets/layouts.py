@@ -250,7 +250,7 @@ def _ray(
     an autoscaling RayJob or RayService, whose worker replicas count (``kuberay.made_cluster``). A
     RayJob must delete its cluster when it finishes and may not run on an existing one."""
     job = kind.kind == "RayJob"
-    held = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind.kind)
+    held = kuberay.CLUSTER_SPEC.get(kind.kind)
     base = f"spec.{held}" if held else "spec"
     if job:
         if spec.get("clusterSelector"):

@@ -18,6 +18,7 @@ from queues import errors
 from queues.errors import FieldError
 from queues.kueue import api, codec
 from queues.model import Config
+from queues.podsets import kuberay
 
 MAX_SECONDS = 1_000_000_000  # ~31 years: times and their sums stay exact and finite
 ACTIONS = ("apply", "delete", "cancel", "scale", "cordon", "uncordon", "gpuXid")
@@ -162,7 +163,7 @@ def scaled(obj: Mapping[str, Any], edit: Edit) -> dict[str, Any]:
     is ``edit.replicas`` (engine core reads it, engine cluster patches it in: into the cluster KubeRay
     made for an autoscaling RayJob or RayService, where its autoscaler writes)."""
     spec = dict(obj.get("spec") or {})
-    held = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(str(obj.get("kind")))
+    held = kuberay.CLUSTER_SPEC.get(str(obj.get("kind")))
     if edit.group and held is not None:
         config = {"kind": "RayCluster", "spec": spec.get(held) or {}}
         spec[held] = scaled(config, edit)["spec"]

@@ -5,7 +5,7 @@ run only some operators; it is reported once, holds nothing back, and is looked 
 CRD is installed), namespaces (their labels choose queues and the webhooks' scope), the plain
 Pods the webhook holds (``admission.controller.watch.podgroups``), Kubernetes' PriorityClasses (a job's
 priority when it names no WorkloadPriorityClass), Kubeflow Trainer's runtimes (where a TrainJob's
-pod sets come from), the RayClusters KubeRay makes for RayServices (an autoscaling one's counts,
+pod sets come from), the RayClusters KubeRay makes for RayJobs and RayServices (an autoscaling one's counts,
 ``admission.controller.watch.ray_clusters``), DRA's ResourceDeviceCatalog (what a job's device
 claims charge) and the CRDs themselves. A job event updates the job cache and marks the job
 for the next step; a namespace change is told to the step and to the namespace watchers (the
@@ -27,6 +27,7 @@ from admission.controller.watch.podgroups import PodGroups
 from admission.controller.watch.priorities import PriorityClasses
 from admission.controller.watch.ray_clusters import RayClusters
 from admission.controller.watch.runtimes import TrainingRuntimes
+from admission.jobs import owners_of
 from admission.jobs.base import Integration
 from admission.kube import client as kube_client
 from admission.kube.client import Kube, Obj
@@ -58,7 +59,7 @@ class ClusterWatch:
         transformations: Transformations = NO_TRANSFORMATIONS,
     ) -> None:
         self.jobs = jobs
-        jobs.owners = frozenset((i.ref.api_version, i.ref.kind) for i in integrations)  # (their children: parts)
+        jobs.owners = owners_of(integrations)  # (their children: parts)
         self.changes = changes
         self.optional = optional  # other parts' informers of kinds a CRD may serve (checks, objects)
         self.namespaces: dict[str, dict[str, str]] = {}
@@ -87,7 +88,7 @@ class ClusterWatch:
         self.crds = Informer(kube, kube_client.CRDS, self._on_crd, optional=True)
 
     def _lookup(self, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
-        """The objects a job's pod sets come from: a TrainJob's runtime, an autoscaling RayService's cluster."""
+        """The objects a job's pod sets come from: a TrainJob's runtime, an autoscaling Ray job's cluster."""
         found = self.ray_clusters.lookup(kind, namespace, name)
         return found if found is not None else self.runtimes.lookup(kind, namespace, name)
 
@@ -98,8 +99,8 @@ class ClusterWatch:
             self.changes.job(str((obj.get("metadata") or {}).get("uid")))
 
     def _reread(self, job: Obj) -> None:
-        """A TrainJob's runtime (an autoscaling RayService's cluster) came or changed: its pod sets are
-        read again."""
+        """A TrainJob's runtime (an autoscaling RayJob's or RayService's cluster) came or changed: its
+        pod sets are read again."""
         meta = job.get("metadata") or {}
         uid = str(meta.get("uid"))
         view = self.jobs.views.get(uid)

@@ -18,17 +18,11 @@ from typing import Any
 from admission.jobs.base import Integration
 from admission.kube.client import Kube, Obj, ResourceRef
 from admission.kube.informer import Informer
-from queues.podsets import kuberay
+from queues.podsets import jobs, kuberay
 
 RAYCLUSTERS = ResourceRef("ray.io/v1", kuberay.RAY_CLUSTER, "rayclusters")
 OWNER_KINDS = set(kuberay.CLUSTER_SPEC)  # the Ray kinds whose cluster KubeRay makes and the autoscaler scales
-
-
-def _owner_uid(obj: Obj) -> str | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") in OWNER_KINDS:
-            return str(ref.get("uid"))
-    return None
+OWNERS = frozenset((RAYCLUSTERS.api_version, kind) for kind in OWNER_KINDS)
 
 
 class RayClusters:
@@ -54,10 +48,10 @@ class RayClusters:
                 self.owners.pop(uid, None)
 
     def _on_cluster(self, kind: str, obj: Obj) -> None:
-        owner = _owner_uid(obj)
+        meta = obj.get("metadata") or {}
+        owner = jobs.parent_of(meta, OWNERS)
         if owner is None:
             return
-        meta = obj.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name")))
         before = self.clusters.get(key)
         if kind == "DELETED":

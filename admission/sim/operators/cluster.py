@@ -220,11 +220,10 @@ class Cluster:
             pods = self._follow_counts(job, kind, pods)
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         statuses.count_pods(kind, job, pods, runtimes=self.runtime, terminating_field=self.job_terminating)
-        if pods and succeeded == len(pods) and kind.layout == "ray":
-            pass  # (a RayCluster serves until deleted)
-        elif pods and succeeded == len(pods) and kind.layout == "spark":
+        completed = bool(pods) and succeeded == len(pods) and kind.layout != "ray"  # (a RayCluster serves)
+        if completed and kind.layout == "spark":
             status.update(applicationState={"state": "COMPLETED"}, terminationTime=now_text())
-        elif pods and succeeded == len(pods):
+        elif completed:
             status["completionTime"] = now_text()
             if kind.kind == "Job":
                 set_condition(

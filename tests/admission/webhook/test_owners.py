@@ -12,14 +12,14 @@ from typing import Any
 import yaml
 
 from admission.controller.watch.jobcache import JobCache
-from admission.jobs import BY_KIND, enabled
+from admission.jobs import BY_KIND, enabled, owners_of
 from admission.policy import Policy
 from admission.webhook import configurations, pods, review
 from queues.kueue import codec
 from queues.model import Config
 from tests.admission.webhook.test_server import CONFIG, job
 
-BATCH_ONLY = frozenset(configurations.owners_of(enabled("batch/job")))
+BATCH_ONLY = owners_of(enabled("batch/job"))
 
 
 def _child(name: str, kind: str = "JobSet", api_version: str = "jobset.x-k8s.io/v1alpha2") -> dict[str, Any]:
@@ -64,7 +64,7 @@ def test_the_match_conditions_and_the_job_views_follow_the_enabled_kinds() -> No
     ]
     assert "'jobset.x-k8s.io/v1alpha2/JobSet'" in every and "workload.codeflare.dev/appwrapper" in every
     assert "JobSet" not in batch and "appwrapper" not in batch and "'batch/v1/Job'" in batch
-    for owners, part in ((frozenset(configurations.owners_of(enabled(None))), True), (BATCH_ONLY, False)):
+    for owners, part in ((owners_of(enabled(None)), True), (BATCH_ONLY, False)):
         cache = JobCache(owners=owners)
         cache.observe(BY_KIND[("batch/v1", "Job")], "ADDED", _child("of-jobset"))
         view = cache.views["u-of-jobset"]
