@@ -27,7 +27,7 @@ from admission.jobs import BY_KIND, job_fields
 from admission.jobs.base import Integration
 from admission.jobs.job_fields import KEEP_UNTIL
 from admission.policy import DEFAULT_POLICY, HOLD, REFUSE, Policy
-from queues import errors, managed
+from queues import errors, managed, quantity
 from queues.cycle import flavors
 from queues.cycle.assignment import WAITING_FOR_QUOTA, Mode
 from queues.cycle.elastic import ELASTIC_GATE
@@ -221,13 +221,24 @@ def validate(
 
 def _unaccounted_claims(info: jobs.JobInfo, devices: charges.Devices) -> list[str]:
     """A warning for each pod set whose DRA claims cannot be charged to quota (``queues.dra``): the
-    job is created and waits, Misconfigured, rather than run with its devices uncounted."""
-    return [
-        f"pod set {ps.name}: its devices cannot be charged to quota, so the job waits (Misconfigured) until "
-        f"this is fixed: {ps.unaccounted}"
-        for ps in devices.charge(info.namespace, info.pod_sets)
-        if ps.unaccounted
-    ]
+    job is created and waits, Misconfigured, rather than run with its devices uncounted; and for
+    each prioritized list (``firstAvailable``), what it is charged: its largest alternative."""
+    out: list[str] = []
+    for ps in devices.charge(info.namespace, info.pod_sets):
+        if ps.unaccounted:
+            out.append(
+                f"pod set {ps.name}: its devices cannot be charged to quota, so the job waits (Misconfigured) "
+                f"until this is fixed: {ps.unaccounted}"
+            )
+            continue
+        for listed in devices.prioritized(info.namespace, ps):
+            charged = ", ".join(f"{r} {quantity.format_milli(v)}" for r, v in sorted(ps.devices.items()))
+            out.append(
+                f"pod set {ps.name}, {listed}: a prioritized list (firstAvailable) is charged to quota the most "
+                f"any of its alternatives takes, since the allocator picks one only after admission: the pod "
+                f"set's claims are charged {charged} per pod"
+            )
+    return out
 
 
 def _partial_admission(operation: str, obj: Obj, old: Obj | None, integration: Integration) -> list[str]:

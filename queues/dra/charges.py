@@ -3,17 +3,19 @@ logical resource its DeviceClass maps to (Kueue's ResourceClaimTemplate path). `
 the one place a job's pod sets become what quota counts: Kueue's resource transformations and
 excluded prefixes first (``queues.podsets.transformations``), then the claims.
 
-A claim is made per pod from its template, so the charge is per pod, like a container's
-requests: ``count`` devices of a mapped DeviceClass are ``count`` units of the mapped resource, or,
-for a mapping with sources, ``count`` times what one matching device consumes of its counter
-(partitionable devices) or one allocation takes of its capacity (shared devices,
-``queues.dra.capacity``), read from the cluster's ResourceSlices. What
+A claim is made per pod from its template (``queues.dra.claim_templates`` reads it), so the charge
+is per pod, like a container's requests: ``count`` devices of a mapped DeviceClass are ``count``
+units of the mapped resource, or, for a mapping with sources, ``count`` times what one matching
+device consumes of its counter (partitionable devices) or one allocation takes of its capacity
+(shared devices, ``queues.dra.capacity``), read from the cluster's ResourceSlices. A prioritized
+list (``firstAvailable``, which Kueue refuses) is charged, per resource, the most any of its
+alternatives takes: which one a pod gets is decided by the allocator after admission. What
 cannot be counted before allocation is not admitted uncounted: a claim naming a ResourceClaim
 directly (a shared claim is not the pod's alone), a template that does not exist, a DeviceClass no
-mapping names, ``allocationMode: All`` (how many is known only at allocation), ``adminAccess``
-and prioritized lists (``firstAvailable``, not implemented yet). The pod set then says why in
-``unaccounted`` and its workload waits, Misconfigured, with that message; it is charged again
-when the templates or the mappings change.
+mapping names (in any alternative), ``allocationMode: All`` (how many is known only at
+allocation) and ``adminAccess``. The pod set then says why in ``unaccounted`` and its workload
+waits, Misconfigured, with that message; it is charged again when the templates or the mappings
+change.
 """
 
 from __future__ import annotations
@@ -23,110 +25,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queues import errors, quantity
+from queues import quantity
 from queues.dra import capacity, slices
+from queues.dra.claim_templates import API_VERSION, ClaimTemplate, DeviceRequest
 from queues.dra.mappings import NONE, SETTING, CapacitySource, CounterSource, Mappings
-from queues.errors import FieldError
 from queues.podsets.jobs import PodSet
 from queues.podsets.transformations import NONE as NO_TRANSFORMATIONS
 from queues.podsets.transformations import Transformations
 
-API_VERSION = "resource.k8s.io/v1"
+__all__ = ["API_VERSION", "MISCONFIGURED", "ClaimTemplate", "DeviceRequest", "Devices", "unaccounted"]
+
 MISCONFIGURED = "Misconfigured"  # Kueue's QuotaReserved reason for a workload it cannot charge
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceRequest:
-    """One entry of a claim's ``spec.devices.requests``."""
-
-    name: str
-    device_class: str | None  # exactly.deviceClassName (None with firstAvailable)
-    count: int = 1
-    all_devices: bool = False  # allocationMode: All
-    admin_access: bool = False
-    first_available: bool = False  # a prioritized list of alternatives
-    selectors: tuple[str, ...] = ()  # its CEL selectors' expressions
-    capacity: tuple[tuple[str, str], ...] = ()  # exactly.capacity.requests: dimension -> quantity
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimTemplate:
-    """A ResourceClaimTemplate: the device requests each pod's claim is made with."""
-
-    namespace: str
-    name: str
-    requests: tuple[DeviceRequest, ...]
-
-    @classmethod
-    def from_object(cls, obj: Mapping[str, Any], namespace: str | None = None) -> ClaimTemplate:
-        """A ``resource.k8s.io/v1`` ResourceClaimTemplate, or ``errors.Invalid`` naming the field."""
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-        assert isinstance(meta, Mapping)
-        name = meta.get("name")
-        problems: list[FieldError] = []
-        if not isinstance(name, str) or not name:
-            problems.append(FieldError("metadata.name", "required: the template's name, as pods name it"))
-        spec = obj.get("spec")
-        claim_spec = spec.get("spec") if isinstance(spec, Mapping) else None
-        devices = claim_spec.get("devices") if isinstance(claim_spec, Mapping) else None
-        raw = devices.get("requests") if isinstance(devices, Mapping) else None
-        requests: list[DeviceRequest] = []
-        if raw is not None and not isinstance(raw, list):
-            problems.append(FieldError("spec.spec.devices.requests", "must be a list of device requests"))
-        for i, entry in enumerate(raw or []):
-            request = _request(entry, f"spec.spec.devices.requests[{i}]", problems)
-            if request is not None:
-                requests.append(request)
-        if problems:
-            raise errors.Invalid(problems, subject=f"ResourceClaimTemplate {name or '?'}")
-        return cls(str(namespace or meta.get("namespace") or "default"), str(name), tuple(requests))
-
-
-def _request(entry: Any, where: str, problems: list[FieldError]) -> DeviceRequest | None:
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
-        problems.append(FieldError(f"{where}.name", "required: each device request has a name"))
-        return None
-    if entry.get("firstAvailable"):
-        return DeviceRequest(entry["name"], None, first_available=True)
-    exactly = entry.get("exactly")
-    if not isinstance(exactly, Mapping) or not isinstance(exactly.get("deviceClassName"), str):
-        problems.append(
-            FieldError(f"{where}.exactly.deviceClassName", "required: the DeviceClass of the devices asked for")
-        )
-        return None
-    mode = exactly.get("allocationMode") or "ExactCount"
-    if mode not in ("ExactCount", "All"):
-        problems.append(FieldError(f"{where}.exactly.allocationMode", f"must be ExactCount or All, not {mode!r}"))
-        return None
-    count = exactly.get("count", 1)
-    if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
-        problems.append(FieldError(f"{where}.exactly.count", f"must be a whole number of devices >= 1, not {count!r}"))
-        return None
-    return DeviceRequest(
-        entry["name"],
-        exactly["deviceClassName"],
-        count=int(count) if mode == "ExactCount" else 0,
-        all_devices=mode == "All",
-        admin_access=bool(exactly.get("adminAccess")),
-        selectors=slices.expressions(exactly.get("selectors")),
-        capacity=_capacity_requests(exactly.get("capacity"), f"{where}.exactly.capacity.requests", problems),
-    )
-
-
-def _capacity_requests(raw: Any, where: str, problems: list[FieldError]) -> tuple[tuple[str, str], ...]:
-    """``exactly.capacity.requests``: how much of a shared device's capacity dimensions it asks for."""
-    requests = raw.get("requests") if isinstance(raw, Mapping) else None
-    if not requests:
-        return ()
-    out: list[tuple[str, str]] = []
-    for name, value in requests.items() if isinstance(requests, Mapping) else ():
-        try:
-            quantity.parse_milli(str(value))
-        except quantity.QuantityError:
-            problems.append(FieldError(f"{where}.{name}", f"must be a quantity (40Gi), not {value!r}"))
-            continue
-        out.append((str(name), str(value)))
-    return tuple(sorted(out))
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +95,17 @@ class Devices:
             for i, ps in enumerate(pod_sets)
         )
 
+    def prioritized(self, namespace: str, ps: PodSet) -> list[str]:
+        """The requests of ``ps``'s claims that are prioritized lists (``claim gpus, request
+        gpus``): charged their largest alternative (``_cost``), which a user is told at creation."""
+        return [
+            f"claim {claim.name}, request {request.name}"
+            for claim in ps.claims
+            if claim.template is not None and (template := self.templates.get((namespace, claim.template)))
+            for request in template.requests
+            if request.first_available
+        ]
+
     def _charged(self, namespace: str, index: int, ps: PodSet) -> PodSet:
         added: dict[str, int] = {}
         for j, claim in enumerate(ps.claims):
@@ -221,42 +141,69 @@ class Devices:
             short = self._short(template)
             if short is not None:
                 k, why = short
+                field_ = "firstAvailable" if template.requests[k].first_available else "exactly.selectors"
                 return dataclasses.replace(
                     ps,
                     unaccounted=(
-                        f"{where}.devices.requests[{k}].exactly.selectors: ResourceClaimTemplate "
+                        f"{where}.devices.requests[{k}].{field_}: ResourceClaimTemplate "
                         f"{namespace}/{template.name} request {template.requests[k].name} (pod set {ps.name}, claim "
                         f"{claim.name}): {why}"
                     ),
                 )
             for request in template.requests:
-                assert request.device_class is not None
-                logical = self.mappings.lookup(request.device_class)
-                if logical is None:
+                cost = self._cost(request)
+                if isinstance(cost, DeviceRequest):
                     return dataclasses.replace(
                         ps,
                         unaccounted=(
-                            f'{where}.resourceClaimTemplateName: Not found: "DeviceClass {request.device_class} is '
+                            f'{where}.resourceClaimTemplateName: Not found: "DeviceClass {cost.device_class} is '
                             f'not mapped in DRA configuration for podset {ps.name}" (claim {claim.name}, '
-                            f"ResourceClaimTemplate {namespace}/{template.name}); map it to a resource the "
-                            f"ClusterQueue gives quota for in {SETTING} (a scenario's deviceClassMappings)"
+                            f"ResourceClaimTemplate {namespace}/{template.name}, request {cost.name}); map it to a "
+                            f"resource the ClusterQueue gives quota for in {SETTING} (a scenario's deviceClassMappings)"
                         ),
                     )
-                sources = self.mappings.counter(logical) or self.mappings.capacity(logical)
-                per_device = self._sourced_charge(request, sources) if sources else quantity.MILLI
-                if isinstance(per_device, str):
+                if isinstance(cost, str):
                     return dataclasses.replace(
                         ps,
                         unaccounted=(
                             f"{where}.resourceClaimTemplateName: ResourceClaimTemplate {namespace}/{template.name} "
-                            f"request {request.name} (pod set {ps.name}, claim {claim.name}): {per_device}"
+                            f"request {request.name} (pod set {ps.name}, claim {claim.name}): {cost}"
                         ),
                     )
-                added[logical] = added.get(logical, 0) + request.count * per_device
+                for res, milli in cost.items():
+                    added[res] = added.get(res, 0) + milli
         requests = dict(ps.requests)
         for res, milli in added.items():
             requests[res] = requests.get(res, 0) + milli
         return dataclasses.replace(ps, requests=requests, unaccounted=None, devices=added)
+
+    def _cost(self, request: DeviceRequest) -> dict[str, int] | DeviceRequest | str:
+        """What one pod's ``request`` is charged, by mapped resource (milli-units); the request
+        (or alternative) whose DeviceClass no mapping names; or why it cannot be known. A
+        prioritized list (``firstAvailable``) is charged, for each resource, the most any of its
+        alternatives takes of it: the allocator picks the alternative on the node, after admission,
+        so the charge covers whichever it picks (as a counter charge covers the largest matching
+        partition)."""
+        if request.first_available:
+            most: dict[str, int] = {}
+            for alternative in request.alternatives:
+                cost = self._cost(alternative)
+                if isinstance(cost, str):
+                    return f"subrequest {alternative.name}: {cost}"
+                if isinstance(cost, DeviceRequest):
+                    return cost
+                for res, milli in cost.items():
+                    most[res] = max(most.get(res, 0), milli)
+            return most
+        assert request.device_class is not None
+        logical = self.mappings.lookup(request.device_class)
+        if logical is None:
+            return request
+        sources = self.mappings.counter(logical) or self.mappings.capacity(logical)
+        per_device = self._sourced_charge(request, sources) if sources else quantity.MILLI
+        if isinstance(per_device, str):
+            return per_device
+        return {logical: request.count * per_device}
 
     def _short(self, template: ClaimTemplate) -> tuple[int, str] | None:
         """Kueue's check of a claim's CEL selectors against the cluster's devices: the first request
@@ -271,26 +218,42 @@ class Devices:
     def _count_selected(self, template: ClaimTemplate) -> tuple[int, str] | None:
         taken: set[int] = set()
         for k, request in enumerate(template.requests):
+            if request.first_available:
+                # (short only if every alternative is: the allocator takes any that can be had)
+                found = [self._selected(alternative, taken) for alternative in request.alternatives]
+                if all(isinstance(f, str) for f in found):
+                    return k, f"no alternative can ever be allocated: {'; '.join(str(f) for f in found)}"
+                continue
             if not request.selectors:
                 continue
-            assert request.device_class is not None
-            if request.device_class not in self.classes:
-                return k, f"DeviceClass {request.device_class} does not exist, so no device is known to match it"
-            wanted = [*self.classes[request.device_class], *request.selectors]
-            mine: list[int] = []
-            for i, device in enumerate(self.published):
-                if len(mine) == request.count:
-                    break
-                if i not in taken and slices.selects(wanted, device):
-                    mine.append(i)
+            mine = self._selected(request, taken)
+            if isinstance(mine, str):
+                return k, mine
             taken.update(mine)
-            if len(mine) < request.count:
-                return k, (
-                    f"insufficient matching devices for CEL selector in DeviceClass {request.device_class}: "
-                    f"{len(mine)} device(s) match in the cluster but {request.count} requested; the request waits "
-                    "until a driver publishes such devices (ResourceSlices)"
-                )
         return None
+
+    def _selected(self, request: DeviceRequest, taken: set[int]) -> list[int] | str:
+        """The published devices (not in ``taken``) that ``request`` could be allocated, by its
+        DeviceClass's and its own selectors, or why fewer than its ``count`` can be."""
+        assert request.device_class is not None
+        if not request.selectors:
+            return []
+        if request.device_class not in self.classes:
+            return f"DeviceClass {request.device_class} does not exist, so no device is known to match it"
+        wanted = [*self.classes[request.device_class], *request.selectors]
+        mine: list[int] = []
+        for i, device in enumerate(self.published):
+            if len(mine) == request.count:
+                break
+            if i not in taken and slices.selects(wanted, device):
+                mine.append(i)
+        if len(mine) < request.count:
+            return (
+                f"insufficient matching devices for CEL selector in DeviceClass {request.device_class}: "
+                f"{len(mine)} device(s) match in the cluster but {request.count} requested; the request waits "
+                "until a driver publishes such devices (ResourceSlices)"
+            )
+        return mine
 
     def _sourced_charge(self, request: DeviceRequest, sources: CounterSource | tuple[CapacitySource, ...]) -> int | str:
         """What one device of ``request`` is charged (milli-units) by a mapping's counter or
@@ -368,7 +331,9 @@ class Devices:
     @staticmethod
     def _refused(request: DeviceRequest) -> str | None:
         if request.first_available:
-            return "prioritized lists (firstAvailable) are not charged yet; ask for exactly one DeviceClass"
+            return next(
+                (f"subrequest {a.name}: {why}" for a in request.alternatives if (why := Devices._refused(a))), None
+            )
         if request.all_devices:
             return (
                 f"allocationMode All asks for every matching device of DeviceClass {request.device_class}, a number "

@@ -38,6 +38,11 @@ def gpus(count: int | None = None, device_class: str = "gpu.nvidia.com", **extra
     return {"name": "gpus", "exactly": exactly}
 
 
+def sub(name: str, device_class: str = "gpu.nvidia.com", **extra: Any) -> dict[str, Any]:
+    """A ``firstAvailable`` subrequest."""
+    return {"name": name, "deviceClassName": device_class, **extra}
+
+
 def job(name: str, *claims: dict[str, str], cpu: str = "1") -> jobs.JobInfo:
     return jobs.read_job(
         {
@@ -117,8 +122,14 @@ def test_a_request_without_count_is_one_device_and_requests_add_up() -> None:
         ),
         (
             {"name": "gpus", "resourceClaimTemplateName": "either"},
-            [template("either", {"name": "gpus", "firstAvailable": [gpus(1)]})],
-            "prioritized lists (firstAvailable)",
+            [template("either", {"name": "gpus", "firstAvailable": [sub("big"), sub("mig", "mig.nvidia.com")]})],
+            'DeviceClass mig.nvidia.com is not mapped in DRA configuration for podset main" (claim gpus, '
+            "ResourceClaimTemplate ns/either, request gpus/mig)",
+        ),
+        (
+            {"name": "gpus", "resourceClaimTemplateName": "either"},
+            [template("either", {"name": "gpus", "firstAvailable": [sub("one"), sub("all", allocationMode="All")]})],
+            "request gpus (pod set main, claim gpus): subrequest gpus/all: allocationMode All",
         ),
     ],
 )

@@ -21,9 +21,11 @@ real allocator holds them (``admission.sim.operators.device_usage``): a plain de
 allocation, a shared device (``allowMultipleAllocations``) by many while its capacity lasts (each
 result records its ``shareID`` and ``consumedCapacity``), a partitionable device while its pool's
 counters last. Differences from a real cluster (docs/simulated-cluster.md): no ``quantity()`` or
-``semver()`` in selectors; ``firstAvailable``, ``allocationMode: All``, admin access and claims
-with ``constraints`` are not allocated (such a pod stays Pending); a claim is deallocated by its
-deletion only.
+``semver()`` in selectors; ``allocationMode: All``, admin access and claims with ``constraints``
+are not allocated (such a pod stays Pending); a claim is deallocated by its deletion only. A
+prioritized list (``firstAvailable``) gets its first alternative that the node can serve (the
+result names it ``<request>/<subrequest>``), and the nodes serving earlier alternatives are
+preferred, as the kube-scheduler's scoring does.
 """
 
 from __future__ import annotations
@@ -171,18 +173,24 @@ class Dra:
 
     def plans(self, claims: list[Obj], nodes: list[str]) -> dict[str, Plan]:
         """For each of ``nodes`` whose devices can serve every claim not yet allocated, the devices
-        (the cluster's slices and claims read once for all of them)."""
+        (the cluster's slices and claims read once for all of them); the nodes that give
+        prioritized lists (``firstAvailable``) earlier alternatives first, as the kube-scheduler
+        scores them higher."""
         published = self.store.list(SLICES, None)[0]
         usage = Usage.of(published, self.store.list(CLAIMS, None)[0])
-        out: dict[str, Plan] = {}
-        for node in nodes:
-            plan = self._plan(claims, self._devices(published, node), usage.copy())
-            if plan is not None:
-                out[node] = plan
-        return out
+        ranked: list[tuple[tuple[int, ...], int, str, Plan]] = []
+        for i, node in enumerate(nodes):
+            planned = self._plan(claims, self._devices(published, node), usage.copy())
+            if planned is not None:
+                ranked.append((planned[1], i, node, planned[0]))
+        return {node: plan for _, _, node, plan in sorted(ranked)}
 
-    def _plan(self, claims: list[Obj], devices: list[slices.Device], usage: Usage) -> Plan | None:
+    def _plan(
+        self, claims: list[Obj], devices: list[slices.Device], usage: Usage
+    ) -> tuple[Plan, tuple[int, ...]] | None:
+        """The devices for every claim on one node, and which alternative each prioritized list got."""
         plan: Plan = []
+        rank: list[int] = []
         for claim in claims:
             if (claim.get("status") or {}).get("allocation"):
                 continue
@@ -191,12 +199,25 @@ class Dra:
                 return None  # (matchAttribute and distinctAttribute are not modelled: never ignored)
             results: list[dict[str, Any]] = []
             for request in wanted.get("requests") or []:
-                picked = self._pick(request, devices, usage)
-                if picked is None:
+                alternatives = request.get("firstAvailable")
+                if alternatives is None:
+                    picked = self._pick(request["name"], request.get("exactly"), devices, usage)
+                    if picked is None:
+                        return None
+                    results.extend(picked)
+                    continue
+                for k, alternative in enumerate(alternatives):  # (the first that can be had, in order)
+                    trial = usage.copy()
+                    picked = self._pick(f"{request['name']}/{alternative.get('name')}", alternative, devices, trial)
+                    if picked is not None:
+                        usage = trial
+                        results.extend(picked)
+                        rank.append(k)
+                        break
+                else:
                     return None
-                results.extend(picked)
             plan.append((claim, results))
-        return plan
+        return plan, tuple(rank)
 
     def allocate(self, plan: Plan, pod: Obj, node: str) -> None:
         """The planned devices written to the claims, reserved for ``pod``."""
@@ -228,11 +249,11 @@ class Dra:
             out.extend(slices.Device.of(driver, pool, node, device) for device in spec.get("devices") or [])
         return out
 
-    def _pick(self, request: dict[str, Any], devices: list[slices.Device], usage: Usage) -> list[dict[str, Any]] | None:
-        """``count`` distinct devices for one request, taken from ``usage``, as allocation results."""
-        exactly = request.get("exactly")
+    def _pick(self, name: str, exactly: Any, devices: list[slices.Device], usage: Usage) -> list[dict[str, Any]] | None:
+        """``count`` distinct devices for one request (its ``exactly``, or one ``firstAvailable``
+        subrequest: the same fields), taken from ``usage``, as allocation results naming ``name``."""
         if not isinstance(exactly, dict) or exactly.get("allocationMode") == "All" or exactly.get("adminAccess"):
-            return None  # (firstAvailable, All and admin access are not allocated here)
+            return None  # (All and admin access are not allocated here)
         try:
             device_class = self.store.get(DEVICE_CLASSES, "", str(exactly.get("deviceClassName")))
         except ApiError:
@@ -253,7 +274,7 @@ class Dra:
             if takes is None:
                 continue
             usage.take(ident(d), takes, shared=d.shared)  # (two devices of one request must fit together)
-            result: dict[str, Any] = {"request": request["name"], "driver": d.driver, "pool": d.pool, "device": d.name}
+            result: dict[str, Any] = {"request": name, "driver": d.driver, "pool": d.pool, "device": d.name}
             if d.shared:
                 result["shareID"] = str(uuid.uuid4())
                 result["consumedCapacity"] = {name: quantity.format_milli(v) for name, v in sorted(takes.items())}

@@ -84,7 +84,8 @@ class Scheduler:
                     f"0/{n} nodes are available: {n} {waiting}. preemption: 0/{n} nodes are available: "
                     f"{n} Preemption is not helpful for scheduling."
                 )
-            infos = [i for i in infos if i.name in plans]
+            order = {node: k for k, node in enumerate(plans)}  # (earlier firstAvailable alternatives first)
+            infos = sorted((i for i in infos if i.name in plans), key=lambda i: order[i.name])
         chosen = UNLIMITED_NODE if not nodes else nodes_model.first_fit(needs, infos, free) if infos else None
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if chosen is None:

@@ -169,3 +169,37 @@ async def test_a_shared_device_serves_claims_while_its_capacity_lasts(
     assert len({r["shareID"] for r in results}) == 2
     store.delete(PODS, "ml", "a")
     await until(lambda: node_of(store, "c") == "ts", timeout=10)
+
+
+async def test_a_prioritized_list_gets_the_first_alternative_a_node_can_serve(
+    cluster: tuple[ObjectStore, Cluster],
+) -> None:
+    """``firstAvailable`` ("one H100, else two A100s"): the node that serves the first alternative is
+    preferred (the kube-scheduler's prioritized-list scoring), the allocation result names the
+    subrequest (``gpus/h100``), and once the H100 is taken the next pod falls back to two A100s."""
+    store, _ = cluster
+    for node, product, count in (("a100-node", "A100", 4), ("h100-node", "H100", 1)):
+        store.create(NODES, "", {"metadata": {"name": node}, "status": {"allocatable": {"cpu": "64"}}}, namespaces=NS)
+        devices = [{"name": f"gpu-{i}", "attributes": {"productName": {"string": product}}} for i in range(count)]
+        publish(store, node, devices)
+
+    def product(name: str) -> dict[str, Any]:
+        expression = f"device.attributes['gpu.nvidia.com'].productName == '{name}'"
+        return {"cel": {"expression": expression}}
+
+    alternatives = [
+        {"name": "h100", "deviceClassName": "gpu.nvidia.com", "selectors": [product("H100")]},
+        {"name": "a100", "deviceClassName": "gpu.nvidia.com", "count": 2, "selectors": [product("A100")]},
+    ]
+    request = {"name": "gpus", "firstAvailable": alternatives}
+    template = {"metadata": {"name": "either"}, "spec": {"spec": {"devices": {"requests": [request]}}}}
+    store.create(dra.TEMPLATES, "ml", template, namespaces=NS)
+    store.create(PODS, "ml", pod("a", "either"), namespaces=NS)
+    await until(lambda: node_of(store, "a") is not None)
+    assert node_of(store, "a") == "h100-node"  # (listed second, preferred: its node serves gpus/h100)
+    assert [(r["request"], r["device"]) for r in allocated(store)] == [("gpus/h100", "gpu-0")]
+    store.create(PODS, "ml", pod("b", "either"), namespaces=NS)
+    await until(lambda: node_of(store, "b") is not None)
+    assert node_of(store, "b") == "a100-node"
+    got = sorted((r["request"], r["device"]) for r in allocated(store))
+    assert got == [("gpus/a100", "gpu-0"), ("gpus/a100", "gpu-1"), ("gpus/h100", "gpu-0")]

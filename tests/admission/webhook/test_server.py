@@ -474,6 +474,30 @@ def test_a_job_whose_dra_claims_cannot_be_charged_is_created_with_a_warning(serv
     assert answer.allowed and not [w for w in answer.warnings if "Misconfigured" in w]
 
 
+def test_a_prioritized_list_is_created_with_what_it_is_charged(server: Server) -> None:
+    """``firstAvailable`` is charged its largest alternative (docs/dra.md): the person creating the
+    job is told so, with the charge; a job without one is not."""
+    from queues.dra import charges, mappings
+
+    body = job("either", gpus="0")
+    body["metadata"]["namespace"] = "ml"
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "either"}]
+    alternatives = (
+        charges.DeviceRequest("gpus/one", "gpu.nvidia.com"),
+        charges.DeviceRequest("gpus/two", "gpu.nvidia.com", count=2),
+    )
+    either = charges.ClaimTemplate("ml", "either", (charges.DeviceRequest("gpus", None, alternatives=alternatives),))
+    mapped = mappings.parse([{"name": "whole-gpus", "deviceClassNames": ["gpu.nvidia.com"]}])
+    answer = review.validate("CREATE", body, None, "ml", server.config, devices=charges.Devices.of(mapped, [either]))
+    assert answer.allowed
+    (warning,) = [w for w in answer.warnings if "firstAvailable" in w]
+    assert warning.startswith("pod set main, claim gpus, request gpus: a prioritized list (firstAvailable)")
+    assert warning.endswith("the pod set's claims are charged whole-gpus 2 per pod")
+    plain = charges.ClaimTemplate("ml", "either", (charges.DeviceRequest("gpus", "gpu.nvidia.com"),))
+    answer = review.validate("CREATE", body, None, "ml", server.config, devices=charges.Devices.of(mapped, [plain]))
+    assert not [w for w in answer.warnings if "firstAvailable" in w]
+
+
 def test_a_job_claiming_more_devices_than_its_queue_can_ever_hold_is_warned(server: Server) -> None:
     from queues.dra import charges, mappings
 
