@@ -137,7 +137,9 @@ def activity_requests(controller: Controller) -> Callable[[str, str, bool, str],
 def dashboard(controller: Controller) -> Dashboard:
     """The dashboard as a replica serves it: PostgreSQL, plus the leader's idle GPUs and the jobs' Events."""
     idle = controller.features.reclaimer.idle_held
-    return Dashboard(controller.sessions, idle=idle, job_events=controller.job_events)
+    return Dashboard(
+        controller.sessions, idle=idle, job_events=controller.job_events, fractions=controller.policy.card_fractions
+    )
 
 
 @dataclass(slots=True)

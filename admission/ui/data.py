@@ -20,6 +20,8 @@ Every answer is plain JSON for the page (``admission/ui/static``), computed per 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -32,13 +34,19 @@ from admission.store import workloads as store
 from queues.cycle import fairsharing
 from queues.gpus.gpu_units import card_fraction
 from queues.model import Config
-from queues.podsets import pod_resources
 
 PAGE = 50
 
 
-async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | None = None) -> dict[str, Any]:
-    """See the module docstring; ``idle``: (flavor, resource) -> milli-units held by idle workloads."""
+Fractions = Mapping[str, Fraction]  # a GPU resource's part of a card, where not by its name (DRA mappings...)
+
+
+async def overview(
+    session: AsyncSession, idle: dict[tuple[str, str], int] | None = None, fractions: Fractions | None = None
+) -> dict[str, Any]:
+    """See the module docstring; ``idle``: (flavor, resource) -> milli-units held by idle workloads;
+    ``fractions``: the parts of a card ``turnstile usage`` bills with (a DRA mapping of whole GPUs,
+    ``TURNSTILE_GPU_FRACTIONS``), so a GPU claimed through DRA counts on the GPU bars too."""
     config = await config_store.load_config(session)
     held = await store.held_usage(session)
     reserved = await read_models.reserved_while_checking(session)
@@ -82,19 +90,21 @@ async def overview(session: AsyncSession, idle: dict[tuple[str, str], int] | Non
     gpus: dict[str, dict[str, Any]] = {}
     for q in queues:
         for r in q["resources"]:
-            fraction = card_fraction(r["resource"])
+            fraction = card_fraction(r["resource"], fractions)
             if not fraction:
                 continue
             g = gpus.setdefault(r["flavor"], {"flavor": r["flavor"], "nominal": 0.0, "inUse": 0.0})
             g["nominal"] += r["nominal"] / 1000 * float(fraction)
             g["inUse"] += r["used"] / 1000 * float(fraction)
     for flavor, g in gpus.items():
-        g["reserved"] = sum(v / 1000 * float(card_fraction(r) or 0) for (f, r), v in reserved.items() if f == flavor)
+        g["reserved"] = sum(
+            v / 1000 * float(card_fraction(r, fractions) or 0) for (f, r), v in reserved.items() if f == flavor
+        )
         g["free"] = max(0.0, g["nominal"] - g["inUse"])
         g["idle"] = (
             None
             if idle is None
-            else sum(v / 1000 * float(card_fraction(r) or 0) for (f, r), v in idle.items() if f == flavor)
+            else sum(v / 1000 * float(card_fraction(r, fractions) or 0) for (f, r), v in idle.items() if f == flavor)
         )
     return {
         "clusterQueues": queues,
@@ -150,9 +160,10 @@ async def pending(session: AsyncSession, cluster_queue: str, offset: int = 0, li
     return {"clusterQueue": cluster_queue, "total": int(total or 0), "offset": offset, "items": items}
 
 
-async def workload(session: AsyncSession, name: str) -> dict[str, Any]:
-    """``describe workload``'s text and the history; ``NotFound`` if there is none."""
-    described = await views.describe(session, "Workload", name)
+async def workload(session: AsyncSession, name: str, fractions: Fractions | None = None) -> dict[str, Any]:
+    """``describe workload``'s text (its GPU memory line billed with ``fractions``, as the CLI's) and
+    the history; ``NotFound`` if there is none."""
+    described = await views.describe(session, "Workload", name, fractions=fractions)
     rows = await read_models.workload_rows(session, namespace=None, name=name)  # (its job's name or its object's)
     history = []
     if rows:
@@ -167,15 +178,16 @@ async def workload(session: AsyncSession, name: str) -> dict[str, Any]:
     return {"workload": name, "describe": described, "history": history}
 
 
-async def usage(session: AsyncSession, *, by: str, days: float) -> dict[str, Any]:
-    """GPU-hours (whole cards: MIG slices and shared replicas as their part) per group."""
+async def usage(session: AsyncSession, *, by: str, days: float, fractions: Fractions | None = None) -> dict[str, Any]:
+    """GPU-hours (whole cards: MIG slices, shared replicas and DRA-mapped devices as their part,
+    as ``turnstile usage`` bills them with ``fractions``) per group."""
     until = dt.datetime.now(dt.UTC)
     since = until - dt.timedelta(days=days)
     rows = await usage_store.report(session, by=by, since=since, until=until)
     groups: dict[str, float] = {}
     for r in rows:
-        fraction = card_fraction(r.resource)
-        if fraction and pod_resources.is_gpu(r.resource):
+        fraction = card_fraction(r.resource, fractions)
+        if fraction:
             groups[r.group] = groups.get(r.group, 0.0) + float(r.hours) * float(fraction)
     return {
         "by": by,

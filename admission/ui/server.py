@@ -47,8 +47,10 @@ class Dashboard:
         idle: Idle = lambda: None,
         job_events: JobEvents | None = None,
         tick: float = 1.0,
+        fractions: data.Fractions | None = None,
     ) -> None:
         self.sessions = sessions
+        self.fractions = fractions  # GPU resources' parts of a card, as ``turnstile usage`` bills them
         self.idle = idle  # (flavor, resource) -> milli-units held by workloads measured idle (leader only)
         self.job_events = job_events  # (a replica reads them from the API server; None: not shown)
         self.tick = tick
@@ -60,7 +62,7 @@ class Dashboard:
         app.router.add_get("/ui", self._redirect)
         app.router.add_get("/ui/", self._index)
         app.router.add_static("/ui/static/", STATIC, append_version=False)
-        app.router.add_get("/ui/api/overview", self._json(lambda s, r: data.overview(s, self.idle())))
+        app.router.add_get("/ui/api/overview", self._json(lambda s, r: data.overview(s, self.idle(), self.fractions)))
         app.router.add_get("/ui/api/pending", self._json(self._pending))
         app.router.add_get("/ui/api/workload", self._json(self._workload))
         app.router.add_get("/ui/api/usage", self._json(self._usage))
@@ -93,7 +95,7 @@ class Dashboard:
 
     async def _workload(self, session: AsyncSession, request: web.Request) -> Any:
         name = request.query.get("name", "")
-        body = await data.workload(session, name)
+        body = await data.workload(session, name, self.fractions)
         body["events"] = None
         if self.job_events is not None and "/" in name:
             try:
@@ -111,7 +113,7 @@ class Dashboard:
         days = float(request.query.get("days", "30"))
         if not 0 < days <= 3660:
             raise ValueError(f"days {days}: must be between 0 and 3660")
-        return await data.usage(session, by=request.query.get("by", "label:team"), days=days)
+        return await data.usage(session, by=request.query.get("by", "label:team"), days=days, fractions=self.fractions)
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(

@@ -4,6 +4,7 @@ quota bars' arithmetic, lending, pending pages in queue order, bad query paramet
 from __future__ import annotations
 
 import datetime as dt
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -99,5 +100,60 @@ async def test_bars_lending_and_pending_pages(tmp_path: Path, migrated_url: str)
             assert missing.status == 404 and "workload/ml/nope not found" in (await missing.json())["error"]
             index = await client.get("/ui/")
             assert index.status == 200 and "<title>Turnstile</title>" in await index.text()
+    finally:
+        await engine.dispose()
+
+
+DRA_CONFIG = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: h100}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: claims}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [whole-gpus]
+    flavors: [{name: h100, resources: [{name: whole-gpus, nominalQuota: "4"}]}]
+"""
+
+
+async def test_gpus_claimed_through_dra_are_on_the_gpu_bars_and_billed_as_the_cli_bills_them(
+    migrated_url: str,
+) -> None:
+    """A DRA mapping's resource (``whole-gpus``) is a GPU only through the fractions ``turnstile
+    usage`` bills with (a mapping of whole GPUs, ``TURNSTILE_GPU_FRACTIONS``): the dashboard is
+    given them, so two claimed GPUs show on its GPU bars and in its GPU-hours, not zero."""
+    engine = database.make_engine(migrated_url)
+    sessions = database.sessions(engine)
+    try:
+        async with database.transaction(sessions) as s:
+            await config_store.apply(s, [codec.parse(d) for d in yaml.safe_load_all(DRA_CONFIG)], actor="test")
+            await store.upsert(s, [_record("claims", 0)])
+        async with database.transaction(sessions) as s:
+            snap = await store.load_snapshot(s)
+            usage = {("h100", "whole-gpus"): 2000}
+            admit = store.Admit(
+                snap.ids["ml/claims"], Admission("claims", {"main": {"whole-gpus": "h100"}}, usage, False)
+            )
+            await store.commit_cycle(s, admissions=[admit], now=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+        fractions = {"whole-gpus": Fraction(1)}
+        async with database.transaction(sessions) as s:
+            assert (await data.overview(s))["gpus"] == []  # (by its name alone, whole-gpus is no GPU)
+            (gpus,) = (await data.overview(s, fractions=fractions))["gpus"]
+            assert (gpus["flavor"], gpus["nominal"], gpus["inUse"], gpus["free"]) == ("h100", 4.0, 2.0, 2.0)
+            assert (await data.usage(s, by="namespace", days=1))["groups"] == []
+            (billed,) = (await data.usage(s, by="namespace", days=1, fractions=fractions))["groups"]
+            assert billed["group"] == "ml" and 1.9 < billed["gpuHours"] < 2.1  # two GPUs for an hour
+
+        app = web.Application()
+        Dashboard(sessions, fractions=fractions).routes(app)
+        async with TestClient(TestServer(app)) as client:
+            page: Any = await (await client.get("/ui/api/overview")).json()
+            assert [g["inUse"] for g in page["gpus"]] == [2.0]
+            hours: Any = await (await client.get("/ui/api/usage?by=namespace&days=1")).json()
+            assert [g["group"] for g in hours["groups"]] == ["ml"]
     finally:
         await engine.dispose()
