@@ -138,7 +138,10 @@ def dashboard(controller: Controller) -> Dashboard:
     """The dashboard as a replica serves it: PostgreSQL, plus the leader's idle GPUs and the jobs' Events."""
     idle = controller.features.reclaimer.idle_held
     return Dashboard(
-        controller.sessions, idle=idle, job_events=controller.job_events, fractions=controller.policy.card_fractions
+        controller.sessions,
+        idle=idle,
+        job_events=controller.job_events,
+        fractions=controller.features.card_shares.fractions,
     )
 
 

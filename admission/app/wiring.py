@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from admission.controller import pod_set_infos
 from admission.controller.controller import Controller
 from admission.controller.features.budgets import BudgetKeeper
+from admission.controller.features.card_shares import CardShares
 from admission.controller.features.checks import Checks
 from admission.controller.features.gpu_health import GpuHealth
 from admission.controller.features.metering import Meter, Metering
@@ -89,6 +90,9 @@ def features(c: Controller) -> Features:
     gpu_health = GpuHealth(
         c.kube, mode=policy.gpu_health, events=c.events, inventory=inventory, wake=c.changes.wake.set
     )
+    # GPU-hours of DRA claims: each mapped resource's part of a card, read off the devices (and
+    # recorded for the CLI), under TURNSTILE_GPU_FRACTIONS
+    card_shares = CardShares(lambda: c.watch.device_catalog.devices, policy.card_fractions)
     # idle-GPU reclaim: DCGM's series through Prometheus, joined to workloads by their pods
     reclaimer = Reclaimer(
         prometheus=Prometheus(policy.prometheus_url, timeout=policy.prometheus_timeout)
@@ -102,7 +106,7 @@ def features(c: Controller) -> Features:
         scale=scale,
         meter=meter,
         health=gpu_health,
-        card_fractions=policy.card_fractions,
+        card_fractions=card_shares.fractions,
     )
     c.readiness.add("nodes", inventory.probe, gates=False)
     c.readiness.add("gpu-utilization", reclaimer.probe, gates=False)
@@ -137,7 +141,7 @@ def features(c: Controller) -> Features:
         registry=c.metrics.registry,
         interval=policy.reclaim_interval,
         events=c.events,
-        card_fractions=policy.card_fractions,
+        card_fractions=card_shares.fractions,
     )
     # one workloads.kueue.x-k8s.io object per queued job, projected from the store by the leader
     projection = Projection(
@@ -159,6 +163,7 @@ def features(c: Controller) -> Features:
             IdleReclaim(reclaimer, events=c.events, counted=c.metrics.gpu_idle),
             budgets,
             Metering(meter, c.sessions),
+            card_shares,
             pod_waits,
             declared,
             StatusWriter(c.kube, declared, term),
@@ -171,6 +176,7 @@ def features(c: Controller) -> Features:
         budgets=budgets,
         pod_waits=pod_waits,
         gpu_health=gpu_health,
+        card_shares=card_shares,
     )
 
 

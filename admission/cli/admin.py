@@ -20,6 +20,7 @@ from admission import views
 from admission.cli import bounds, documents, instead, kinds, store_commands
 from admission.cli.store_commands import StoreUnavailable, actor, run
 from admission.settings import Settings
+from admission.store import card_fractions as recorded_fractions
 from admission.store import config as config_store
 from admission.store import database, deletion, read_models, source
 from queues import errors
@@ -220,7 +221,9 @@ def describe_cmd(kind: str, name: str, database_url: str | None) -> None:
     resolved = _kind_arg(kind)
 
     async def go(session: AsyncSession) -> str:
-        text = await views.describe(session, resolved, name, fractions=_settings().card_fractions)
+        # (the parts of a card the leader read off the cluster's DRA devices, under TURNSTILE_GPU_FRACTIONS)
+        fractions = {**await recorded_fractions.get(session), **_settings().card_fractions}
+        text = await views.describe(session, resolved, name, fractions=fractions)
         if resolved == "Workload":
             return text
         return f"{text}\n{instead.mode_line(await source.get(session))}"

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from admission.cli.admin import _exec, _settings, database_option
 from admission.cli.store_commands import actor
 from admission.store import budgets as store
+from admission.store import card_fractions as recorded_fractions
 from admission.views import print_columns
 
 WHICH = ("--cluster-queue", "--label")
@@ -119,9 +120,11 @@ def delete_cmd(name: str, database_url: str | None) -> None:
 def list_cmd(output: str, database_url: str | None) -> None:
     """Every budget, with the GPU-hours it used this period."""
     now = dt.datetime.now(dt.UTC)
-    fractions = _settings().card_fractions
+    overrides = _settings().card_fractions
 
     async def go(session: AsyncSession) -> list[dict[str, object]]:
+        # (the parts of a card the leader read off the cluster's DRA devices, under TURNSTILE_GPU_FRACTIONS)
+        fractions = {**await recorded_fractions.get(session), **overrides}
         rows = []
         for b in await store.load(session):
             used = await store.used_hours(session, b, now, fractions=fractions)

@@ -24,6 +24,7 @@ import click
 
 from admission.cli.admin import _exec, database_option, parse_since
 from admission.cli.ledger_report import card_fractions, group_title, grouping, print_table
+from admission.store import card_fractions as recorded_fractions
 from admission.store import rightsizing as store
 from admission.store.rightsizing import Judged
 from queues.gpus.rightsizing import Offers
@@ -80,8 +81,10 @@ def rightsize_cmd(
 
     async def read(session: Any) -> tuple[store.Report, Offers]:
         offers = await store.offers(session)
+        # (the parts of a card the leader read off the cluster's DRA devices, under --fraction)
+        billed = {**await recorded_fractions.get(session), **cards}
         found = await store.report(
-            session, since=start, until=until, by=by, offers=offers, fractions=cards, limit=limit, show_all=show_all
+            session, since=start, until=until, by=by, offers=offers, fractions=billed, limit=limit, show_all=show_all
         )
         return found, offers
 

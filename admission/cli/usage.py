@@ -26,10 +26,12 @@ from fractions import Fraction
 from typing import Any
 
 import click
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from admission.cli import usage_plot
 from admission.cli.admin import _exec, database_option, parse_since
 from admission.cli.ledger_report import card_fractions, group_title, grouping, print_table
+from admission.store import card_fractions as recorded_fractions
 from admission.store import usage as ledger
 from queues.gpus import gpu_units
 from queues.podsets.pod_resources import is_gpu
@@ -115,6 +117,11 @@ def _rows(
     return out
 
 
+async def _read(session: AsyncSession, **report: Any) -> tuple[list[ledger.UsageRow], dict[str, Fraction]]:
+    """The ledger's rows, and the parts of a card the leader read off the cluster's DRA devices."""
+    return await ledger.report(session, **report), await recorded_fractions.get(session)
+
+
 def _warn_guesses(rows: list[ledger.UsageRow], fractions: dict[str, Fraction]) -> None:
     """One warning on stderr per GPU resource whose part of a card is a guess (an unknown MIG profile)."""
     for resource in sorted({r.resource for r in rows}):
@@ -179,13 +186,15 @@ def usage_cmd(
     start, until = parse_since(since), dt.datetime.now(dt.UTC)
     if plot:
         step = usage_plot.bucket_of(start, until, every)
-        found = _exec(
-            lambda s: ledger.report(s, by=by, since=start, until=until, bucket=step), database_url=database_url
+        found, recorded = _exec(
+            lambda s: _read(s, by=by, since=start, until=until, bucket=step), database_url=database_url
         )
+        cards = {**recorded, **cards}
         _warn_guesses(found, cards)
         click.echo(usage_plot.draw(found, by=by, since=start, until=until, bucket=step, fractions=cards), nl=False)
         return
-    found = _exec(lambda s: ledger.report(s, by=by, since=start, until=until), database_url=database_url)
+    found, recorded = _exec(lambda s: _read(s, by=by, since=start, until=until), database_url=database_url)
+    cards = {**recorded, **cards}  # (the devices' parts of a card under TURNSTILE_GPU_FRACTIONS and --fraction)
     _warn_guesses(found, cards)
     rows = _rows(found, priced, cards)
     if output == "json":

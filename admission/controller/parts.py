@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from admission.controller.capability import Capability
 from admission.controller.features.budgets import BudgetKeeper
+from admission.controller.features.card_shares import CardShares
 from admission.controller.features.checks import Checks
 from admission.controller.features.gpu_health import GpuHealth
 from admission.controller.features.placement import Placement
@@ -55,6 +56,7 @@ class Features:
     budgets: BudgetKeeper  # GPU-hour budgets
     pod_waits: PodWaits  # why an admitted job's pods wait
     gpu_health: GpuHealth  # GPUs reporting a fatal Xid
+    card_shares: CardShares  # GPU resources' parts of a card (GPU-hours of DRA claims)
 
     def optional_informers(self) -> tuple[Informer, ...]:
         """The informers only some clusters serve (ProvisioningRequests, Workloads, Kueue's queues)."""

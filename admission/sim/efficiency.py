@@ -201,9 +201,7 @@ def _freed(scenario: Scenario, events: Sequence[Mapping[str, Any]]) -> float:
         elif e.get("type") == "Evicted" and e.get("reason") == GPU_IDLE and key in entries and key in started:
             entry = entries[key]
             charged = scenario.devices.charge(entry.job.namespace, entry.job.pod_sets)  # (DRA claims too)
-            gpus = cards(
-                (amount for ps in charged for amount in ps.total().items()), scenario.devices.mappings.card_fractions()
-            )
+            gpus = cards((amount for ps in charged for amount in ps.total().items()), scenario.devices.card_fractions())
             freed += gpus * max(0.0, entry.runtime - (float(e["t"]) - started[key]))
     return freed
 

@@ -143,8 +143,9 @@ async def _system(
             topology_packing=scenario.packing,
             device_mappings=scenario.devices.mappings,
             transformations=scenario.devices.transformations,
-            # GPU-hours (budgets) and idle reclaim count a mapping of whole GPUs as engine core does
-            card_fractions={**scenario.devices.mappings.card_fractions(), **policy.card_fractions},
+            # (GPU-hours of DRA claims are read off the devices by the controller, as engine core reads
+            # them off the scenario's: ``CardShares``)
+            card_fractions=policy.card_fractions,
             prometheus_url=prometheus_url or policy.prometheus_url,
             reclaim_interval=efficiency.look_interval(time_scale),
         ),

@@ -47,7 +47,7 @@ class Dashboard:
         idle: Idle = lambda: None,
         job_events: JobEvents | None = None,
         tick: float = 1.0,
-        fractions: data.Fractions | None = None,
+        fractions: Callable[[], data.Fractions] = dict,
     ) -> None:
         self.sessions = sessions
         self.fractions = fractions  # GPU resources' parts of a card, as ``turnstile usage`` bills them
@@ -62,7 +62,7 @@ class Dashboard:
         app.router.add_get("/ui", self._redirect)
         app.router.add_get("/ui/", self._index)
         app.router.add_static("/ui/static/", STATIC, append_version=False)
-        app.router.add_get("/ui/api/overview", self._json(lambda s, r: data.overview(s, self.idle(), self.fractions)))
+        app.router.add_get("/ui/api/overview", self._json(lambda s, r: data.overview(s, self.idle(), self.fractions())))
         app.router.add_get("/ui/api/pending", self._json(self._pending))
         app.router.add_get("/ui/api/workload", self._json(self._workload))
         app.router.add_get("/ui/api/usage", self._json(self._usage))
@@ -95,7 +95,7 @@ class Dashboard:
 
     async def _workload(self, session: AsyncSession, request: web.Request) -> Any:
         name = request.query.get("name", "")
-        body = await data.workload(session, name, self.fractions)
+        body = await data.workload(session, name, self.fractions())
         body["events"] = None
         if self.job_events is not None and "/" in name:
             try:
@@ -113,7 +113,9 @@ class Dashboard:
         days = float(request.query.get("days", "30"))
         if not 0 < days <= 3660:
             raise ValueError(f"days {days}: must be between 0 and 3660")
-        return await data.usage(session, by=request.query.get("by", "label:team"), days=days, fractions=self.fractions)
+        return await data.usage(
+            session, by=request.query.get("by", "label:team"), days=days, fractions=self.fractions()
+        )
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(

@@ -23,10 +23,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from queues import quantity
-from queues.dra import capacity, slices
+from queues.dra import capacity, card_shares, slices
 from queues.dra.claim_templates import API_VERSION, ClaimTemplate, DeviceRequest
 from queues.dra.mappings import NONE, SETTING, CapacitySource, CounterSource, Mappings
 from queues.podsets.jobs import PodSet
@@ -59,6 +60,7 @@ class Devices:
     short_of: dict[tuple[DeviceRequest, ...], tuple[int, str] | None] = field(
         default_factory=dict, compare=False, repr=False
     )
+    shares: dict[tuple[str], dict[str, Fraction]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -94,6 +96,18 @@ class Devices:
             self._charged(namespace, i, dataclasses.replace(ps, unaccounted=None)) if ps.unaccounted else ps
             for i, ps in enumerate(pod_sets)
         )
+
+    def card_fractions(self) -> dict[str, Fraction]:
+        """Each mapped resource's part of a card per unit, for GPU-hours: what the published devices
+        say (``queues.dra.card_shares``), and a card for a mapping of NVIDIA's whole-GPU DeviceClass
+        alone; remembered until the devices change."""
+        key = ("card fractions",)
+        if key not in self.shares:
+            self.shares[key] = {
+                **card_shares.derived(self.mappings, self.classes, self.published, self.counter_sets),
+                **self.mappings.card_fractions(),
+            }
+        return dict(self.shares[key])
 
     def prioritized(self, namespace: str, ps: PodSet) -> list[str]:
         """The requests of ``ps``'s claims that are prioritized lists (``claim gpus, request

@@ -13,9 +13,10 @@ GPU-hours, they are fractions of a card (``turnstile usage``'s ``gpuHours``):
 
 Overrides (``TURNSTILE_GPU_FRACTIONS``, ``turnstile usage --fraction``) map a resource to a
 fraction, ``nvidia.com/mig-1g.6gb=1/4``; a renamed time-sliced resource is given one there, and so
-is a DRA mapping's resource (``whole-gpus=1``; one of NVIDIA's whole-GPU DeviceClass alone is 1
-by default: ``queues.dra.mappings``). A resource counted in bytes (a mapping charged by the memory
-MIG partitions or shared GPUs take) is given a card's worth: ``gpu.memory=1/140Gi``.
+is a DRA mapping's resource (``whole-gpus=1``). Without one, a DRA mapping's part of a card is
+what the cluster's devices say (``queues.dra.card_shares``: a MIG profile's part, one over a card's
+memory counter...) where they say one thing; a resource counted in bytes is given a card's worth,
+``gpu.memory=1/140Gi``.
 """
 
 from __future__ import annotations

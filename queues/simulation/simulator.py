@@ -66,7 +66,7 @@ class Simulation:
         self.sched.block_admission = scenario.pods_ready.block_admission
         # idle reclaim and GPU-hour budgets (``queues.efficiency``)
         self.efficiency = EfficiencyModel(
-            scenario.utilization, scenario.reclaim, scenario.budgets, scenario.devices.mappings.card_fractions()
+            scenario.utilization, scenario.reclaim, scenario.budgets, scenario.devices.card_fractions()
         )
         if scenario.gpu_memory:  # right-sizing (``queues.gpus.rightsizing``)
             offers = rightsizing.offered(

@@ -9,11 +9,12 @@ import io
 import json
 import os
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from admission.store import database, tables
+from admission.store import card_fractions, database, lease, tables
 from tests.admission.runner import turnstile
 
 GPU = "nvidia.com/gpu"
@@ -221,6 +222,40 @@ def test_h200_slices_are_billed_by_their_geometry_and_a_guess_is_warned(migrated
     assert done.stderr.count("warning:") == 1 and "nvidia.com/mig-2g.30gb is not a MIG profile" in done.stderr
     said = run(migrated_url, tmp_path, "--since", "1d", "--fraction", "nvidia.com/mig-2g.30gb=1/3")
     assert said.returncode == 0 and "warning" not in said.stderr
+
+
+def test_dra_partitions_billed_as_the_leader_read_them_off_the_devices(migrated_url: str, tmp_path: Path) -> None:
+    """``gpu.memory`` (MIG partitions charged by memory through DRA) has no part of a card in its name:
+    the leader recorded it off the H200s' ResourceSlices (1/140Gi), so 70 GiB for 2 h is one card-hour,
+    without TURNSTILE_GPU_FRACTIONS; the operator's own fraction still wins."""
+    now = dt.datetime.now(dt.UTC)
+
+    async def record() -> None:
+        engine = database.make_engine(migrated_url)
+        try:
+            async with database.transaction(database.sessions(engine)) as s:
+                fence = await lease.acquire(s, holder="replica-1", ttl=dt.timedelta(minutes=1))
+                assert fence is not None
+                await card_fractions.put(s, {"gpu.memory": Fraction(1, 140 * 2**30)}, fence=fence)
+        finally:
+            await engine.dispose()
+
+    store(migrated_url, [
+        tables.UsageInterval(
+            workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="h200",
+            resource="gpu.memory", quantity=70 * 2**30 * 1000, labels={},
+            started_at=now - dt.timedelta(hours=3), ended_at=now - dt.timedelta(hours=1),
+            running_at=now - dt.timedelta(hours=3), measured_seconds=0.0, busy_seconds=0.0,
+        )
+    ])  # fmt: skip
+    before = run(migrated_url, tmp_path, "--since", "1d", "-o", "json")
+    assert [r["gpuHours"] for r in json.loads(before.stdout)["rows"]] == [None]  # (nothing says what part yet)
+    asyncio.run(record())
+    done = run(migrated_url, tmp_path, "--since", "1d", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert [r["gpuHours"] for r in json.loads(done.stdout)["rows"]] == [1.0]
+    told = run(migrated_url, tmp_path, "--since", "1d", "-o", "json", "--fraction", "gpu.memory=1/70Gi")
+    assert [r["gpuHours"] for r in json.loads(told.stdout)["rows"]] == [2.0]
 
 
 def test_rightsize_without_memory_data_suggests_nothing_and_says_why(migrated_url: str, tmp_path: Path) -> None:

@@ -536,3 +536,21 @@ def test_gpu_hour_budgets_count_a_mapping_of_whole_gpus() -> None:
     doc["budgets"] = [{"clusterQueue": "gpus", "gpuHours": 10, "period": "1h"}]
     report = simulator.Simulation(scenario.parse(doc)).run().to_json("core")
     assert report["summary"]["budgets"][0]["usedThisPeriod"] == 0.1
+
+
+def test_gpu_hour_budgets_bill_mig_partitions_by_the_memory_their_cards_hold() -> None:
+    """examples/dra-mig.yaml with a budget: partitions charged by memory are billed as their part of
+    an H200's 140Gi, read off its ResourceSlice, with no TURNSTILE_GPU_FRACTIONS: 69.75Gi for 120 s
+    and 60 s, 16Gi for 60 s twice, 14,475 GiB-seconds, 0.029 GPU-hours."""
+    from pathlib import Path
+
+    from admission.cli import documents
+    from queues.simulation import scenario, simulator
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "dra-mig.yaml"
+    doc = documents.load_single(str(path))
+    doc["budgets"] = [{"clusterQueue": "mig", "gpuHours": 10, "period": "1h"}]
+    parsed = scenario.parse(doc)
+    assert parsed.devices.card_fractions() == {"gpu.memory": Fraction(1, 140 * 2**30)}
+    report = simulator.Simulation(parsed).run().to_json("core")
+    assert report["summary"]["budgets"][0]["usedThisPeriod"] == round(14475 / 140 / 3600, 2) == 0.03

@@ -63,10 +63,11 @@ class BudgetKeeper(Capability):
         registry: CollectorRegistry,
         interval: float = 60.0,
         events: EventPoster | None = None,
-        card_fractions: Mapping[str, Fraction] | None = None,
+        card_fractions: Callable[[], Mapping[str, Fraction]] = dict,
     ) -> None:
         self.sessions = sessions
-        self.card_fractions = card_fractions  # TURNSTILE_GPU_FRACTIONS: as ``turnstile usage`` bills
+        # GPU resources' parts of a card, as ``turnstile usage`` bills them (DRA devices', TURNSTILE_GPU_FRACTIONS)
+        self.card_fractions = card_fractions
         self.events = events
         self.anchor = 0.0  # where duration periods start (Unix seconds; engine cluster: its t=0)
         self.current_term = current_term
@@ -107,7 +108,7 @@ class BudgetKeeper(Capability):
         """Measure every budget now; a new gate (and a step) when what is exhausted changed."""
         async with database.transaction(self.sessions) as session:
             stored = await store.load(session)
-            used = [await store.used_hours(session, b, now, self.anchor, self.card_fractions) for b in stored]
+            used = [await store.used_hours(session, b, now, self.anchor, self.card_fractions()) for b in stored]
         exhausted: dict[str, str] = {}
         holding: list[tuple[Budget, str]] = []
         lowering: list[Budget] = []

@@ -68,9 +68,9 @@ class Reclaimer:
         scale: float = 1.0,
         meter: Meter | None = None,
         health: GpuHealth | None = None,
-        card_fractions: Mapping[str, Fraction] | None = None,
+        card_fractions: Callable[[], Mapping[str, Fraction]] = dict,
     ) -> None:
-        self.card_fractions = card_fractions  # a DRA mapping's resources' parts of a card (TURNSTILE_GPU_FRACTIONS)
+        self.card_fractions = card_fractions  # GPU resources' parts of a card (DRA devices', TURNSTILE_GPU_FRACTIONS)
         self.prometheus = prometheus
         self.pods = pods
         self.jobs = jobs
@@ -217,7 +217,7 @@ class Reclaimer:
         and requeue counts carried over)."""
         if self._model is not None and self._model[0] is term and self._model[1] == policies:
             return self._model[2]
-        model = EfficiencyModel({}, policies, (), self.card_fractions)
+        model = EfficiencyModel({}, policies, (), self.card_fractions())
         model.backoff_scale = self.scale  # (the requeue backoff is in scenario seconds too)
         if self._model is not None and self._model[0] is term:
             model.reclaimed = self._model[2].reclaimed

@@ -108,6 +108,8 @@ class DeviceCatalog:
         if scheduler is None:
             return  # (a term begins by looking at every job again)
         self.apply(scheduler)
+        if template is None:  # (the devices changed: what they say of GPU-hours may too, ``CardShares``)
+            self.changes.wake.set()
         for uid, view in self.jobs.views.items():
             info = view.info
             if info is None or (template is not None and info.namespace != template[0]):

@@ -5,15 +5,16 @@ whose template does not exist yet waits Misconfigured and is charged once it is 
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 
 from admission import views
-from admission.controller.watch.device_catalog import RESOURCE_CLAIM_TEMPLATES
+from admission.controller.watch.device_catalog import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES
 from admission.policy import DEFAULT_POLICY
-from admission.store import database, tables
+from admission.store import card_fractions, database, tables
 from queues.dra import mappings
 from tests.admission.controller.world import eventually, world
 
@@ -118,3 +119,64 @@ async def test_claims_are_charged_a_second_waits_and_a_missing_template_holds_un
         assert (state, reason) == ("Pending", "WaitingForQuota"), (state, reason, message)
         assert "whole-gpus" in str(message)
         assert (await w.get("later"))["spec"]["suspend"] is True
+
+
+def mig_card(node: str, memory: str) -> dict[str, Any]:
+    """What NVIDIA's DRA driver publishes for a MIG-partitioned card: its memory, and a partition of it."""
+    partition = {
+        "name": "gpu-0-mig-0",
+        "attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.18gb"}},
+        "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "16Gi"}}}],
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": memory}}}],
+            "devices": [partition],
+        },
+    }
+
+
+async def test_the_leader_records_what_part_of_a_card_the_devices_say_a_unit_is(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    """MIG partitions charged by memory: with only H200s (140Gi) published, a GiB is 1/140 of a card,
+    read off the slices and recorded for ``turnstile usage`` (no TURNSTILE_GPU_FRACTIONS needed);
+    the dashboard's replica bills the same. Once an 80Gi card joins there is no one answer, and the
+    record goes (the operator's TURNSTILE_GPU_FRACTIONS would say it)."""
+    source = {
+        "counter": {"name": "memory", "driver": "gpu.nvidia.com", "deviceSelector": {"cel": {"expression": "true"}}}
+    }
+    raw = [{"name": "gpu.memory", "deviceClassNames": ["mig.nvidia.com"], "sources": [source]}]
+    policy = dataclasses.replace(DEFAULT_POLICY, device_mappings=mappings.parse(raw))
+    mig_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "mig.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].type == 'mig'"}}]},
+    }
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        await w.kube.create(DEVICE_CLASSES, None, mig_class)
+        await w.kube.create(RESOURCE_SLICES, None, mig_card("n1", "140Gi"))
+        controller = w.start_controller("replica-1", policy=policy)
+
+        async def recorded() -> dict[str, Fraction]:
+            async with database.transaction(w.sessions) as s:
+                return await card_fractions.get(s)
+
+        h200 = {"gpu.memory": Fraction(1, 140 * 2**30)}
+        assert await eventually(lambda: _equal(recorded, h200), what="the H200s' part of a card recorded")
+        assert controller.features.card_shares.fractions() == h200
+        await w.kube.create(RESOURCE_SLICES, None, mig_card("n2", "80Gi"))
+        await eventually(lambda: _equal(recorded, {}), what="no one part of a card once the cards differ")
+        assert controller.features.card_shares.fractions() == {}
+
+
+async def _equal(read: Any, expected: dict[str, Fraction]) -> bool:
+    return bool(await read() == expected)

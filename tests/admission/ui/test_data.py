@@ -149,7 +149,7 @@ async def test_gpus_claimed_through_dra_are_on_the_gpu_bars_and_billed_as_the_cl
             assert billed["group"] == "ml" and 1.9 < billed["gpuHours"] < 2.1  # two GPUs for an hour
 
         app = web.Application()
-        Dashboard(sessions, fractions=fractions).routes(app)
+        Dashboard(sessions, fractions=lambda: fractions).routes(app)
         async with TestClient(TestServer(app)) as client:
             page: Any = await (await client.get("/ui/api/overview")).json()
             assert [g["inUse"] for g in page["gpus"]] == [2.0]
