@@ -144,3 +144,37 @@ async def test_sort_by_prints_the_rows_sorted(kubeconfig: Path) -> None:
     code, out, err = await kubectl(kubeconfig, "get", "cm", "-n", "default", "--sort-by=.metadata.name")
     assert code == 0, err
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["a", "x"], out
+
+
+async def test_a_claim_template_with_both_or_neither_request_form_is_refused_as_by_a_real_server(
+    kubeconfig: Path,
+) -> None:
+    """Kubernetes' DRA validation beyond the schema: a request sets exactly one of ``exactly`` and
+    ``firstAvailable``, a prioritized list has at most 8 uniquely named subrequests. A well-formed
+    prioritized list is created."""
+    assert (await kubectl(kubeconfig, "create", "namespace", "ml"))[0] == 0
+
+    def template(*requests: dict[str, object]) -> str:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "t", "namespace": "ml"},
+            "spec": {"spec": {"devices": {"requests": list(requests)}}},
+        }
+        return json.dumps(body)
+
+    sub = {"name": "a", "deviceClassName": "gpu.nvidia.com"}
+    both = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com"}, "firstAvailable": [sub]}
+    code, _, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=template(both))
+    assert code != 0 and "spec.spec.devices.requests[0]: Invalid value: null: exactly one of" in err, err
+    code, _, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=template({"name": "gpus"}))
+    assert code != 0 and "spec.spec.devices.requests[0]: Required value: exactly one of" in err, err
+    many = {"name": "gpus", "firstAvailable": [dict(sub, name=f"s{i}") for i in range(9)] + [sub]}
+    code, _, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=template(many))
+    assert code != 0 and "firstAvailable: Too many: 10: must have at most 8 items" in err, err
+    twice = {"name": "gpus", "firstAvailable": [sub, sub]}
+    code, _, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=template(twice))
+    assert code != 0 and 'firstAvailable[1].name: Duplicate value: "a"' in err, err
+    either = {"name": "gpus", "firstAvailable": [sub, dict(sub, name="b", count=2)]}
+    code, out, err = await kubectl(kubeconfig, "create", "-f", "-", stdin=template(either))
+    assert code == 0 and "created" in out, err

@@ -18,7 +18,7 @@ import jsonschema
 import referencing
 
 from admission.sim.server.objects import ApiError, Obj, Resource, clone
-from admission.sim.server.schema import cel, kube_schemas
+from admission.sim.server.schema import cel, claim_rules, kube_schemas
 from queues.kueue import validation
 from queues.podsets import jobs, pod_resources
 
@@ -173,10 +173,10 @@ MAX_ANNOTATIONS_BYTES = 256 * 1024
 
 
 def object_rules(res: Resource, obj: Obj) -> None:
-    """What the real server checks on every object of these kinds beyond its schema: the name (a
-    namespace's a DNS label, a Job's at most 63 characters since it becomes the job-name label,
-    others a DNS subdomain), label keys and values, annotation keys and their 256 KiB in total; and
-    for Pods and Jobs the containers' resources (``queues.podsets.jobs.api_problems``). 422 with every cause."""
+    """What the real server checks beyond the schema: the name (a namespace's a DNS label, a Job's at
+    most 63 characters since it becomes the job-name label, others a DNS subdomain), label keys and
+    values, annotation keys and their 256 KiB in total; Pods' and Jobs' containers' resources
+    (``queues.podsets.jobs.api_problems``), DRA claims' requests (``claim_rules``). 422, every cause."""
     causes: list[tuple[str, str]] = []
     meta = obj.get("metadata") or {}
     name = str(meta.get("name") or "")
@@ -209,6 +209,8 @@ def object_rules(res: Resource, obj: Obj) -> None:
         causes.extend((e.path, e.message) for e in jobs.api_problems(obj, jobs.KINDS[("batch/v1", "Job")]))
     elif (res.group, res.kind) == ("", "Event"):
         causes.extend(_event_namespace(obj))
+    elif res.group == "resource.k8s.io":
+        causes.extend(claim_rules.problems(res.kind, obj))
     elif res.group == "admissionregistration.k8s.io" and res.kind.endswith("WebhookConfiguration"):
         causes.extend(_match_conditions(obj))
     if causes:
