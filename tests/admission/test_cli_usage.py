@@ -82,6 +82,15 @@ def store(url: str, rows: list[tables.UsageInterval]) -> None:
     asyncio.run(add())
 
 
+def held(flavor: str, resource: str, milli: int, since: dt.datetime) -> tables.UsageInterval:
+    """Job ``ml/job`` held ``milli`` of ``resource`` from ``since`` (running all along) until an hour ago."""
+    return tables.UsageInterval(
+        workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor=flavor, resource=resource,
+        quantity=milli, labels={}, started_at=since, ended_at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1),
+        running_at=since, measured_seconds=0.0, busy_seconds=0.0,
+    )  # fmt: skip
+
+
 def run(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TURNSTILE_DATABASE_URL": url, "TURNSTILE_HOME": str(tmp_path / "home")}
     return turnstile("usage", *args, env=env)
@@ -187,14 +196,7 @@ def test_plot_of_gpu_hours_and_efficiency_per_team(ledger_url: str, tmp_path: Pa
 def test_memory_is_shown_in_gib_hours_not_byte_hours(migrated_url: str, tmp_path: Path) -> None:
     now = dt.datetime.now(dt.UTC)
 
-    store(migrated_url, [
-                tables.UsageInterval(
-                    workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="a100",
-                    resource="memory", quantity=256 * 2**30 * 1000, labels={},
-                    started_at=now - dt.timedelta(hours=3), ended_at=now - dt.timedelta(hours=1),
-                    running_at=now - dt.timedelta(hours=3), measured_seconds=0.0, busy_seconds=0.0,
-                )
-    ])  # fmt: skip
+    store(migrated_url, [held("a100", "memory", 256 * 2**30 * 1000, now - dt.timedelta(hours=3))])
     table = run(migrated_url, tmp_path, "--since", "1d")
     assert table.returncode == 0, table.stderr
     (row,) = [line.split() for line in table.stdout.splitlines() if " memory " in f" {line} "]
@@ -206,15 +208,8 @@ def test_h200_slices_are_billed_by_their_geometry_and_a_guess_is_warned(migrated
     a profile of no known card is billed g / 7 with a warning naming it and the fix."""
     now = dt.datetime.now(dt.UTC)
 
-    store(migrated_url, [
-                    tables.UsageInterval(
-                        workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="h200",
-                        resource=resource, quantity=milli, labels={},
-                        started_at=now - dt.timedelta(hours=2), ended_at=now - dt.timedelta(hours=1),
-                        running_at=now - dt.timedelta(hours=2), measured_seconds=0.0, busy_seconds=0.0,
-                    )
-        for resource, milli in (("nvidia.com/mig-1g.35gb", 4000), ("nvidia.com/mig-2g.30gb", 1000))
-    ])  # fmt: skip
+    slices = (("nvidia.com/mig-1g.35gb", 4000), ("nvidia.com/mig-2g.30gb", 1000))
+    store(migrated_url, [held("h200", resource, milli, now - dt.timedelta(hours=2)) for resource, milli in slices])
     done = run(migrated_url, tmp_path, "--since", "1d", "-o", "json")
     assert done.returncode == 0, done.stderr
     rows = {r["resource"]: r["gpuHours"] for r in json.loads(done.stdout)["rows"]}
@@ -240,14 +235,7 @@ def test_dra_partitions_billed_as_the_leader_read_them_off_the_devices(migrated_
         finally:
             await engine.dispose()
 
-    store(migrated_url, [
-        tables.UsageInterval(
-            workload="ml/job", namespace="ml", cluster_queue="cq", local_queue="q", flavor="h200",
-            resource="gpu.memory", quantity=70 * 2**30 * 1000, labels={},
-            started_at=now - dt.timedelta(hours=3), ended_at=now - dt.timedelta(hours=1),
-            running_at=now - dt.timedelta(hours=3), measured_seconds=0.0, busy_seconds=0.0,
-        )
-    ])  # fmt: skip
+    store(migrated_url, [held("h200", "gpu.memory", 70 * 2**30 * 1000, now - dt.timedelta(hours=3))])
     before = run(migrated_url, tmp_path, "--since", "1d", "-o", "json")
     assert [r["gpuHours"] for r in json.loads(before.stdout)["rows"]] == [None]  # (nothing says what part yet)
     asyncio.run(record())
