@@ -70,11 +70,14 @@ def _prices(values: tuple[str, ...]) -> dict[str, Decimal]:
 
 
 BYTES = ("memory", "ephemeral-storage")  # resources counted in bytes: their hours are shown in GiB-hours
+# and a DRA mapping's resource named for memory (``gpu.memory``: MIG partitions or shared GPUs charged
+# by the memory they take, a counter or capacity in bytes)
+MEMORY_SUFFIXES = (".memory", "/memory", "-memory")
 
 
 def _held(resource: str, hours: float) -> str:
     """Resource-hours for the table: bytes as GiB-hours (the JSON keeps resource-hours, as specified)."""
-    if resource in BYTES or resource.startswith("hugepages-"):
+    if resource in BYTES or resource.startswith("hugepages-") or resource.endswith(MEMORY_SUFFIXES):
         return f"{hours / 2**30:,.2f} GiB"
     return f"{hours:,.2f}"
 

@@ -244,6 +244,9 @@ def test_dra_partitions_billed_as_the_leader_read_them_off_the_devices(migrated_
     assert [r["gpuHours"] for r in json.loads(done.stdout)["rows"]] == [1.0]
     told = run(migrated_url, tmp_path, "--since", "1d", "-o", "json", "--fraction", "gpu.memory=1/70Gi")
     assert [r["gpuHours"] for r in json.loads(told.stdout)["rows"]] == [2.0]
+    table = run(migrated_url, tmp_path, "--since", "1d")
+    (row,) = [line.split() for line in table.stdout.splitlines() if " gpu.memory " in f" {line} "]
+    assert row[4:7] == ["140.00", "GiB", "1.00"], row  # (memory in GiB-hours, not byte-hours; one card-hour)
 
 
 def test_rightsize_without_memory_data_suggests_nothing_and_says_why(migrated_url: str, tmp_path: Path) -> None:
