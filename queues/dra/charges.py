@@ -60,7 +60,8 @@ class Devices:
     short_of: dict[tuple[DeviceRequest, ...], tuple[int, str] | None] = field(
         default_factory=dict, compare=False, repr=False
     )
-    shares: dict[tuple[str], dict[str, Fraction]] = field(default_factory=dict, compare=False, repr=False)
+    # what the published devices say of each mapped resource's part of a card (``card_fractions``)
+    shares: dict[str, dict[str, Fraction]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -101,13 +102,12 @@ class Devices:
         """Each mapped resource's part of a card per unit, for GPU-hours: what the published devices
         say (``queues.dra.card_shares``), and a card for a mapping of NVIDIA's whole-GPU DeviceClass
         alone; remembered until the devices change."""
-        key = ("card fractions",)
-        if key not in self.shares:
-            self.shares[key] = {
+        if "all" not in self.shares:
+            self.shares["all"] = {
                 **card_shares.derived(self.mappings, self.classes, self.published, self.counter_sets),
                 **self.mappings.card_fractions(),
             }
-        return dict(self.shares[key])
+        return dict(self.shares["all"])
 
     def prioritized(self, namespace: str, ps: PodSet) -> list[str]:
         """The requests of ``ps``'s claims that are prioritized lists (``claim gpus, request

@@ -277,6 +277,6 @@ class Dra:
             result: dict[str, Any] = {"request": name, "driver": d.driver, "pool": d.pool, "device": d.name}
             if d.shared:
                 result["shareID"] = str(uuid.uuid4())
-                result["consumedCapacity"] = {name: quantity.format_milli(v) for name, v in sorted(takes.items())}
+                result["consumedCapacity"] = {dim: quantity.format_milli(v) for dim, v in sorted(takes.items())}
             found.append(result)
         return found if len(found) == count else None
