@@ -11,6 +11,7 @@ wrong, as the API server would (``errors.Invalid``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,17 +94,7 @@ def _request(entry: Any, where: str, problems: list[FieldError]) -> DeviceReques
         )
         return None
     request = _devices(entry["name"], exactly, f"{where}.exactly", problems)
-    if request is None:
-        return None
-    return DeviceRequest(
-        request.name,
-        request.device_class,
-        request.count,
-        request.all_devices,
-        bool(exactly.get("adminAccess")),
-        request.selectors,
-        request.capacity,
-    )
+    return None if request is None else dataclasses.replace(request, admin_access=bool(exactly.get("adminAccess")))
 
 
 def _prioritized(name: str, listed: Any, where: str, problems: list[FieldError]) -> DeviceRequest | None:
