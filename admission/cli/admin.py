@@ -221,8 +221,7 @@ def describe_cmd(kind: str, name: str, database_url: str | None) -> None:
     resolved = _kind_arg(kind)
 
     async def go(session: AsyncSession) -> str:
-        # (the parts of a card the leader read off the cluster's DRA devices, under TURNSTILE_GPU_FRACTIONS)
-        fractions = {**await recorded_fractions.get(session), **_settings().card_fractions}
+        fractions = await recorded_fractions.billed(session, _settings().card_fractions)
         text = await views.describe(session, resolved, name, fractions=fractions)
         if resolved == "Workload":
             return text

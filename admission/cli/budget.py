@@ -123,8 +123,7 @@ def list_cmd(output: str, database_url: str | None) -> None:
     overrides = _settings().card_fractions
 
     async def go(session: AsyncSession) -> list[dict[str, object]]:
-        # (the parts of a card the leader read off the cluster's DRA devices, under TURNSTILE_GPU_FRACTIONS)
-        fractions = {**await recorded_fractions.get(session), **overrides}
+        fractions = await recorded_fractions.billed(session, overrides)
         rows = []
         for b in await store.load(session):
             used = await store.used_hours(session, b, now, fractions=fractions)

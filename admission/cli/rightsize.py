@@ -81,8 +81,7 @@ def rightsize_cmd(
 
     async def read(session: Any) -> tuple[store.Report, Offers]:
         offers = await store.offers(session)
-        # (the parts of a card the leader read off the cluster's DRA devices, under --fraction)
-        billed = {**await recorded_fractions.get(session), **cards}
+        billed = await recorded_fractions.billed(session, cards)
         found = await store.report(
             session, since=start, until=until, by=by, offers=offers, fractions=billed, limit=limit, show_all=show_all
         )

@@ -120,9 +120,12 @@ def _rows(
     return out
 
 
-async def _read(session: AsyncSession, **report: Any) -> tuple[list[ledger.UsageRow], dict[str, Fraction]]:
-    """The ledger's rows, and the parts of a card the leader read off the cluster's DRA devices."""
-    return await ledger.report(session, **report), await recorded_fractions.get(session)
+async def _read(
+    session: AsyncSession, cards: dict[str, Fraction], **report: Any
+) -> tuple[list[ledger.UsageRow], dict[str, Fraction]]:
+    """The ledger's rows, and what they are billed with: the parts of a card the leader read off the
+    cluster's DRA devices, under ``cards`` (TURNSTILE_GPU_FRACTIONS and --fraction)."""
+    return await ledger.report(session, **report), await recorded_fractions.billed(session, cards)
 
 
 def _warn_guesses(rows: list[ledger.UsageRow], fractions: dict[str, Fraction]) -> None:
@@ -189,15 +192,13 @@ def usage_cmd(
     start, until = parse_since(since), dt.datetime.now(dt.UTC)
     if plot:
         step = usage_plot.bucket_of(start, until, every)
-        found, recorded = _exec(
-            lambda s: _read(s, by=by, since=start, until=until, bucket=step), database_url=database_url
+        found, cards = _exec(
+            lambda s: _read(s, cards, by=by, since=start, until=until, bucket=step), database_url=database_url
         )
-        cards = {**recorded, **cards}
         _warn_guesses(found, cards)
         click.echo(usage_plot.draw(found, by=by, since=start, until=until, bucket=step, fractions=cards), nl=False)
         return
-    found, recorded = _exec(lambda s: _read(s, by=by, since=start, until=until), database_url=database_url)
-    cards = {**recorded, **cards}  # (the devices' parts of a card under TURNSTILE_GPU_FRACTIONS and --fraction)
+    found, cards = _exec(lambda s: _read(s, cards, by=by, since=start, until=until), database_url=database_url)
     _warn_guesses(found, cards)
     rows = _rows(found, priced, cards)
     if output == "json":

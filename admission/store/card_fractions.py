@@ -53,6 +53,12 @@ async def put(session: AsyncSession, fractions: Mapping[str, Fraction], *, fence
         )
 
 
+async def billed(session: AsyncSession, overrides: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """What GPU-hours are billed with: what the leader recorded, under the caller's own fractions
+    (``TURNSTILE_GPU_FRACTIONS``, ``--fraction``), which always win."""
+    return {**await get(session), **overrides}
+
+
 async def get(session: AsyncSession) -> dict[str, Fraction]:
     """What the leader last recorded (a value that does not read as a fraction is left out)."""
     rows = await session.execute(
