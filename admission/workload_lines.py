@@ -22,7 +22,8 @@ def placement(r: dict[str, Any]) -> str:
 
 def devices(r: dict[str, Any]) -> str:
     """What each pod set's DRA claims were charged, per pod: ``main: claim gpus (ResourceClaimTemplate
-    two-gpus): whole-gpus 2``; a claim not charged says so (the Waiting line says why)."""
+    two-gpus): whole-gpus 2``, and where a prioritized list costs less on a flavor, what it costs there
+    (``, on flavor h100 whole-gpus 1``); a claim not charged says so (the Waiting line says why)."""
     parts = []
     for ps in store.pod_sets_from_json(r["pod_sets"]):
         if not ps.claims:
@@ -33,6 +34,11 @@ def devices(r: dict[str, Any]) -> str:
         )
         charged = ", ".join(f"{res} {quantity.format_milli(v)}" for res, v in sorted(ps.devices.items()))
         what = "not charged" if ps.unaccounted else f"{charged or 'nothing'} per pod"
+        for flavor, narrowed in sorted(ps.by_flavor.items()):  # (a prioritized list, on a flavor serving some of it)
+            less = {r: ps.devices.get(r, 0) - (ps.requests.get(r, 0) - v) for r, v in narrowed.items()}
+            what += (
+                f", on flavor {flavor} {', '.join(f'{r} {quantity.format_milli(v)}' for r, v in sorted(less.items()))}"
+            )
         parts.append(f"{ps.name}: claim{'s' if len(ps.claims) > 1 else ''} {named}: {what}")
     return "; ".join(parts)
 

@@ -47,7 +47,10 @@ def usage_of(
                 if res in covered:
                     return None
                 continue
-            usage[(flavor, res)] = usage.get((flavor, res), 0) + value
+            if ps.by_flavor and res in ps.by_flavor.get(flavor, ()):
+                value = ps.on(flavor, res)  # (a prioritized list, on a flavor serving some of it)
+            if value:
+                usage[(flavor, res)] = usage.get((flavor, res), 0) + value
     return usage
 
 
@@ -64,6 +67,7 @@ def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
             ps.topology,
             ps.claims,
             ps.unaccounted,
+            tuple(sorted((f, tuple(sorted(r.items()))) for f, r in ps.by_flavor.items())),
             tuple(sorted(ps.container_requests.items())) if ps.container_requests is not None else None,
         )
         for ps in pod_sets

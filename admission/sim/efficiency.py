@@ -192,17 +192,20 @@ def _freed(scenario: Scenario, events: Sequence[Mapping[str, Any]]) -> float:
     """GPU-seconds the workloads reclaimed by eviction would still have held (as engine core
     counts them): their GPUs times the runtime left when they were evicted."""
     entries = {e.job.key: e for e in scenario.jobs}
-    started: dict[str, float] = {}
+    labels = {o.name: dict(o.spec.node_labels) for o in scenario.manifests if isinstance(o, api.ResourceFlavor)}
+    started: dict[str, tuple[float, Mapping[str, Mapping[str, str]]]] = {}  # (when, the flavors admitted on)
     freed = 0.0
     for e in events:
         key = str(e.get("workload"))
         if e.get("type") == "Admitted":
-            started[key] = float(e["t"])
+            started[key] = (float(e["t"]), e.get("flavors") or {})
         elif e.get("type") == "Evicted" and e.get("reason") == GPU_IDLE and key in entries and key in started:
-            entry = entries[key]
-            charged = scenario.devices.charge(entry.job.namespace, entry.job.pod_sets)  # (DRA claims too)
-            gpus = cards((amount for ps in charged for amount in ps.total().items()), scenario.devices.card_fractions())
-            freed += gpus * max(0.0, entry.runtime - (float(e["t"]) - started[key]))
+            entry, (since, flavors) = entries[key], started[key]
+            # (DRA claims too, as charged on the flavors admitted: a prioritized list may cost less there)
+            charged = scenario.devices.charge(entry.job.namespace, entry.job.pod_sets, labels)
+            held = ((r, ps.on(flavors.get(ps.name, {}).get(r, ""), r)) for ps in charged for r in ps.total())
+            gpus = cards(held, scenario.devices.card_fractions())
+            freed += gpus * max(0.0, entry.runtime - (float(e["t"]) - since))
     return freed
 
 

@@ -73,12 +73,18 @@ def _pod_sets(body: dict[str, Any]) -> list[dict[str, Any]]:
 def _admission(row: Any, pod_sets: list[dict[str, Any]]) -> dict[str, Any]:
     assigned_flavors = json_value(row["assigned_flavors"]) or {}
     flavors, counts = assigned_flavors.get("flavors", {}), assigned_flavors.get("counts") or {}
+    stored = (json_value(row["pod_sets"]) or {}).get("podSets", [])
+    by_flavor = {ps["name"]: ps["byFlavor"] for ps in stored if ps.get("byFlavor")}
     assignments = []
     for ps in pod_sets:
         requests = ps["template"]["spec"]["containers"][0]["resources"]["requests"]
         count = int(counts.get(ps["name"], ps["count"]))  # fewer where admitted partially
-        usage = {r: quantity.format_milli(quantity.parse_milli(q) * count) for r, q in requests.items()}
         assigned = dict(flavors.get(ps["name"], {}))
+        narrowed = by_flavor.get(ps["name"]) or {}  # (a prioritized list, on a flavor serving some of it)
+        usage = {
+            r: quantity.format_milli(int(narrowed.get(assigned.get(r, ""), {}).get(r, quantity.parse_milli(q))) * count)
+            for r, q in requests.items()
+        }
         assignments.append({"name": ps["name"], "flavors": assigned, "resourceUsage": usage, "count": count})
     return {"clusterQueue": row["cluster_queue"], "podSetAssignments": assignments}
 

@@ -222,7 +222,7 @@ def validate(
 def _unaccounted_claims(info: jobs.JobInfo, devices: charges.Devices) -> list[str]:
     """A warning for each pod set whose DRA claims cannot be charged to quota (``queues.dra``): the
     job is created and waits, Misconfigured, rather than run with its devices uncounted; and for
-    each prioritized list (``firstAvailable``), what it is charged: its largest alternative."""
+    each prioritized list (``firstAvailable``), what it is charged at most: its largest alternative."""
     out: list[str] = []
     for ps in devices.charge(info.namespace, info.pod_sets):
         if ps.unaccounted:
@@ -235,8 +235,9 @@ def _unaccounted_claims(info: jobs.JobInfo, devices: charges.Devices) -> list[st
             charged = ", ".join(f"{r} {quantity.format_milli(v)}" for r, v in sorted(ps.devices.items()))
             out.append(
                 f"pod set {ps.name}, {listed}: a prioritized list (firstAvailable) is charged to quota the most "
-                f"any of its alternatives takes, since the allocator picks one only after admission: the pod "
-                f"set's claims are charged {charged} per pod"
+                f"any of its alternatives takes, since the allocator picks one only after admission (on a flavor "
+                f"whose nodes serve only some of them, the most those take): the pod set's claims are charged "
+                f"up to {charged} per pod"
             )
     return out
 

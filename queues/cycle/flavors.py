@@ -87,6 +87,15 @@ def _fits_quota(
     return Mode.NO_FIT, 0, msg, False
 
 
+def _on(ps: jobs.PodSet, flavor: str, requests: dict[str, int]) -> dict[str, int]:
+    """``requests`` (a pod set's, of one resource group) as charged on ``flavor``: less where its
+    nodes serve only some alternatives of a prioritized list (``queues.dra.alternatives``)."""
+    narrowed = ps.by_flavor.get(flavor)
+    if not narrowed:
+        return requests
+    return {r: ps.on(flavor, r) if r in narrowed else v for r, v in requests.items()}
+
+
 def _preferred(a: tuple[Mode, int], b: tuple[Mode, int] | None, preference: str | None) -> bool:
     """Whether (mode, level) ``a`` is a better flavor than ``b`` (Kueue's ``isPreferred``): by mode,
     then by borrowing level; with ``PreemptionOverBorrowing``, by level first."""
@@ -203,7 +212,7 @@ def _assign(
                     continue
                 compatible += 1
                 mode, level, preempt_frs = Mode.FIT, 0, set()
-                for res, value in group_requests.items():
+                for res, value in _on(ps, flavor_name, group_requests).items():
                     if not value:
                         continue  # (nothing to fit; the flavor is the one its other resources get)
                     fr = (flavor_name, res)
@@ -237,7 +246,7 @@ def _assign(
             result.borrow_level = max(result.borrow_level, level)
             result.borrowing = result.borrow_level > 0
             result.needs_preemption |= preempt_frs
-            for res, value in group_requests.items():
+            for res, value in _on(ps, flavor_name, group_requests).items():
                 chosen[res] = flavor_name
                 fr = (flavor_name, res)
                 if value:

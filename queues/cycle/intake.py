@@ -69,7 +69,7 @@ class Intake:
         if queue is None and f"{job.namespace}/{jobs.DEFAULT_QUEUE}" in self.s.config.local_queues:
             queue = jobs.DEFAULT_QUEUE
         priority = self.priority_of(job)
-        pod_sets, shape = self.shapes.share(self.devices.charge(job.namespace, job.pod_sets))
+        pod_sets, shape = self.shapes.share(self.devices.charge(job.namespace, job.pod_sets, self.flavor_labels(job)))
         return Workload(
             key=job.key,
             seq=seq,
@@ -135,10 +135,29 @@ class Intake:
         charged are charged again and queue if they now can (charged ones keep their charge, as a
         Kueue workload keeps the requests it was made with)."""
         self.use_devices(devices)
+        flavors = self.flavor_labels()
         for wl in sorted(self.unresolved.values(), key=lambda w: w.seq):
             if charges.unaccounted(wl.pod_sets) is not None:
-                wl.pod_sets, wl.shape = self.shapes.share(devices.recharge(wl.namespace, wl.pod_sets))
+                pod_sets = devices.recharge(wl.namespace, wl.pod_sets)
+                if flavors is not None:
+                    pod_sets = devices.narrowed(wl.namespace, pod_sets, flavors)
+                wl.pod_sets, wl.shape = self.shapes.share(pod_sets)
                 self.enqueue(wl)
+
+    def flavor_labels(self, job: jobs.JobInfo | None = None) -> dict[str, Mapping[str, str]] | None:
+        """Each flavor's ``nodeLabels``, where ``job``'s claims may be charged by flavor (a prioritized
+        list, on a cluster whose Nodes are known: ``queues.dra.alternatives``); else None."""
+        if self.devices.nodes is None or (job is not None and not any(ps.claims for ps in job.pod_sets)):
+            return None
+        return {name: flavor.node_labels for name, flavor in self.s.snapshot.flavors.items()}
+
+    def reconfigured(self, wl: Workload) -> None:
+        """A waiting workload under a new configuration: what its prioritized lists are charged on
+        each flavor is worked out again (the flavors' ``nodeLabels`` may have changed), and it queues."""
+        flavors = self.flavor_labels()
+        if flavors is not None and any(ps.devices for ps in wl.pod_sets):
+            wl.pod_sets, wl.shape = self.shapes.share(self.devices.narrowed(wl.namespace, wl.pod_sets, flavors))
+        self.enqueue(wl)
 
     def enqueue(self, wl: Workload, why: str = "") -> None:
         """Put ``wl`` where it waits: parked (``why`` it was), unresolved (saying why), or in its

@@ -190,7 +190,7 @@ class Scheduler:
         for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
             if wl.admission is None:
                 self.pending.remove(wl)
-                self.intake.enqueue(wl)
+                self.intake.reconfigured(wl)
         for name in self.snapshot.queues:
             self.pending.requeue(name)
         self.ordering.hold(self.workloads.values(), self.now)

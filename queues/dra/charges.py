@@ -9,7 +9,7 @@ units of the mapped resource, or, for a mapping with sources, ``count`` times wh
 device consumes of its counter (partitionable devices) or one allocation takes of its capacity
 (shared devices, ``queues.dra.capacity``), read from the cluster's ResourceSlices. A prioritized
 list (``firstAvailable``, which Kueue refuses) is charged, per resource, the most any of its
-alternatives takes: which one a pod gets is decided by the allocator after admission. What
+alternatives takes (on a flavor, any its nodes can serve: ``queues.dra.alternatives``). What
 cannot be counted before allocation is not admitted uncounted: a claim naming a ResourceClaim
 directly (a shared claim is not the pod's alone), a template that does not exist, a DeviceClass no
 mapping names (in any alternative), ``allocationMode: All`` (how many is known only at
@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from queues import quantity
-from queues.dra import capacity, card_shares, slices
+from queues.dra import alternatives, capacity, card_shares, slices
 from queues.dra.claim_templates import API_VERSION, ClaimTemplate, DeviceRequest
 from queues.dra.mappings import NONE, SETTING, CapacitySource, CounterSource, Mappings
 from queues.podsets.jobs import PodSet
@@ -37,6 +37,7 @@ from queues.podsets.transformations import Transformations
 __all__ = ["API_VERSION", "MISCONFIGURED", "ClaimTemplate", "DeviceRequest", "Devices", "unaccounted"]
 
 MISCONFIGURED = "Misconfigured"  # Kueue's QuotaReserved reason for a workload it cannot charge
+Flavors = Mapping[str, Mapping[str, str]]  # flavor -> its nodeLabels
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,8 @@ class Devices:
     )
     # what the published devices say of each mapped resource's part of a card (``card_fractions``)
     shares: dict[str, dict[str, Fraction]] = field(default_factory=dict, compare=False, repr=False)
+    # the Nodes' labels (node -> labels), saying each flavor's nodes (``narrowed``); None: not known
+    nodes: Mapping[str, Mapping[str, str]] | None = None
 
     @classmethod
     def of(
@@ -71,6 +74,7 @@ class Devices:
         classes: Mapping[str, tuple[str, ...]] | None = None,
         published: Iterable[slices.Slice] = (),
         transformations: Transformations = NO_TRANSFORMATIONS,
+        nodes: Mapping[str, Mapping[str, str]] | None = None,
     ) -> Devices:
         counted = slices.current(published)
         return cls(
@@ -80,16 +84,20 @@ class Devices:
             tuple(d for s in counted for d in s.devices),
             transformations,
             tuple(c for s in counted for c in s.counter_sets),
+            nodes=nodes,  # (the controller's is kept up to date by its Nodes informer)
         )
 
-    def charge(self, namespace: str, pod_sets: tuple[PodSet, ...]) -> tuple[PodSet, ...]:
+    def charge(
+        self, namespace: str, pod_sets: tuple[PodSet, ...], flavors: Flavors | None = None
+    ) -> tuple[PodSet, ...]:
         """``pod_sets`` as read from a job (their requests the containers' alone) as quota counts
         them: the resource transformations applied, then each pod set's claims' devices added to
-        its requests, or ``unaccounted`` saying why they cannot be."""
+        its requests, or ``unaccounted`` saying why they cannot be; with ``flavors``, ``narrowed``."""
         pod_sets = self.transformations.apply(pod_sets)
         if not any(ps.claims for ps in pod_sets):
             return pod_sets
-        return tuple(self._charged(namespace, i, ps) if ps.claims else ps for i, ps in enumerate(pod_sets))
+        charged = tuple(self._charged(namespace, i, ps) if ps.claims else ps for i, ps in enumerate(pod_sets))
+        return self.narrowed(namespace, charged, flavors) if flavors else charged
 
     def recharge(self, namespace: str, pod_sets: tuple[PodSet, ...]) -> tuple[PodSet, ...]:
         """Charge again the pod sets that could not be (their requests are still the containers')."""
@@ -108,6 +116,34 @@ class Devices:
                 **self.mappings.card_fractions(),
             }
         return dict(self.shares["all"])
+
+    def narrowed(self, namespace: str, pod_sets: tuple[PodSet, ...], flavors: Flavors) -> tuple[PodSet, ...]:
+        """Charged pod sets with ``by_flavor`` for ``flavors`` (name -> ``nodeLabels``): a prioritized
+        list is charged on a flavor the most its nodes' alternatives take (``queues.dra.alternatives``)."""
+        return tuple(
+            dataclasses.replace(ps, by_flavor=self._by_flavor(namespace, ps, flavors)) if ps.devices else ps
+            for ps in pod_sets
+        )
+
+    def _by_flavor(self, namespace: str, ps: PodSet, flavors: Flavors) -> dict[str, dict[str, int]]:
+        if self.nodes is None or ps.unaccounted:
+            return {}
+        listed: list[tuple[dict[str, int], tuple[DeviceRequest, ...]]] = []
+        for claim in ps.claims:
+            template = self.templates.get((namespace, claim.template or ""))
+            for request in template.requests if template is not None else ():
+                most = self._cost(request) if request.first_available else None
+                if isinstance(most, dict):
+                    listed.append((most, request.alternatives))
+        less = alternatives.by_flavor(flavors, self.nodes, listed, self._serves, self._cost) if listed else {}
+        return {flavor: {r: ps.requests.get(r, 0) - down for r, down in d.items()} for flavor, d in less.items()}
+
+    def _serves(self, alternative: DeviceRequest, nodes: frozenset[str]) -> bool:
+        key = ("served", alternative, nodes)
+        if key not in self.known:
+            wanted = self.classes.get(alternative.device_class or "")
+            self.known[key] = wanted is not None and alternatives.servable(alternative, wanted, self.published, nodes)
+        return bool(self.known[key])
 
     def prioritized(self, namespace: str, ps: PodSet) -> list[str]:
         """The requests of ``ps``'s claims that are prioritized lists (``claim gpus, request

@@ -55,12 +55,20 @@ class PodSet:
     claims: tuple[PodClaim, ...] = ()
     unaccounted: str | None = None
     devices: Mapping[str, int] = field(default_factory=dict)  # the part of ``requests`` its claims were charged
+    # what one pod is charged instead on a flavor whose nodes serve only some alternatives of its
+    # claims' prioritized lists (flavor -> resource -> milli-units; ``queues.dra.alternatives``)
+    by_flavor: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # what its containers asked, where Kueue's resource transformations made ``requests`` something
     # else (``queues.podsets.transformations``); None: they are ``requests`` (but the devices)
     container_requests: Mapping[str, int] | None = None
 
     def total(self) -> Requests:
         return {r: v * self.count for r, v in self.requests.items() if v}
+
+    def on(self, flavor: str, resource: str) -> int:
+        """What its pods are charged of ``resource`` on ``flavor`` (``by_flavor``, else ``requests``)."""
+        narrowed = self.by_flavor.get(flavor) or self.requests
+        return narrowed.get(resource, self.requests.get(resource, 0)) * self.count
 
     @property
     def node_requests(self) -> Mapping[str, int]:

@@ -339,6 +339,7 @@ def parse(doc: Any) -> Scenario:
             },
             published,
             resources,
+            {str(n["name"]): dict(n.get("labels") or {}) for n in nodes} if nodes else None,
         ),
         device_objects,
     )

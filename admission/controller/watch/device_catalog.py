@@ -11,7 +11,9 @@ leader's scheduler gets each change at once, and a new term gets them all when i
 template that comes, changes or goes marks the jobs that claim through it (a DeviceClass or a
 ResourceSlice, every job that claims devices) whose workload does not hold quota, so the next
 step makes their waiting workloads again: one waiting Misconfigured for a missing template is
-charged once it exists. As in Kueue, a workload admitted keeps the charge it was admitted with,
+charged once it exists. Where DRA is mapped, the Nodes' labels are watched too: they say which
+nodes each flavor has, and so what a prioritized list (``firstAvailable``) is charged on it
+(``queues.dra.alternatives``). As in Kueue, a workload admitted keeps the charge it was admitted with,
 so its job is not looked at again for it (a driver republishing its slices under 10,000 running
 jobs costs a step nothing).
 """
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 RESOURCE_CLAIM_TEMPLATES = ResourceRef(charges.API_VERSION, "ResourceClaimTemplate", "resourceclaimtemplates")
 DEVICE_CLASSES = ResourceRef(charges.API_VERSION, "DeviceClass", "deviceclasses", namespaced=False)
 RESOURCE_SLICES = ResourceRef(charges.API_VERSION, "ResourceSlice", "resourceslices", namespaced=False)
+NODES = ResourceRef("v1", "Node", "nodes", namespaced=False)
 
 
 class DeviceCatalog:
@@ -64,6 +67,31 @@ class DeviceCatalog:
             Informer(kube, DEVICE_CLASSES, self._on_class, optional=True),
             Informer(kube, RESOURCE_SLICES, self._on_slice, optional=True),
         ]
+        # the Nodes' labels say each flavor's nodes, which is what a prioritized list is charged on
+        # it (``queues.dra.alternatives``); watched only where DRA is mapped (a term starts once listed)
+        self.node_labels: dict[str, dict[str, str]] = {}
+        self.nodes: Informer | None = None
+        if mappings.reads_slices():
+            self.nodes = Informer(kube, NODES, self._on_node)
+            self.informers.append(self.nodes)
+
+    def _on_node(self, kind: str, obj: Obj) -> None:
+        """Keep ``node_labels`` (which the charges read as they are); a node that comes or goes, or
+        whose labels a flavor names change, marks the jobs with claims (a label no flavor names,
+        such as a GPU feature discovery timestamp, marks nothing)."""
+        name = str((obj.get("metadata") or {}).get("name"))
+        labels = {str(k): str(v) for k, v in ((obj.get("metadata") or {}).get("labels") or {}).items()}
+        before = self.node_labels.pop(name, None) if kind == "DELETED" else self.node_labels.get(name)
+        if kind != "DELETED":
+            self.node_labels[name] = labels
+        scheduler = self.scheduler()
+        if before == labels or scheduler is None:
+            return
+        if before is not None and kind != "DELETED":
+            keys = {k for f in scheduler.snapshot.flavors.values() for k in f.node_labels}
+            if all(before.get(k) == labels.get(k) for k in keys):
+                return
+        self._changed(None)
 
     def _on_class(self, kind: str, obj: Obj) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
@@ -125,8 +153,14 @@ class DeviceCatalog:
         """What charges claims, from the DRA objects as they are now (built once per change that is
         asked about: the first list of thousands of templates does not rebuild it thousands of times)."""
         if self._devices is None:
+            listed = self.nodes is not None and self.nodes.synced.is_set()
             self._devices = charges.Devices.of(
-                self.mappings, self.templates.values(), self.classes, self.slices.values(), self.transformations
+                self.mappings,
+                self.templates.values(),
+                self.classes,
+                self.slices.values(),
+                self.transformations,
+                self.node_labels if listed else None,
             )
         return self._devices
 

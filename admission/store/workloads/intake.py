@@ -59,6 +59,11 @@ def pod_sets_json(pod_sets: Iterable[jobs.PodSet], priority_class_name: str | No
                 **({"resourceClaims": [c.to_dict() for c in ps.claims]} if ps.claims else {}),
                 **({"unaccounted": ps.unaccounted} if ps.unaccounted else {}),
                 **({"devices": {r: str(v) for r, v in ps.devices.items()}} if ps.devices else {}),
+                **(
+                    {"byFlavor": {f: {r: str(v) for r, v in c.items()} for f, c in ps.by_flavor.items()}}
+                    if ps.by_flavor
+                    else {}
+                ),
                 **({"topology": _topology_json(ps.topology)} if ps.topology is not None else {}),
                 **(
                     {"containerRequests": {r: str(v) for r, v in ps.container_requests.items()}}
@@ -91,6 +96,7 @@ def pod_sets_from_json(body: dict[str, Any]) -> tuple[jobs.PodSet, ...]:
                 claims=tuple(PodClaim.from_dict(c) for c in ps.get("resourceClaims", [])),
                 unaccounted=ps.get("unaccounted"),
                 devices={r: int(v) for r, v in (ps.get("devices") or {}).items()},
+                by_flavor={f: {r: int(v) for r, v in c.items()} for f, c in (ps.get("byFlavor") or {}).items()},
                 topology=_topology_from_json(ps["topology"]) if ps.get("topology") else None,
                 container_requests=(
                     {r: int(v) for r, v in ps["containerRequests"].items()} if "containerRequests" in ps else None

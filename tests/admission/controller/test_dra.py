@@ -180,3 +180,129 @@ async def test_the_leader_records_what_part_of_a_card_the_devices_say_a_unit_is(
 
 async def _equal(read: Any, expected: dict[str, Fraction]) -> bool:
     return bool(await read() == expected)
+
+
+ONE_H100_ELSE_TWO_A100 = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: h100}
+spec: {nodeLabels: {gpu-type: h100}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: gpus}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [whole-gpus]
+    flavors:
+    - name: h100
+      resources: [{name: whole-gpus, nominalQuota: "1"}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: user-queue, namespace: ml}
+spec: {clusterQueue: gpus}
+"""
+
+
+def cards(node: str, product: str, n: int) -> dict[str, Any]:
+    devices = [{"name": f"gpu-{i}", "attributes": {"productName": {"string": product}}} for i in range(n)]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def prefix(product: str) -> list[dict[str, Any]]:
+    return [{"cel": {"expression": f"device.attributes['gpu.nvidia.com'].productName.startsWith('{product}')"}}]
+
+
+async def test_a_prioritized_list_is_charged_the_alternative_its_flavor_nodes_serve(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    """ "One H100, else two A100s" on a ClusterQueue with one GPU on an H100 flavor: while no Node
+    carries the flavor's label the list costs its largest (two: more than the queue has), and once
+    the H100 node is labelled it costs the one H100 and is admitted, with its Workload object
+    saying so."""
+    from admission.controller.objects.workload_projection import WORKLOADS
+    from admission.controller.watch.device_catalog import NODES
+    from admission.sim.operators import autoscaler as sim_autoscaler
+
+    policy = dataclasses.replace(
+        DEFAULT_POLICY, device_mappings=mappings.parse([{"name": "whole-gpus", "deviceClassNames": ["gpu.nvidia.com"]}])
+    )
+    gpu_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+    }
+    listed = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "h100-else-two-a100", "namespace": "ml"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "firstAvailable": [
+                                {
+                                    "name": "h100",
+                                    "deviceClassName": "gpu.nvidia.com",
+                                    "selectors": prefix("NVIDIA H100"),
+                                },
+                                {
+                                    "name": "a100",
+                                    "deviceClassName": "gpu.nvidia.com",
+                                    "count": 2,
+                                    "selectors": prefix("NVIDIA A100"),
+                                },
+                            ],
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(ONE_H100_ELSE_TWO_A100)
+        await w.kube.create(DEVICE_CLASSES, None, gpu_class)
+        await w.kube.create(RESOURCE_CLAIM_TEMPLATES, "ml", listed)
+        for node, product, n in (("h100-node", "NVIDIA H100 80GB HBM3", 1), ("a100-node", "NVIDIA A100-SXM4-40GB", 2)):
+            await w.kube.create(NODES, None, sim_autoscaler.node_object(node, {"capacity": {"cpu": "8"}}))
+            await w.kube.create(RESOURCE_SLICES, None, cards(node, product, n))
+        w.start_controller("replica-1", policy=policy)
+        await w.create(claiming("first", "h100-else-two-a100"))
+
+        async def waiting() -> tuple[str, str | None, str | None] | None:
+            first = (await rows(w)).get("first")
+            return first if first is not None and first[1] not in (None, "Misconfigured") else None
+
+        state, reason, message = await eventually(waiting, what="first charged its largest alternative")
+        assert state == "Pending" and "whole-gpus" in str(message), (state, reason, message)
+        await w.kube.patch(NODES, None, "h100-node", {"metadata": {"labels": {"gpu-type": "h100"}}})
+
+        async def admitted() -> dict[str, Any] | None:
+            for obj in (await w.kube.request("GET", WORKLOADS.path("ml"))).get("items") or []:
+                if obj["metadata"]["name"].startswith("job-first-") and (obj.get("status") or {}).get("admission"):
+                    return dict(obj["status"]["admission"])
+            return None
+
+        admission = await eventually(admitted, what="first admitted on the H100 flavor", timeout=20)
+        (assignment,) = admission["podSetAssignments"]
+        assert assignment["flavors"] == {"whole-gpus": "h100"} and assignment["resourceUsage"] == {"whole-gpus": "1"}
+        async with database.transaction(w.sessions) as s:
+            described = await views.describe(s, "Workload", "first")
+        assert (
+            "(ResourceClaimTemplate h100-else-two-a100): whole-gpus 2 per pod, on flavor h100 whole-gpus 1" in described
+        )

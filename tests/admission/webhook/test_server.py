@@ -492,7 +492,7 @@ def test_a_prioritized_list_is_created_with_what_it_is_charged(server: Server) -
     assert answer.allowed
     (warning,) = [w for w in answer.warnings if "firstAvailable" in w]
     assert warning.startswith("pod set main, claim gpus, request gpus: a prioritized list (firstAvailable)")
-    assert warning.endswith("the pod set's claims are charged whole-gpus 2 per pod")
+    assert warning.endswith("the pod set's claims are charged up to whole-gpus 2 per pod")
     plain = charges.ClaimTemplate("ml", "either", (charges.DeviceRequest("gpus", "gpu.nvidia.com"),))
     answer = review.validate("CREATE", body, None, "ml", server.config, devices=charges.Devices.of(mapped, [plain]))
     assert not [w for w in answer.warnings if "firstAvailable" in w]
