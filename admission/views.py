@@ -173,10 +173,8 @@ async def _describe_workload(
     if cq is not None:
         # the quota tree as the core builds it (what the cohort can lend depends on quotas alone)
         core_cq = Snapshot(config).queues.get(cq.name)
-        needs: dict[str, int] = {}
-        for ps in store.pod_sets_from_json(r["pod_sets"]):
-            for resource, milli in ps.total().items():
-                needs[resource] = needs.get(resource, 0) + milli
+        pod_sets = store.pod_sets_from_json(r["pod_sets"])
+        asked = {resource for ps in pod_sets for resource in ps.total()}
         usage = await held_by_flavor(session, cq.name)
         table = Table(title=f"Needs against ClusterQueue {cq.name}", title_justify="left")
         for col in ("resource", "needs", "flavor", "nominal", "in use", "free", "may borrow"):
@@ -184,12 +182,12 @@ async def _describe_workload(
         for rg in cq.spec.resource_groups:
             for f in rg.flavors:
                 for q in f.resources:
-                    if q.name not in needs:
+                    if q.name not in asked:
                         continue
                     used = usage.get((f.name, q.name), 0)
                     table.add_row(
-                        q.name,
-                        quantity.format_milli(needs[q.name]),
+                        q.name,  # (what it needs on this flavor: a prioritized list may cost less on some)
+                        quantity.format_milli(sum(ps.on(f.name, q.name) for ps in pod_sets)),
                         f.name,
                         quantity.format_milli(q.nominal_quota),
                         quantity.format_milli(used),

@@ -5,6 +5,7 @@ whose template does not exist yet waits Misconfigured and is charged once it is 
 from __future__ import annotations
 
 import dataclasses
+import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,4 @@ async def test_a_prioritized_list_is_charged_the_alternative_its_flavor_nodes_se
         assert (
             "(ResourceClaimTemplate h100-else-two-a100): whole-gpus 2 per pod, on flavor h100 whole-gpus 1" in described
         )
+        assert re.search(r"whole-gpus\s*│\s*1\s*│\s*h100", described), described  # (what it needs on the flavor)
