@@ -13,9 +13,10 @@ flavor of A100 nodes: the charge follows the alternative admitted.
 A node can serve an alternative when its devices, with those published for every node, include
 ``count`` devices that the alternative's DeviceClass and selectors match, free or not: what is
 free changes, so the charge does not depend on it. A flavor without ``nodeLabels`` (every node), a
-flavor whose nodes serve none of the alternatives, and a cluster whose Nodes are not known keep
-the largest charge. The flavor's nodes are read from the Nodes' labels only; the pod set's own node
-selector narrows them further, so leaving it out can only charge more, never less.
+flavor whose nodes serve none of the alternatives, a cluster whose Nodes are not known, and one
+where a driver is rewriting a pool (``queues.dra.slices.rewriting``) keep the largest charge.
+The flavor's nodes are read from the Nodes' labels only; the pod set's own node selector narrows
+them further, so leaving it out can only charge more, never less.
 
 What stays the admin's to keep true: a workload is charged when it is made, and keeps its charge
 once admitted (as Kueue keeps a workload's requests). If a flavor's nodes later gain devices of an

@@ -76,6 +76,7 @@ class Devices:
         transformations: Transformations = NO_TRANSFORMATIONS,
         nodes: Mapping[str, Mapping[str, str]] | None = None,
     ) -> Devices:
+        published = tuple(published)
         counted = slices.current(published)
         return cls(
             mappings,
@@ -84,7 +85,7 @@ class Devices:
             tuple(d for s in counted for d in s.devices),
             transformations,
             tuple(c for s in counted for c in s.counter_sets),
-            nodes=nodes,  # (the controller's is kept up to date by its Nodes informer)
+            nodes=None if slices.rewriting(published) else nodes,  # (kept up to date by the controller)
         )
 
     def charge(

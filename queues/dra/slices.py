@@ -158,18 +158,28 @@ class Slice:
         )
 
 
-def current(slices: Iterable[Slice]) -> tuple[Slice, ...]:
-    """The slices of every complete pool at its latest generation (what counts)."""
+def _newest(slices: Iterable[Slice]) -> list[tuple[list[Slice], bool]]:
+    """Each pool's slices of its latest generation (by driver and pool), and whether all are present."""
     pools: dict[tuple[str, str], list[Slice]] = {}
     for s in slices:
         pools.setdefault((s.driver, s.pool), []).append(s)
-    out: list[Slice] = []
+    out: list[tuple[list[Slice], bool]] = []
     for key in sorted(pools):
         latest = max(s.generation for s in pools[key])
-        newest = [s for s in pools[key] if s.generation == latest]
-        if len(newest) >= max(s.count for s in newest):
-            out.extend(sorted(newest, key=lambda s: s.name))
-    return tuple(out)
+        newest = sorted((s for s in pools[key] if s.generation == latest), key=lambda s: s.name)
+        out.append((newest, len(newest) >= max(s.count for s in newest)))
+    return out
+
+
+def current(slices: Iterable[Slice]) -> tuple[Slice, ...]:
+    """The slices of every complete pool at its latest generation (what counts)."""
+    return tuple(s for newest, whole in _newest(slices) if whole for s in newest)
+
+
+def rewriting(slices: Iterable[Slice]) -> bool:
+    """Whether a pool is being rewritten (its newest generation's slices not all present): its devices
+    are left out of ``current``, so what a node has is not known whole."""
+    return any(not whole for _, whole in _newest(slices))
 
 
 def published(slices: Iterable[Slice]) -> tuple[Device, ...]:

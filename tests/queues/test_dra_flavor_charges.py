@@ -27,11 +27,11 @@ FLAVORS = {"h100": {"gpu-type": "h100"}, "a100": {"gpu-type": "a100"}, "any": {}
 CLAIM = {"name": "gpus", "resourceClaimTemplateName": "t"}
 
 
-def cards(node: str | None, product: str, n: int) -> slices.Slice:
-    """``n`` GPUs of ``product`` published for ``node`` (None: for every node)."""
+def cards(node: str | None, product: str, n: int, *, generation: int = 1, of: int = 1) -> slices.Slice:
+    """``n`` GPUs of ``product`` published for ``node`` (None: for every node), in one of ``of`` slices."""
     where: dict[str, Any] = {"nodeName": node} if node else {"allNodes": True}
     devices = [{"name": f"gpu-{i}", "attributes": {"productName": {"string": product}}} for i in range(n)]
-    pool = {"name": node or "shared", "generation": 1, "resourceSliceCount": 1}
+    pool = {"name": node or "shared", "generation": generation, "resourceSliceCount": of}
     return slices.Slice.from_object(
         {
             "metadata": {"name": f"{node}-{product}"},
@@ -68,6 +68,8 @@ def test_where_nodes_serve_both_or_are_unknown_the_largest_is_charged() -> None:
     assert charged(devices(*CLUSTER, everywhere)).by_flavor == {}
     assert charged(devices(*CLUSTER, nodes=None)).by_flavor == {}  # (the Nodes not listed)
     assert charged(devices(*CLUSTER), {}).by_flavor == {}
+    rewriting = cards("a100-node", "NVIDIA A100-SXM4-40GB", 4, generation=2, of=2)  # (one of its two slices yet)
+    assert charged(devices(*CLUSTER, rewriting)).by_flavor == {}  # (what the A100 node has is not known whole)
     too_few = cards("h100-node", "NVIDIA A100-SXM4-40GB", 1)  # (one A100 there cannot serve "two A100s")
     assert charged(devices(*CLUSTER, too_few)).by_flavor == {"h100": {"whole-gpus": 1000}}
 
