@@ -21,7 +21,7 @@ from queues.placement import nodes
 from queues.placement.inventory import Inventory
 from queues.placement.topology import COMPACT
 from queues.quotas import ClusterQueue, CohortNode, Flavor, Node, Quota, ResourceGroup, weight_of
-from queues.workloads import Admission, FlavorResource, SharedShapes, Usage, Workload, shape_of
+from queues.workloads import Admission, FlavorResource, SharedShapes, Usage, Workload, placed_on, shape_of
 
 if TYPE_CHECKING:
     from queues.kueue.fair_sharing_config import FairSharing
@@ -157,7 +157,8 @@ class Snapshot:
 def pod_requests(wl: Workload) -> dict[str, Mapping[str, int]]:
     """Each pod set's requests of one pod (what placement holds on a node per pod, its pod slot and
     its DRA devices too)."""
-    return {ps.name: nodes.with_pod_slot(ps.placed_requests) for ps in wl.pod_sets}
+    chosen = wl.admission.flavors if wl.admission is not None else {}
+    return {ps.name: nodes.with_pod_slot(placed_on(ps, chosen.get(ps.name, {}))) for ps in wl.pod_sets}
 
 
 def _cohort_quotas(obj: api.Cohort) -> dict[FlavorResource, Quota]:

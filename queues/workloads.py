@@ -54,6 +54,20 @@ def usage_of(
     return usage
 
 
+def placed_on(ps: jobs.PodSet, chosen: Mapping[str, str]) -> Mapping[str, int]:
+    """What one pod of ``ps`` takes of a node where it is placed by topology (``placed_requests``),
+    on the flavors ``chosen`` for its resources (resource -> flavor): a prioritized list's devices
+    as charged there (``queues.dra.alternatives``: one H100 on a flavor of H100 nodes, not two)."""
+    if not ps.by_flavor:
+        return ps.placed_requests
+    placed = dict(ps.placed_requests)
+    for r in ps.devices:
+        narrowed = ps.by_flavor.get(chosen.get(r, ""), {})
+        if r in narrowed:
+            placed[r] = placed.get(r, 0) - (ps.requests.get(r, 0) - narrowed[r])
+    return placed
+
+
 def shape_of(pod_sets: tuple[jobs.PodSet, ...]) -> tuple[object, ...]:
     """Everything about pod sets that decides where they fit, as one hashable value."""
     return tuple(

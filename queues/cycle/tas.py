@@ -28,6 +28,7 @@ from queues.placement.nodes import Free, NodeInfo, PodNeeds, with_pod_slot
 from queues.podsets import jobs
 from queues.podsets.jobs import PodSet
 from queues.selectors import NodeConstraints
+from queues.workloads import placed_on
 
 
 def uses_topology(snapshot: Snapshot, cq: ClusterQueue) -> bool:
@@ -95,7 +96,7 @@ def _placement(
         if flavor is None or (ps.topology is None and not cq.tas_only):
             continue
         pod = PodNeeds(
-            with_pod_slot({r: v for r, v in ps.placed_requests.items() if v}),
+            with_pod_slot({r: v for r, v in placed_on(ps, assignment.flavors.get(ps.name, {})).items() if v}),
             {**dict(ps.constraints.node_selector), **flavor.node_labels},
             (*ps.tolerations, *flavor.tolerations),
         )

@@ -4,13 +4,18 @@ whose nodes serve only some alternatives, a list costs the most those take; anyw
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from admission.store.workloads import pod_sets_from_json, pod_sets_json
 from queues.cycle.scheduler import Admit, Scheduler
 from queues.dra import charges, slices
 from queues.model import Config
 from queues.podsets import jobs
+from queues.simulation import scenario, simulator
 from queues.workloads import usage_of
 from tests.queues.builders import CQ, flavor, local_queue
 from tests.queues.test_dra import MAPPINGS, job, sub, template
@@ -25,6 +30,7 @@ CLASSES = {"gpu.nvidia.com": ("device.driver == 'gpu.nvidia.com'",)}
 NODES = {"h100-node": {"gpu-type": "h100"}, "a100-node": {"gpu-type": "a100"}, "cpu-node": {"gpu-type": "none"}}
 FLAVORS = {"h100": {"gpu-type": "h100"}, "a100": {"gpu-type": "a100"}, "any": {}, "cpu": {"gpu-type": "none"}}
 CLAIM = {"name": "gpus", "resourceClaimTemplateName": "t"}
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dra-prioritized.yaml"
 
 
 def cards(node: str | None, product: str, n: int, *, generation: int = 1, of: int = 1) -> slices.Slice:
@@ -124,3 +130,31 @@ def test_a_new_configuration_charges_the_waiting_again() -> None:
     assert s.workloads["ns/d"].pod_sets[0].by_flavor == {"h100": {"whole-gpus": 1000}}
     assert s.workloads["ns/a"].pod_sets[0].by_flavor == {}  # (admitted: it keeps what it was charged)
     assert not [d for d in s.schedule() if isinstance(d, Admit)]  # (a holds the H100 flavor's 2)
+
+
+def test_placed_by_topology_a_pod_takes_of_a_node_what_it_is_charged_on_the_flavor() -> None:
+    """examples/dra-prioritized.yaml with its h100 flavor placed by topology: a job of two pods that
+    must share a node fits the H100 node's two GPUs (one each, as charged on h100), where two pods
+    charged the largest (two GPUs each) would need four."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["manifests"].append(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Topology",
+            "metadata": {"name": "hosts"},
+            "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]},
+        }
+    )
+    (h100,) = [m for m in doc["manifests"] if m["kind"] == "ResourceFlavor" and m["metadata"]["name"] == "h100"]
+    h100["spec"]["topologyName"] = "hosts"
+    pair = copy.deepcopy(doc["jobs"][0])
+    pair["object"]["metadata"]["name"] = "pair"
+    pair["object"]["spec"].update(parallelism=2, completions=2)
+    pair["object"]["spec"]["template"]["metadata"] = {
+        "annotations": {"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"}
+    }
+    doc["jobs"] = [pair]
+    result = simulator.Simulation(scenario.parse(doc)).run().to_json("core")
+    (admitted,) = [e for e in result["events"] if e["type"] == "Admitted"]
+    assert admitted["flavors"] == {"main": {"cpu": "h100", "whole-gpus": "h100"}}
+    assert admitted["placement"] == {"main": {"h100-node": 2}}
