@@ -13,33 +13,42 @@ from typing import Any
 from sqlalchemy import select
 
 from admission import views
-from admission.controller.watch.device_catalog import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES
+from admission.controller.objects.workload_projection import WORKLOADS
+from admission.controller.watch.device_catalog import DEVICE_CLASSES, NODES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES
 from admission.policy import DEFAULT_POLICY
+from admission.sim.operators import autoscaler as sim_autoscaler
 from admission.store import card_fractions, database, tables
 from queues.dra import mappings
 from tests.admission.controller.world import eventually, world
 
-CONFIG = """
+
+def queue_config(gpus: str, flavor_spec: str = "") -> str:
+    """One ClusterQueue with ``gpus`` whole-gpus on flavor h100 (its ``spec``, if given), and its LocalQueue."""
+    return f"""
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
-metadata: {name: h100}
+metadata: {{name: h100}}
+{flavor_spec}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
-metadata: {name: gpus}
+metadata: {{name: gpus}}
 spec:
-  namespaceSelector: {}
+  namespaceSelector: {{}}
   resourceGroups:
   - coveredResources: [whole-gpus]
     flavors:
     - name: h100
-      resources: [{name: whole-gpus, nominalQuota: "2"}]
+      resources: [{{name: whole-gpus, nominalQuota: "{gpus}"}}]
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
-metadata: {name: user-queue, namespace: ml}
-spec: {clusterQueue: gpus}
+metadata: {{name: user-queue, namespace: ml}}
+spec: {{clusterQueue: gpus}}
 """
+
+
+CONFIG = queue_config("2")
 
 
 def claiming(name: str, template: str) -> dict[str, Any]:
@@ -122,13 +131,8 @@ async def test_claims_are_charged_a_second_waits_and_a_missing_template_holds_un
         assert (await w.get("later"))["spec"]["suspend"] is True
 
 
-def mig_card(node: str, memory: str) -> dict[str, Any]:
-    """What NVIDIA's DRA driver publishes for a MIG-partitioned card: its memory, and a partition of it."""
-    partition = {
-        "name": "gpu-0-mig-0",
-        "attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.18gb"}},
-        "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "16Gi"}}}],
-    }
+def resource_slice(node: str, devices: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    """What NVIDIA's DRA driver publishes for ``node``: ``devices`` (and ``spec``'s other fields)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -137,10 +141,22 @@ def mig_card(node: str, memory: str) -> dict[str, Any]:
             "driver": "gpu.nvidia.com",
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": memory}}}],
-            "devices": [partition],
+            "devices": devices,
+            **spec,
         },
     }
+
+
+def mig_card(node: str, memory: str) -> dict[str, Any]:
+    """A MIG-partitioned card: its memory, and a partition of it."""
+    partition = {
+        "name": "gpu-0-mig-0",
+        "attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.18gb"}},
+        "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "16Gi"}}}],
+    }
+    return resource_slice(
+        node, [partition], sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": memory}}}]
+    )
 
 
 async def test_the_leader_records_what_part_of_a_card_the_devices_say_a_unit_is(
@@ -183,43 +199,14 @@ async def _equal(read: Any, expected: dict[str, Fraction]) -> bool:
     return bool(await read() == expected)
 
 
-ONE_H100_ELSE_TWO_A100 = """
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: h100}
-spec: {nodeLabels: {gpu-type: h100}}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: gpus}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [whole-gpus]
-    flavors:
-    - name: h100
-      resources: [{name: whole-gpus, nominalQuota: "1"}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: user-queue, namespace: ml}
-spec: {clusterQueue: gpus}
-"""
+ONE_H100_ELSE_TWO_A100 = queue_config("1", "spec: {nodeLabels: {gpu-type: h100}}")
 
 
 def cards(node: str, product: str, n: int) -> dict[str, Any]:
-    devices = [{"name": f"gpu-{i}", "attributes": {"productName": {"string": product}}} for i in range(n)]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-gpu.nvidia.com"},
-        "spec": {
-            "driver": "gpu.nvidia.com",
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
+    """``n`` whole GPUs of ``product``."""
+    return resource_slice(
+        node, [{"name": f"gpu-{i}", "attributes": {"productName": {"string": product}}} for i in range(n)]
+    )
 
 
 def prefix(product: str) -> list[dict[str, Any]]:
@@ -229,14 +216,10 @@ def prefix(product: str) -> list[dict[str, Any]]:
 async def test_a_prioritized_list_is_charged_the_alternative_its_flavor_nodes_serve(
     tmp_path: Path, migrated_url: str
 ) -> None:
-    """ "One H100, else two A100s" on a ClusterQueue with one GPU on an H100 flavor: while no Node
+    """A prioritized list, "one H100, else two A100s", on a ClusterQueue with one GPU on an H100 flavor: while no Node
     carries the flavor's label the list costs its largest (two: more than the queue has), and once
     the H100 node is labelled it costs the one H100 and is admitted, with its Workload object
     saying so."""
-    from admission.controller.objects.workload_projection import WORKLOADS
-    from admission.controller.watch.device_catalog import NODES
-    from admission.sim.operators import autoscaler as sim_autoscaler
-
     policy = dataclasses.replace(
         DEFAULT_POLICY, device_mappings=mappings.parse([{"name": "whole-gpus", "deviceClassNames": ["gpu.nvidia.com"]}])
     )
