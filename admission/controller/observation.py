@@ -34,6 +34,8 @@ from queues.podsets import jobs
 
 log = logging.getLogger(__name__)
 
+WORKLOAD_NAME_TAKEN = "WorkloadNameTaken"  # the Warning event on a job whose workload key another kind's job holds
+
 
 class Observation:
     """Step 1 of every step (``admission.controller.step``), with what it remembers between steps."""
@@ -71,9 +73,12 @@ class Observation:
         upserts: dict[str, tuple[JobView, Workload]] = {}
         resized: list[Decision] = []  # admitted workloads whose running job changed (``Scheduler.job_changed``)
         self.stored, self.forgotten = [], []
+        claimed: set[str] = set()  # keys new workloads take in this step
         for uid in dirty:
             view = self.jobs.views.get(uid)
             row = term.rows.get(uid)
+            if row is not None and view is not None:
+                self.jobs.hold(uid)  # (the store row says whose the key is, whichever job was listed first)
             if view is None or view.finished:
                 self.unreadable.discard(uid)
                 self.stored.append(uid)  # (its Workload object finishes or goes)
@@ -89,18 +94,15 @@ class Observation:
             current = sched.workloads.get(row.key) if row is not None else None
             if row is None:
                 other = term.by_key.get(view.key)
+                holder = self.jobs.views.get(other.uid) if other is not None and other.uid != uid else None
                 if not managed:
                     self._held(sched, view)
-                elif other is None:
+                elif (holder is None or holder.finished) and view.key not in claimed:
+                    self.jobs.hold(uid)  # (a job gone, or finished, or not queued, held the key)
+                    claimed.add(view.key)
                     upserts[uid] = (view, candidate)
                 else:
-                    log.warning(
-                        "%s %s: workload %s already belongs to job %s",
-                        view.integration.ref.kind,
-                        view.key,
-                        view.key,
-                        other.uid if other else "?",
-                    )
+                    self._taken(view, holder)
             elif current is not None and current.admission is not None and not view.suspended:
                 held = term.held(row.key)
                 if held is not None and view.admission is not None and view.admission == admission_token(held):
@@ -203,6 +205,21 @@ class Observation:
         if message is not None:
             self.unreadable.add(view.uid)
             self.events.post(view, "QueueNameMissing", message, type="Warning")
+
+    def _taken(self, view: JobView, holder: JobView | None) -> None:
+        """A job whose workload key a live job of another kind holds (``JobCache``): never queued,
+        and told why, once; it is looked at again when that job is gone."""
+        if view.uid in self.unreadable:
+            return
+        self.unreadable.add(view.uid)
+        other = f"{holder.integration.ref.kind} {holder.key}" if holder is not None else "another job"
+        message = (
+            f"Turnstile cannot queue {view.integration.ref.kind} {view.key}: its workload would be named {view.key}, "
+            f"which {other} already holds (a workload is named by its job's namespace and name); it is "
+            "queued once that job is gone, or rename one of them"
+        )
+        log.warning("%s %s: %s", view.integration.ref.kind, view.key, message)
+        self.events.post(view, WORKLOAD_NAME_TAKEN, message, type="Warning")
 
     def _unreadable(self, sched: Scheduler, view: JobView) -> None:
         """A job meant for a queue that Turnstile cannot read (the webhook refuses such jobs; this

@@ -72,9 +72,7 @@ class ClusterWatch:
             self.informers.append(informer)
         self.informers.append(Informer(kube, kube_client.NAMESPACES, self._on_namespace))
         self.pod_groups = PodGroups(jobs, changes.job)
-        self.informers.append(
-            Informer(kube, PODS, lambda kind, obj: self.pod_groups.observe(kind, obj), label_selector=MANAGED_PODS)
-        )
+        self.informers.append(Informer(kube, PODS, self._on_managed_pod, label_selector=MANAGED_PODS))
         self.priorities = PriorityClasses(kube, current_scheduler)
         self.informers.append(self.priorities.informer)
         self.device_catalog = DeviceCatalog(kube, jobs, changes, device_mappings, current_scheduler, transformations)
@@ -97,6 +95,16 @@ class ClusterWatch:
         self.ray_clusters.job(integration, kind, obj)
         if self.jobs.observe(integration, kind, obj, listed_since=informer.listing_since):
             self.changes.job(str((obj.get("metadata") or {}).get("uid")))
+        self._released()
+
+    def _on_managed_pod(self, kind: str, obj: Obj) -> None:
+        self.pod_groups.observe(kind, obj)
+        self._released()
+
+    def _released(self) -> None:
+        """Jobs of another kind that waited for a gone job's name (``JobCache.waiting``) are looked at again."""
+        for uid in self.jobs.take_released():
+            self.changes.job(uid)
 
     def _reread(self, job: Obj) -> None:
         """A TrainJob's runtime (an autoscaling RayJob's or RayService's cluster) came or changed: its

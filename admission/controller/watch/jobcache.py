@@ -15,6 +15,15 @@ in order, so the written version does come, and anything after it comes after it
 only ever compared for equality, as Kubernetes' API conventions require. An expectation is also
 met by a deletion, by a relist that started after the write (a list is a consistent read), and,
 as a last resort, by time (``EXPECTATION_SECONDS``).
+
+A workload is named by its job's namespace and name (scenario.md), so two jobs of different kinds
+with one name in one namespace (a Job and a JobSet ``train``) would share a workload key, and what
+is decided for one would be done to the other: the second one's pods run on the first one's quota.
+So one live job holds a key (``uid_of``): a job of another kind that comes while the holder lives
+``waits`` for the key, is never queued, and is told why (``admission.controller.observation``,
+whose store row decides who holds a key after a restart); when the holder goes, the waiting job
+takes the key and is ``released`` to be looked at again. A job deleted and made again under its
+name (the same kind) takes the key at once, as before.
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ class JobCache:
     expected: dict[str, _Expectation] = field(default_factory=dict)  # job uid -> our last write
     in_flight: dict[str, set[str]] = field(default_factory=dict)  # job uid -> versions seen during a write
     skipped: int = 0  # events older than one of our writes, not taken
+    waiting: dict[str, str] = field(default_factory=dict)  # job uid -> the key another kind's live job holds
+    released: list[str] = field(default_factory=list)  # waiting jobs that took their key since last asked
     runtimes: trainjobs.Runtimes | None = None  # a TrainJob's training runtime (``watch.runtimes``)
     # parent job uid -> the uids of its parts seen (kept after a part is deleted: a RayJob's submitter
     # Job goes before its pods, which still hold their node until they stop)
@@ -96,17 +107,44 @@ class JobCache:
         a RayJob's submitter Job as the RayJob, and the RayJob keeps its key."""
         self.views[uid] = view
         if not view.part:
-            self.uid_of[view.key] = uid
+            holder = self.views.get(self.uid_of.get(view.key, uid))
+            if holder is not None and holder.uid != uid and holder.integration.ref != view.integration.ref:
+                self.waiting[uid] = view.key  # (another kind's live job holds the key)
+            else:
+                self.uid_of[view.key] = uid
+                self.waiting.pop(uid, None)
         elif view.parent is not None:
             self.parts.setdefault(view.parent, set()).add(uid)
 
+    def hold(self, uid: str) -> None:
+        """Give ``uid``'s job its key (the store says the workload is its); a job that held it waits."""
+        view = self.views.get(uid)
+        if view is None or view.part or self.uid_of.get(view.key) == uid:
+            return
+        holder = self.uid_of.get(view.key)
+        if holder is not None and holder in self.views:
+            self.waiting[holder] = view.key
+        self.uid_of[view.key] = uid
+        self.waiting.pop(uid, None)
+
     def drop(self, uid: str) -> JobView | None:
-        """The job is gone; its key is forgotten unless another job has taken it meanwhile."""
+        """The job is gone; its key is forgotten unless another job has taken it meanwhile, or given
+        to a job of another kind that waited for it (``released``)."""
         view = self.views.pop(uid, None)
+        self.waiting.pop(uid, None)
         if view is not None and self.uid_of.get(view.key) == uid:
             del self.uid_of[view.key]
+            heir = next((u for u, key in self.waiting.items() if key == view.key), None)
+            if heir is not None:
+                self.hold(heir)
+                self.released.append(heir)
         self.parts.pop(uid, None)  # (a parent gone: its parts' pods are looked for no more)
         return view
+
+    def take_released(self) -> list[str]:
+        """The jobs that took their key since last asked (to be looked at again)."""
+        out, self.released = self.released, []
+        return out
 
     def writing(self, uid: str) -> None:
         """A write to the job begins: note the versions the watch delivers meanwhile."""
