@@ -151,6 +151,8 @@ class Observation:
         decisions: list[Decision] = resized
         for row in finishes["JobFinished"]:
             self.reporter.finished(self.jobs.views.get(row.uid), sched.workloads.get(row.key), at.timestamp())
+            for uid in [u for u, key in self.jobs.waiting.items() if key == row.key]:
+                self.changes.job(uid)  # (a job of another kind waited for its name: it may take it now)
         for row in (*finishes["JobFinished"], *finishes["JobDeleted"], *dequeues):
             self.metrics.clock.stop(row.key, at.timestamp())
             self.metrics.workloads.forget(row.key)

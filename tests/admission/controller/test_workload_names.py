@@ -34,11 +34,7 @@ async def test_a_job_of_another_kind_with_a_queued_jobs_name_waits_for_it(tmp_pa
         await w.apply(CONFIG)  # team-a: 8 GPUs
         w.start_controller("replica-1")
         await w.create(job("train", gpus=6, runtime=600))
-
-        async def running(ref: Any) -> bool:
-            return not (await w.kube.get(ref, "ml", "train"))["spec"]["suspend"]
-
-        await eventually(lambda: running(JOBS), what="the Job admitted")
+        await eventually(lambda: _running(w, JOBS), what="the Job admitted")
         await w.kube.create(JOBSETS, "ml", copy.deepcopy(JOBSET))
 
         async def told() -> list[str]:
@@ -46,11 +42,11 @@ async def test_a_job_of_another_kind_with_a_queued_jobs_name_waits_for_it(tmp_pa
 
         (message,) = await eventually(told, what="the JobSet told its name is taken")
         assert "JobSet ml/train" in message and "which Job ml/train already holds" in message, message
-        assert not await running(JOBSETS), "never run on the Job's admission"
-        assert await running(JOBS) and await stored(w) == [("Job", "Admitted")]
+        assert not await _running(w, JOBSETS), "never run on the Job's admission"
+        assert await _running(w, JOBS) and await stored(w) == [("Job", "Admitted")]
         # The Job goes: the JobSet takes the name, is queued and admitted on quota of its own.
         await w.kube.delete(JOBS, "ml", "train")
-        await eventually(lambda: running(JOBSETS), what="the JobSet admitted once the Job is gone", timeout=15)
+        await eventually(lambda: _running(w, JOBSETS), what="the JobSet admitted once the Job is gone", timeout=15)
         assert sorted(await stored(w)) == [("Job", "Finished"), ("JobSet", "Admitted")]
 
 
@@ -75,3 +71,20 @@ async def test_two_such_jobs_seen_in_one_step_queue_one(tmp_path: Path, migrated
 
 async def _told(w: Any) -> bool:
     return any(reason == WORKLOAD_NAME_TAKEN for _, reason, _ in await events(w))
+
+
+async def test_a_finished_holder_gives_its_name_up(tmp_path: Path, migrated_url: str) -> None:
+    async with world(tmp_path, migrated_url) as w:
+        await w.apply(CONFIG)
+        w.start_controller("replica-1")
+        await w.create(job("train", gpus=6, runtime=6))  # (long enough for the JobSet to be seen waiting)
+        await eventually(lambda: _running(w, JOBS), what="the Job admitted")
+        await w.kube.create(JOBSETS, "ml", copy.deepcopy(JOBSET))
+        await eventually(lambda: _told(w), what="the JobSet told its name is taken while the Job runs")
+        assert await _running(w, JOBS) and not await _running(w, JOBSETS)
+        await eventually(lambda: _running(w, JOBSETS), what="the JobSet admitted once the Job finished", timeout=15)
+        assert sorted(await stored(w)) == [("Job", "Finished"), ("JobSet", "Admitted")]
+
+
+async def _running(w: Any, ref: Any) -> bool:
+    return not (await w.kube.get(ref, "ml", "train"))["spec"]["suspend"]
