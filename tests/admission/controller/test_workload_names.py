@@ -77,7 +77,7 @@ async def test_a_finished_holder_gives_its_name_up(tmp_path: Path, migrated_url:
     async with world(tmp_path, migrated_url) as w:
         await w.apply(CONFIG)
         w.start_controller("replica-1")
-        await w.create(job("train", gpus=6, runtime=6))  # (long enough for the JobSet to be seen waiting)
+        await w.create(job("train", gpus=6, runtime=100))  # (1 s at the sim's time scale: the JobSet is seen waiting)
         await eventually(lambda: _running(w, JOBS), what="the Job admitted")
         await w.kube.create(JOBSETS, "ml", copy.deepcopy(JOBSET))
         await eventually(lambda: _told(w), what="the JobSet told its name is taken while the Job runs")
