@@ -140,10 +140,10 @@ class Devices:
         return {flavor: {r: ps.requests.get(r, 0) - down for r, down in d.items()} for flavor, d in less.items()}
 
     def _serves(self, alternative: DeviceRequest, nodes: frozenset[str]) -> bool:
-        key = ("served", alternative, nodes)
+        key = ("served", alternative, nodes)  # (a DeviceClass not seen yet may select anything: served)
         if key not in self.known:
             wanted = self.classes.get(alternative.device_class or "")
-            self.known[key] = wanted is not None and alternatives.servable(alternative, wanted, self.published, nodes)
+            self.known[key] = wanted is None or alternatives.servable(alternative, wanted, self.published, nodes)
         return bool(self.known[key])
 
     def prioritized(self, namespace: str, ps: PodSet) -> list[str]:

@@ -74,6 +74,8 @@ def test_where_nodes_serve_both_or_are_unknown_the_largest_is_charged() -> None:
     assert charged(devices(*CLUSTER, everywhere)).by_flavor == {}
     assert charged(devices(*CLUSTER, nodes=None)).by_flavor == {}  # (the Nodes not listed)
     assert charged(devices(*CLUSTER), {}).by_flavor == {}
+    no_class = charges.Devices.of(MAPPINGS, [ONE_H100_ELSE_TWO_A100], {}, CLUSTER, nodes=NODES)
+    assert charged(no_class).by_flavor == {}  # (a DeviceClass not seen yet may select anything)
     rewriting = cards("a100-node", "NVIDIA A100-SXM4-40GB", 4, generation=2, of=2)  # (one of its two slices yet)
     assert charged(devices(*CLUSTER, rewriting)).by_flavor == {}  # (what the A100 node has is not known whole)
     too_few = cards("h100-node", "NVIDIA A100-SXM4-40GB", 1)  # (one A100 there cannot serve "two A100s")
