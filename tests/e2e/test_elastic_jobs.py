@@ -54,6 +54,12 @@ async def _workload(host: SimHost, prefix: str) -> dict[str, Any] | None:
     return next((o for o in json.loads(out)["items"] if o["metadata"]["name"].startswith(prefix)), None)
 
 
+async def _admitted(host: SimHost, prefix: str) -> dict[str, Any] | None:
+    """The Workload object once it shows its admission."""
+    obj = await _workload(host, prefix)
+    return obj if obj is not None and "admission" in (obj.get("status") or {}) else None
+
+
 async def _count(host: SimHost, prefix: str, n: int) -> dict[str, Any] | None:
     """The Workload object once it shows ``n`` pods admitted."""
     obj = await _workload(host, prefix)
@@ -172,8 +178,9 @@ async def test_an_autoscaling_ray_cluster_grows_and_shrinks_within_its_quota(tmp
     async with cluster(tmp_path, migrated_url) as (host, _kube):  # (team-a: 2 GPUs)
         assert (await create(host, ray_cluster("tune")))[0] == 0
         await eventually(lambda: len(running(host, "tune-")) == 2, what="its head and one worker running")
-        first = await eventually(lambda: _workload(host, "raycluster-tune-"), what="its Workload")
-        assert first is not None
+        # (Workload objects are projected from PostgreSQL after the decision: under load, its pods may
+        # run before the object shows the admission)
+        first = await eventually(lambda: _admitted(host, "raycluster-tune-"), what="its Workload admitted")
         usage = {a["name"]: a["resourceUsage"] for a in first["status"]["admission"]["podSetAssignments"]}
         assert usage["head"]["cpu"] == "1500m", "the head is charged for the autoscaler's sidecar too"
 
