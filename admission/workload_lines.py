@@ -35,7 +35,7 @@ def devices(r: dict[str, Any]) -> str:
         charged = ", ".join(f"{res} {quantity.format_milli(v)}" for res, v in sorted(ps.devices.items()))
         what = "not charged" if ps.unaccounted else f"{charged or 'nothing'} per pod"
         for flavor, narrowed in sorted(ps.by_flavor.items()):  # (a prioritized list, on a flavor serving some of it)
-            less = {r: ps.devices.get(r, 0) - (ps.requests.get(r, 0) - v) for r, v in narrowed.items()}
+            less = {r: v for r, v in ps.devices_on(flavor).items() if r in narrowed}
             what += (
                 f", on flavor {flavor} {', '.join(f'{r} {quantity.format_milli(v)}' for r, v in sorted(less.items()))}"
             )

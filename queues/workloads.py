@@ -60,11 +60,9 @@ def placed_on(ps: jobs.PodSet, chosen: Mapping[str, str]) -> Mapping[str, int]:
     as charged there (``queues.dra.alternatives``: one H100 on a flavor of H100 nodes, not two)."""
     if not ps.by_flavor:
         return ps.placed_requests
-    placed = dict(ps.placed_requests)
+    placed = dict(ps.node_requests)
     for r in ps.devices:
-        narrowed = ps.by_flavor.get(chosen.get(r, ""), {})
-        if r in narrowed:
-            placed[r] = placed.get(r, 0) - (ps.requests.get(r, 0) - narrowed[r])
+        placed[r] = placed.get(r, 0) + ps.devices_on(chosen.get(r, ""))[r]
     return placed
 
 

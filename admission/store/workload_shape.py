@@ -70,11 +70,11 @@ def _pod_sets(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _admission(row: Any, pod_sets: list[dict[str, Any]]) -> dict[str, Any]:
+def _admission(row: Any, pod_sets: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any]:
+    """``status.admission``; ``body``: the stored pod sets (what a prioritized list costs on each flavor)."""
     assigned_flavors = json_value(row["assigned_flavors"]) or {}
     flavors, counts = assigned_flavors.get("flavors", {}), assigned_flavors.get("counts") or {}
-    stored = (json_value(row["pod_sets"]) or {}).get("podSets", [])
-    by_flavor = {ps["name"]: ps["byFlavor"] for ps in stored if ps.get("byFlavor")}
+    by_flavor = {ps["name"]: ps["byFlavor"] for ps in body.get("podSets", []) if ps.get("byFlavor")}
     assignments = []
     for ps in pod_sets:
         requests = ps["template"]["spec"]["containers"][0]["resources"]["requests"]
@@ -95,7 +95,8 @@ def to_object(
     """One workload row (with its latest eviction, if any) as a Kueue-shaped Workload; with
     ``pods_ready`` (waitForPodsReady on) its ``PodsReady`` condition too, as Kueue sets it only then;
     ``names``: workload keys as their Workload objects are named (``workload_objects.object_names``)."""
-    pod_sets = _pod_sets(json_value(row["pod_sets"]))
+    body = json_value(row["pod_sets"]) or {}
+    pod_sets = _pod_sets(body)
     state, reason, message = row["state"], row["reason"] or "", row["message"] or ""
     # (a finished workload that ran to its end keeps the conditions it ran with, as Kueue's: Finished
     # adds its own; an eviction clears its admission)
@@ -144,7 +145,7 @@ def to_object(
             )
     status: dict[str, Any] = {"conditions": conditions}
     if reserved or (state == "Finished" and row["assigned_flavors"] and row["cluster_queue"]):
-        status["admission"] = _admission(row, pod_sets)  # (a finished one keeps what it ran with, as Kueue's)
+        status["admission"] = _admission(row, pod_sets, body)  # (a finished one keeps what it ran with, as Kueue's)
     if row["retries"]:  # (Kueue's: how often it was requeued with a backoff, and until when it waits)
         requeue: dict[str, Any] = {"count": int(row["retries"])}
         if state == "Pending" and row["requeue_at"] is not None:

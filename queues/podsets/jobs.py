@@ -65,6 +65,11 @@ class PodSet:
     def total(self) -> Requests:
         return {r: v * self.count for r, v in self.requests.items() if v}
 
+    def devices_on(self, flavor: str) -> Mapping[str, int]:
+        """What its claims are charged per pod on ``flavor`` (``devices``, less ``by_flavor``'s reductions)."""
+        narrowed = self.by_flavor.get(flavor, {})
+        return {r: v - (self.requests.get(r, 0) - narrowed[r]) if r in narrowed else v for r, v in self.devices.items()}
+
     def on(self, flavor: str, resource: str) -> int:
         """What its pods are charged of ``resource`` on ``flavor`` (``by_flavor``, else ``requests``)."""
         narrowed = self.by_flavor.get(flavor) or self.requests

@@ -143,6 +143,8 @@ class JobCache:
 
     def take_released(self) -> list[str]:
         """The jobs that took their key since last asked (to be looked at again)."""
+        if not self.released:
+            return []  # (every job event asks: most find none)
         out, self.released = self.released, []
         return out
 
