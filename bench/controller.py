@@ -129,6 +129,18 @@ class Bench:
             f"{sim / wall * 100:.0f}%, PostgreSQL {pg / wall * 100:.0f}%{per}"
         )
 
+    async def settled(self, limit: float = 120.0) -> float:
+        """Wait until the controller is idle (under a tenth of a core for a second; at most ``limit``
+        seconds): its Workload objects, Events and the job events its writes caused are all done.
+        Returns the seconds waited."""
+        start = time.perf_counter()
+        while time.perf_counter() - start < limit:
+            used = cpu_seconds(self.controller.pid) if self.controller is not None else 0.0
+            await asyncio.sleep(1.0)
+            if self.controller is None or cpu_seconds(self.controller.pid) - used < 0.1:
+                break
+        return time.perf_counter() - start
+
     def seed(self, namespace: str, name: str) -> None:
         """A queued, suspended job put straight into the cluster's store (bench setup)."""
         self.store.create(self.jobs, namespace, _job(name, namespace), namespaces=sim_resources.NAMESPACES)
@@ -202,14 +214,8 @@ class Bench:
         rss, hwm = memory_mb(self.controller.pid)
         print(f"  controller memory after: {rss:.0f} MiB (peak {hwm:.0f} MiB)")
         # The render cost, not the queueing behind the job events that 50,000 starts cause: wait
-        # until the controller has settled (under a tenth of a core for a second, at most 2 min).
-        settle = time.perf_counter()
-        while time.perf_counter() - settle < 120:
-            used = cpu_seconds(self.controller.pid)
-            await asyncio.sleep(1.0)
-            if cpu_seconds(self.controller.pid) - used < 0.1:
-                break
-        settled = time.perf_counter() - settle
+        # until the controller has settled.
+        settled = await self.settled()
         took = []
         for _ in range(5):
             t0 = time.perf_counter()

@@ -12,7 +12,8 @@ periodic resync), coalesced over a few milliseconds, and never waits on the API 
    what it decides or gates;
 3. run the core's cycles; commit their net admissions and evictions in one fenced transaction
    that re-checks every quota (``store.workloads.commit_cycle``); undo in memory what the store
-   refused;
+   refused. What capabilities stamped of what they saw (a run started, pods first Ready) goes
+   with that commit, or waits for one a moment (``capability.STAMPS_WAIT``) before making its own;
 4. ``settle`` what was committed (the enactor acts on nothing else), ask the enactor to drive
    every touched job to its workload's state, tell every capability what the step stored and
    touched (Workload objects, admission checks' requests follow them), and let each record what
@@ -144,8 +145,8 @@ class Steps:
         told = sched.take_told()  # (reasons and admission checks' states, stored with the decisions)
         said = set(told.said)  # (waiting workloads whose reason changed: their objects' QuotaReserved)
         committed: set[str] = set()
-        owed = any(capability.owes_commit() for capability in self.capabilities)
-        if decisions or told or waiting or owed or term.taken:
+        owed = min((t for c in self.capabilities if (t := c.commit_due()) is not None), default=None)
+        if decisions or told or waiting or term.taken or (owed is not None and owed <= step.now):
             committed = await self._commit(step, decisions, told, at, waiting)
             touched |= committed
         for key in touched:
@@ -160,7 +161,12 @@ class Steps:
         await self._save_usage(term)
         for capability in self.capabilities:  # (the ledger's started and used hours...)
             await capability.record(step)
-        due = (sched.intake.next_requeue(), sched.next_settled(), *(c.next_wake() for c in self.capabilities))
+        due = (
+            sched.intake.next_requeue(),
+            sched.next_settled(),
+            *(c.next_wake() for c in self.capabilities),
+            *(c.commit_due() for c in self.capabilities),  # (stamps that waited for a commit)
+        )
         wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from admission.controller.capability import Capability, StepContext
+from admission.controller.capability import NOW, Capability, StepContext
 from admission.store import card_fractions
 from queues.dra.charges import Devices
 
@@ -41,8 +41,8 @@ class CardShares(Capability):
     def term_began(self, term: Term) -> None:
         self._recorded = self._writing = None  # (a new term records them again: another replica may have led since)
 
-    def owes_commit(self) -> bool:
-        return self.devices().card_fractions() != self._recorded
+    def commit_due(self) -> float | None:
+        return NOW if self.devices().card_fractions() != self._recorded else None
 
     async def write_in_commit(self, session: AsyncSession, step: StepContext) -> None:
         derived = self.devices().card_fractions()

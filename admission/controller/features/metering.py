@@ -5,7 +5,8 @@ what the controller observes, and this module turns observations into ledger upd
 
 - *started*: a held workload's job is running when Kubernetes shows it unsuspended under its
   current admission (``turnstile.dev/admission`` on the job, or on a plain pod group's pods). The
-  first step that sees it so stamps the open rows' ``running_at``; the wait for an admission check
+  first step that sees it so stamps the open rows' ``running_at`` with that moment (stored with
+  the next commit, ``capability.STAMPS_WAIT`` at most later); the wait for an admission check
   or for preempted workloads to stop is therefore held but not started. A new term sees every
   running job again; the store keeps the first stamp.
 - *used*: every utilisation read (``admission.controller.features.reclaim`` reads Prometheus whenever
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from admission.controller.capability import Capability, StepContext
+from admission.controller.capability import STAMPS_WAIT, Capability, StepContext
 from admission.controller.features.utilisation import RunFigures, RunWindow
 from admission.controller.term import Term, admission_token, timestamp
 from admission.controller.watch.jobcache import JobCache
@@ -214,10 +215,11 @@ class _Sum:
 
 class Metering(Capability):
     """The meter as the kernel sees it (``admission.controller.capability``): before each step
-    decides, the jobs that changed are looked at; the runs seen starting are stamped in the step's
-    transaction before its decisions (their ledger rows exist: their admission was committed by an
-    earlier step); after the commit, what the utilisation reads measured and the runs that ended
-    are stored in a fenced transaction of their own."""
+    decides, the jobs that changed are looked at; the runs seen starting are stamped, with when they
+    were seen, in the next step's transaction that commits, before its decisions (their ledger rows
+    exist: their admission was committed by an earlier step), at most ``STAMPS_WAIT`` later; after
+    the commit, what the utilisation reads measured and the runs that ended are stored in a fenced
+    transaction of their own."""
 
     def __init__(self, meter: Meter, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.meter = meter
@@ -227,8 +229,9 @@ class Metering(Capability):
         self.meter.observe(step.term, step.dirty, step.now)
         return ()
 
-    def owes_commit(self) -> bool:
-        return bool(self.meter.stamps)
+    def commit_due(self) -> float | None:
+        first = min(self.meter.stamps.values(), default=None)  # (a stamp: it may wait for a commit)
+        return None if first is None else first + STAMPS_WAIT
 
     async def write_before_decisions(self, session: AsyncSession, step: StepContext) -> None:
         running = self.meter.take_stamps(step.term)

@@ -23,7 +23,7 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from admission.controller.capability import Capability, StepContext
+from admission.controller.capability import STAMPS_WAIT, Capability, StepContext
 from admission.controller.term import timestamp
 from admission.controller.watch.jobcache import JobCache
 from admission.jobs.base import JobView
@@ -122,7 +122,8 @@ class PodsReady(Capability):
     """waitForPodsReady as the kernel sees it (``admission.controller.capability``): in each step,
     the started workloads whose jobs changed are looked at and those whose pods were not all Ready
     in time evicted (``PodsReadyTimeout``); when every pod of one first was Ready is stored with
-    the step's decisions (a restart keeps the recovery timeout); the next deadline wakes a step."""
+    the next step's decisions, at most ``STAMPS_WAIT`` later (a restart keeps the recovery
+    timeout); the next deadline wakes a step."""
 
     def __init__(self, watch: PodsReadyWatch, *, jobs: JobCache, metrics: WorkloadMetrics) -> None:
         self.watch = watch
@@ -144,8 +145,9 @@ class PodsReady(Capability):
                 out.append(evict)
         return out
 
-    def owes_commit(self) -> bool:
-        return bool(self.watch.newly_ready)
+    def commit_due(self) -> float | None:
+        first = min(self.watch.newly_ready.values(), default=None)  # (a stamp: it may wait for a commit)
+        return None if first is None else first + STAMPS_WAIT
 
     async def write_in_commit(self, session: AsyncSession, step: StepContext) -> None:
         self.storing, self.watch.newly_ready = self.watch.newly_ready, {}

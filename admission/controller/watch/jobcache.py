@@ -14,7 +14,9 @@ for the job are older than the write and are skipped (a watch delivers every cha
 in order, so the written version does come, and anything after it comes after it). Versions are
 only ever compared for equality, as Kubernetes' API conventions require. An expectation is also
 met by a deletion, by a relist that started after the write (a list is a consistent read), and,
-as a last resort, by time (``EXPECTATION_SECONDS``).
+as a last resort, by time (``EXPECTATION_SECONDS``). The event of the very version a view was read
+from (the written version's own event, most often) is that object again: it marks the job changed
+but is not read again.
 
 A workload is named by its job's namespace and name (scenario.md), so two jobs of different kinds
 with one name in one namespace (a Job and a JobSet ``train``) would share a workload key, and what
@@ -92,12 +94,15 @@ class JobCache:
             if expired:
                 log.debug("job %s: version %s of our write never came; taking %s", uid, expectation.version, version)
         self.expected.pop(uid, None)
+        current = self.views.get(uid)
         if kind == "DELETED":
             self.drop(uid)
+        elif version and current is not None and current.version == version and current.source is not None:
+            pass  # (the version this view was read from, our write's echo most often: the same object)
         else:
             self.put(
                 uid,
-                integration.view(obj, self.shapes, self.runtimes, previous=self.views.get(uid), owners=self.owners),
+                integration.view(obj, self.shapes, self.runtimes, previous=current, owners=self.owners),
             )
         return True
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from admission.controller.capability import Capability, StepContext, Stepped
+from admission.controller.capability import STAMPS_WAIT, Capability, StepContext, Stepped
 from admission.controller.features.budgets import BudgetKeeper
 from admission.controller.features.checks import Checks
 from admission.controller.features.placement import Placement
@@ -107,7 +107,7 @@ def test_a_capability_that_overrides_nothing_decides_nothing_and_wakes_nobody() 
     term = _term(scheduler(flavor("a100"), CQ("cq").group(("a100", {"gpu": 8})), queues={"q": "cq"}), "a")
     step = _step(term, 200.0, "uid-a")
     nothing = Capability()
-    assert nothing.decide(step) == () and nothing.next_wake() is None and not nothing.owes_commit()
+    assert nothing.decide(step) == () and nothing.next_wake() is None and nothing.commit_due() is None
     assert nothing.optional_informers() == () and nothing.loops() == ()
 
 
@@ -175,7 +175,7 @@ def test_pods_not_ready_in_time_are_evicted_in_the_step_at_their_deadline_and_it
     )
     assert pods_ready.decide(_step(term, 1010.0, "uid-late", "uid-ready")) == []
     assert pods_ready.next_wake() == 1300.0, "a step is due at the deadline, from the job's start"
-    assert pods_ready.owes_commit(), "when every pod was first Ready is stored with the step"
+    assert pods_ready.commit_due() == 1010.0 + STAMPS_WAIT, "when every pod was first Ready is stored soon after"
     assert pods_ready.decide(_step(term, 1299.9)) == []
     (evict,) = pods_ready.decide(_step(term, 1300.0))
     assert isinstance(evict, Evict) and evict.workload.key == "ns/late" and evict.reason == "PodsReadyTimeout"

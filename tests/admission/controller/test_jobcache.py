@@ -54,3 +54,29 @@ def test_a_parts_pods_count_as_its_parents_while_they_stop_even_once_the_part_is
     assert not _runs_for(pod, "ml/tune", {"rj"})
     cache.observe(BY_KIND[("ray.io/v1", "RayJob")], "DELETED", _rayjob())
     assert cache.parts == {}
+
+
+def _job(version: str, *, suspend: bool) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "j", "resourceVersion": version, "generation": 1,
+                         "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+            "spec": {"suspend": suspend, "template": {"spec": {"restartPolicy": "Never", "containers": [CONTAINER]}}}}  # fmt: skip
+
+
+def test_the_echo_of_our_own_write_keeps_the_view_read_from_its_answer() -> None:
+    """The watch event of the version a write produced is the object its answer was: it is not read
+    again (a third of a busy controller's job events); a newer version is."""
+    job = BY_KIND[("batch/v1", "Job")]
+    cache = JobCache()
+    cache.observe(job, "ADDED", _job("1", suspend=True))
+    cache.writing("j")
+    cache.wrote(cache.views["j"], _job("2", suspend=False))
+    written = cache.views["j"]
+    assert not written.suspended and written.version == "2"
+    assert cache.observe(job, "MODIFIED", _job("1", suspend=True)) is False, "older than our write: skipped"
+    assert cache.observe(job, "MODIFIED", _job("2", suspend=False)), "the echo still marks the job changed"
+    assert cache.views["j"] is written, "the echo is not read again"
+    newer = _job("3", suspend=False)
+    newer["status"] = {"startTime": "2026-12-07T00:00:00Z", "active": 1}
+    assert cache.observe(job, "MODIFIED", newer)
+    assert cache.views["j"] is not written and cache.views["j"].started and cache.views["j"].version == "3"

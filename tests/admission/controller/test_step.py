@@ -7,6 +7,7 @@ without waiting on anything."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -17,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from admission.controller import step as step_module
-from admission.controller.capability import Capability, StepContext, Stepped
+from admission.controller.capability import STAMPS_WAIT, Capability, StepContext, Stepped
 from admission.controller.enactor import Enactor
 from admission.controller.events import EventPoster
 from admission.controller.monitoring.metrics import Metrics
@@ -167,3 +168,46 @@ async def test_a_step_after_another_replica_took_the_lease_writes_nothing(
     async with database.transaction(sessions) as session:
         stored = (await session.execute(select(tables.Workload))).scalars().all()
     assert stored == [], "a deposed leader's step leaves the store as it was"
+
+
+class Stamper(Recorder):
+    """A capability holding a stamp of something it saw (as the meter's runs seen starting): due
+    ``STAMPS_WAIT`` after it was seen, written with any commit before then."""
+
+    def __init__(self, calls: list[str]) -> None:
+        super().__init__(calls)
+        self.seen: float | None = None
+
+    def commit_due(self) -> float | None:
+        return None if self.seen is None else self.seen + STAMPS_WAIT
+
+    async def write_in_commit(self, session: AsyncSession, step: StepContext) -> None:
+        if self.seen is not None:
+            self.calls.append("write")
+            self.seen = None
+
+
+async def test_a_stamp_waits_for_a_commit_a_moment_and_then_makes_its_own(
+    sessions: async_sessionmaker[AsyncSession], clock: list[float]
+) -> None:
+    calls: list[str] = []
+    steps, term, _ = await _world(sessions, calls)
+    stamper = Stamper(calls)
+    steps.capabilities = (stamper,)
+    stamper.seen = START
+    await steps.run(term)  # (it admits: the stamp goes with that commit)
+    assert calls == ["decide", "write", "committed", "stepped", "record"]
+
+    calls.clear()
+    clock[0] += 60.0
+    stamper.seen = clock[0]
+    await steps.run(term)  # (nothing else to commit: the stamp waits)
+    assert calls == ["decide", "stepped", "record"], "no transaction for a stamp alone, yet"
+    assert steps.requeue_timer is not None, "a step is woken for when it is due"
+    assert steps.requeue_timer.when() - asyncio.get_running_loop().time() <= STAMPS_WAIT + 0.05
+
+    calls.clear()
+    clock[0] += STAMPS_WAIT
+    await steps.run(term)
+    assert calls == ["decide", "write", "committed", "stepped", "record"], "due: committed on its own"
+    assert steps.requeue_timer is None
