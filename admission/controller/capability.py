@@ -34,7 +34,7 @@ enactor and a new term place pods by (``admission.controller.parts.Features``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +73,8 @@ class Stepped:
 
     stored: Sequence[str]  # job uids whose workload rows were stored, refreshed or dequeued
     forgotten: Sequence[str]  # job uids whose workloads finished, were deleted or left queueing
-    changed: set[str]  # workload keys decided, told (a reason, a check) or (no longer) preempting
+    # workload keys decided, told (a reason, a check), (no longer) preempting, or stamped (pods Ready)
+    changed: set[str]
     touched: set[str]  # workload keys the enactor is asked to drive to their state
 
 
@@ -117,8 +118,10 @@ class Capability:
     async def write_in_commit(self, session: AsyncSession, step: StepContext) -> None:
         """Inside the step's transaction (fenced, re-checked with the decisions): what it stores."""
 
-    def committed(self, step: StepContext) -> None:
-        """That transaction committed: what it says about it (metrics)."""
+    def committed(self, step: StepContext) -> Collection[str]:
+        """That transaction committed: what it says about it (metrics). Returns the workloads whose
+        stored state what it wrote changed (a stamp their objects show: ``Stepped.changed``)."""
+        return ()
 
     def stepped(self, step: StepContext, outcome: Stepped) -> None:
         """The step's decisions are committed (or it had none): what it stored and touched."""

@@ -145,9 +145,10 @@ class Steps:
         told = sched.take_told()  # (reasons and admission checks' states, stored with the decisions)
         said = set(told.said)  # (waiting workloads whose reason changed: their objects' QuotaReserved)
         committed: set[str] = set()
+        stamped: set[str] = set()
         owed = min((t for c in self.capabilities if (t := c.commit_due()) is not None), default=None)
         if decisions or told or waiting or term.taken or (owed is not None and owed <= step.now):
-            committed = await self._commit(step, decisions, told, at, waiting)
+            committed, stamped = await self._commit(step, decisions, told, at, waiting)
             touched |= committed
         for key in touched:
             self.enactor.mark_stopping(term, key)  # before any enactor acts on what this step decided
@@ -155,7 +156,7 @@ class Steps:
         for key in touched:
             self.enactor.request(key)
         obs = self.observation
-        outcome = Stepped(obs.stored, obs.forgotten, committed | said | set(waiting), touched)
+        outcome = Stepped(obs.stored, obs.forgotten, committed | said | set(waiting) | stamped, touched)
         for capability in self.capabilities:  # (Workload objects, admission checks' requests)
             capability.stepped(step, outcome)
         await self._save_usage(term)
@@ -202,11 +203,11 @@ class Steps:
         told: Told,
         at: dt.datetime,
         waiting: dict[str, list[str] | None] | None = None,
-    ) -> set[str]:
+    ) -> tuple[set[str], set[str]]:
         """Step 3: the net effect of the decisions, and what the core ``told`` of waiting workloads
         and admission checks, in one fenced transaction; undo what it refused, settle the rest.
         ``waiting``: admitted workloads that wait for preempted ones to stop (or no longer do),
-        said with them. Returns the workloads it touched."""
+        said with them. Returns the workloads it touched, and those whose stamps capabilities stored."""
         term = step.term
         sched = term.scheduler
         first: dict[str, Decision] = {}
@@ -292,8 +293,7 @@ class Steps:
             preempting = self._preempting(term, waiting or {})
             await store.set_admitted_reasons(session, [(row_id, r, m) for row_id, _, r, m in preempting])
             await self._save_usage(term, session)
-        for capability in self.capabilities:
-            capability.committed(step)
+        stamped = {key for capability in self.capabilities for key in capability.committed(step)}
         pending = [(key, wl.reason, wl.message) for key, _, wl in said]
         pending += [  # (an elastic job's growth that waits: its running pods go on; said on the job)
             (key, wl.reason, wl.message)
@@ -318,7 +318,7 @@ class Steps:
         touched = set(first) | set(checked)
         for key in touched:
             term.settle(key)  # committed: now the enactor may act on it
-        return touched
+        return touched, stamped
 
     def _preempting(self, term: Term, waiting: dict[str, list[str] | None]) -> list[tuple[int, str, str, str]]:
         """(row id, key, reason, message) of admitted workloads that wait for preempted ones to stop

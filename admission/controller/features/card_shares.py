@@ -12,7 +12,7 @@ so ``turnstile usage`` and ``turnstile budget``, which read only the database, b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -50,6 +50,7 @@ class CardShares(Capability):
             await card_fractions.put(session, derived, fence=step.term.fence)
             self._writing = derived
 
-    def committed(self, step: StepContext) -> None:
+    def committed(self, step: StepContext) -> Collection[str]:
         if self._writing is not None:
             self._recorded, self._writing = self._writing, None
+        return ()

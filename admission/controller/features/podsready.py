@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from admission.controller.capability import STAMPS_WAIT, Capability, StepContext
@@ -156,11 +156,12 @@ class PodsReady(Capability):
             session, [(row.id, timestamp(t)) for key, t in self.storing.items() if (row := by_key.get(key))]
         )
 
-    def committed(self, step: StepContext) -> None:
-        for key, t in self.storing.items():  # (the first time all its pods were Ready in this admission)
+    def committed(self, step: StepContext) -> Collection[str]:
+        stored, self.storing = self.storing, {}
+        for key, t in stored.items():  # (the first time all its pods were Ready in this admission)
             if (became := step.term.scheduler.workloads.get(key)) is not None:
                 self.metrics.ready_workload(became, t)
-        self.storing = {}
+        return stored.keys()  # (their objects' PodsReady condition)
 
     def next_wake(self) -> float | None:
         return self.watch.next_deadline()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -50,8 +50,9 @@ class Recorder(Capability):
         self.now = step.now
         return ()
 
-    def committed(self, step: StepContext) -> None:
+    def committed(self, step: StepContext) -> Collection[str]:
         self.calls.append("committed")
+        return ()
 
     def stepped(self, step: StepContext, outcome: Stepped) -> None:
         self.calls.append("stepped")
@@ -177,6 +178,7 @@ class Stamper(Recorder):
     def __init__(self, calls: list[str]) -> None:
         super().__init__(calls)
         self.seen: float | None = None
+        self.wrote = False
 
     def commit_due(self) -> float | None:
         return None if self.seen is None else self.seen + STAMPS_WAIT
@@ -185,6 +187,12 @@ class Stamper(Recorder):
         if self.seen is not None:
             self.calls.append("write")
             self.seen = None
+            self.wrote = True
+
+    def committed(self, step: StepContext) -> Collection[str]:
+        super().committed(step)
+        wrote, self.wrote = self.wrote, False
+        return ["ns/third"] if wrote else ()  # (a stamp the workload's object shows)
 
 
 async def test_a_stamp_waits_for_a_commit_a_moment_and_then_makes_its_own(
@@ -211,3 +219,4 @@ async def test_a_stamp_waits_for_a_commit_a_moment_and_then_makes_its_own(
     await steps.run(term)
     assert calls == ["decide", "write", "committed", "stepped", "record"], "due: committed on its own"
     assert steps.requeue_timer is None
+    assert stamper.outcome is not None and "ns/third" in stamper.outcome.changed, "its object shows the stamp"
