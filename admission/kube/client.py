@@ -154,10 +154,7 @@ class Kube:
         headers = {**api.default_headers, "Content-Type": content_type, "Accept": "application/json"}
         if api.cookie:
             headers["Cookie"] = api.cookie
-        url = f"{api.configuration.host}{path}"
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        if params:
-            url += "?" + urlencode(params)
         args: dict[str, Any] = {"headers": headers, "timeout": self.timeout if timeout is None else _timeout(timeout)}
         if body is not None:
             args["data"] = json.dumps(body).encode()
@@ -166,7 +163,8 @@ class Kube:
         if rest.server_hostname:
             args["server_hostname"] = rest.server_hostname
         try:
-            await api.update_params_for_auth(headers, params, ["BearerToken"])
+            await api.update_params_for_auth(headers, params, ["BearerToken"])  # (the token as it is now)
+            url = f"{api.configuration.host}{path}" + (f"?{urlencode(params)}" if params else "")
             response = await rest.pool_manager.request(method, url, **args)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self.answers[(method, 0)] += 1

@@ -38,3 +38,47 @@ async def test_the_session_trusts_the_environment_only_where_it_names_a_proxy_or
         await kube.close()
     finally:
         await host.stop()
+
+
+async def test_a_call_carries_the_kubeconfig_token_as_it_is_now_its_query_and_its_json_body(tmp_path: Path) -> None:
+    """Calls go on the client's own session, not through ``call_api``: what an API server sees must
+    be what ``call_api`` sent (a real HTTP server records it)."""
+    from aiohttp import web
+
+    seen: list[tuple[str, str, str, str, bytes]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        body = await request.read()
+        seen.append((request.method, request.path_qs, request.headers.get("Authorization", ""),
+                     request.headers.get("Content-Type", ""), body))  # fmt: skip
+        return web.json_response({"kind": "Status", "ok": True})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    (tmp_path / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: first-token}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    kube = Kube(await kube_client.connect(tmp_path / "kubeconfig"))
+    try:
+        await kube.request("GET", NAMESPACES.path(), query={"limit": 5, "continue": None, "labelSelector": "a=b"})
+        await kube.patch(
+            kube_client.EVENTS, "ml", "e", [{"op": "remove", "path": "/x"}], content_type=kube_client.JSON_PATCH
+        )
+        kube.api.configuration.api_key["BearerToken"] = "Bearer rotated"  # (as a refresh hook sets it)
+        await kube.create(kube_client.EVENTS, "ml", {"metadata": {"name": "e"}})
+    finally:
+        await kube.close()
+        await runner.cleanup()
+    assert seen[0][:3] == ("GET", "/api/v1/namespaces?limit=5&labelSelector=a%3Db", "Bearer first-token")
+    assert seen[1] == ("PATCH", "/api/v1/namespaces/ml/events/e", "Bearer first-token", kube_client.JSON_PATCH,
+                       b'[{"op": "remove", "path": "/x"}]')  # fmt: skip
+    assert seen[2][:4] == ("POST", "/api/v1/namespaces/ml/events", "Bearer rotated", "application/json")
+    assert seen[2][4] == b'{"metadata": {"name": "e"}}'
