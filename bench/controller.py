@@ -133,11 +133,12 @@ class Bench:
         """Wait until the controller is idle (under a tenth of a core for a second; at most ``limit``
         seconds): its Workload objects, Events and the job events its writes caused are all done.
         Returns the seconds waited."""
-        start = time.perf_counter()
+        assert self.controller is not None
+        pid, start = self.controller.pid, time.perf_counter()
         while time.perf_counter() - start < limit:
-            used = cpu_seconds(self.controller.pid) if self.controller is not None else 0.0
+            used = cpu_seconds(pid)
             await asyncio.sleep(1.0)
-            if self.controller is None or cpu_seconds(self.controller.pid) - used < 0.1:
+            if cpu_seconds(pid) - used < 0.1:
                 break
         return time.perf_counter() - start
 
