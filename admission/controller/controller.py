@@ -272,7 +272,7 @@ class Controller:
 
     def _confirm(self, at: float) -> None:
         if self.term is not None:
-            self.term.valid_until = at + self.options.lease_ttl * 0.8
+            self.term.confirm(at + self.options.lease_ttl * 0.8)
 
     async def _begin_term(self, fence: lease.Fence, confirmed_at: float) -> bool:
         """A term from the store; False if the store could not be read (the next round tries again)."""

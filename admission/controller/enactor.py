@@ -154,7 +154,8 @@ class Enactor:
         if term is None:
             return  # the next term reconciles every job
         if not term.valid():
-            raise Retry("the lease has not been confirmed lately; not acting on a possibly stale term", after=0.1)
+            term.park(self.queue.request, key)  # (not acting on a possibly stale term: once the lease is renewed)
+            return
         view = self.view(key)
         row = term.by_key.get(key)
         wl = term.scheduler.workloads.get(key)

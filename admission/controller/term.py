@@ -72,7 +72,9 @@ class Term:
     stopping: dict[str, str] = field(default_factory=dict)  # pending workload whose job still runs -> its tree
     blocked: dict[str, str] = field(default_factory=dict)  # admitted workload waiting on a stopping tree -> tree
     announce: set[str] = field(default_factory=set)  # preemptors whose Admitted Event waits for their job to start
-    valid_until: float = 0.0  # monotonic deadline of the lease as last renewed
+    valid_until: float = 0.0  # monotonic deadline of the lease as last renewed (``confirm``)
+    # work that found the lease unconfirmed: (how to request it, its key), requested again at ``confirm``
+    parked: dict[tuple[Callable[[str], None], str], None] = field(default_factory=dict)
     owed: list[Decision] = field(default_factory=list)  # evictions the stored state asks for (HoldAndDrain)
     taken: list[activity.Request] = field(default_factory=list)  # stop/resume requests applied, not yet committed
     committed: dict[str, Workload] = field(default_factory=dict)  # workload key -> as last committed, if it holds quota
@@ -192,6 +194,20 @@ class Term:
 
     def valid(self) -> bool:
         return time.monotonic() < self.valid_until
+
+    def park(self, request: Callable[[str], None], key: str) -> None:
+        """Handle ``key`` again (``request(key)``) once the lease is next confirmed. Work that finds
+        the term unconfirmed waits for that rather than polling: 100,000 jobs retried every 0.1 s
+        while a renewal is late would keep the event loop from renewing it. If the lease is lost
+        instead, the next term looks at every job anyway."""
+        self.parked[(request, key)] = None
+
+    def confirm(self, until: float) -> None:
+        """The lease was renewed: the term acts until ``until`` (monotonic); what was parked is requested."""
+        self.valid_until = until
+        parked, self.parked = self.parked, {}
+        for request, key in parked:
+            request(key)
 
     def flavors(self) -> dict[str, model.Flavor]:
         """The configuration's flavors as the core models them (cached per configuration)."""

@@ -99,7 +99,8 @@ class Pinner:
         if term is None:
             return  # the next term looks at every placed pod again
         if not term.valid():
-            raise Retry("the lease has not been confirmed lately; not acting on a possibly stale term", after=0.1)
+            term.park(self.queue.request, key)  # (not acting on a possibly stale term: once the lease is renewed)
+            return
         held = term.held(key)
         if held is None or held.admission is None or admission_token(held) is None:
             return  # not admitted (or its checks pending): its job does not run, its pods stay gated

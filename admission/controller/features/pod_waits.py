@@ -111,6 +111,7 @@ class PodWaits(Capability):
                 log.warning("why admitted pods wait was not read (the next look tries again): %s", exc)
             except database.ERRORS as exc:
                 log.warning("why admitted pods wait was not stored (the next look tries again): %s", exc)
+            del term  # (not kept through the next interval: a term that ends meanwhile holds every workload)
 
     def candidates(self, term: Term, now: float) -> dict[str, str]:
         """Started workloads whose pods are not all Ready after ``grace``: key -> namespace."""

@@ -108,10 +108,12 @@ class Reclaimer:
         wake a step."""
         while True:
             await asyncio.sleep(self.interval)
+            # (no term kept across the awaits below and the next interval: an ended one holds every workload)
             term = self.current_term()
-            if term is None:
+            policies = self.policies(term) if term is not None else None
+            del term
+            if policies is None:
                 continue
-            policies = self.policies(term)
             if self.prometheus is None:
                 self.problem = (
                     "a ClusterQueue has an idle-reclaim policy but TURNSTILE_PROMETHEUS_URL is not set"
