@@ -101,7 +101,8 @@ class Projection(Capability):
         self.rate, self.burst = rate, burst
         self.tokens, self.refilled = float(burst), time.monotonic()
         self.writes = 0  # objects created, patched or deleted (bench: the write rate)
-        self.written: dict[str, Shown] = {}  # job uid -> the object as this replica last wrote it
+        # job uid -> the object as this replica last wrote it, until the watch brings that write back
+        self.written: dict[str, Shown] = {}
 
     # ----- inputs ----------------------------------------------------------------------------------
 
@@ -149,9 +150,9 @@ class Projection(Capability):
         shown = Shown.of(obj)
         self._keep(uid, shown)
         self.by_name[where] = uid
-        if not shown.same(self.written.get(uid)):
-            self.written.pop(uid, None)  # changed by someone else (or not written by this replica): look again
-            self.mark([uid])
+        # What this replica wrote is kept only until the informer's copy catches up (then it is that copy).
+        if not shown.same(self.written.pop(uid, None)):
+            self.mark([uid])  # changed by someone else (or not written by this replica): look again
 
     def _keep(self, uid: str, shown: Shown | None) -> None:
         """The object of job ``uid`` is now ``shown`` (None: gone), its finished count kept with it."""

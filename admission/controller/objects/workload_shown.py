@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from admission.jobs.base import PodRef
 from admission.kube.client import Obj
@@ -21,6 +21,7 @@ from queues.kueue import workload_crd
 from queues.podsets import jobs
 
 API_VERSION = f"{workload_crd.GROUP}/{workload_crd.VERSION}"
+T = TypeVar("T")
 
 
 def desired(obj: Obj, pods: Sequence[PodRef] | None = None, *, elastic: bool = False) -> Obj:
@@ -62,15 +63,17 @@ class Shown:
     conditions: tuple[tuple[str, str, str], ...]  # (type, status, reason): Events for their transitions
     # where it counts in ``kueue_finished_workloads`` (cluster_queue, namespace, queue name), if finished
     finished: tuple[str, str, str] | None = None
-    owners: frozenset[str] = frozenset()  # its owners' uids (a pod group's pods come and go)
+    owners: tuple[str, ...] = ()  # its owners' uids, sorted (a pod group's pods come and go)
 
     @classmethod
     def of(cls, obj: Obj) -> Shown:
         meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-        conditions = tuple(
-            (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
-            for c in status.get("conditions") or []
-            if isinstance(c, dict)
+        conditions = _shared(
+            tuple(
+                (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
+                for c in status.get("conditions") or []
+                if isinstance(c, dict)
+            )
         )
         namespace = str(meta.get("namespace") or "")
         finished = None
@@ -84,15 +87,30 @@ class Shown:
             _digest(_fixed(spec)),
             spec.get("active", True) is not False,
             _digest(status),
-            frozenset(status),
+            _shared(frozenset(status)),
             conditions,
             finished,
-            frozenset(str(o.get("uid")) for o in meta.get("ownerReferences") or [] if isinstance(o, dict)),
+            tuple(sorted(str(o.get("uid")) for o in meta.get("ownerReferences") or [] if isinstance(o, dict))),
         )
 
     def same(self, other: Shown | None) -> bool:
         """The same content (whatever the object's uid)."""
         return other is not None and (self.fixed, self.active, self.status) == (other.fixed, other.active, other.status)
+
+
+_SHARED: dict[Any, Any] = {}
+_SHARED_MAX = 4096  # distinct values kept (conditions and status keys come in a few dozen combinations)
+
+
+def _shared(value: T) -> T:
+    """One instance of each equal ``value`` (a Shown's conditions, its status keys): a controller
+    keeps a Shown per Workload object, 100,000 of them, mostly with the same few of each."""
+    found = _SHARED.get(value)
+    if found is not None:
+        return cast(T, found)
+    if len(_SHARED) < _SHARED_MAX:
+        _SHARED[value] = value
+    return value
 
 
 def _fixed(spec: Obj) -> dict[str, Any]:

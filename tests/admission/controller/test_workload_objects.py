@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from admission.controller.objects.workload_projection import WORKLOADS
+from admission.controller.objects.workload_projection import WORKLOADS, Projection
 from admission.kube.client import EVENTS, KubeError
 from tests.admission.controller.test_restart import running
 from tests.admission.controller.world import CONFIG, JOBS, World, eventually, job, world
@@ -40,7 +40,8 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
 ) -> None:
     async with world(tmp_path, migrated_url) as w:
         await w.apply(CONFIG)
-        w.start_controller("replica-1")
+        controller = w.start_controller("replica-1")
+        projection = next(c for c in controller.capabilities if isinstance(c, Projection))
         first = await w.create(job("train", gpus=8, runtime=2000))  # (20 s at the time scale: it outlives the test)
         await w.create(job("waits", gpus=8, runtime=200))
         obj = await eventually(
@@ -59,6 +60,10 @@ async def test_a_queued_job_has_a_kueue_workload_object_that_follows_it_and_goes
         assert admission["clusterQueue"] == "team-a"
         assert admission["podSetAssignments"][0]["flavors"] == {"nvidia.com/gpu": "a100"}
         assert admission["podSetAssignments"][0]["resourceUsage"] == {"nvidia.com/gpu": "8"}
+        # what the projection wrote is kept only until the watch brings it back (a copy of every
+        # object would be most of its memory): then the informer's copy is all it keeps
+        await eventually(lambda: first["metadata"]["uid"] not in projection.written, what="the write's echo")
+        assert projection.objects[first["metadata"]["uid"]].name == obj["metadata"]["name"]
 
         # Kueue's Events on the object itself, as kubectl describe workload finds them (by uid)
         assert await eventually(
