@@ -3,7 +3,9 @@
 A step runs whenever something changed (a job event, a configuration NOTIFY, a namespace, the
 periodic resync), coalesced over a few milliseconds, and never waits on the API server:
 
-1. look at every job that changed (``admission.controller.observation``): a new queued job
+1. look at the jobs that changed (``admission.controller.observation``; at most ``STEP_JOBS``, in
+   the order they changed: 100,000 jobs created at once are taken in slices, so no step keeps the
+   event loop, and with it the lease's renewal, for seconds): a new queued job
    becomes a workload row (idempotent by job uid), a finished or deleted one releases its quota
    and closes its ledger intervals, one whose queue label went away while pending leaves
    queueing; commit that (fenced) and feed the same changes to the core;
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -53,6 +56,8 @@ from queues.cycle.scheduler import SETTLE_SECONDS, Admit, Decision, Evict
 from queues.model import Workload
 
 log = logging.getLogger(__name__)
+
+STEP_JOBS = 2000  # changed jobs looked at per step; the rest go on in the next step, at once
 
 
 class StepFailed(Exception):
@@ -122,7 +127,7 @@ class Steps:
         now = sched.now = now_ms()
         sched.reservations.settle_seconds = SETTLE_SECONDS * self.options.backoff_scale
         at = timestamp(now)
-        dirty, self.changes.jobs = self.changes.jobs, {}
+        dirty = self._take_jobs()
         try:
             decisions = await self.observation.observe(term, dirty, at)
         except BaseException:
@@ -170,6 +175,19 @@ class Steps:
         )
         wakes = [t for t in due if t is not None]
         self._wake_for_requeue(min(wakes, default=None))
+
+    def _take_jobs(self) -> dict[str, None]:
+        """The changed jobs this step looks at: every one, or the first ``STEP_JOBS`` (the next step
+        is woken for the rest)."""
+        changed = self.changes.jobs
+        if len(changed) <= STEP_JOBS:
+            self.changes.jobs = {}
+            return changed
+        taken = dict.fromkeys(itertools.islice(changed, STEP_JOBS))
+        for uid in taken:
+            del changed[uid]
+        self.changes.wake.set()
+        return taken
 
     async def _save_usage(self, term: Term, session: AsyncSession | None = None) -> None:
         """Fair sharing: store the queue histories that moved (``fair_usage``), in ``session`` (the

@@ -157,6 +157,22 @@ async def test_a_step_stores_new_jobs_admits_what_fits_and_commits_it_before_any
     assert calls == ["decide", "stepped", "record"] and recorder.now == START + 60.0
 
 
+async def test_a_step_looks_at_so_many_changed_jobs_and_wakes_the_next_for_the_rest(
+    sessions: async_sessionmaker[AsyncSession], clock: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(step_module, "STEP_JOBS", 2)
+    steps, term, recorder = await _world(sessions, [])
+    await steps.run(term)
+    assert recorder.outcome is not None and set(recorder.outcome.stored) == {"uid-first", "uid-second"}
+    assert list(steps.changes.jobs) == ["uid-third"] and steps.changes.wake.is_set(), "the rest, in the next step"
+
+    steps.changes.wake.clear()
+    await steps.run(term)
+    assert set(recorder.outcome.stored) == {"uid-third"} and not steps.changes.jobs
+    assert not steps.changes.wake.is_set()
+    assert set(term.by_key) == {"ns/first", "ns/second", "ns/third"}
+
+
 async def test_a_step_after_another_replica_took_the_lease_writes_nothing(
     sessions: async_sessionmaker[AsyncSession], clock: list[float]
 ) -> None:
