@@ -10,7 +10,8 @@ read per process from ``/proc`` (``bench/procs.py``).
 - controller memory with 100,000 pending workloads (issue 5: <= 500 MB): Kueue's large-scale
   shape of 1,000 ClusterQueues (10 cohorts x 100) with no quota yet, 100 jobs queued in each.
   The jobs are put straight into the simulated cluster's store (setting up, not measured); the
-  controller lists and watches them as any other.
+  controller lists and watches them as any other. Read at the steady state, once every one of
+  their Workload objects is made (minutes after the last job is recorded).
 - admissions per second at large scale (Kueue ~42/s; target >= 400/s): the quota of every one
   of those 1,000 ClusterQueues is raised to 50, so 50,000 jobs fit at once; measured until
   every one of them is unsuspended in the cluster (each admitted in PostgreSQL, patched with
