@@ -188,7 +188,7 @@ class EventPoster:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self.kube.create(EVENTS, event.namespace, body)
+        await self.kube.send("POST", EVENTS.path(event.namespace), body=body)  # (the Event made is not read)
 
 
 async def events_of(kube: Kube, view: JobView | None, key: str) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -74,7 +75,14 @@ def make_engine(
         millis = str(max(1, int(idle_in_transaction_timeout * 1000)))
         args["server_settings"] = {**args.get("server_settings", {}), "idle_in_transaction_session_timeout": millis}
     engine = create_async_engine(
-        urls.engine_url(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, connect_args=args
+        urls.engine_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args=args,
+        # JSONB read with pydantic's Rust codec: a third of the standard library's time, on every
+        # workload row the controller reads (PostgreSQL's jsonb never holds what it would refuse)
+        json_deserializer=pydantic_core.from_json,
     )
     event.listen(engine.sync_engine, "handle_error", _busy_is_disconnect)
     return engine

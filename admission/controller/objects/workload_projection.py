@@ -305,8 +305,8 @@ class Projection(Capability):
             self.writes += 1
             patch = {**{k: None for k in have.status_keys - wanted.status_keys}, **status}
             path = WORKLOADS.path(namespace, name, "status")
-            obj = await self.kube.request("PATCH", path, body={"status": patch}, content_type=kube_client.MERGE_PATCH)
-            self._post(obj, have)
+            await self.kube.send("PATCH", path, body={"status": patch}, content_type=kube_client.MERGE_PATCH)
+            self._post(namespace, name, have, status)
         self.written[uid] = dataclasses.replace(wanted, uid=have.uid)
 
     def _creation_latency(self, uid: str) -> None:
@@ -319,15 +319,15 @@ class Projection(Capability):
             kind = view.info.kind if view.info is not None else view.integration.ref.kind
             self.created(kind, time.time() - created)
 
-    def _post(self, obj: Obj, before: Shown) -> None:
-        """Kueue's Events on a Workload, for the conditions its status now changed: ``QuotaReserved``,
-        ``Admitted``, ``Preempted``, ``EvictedDueTo<reason>`` when they become true, ``Pending``
-        (a Warning) when the reason it waits for changes (not for new numbers in the message)."""
+    def _post(self, namespace: str, name: str, before: Shown, status: Obj) -> None:
+        """Kueue's Events on a Workload, for the conditions its ``status`` (as just patched: a merge
+        patch replaces the conditions whole) changed: ``QuotaReserved``, ``Admitted``, ``Preempted``,
+        ``EvictedDueTo<reason>`` when they become true, ``Pending`` (a Warning) when the reason it
+        waits for changes (not for new numbers in the message)."""
         if self.events is None:
             return
-        meta = obj["metadata"]
-        old = {kind: (status, reason) for kind, status, reason in before.conditions}
-        for c in (obj.get("status") or {}).get("conditions") or []:
+        old = {kind: (value, reason) for kind, value, reason in before.conditions}
+        for c in status.get("conditions") or []:
             if old.get(c["type"]) == (c["status"], c["reason"]):
                 continue
             kind, reason = c["type"], c["reason"]
@@ -341,6 +341,7 @@ class Projection(Capability):
                 continue
             message = c["message"]
             if kind == "Admitted":  # (Kueue's words)
-                message = f"Admitted by ClusterQueue {(obj['status'].get('admission') or {}).get('clusterQueue')}"
-            name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid")
-            self.events.post_on(API_VERSION, workload_crd.KIND, name, namespace, event, message, type=type_, uid=uid)
+                message = f"Admitted by ClusterQueue {(status.get('admission') or {}).get('clusterQueue')}"
+            self.events.post_on(
+                API_VERSION, workload_crd.KIND, name, namespace, event, message, type=type_, uid=before.uid
+            )

@@ -3,6 +3,7 @@ environment has something to find (each look is a worker-thread hop per request)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,30 @@ async def test_a_call_carries_the_kubeconfig_token_as_it_is_now_its_query_and_it
         await kube.close()
         await runner.cleanup()
     assert seen[0][:3] == ("GET", "/api/v1/namespaces?limit=5&labelSelector=a%3Db", "Bearer first-token")
-    assert seen[1] == ("PATCH", "/api/v1/namespaces/ml/events/e", "Bearer first-token", kube_client.JSON_PATCH,
-                       b'[{"op": "remove", "path": "/x"}]')  # fmt: skip
+    assert seen[1][:4] == ("PATCH", "/api/v1/namespaces/ml/events/e", "Bearer first-token", kube_client.JSON_PATCH)
+    assert json.loads(seen[1][4]) == [{"op": "remove", "path": "/x"}]
     assert seen[2][:4] == ("POST", "/api/v1/namespaces/ml/events", "Bearer rotated", "application/json")
-    assert seen[2][4] == b'{"metadata": {"name": "e"}}'
+    assert json.loads(seen[2][4]) == {"metadata": {"name": "e"}}
+
+
+async def test_send_drops_the_answer_and_raises_a_refusal_as_request_does(tmp_path: Path) -> None:
+    host = await SimHost.start(tmp_path / "kubeconfig")
+    kube = Kube(await kube_client.connect(host.kubeconfig))
+    try:
+        await kube.create(NAMESPACES, None, {"metadata": {"name": "ml"}})
+        path = kube_client.EVENTS.path("ml")
+        event = {"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "ml"}}
+        assert await kube.send("POST", path, body=event) is None
+        assert (await kube.get(kube_client.EVENTS, "ml", "e"))["metadata"]["name"] == "e"
+        with pytest.raises(kube_client.KubeError) as refused:
+            await kube.send("POST", path, body=event)
+        assert refused.value.status == 409 and not refused.value.temporary
+    finally:
+        await kube.close()
+        await host.stop()
+
+
+def test_json_the_fast_codec_refuses_is_read_as_the_standard_library_reads_it() -> None:
+    assert kube_client.decode(b'{"a": "\\ud800", "b": [1, 2.5, null]}') == {"a": "\ud800", "b": [1, 2.5, None]}
+    with pytest.raises(ValueError):
+        kube_client.decode(b'{"a": ')
