@@ -70,22 +70,22 @@ def _pod_sets(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _admission(row: Any, pod_sets: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any]:
-    """``status.admission``; ``body``: the stored pod sets (what a prioritized list costs on each flavor)."""
+def _admission(row: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``status.admission``, from the stored pod sets ``body`` (their requests in milli-units, and
+    what a prioritized list costs on each flavor)."""
     assigned_flavors = json_value(row["assigned_flavors"]) or {}
     flavors, counts = assigned_flavors.get("flavors", {}), assigned_flavors.get("counts") or {}
-    by_flavor = {ps["name"]: ps["byFlavor"] for ps in body.get("podSets", []) if ps.get("byFlavor")}
     assignments = []
-    for ps in pod_sets:
-        requests = ps["template"]["spec"]["containers"][0]["resources"]["requests"]
-        count = int(counts.get(ps["name"], ps["count"]))  # fewer where admitted partially
-        assigned = dict(flavors.get(ps["name"], {}))
-        narrowed = by_flavor.get(ps["name"]) or {}  # (a prioritized list, on a flavor serving some of it)
+    for ps in body.get("podSets", []):
+        name = ps["name"]
+        count = int(counts.get(name, ps["count"]))  # fewer where admitted partially
+        assigned = dict(flavors.get(name, {}))
+        narrowed = ps.get("byFlavor") or {}  # (a prioritized list, on a flavor serving some of it)
         usage = {
-            r: quantity.format_milli(int(narrowed.get(assigned.get(r, ""), {}).get(r, quantity.parse_milli(q))) * count)
-            for r, q in requests.items()
+            r: quantity.format_milli(int(narrowed.get(assigned.get(r, ""), {}).get(r, milli)) * count)
+            for r, milli in (ps.get("requests") or {}).items()
         }
-        assignments.append({"name": ps["name"], "flavors": assigned, "resourceUsage": usage, "count": count})
+        assignments.append({"name": name, "flavors": assigned, "resourceUsage": usage, "count": count})
     return {"clusterQueue": row["cluster_queue"], "podSetAssignments": assignments}
 
 
@@ -145,7 +145,7 @@ def to_object(
             )
     status: dict[str, Any] = {"conditions": conditions}
     if reserved or (state == "Finished" and row["assigned_flavors"] and row["cluster_queue"]):
-        status["admission"] = _admission(row, pod_sets, body)  # (a finished one keeps what it ran with, as Kueue's)
+        status["admission"] = _admission(row, body)  # (a finished one keeps what it ran with, as Kueue's)
     if row["retries"]:  # (Kueue's: how often it was requeued with a backoff, and until when it waits)
         requeue: dict[str, Any] = {"count": int(row["retries"])}
         if state == "Pending" and row["requeue_at"] is not None:
