@@ -185,6 +185,9 @@ class Checks(Capability):
         term = self.current_term()
         if term is None:
             return  # the next term looks at every job again
+        if not term.valid():
+            term.park(self.request, uid)  # (no request made or deleted on a possibly stale term)
+            return
         row = term.rows.get(uid)
         wl = term.held(row.key) if row is not None else None  # as committed: a request costs real capacity
         wanted = {r.name: r for r in provisioning.requests(term.scheduler.config, wl)} if wl is not None else {}

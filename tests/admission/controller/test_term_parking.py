@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from admission.controller.enactor import Enactor
+from admission.controller.features.checks import Checks
 from admission.controller.term import Term
 from admission.controller.watch.jobcache import JobCache
 from admission.store.lease import Fence
@@ -46,3 +47,17 @@ async def test_an_unconfirmed_term_parks_the_job_rather_than_retrying_it_on_a_ti
 
     term.confirm(time.monotonic() + 10.0)
     assert queue.waiting == {"ml/a"}, "the lease renewed: the job is looked at again"
+
+
+async def test_an_unconfirmed_term_makes_and_deletes_no_provisioning_request_until_confirmed() -> None:
+    term = _term(-1.0)
+    asked: list[str] = []
+    checks = Checks(None, views={}, current_term=lambda: term, run_infos=lambda _t, _w: [], changed=asked.append)  # type: ignore[arg-type]
+    checks.requests["uid-a"] = {"pr-a": {"metadata": {"name": "pr-a", "namespace": "ml"}}}  # (none wanted: deleted)
+    checks.queue.request = asked.append  # type: ignore[method-assign]
+
+    await checks.sync("uid-a")  # (with no kube: acting at all would fail)
+    assert asked == [] and "pr-a" in checks.requests["uid-a"]
+
+    term.confirm(time.monotonic() + 10.0)
+    assert asked == ["uid-a"], "the lease renewed: the job's requests are looked at again"
