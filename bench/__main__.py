@@ -1,5 +1,5 @@
-"""Figures: ``python -m bench [core|deep|fair|topology|efficiency|sim|store|controller|webhook|cluster|objects|
-workloads|pods|dashboard|chaos|metrics|dra|all]`` (all by default)."""
+"""Figures: ``python -m bench [core|deep|fair|topology|efficiency|sim|client|store|controller|webhook|cluster|
+objects|workloads|pods|dashboard|chaos|metrics|dra|all]`` (all by default)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ def main() -> None:
         from bench import sim_api
 
         sim_api.main()
+    if which in ("client", "all"):
+        from bench import api_client
+
+        api_client.main()
     if which in ("store", "all"):
         from bench import store
 
