@@ -1,21 +1,25 @@
-"""Raw JSON access to the Kubernetes API over kubernetes_asyncio's ``ApiClient``.
+"""Raw JSON access to the Kubernetes API, configured by kubernetes_asyncio's ``ApiClient``.
 
 The controller handles tens of thousands of jobs; kubernetes_asyncio's typed models cost far
 more to build than the few fields it reads, and its ``call_api`` walks every body, header and
 parameter through ``sanitize_for_serialization`` (a recursive copy, meant for those models) before
-encoding it: a tenth of a busy controller's CPU. So every call here is sent on the client's own
-aiohttp session, with its configuration's host, TLS, proxy and authentication (the bearer token
-asked for on every call, so a refreshed or rotated token is used as ``call_api`` would), and bodies
-are plain JSON dicts encoded once (JSON read and written with pydantic's Rust codec, ``pydantic_core``:
-the standard library's ``json`` took twice as long, and every watch event and answer is one). Errors come back as one
-exception class, ``KubeError``, whose ``temporary`` says whether retrying can help (429, 5xx,
-connection failures) or not (404, 409, 422: the caller must look again before acting).
+encoding it: a tenth of a busy controller's CPU. So calls here take the client's configuration
+(host, TLS, proxy, and the bearer token asked for on every call, so a refreshed or rotated token is
+used as ``call_api`` would) and send plain JSON dicts encoded once (read and written with
+pydantic's Rust codec, ``pydantic_core``: the standard library's ``json`` took twice as long, and
+every watch event and answer is one). Requests go on this package's own HTTP/1.1 connections
+(``admission.kube.transport``: half aiohttp's CPU per request); watches, and everything when a
+proxy is configured, on the client's aiohttp session. Errors come back as one exception class,
+``KubeError``, whose ``temporary`` says whether retrying can help (429, 5xx, connection failures)
+or not (404, 409, 422: the caller must look again before acting).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +30,8 @@ from urllib.parse import urlencode
 import aiohttp
 import pydantic_core
 from kubernetes_asyncio import client, config
+
+from admission.kube.transport import Answer, Transport
 
 Obj = dict[str, Any]
 
@@ -147,9 +153,43 @@ class Kube:
         self.answers: Counter[tuple[str, int]] = Counter()
 
     async def close(self) -> None:
+        if isinstance(transport := self.__dict__.get("lean"), Transport):  # (made: see ``lean``)
+            transport.close()
         await self.api.close()
 
-    async def _call(
+    @functools.cached_property
+    def lean(self) -> Transport | None:
+        """The transport unary calls take (``admission.kube.transport``); None where aiohttp must
+        carry them: a proxy (the kubeconfig's, or the environment's, which the session trusts then)."""
+        rest = self.api.rest_client
+        session = rest.pool_manager
+        connector = session.connector
+        context = getattr(connector, "_ssl", None)  # (the kubeconfig's: CA, client certificate)
+        host = str(self.api.configuration.host)
+        if rest.proxy or session.trust_env or connector is None:
+            return None
+        if host.startswith("https:") and not isinstance(context, ssl.SSLContext):
+            return None
+        return Transport(
+            host,
+            ssl_context=context if isinstance(context, ssl.SSLContext) else None,
+            server_hostname=rest.server_hostname,
+            limit=connector.limit or 0,  # (0: no limit, as aiohttp)
+        )
+
+    async def _prepared(
+        self, method: str, path: str, query: Mapping[str, Any] | None, content_type: str
+    ) -> tuple[dict[str, str], str]:
+        """The headers (with the bearer token as it is now) and the path with its query."""
+        api = self.api
+        headers = {**api.default_headers, "Content-Type": content_type, "Accept": "application/json"}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        await api.update_params_for_auth(headers, params, ["BearerToken"])
+        return headers, path + (f"?{urlencode(params)}" if params else "")
+
+    async def _exchange(
         self,
         method: str,
         path: str,
@@ -157,32 +197,44 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: aiohttp.ClientTimeout | float | None = None,
         expected: tuple[int, ...] = (),
-    ) -> Any:
-        """``expected``: statuses that are an answer, not a failure (a kind not installed: 404), and
-        so not counted in ``answers``."""
-        api, rest = self.api, self.api.rest_client
-        headers = {**api.default_headers, "Content-Type": content_type, "Accept": "application/json"}
-        if api.cookie:
-            headers["Cookie"] = api.cookie
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        args: dict[str, Any] = {"headers": headers, "timeout": self.timeout if timeout is None else _timeout(timeout)}
-        if body is not None:
-            args["data"] = pydantic_core.to_json(body)
+    ) -> Answer:
+        """One call, its answer read whole. ``expected``: statuses that are an answer, not a failure
+        (a kind not installed: 404), and so not counted in ``answers``."""
+        data = pydantic_core.to_json(body) if body is not None else None
+        try:
+            headers, target = await self._prepared(method, path, query, content_type)
+            if (transport := self.lean) is not None:
+                answer = await transport.request(method, target, headers, data, timeout=self.timeout.total)
+            else:
+                answer = await self._aiohttp(method, target, headers, data)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self.answers[(method, 0)] += 1
+            raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
+        if answer.status not in expected:
+            self.answers[(method, answer.status)] += 1
+        return answer
+
+    async def _aiohttp(self, method: str, target: str, headers: dict[str, str], data: bytes | None) -> Answer:
+        response = await self._open(method, target, headers, data, self.timeout)
+        try:
+            return Answer(int(response.status), response.headers, await response.read())
+        finally:
+            response.release()
+
+    async def _open(
+        self, method: str, target: str, headers: dict[str, str], data: bytes | None, timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        """A call on the ``ApiClient``'s aiohttp session (its proxy, its TLS), the answer not yet read."""
+        rest = self.api.rest_client
+        args: dict[str, Any] = {"headers": headers, "timeout": timeout, "data": data}
         if rest.proxy:
             args["proxy"], args["proxy_headers"] = rest.proxy, rest.proxy_headers
         if rest.server_hostname:
             args["server_hostname"] = rest.server_hostname
-        try:
-            await api.update_params_for_auth(headers, params, ["BearerToken"])  # (the token as it is now)
-            url = f"{api.configuration.host}{path}" + (f"?{urlencode(params)}" if params else "")
-            response = await rest.pool_manager.request(method, url, **args)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            self.answers[(method, 0)] += 1
-            raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
-        if response.status not in expected:
-            self.answers[(method, int(response.status))] += 1
+        response: aiohttp.ClientResponse = await rest.pool_manager.request(
+            method, f"{self.api.configuration.host}{target}", **args
+        )
         return response
 
     def refused(self) -> int:
@@ -199,30 +251,21 @@ class Kube:
         content_type: str = "application/json",
         expected: tuple[int, ...] = (),
     ) -> Obj:
-        """One request; the decoded JSON answer, or ``KubeError`` (``expected``: see ``_call``)."""
-        response = await self._call(method, path, query=query, body=body, content_type=content_type, expected=expected)
-        data = await self._body(method, path, response)
-        decoded = decode(data) if data else {}
+        """One request; the decoded JSON answer, or ``KubeError`` (``expected``: see ``_exchange``)."""
+        answer = await self._exchange(
+            method, path, query=query, body=body, content_type=content_type, expected=expected
+        )
+        if answer.status >= 400:
+            raise KubeError.from_body(answer.status, answer.body, answer.headers)
+        decoded = decode(answer.body) if answer.body else {}
         return decoded if isinstance(decoded, dict) else {"items": decoded}
 
     async def send(self, method: str, path: str, *, body: Any, content_type: str = "application/json") -> None:
         """One request whose answer the caller does not read (a status patch whose outcome it knows,
-        an Event): the body is read and dropped unparsed; failures raised as ``request`` raises them."""
-        await self._body(method, path, await self._call(method, path, body=body, content_type=content_type))
-
-    @staticmethod
-    async def _body(method: str, path: str, response: aiohttp.ClientResponse) -> bytes:
-        """The answer's body, read whole (the connection goes back to the pool); ``KubeError`` for a
-        failure status or a connection lost while reading."""
-        try:
-            data = await response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
-        finally:
-            response.release()
-        if response.status >= 400:
-            raise KubeError.from_body(response.status, data, response.headers)
-        return data
+        an Event): the body is dropped unparsed; failures raised as ``request`` raises them."""
+        answer = await self._exchange(method, path, body=body, content_type=content_type)
+        if answer.status >= 400:
+            raise KubeError.from_body(answer.status, answer.body, answer.headers)
 
     async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> Obj:
         return await self.request("GET", ref.path(namespace, name))
@@ -280,9 +323,15 @@ class Kube:
             "timeoutSeconds": timeout_seconds,
             "labelSelector": label_selector,
         }
-        response = await self._call(
-            "GET", ref.path(), query=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
-        )
+        try:
+            headers, target = await self._prepared("GET", ref.path(), query, "application/json")
+            response = await self._open(
+                "GET", target, headers, None, aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self.answers[("GET", 0)] += 1
+            raise KubeError(0, "Unreachable", f"watch of {ref.plural}: {exc!r}") from exc
+        self.answers[("GET", int(response.status))] += 1
         try:
             if response.status >= 400:
                 raise KubeError.from_body(response.status, await response.read(), response.headers)
