@@ -235,6 +235,22 @@ class Bench:
             f"  /metrics with {queues} ClusterQueues and {total:,} workloads, once the controller settled "
             f"({settled:.0f} s): median {statistics.median(took) * 1000:.0f} ms ({size / 1e6:.1f} MB; target <= 100 ms)"
         )
+        print("  " + self.answers())
+
+    def answers(self) -> str:
+        """What the API server answered the controller's calls in the whole run, from its /metrics."""
+        assert self.controller is not None
+        by_code: dict[str, float] = {}
+        for line in self.controller.scrape().decode().splitlines():
+            if line.startswith("turnstile_kube_responses_total{"):
+                code = line.split('code="', 1)[1].split('"', 1)[0]
+                by_code[code] = by_code.get(code, 0.0) + float(line.rsplit(" ", 1)[1])
+        failed = sum(n for code, n in by_code.items() if code == "0" or code.startswith("5"))
+        refused = sum(n for code, n in by_code.items() if code.startswith("4"))
+        return (
+            f"the controller's calls in the whole run: {sum(by_code.values()):,.0f}, "
+            f"{failed:,.0f} of them unanswered or 5xx, {refused:,.0f} 4xx"
+        )
 
     async def live(self, n_jobs: int) -> None:
         ref = kube_client.ResourceRef("batch/v1", "Job", "jobs")
