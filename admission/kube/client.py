@@ -7,9 +7,9 @@ encoding it: a tenth of a busy controller's CPU. So calls here take the client's
 (host, TLS, proxy, and the bearer token asked for on every call, so a refreshed or rotated token is
 used as ``call_api`` would) and send plain JSON dicts encoded once (read and written with
 pydantic's Rust codec, ``pydantic_core``: the standard library's ``json`` took twice as long, and
-every watch event and answer is one). Requests and watches go on this package's own HTTP/1.1
-connections (``admission.kube.transport``: half aiohttp's CPU per request); everything goes on the
-client's aiohttp session when a proxy is configured. Errors come back as one exception class,
+every watch event and answer is one). Requests go on this package's own HTTP/1.1 connections
+(``admission.kube.transport``: half aiohttp's CPU per request); watches, and everything when a
+proxy is configured, on the client's aiohttp session. Errors come back as one exception class,
 ``KubeError``, whose ``temporary`` says whether retrying can help (429, 5xx, connection failures)
 or not (404, 409, 422: the caller must look again before acting).
 """
@@ -31,7 +31,7 @@ import aiohttp
 import pydantic_core
 from kubernetes_asyncio import client, config
 
-from admission.kube.transport import Answer, Stream, Transport
+from admission.kube.transport import Answer, Transport
 
 Obj = dict[str, Any]
 
@@ -325,48 +325,30 @@ class Kube:
         }
         try:
             headers, target = await self._prepared("GET", ref.path(), query, "application/json")
-            stream = await self._stream(target, headers, read_timeout=timeout_seconds + 30)
+            response = await self._open(
+                "GET", target, headers, None, aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+            )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self.answers[("GET", 0)] += 1
             raise KubeError(0, "Unreachable", f"watch of {ref.plural}: {exc!r}") from exc
-        self.answers[("GET", stream.status)] += 1
+        self.answers[("GET", int(response.status))] += 1
         try:
-            if stream.status >= 400:
-                raise KubeError.from_body(stream.status, b"".join([p async for p in stream.pieces()]), stream.headers)
+            if response.status >= 400:
+                raise KubeError.from_body(response.status, await response.read(), response.headers)
             buffer = b""
-            async for chunk in stream.pieces():
-                buffer += chunk
-                if len(buffer) > WATCH_LINE_LIMIT:
-                    raise KubeError(0, "WatchLineTooLong", f"watch of {ref.plural}: an event over 16 MiB")
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield _watch_event(decode(line))
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise KubeError(0, "Unreachable", f"watch of {ref.plural} broke: {exc!r}") from exc
+            try:
+                async for chunk in response.content.iter_any():
+                    buffer += chunk
+                    if len(buffer) > WATCH_LINE_LIMIT:
+                        raise KubeError(0, "WatchLineTooLong", f"watch of {ref.plural}: an event over 16 MiB")
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield _watch_event(decode(line))
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                raise KubeError(0, "Unreachable", f"watch of {ref.plural} broke: {exc!r}") from exc
         finally:
-            stream.close()
-
-    async def _stream(self, target: str, headers: dict[str, str], *, read_timeout: float) -> Stream | _AiohttpStream:
-        """A GET whose answer is read as it comes: on the transport, or on aiohttp behind a proxy."""
-        if (transport := self.lean) is not None:
-            return await transport.stream("GET", target, headers, timeout=self.timeout.total, read_timeout=read_timeout)
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=read_timeout)
-        return _AiohttpStream(await self._open("GET", target, headers, None, timeout))
-
-
-class _AiohttpStream:
-    """aiohttp's streamed answer as a ``Stream``: its status and headers, its body in pieces."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self.response, self.status, self.headers = response, int(response.status), response.headers
-
-    async def pieces(self) -> AsyncIterator[bytes]:
-        async for chunk in self.response.content.iter_any():
-            yield chunk
-
-    def close(self) -> None:
-        self.response.release()
+            response.release()
 
 
 def _timeout(timeout: aiohttp.ClientTimeout | float) -> aiohttp.ClientTimeout:

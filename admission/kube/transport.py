@@ -1,10 +1,10 @@
-"""HTTP/1.1 exchanges with the API server on plain asyncio connections: every call of the client.
+"""HTTP/1.1 exchanges with the API server on plain asyncio connections: the client's unary calls.
 
-Why not aiohttp's client: an admission costs the controller about three requests (its job's
-unsuspend patch, its Workload object's status patch, an Event) and four or five watch events, and
-aiohttp spent 230-270 core-us of machinery on each request on this project's machine, more than the
-controller's own decisions (``python -m bench client``). An exchange here is one write and a parse
-of the status line, the headers and the body: about half of that.
+Why not aiohttp's client for these: an admission costs the controller about three requests (its
+job's unsuspend patch, its Workload object's status patch, an Event), and aiohttp spends 230-270
+core-us of machinery on each on this project's machine, more than the controller's own decisions
+(``python -m bench client``). An exchange here is one write and a parse of the status line, the
+headers and the body: about half of that.
 
 What it speaks, and all it needs to with an API server: HTTP/1.1 with keep-alive, one exchange at a
 time per connection (at most ``limit`` connections, aiohttp's pool size); answers sized by
@@ -13,19 +13,17 @@ skipped; ``Connection: close`` honoured. TLS with the ``SSLContext`` the kubecon
 client certificate and verification) and its ``tls-server-name``. A connection the server closed
 while idle leaves the pool; one that breaks mid-exchange raises ``ConnectionError`` (the caller's
 ``KubeError(0)``, retried level-triggered, as aiohttp's ``ServerDisconnectedError`` was). A timeout
-or a cancellation closes its connection: an answer read halfway cannot be reused. A watch is a
-``Stream``: a connection of its own, its answer read chunk by chunk, each wait for more bounded by a
-read timeout (the server's ``timeoutSeconds`` and a margin), closed when the watch ends.
+or a cancellation closes its connection: an answer read halfway cannot be reused.
 
-A kubeconfig with a proxy, or an environment naming one, leaves every call to aiohttp
-(``admission.kube.client.Kube.lean`` is None then): proxies are its business.
+Watches stay on aiohttp (``admission.kube.client.Kube.watch``): long streams, few of them. A
+kubeconfig with a proxy uses aiohttp for everything (``Kube`` makes no ``Transport`` then).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -47,7 +45,6 @@ class _Connection(asyncio.Protocol):
         self.buffer = bytearray()
         self.waiter: asyncio.Future[None] | None = None
         self.closed = False
-        self.read_timeout: float | None = None  # (a stream's: the longest wait for more bytes)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -81,11 +78,7 @@ class _Connection(asyncio.Protocol):
             raise ConnectionError("the API server closed the connection mid-answer")
         self.waiter = asyncio.get_running_loop().create_future()
         try:
-            if self.read_timeout is None:
-                await self.waiter
-            else:
-                async with asyncio.timeout(self.read_timeout):
-                    await self.waiter
+            await self.waiter
         finally:
             self.waiter = None
 
@@ -105,16 +98,6 @@ class _Connection(asyncio.Protocol):
 
     async def exchange(self, request: bytes, *, head_only: bool) -> tuple[Answer, bool]:
         """Send ``request``; its answer, and whether this connection may carry another exchange."""
-        status, headers, keep = await self.head(request)
-        if head_only or status in (204, 304):
-            return Answer(status, headers, b""), keep and not self.closed and not self.buffer
-        body = b"".join([piece async for piece in self.pieces(headers)])
-        keep = keep and ("Content-Length" in headers or "chunked" in headers.get("Transfer-Encoding", "").lower())
-        return Answer(status, headers, body), keep and not self.closed and not self.buffer
-
-    async def head(self, request: bytes) -> tuple[int, CIMultiDict[str], bool]:
-        """Send ``request``; the answer's status and headers, and whether the server keeps the
-        connection open after it."""
         assert self.transport is not None
         self.transport.write(request)
         while True:
@@ -130,43 +113,28 @@ class _Connection(asyncio.Protocol):
         for line in lines[1:]:
             name, _, value = line.partition(":")
             headers.add(name.strip(), value.strip())
-        return status, headers, version == "HTTP/1.1" and "close" not in headers.get("Connection", "").lower()
-
-    async def pieces(self, headers: CIMultiDict[str]) -> AsyncIterator[bytes]:
-        """The answer's body as it arrives: chunk by chunk, up to its ``Content-Length``, or to the
-        connection's end."""
-        if "chunked" in headers.get("Transfer-Encoding", "").lower():
-            while size := int((await self._line()).split(b";", 1)[0].strip(), 16):
-                yield await self._exactly(size)
-                await self._exactly(2)  # (the CRLF after each chunk)
-            while await self._line():  # trailers, up to the empty line
-                pass
+        keep = version == "HTTP/1.1" and "close" not in headers.get("Connection", "").lower()
+        if head_only or status in (204, 304):
+            body = b""
+        elif "chunked" in headers.get("Transfer-Encoding", "").lower():
+            body = await self._chunked()
         elif (length := headers.get("Content-Length")) is not None:
-            yield await self._exactly(int(length))
-        else:
+            body = await self._exactly(int(length))
+        else:  # (the answer runs to the connection's end)
             while not self.closed:
                 await self._more()
-            body = bytes(self.buffer)
+            body, keep = bytes(self.buffer), False
             self.buffer.clear()
-            yield body
+        return Answer(status, headers, body), keep and not self.closed and not self.buffer
 
-
-class Stream:
-    """An answer read as it comes (a watch) on a connection of its own, closed with it."""
-
-    def __init__(self, connection: _Connection, status: int, headers: CIMultiDict[str]) -> None:
-        self.connection, self.status, self.headers = connection, status, headers
-
-    async def pieces(self) -> AsyncIterator[bytes]:
-        """The body as it arrives (each wait for more bounded by the stream's ``read_timeout``)."""
-        try:
-            async for piece in self.connection.pieces(self.headers):
-                yield piece
-        except (ValueError, IndexError) as exc:
-            raise ConnectionError(f"the API server's answer is not HTTP/1.1: {exc}") from exc
-
-    def close(self) -> None:
-        self.connection.close()
+    async def _chunked(self) -> bytes:
+        parts = []
+        while size := int((await self._line()).split(b";", 1)[0].strip(), 16):
+            parts.append(await self._exactly(size))
+            await self._exactly(2)  # (the CRLF after each chunk)
+        while await self._line():  # trailers, up to the empty line
+            pass
+        return b"".join(parts)
 
 
 class Transport:
@@ -193,18 +161,15 @@ class Transport:
     ) -> Answer:
         """One exchange: ``target`` is the path and query under the server's URL. Raises
         ``ConnectionError``/``OSError`` when the connection fails, ``TimeoutError`` after ``timeout``."""
-        request = self._request(method, target, headers, body)
-        if self.gate is None:
-            return await self._exchange(method, request, timeout)
-        async with self.gate:
-            return await self._exchange(method, request, timeout)
-
-    def _request(self, method: str, target: str, headers: Mapping[str, str], body: bytes | None) -> bytes:
         lines = [f"{method} {self.prefix}{target} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         if body is not None:
             lines.append(f"Content-Length: {len(body)}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        if self.gate is None:
+            return await self._exchange(method, request, timeout)
+        async with self.gate:
+            return await self._exchange(method, request, timeout)
 
     async def _exchange(self, method: str, request: bytes, timeout: float | None) -> Answer:
         async with asyncio.timeout(timeout):
@@ -223,36 +188,11 @@ class Transport:
             connection.close()
         return answer
 
-    async def stream(
-        self, method: str, target: str, headers: Mapping[str, str], *, timeout: float | None, read_timeout: float
-    ) -> Stream:
-        """An exchange whose answer is read as it comes, on a new connection: its head within
-        ``timeout``, then each wait for more of it within ``read_timeout`` (``TimeoutError``)."""
-        request = self._request(method, target, headers, None)
-        connection: _Connection | None = None
-        try:
-            async with asyncio.timeout(timeout):
-                connection = await self._connect()
-                status, answer_headers, _ = await connection.head(request)
-        except (ValueError, IndexError) as exc:
-            if connection is not None:
-                connection.close()
-            raise ConnectionError(f"the API server's answer is not HTTP/1.1: {exc}") from exc
-        except BaseException:
-            if connection is not None:
-                connection.close()
-            raise
-        connection.read_timeout = read_timeout
-        return Stream(connection, status, answer_headers)
-
     async def _connection(self) -> _Connection:
         while self.idle:
             connection = self.idle.pop()
             if not connection.closed:
                 return connection
-        return await self._connect()
-
-    async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         _, connection = await loop.create_connection(
             _Connection,

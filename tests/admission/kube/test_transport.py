@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -229,48 +228,3 @@ async def test_a_proxy_leaves_every_call_to_aiohttp(tmp_path: Path, monkeypatch:
     kube = Kube(await kube_client.connect(tmp_path / "kubeconfig"))
     assert kube.lean is None, "the environment names a proxy: aiohttp's session finds it"
     await kube.close()
-
-
-async def test_a_watch_streams_events_split_anywhere_on_either_transport(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    events = [{"type": "ADDED", "object": {"kind": "ConfigMap", "metadata": {"name": f"c{i}"}}} for i in range(3)]
-    text = b"".join(json.dumps(e).encode() + b"\n" for e in events)
-
-    async def watch(request: web.Request) -> web.StreamResponse:
-        assert request.query["watch"] == "true"
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        for i in range(0, len(text), 10):  # (events cut across chunks)
-            await response.write(text[i : i + 10])
-            await asyncio.sleep(0)
-        await response.write_eof()
-        return response
-
-    async with _server(watch) as port:
-        (tmp_path / "kubeconfig").write_text(_kubeconfig(f"http://127.0.0.1:{port}"))
-        ref = kube_client.ResourceRef("v1", "ConfigMap", "configmaps")
-        for lean in (True, False):
-            if not lean:  # (the environment says something of proxies: aiohttp carries every call)
-                monkeypatch.setenv("NO_PROXY", "example.invalid")
-            kube = Kube(await kube_client.connect(tmp_path / "kubeconfig"))
-            try:
-                assert isinstance(kube.lean, Transport) is lean
-                seen = [e async for e in kube.watch(ref, resource_version="1")]
-                assert seen == events and kube.answers[("GET", 200)] == 1
-            finally:
-                await kube.close()
-
-
-async def test_a_stream_that_falls_silent_ends_in_a_timeout() -> None:
-    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
-    async with _raw_server(head) as port:
-        transport = Transport(f"http://127.0.0.1:{port}", ssl_context=None)
-        stream = await transport.stream("GET", "/?watch=true", {}, timeout=5, read_timeout=0.2)
-        pieces = stream.pieces()
-        assert await anext(pieces) == b"hello"
-        with pytest.raises(TimeoutError):
-            await anext(pieces)
-        stream.close()
-        assert stream.connection.closed and transport.idle == []
