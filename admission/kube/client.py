@@ -170,12 +170,15 @@ class Kube:
             return None
         if host.startswith("https:") and not isinstance(context, ssl.SSLContext):
             return None
-        return Transport(
-            host,
-            ssl_context=context if isinstance(context, ssl.SSLContext) else None,
-            server_hostname=rest.server_hostname,
-            limit=connector.limit or 0,  # (0: no limit, as aiohttp)
-        )
+        try:
+            return Transport(
+                host,
+                ssl_context=context if isinstance(context, ssl.SSLContext) else None,
+                server_hostname=rest.server_hostname,
+                limit=connector.limit or 0,  # (0: no limit, as aiohttp)
+            )
+        except ValueError:  # (a server URL it does not read: aiohttp says what is wrong with it)
+            return None
 
     async def _prepared(
         self, method: str, path: str, query: Mapping[str, Any] | None, content_type: str

@@ -147,6 +147,8 @@ class Transport:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r}: not an http(s) URL of an API server")
         self.https = parts.scheme == "https"
+        if self.https and ssl_context is None:
+            raise ValueError(f"{url!r}: https needs the kubeconfig's TLS context")
         self.hostname = parts.hostname
         self.port = parts.port or (443 if self.https else 80)
         self.prefix = parts.path.rstrip("/")  # (an API server behind a proxy may live under a path)

@@ -228,3 +228,18 @@ async def test_a_proxy_leaves_every_call_to_aiohttp(tmp_path: Path, monkeypatch:
     kube = Kube(await kube_client.connect(tmp_path / "kubeconfig"))
     assert kube.lean is None, "the environment names a proxy: aiohttp's session finds it"
     await kube.close()
+
+
+def test_a_url_it_cannot_serve_is_refused_where_the_transport_is_made() -> None:
+    for url in ("ftp://k8s.example", "https://", "http://k8s.example:port"):
+        with pytest.raises(ValueError):
+            Transport(url, ssl_context=None)
+    with pytest.raises(ValueError, match="TLS context"):
+        Transport("https://k8s.example", ssl_context=None)  # (never plain TCP to an https server)
+    transport = Transport("http://[::1]:6443/prefix/", ssl_context=None)
+    assert (transport.hostname, transport.port, transport.prefix, transport.host_header) == (
+        "::1",
+        6443,
+        "/prefix",
+        "[::1]:6443",
+    )
