@@ -11,9 +11,10 @@ time per connection (at most ``limit`` connections, aiohttp's pool size); answer
 ``Content-Length``, chunked, or running to the connection's end; informational (1xx) answers
 skipped; ``Connection: close`` honoured. TLS with the ``SSLContext`` the kubeconfig made (its CA,
 client certificate and verification) and its ``tls-server-name``. A connection the server closed
-while idle leaves the pool; one that breaks mid-exchange raises ``ConnectionError`` (the caller's
-``KubeError(0)``, retried level-triggered, as aiohttp's ``ServerDisconnectedError`` was). A timeout
-or a cancellation closes its connection: an answer read halfway cannot be reused.
+while idle, or that received bytes while idle (a proxy's 408), leaves the pool; one that breaks
+mid-exchange raises ``ConnectionError`` (the caller's ``KubeError(0)``, retried level-triggered, as
+aiohttp's ``ServerDisconnectedError`` was). A timeout or a cancellation closes its connection: an
+answer read halfway cannot be reused.
 
 Watches stay on aiohttp (``admission.kube.client.Kube.watch``): long streams, few of them. A
 kubeconfig with a proxy uses aiohttp for everything (``Kube`` makes no ``Transport`` then).
@@ -193,8 +194,9 @@ class Transport:
     async def _connection(self) -> _Connection:
         while self.idle:
             connection = self.idle.pop()
-            if not connection.closed:
+            if not connection.closed and not connection.buffer:
                 return connection
+            connection.close()  # (closed by the server while idle, or it said something unasked: a 408)
         loop = asyncio.get_running_loop()
         _, connection = await loop.create_connection(
             _Connection,

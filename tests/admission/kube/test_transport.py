@@ -243,3 +243,14 @@ def test_a_url_it_cannot_serve_is_refused_where_the_transport_is_made() -> None:
         "/prefix",
         "[::1]:6443",
     )
+
+
+async def test_an_idle_connection_that_was_told_something_unasked_is_not_used_again() -> None:
+    async with _server(_framed) as port:
+        transport = Transport(f"http://127.0.0.1:{port}", ssl_context=None)
+        await transport.request("GET", "/a", {}, None, timeout=5)
+        told = transport.idle[0]
+        told.data_received(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")  # (as a proxy says it)
+        answer = await transport.request("GET", "/b", {}, None, timeout=5)
+        assert answer.status == 200 and told.closed and transport.idle[0] is not told
+        transport.close()
