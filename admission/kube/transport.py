@@ -1,10 +1,10 @@
 """HTTP/1.1 exchanges with the API server on plain asyncio connections: the client's unary calls.
 
 Why not aiohttp's client for these: an admission costs the controller about three requests (its
-job's unsuspend patch, its Workload object's status patch, an Event), and aiohttp spends 230-270
-core-us of machinery on each on this project's machine, more than the controller's own decisions
-(``python -m bench client``). An exchange here is one write and a parse of the status line, the
-headers and the body: about half of that.
+job's unsuspend patch, its Workload object's status patch, an Event), and aiohttp spent 243-285
+core-us of machinery on each on this project's machine (``python -m bench client``): about half of
+the controller's CPU per admission. An exchange here is one write and a parse of the status line,
+the headers and the body: 150-166 core-us per request through ``Kube`` there.
 
 What it speaks, and all it needs to with an API server: HTTP/1.1 with keep-alive, one exchange at a
 time per connection (at most ``limit`` connections, aiohttp's pool size); answers sized by
