@@ -202,8 +202,8 @@ class Kube:
         content_type: str = "application/json",
         expected: tuple[int, ...] = (),
     ) -> Answer:
-        """One call, its answer read whole. ``expected``: statuses that are an answer, not a failure
-        (a kind not installed: 404), and so not counted in ``answers``."""
+        """One call, its answer read whole; ``KubeError`` for a failure status. ``expected``: statuses
+        that are an answer, not a failure (a kind not installed: 404), not counted in ``answers``."""
         data = pydantic_core.to_json(body) if body is not None else None
         try:
             headers, target = await self._prepared(method, path, query, content_type)
@@ -216,6 +216,8 @@ class Kube:
             raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
         if answer.status not in expected:
             self.answers[(method, answer.status)] += 1
+        if answer.status >= 400:
+            raise KubeError.from_body(answer.status, answer.body, answer.headers)
         return answer
 
     async def _aiohttp(self, method: str, target: str, headers: dict[str, str], data: bytes | None) -> Answer:
@@ -258,17 +260,13 @@ class Kube:
         answer = await self._exchange(
             method, path, query=query, body=body, content_type=content_type, expected=expected
         )
-        if answer.status >= 400:
-            raise KubeError.from_body(answer.status, answer.body, answer.headers)
         decoded = decode(answer.body) if answer.body else {}
         return decoded if isinstance(decoded, dict) else {"items": decoded}
 
     async def send(self, method: str, path: str, *, body: Any, content_type: str = "application/json") -> None:
         """One request whose answer the caller does not read (a status patch whose outcome it knows,
         an Event): the body is dropped unparsed; failures raised as ``request`` raises them."""
-        answer = await self._exchange(method, path, body=body, content_type=content_type)
-        if answer.status >= 400:
-            raise KubeError.from_body(answer.status, answer.body, answer.headers)
+        await self._exchange(method, path, body=body, content_type=content_type)
 
     async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> Obj:
         return await self.request("GET", ref.path(namespace, name))
