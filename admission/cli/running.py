@@ -137,10 +137,16 @@ def controller_cmd(
     SIGTERM stops it cleanly: readiness false, leadership handed over at once, the webhook kept
     for --shutdown-delay seconds; set the pod's terminationGracePeriodSeconds above that."""
     from admission import jobs, urls
-    from admission.app import process
+    from admission.app import collector, process
     from admission.policy import Policy
 
     logs.configure(log_level, log_format)
+    collector.tune()
+
+    def ready(_endpoints: Any, _controller: Any) -> None:
+        frozen = collector.freeze()  # (what a ready replica holds lives as long as it)
+        logging.getLogger(__name__).info("ready: %d objects left out of the garbage collector's walks", frozen)
+
     settings = Settings()
     try:
         enabled = jobs.enabled(integrations if integrations is not None else settings.integrations)
@@ -174,6 +180,7 @@ def controller_cmd(
                     os.environ.get("POD_NAMESPACE", "turnstile-system"),
                     owners=jobs.owners_of(enabled),
                 ),
+                on_ready=ready,
             )
         )
 

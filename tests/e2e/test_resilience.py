@@ -130,6 +130,8 @@ async def test_sigterm_hands_leadership_over_within_two_seconds(tmp_path: Path, 
             await books.finished_once(w, len(names))
             stopped = (tmp_path / "controller-1.log").read_text()
             assert "released the scheduler lease" in stopped and "stopped" in stopped
+            # (it ran, led and stopped with its collector set for a server: ``admission.app.collector``)
+            assert "objects left out of the garbage collector's walks" in stopped
         finally:
             for p in (first, second):
                 if p is not None and p.returncode is None:
