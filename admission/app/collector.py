@@ -16,8 +16,10 @@ admissions). Two things made its full collections many and long:
   generation of ``YOUNG`` allocations a batch dies young.
 
 Nothing else changes: objects are freed by reference counting as they were; only cyclic garbage
-waits longer, at most one young generation. Only ``turnstile controller`` does this (the process
-is the controller's alone); tests and the simulator keep CPython's defaults.
+waits longer, at most one young generation. Only the processes that are the command's alone set
+it: ``turnstile controller`` (above) and ``turnstile simulate`` (its scenario frozen once read, a
+young generation of 100,000 in engine core's run: ``admission.cli.main``); tests keep CPython's
+defaults.
 """
 
 from __future__ import annotations
@@ -27,15 +29,19 @@ import gc
 YOUNG = 50_000  # allocations between young collections (CPython's default: 700)
 
 
-def tune() -> None:
-    """The young generation sized for a batch (at process start: the first informer lists are one)."""
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG, middle, old)
+def tune(young: int = YOUNG, middle: int | None = None, old: int | None = None) -> None:
+    """The young generation sized for a batch (the controller's at its start: the first informer
+    lists are one); ``middle`` and ``old`` as they were unless given."""
+    _, was_middle, was_old = gc.get_threshold()
+    gc.set_threshold(young, was_middle if middle is None else middle, was_old if old is None else old)
 
 
-def freeze() -> int:
-    """What is alive now (the replica ready: its code and schemas) is never walked again; the garbage
-    so far is collected first, so none of it is frozen. Returns how many objects were frozen."""
-    gc.collect()
+def freeze(*, collect: bool = True) -> int:
+    """What is alive now (a ready replica's code and schemas; a read scenario) is never walked again.
+    With ``collect``, the garbage so far is collected first, so none of it is kept for good (a
+    command that paused the collector while it read knows there is little). Returns how many
+    objects are frozen."""
+    if collect:
+        gc.collect()
     gc.freeze()
     return gc.get_freeze_count()

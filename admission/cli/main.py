@@ -84,6 +84,7 @@ def _simulate(
     plot_path: str | None,
     limit: bounds.Bounds,
 ) -> None:
+    from admission.app import collector
     from admission.cli import documents  # the simulator loads only for the commands that need it
     from queues import errors
     from queues.kueue import validation
@@ -120,9 +121,9 @@ def _simulate(
     # engine core's run, which makes little cyclic garbage, collects every 100,000 allocations
     # rather than every 700 (another ~0.6 s); the decisions are the same, byte for byte.
     del doc
-    gc.freeze()
+    collector.freeze(collect=False)  # (nothing collected while reading: little garbage to keep)
     if engine != "cluster":  # (the whole system in this process: the interpreter's defaults)
-        gc.set_threshold(100_000, 50, 100)
+        collector.tune(100_000, 50, 100)
     gc.enable()
     if engine == "cluster":
         result = _run_cluster(
