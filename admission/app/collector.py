@@ -1,14 +1,16 @@
 """The controller process's cyclic garbage collector, set for a long-lived server.
 
 Why: CPython's defaults cost the controller about a fifth of its CPU per admission (``bench
-controller``'s large scale, by hand, 2026-12-07: 1.0-1.4 s of full collections for 5,000
+controller``'s large scale, by hand, 2026-12-07: 1.0-1.6 s of full collections for 5,000
 admissions). Two things made its full collections many and long:
 
 - **What it walked.** Of the ~400,000 objects the collector tracks in a controller with 10,000
   pending workloads, ~310,000 are there once it is ready: modules, classes, kubernetes_asyncio's
   models, SQLAlchemy's and pydantic's schemas. Every full collection walked them all again
   (100-200 ms each). Once the replica is ready they are frozen (``gc.freeze``): never walked
-  again, never freed (they live as long as the process anyway).
+  again. They live as long as the process anyway; one that dies later is still freed by
+  reference counting, and one in a reference cycle is kept for good: at most what was alive at
+  that one moment.
 - **How often.** A step or a projection pass keeps a batch alive across many allocations (500
   workload rows of ~60 dicts and lists each). With the default young generation of 700
   allocations such a batch outlived two young collections and was promoted to the oldest
