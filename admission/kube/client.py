@@ -147,7 +147,7 @@ class Kube:
 
     def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
         self.api = api
-        self.timeout = _timeout(timeout)  # each call's, unless it says otherwise
+        self.timeout = aiohttp.ClientTimeout(total=timeout)  # each call's (a watch's: its own)
         # (method, HTTP status) -> answers: what this client's calls got back (``status 0``: no
         # answer). A controller in normal operation should see no 4xx here; /metrics exports it.
         self.answers: Counter[tuple[str, int]] = Counter()
@@ -212,13 +212,17 @@ class Kube:
             else:
                 answer = await self._aiohttp(method, target, headers, data)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            self.answers[(method, 0)] += 1
-            raise KubeError(0, "Unreachable", f"{method} {path}: {exc!r}") from exc
+            raise self._unreachable(method, f"{method} {path}", exc) from exc
         if answer.status not in expected:
             self.answers[(method, answer.status)] += 1
         if answer.status >= 400:
             raise KubeError.from_body(answer.status, answer.body, answer.headers)
         return answer
+
+    def _unreachable(self, method: str, what: str, exc: BaseException) -> KubeError:
+        """A call that got no answer: counted under status 0, a temporary ``KubeError``."""
+        self.answers[(method, 0)] += 1
+        return KubeError(0, "Unreachable", f"{what}: {exc!r}")
 
     async def _aiohttp(self, method: str, target: str, headers: dict[str, str], data: bytes | None) -> Answer:
         response = await self._open(method, target, headers, data, self.timeout)
@@ -330,8 +334,7 @@ class Kube:
                 "GET", target, headers, None, aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            self.answers[("GET", 0)] += 1
-            raise KubeError(0, "Unreachable", f"watch of {ref.plural}: {exc!r}") from exc
+            raise self._unreachable("GET", f"watch of {ref.plural}", exc) from exc
         self.answers[("GET", int(response.status))] += 1
         try:
             if response.status >= 400:
@@ -350,10 +353,6 @@ class Kube:
                 raise KubeError(0, "Unreachable", f"watch of {ref.plural} broke: {exc!r}") from exc
         finally:
             response.release()
-
-
-def _timeout(timeout: aiohttp.ClientTimeout | float) -> aiohttp.ClientTimeout:
-    return timeout if isinstance(timeout, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=timeout)
 
 
 def _watch_event(event: Obj) -> Obj:
